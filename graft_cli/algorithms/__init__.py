@@ -1,0 +1,1 @@
+"""Pure tensor functions of the RL algorithms, each registered by name."""

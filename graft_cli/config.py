@@ -1,0 +1,278 @@
+"""Typed config schema and validation.
+
+The Hydra tree in ``experiments/`` is composed (``config.yaml`` + ``pair/*.yaml`` + ``method/*.yaml`` +
+command-line overrides) and merged into the dataclasses below, so an unknown key fails with the key's
+name, and :func:`validate` checks ranges and cross-field rules. Every failure is one line naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from graft_cli.errors import GraftError
+
+EXPERIMENTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments")
+
+
+@dataclass
+class PolicyConfig:
+    name: str = MISSING  # short name used in files and metrics (e.g. "smol", "qwen", "a")
+    model: str = MISSING  # hub id or local folder; "tiny:a" etc. for the embedded tiny pair
+    tokenizer: Optional[str] = None  # defaults to model
+    lr: Optional[float] = None  # per-policy override of optim.lr
+
+
+@dataclass
+class RunConfig:
+    name: Optional[str] = None
+    out: str = "results/runs"
+    seed: int = 0
+    steps: Optional[int] = None  # default: epochs x steps per epoch
+    epochs: int = 3
+    save_every: int = 10
+    keep_checkpoints: int = 2
+    resume: bool = True
+    log_rollouts: bool = True
+    device: str = "auto"
+    dtype: str = "float32"
+    threads: Optional[int] = None  # torch CPU threads
+
+
+@dataclass
+class DataConfig:
+    train: str = MISSING  # local .jsonl/.parquet or hub "name[:split]"; "tiny:train" for the tiny task
+    prompt_batch: int = 128
+    shuffle: bool = True
+    fields: dict = field(default_factory=dict)
+
+
+@dataclass
+class PromptConfig:
+    suffix: str = "Let's think step by step and output the final answer within \\boxed{}."
+    chat_template: str = "auto"  # auto | none
+    raw_template: str = "{problem} {suffix}\n"
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 4096
+    max_prompt_tokens: int = 2048
+    max_batch: int = 256  # sequences per generation micro-batch (hf engine)
+    engine_kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class RewardConfig:
+    name: str = "math_verify"
+    num_workers: int = 2
+    timeout_s: float = 5.0
+    chunk_size: int = 64
+
+
+@dataclass
+class AlgoConfig:
+    advantage: str = "grpo"
+    adv_eps: float = 1e-6
+    norm_by_std: bool = True
+    loss: str = "ppo_token"
+    agg: str = "token-mean"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    minibatch_prompts: int = 32
+    ppo_epochs: int = 1
+    old_logprobs: str = "trainer"  # trainer: recompute before the first update | sampler: use the engine's
+    loss_scale_factor: Optional[float] = None
+    log_entropy: bool = True
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: list = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    micro_batch_tokens: int = 16384  # token budget per forward/backward micro-batch
+    chunk_tokens: int = 4096  # LM-head rows per chunk in the log-prob computation
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class ExchangeConfig:
+    name: str = "none"  # registered exchange step: none | graft | ...
+    ordering: str = "last"  # minibatch placement of groups holding peer samples: last | first | uniform
+    params: dict = field(default_factory=dict)  # exchange-specific options, validated by the exchange
+
+
+@dataclass
+class Config:
+    method: str = "grpo"
+    pair: str = "tiny"
+    policies: list = field(default_factory=list)  # list[PolicyConfig]
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    extra: dict = field(default_factory=dict)  # free-form notes (e.g. the paper's table values)
+
+
+def _one_line(e: Exception) -> str:
+    msg = str(e).strip().splitlines()
+    key = getattr(e, "full_key", None)
+    head = msg[0] if msg else type(e).__name__
+    return f"config key {key!r}: {head}" if key else f"config: {head}"
+
+
+GROUPS = ("pair", "method")
+
+
+def compose(overrides: list[str] | None = None, config_dir: str | None = None) -> Config:
+    """Compose ``config.yaml`` with Hydra (config groups ``pair=`` and ``method=`` select files),
+    merge into the schema, apply the ``key=value`` overrides, validate. Raises :class:`GraftError`
+    with one line on any problem (an unknown key names the key)."""
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    config_dir = config_dir or EXPERIMENTS_DIR
+    groups, rest = [], []
+    for ov in overrides or []:
+        key, eq, val = ov.partition("=")
+        if not eq:
+            raise GraftError(f"override {ov!r}: expected key=value")
+        if key in GROUPS:
+            val = val.strip("'\"")
+            if not os.path.exists(os.path.join(config_dir, key, f"{val}.yaml")):
+                known = sorted(f[:-5] for f in os.listdir(os.path.join(config_dir, key))
+                               if f.endswith(".yaml") and not f.startswith("_"))
+                raise GraftError(f"{key} {val!r}: no {key}/{val}.yaml in {config_dir}; known: {', '.join(known)}")
+            groups.append(f"{key}='{val}'")
+        else:
+            rest.append(ov)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            raw = hcompose(config_name="config", overrides=groups)
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        raise GraftError(f"config: {str(e).strip().splitlines()[0]}") from None
+    return from_dictconfig(raw, rest)
+
+
+def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None) -> Config:
+    import yaml
+
+    schema = OmegaConf.structured(Config)
+    try:
+        merged = OmegaConf.merge(schema, raw)
+        merged.policies = [OmegaConf.merge(OmegaConf.structured(PolicyConfig), p) for p in merged.policies]
+        for path in FREE_DICTS:
+            OmegaConf.set_struct(OmegaConf.select(merged, path), False)
+        for ov in overrides or []:
+            key, _, val = ov.partition("=")
+            key = key.lstrip("+")
+            try:
+                value = yaml.safe_load(val) if val != "" else ""
+            except yaml.YAMLError:
+                value = val
+            if OmegaConf.select(merged, key, default="__missing__") == "__missing__" and not _dict_field(merged, key):
+                raise GraftError(f"config key {key!r}: unknown key")
+            OmegaConf.update(merged, key, value, merge=True)
+        cfg: Config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        raise GraftError(_one_line(e)) from None
+    cfg.policies = [p if isinstance(p, PolicyConfig) else PolicyConfig(**p) for p in cfg.policies]
+    validate(cfg)
+    return cfg
+
+
+def _dict_field(cfg: DictConfig, key: str) -> bool:
+    """True when ``key`` adds an entry under a free-form dict field (``exchange.params.x``, ``extra.y``)."""
+    parent = key.rsplit(".", 1)[0] if "." in key else ""
+    return parent in FREE_DICTS or any(parent.startswith(p + ".") for p in FREE_DICTS)
+
+
+FREE_DICTS = ("exchange.params", "extra", "data.fields", "rollout.engine_kwargs")
+
+
+def to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def load_yaml(path: str) -> Config:
+    try:
+        raw = OmegaConf.load(path)
+    except Exception as e:
+        raise GraftError(f"{path}: {str(e).splitlines()[0]}") from None
+    return from_dictconfig(raw)
+
+
+def _check(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise GraftError(f"config key {key!r}: {msg}")
+
+
+def validate(cfg: Config) -> None:
+    from graft_cli.algorithms.advantages import ADVANTAGES
+    from graft_cli.algorithms.exchange import EXCHANGES
+    from graft_cli.algorithms.losses import AGG_MODES, POLICY_LOSSES
+    from graft_cli.models.loading import DTYPES
+    from graft_cli.rollout import ENGINES
+
+    a, r, o = cfg.algo, cfg.rollout, cfg.optim
+    _check(len(cfg.policies) >= 1, "policies", "at least one policy is needed")
+    names = [p.name for p in cfg.policies]
+    _check(len(set(names)) == len(names), "policies", f"policy names must be unique, got {names}")
+    for i, p in enumerate(cfg.policies):
+        _check(bool(p.name) and p.name.replace("-", "").replace("_", "").isalnum(), f"policies.{i}.name",
+               "must be a non-empty alphanumeric name")
+    _check(cfg.data.prompt_batch >= 1, "data.prompt_batch", "must be >= 1")
+    _check(a.minibatch_prompts >= 1, "algo.minibatch_prompts", "must be >= 1")
+    _check(cfg.data.prompt_batch % a.minibatch_prompts == 0, "algo.minibatch_prompts",
+           f"data.prompt_batch={cfg.data.prompt_batch} is not divisible by algo.minibatch_prompts={a.minibatch_prompts}")
+    _check(a.clip_low >= 0, "algo.clip_low", f"must be >= 0, got {a.clip_low}")
+    _check(a.clip_high >= 0, "algo.clip_high", f"must be >= 0, got {a.clip_high}")
+    _check(a.clip_low < 1, "algo.clip_low", f"must be < 1, got {a.clip_low}")
+    _check(a.adv_eps > 0, "algo.adv_eps", "must be > 0")
+    _check(a.ppo_epochs >= 1, "algo.ppo_epochs", "must be >= 1")
+    _check(a.agg in AGG_MODES, "algo.agg", f"must be one of {', '.join(AGG_MODES)}")
+    _check(a.old_logprobs in ("trainer", "sampler"), "algo.old_logprobs", "must be trainer or sampler")
+    _check(a.advantage in ADVANTAGES, "algo.advantage", f"unknown; known: {', '.join(ADVANTAGES.names())}")
+    _check(a.loss in POLICY_LOSSES, "algo.loss", f"unknown; known: {', '.join(POLICY_LOSSES.names())}")
+    _check(cfg.exchange.name in EXCHANGES, "exchange.name", f"unknown; known: {', '.join(EXCHANGES.names())}")
+    _check(cfg.exchange.ordering in ("last", "first", "uniform"), "exchange.ordering", "must be last, first or uniform")
+    _check(r.engine in ENGINES, "rollout.engine", f"unknown; known: {', '.join(ENGINES.names())}")
+    _check(r.n >= 1, "rollout.n", "must be >= 1")
+    _check(r.temperature >= 0, "rollout.temperature", "must be >= 0")
+    _check(0 < r.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
+    _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+    _check(r.max_prompt_tokens >= 1, "rollout.max_prompt_tokens", "must be >= 1")
+    _check(o.lr > 0, "optim.lr", "must be > 0")
+    _check(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+    _check(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", "must be two numbers in [0, 1)")
+    _check(o.max_grad_norm > 0, "optim.max_grad_norm", "must be > 0")
+    _check(o.micro_batch_tokens >= 1, "optim.micro_batch_tokens", "must be >= 1")
+    _check(cfg.run.dtype in DTYPES, "run.dtype", f"must be one of {', '.join(DTYPES)}")
+    _check(cfg.run.steps is None or cfg.run.steps >= 1, "run.steps", "must be >= 1")
+    _check(cfg.run.save_every >= 1, "run.save_every", "must be >= 1")
+    _check(cfg.reward.timeout_s > 0, "reward.timeout_s", "must be > 0")
+    _check(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")
+    _check(cfg.prompt.chat_template in ("auto", "none"), "prompt.chat_template", "must be auto or none")
+    EXCHANGES.get(cfg.exchange.name).validate(cfg)
+
+
+def asdict(cfg: Config) -> dict[str, Any]:
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)

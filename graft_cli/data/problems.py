@@ -1,0 +1,115 @@
+"""Problem sets: a local JSONL/parquet file or a hub dataset, normalised to ``{id, problem, answer}``.
+
+Hub datasets use common field names (``problem``/``question``/``prompt`` and
+``answer``/``solution``/``final_answer``/``expected_answer``); a field map can be given explicitly as
+``name:split`` plus ``fields``. A malformed local line raises :class:`GraftError` naming file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from graft_cli.errors import GraftError
+
+PROBLEM_KEYS = ("problem", "question", "prompt", "query")
+ANSWER_KEYS = ("answer", "final_answer", "expected_answer", "gt_answer", "solution")
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    problem: str
+    answer: str
+
+
+def _normalise(row: dict, where: str, fields: dict | None = None) -> Problem:
+    fields = fields or {}
+    pk = fields.get("problem") or next((k for k in PROBLEM_KEYS if k in row), None)
+    ak = fields.get("answer") or next((k for k in ANSWER_KEYS if k in row), None)
+    if pk is None or pk not in row:
+        raise GraftError(f"{where}: no problem field (looked for {', '.join(PROBLEM_KEYS)})")
+    if ak is None or ak not in row:
+        raise GraftError(f"{where}: no answer field (looked for {', '.join(ANSWER_KEYS)})")
+    problem, answer = row[pk], row[ak]
+    if not isinstance(problem, str) or not problem.strip():
+        raise GraftError(f"{where}: field {pk!r} must be a non-empty string")
+    if answer is None or (isinstance(answer, str) and not answer.strip()):
+        raise GraftError(f"{where}: field {ak!r} is empty")
+    if ak == "solution" and "answer" not in row:
+        from graft_cli.reward import last_boxed
+
+        boxed = last_boxed(str(answer))
+        if boxed is None:
+            raise GraftError(f"{where}: 'solution' has no \\boxed{{}} answer")
+        answer = boxed
+    rid = row.get(fields.get("id", "id"))
+    return Problem(id=str(rid) if rid is not None else "", problem=problem, answer=str(answer))
+
+
+def _load_jsonl(path: str, fields) -> list[Problem]:
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise GraftError(f"{where}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise GraftError(f"{where}: expected a JSON object")
+            p = _normalise(row, where, fields)
+            out.append(p if p.id else Problem(f"{os.path.basename(path)}:{lineno}", p.problem, p.answer))
+    return out
+
+
+def _load_parquet(path: str, fields) -> list[Problem]:
+    import pandas as pd
+
+    df = pd.read_parquet(path)
+    out = []
+    for i, row in enumerate(df.to_dict("records")):
+        p = _normalise(row, f"{path}: row {i}", fields)
+        out.append(p if p.id else Problem(f"{os.path.basename(path)}:{i}", p.problem, p.answer))
+    return out
+
+
+def _load_hub(spec: str, fields) -> list[Problem]:
+    name, _, split = spec.partition(":")
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover
+        raise GraftError(f"{spec}: loading hub datasets needs the `datasets` package") from None
+    try:
+        ds = datasets.load_dataset(name, split=split or "train")
+    except Exception as e:  # network, missing dataset, bad split
+        raise GraftError(f"{spec}: could not load hub dataset ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    out = []
+    for i, row in enumerate(ds):
+        p = _normalise(dict(row), f"{spec}: row {i}", fields)
+        out.append(p if p.id else Problem(f"{name}:{i}", p.problem, p.answer))
+    return out
+
+
+def load_problems(source: str, fields: dict | None = None) -> list[Problem]:
+    """Load a problem set from a local ``.jsonl``/``.json``/``.parquet`` file or a hub id ``name[:split]``."""
+    if os.path.exists(source):
+        if source.endswith(".parquet"):
+            probs = _load_parquet(source, fields)
+        else:
+            probs = _load_jsonl(source, fields)
+    elif source.endswith((".jsonl", ".json", ".parquet")) or source.startswith(("/", "./", "../")):
+        raise GraftError(f"{source}: file not found")
+    else:
+        probs = _load_hub(source, fields)
+    if not probs:
+        raise GraftError(f"{source}: no problems")
+    seen = set()
+    for p in probs:
+        if p.id in seen:
+            raise GraftError(f"{source}: duplicate id {p.id!r}")
+        seen.add(p.id)
+    return probs

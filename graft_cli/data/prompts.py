@@ -1,0 +1,41 @@
+"""Prompt construction (graft.md §1 and §8 item 1).
+
+The paper's prompt is one user message: the problem followed by the suffix
+``Let's think step by step and output the final answer within \\boxed{}.``.
+``chat_template: auto`` wraps it in the tokenizer's chat template when the tokenizer defines one
+(``add_generation_prompt=True``; ``enable_thinking=False`` is passed for templates that read it),
+otherwise ``raw_template`` formats the text. ``chat_template: none`` always uses ``raw_template``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."
+RAW_TEMPLATE = "{problem} {suffix}\n"
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    suffix: str = SUFFIX
+    chat_template: str = "auto"  # auto | none
+    raw_template: str = RAW_TEMPLATE
+
+    def text(self, problem: str, tokenizer) -> str:
+        """The prompt string for ``problem`` under ``tokenizer``'s conventions."""
+        content = f"{problem} {self.suffix}" if self.suffix else problem
+        if self.chat_template == "auto" and getattr(tokenizer, "chat_template", None):
+            return tokenizer.apply_chat_template(
+                [{"role": "user", "content": content}],
+                tokenize=False,
+                add_generation_prompt=True,
+                enable_thinking=False,
+            )
+        return self.raw_template.format(problem=problem, suffix=self.suffix)
+
+    def encode(self, problem: str, tokenizer) -> list[int]:
+        """Token ids of the prompt. Chat templates already contain BOS, so no special tokens are added
+        to templated text; raw text gets the tokenizer's own ``add_special_tokens`` behaviour."""
+        text = self.text(problem, tokenizer)
+        templated = self.chat_template == "auto" and getattr(tokenizer, "chat_template", None)
+        return tokenizer(text, add_special_tokens=not templated)["input_ids"]

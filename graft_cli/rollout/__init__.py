@@ -1,0 +1,4 @@
+"""Rollout engines. Importing this package registers the built-in ones (``hf``; ``vllm`` when installed)."""
+
+from graft_cli.rollout import hf  # noqa: F401  (registers "hf")
+from graft_cli.rollout.base import ENGINES, Rollouts, SamplingParams  # noqa: F401

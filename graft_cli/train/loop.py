@@ -1,0 +1,440 @@
+"""The training loop for N >= 1 policies sharing each prompt batch (DESIGN.md, "One training step").
+
+    prompts -> per policy: rollout -> reward -> advantages
+            -> exchange.select (registered; "none" = independent GRPO)
+            -> per policy: old log-probs (one no-grad pass) -> exchange.admit
+                           -> minibatch schedule -> loss (registered) -> optimizer step
+            -> metrics.jsonl, rollouts/<policy>/step_N.parquet, checkpoints
+
+Everything method-specific is looked up by name from the config; nothing here branches on a method.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from graft_cli import config as C
+from graft_cli.algorithms.advantages import ADVANTAGES
+from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
+from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser
+from graft_cli.data.problems import Problem, load_problems
+from graft_cli.data.prompts import PromptSpec
+from graft_cli.data.sampler import PromptSampler
+from graft_cli.errors import GraftError
+from graft_cli.models.loading import load_model, load_tokenizer, resolve_device
+from graft_cli.models.logprobs import pack, response_logprobs, to_padded
+from graft_cli.rollout import ENGINES, SamplingParams
+from graft_cli.train import checkpoint as ckpt
+from graft_cli.train.batch import PolicyStep, TrainBatch, micro_batches, minibatch_schedule
+from graft_cli.train.metrics import MetricsLog, atomic_write_text, write_parquet
+
+
+@dataclass
+class Policy:
+    name: str
+    model: object
+    tokenizer: object
+    optimizer: torch.optim.Optimizer
+    engine: object
+    prompt_cache: dict
+
+
+def resolve_path(spec: str) -> str:
+    """``tiny:<role>`` names a folder of the embedded tiny pair (built on first use)."""
+    if spec.startswith("tiny:"):
+        from graft_cli.models.tiny import ensure_tiny
+
+        paths = ensure_tiny()
+        role = spec.split(":", 1)[1]
+        if role not in paths:
+            raise GraftError(f"unknown tiny role {role!r}; known: {', '.join(sorted(paths))}")
+        return paths[role]
+    return spec
+
+
+def sampling_seed(run_seed: int, step: int, policy_index: int) -> int:
+    """One seed per (run, step, policy): sampling never depends on RNG state, so resume is exact."""
+    return (run_seed * 1_000_003 + step * 7919 + policy_index * 104_729) % (2**31 - 1)
+
+
+def step_seed(run_seed: int, step: int) -> int:
+    return (run_seed * 999_983 + step * 15_485_863 + 17) % (2**31 - 1)
+
+
+# ----------------------------------------------------------------------------------------------- setup
+def build_policy(pc: C.PolicyConfig, cfg: C.Config) -> Policy:
+    model_path = resolve_path(pc.model)
+    tok = load_tokenizer(resolve_path(pc.tokenizer or pc.model))
+    model = load_model(model_path, cfg.run.dtype, cfg.run.device)
+    if cfg.optim.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.config.use_cache = True
+    o = cfg.optim
+    opt = torch.optim.AdamW(model.parameters(), lr=pc.lr or o.lr, betas=tuple(o.betas), eps=o.eps,
+                            weight_decay=o.weight_decay)
+    engine = ENGINES.get(cfg.rollout.engine)(model, tok, max_batch=cfg.rollout.max_batch, **cfg.rollout.engine_kwargs)
+    return Policy(pc.name, model, tok, opt, engine, {})
+
+
+def encode_prompt(pol: Policy, problem: str, spec: PromptSpec) -> list[int]:
+    ids = pol.prompt_cache.get(problem)
+    if ids is None:
+        ids = spec.encode(problem, pol.tokenizer)
+        pol.prompt_cache[problem] = ids
+    return ids
+
+
+# --------------------------------------------------------------------------------------- core helpers
+@torch.no_grad()
+def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config) -> list[list[float]]:
+    """Old log-probs of every row under the policy's current weights: one batched no-grad pass."""
+    model = pol.model
+    model.eval()
+    dev = next(model.parameters()).device
+    pad = pol.tokenizer.pad_token_id
+    lengths = [len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
+    order = sorted(range(len(batch)), key=lambda i: lengths[i])  # length-sorted for less padding
+    out: list[list[float] | None] = [None] * len(batch)
+    for mb in micro_batches([lengths[i] for i in order], cfg.optim.micro_batch_tokens * 2):
+        rows = [order[i] for i in mb]
+        ids, att, resp = pack([batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows], pad, dev)
+        lp, _ = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, cfg.optim.chunk_tokens)
+        lp = lp.cpu()
+        for j, i in enumerate(rows):
+            p = len(batch.prompt_ids[i])
+            out[i] = lp[j, p - 1 : p - 1 + len(batch.response_ids[i])].tolist()
+    model.train()
+    return out  # type: ignore[return-value]
+
+
+def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.Generator, ordering: str) -> dict:
+    """One optimisation epoch (``algo.ppo_epochs`` of them) over minibatches of whole prompt groups."""
+    a, o = cfg.algo, cfg.optim
+    loss_fn = POLICY_LOSSES.get(a.loss)
+    model = pol.model
+    model.train()
+    dev = next(model.parameters()).device
+    pad = pol.tokenizer.pad_token_id
+    num_groups = len(set(batch.group))
+    num_mb = max(1, math.ceil(num_groups / a.minibatch_prompts))
+    stats: dict[str, float] = {}
+    losses, grad_norms, ent_sum, ent_n = [], [], 0.0, 0.0
+    for _epoch in range(a.ppo_epochs):
+        for mb_idx, mb in enumerate(minibatch_schedule(batch, num_mb, ordering, rng)):
+            resp_lens = [len(batch.response_ids[i]) for i in mb]
+            norm = Normaliser(num_tokens=float(sum(resp_lens)), num_seqs=float(len(mb)),
+                              loss_scale_factor=a.loss_scale_factor or float(cfg.rollout.max_new_tokens))
+            lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in mb]
+            total = 0.0
+            for micro in micro_batches(lengths, o.micro_batch_tokens):
+                rows = [mb[i] for i in micro]
+                prompts = [batch.prompt_ids[i] for i in rows]
+                ids, att, resp = pack(prompts, [batch.response_ids[i] for i in rows], pad, dev)
+                logp, ent = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, o.chunk_tokens,
+                                              with_entropy=a.log_entropy)
+                L = ids.shape[1]
+                mask = resp[:, 1:].float()
+                old = to_padded([batch.old_logprobs[i] for i in rows], prompts, L, dev)
+                if batch.token_adv is not None and any(batch.token_adv[i] is not None for i in rows):
+                    tadv = [batch.token_adv[i] if batch.token_adv[i] is not None
+                            else [batch.advantages[i]] * len(batch.response_ids[i]) for i in rows]
+                    adv = to_padded(tadv, prompts, L, dev)
+                else:
+                    adv = torch.tensor([batch.advantages[i] for i in rows], device=dev)[:, None] * mask
+                weight = torch.tensor([batch.weights[i] for i in rows], dtype=torch.float32, device=dev)
+                is_peer = torch.tensor([batch.source[i] != "self" for i in rows], device=dev)
+                extra = {k: [v[i] for i in rows] for k, v in batch.extra.items()}
+                loss, st = loss_fn(logp, old, adv, mask, weight, is_peer, clip_low=a.clip_low,
+                                   clip_high=a.clip_high, agg=a.agg, norm=norm, extra=extra, mb_index=mb_idx,
+                                   cfg=cfg)
+                loss.backward()
+                total += float(loss.detach())
+                for k, v in st.items():
+                    stats[k] = stats.get(k, 0.0) + float(v)
+                ent_sum += float((ent * mask).sum())
+                ent_n += float(mask.sum())
+            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), o.max_grad_norm)
+            pol.optimizer.step()
+            pol.optimizer.zero_grad(set_to_none=True)
+            losses.append(total)
+            grad_norms.append(float(gn))
+    tok = max(stats.get("tokens", 0.0), 1.0)
+    out = {
+        "loss": float(np.mean(losses)) if losses else 0.0,
+        "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
+        "clip_ratio/low_mean": stats.get("clip_low", 0.0) / tok,
+        "clip_ratio/high_mean": stats.get("clip_high", 0.0) / tok,
+        "clip_ratio/region_mean": (stats.get("clip_low", 0.0) + stats.get("clip_high", 0.0)) / tok,
+        "clip_ratio/self": stats.get("clip_self", 0.0) / max(stats.get("tokens_self", 0.0), 1.0),
+        "num_minibatches": len(losses),
+    }
+    if stats.get("tokens_peer", 0.0) > 0:
+        out["clip_ratio/peer"] = stats["clip_peer"] / stats["tokens_peer"]
+        out["clip_ratio/peer_any"] = float(stats["clip_peer"] > 0)
+    for k, v in stats.items():
+        if k not in ("tokens", "tokens_self", "tokens_peer", "clip_low", "clip_high", "clip_self", "clip_peer"):
+            out[f"loss/{k}"] = v
+    if a.log_entropy and ent_n:
+        out["entropy"] = ent_sum / ent_n
+    return out
+
+
+def rollout_metrics(step: PolicyStep) -> dict:
+    r = step.rewards
+    lens = np.array([len(x) for x in step.rollouts.response_ids])
+    trunc = np.array(step.rollouts.truncated)
+    term = lens[~trunc]
+    return {
+        "reward": float(r.mean()),
+        "reward_std": float(r.std()) if r.numel() > 1 else 0.0,
+        "frac_reward_zero_std": float((r.std(-1) == 0).float().mean()) if r.shape[1] > 1 else 1.0,
+        "frac_all_fail": float((step.k == 0).float().mean()),
+        "frac_all_correct": float((step.k == step.n).float().mean()),
+        "completions/mean_length": float(lens.mean()),
+        "completions/min_length": int(lens.min()),
+        "completions/max_length": int(lens.max()),
+        "completions/mean_terminated_length": float(term.mean()) if term.size else 0.0,
+        "completions/clipped_ratio": float(trunc.mean()),
+        "reward/timeouts": int(step.timed_out.sum()) if step.timed_out is not None else 0,
+        "num_tokens": int(lens.sum()),
+    }
+
+
+def logprob_gap(batch: TrainBatch) -> dict:
+    """Sampler-vs-trainer log-prob gap on the policy's own rows (TRL ``sampling/*`` names)."""
+    diffs = []
+    for s, samp, old in zip(batch.source, batch.sampler_logprobs, batch.old_logprobs or []):
+        if s == "self" and samp is not None and len(samp) == len(old) and len(old):
+            diffs.append(np.abs(np.asarray(samp) - np.asarray(old)))
+    if not diffs:
+        return {}
+    d = np.concatenate(diffs)
+    return {"sampling/sampling_logp_difference/mean": float(d.mean()),
+            "sampling/sampling_logp_difference/max": float(d.max())}
+
+
+# -------------------------------------------------------------------------------------------- trainer
+class Trainer:
+    def __init__(self, cfg: C.Config, out_dir: str, progress: bool = True):
+        self.cfg, self.out, self.progress = cfg, out_dir, progress
+        if cfg.run.threads:
+            torch.set_num_threads(cfg.run.threads)
+        torch.manual_seed(cfg.run.seed)
+        np.random.seed(cfg.run.seed)
+        self.spec = PromptSpec(cfg.prompt.suffix, cfg.prompt.chat_template, cfg.prompt.raw_template)
+        self.problems: list[Problem] = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)
+        self.policies = {pc.name: build_policy(pc, cfg) for pc in cfg.policies}
+        self._filter_long_prompts()
+        self.sampler = PromptSampler(len(self.problems), cfg.data.prompt_batch, cfg.run.seed, cfg.data.shuffle)
+        self.exchange = EXCHANGES.get(cfg.exchange.name)(cfg)
+        self.adv_fn = ADVANTAGES.get(cfg.algo.advantage)
+        from graft_cli.reward import REWARDS
+
+        rc = cfg.reward
+        self.grader = REWARDS.get(rc.name)(num_workers=rc.num_workers, timeout_s=rc.timeout_s, chunk_size=rc.chunk_size)
+        self.total_steps = cfg.run.steps or cfg.run.epochs * self.sampler.steps_per_epoch
+        self.step = 0
+        self.metrics = MetricsLog(os.path.join(out_dir, "metrics.jsonl"))
+        self.ckpt_root = os.path.join(out_dir, "checkpoints")
+
+    def _filter_long_prompts(self) -> None:
+        lim = self.cfg.rollout.max_prompt_tokens
+        keep = [p for p in self.problems
+                if all(len(encode_prompt(pol, p.problem, self.spec)) <= lim for pol in self.policies.values())]
+        self.dropped_long = len(self.problems) - len(keep)
+        if not keep:
+            raise GraftError(f"config key 'rollout.max_prompt_tokens': every prompt is longer than {lim} tokens")
+        self.problems = keep
+
+    # -- state
+    def state(self) -> dict:
+        return {"step": self.step, "sampler": self.sampler.state_dict(), "exchange": self.exchange.state_dict(),
+                "total_steps": self.total_steps}
+
+    def resume(self) -> bool:
+        path = ckpt.latest(self.ckpt_root)
+        if path is None:
+            return False
+        st = ckpt.load_state(path)
+        for name, pol in self.policies.items():
+            d = os.path.join(path, name)
+            from transformers import AutoModelForCausalLM
+
+            loaded = AutoModelForCausalLM.from_pretrained(d, dtype=next(pol.model.parameters()).dtype)
+            pol.model.load_state_dict(loaded.state_dict())
+            pol.optimizer.load_state_dict(torch.load(os.path.join(d, "optimizer.pt"), weights_only=False))
+            pol.engine.sync_weights(pol.model)
+        self.sampler.load_state_dict(st["sampler"])
+        self.exchange.load_state_dict(st["exchange"])
+        ckpt.set_rng_state(st["rng"])
+        self.step = st["step"]
+        self.metrics.truncate_after(self.step)
+        return True
+
+    # -- one step
+    def rollout_policy(self, i: int, pol: Policy, problems: list[Problem]) -> tuple[PolicyStep, dict]:
+        cfg, r = self.cfg, self.cfg.rollout
+        t0 = time.perf_counter()
+        prompt_ids = [encode_prompt(pol, p.problem, self.spec) for p in problems]
+        params = SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
+                                seed=sampling_seed(cfg.run.seed, self.step, i))
+        ro = pol.engine.generate(prompt_ids, params)
+        t1 = time.perf_counter()
+        golds = [p.answer for p in problems for _ in range(r.n)]
+        grades = self.grader.grade(ro.texts, golds)
+        t2 = time.perf_counter()
+        rewards = torch.tensor(grades.rewards, dtype=torch.float32).view(len(problems), r.n)
+        adv = self.adv_fn(rewards, eps=cfg.algo.adv_eps, norm_by_std=cfg.algo.norm_by_std)
+        ps = PolicyStep(pol.name, problems, prompt_ids, ro, rewards, adv, np.asarray(grades.timed_out))
+        ps.rollouts.meta["extracted"] = grades.extracted
+        return ps, {"time/rollout": t1 - t0, "time/reward": t2 - t1}
+
+    def train_step(self) -> list[dict]:
+        cfg = self.cfg
+        t_start = time.perf_counter()
+        idx = self.sampler.next()
+        problems = [self.problems[i] for i in idx]
+        steps, rows = {}, {}
+        for i, (name, pol) in enumerate(self.policies.items()):
+            steps[name], rows[name] = self.rollout_policy(i, pol, problems)
+            rows[name].update(rollout_metrics(steps[name]))
+        ctx = ExchangeContext(step=self.step, seed=step_seed(cfg.run.seed, self.step), params=dict(cfg.exchange.params),
+                              tokenizers={n: p.tokenizer for n, p in self.policies.items()},
+                              encode_prompt=lambda text, name: encode_prompt(self.policies[name], text, self.spec))
+        t0 = time.perf_counter()
+        batches, xmetrics = self.exchange.select(steps, ctx)
+        t_x = time.perf_counter() - t0
+        rng = np.random.default_rng(step_seed(cfg.run.seed, self.step))
+        for name, pol in self.policies.items():
+            b = batches[name]
+            t0 = time.perf_counter()
+            if cfg.algo.old_logprobs == "trainer" or any(s != "self" for s in b.source):
+                b.old_logprobs = score_logprobs(pol, b, cfg)
+                if cfg.algo.old_logprobs == "sampler":  # keep the engine's log-probs on self rows
+                    b.old_logprobs = [samp if s == "self" else old for s, samp, old in
+                                      zip(b.source, b.sampler_logprobs, b.old_logprobs)]
+            else:
+                b.old_logprobs = [list(x) for x in b.sampler_logprobs]
+            t1 = time.perf_counter()
+            rows[name].update(logprob_gap(b))
+            b, amet = self.exchange.admit(name, b, ctx)
+            rows[name].update(xmetrics.get(name, {}))
+            rows[name].update(amet)
+            rows[name].update(update_policy(pol, b, cfg, rng, cfg.exchange.ordering))
+            pol.engine.sync_weights(pol.model)
+            t2 = time.perf_counter()
+            rows[name].update({"time/old_logprob": t1 - t0, "time/update": t2 - t1, "time/exchange": t_x,
+                               "train_rows": len(b)})
+            if cfg.run.log_rollouts:
+                self.log_rollouts(steps[name])
+        self.step += 1
+        dt = time.perf_counter() - t_start
+        out = []
+        for name in self.policies:
+            out.append({"step": self.step, "policy": name, **rows[name], "time/step": dt})
+        return out
+
+    def log_rollouts(self, st: PolicyStep) -> None:
+        n = st.n
+        B = len(st.problems)
+        ro = st.rollouts
+        cols = {
+            "step": [self.step] * (B * n),
+            "prompt_index": [i for i in range(B) for _ in range(n)],
+            "prompt_id": [p.id for p in st.problems for _ in range(n)],
+            "sample_index": [j for _ in range(B) for j in range(n)],
+            "answer": [p.answer for p in st.problems for _ in range(n)],
+            "response": ro.texts,
+            "token_ids": ro.response_ids,
+            "gen_logprobs": ro.logprobs,
+            "truncated": ro.truncated,
+            "reward": st.rewards.flatten().tolist(),
+            "advantage": st.advantages.flatten().tolist(),
+            "extracted": ro.meta.get("extracted", [None] * (B * n)),
+            "data_seed": [self.cfg.run.seed] * (B * n),
+        }
+        write_parquet(os.path.join(self.out, "rollouts", st.name, f"step_{self.step + 1:06d}.parquet"), cols)
+
+    def save(self) -> str:
+        return ckpt.save(self.ckpt_root, self.step, self.policies, self.state(), self.cfg.run.keep_checkpoints)
+
+    def close(self) -> None:
+        close = getattr(self.grader, "close", None)
+        if close:
+            close()
+
+
+def run_dir_for(cfg: C.Config) -> str:
+    name = cfg.run.name or f"{cfg.pair}-{cfg.method}-s{cfg.run.seed}"
+    return os.path.join(cfg.run.out, name)
+
+
+RESUME_MAY_DIFFER = {"run.steps", "run.resume", "run.keep_checkpoints", "run.save_every", "run.log_rollouts",
+                     "reward.num_workers", "run.threads", "run.device"}
+
+
+def _flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def check_resumable(cfg: C.Config, out_dir: str) -> None:
+    path = os.path.join(out_dir, "config.yaml")
+    if not os.path.exists(path):
+        return
+    old = _flat(C.asdict(C.load_yaml(path)))
+    new = _flat(C.asdict(cfg))
+    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUME_MAY_DIFFER)
+    if diff:
+        raise GraftError(f"{out_dir}: holds a run with a different config ({', '.join(diff[:5])}); "
+                         f"use another run.name/--out, or run.resume=false to start over")
+
+
+def train(cfg: C.Config, progress: bool = True, console=None) -> str:
+    """Run (or resume) a training run; returns the run directory."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = console or Console(stderr=True)
+    out = run_dir_for(cfg)
+    if os.path.exists(os.path.join(out, "config.yaml")) and not cfg.run.resume:
+        import shutil
+
+        shutil.rmtree(out)
+    os.makedirs(out, exist_ok=True)
+    if cfg.run.resume:
+        check_resumable(cfg, out)
+    atomic_write_text(os.path.join(out, "config.yaml"), C.to_yaml(cfg))
+    trainer = Trainer(cfg, out, progress)
+    try:
+        if cfg.run.resume and trainer.resume():
+            console.print(f"resumed from step {trainer.step} in {out}")
+        else:
+            trainer.metrics.truncate_after(0)
+        cols = [TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("{task.fields[info]}")]
+        with Progress(*cols, console=console, disable=not progress, transient=False) as bar:
+            task = bar.add_task("train", total=trainer.total_steps, completed=trainer.step, info="")
+            while trainer.step < trainer.total_steps:
+                rows = trainer.train_step()
+                trainer.metrics.write(rows)
+                if trainer.step % cfg.run.save_every == 0 or trainer.step == trainer.total_steps:
+                    trainer.save()
+                info = " ".join(f"{r['policy']}:r={r['reward']:.3f}" for r in rows)
+                bar.update(task, completed=trainer.step, info=f"step {trainer.step} {info} {rows[0]['time/step']:.1f}s/step")
+    finally:
+        trainer.close()
+    console.print(f"run directory: {out}")
+    return out
