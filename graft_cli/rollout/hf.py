@@ -9,6 +9,8 @@ Responses that emit EOS stop there (the EOS id is kept in ``response_ids``); the
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from graft_cli.rollout.base import ENGINES, Rollouts, SamplingParams
@@ -50,6 +52,9 @@ class HFEngine:
         self.eos_ids = eos_ids_of(tokenizer, model)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eos_ids[0])
+        # transformers >= 5.2x renamed ``past_key_values`` to ``cache``; support both
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     def sync_weights(self, model) -> None:
         self.model = model  # same process, same parameters: nothing to copy
@@ -75,8 +80,8 @@ class HFEngine:
         from transformers import DynamicCache
 
         cache = DynamicCache()
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
+                    **{self._cache_kw: cache})
         next_pos = pos[:, -1] + 1
         for t in range(p.max_new_tokens):
             logits = out.logits[:, -1, :].float()
@@ -98,7 +103,7 @@ class HFEngine:
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                        past_key_values=cache, use_cache=True)
+                        use_cache=True, **{self._cache_kw: cache})
             next_pos = next_pos + 1
         res_ids, res_lp, trunc = [], [], []
         for i in range(B):

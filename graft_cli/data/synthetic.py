@@ -1,0 +1,261 @@
+"""The synthetic verifiable math task of the tiny pair (``pair=tiny``).
+
+Why a synthetic task: the real study (3B models on MATH) needs GPUs and a model hub; the default must
+still run every method for real on a laptop. This module generates a small arithmetic "world" whose
+records look exactly like real data (``{id, problem, answer}`` JSONL, graded by the same math-verify
+reward, prompted by the same :class:`~graft_cli.data.prompts.PromptSpec`), so everything downstream of
+the problem file is the code path real data takes.
+
+Design choices
+--------------
+* **Six skill families, three levels each** (:data:`FAMILIES`): ``add`` (carries), ``sub`` (borrows),
+  ``mul``, ``two`` (two-step expressions with precedence and brackets), ``lin`` (linear equations)
+  and ``frac`` (fraction arithmetic). Level 1 is single-digit facts, which ~3M-parameter models
+  memorise in a minute of SFT; levels 2-3 need multi-digit work, which they only partly learn.
+  The level spread is what puts a freshly trained model in the useful RL band (some prompts always
+  solved, some sometimes, some never).
+* **Short text on both sides.** Problems are bare expressions (``47+38=?``, ``3x+5=26, x=?``,
+  ``1/3+1/4=?``) and worked solutions are a one-line chain of equalities ending in ``\\boxed{...}``
+  (``4*5=20,3+20=23 \\boxed{23}``; ``26-5=21,21/3=7 \\boxed{7}``; ``4/12+3/12=7/12 \\boxed{7/12}``;
+  ``240+42=282 \\boxed{282}`` for ``47*6``). Single-operation problems restate the operation
+  (``47+38=85``) — the one step there is — while multi-step ones only write the intermediate results. Step time of RL on a CPU is proportional to sequence length, so
+  every character counts; the chain still gives the model intermediate results to condition on for
+  the multi-step families (``two``, ``lin``, ``frac``, multi-digit ``mul``).
+* **Gold answers in MATH style** (integers, ``\\frac{a}{b}`` in lowest terms); reference solutions
+  box the unreduced ``a/b`` the chain arrives at, which math-verify grades equal to the gold
+  (value comparison). Every reference solution scores 1.0 (tested).
+* **Determinism.** All randomness comes from :class:`random.Random` seeded with a string derived from
+  ``(seed, split)``; Python hashes string seeds with SHA-512, so files are identical across runs,
+  processes and platforms.
+* **Five held-out sets standing in for the real benchmarks** (:data:`EVAL_SETS`), with the real
+  benchmarks' sizes and a difficulty ordering like theirs: ``math500`` covers everything,
+  ``minerva`` and ``amc23`` are mid-level with different family skews, ``aime24``/``aime25`` are the
+  hardest levels. Training problems never repeat an evaluation problem (exact-text exclusion; level-1
+  fact spaces are small, so the "held-out" guarantee is per record, as for contaminated real data).
+  SFT examples (:func:`sft_example`) are drawn from a separate stream and may overlap everything: they
+  play the role of pretraining data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from fractions import Fraction
+
+# ----------------------------------------------------------------------------------------------------
+# Problem generators: (rng, level) -> (problem, gold answer, worked solution)
+
+
+def _frac_gold(f: Fraction) -> str:
+    if f.denominator == 1:
+        return str(f.numerator)
+    return f"\\frac{{{f.numerator}}}{{{f.denominator}}}"
+
+
+def _boxed(chain: str, ans: str) -> str:
+    return f"{chain} \\boxed{{{ans}}}"
+
+
+def gen_add(rng: random.Random, level: int):
+    if level == 1:
+        a, b = rng.randint(0, 9), rng.randint(0, 9)
+    elif level == 2:
+        a, b = rng.randint(10, 99), rng.randint(1, 9)
+    else:
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+    c = a + b
+    return f"{a}+{b}=?", str(c), _boxed(f"{a}+{b}={c}", str(c))
+
+
+def gen_sub(rng: random.Random, level: int):
+    if level == 1:
+        a = rng.randint(1, 18)
+        b = rng.randint(max(0, a - 9), min(9, a))
+    elif level == 2:
+        a, b = rng.randint(10, 99), rng.randint(1, 9)
+    else:
+        a = rng.randint(20, 99)
+        b = rng.randint(10, a)
+    c = a - b
+    return f"{a}-{b}=?", str(c), _boxed(f"{a}-{b}={c}", str(c))
+
+
+def gen_mul(rng: random.Random, level: int):
+    if level == 1:
+        a, b = rng.randint(2, 9), rng.randint(2, 9)
+        return f"{a}*{b}=?", str(a * b), _boxed(f"{a}*{b}={a * b}", str(a * b))
+    if level == 2:
+        a, b = rng.randint(11, 19), rng.randint(2, 9)
+    else:
+        a, b = rng.randint(21, 99), rng.randint(2, 9)
+    t, u = a - a % 10, a % 10
+    c = a * b
+    # partial products: 47*6 -> 240+42=282
+    chain = f"{t * b}+{u * b}={c}" if u else f"{a}*{b}={c}"
+    return f"{a}*{b}=?", str(c), _boxed(chain, str(c))
+
+
+def gen_two(rng: random.Random, level: int):
+    a, b, c = rng.randint(2, 9), rng.randint(2, 9), rng.randint(1, 9)
+    if level == 1:  # a*b+c
+        p = a * b
+        return f"{a}*{b}+{c}=?", str(p + c), _boxed(f"{a}*{b}={p},{p}+{c}={p + c}", str(p + c))
+    if level == 2:  # c+a*b or a*b-c (precedence)
+        p = a * b
+        if rng.random() < 0.5:
+            return f"{c}+{a}*{b}=?", str(c + p), _boxed(f"{a}*{b}={p},{c}+{p}={c + p}", str(c + p))
+        return f"{a}*{b}-{c}=?", str(p - c), _boxed(f"{a}*{b}={p},{p}-{c}={p - c}", str(p - c))
+    # level 3: brackets (a+c)*b
+    s = a + c
+    return f"({a}+{c})*{b}=?", str(s * b), _boxed(f"{a}+{c}={s},{s}*{b}={s * b}", str(s * b))
+
+
+def gen_lin(rng: random.Random, level: int):
+    x = rng.randint(1, 9)
+    if level == 1:  # x+a=b
+        a = rng.randint(1, 9)
+        b = x + a
+        return f"x+{a}={b}, x=?", str(x), _boxed(f"{b}-{a}={x}", str(x))
+    if level == 2:  # ax=b
+        a = rng.randint(2, 9)
+        b = a * x
+        return f"{a}x={b}, x=?", str(x), _boxed(f"{b}/{a}={x}", str(x))
+    a, c = rng.randint(2, 9), rng.randint(1, 9)  # ax+c=d
+    d = a * x + c
+    return f"{a}x+{c}={d}, x=?", str(x), _boxed(f"{d}-{c}={a * x},{a * x}/{a}={x}", str(x))
+
+
+def gen_frac(rng: random.Random, level: int):
+    if level == 1:  # same denominator
+        d = rng.randint(3, 9)
+        a = rng.randint(1, d - 2)
+        b = rng.randint(1, d - 1 - a)
+        f = Fraction(a + b, d)
+        return f"{a}/{d}+{b}/{d}=?", _frac_gold(f), _boxed(f"{a}/{d}+{b}/{d}={a + b}/{d}", f"{a + b}/{d}")
+    if level == 2:  # fraction times integer
+        d = rng.randint(2, 9)
+        a = rng.randint(1, d - 1)
+        k = rng.randint(2, 9)
+        f = Fraction(a * k, d)
+        return f"{a}/{d}*{k}=?", _frac_gold(f), _boxed(f"{a}/{d}*{k}={a * k}/{d}", f"{a * k}/{d}")
+    # level 3: different denominators, cross multiplication
+    b, d = rng.sample(range(2, 10), 2)
+    a, c = rng.randint(1, b - 1), rng.randint(1, d - 1)
+    n, m = a * d + c * b, b * d
+    f = Fraction(n, m)
+    return (f"{a}/{b}+{c}/{d}=?", _frac_gold(f),
+            _boxed(f"{a * d}/{m}+{c * b}/{m}={n}/{m}", f"{n}/{m}"))
+
+
+FAMILIES = {"add": gen_add, "sub": gen_sub, "mul": gen_mul, "two": gen_two, "lin": gen_lin, "frac": gen_frac}
+LEVELS = (1, 2, 3)
+
+# The RL training distribution: every family equally, levels 1-3 equally.
+TRAIN_MIX = {"families": {f: 1.0 for f in FAMILIES}, "levels": {1: 1.0, 2: 1.0, 3: 1.0}}
+TRAIN_SIZE = 8192
+
+# Held-out stand-ins for the five real benchmarks: (size, family weights, level weights).
+EVAL_SETS = {
+    "math500": (500, {f: 1.0 for f in FAMILIES}, {1: 1.0, 2: 1.0, 3: 1.0}),
+    "aime24": (30, {"mul": 1.0, "two": 1.0, "lin": 1.0, "frac": 1.0, "add": 0.5, "sub": 0.5}, {3: 1.0}),
+    "aime25": (30, {"frac": 1.0, "lin": 1.0, "add": 1.0, "sub": 1.0, "mul": 0.5, "two": 0.5}, {3: 1.0}),
+    "amc23": (40, {f: 1.0 for f in FAMILIES}, {2: 1.0, 3: 1.0}),
+    "minerva": (272, {"two": 1.5, "lin": 1.5, "frac": 1.0, "mul": 1.0, "add": 0.5, "sub": 0.5}, {1: 1.0, 2: 2.0}),
+}
+BENCHMARK_NAMES = {"math500": "MATH500", "aime24": "AIME24", "aime25": "AIME25", "amc23": "AMC23",
+                   "minerva": "Minerva"}
+
+
+def _pick(rng: random.Random, weights: dict):
+    keys = list(weights)
+    return rng.choices(keys, weights=[weights[k] for k in keys], k=1)[0]
+
+
+def make_problem(rng: random.Random, family: str, level: int) -> dict:
+    """One problem of ``family`` at ``level`` as a record without ``id``."""
+    problem, answer, solution = FAMILIES[family](rng, level)
+    return {"problem": problem, "answer": answer, "solution": solution, "family": family, "level": level}
+
+
+def sample_problem(rng: random.Random, families: dict | None = None, levels: dict | None = None) -> dict:
+    """A problem whose family/level are drawn from weight dicts (defaults: the training mix)."""
+    fam = _pick(rng, families or TRAIN_MIX["families"])
+    lvl = _pick(rng, levels or TRAIN_MIX["levels"])
+    return make_problem(rng, fam, int(lvl))
+
+
+def sft_example(rng: random.Random, families: dict, levels: dict | None = None) -> tuple[str, str]:
+    """``(problem, worked solution)`` for supervised pretraining; ``families`` weights define the
+    model's skill mix (this is where the pair's complementarity comes from)."""
+    rec = sample_problem(rng, families, levels)
+    return rec["problem"], rec["solution"]
+
+
+def _rng(seed: int, split: str) -> random.Random:
+    return random.Random(f"graft-tiny:{seed}:{split}")
+
+
+def generate_split(name: str, size: int, families: dict, levels: dict, seed: int,
+                   exclude: set | None = None, unique: bool = True) -> list[dict]:
+    """``size`` records for split ``name``; problems in ``exclude`` are skipped, duplicates within
+    the split too when ``unique`` (cells whose space is exhausted just stop contributing)."""
+    rng = _rng(seed, name)
+    seen = set(exclude or ())
+    out: list[dict] = []
+    tries = 0
+    while len(out) < size:
+        tries += 1
+        if tries > 200 * size:
+            raise RuntimeError(f"synthetic split {name}: cannot draw {size} distinct problems")
+        rec = sample_problem(rng, families, levels)
+        if rec["problem"] in seen:
+            continue
+        if unique:
+            seen.add(rec["problem"])
+        out.append({"id": f"tiny-{name}-{len(out):05d}", **rec})
+    return out
+
+
+def build_task(seed: int = 0, train_size: int = TRAIN_SIZE) -> dict[str, list[dict]]:
+    """All splits in memory: ``train`` plus ``eval_<name>`` for each of :data:`EVAL_SETS`."""
+    splits: dict[str, list[dict]] = {}
+    held: set = set()
+    for name, (size, fams, lvls) in EVAL_SETS.items():
+        recs = generate_split(name, size, fams, lvls, seed, unique=True)
+        splits[f"eval_{name}"] = recs
+        held.update(r["problem"] for r in recs)
+    # Training problems may repeat each other (small level-1 spaces) but never an eval problem.
+    splits["train"] = generate_split("train", train_size, TRAIN_MIX["families"], TRAIN_MIX["levels"], seed,
+                                     exclude=held, unique=False)
+    return splits
+
+
+def write_task(out_dir: str, seed: int = 0, train_size: int = TRAIN_SIZE) -> dict[str, str]:
+    """Write ``train.jsonl`` and ``eval_{math500,aime24,aime25,amc23,minerva}.jsonl`` into ``out_dir``;
+    returns split name -> path. Same seed, same bytes."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {}
+    for name, recs in build_task(seed, train_size).items():
+        path = os.path.join(out_dir, f"{name}.jsonl")
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in recs:
+                f.write(json.dumps(r, sort_keys=False) + "\n")
+        os.replace(tmp, path)
+        paths[name] = path
+    return paths
+
+
+def corpus(seed: int = 0, size: int = 4000) -> list[tuple[str, str]]:
+    """A sample of ``(problem, solution)`` pairs over all families and levels (tokenizer training)."""
+    rng = _rng(seed, "corpus")
+    out = []
+    for _ in range(size):
+        r = sample_problem(rng, {f: 1.0 for f in FAMILIES}, {lv: 1.0 for lv in LEVELS})
+        out.append((r["problem"], r["solution"]))
+    return out
+
+
+__all__ = ["FAMILIES", "LEVELS", "TRAIN_MIX", "EVAL_SETS", "BENCHMARK_NAMES", "make_problem", "sample_problem",
+           "sft_example", "generate_split", "build_task", "write_task", "corpus"]

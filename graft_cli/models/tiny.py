@@ -1,0 +1,786 @@
+"""The embedded tiny heterogeneous pair: two small, *different* models built from scratch on CPU.
+
+``pair=tiny`` (the default) must run every method of the study for real on a laptop. Real pairs are
+3B models on MATH; here :func:`build_tiny` builds, in a few minutes on 2 CPU cores,
+
+* ``a``: a ``Qwen3ForCausalLM`` (hidden 256, 4 layers, 4 query / 2 KV heads, MLP 768, tied
+  embeddings; ~3.2M parameters) with a **byte-level BPE** tokenizer whose pre-tokenizer isolates
+  every digit (arithmetic needs digit-aligned tokens) but merges everything else freely, so the
+  constant prompt suffix collapses into one or two learned tokens;
+* ``b``: a ``LlamaForCausalLM`` (hidden 256, 4 layers, 4/4 heads, MLP 704, tied; ~3.2M) with a
+  **character-level** tokenizer (printable ASCII, one token per character) plus the words of the
+  prompt suffix as added (non-special) tokens, so prompts stay short but every response string gets
+  a different token count and entirely different ids than under ``a``'s tokenizer;
+* ``teacher``: model ``a`` trained longer (continued SFT on a balanced, harder mix) — same
+  architecture and tokenizer as ``a``, stronger everywhere: the on-policy distillation teacher;
+* ``junior``: an early snapshot of ``a``'s SFT run — same tokenizer as ``a``, clearly weaker: the
+  junior of tandem training.
+
+Complementarity by construction, properties by measurement
+-----------------------------------------------------------
+The two bases are pretrained (SFT on worked solutions, loss on response tokens + EOS only) with
+*different skill mixes* over the synthetic task's six families (:mod:`graft_cli.data.synthetic`):
+``a`` mostly sees the additive families, ``b`` mostly the multiplicative ones. Each model then
+partly solves the other's strong families, which is what cross-model exchange needs: prompts on
+which one model never succeeds but the other sometimes does. :func:`check_tiny` measures it
+(pass@1, all-fail share, complementarity both ways) with the project's own rollout engine and
+math-verify reward on the training distribution; ``graft tiny build --check`` prints it.
+
+Speed and determinism
+---------------------
+* Sequences are kept short (prompt + response ~15-45 tokens) because RL step time on a CPU is
+  proportional to tokens; models are ~3M parameters for the same reason.
+* The two tokenizer families train in two worker processes (``a`` then ``teacher``; ``b``), each
+  pinned to **one thread** with deterministic ops, fixed ``torch.manual_seed`` and a data stream
+  seeded from ``(seed, role)``: the same seed gives the same weight hashes whether the jobs run in
+  parallel processes or one after the other in-process (the hashes go into ``manifest.json``).
+  Budgets are step counts, never wall-clock times, for the same reason.
+* The SFT schedule is a short linear warm-up then cosine decay of a high peak learning rate, which
+  gets the most out of a few hundred steps; the final learning rate is kept well above zero so the
+  models stay plastic for RL at lr ~1e-4.
+
+Cache layout (``$GRAFT_CACHE`` or ``~/.cache/graft/tiny``): ``a/ b/ teacher/ junior/`` (each a
+``save_pretrained`` model + tokenizer folder, loadable offline with the Auto classes), ``task/``
+(:func:`graft_cli.data.synthetic.write_task` output) and ``manifest.json`` (recipe, seed, hashes,
+measured token statistics), written last and atomically: a cache without a valid manifest is
+rebuilt by :func:`ensure_tiny`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import string
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+
+TINY_VERSION = 1
+ROLES = ("a", "b", "teacher", "junior")
+EOS_A, PAD_A = "<|endoftext|>", "<|pad|>"
+BOS_B, EOS_B, PAD_B, UNK_B = "<s>", "</s>", "<pad>", "<unk>"
+
+# The words of the prompt suffix ("Let's think step by step and output the final answer within
+# \boxed{}.") as added tokens of the character-level tokenizer: the suffix costs ~14 tokens under
+# ``b`` instead of ~70 characters, but stays a word-level, not learned, segmentation (``a``'s BPE
+# learns it as one or two merged tokens).
+SUFFIX_WORDS_B = ("Let's", " think", " step", " by", " and", " output", " the", " final", " answer", " within",
+                  " \\boxed")
+
+# ----------------------------------------------------------------------------------------------------
+# Paths
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("GRAFT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "graft", "tiny")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tokenizers
+
+
+class _Raw:
+    chat_template = None
+
+
+def _prompt_text(problem: str) -> str:
+    from graft_cli.data.prompts import PromptSpec
+
+    return PromptSpec().text(problem, _Raw())
+
+
+def build_tokenizer_a(seed: int = 0, vocab_size: int = 384):
+    """Byte-level BPE with individually split digits (``tokenizers`` BPE trainer, ~0.2 s).
+
+    The pre-tokenizer is ``Digits(individual_digits=True)`` followed by ``ByteLevel(use_regex=False)``:
+    digits are always single tokens, and all other text between digits is one pre-token that the
+    BPE merges freely — the constant prompt suffix is learned as a single token. Specials:
+    ``<|endoftext|>`` (EOS) and ``<|pad|>``; no BOS, no chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from graft_cli.data.synthetic import corpus
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_A, PAD_A], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    texts = [_prompt_text(p) + s for p, s in corpus(seed, 4000)]
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_A, pad_token=PAD_A, padding_side="left",
+                                   clean_up_tokenization_spaces=False)
+
+
+def build_tokenizer_b():
+    """Character-level tokenizer: one token per printable ASCII character (and newline), plus the
+    prompt suffix's words as added non-special tokens (:data:`SUFFIX_WORDS_B`). Implemented as a
+    merge-free BPE over a character vocabulary with a ``Fuse`` decoder, so decoding concatenates
+    characters exactly (no spaces inserted, no clean-up). Specials ``<s>`` (unused BOS), ``</s>``
+    (EOS), ``<pad>``, ``<unk>``."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    specials = [BOS_B, EOS_B, PAD_B, UNK_B]
+    chars = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+    vocab = {t: i for i, t in enumerate(specials + chars)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_B))
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    tok.add_tokens([AddedToken(w, normalized=False, lstrip=False, rstrip=False, single_word=False)
+                    for w in SUFFIX_WORDS_B])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_B, pad_token=PAD_B, unk_token=UNK_B,
+                                   padding_side="left", clean_up_tokenization_spaces=False)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Recipe
+
+
+@dataclass(frozen=True)
+class Shape:
+    arch: str  # qwen3 | llama
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    mlp: int = 768
+    max_positions: int = 128
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One SFT run (or continuation): step budget, optimiser and the skill mix it sees."""
+
+    steps: int
+    lr: float
+    batch: int
+    families: dict
+    levels: dict
+    warmup: int = 20
+    final_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    clip: float = 1.0
+
+
+_A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.25, "two": 0.25, "frac": 0.25}
+_B_FAMS = {"add": 0.25, "sub": 0.25, "lin": 0.25, "mul": 1.0, "two": 1.0, "frac": 1.0}
+_ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
+_LEVELS = {1: 1.0, 2: 2.0, 3: 2.0}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that determines the built models (with the seed). :meth:`full` is the default;
+    :meth:`reduced` is a seconds-long build with the same code path, for tests."""
+
+    shape_a: Shape = Shape("qwen3", 256, 4, 4, 2, 768)
+    shape_b: Shape = Shape("llama", 256, 4, 4, 4, 704)
+    stage_a: Stage = Stage(steps=260, lr=2e-3, batch=64, families=_A_FAMS, levels=_LEVELS)
+    stage_b: Stage = Stage(steps=330, lr=2e-3, batch=64, families=_B_FAMS, levels=_LEVELS)
+    stage_teacher: Stage = Stage(steps=120, lr=1e-3, batch=64, families=_ALL_FAMS, levels=_LEVELS, warmup=5)
+    junior_step: int = 80  # snapshot of a's run
+    train_size: int = 8192
+    bpe_vocab: int = 384
+
+    @classmethod
+    def full(cls) -> Recipe:
+        return cls()
+
+    @classmethod
+    def reduced(cls, steps: int = 30) -> Recipe:
+        small_a = Shape("qwen3", 64, 2, 2, 1, 128)
+        small_b = Shape("llama", 64, 2, 2, 2, 128)
+        return cls(shape_a=small_a, shape_b=small_b,
+                   stage_a=dataclasses.replace(cls.stage_a, steps=steps, batch=32, warmup=3),
+                   stage_b=dataclasses.replace(cls.stage_b, steps=steps, batch=32, warmup=3),
+                   stage_teacher=dataclasses.replace(cls.stage_teacher, steps=max(2, steps // 3), batch=32),
+                   junior_step=max(1, steps // 3), train_size=512)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        return json.loads(json.dumps(d))  # int level keys -> str, JSON-safe
+
+
+# ----------------------------------------------------------------------------------------------------
+# Models
+
+
+def make_config(shape: Shape, tokenizer):
+    from transformers import LlamaConfig, Qwen3Config
+
+    common = dict(vocab_size=len(tokenizer), hidden_size=shape.hidden, intermediate_size=shape.mlp,
+                  num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                  num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.max_positions,
+                  tie_word_embeddings=True, rope_theta=10000.0, eos_token_id=tokenizer.eos_token_id,
+                  pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id)
+    if shape.arch == "qwen3":
+        return Qwen3Config(head_dim=shape.hidden // shape.heads, **common)
+    if shape.arch == "llama":
+        return LlamaConfig(**common)
+    raise ValueError(f"unknown tiny architecture {shape.arch!r}")
+
+
+def make_model(shape: Shape, tokenizer, seed: int):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(make_config(shape, tokenizer), dtype=torch.float32)
+    gc = model.generation_config
+    gc.eos_token_id, gc.pad_token_id, gc.bos_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id, None
+    return model
+
+
+def weight_hash(model) -> str:
+    """SHA-256 over the state dict (names, dtypes, shapes and bytes, in sorted key order)."""
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        t = v.detach().cpu().contiguous()
+        h.update(f"{k}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def num_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------------------------------
+# SFT
+
+
+def _lr_at(stage: Stage, step: int) -> float:
+    """Linear warm-up to ``lr``, then cosine decay to ``final_lr_ratio * lr`` (step is 0-based)."""
+    if step < stage.warmup:
+        return stage.lr * (step + 1) / stage.warmup
+    span = max(1, stage.steps - stage.warmup)
+    prog = min(1.0, (step - stage.warmup) / span)
+    return stage.lr * (stage.final_lr_ratio + (1 - stage.final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+
+def sft_batch(tokenizer, examples: list[tuple[str, str]]):
+    """Right-padded ``(input_ids, attention_mask, labels)`` for (problem, solution) pairs: the prompt
+    is :class:`PromptSpec` text, the target the solution + EOS; labels are -100 except on the target."""
+    prompts = tokenizer([_prompt_text(p) for p, _ in examples], add_special_tokens=False)["input_ids"]
+    targets = tokenizer([s for _, s in examples], add_special_tokens=False)["input_ids"]
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    seqs = [(p, t + [eos]) for p, t in zip(prompts, targets)]
+    L = max(len(p) + len(t) for p, t in seqs)
+    ids = torch.full((len(seqs), L), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), L), dtype=torch.long)
+    labels = torch.full((len(seqs), L), -100, dtype=torch.long)
+    for i, (p, t) in enumerate(seqs):
+        n = len(p) + len(t)
+        ids[i, :n] = torch.tensor(p + t)
+        mask[i, :n] = 1
+        labels[i, len(p):n] = torch.tensor(t)
+    return ids, mask, labels
+
+
+def sft(model, tokenizer, stage: Stage, data_seed: str, on_step=None, snapshot_at: dict | None = None):
+    """Supervised pretraining on freshly generated worked solutions (never repeats a batch).
+
+    Loss: token-mean cross-entropy over response tokens + EOS. AdamW (betas 0.9/0.98), gradient
+    clipping, :func:`_lr_at` schedule. ``snapshot_at`` maps a step count to a callback receiving the
+    model after that many steps (the junior). Returns the list of per-step losses."""
+    from graft_cli.data.synthetic import sft_example
+
+    rng = random.Random(data_seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.98), eps=1e-8,
+                            weight_decay=stage.weight_decay)
+    model.train()
+    losses = []
+    for step in range(stage.steps):
+        for g in opt.param_groups:
+            g["lr"] = _lr_at(stage, step)
+        ex = [sft_example(rng, stage.families, stage.levels) for _ in range(stage.batch)]
+        ids, mask, labels = sft_batch(tokenizer, ex)
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
+                                                 labels[:, 1:].reshape(-1), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), stage.clip)
+        opt.step()
+        losses.append(float(loss))
+        if on_step is not None:
+            on_step(step + 1, stage.steps, losses[-1])
+        if snapshot_at and (step + 1) in snapshot_at:
+            snapshot_at[step + 1](model)
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def eval_loss(model, tokenizer, families: dict, levels: dict, seed: int = 12345, n: int = 256) -> float:
+    """Mean response-token loss on ``n`` fresh examples of a mix (used by tests and the summary)."""
+    from graft_cli.data.synthetic import sft_example
+
+    rng = random.Random(f"graft-tiny-evalloss:{seed}")
+    ids, mask, labels = sft_batch(tokenizer, [sft_example(rng, families, levels) for _ in range(n)])
+    logits = model(input_ids=ids, attention_mask=mask).logits
+    return float(torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
+                                                   labels[:, 1:].reshape(-1), ignore_index=-100))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Build jobs (run in worker processes, or in-process one after the other)
+
+
+@contextlib.contextmanager
+def _deterministic_single_thread():
+    threads = torch.get_num_threads()
+    det = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(det)
+
+
+def _save(model, tokenizer, out: str) -> str:
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return weight_hash(model)
+
+
+def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
+    """``kind`` 'a': tokenizer A, model a (snapshot -> junior), then the teacher; 'b': model b.
+    ``report(role, step, total, loss)`` is called as training proceeds. Returns role -> info."""
+    import copy
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    out: dict = {}
+    with _deterministic_single_thread():
+        if kind == "a":
+            tok = build_tokenizer_a(seed, recipe.bpe_vocab)
+            model = make_model(recipe.shape_a, tok, seed * 1000 + 1)
+
+            def snap(m):
+                out["junior"] = {"hash": _save(m, tok, os.path.join(cache_dir, "junior")), "steps": recipe.junior_step,
+                                 "arch": recipe.shape_a.arch, "tokenizer": "a", "params": num_params(m)}
+
+            t0 = time.time()
+            la = sft(model, tok, recipe.stage_a, f"graft-tiny-sft:{seed}:a",
+                     on_step=lambda s, n, l: report("a", s, n, l), snapshot_at={recipe.junior_step: snap})
+            out["a"] = {"hash": _save(model, tok, os.path.join(cache_dir, "a")), "steps": recipe.stage_a.steps,
+                        "final_loss": sum(la[-10:]) / len(la[-10:]), "arch": recipe.shape_a.arch, "tokenizer": "a",
+                        "params": num_params(model), "seconds": time.time() - t0}
+            out["junior"]["final_loss"] = la[recipe.junior_step - 1]
+            t0 = time.time()
+            teacher = copy.deepcopy(model)
+            lt = sft(teacher, tok, recipe.stage_teacher, f"graft-tiny-sft:{seed}:teacher",
+                     on_step=lambda s, n, l: report("teacher", s, n, l))
+            out["teacher"] = {"hash": _save(teacher, tok, os.path.join(cache_dir, "teacher")),
+                              "steps": recipe.stage_a.steps + recipe.stage_teacher.steps,
+                              "final_loss": sum(lt[-10:]) / len(lt[-10:]), "arch": recipe.shape_a.arch,
+                              "tokenizer": "a", "params": num_params(teacher), "seconds": time.time() - t0}
+        elif kind == "b":
+            tok = build_tokenizer_b()
+            model = make_model(recipe.shape_b, tok, seed * 1000 + 2)
+            t0 = time.time()
+            lb = sft(model, tok, recipe.stage_b, f"graft-tiny-sft:{seed}:b",
+                     on_step=lambda s, n, l: report("b", s, n, l))
+            out["b"] = {"hash": _save(model, tok, os.path.join(cache_dir, "b")), "steps": recipe.stage_b.steps,
+                        "final_loss": sum(lb[-10:]) / len(lb[-10:]), "arch": recipe.shape_b.arch, "tokenizer": "b",
+                        "params": num_params(model), "seconds": time.time() - t0}
+        else:
+            raise ValueError(kind)
+    return out
+
+
+def _worker(kind: str, recipe: Recipe, seed: int, cache_dir: str, queue) -> None:
+    torch.set_num_threads(1)
+    last = [0.0]
+
+    def report(role, step, total, loss):
+        now = time.time()
+        if step == total or now - last[0] > 0.5:
+            last[0] = now
+            queue.put(("progress", role, step, total, loss))
+
+    try:
+        queue.put(("done", kind, _job(kind, recipe, seed, cache_dir, report)))
+    except BaseException:  # noqa: BLE001 - shipped to the parent
+        queue.put(("error", kind, traceback.format_exc()))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Build / ensure
+
+
+def _stage_totals(recipe: Recipe) -> dict:
+    return {"a": recipe.stage_a.steps, "b": recipe.stage_b.steps, "teacher": recipe.stage_teacher.steps}
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, recipe: Recipe):
+    if not enabled:
+        yield lambda role, step, total, loss: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(TextColumn("[bold]{task.fields[role]:>8}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=False)
+    tasks = {r: prog.add_task("", total=n, role=f"sft {r}", loss="-") for r, n in _stage_totals(recipe).items()}
+    with prog:
+        def update(role, step, total, loss):
+            prog.update(tasks[role], completed=step, loss=f"{loss:.3f}")
+
+        yield update
+
+
+@contextlib.contextmanager
+def _lock(cache_dir: str):
+    os.makedirs(cache_dir, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    with open(os.path.join(cache_dir, ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _file_hash(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read())
+    return h.hexdigest()
+
+
+def _manifest_path(cache_dir: str) -> str:
+    return os.path.join(cache_dir, "manifest.json")
+
+
+def _paths(cache_dir: str) -> dict[str, str]:
+    out = {r: os.path.join(cache_dir, r) for r in ROLES}
+    out["task"] = os.path.join(cache_dir, "task")
+    return out
+
+
+def read_manifest(cache_dir: str | None = None) -> dict | None:
+    path = _manifest_path(cache_dir or default_cache_dir())
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def token_stats(paths: dict, n: int = 512, seed: int = 0) -> dict:
+    """Mean/max prompt and reference-response (+EOS) token counts of the training split under the
+    two tokenizers, and the share of responses whose token counts differ."""
+    from transformers import AutoTokenizer
+
+    recs = _read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:n]
+    out: dict = {}
+    counts = {}
+    for tk in ("a", "b"):
+        tok = AutoTokenizer.from_pretrained(paths[tk])
+        p = [len(x) for x in tok([_prompt_text(r["problem"]) for r in recs], add_special_tokens=False)["input_ids"]]
+        s = [len(x) + 1 for x in tok([r["solution"] for r in recs], add_special_tokens=False)["input_ids"]]
+        counts[tk] = s
+        out[f"tokens_prompt_{tk}"] = sum(p) / len(p)
+        out[f"tokens_response_{tk}"] = sum(s) / len(s)
+        out[f"tokens_total_max_{tk}"] = max(a + b for a, b in zip(p, s))
+        out[f"vocab_{tk}"] = len(tok)
+    out["response_len_differs"] = sum(x != y for x, y in zip(counts["a"], counts["b"])) / len(recs)
+    return out
+
+
+def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False, progress: bool = True,
+               recipe: Recipe | None = None, workers: int = 2) -> dict[str, str]:
+    """Build (or reuse) the tiny pair, teacher, junior and task under ``cache_dir``.
+
+    Returns role -> folder for ``a``, ``b``, ``teacher``, ``junior`` and ``task``. An existing cache
+    whose manifest matches (version, seed, recipe) is reused unless ``force``. ``workers=2`` trains
+    the two tokenizer families in two single-threaded spawned processes; ``workers=1`` runs the same
+    jobs in-process (identical weights)."""
+    from graft_cli.data.synthetic import write_task
+
+    cache_dir = os.path.abspath(cache_dir or default_cache_dir())
+    recipe = recipe or Recipe.full()
+    paths = _paths(cache_dir)
+    with _lock(cache_dir):
+        man = read_manifest(cache_dir)
+        if not force and _manifest_ok(man, cache_dir, seed, recipe):
+            return paths
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(_manifest_path(cache_dir))
+        t0 = time.time()
+        task_paths = write_task(paths["task"], seed=seed, train_size=recipe.train_size)
+        results: dict = {}
+        with _progress(progress, recipe) as update:
+            if workers <= 1:
+                for kind in ("a", "b"):
+                    results.update(_job(kind, recipe, seed, cache_dir, update))
+            else:
+                results.update(_run_parallel(recipe, seed, cache_dir, update))
+        stats = token_stats(paths)
+        manifest = {
+            "version": TINY_VERSION, "seed": seed, "recipe": recipe.to_dict(),
+            "models": results, "hashes": {r: results[r]["hash"] for r in ROLES},
+            "task": {k: {"path": os.path.relpath(v, cache_dir), "sha256": _file_hash(v)} for k, v in task_paths.items()},
+            "token_stats": stats, "build_seconds": time.time() - t0,
+            "max_new_tokens": _suggest_max_new_tokens(stats),
+        }
+        tmp = _manifest_path(cache_dir) + f".tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1)
+        os.replace(tmp, _manifest_path(cache_dir))
+    return paths
+
+
+def _suggest_max_new_tokens(stats: dict) -> int:
+    return 48
+
+
+def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update) -> dict:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(k, recipe, seed, cache_dir, q), daemon=True) for k in ("a", "b")]
+    for p in procs:
+        p.start()
+    results: dict = {}
+    pending = {"a", "b"}
+    try:
+        while pending:
+            try:
+                msg = q.get(timeout=1.0)
+            except Exception:  # queue.Empty
+                dead = [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]
+                if dead:
+                    raise RuntimeError(f"tiny build worker died (exit code {dead[0].exitcode})") from None
+                continue
+            if msg[0] == "progress":
+                update(*msg[1:])
+            elif msg[0] == "done":
+                results.update(msg[2])
+                pending.discard(msg[1])
+            else:
+                raise RuntimeError(f"tiny build worker {msg[1]!r} failed:\n{msg[2]}")
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+    return results
+
+
+def _manifest_ok(man: dict | None, cache_dir: str, seed: int, recipe: Recipe) -> bool:
+    if not man or man.get("version") != TINY_VERSION or man.get("seed") != seed:
+        return False
+    if man.get("recipe") != recipe.to_dict():
+        return False
+    for r in ROLES:
+        d = os.path.join(cache_dir, r)
+        if not (os.path.isfile(os.path.join(d, "config.json")) and os.path.isfile(os.path.join(d, "tokenizer.json"))):
+            return False
+    return all(os.path.isfile(os.path.join(cache_dir, t["path"])) for t in man.get("task", {}).values())
+
+
+def ensure_tiny(cache_dir: str | None = None, seed: int = 0, progress: bool = True,
+                recipe: Recipe | None = None) -> dict:
+    """Role -> folder of a complete tiny cache, building it first if missing or half-built."""
+    return build_tiny(cache_dir, seed=seed, force=False, progress=progress, recipe=recipe)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Measurement
+
+
+def _read_jsonl(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def sample_groups(model, tokenizer, problems: list[str], n: int = 8, seed: int = 0, max_new_tokens: int = 48,
+                  temperature: float = 1.0):
+    """Sample ``n`` responses per problem with the project's rollout engine (prompt-major)."""
+    from graft_cli.data.prompts import PromptSpec
+    from graft_cli.rollout.base import SamplingParams
+    from graft_cli.rollout.hf import HFEngine
+
+    spec = PromptSpec()
+    prompt_ids = [spec.encode(p, tokenizer) for p in problems]
+    eng = HFEngine(model, tokenizer)
+    return eng.generate(prompt_ids, SamplingParams(n=n, temperature=temperature, top_p=1.0,
+                                                   max_new_tokens=max_new_tokens, seed=seed))
+
+
+def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, roles=ROLES,
+               max_new_tokens: int = 48, grader=None) -> dict:
+    """Measured properties of a built cache on the training distribution (first ``num_prompts``
+    records of ``train.jsonl``), sampling at T = 1.0, ``n`` samples per prompt, fixed seed, graded by
+    the math-verify reward. Per role: ``pass1``, ``all_fail``, ``all_pass``, per-family pass@1,
+    truncation rate, mean response tokens; pair: ``comp_a_fail_b_mixed`` (share of a's all-fail
+    prompts on which b's group has 1 <= k < n) and ``comp_b_fail_a_mixed``; plus math500 pass@1."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from graft_cli.reward import MathVerifyGrader
+
+    recs = _read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:num_prompts]
+    held = _read_jsonl(os.path.join(paths["task"], "eval_math500.jsonl"))
+    own = grader is None
+    grader = grader or MathVerifyGrader(num_workers=2, timeout_s=5)
+    out: dict = {"num_prompts": len(recs), "n": n, "seed": seed, "temperature": 1.0}
+    ks: dict = {}
+    try:
+        for role in roles:
+            tok = AutoTokenizer.from_pretrained(paths[role])
+            model = AutoModelForCausalLM.from_pretrained(paths[role], dtype=torch.float32)
+            t0 = time.time()
+            ro = sample_groups(model, tok, [r["problem"] for r in recs], n=n, seed=seed, max_new_tokens=max_new_tokens)
+            gen_s = time.time() - t0
+            rew = grader.grade(ro.texts, [r["answer"] for r in recs for _ in range(n)]).rewards
+            rew = [float(x) for x in rew]
+            k = [int(round(sum(rew[i * n:(i + 1) * n]))) for i in range(len(recs))]
+            ks[role] = k
+            fam: dict = {}
+            for r, kk in zip(recs, k):
+                fam.setdefault(f"{r['family']}", []).append(kk / n)
+            ro_h = sample_groups(model, tok, [r["problem"] for r in held], n=1, seed=seed, max_new_tokens=max_new_tokens)
+            rh = grader.grade(ro_h.texts, [r["answer"] for r in held]).rewards
+            out[role] = {
+                "pass1": sum(rew) / len(rew),
+                "all_fail": sum(x == 0 for x in k) / len(k),
+                "all_pass": sum(x == n for x in k) / len(k),
+                "family_pass1": {f: sum(v) / len(v) for f, v in sorted(fam.items())},
+                "truncated": sum(ro.truncated) / len(ro.truncated),
+                "response_tokens": sum(len(x) for x in ro.response_ids) / len(ro.response_ids),
+                "math500_pass1": float(sum(rh)) / len(rh),
+                "sample_seconds": gen_s,
+            }
+    finally:
+        if own:
+            grader.close()
+    if "a" in ks and "b" in ks:
+        out["comp_a_fail_b_mixed"] = _comp(ks["a"], ks["b"], n)
+        out["comp_b_fail_a_mixed"] = _comp(ks["b"], ks["a"], n)
+    return out
+
+
+def _comp(k_fail: list[int], k_other: list[int], n: int) -> float:
+    idx = [i for i, k in enumerate(k_fail) if k == 0]
+    if not idx:
+        return 0.0
+    return sum(1 <= k_other[i] < n for i in idx) / len(idx)
+
+
+TARGETS = {"pass1": (0.15, 0.60), "all_fail": (0.15, 0.60), "comp": 0.10}
+
+
+def targets_met(props: dict) -> dict:
+    """Which of the issue's targets hold for measured ``props`` (pass@1 and all-fail bands for a and
+    b, complementarity >= 10 % both ways)."""
+    lo, hi = TARGETS["pass1"]
+    flo, fhi = TARGETS["all_fail"]
+    met = {}
+    for r in ("a", "b"):
+        if r in props:
+            met[f"{r}_pass1"] = lo <= props[r]["pass1"] <= hi
+            met[f"{r}_all_fail"] = flo <= props[r]["all_fail"] <= fhi
+    for key in ("comp_a_fail_b_mixed", "comp_b_fail_a_mixed"):
+        if key in props:
+            met[key] = props[key] >= TARGETS["comp"]
+    return met
+
+
+# ----------------------------------------------------------------------------------------------------
+# CLI entry point
+
+
+def _summary_table(man: dict):
+    from rich.table import Table
+
+    t = Table(title=f"tiny pair (seed {man['seed']}, built in {man['build_seconds']:.0f} s)")
+    for c in ("role", "arch", "tokenizer", "params", "SFT steps", "final loss", "weights sha256"):
+        t.add_column(c)
+    for r in ROLES:
+        m = man["models"][r]
+        t.add_row(r, m["arch"], m["tokenizer"], f"{m['params'] / 1e6:.2f}M", str(m["steps"]),
+                  f"{m.get('final_loss', float('nan')):.3f}", m["hash"][:12])
+    return t
+
+
+def _props_table(props: dict):
+    from rich.table import Table
+
+    t = Table(title=f"measured on {props['num_prompts']} training prompts x {props['n']} samples, T=1.0")
+    for c in ("role", "pass@1", "all-fail", "all-pass", "math500 pass@1", "resp. tokens", "truncated"):
+        t.add_column(c)
+    for r in ROLES:
+        if r in props:
+            p = props[r]
+            t.add_row(r, f"{p['pass1']:.3f}", f"{p['all_fail']:.3f}", f"{p['all_pass']:.3f}",
+                      f"{p['math500_pass1']:.3f}", f"{p['response_tokens']:.1f}", f"{p['truncated']:.3f}")
+    return t
+
+
+def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, force: bool = False) -> dict:
+    """``graft tiny build [--check]``: build or reuse the cache, print a summary table; with
+    ``check``, measure the properties and print them, the LAST line being one JSON object."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    paths = build_tiny(cache_dir, seed=seed, force=force, progress=True)
+    cache = os.path.dirname(paths["a"])
+    man = read_manifest(cache)
+    console.print(_summary_table(man))
+    ts = man["token_stats"]
+    tt = Table(title="tokens per sequence (training split, reference responses + EOS)")
+    for c in ("tokenizer", "vocab", "prompt (mean)", "response (mean)", "prompt+response (max)"):
+        tt.add_column(c)
+    for k in ("a", "b"):
+        tt.add_row(k, str(ts[f"vocab_{k}"]), f"{ts[f'tokens_prompt_{k}']:.1f}", f"{ts[f'tokens_response_{k}']:.1f}",
+                   str(ts[f"tokens_total_max_{k}"]))
+    console.print(tt)
+    console.print(f"cache: {cache}")
+    result: dict = {"cache": cache, "paths": paths, "build_seconds": man["build_seconds"], "hashes": man["hashes"]}
+    if check:
+        props = check_tiny(paths, seed=seed)
+        console.print(_props_table(props))
+        console.print(f"complementarity: a all-fail -> b mixed {props['comp_a_fail_b_mixed']:.3f}; "
+                      f"b all-fail -> a mixed {props['comp_b_fail_a_mixed']:.3f}")
+        met = targets_met(props)
+        props["targets_met"] = met
+        props["token_stats"] = ts
+        props["build_seconds"] = man["build_seconds"]
+        result = props
+        console.file.flush()
+        sys.stdout.flush()
+        print(json.dumps(props, sort_keys=True), flush=True)
+    return result
+
+
+__all__ = ["build_tiny", "ensure_tiny", "check_tiny", "tiny_main", "build_tokenizer_a", "build_tokenizer_b",
+           "Recipe", "Shape", "Stage", "sft", "weight_hash", "default_cache_dir", "read_manifest", "ROLES",
+           "targets_met", "token_stats", "sample_groups", "eval_loss"]

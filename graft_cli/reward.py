@@ -1,0 +1,428 @@
+"""Binary math-verify reward on the final boxed answer (registry ``REWARDS``).
+
+The rule (graft.md §1): a response scores 1.0 when the content of its LAST ``\\boxed{...}`` (also
+``\\boxed x`` and ``\\fbox{...}``) is equivalent to the reference answer under math-verify, else 0.0.
+No format or length reward. A response without a boxed answer, a parse failure, an exception or a
+verification timeout all score 0.0.
+
+math-verify usage (conventions.md §7):
+
+* ``verify(gold, pred)`` with the GOLD FIRST: verify is not symmetric (assignments ``x=5`` and
+  equation/interval conversions follow the gold's format).
+* ``parsing_timeout=None`` / ``timeout_seconds=None``: math-verify's own timeouts use ``signal.alarm``
+  (main thread only; in other threads ``parse`` raises). :class:`MathVerifyGrader` enforces a hard
+  wall-clock deadline instead, by killing the worker process that holds a stuck item.
+* Extraction configs (chosen deliberately):
+
+  - prediction: we cut the last box out ourselves with :func:`last_boxed` (linear time, brace
+    balanced) and parse ``\\boxed{<content>}`` with ``LatexExtractionConfig(boxed_match_priority=0,
+    try_extract_without_anchor=False)`` and ``extraction_mode="first_match"`` (TRL's prediction
+    config): only the boxed content is ever read, never a stray number elsewhere in the response.
+    Default normalisation (units, ``^\\circ``, ``\\text{}``, ``\\dfrac``, malformed operators) applies.
+    ``fallback_mode="first_match"`` keeps the normalised string, so two answers that sympy cannot
+    parse still match when their normalised strings are identical.
+  - gold: a bare answer string (``\\frac{1}{2}``, ``(0,\\infty)``, ``x=5``, ``\\text{Evelyn}``,
+    ``10\\%``) is parsed the same way as ``\\boxed{<gold>}`` (surrounding ``$...$`` stripped first), so
+    gold and prediction go through identical normalisation. Only if that yields no sympy object do we
+    fall back to math-verify's default configs (LaTeX + plain expressions) on the raw string; an
+    unparsable gold then still compares by normalised string.
+
+* Percentages: with the antlr4 runtime 4.9.3 (pinned by hydra/omegaconf), latex2sympy2_extended
+  1.11's generated parser lacks ``AtomContext.FUNC_GAMMA``, so every LaTeX percentage (``50\\%``)
+  raises ``AttributeError`` and falls back to string comparison. :func:`_ensure_math_verify` adds the
+  missing accessor (returning ``None``, as the 4.13.2 parser does for a non-gamma atom), which
+  restores math-verify's designed behaviour: ``50\\%`` == ``50`` == ``0.5`` == ``\\frac{1}{2}``, but
+  ``12.5\\%`` != ``12.5`` (non-integer percentages compare as their value, 0.125).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from functools import lru_cache
+from multiprocessing.connection import wait as mp_wait
+
+import numpy as np
+
+from graft_cli.registry import Registry
+
+REWARDS: Registry = Registry("reward")
+
+_BOX_CMDS = ("\\boxed", "\\fbox")
+
+# ----------------------------------------------------------------------------------------------------
+# Final-answer extraction
+
+
+def _skip_ws(text: str, i: int) -> int:
+    n = len(text)
+    while i < n and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _braced_arg(text: str, i: int) -> str | None:
+    """Content of the brace group opening at ``text[i] == '{'``; None if it never closes.
+
+    ``\\{`` / ``\\}`` (and any other escaped character) do not count as group braces."""
+    depth = 0
+    n = len(text)
+    j = i
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1:j]
+        j += 1
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the LAST ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x`` in ``text``, stripped.
+
+    Brace balanced (escaped ``\\{``/``\\}`` are content). Returns None when there is no box, when the
+    last box never closes (e.g. a truncated response: the last box is the final answer, an earlier one
+    is not used instead), or when it is empty. ``\\boxed x`` (no braces) takes the text up to the next
+    ``$``, newline or end, without a trailing ``.``/``,``. Linear time: one right-to-left search per
+    command and at most one forward brace scan."""
+    if not isinstance(text, str) or not text:
+        return None
+    best, best_cmd = -1, ""
+    for cmd in _BOX_CMDS:
+        end = len(text)
+        while True:
+            k = text.rfind(cmd, 0, end)
+            if k < 0:
+                break
+            after = k + len(cmd)
+            # `\boxedx` is another command name; keep looking further left.
+            if after < len(text) and text[after].isalpha():
+                end = k
+                continue
+            if k > best:
+                best, best_cmd = k, cmd
+            break
+    if best < 0:
+        return None
+    i = _skip_ws(text, best + len(best_cmd))
+    if i < len(text) and text[i] == "{":
+        content = _braced_arg(text, i)
+        if content is None:
+            return None
+    elif best_cmd == "\\boxed" and i > best + len(best_cmd) and i < len(text):
+        stop = len(text)
+        for ch in ("$", "\n"):
+            s = text.find(ch, i)
+            if 0 <= s < stop:
+                stop = s
+        content = text[i:stop].rstrip().rstrip(".,").rstrip()
+    else:
+        return None
+    content = content.strip()
+    return content or None
+
+
+# ----------------------------------------------------------------------------------------------------
+# math-verify
+
+
+@lru_cache(maxsize=1)
+def _ensure_math_verify():
+    """Import math-verify once, patch the antlr 4.9.3 percentage bug (module docstring) and build the
+    extraction configs. Returns ``(parse, verify, boxed_cfg, default_cfg)``."""
+    from latex2sympy2_extended.antlr_parser import PSParser
+
+    if not hasattr(PSParser.AtomContext, "FUNC_GAMMA"):
+        PSParser.AtomContext.FUNC_GAMMA = lambda self: None
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    boxed_cfg = (LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False),)
+    default_cfg = (LatexExtractionConfig(), ExprExtractionConfig())
+    return parse, verify, boxed_cfg, default_cfg
+
+
+def _has_expr(parsed: list) -> bool:
+    return any(not isinstance(p, str) for p in parsed)
+
+
+def _parse_boxed(content: str) -> list:
+    parse, _, boxed_cfg, _ = _ensure_math_verify()
+    return parse("\\boxed{" + content + "}", extraction_config=boxed_cfg, fallback_mode="first_match",
+                 extraction_mode="first_match", parsing_timeout=None)
+
+
+@lru_cache(maxsize=4096)
+def _parse_gold(gold: str) -> tuple:
+    """Gold answers repeat across a group of samples: parse each once per process."""
+    parse, _, _, default_cfg = _ensure_math_verify()
+    g = gold.strip()
+    if len(g) >= 2 and g[0] == "$" and g[-1] == "$":
+        g = g.strip("$").strip()
+    inner = last_boxed(g) if "\\boxed" in g or "\\fbox" in g else None
+    parsed = _parse_boxed(inner if inner is not None else g)
+    if not _has_expr(parsed):
+        raw = parse(g, extraction_config=default_cfg, fallback_mode="first_match", parsing_timeout=None)
+        if _has_expr(raw):
+            parsed = raw
+    return tuple(parsed)
+
+
+def grade_one(response: str, gold: str) -> tuple[float, str | None]:
+    """``(1.0 or 0.0, extracted final answer or None)`` for one response against a bare gold answer.
+
+    Never raises (any exception scores 0.0) and has no timeout of its own: run it through
+    :class:`MathVerifyGrader` for a hard deadline."""
+    extracted = None
+    try:
+        extracted = last_boxed(response)
+        if extracted is None:
+            return 0.0, None
+        gold_parsed = _parse_gold(str(gold))
+        if not gold_parsed:
+            return 0.0, extracted
+        pred_parsed = _parse_boxed(extracted)
+        if not pred_parsed:
+            return 0.0, extracted
+        _, verify, _, _ = _ensure_math_verify()
+        ok = verify(list(gold_parsed), pred_parsed, timeout_seconds=None)
+        return (1.0 if ok else 0.0), extracted
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001 - a reward never raises (math-verify's TimeoutException is a BaseException)
+        return 0.0, extracted
+
+
+# ----------------------------------------------------------------------------------------------------
+# Worker processes with a hard wall-clock timeout
+
+
+def _worker_main(conn) -> None:
+    """Worker loop: ``("grade", [(idx, response, gold), ...])`` -> one ``("r", idx, reward, extracted)``
+    message per item, sent as soon as the item is done (the parent times each item from the previous
+    answer). ``("stop",)`` or a closed pipe ends the loop."""
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    _ensure_math_verify()
+    grade_one("\\boxed{\\frac{1}{2}}", "0.5")  # warm regex/parser caches before the clock starts
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg[0] != "grade":
+            return
+        for idx, response, gold in msg[1]:
+            reward, extracted = grade_one(response, gold)
+            conn.send(("r", idx, reward, extracted))
+
+
+def _mp_context():
+    """forkserver (children fork from a clean server that preloaded math-verify: a killed worker is
+    replaced in milliseconds) where available, else spawn. Never plain fork: the parent holds torch
+    threads."""
+    try:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["graft_cli.reward", "math_verify", "latex2sympy2_extended"])
+        return ctx
+    except ValueError:
+        return mp.get_context("spawn")
+
+
+@dataclass
+class Grades:
+    rewards: np.ndarray  # (N,) float32, 1.0 / 0.0
+    timed_out: np.ndarray  # (N,) bool: the item hit the hard timeout (its reward is 0.0)
+    extracted: list[str | None] = field(default_factory=list)  # last boxed content per response
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+
+class _Worker:
+    def __init__(self, ctx):
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True, name="graft-reward")
+        self.proc.start()
+        child.close()
+        self.started = time.monotonic()
+        self.ready = False
+        self.current: deque[int] = deque()  # indices sent and not yet answered, in order
+        self.last = 0.0  # when the item at current[0] started (dispatch or previous answer)
+
+    def kill(self) -> None:
+        try:
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join(timeout=5)
+        except Exception:
+            pass
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+
+class MathVerifyGrader:
+    """Grades responses against gold answers with :func:`grade_one` in worker processes.
+
+    Each response gets a hard wall-clock budget of ``timeout_s`` seconds: a worker that has not
+    answered its current item in time is killed and replaced, that item scores 0.0 with
+    ``timed_out=True``, and the rest of its chunk is re-queued. Items travel in chunks of
+    ``chunk_size``; results are returned in input order. ``num_workers=0`` grades in-process (no
+    timeout; for debugging). Workers start lazily on the first :meth:`grade` and are reused."""
+
+    def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, chunk_size: int = 64,
+                 startup_timeout_s: float = 120.0):
+        if num_workers < 0 or timeout_s <= 0 or chunk_size < 1:
+            raise ValueError("need num_workers >= 0, timeout_s > 0 and chunk_size >= 1")
+        self.num_workers = num_workers
+        self.timeout_s = float(timeout_s)
+        self.chunk_size = int(chunk_size)
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.num_timeouts = 0  # over the grader's lifetime
+        self.num_restarts = 0
+        self._ctx = None
+        self._workers: list[_Worker] = []
+        self._startup_failures = 0
+        self._pid = os.getpid()
+
+    # -- lifecycle
+    def _start_workers(self) -> None:
+        if self._ctx is None:
+            self._ctx = _mp_context()
+        for i in range(self.num_workers):
+            if i >= len(self._workers):
+                self._workers.append(_Worker(self._ctx))
+            elif not self._workers[i].proc.is_alive():
+                self._workers[i].kill()
+                self._workers[i] = _Worker(self._ctx)
+
+    def _restart(self, i: int) -> None:
+        self._workers[i].kill()
+        self._workers[i] = _Worker(self._ctx)
+        self.num_restarts += 1
+
+    def close(self) -> None:
+        workers, self._workers = getattr(self, "_workers", []), []
+        if getattr(self, "_pid", None) != os.getpid():
+            return  # a forked copy does not own the workers
+        for w in workers:
+            try:
+                w.conn.send(("stop",))
+            except Exception:
+                pass
+        deadline = time.monotonic() + 2.0
+        for w in workers:
+            try:
+                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception:
+                pass
+            w.kill()
+
+    def __enter__(self) -> MathVerifyGrader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- grading
+    def grade(self, responses: list[str], golds: list[str]) -> Grades:
+        if len(responses) != len(golds):
+            raise ValueError(f"{len(responses)} responses but {len(golds)} golds")
+        n = len(responses)
+        rewards = np.zeros(n, dtype=np.float32)
+        timed_out = np.zeros(n, dtype=bool)
+        extracted: list[str | None] = [None] * n
+        if n == 0:
+            return Grades(rewards, timed_out, extracted)
+        if self.num_workers == 0:
+            for i, (r, g) in enumerate(zip(responses, golds)):
+                rewards[i], extracted[i] = grade_one(r, g)
+            return Grades(rewards, timed_out, extracted)
+
+        self._start_workers()
+        queue = deque(list(range(s, min(s + self.chunk_size, n))) for s in range(0, n, self.chunk_size))
+        remaining = n
+
+        def settle(idx: int, reward: float, ext, is_timeout: bool = False) -> None:
+            nonlocal remaining
+            rewards[idx], extracted[idx], timed_out[idx] = reward, ext, is_timeout
+            remaining -= 1
+
+        while remaining > 0:
+            now = time.monotonic()
+            for w in self._workers:  # dispatch to idle ready workers
+                if w.ready and not w.current and queue:
+                    chunk = queue.popleft()
+                    try:
+                        w.conn.send(("grade", [(i, responses[i], golds[i]) for i in chunk]))
+                    except Exception:
+                        queue.appendleft(chunk)
+                        continue
+                    w.current.extend(chunk)
+                    w.last = now
+            waits = [w.last + self.timeout_s - now for w in self._workers if w.current]
+            waits += [w.started + self.startup_timeout_s - now for w in self._workers if not w.ready]
+            wait_s = max(0.0, min(waits)) if waits else 0.0
+            ready = mp_wait([w.conn for w in self._workers], timeout=wait_s)
+            now = time.monotonic()
+            for i, w in enumerate(self._workers):
+                if w.conn not in ready:
+                    continue
+                crashed = False
+                try:
+                    while w.conn.poll():
+                        msg = w.conn.recv()
+                        if msg[0] == "ready":
+                            w.ready = True
+                            self._startup_failures = 0
+                        elif msg[0] == "r" and w.current and msg[1] == w.current[0]:
+                            w.current.popleft()
+                            settle(msg[1], msg[2], msg[3])
+                            w.last = now
+                except (EOFError, OSError):
+                    crashed = True
+                if crashed:  # died mid-item (e.g. the OOM killer): that item scores 0, the rest is re-queued
+                    if w.current:
+                        idx = w.current.popleft()
+                        settle(idx, 0.0, last_boxed(responses[idx]))
+                        if w.current:
+                            queue.appendleft(list(w.current))
+                    elif not w.ready:
+                        self._startup_failures += 1
+                        if self._startup_failures > 3 * self.num_workers:
+                            raise RuntimeError("reward workers keep dying at start-up")
+                    self._restart(i)
+            for i, w in enumerate(self._workers):  # enforce deadlines
+                if w.current and now - w.last > self.timeout_s:
+                    idx = w.current.popleft()
+                    settle(idx, 0.0, last_boxed(responses[idx]), is_timeout=True)
+                    self.num_timeouts += 1
+                    if w.current:
+                        queue.appendleft(list(w.current))
+                    self._restart(i)
+                elif not w.ready and now - w.started > self.startup_timeout_s:
+                    raise RuntimeError(f"reward worker did not start within {self.startup_timeout_s:.0f} s")
+        return Grades(rewards, timed_out, extracted)
+
+
+@REWARDS.register("math_verify")
+def make_math_verify(num_workers: int = 2, timeout_s: float = 5.0, chunk_size: int = 64) -> MathVerifyGrader:
+    """Binary math-verify reward on the last boxed answer, graded in worker processes."""
+    return MathVerifyGrader(num_workers=num_workers, timeout_s=timeout_s, chunk_size=chunk_size)

@@ -1,0 +1,78 @@
+"""Shared fixtures: a minimal random model + character-level tokenizer, and a small problem file.
+
+These stand in for real checkpoints in fast tests; the embedded tiny pair (graft_cli.models.tiny) is
+the project's default for demos and the slow tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def make_char_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [chr(i) for i in range(32, 127)] + ["\n"]
+    vocab = {"<pad>": 0, "<eos>": 1}
+    for c in chars:
+        vocab.setdefault(c, len(vocab))
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tk.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<eos>", pad_token="<pad>")
+    tok.padding_side = "left"
+    return tok
+
+
+def make_random_model(path: str, arch: str = "qwen3", seed: int = 0, hidden: int = 64, layers: int = 2):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    tok = make_char_tokenizer()
+    torch.manual_seed(seed)
+    common = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                  tie_word_embeddings=True)
+    if arch == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=16, **common))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def write_problems(path: str, n: int = 16) -> str:
+    with open(path, "w") as f:
+        for i in range(n):
+            a, b = i % 7 + 1, (3 * i) % 5 + 1
+            f.write(json.dumps({"id": f"p{i}", "problem": f"{a}+{b}", "answer": str(a + b)}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    return {"a": make_random_model(str(d / "a"), "qwen3", 0), "b": make_random_model(str(d / "b"), "llama", 1)}
+
+
+@pytest.fixture(scope="session")
+def problems_file(tmp_path_factory):
+    return write_problems(str(tmp_path_factory.mktemp("data") / "train.jsonl"))
+
+
+def train_overrides(models: dict, data: str, out: str, extra=()) -> list[str]:
+    pols = ",".join(f"{{name: {k}, model: '{v}'}}" for k, v in models.items())
+    return [f"policies=[{pols}]", f"data.train={data}", f"run.out={out}", "data.prompt_batch=4",
+            "algo.minibatch_prompts=2", "rollout.n=4", "rollout.max_new_tokens=8", "reward.num_workers=1",
+            "run.save_every=1", "optim.lr=1e-3", *extra]
