@@ -70,7 +70,7 @@ EOS_A, PAD_A = "<|endoftext|>", "<|pad|>"
 BOS_B, EOS_B, PAD_B, UNK_B = "<s>", "</s>", "<pad>", "<unk>"
 
 # The words of the prompt suffix ("Let's think step by step and output the final answer within
-# \boxed{}.") as added tokens of the character-level tokenizer: the suffix costs ~14 tokens under
+# \boxed{}.") as added tokens of the character-level tokenizer: the suffix costs ~17 tokens under
 # ``b`` instead of ~70 characters, but stays a word-level, not learned, segmentation (``a``'s BPE
 # learns it as one or two merged tokens).
 SUFFIX_WORDS_B = ("Let's", " think", " step", " by", " and", " output", " the", " final", " answer", " within",
@@ -368,6 +368,7 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     out: dict = {}
     with _deterministic_single_thread():
         if kind == "a":
