@@ -27,6 +27,7 @@ class Normaliser:
     num_tokens: float  # Σ_j |o_j| over the retained responses of the minibatch
     num_seqs: float  # number of retained responses in the minibatch
     loss_scale_factor: float | None = None  # seq-mean-token-sum-norm constant (max response length)
+    aux_seqs: float = 0.0  # auxiliary rows (``TrainBatch.extra["aux"]``, e.g. SGT's NLL rows), not in the above
 
 
 def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: Normaliser) -> torch.Tensor:
@@ -104,3 +105,5 @@ def ppo_seq_loss(logp, old_logp, adv, mask, weight, is_peer, *, clip_low=0.2, cl
     per_tok, ratio = ppo_surrogate(log_tok, torch.zeros_like(log_tok), adv, clip_low, clip_high)
     loss = agg_loss(per_tok * weight[:, None], mask, agg, norm)
     return loss, clip_stats(ratio.detach(), adv, mask, is_peer, clip_low, clip_high)
+
+from graft_cli.algorithms import peer_losses  # noqa: E402,F401  (registers luffy, hacpo_peer, ppo_token_nll)

@@ -127,9 +127,12 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
     losses, grad_norms, ent_sum, ent_n = [], [], 0.0, 0.0
     for _epoch in range(a.ppo_epochs):
         for mb_idx, mb in enumerate(minibatch_schedule(batch, num_mb, ordering, rng)):
-            resp_lens = [len(batch.response_ids[i]) for i in mb]
-            norm = Normaliser(num_tokens=float(sum(resp_lens)), num_seqs=float(len(mb)),
-                              loss_scale_factor=a.loss_scale_factor or float(cfg.rollout.max_new_tokens))
+            aux = batch.extra.get("aux")  # auxiliary rows (e.g. an NLL term) stay out of the PG denominators
+            is_aux = [bool(aux[i]) if aux else False for i in mb]
+            resp_lens = [len(batch.response_ids[i]) for i, x in zip(mb, is_aux) if not x]
+            norm = Normaliser(num_tokens=float(sum(resp_lens)), num_seqs=float(len(resp_lens)),
+                              loss_scale_factor=a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
+                              aux_seqs=float(sum(is_aux)))
             lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in mb]
             total = 0.0
             for micro in micro_batches(lengths, o.micro_batch_tokens):
@@ -306,7 +309,8 @@ class Trainer:
             rows[name].update(rollout_metrics(steps[name]))
         ctx = ExchangeContext(step=self.step, seed=step_seed(cfg.run.seed, self.step), params=dict(cfg.exchange.params),
                               tokenizers={n: p.tokenizer for n, p in self.policies.items()},
-                              encode_prompt=lambda text, name: encode_prompt(self.policies[name], text, self.spec))
+                              encode_prompt=lambda text, name: encode_prompt(self.policies[name], text, self.spec),
+                              extra={"score_logprobs": lambda name, b: score_logprobs(self.policies[name], b, cfg)})
         t0 = time.perf_counter()
         batches, xmetrics = self.exchange.select(steps, ctx)
         t_x = time.perf_counter() - t0

@@ -55,3 +55,5 @@ class Exchange:
 
 
 EXCHANGES.register("none")(Exchange)
+
+from graft_cli.algorithms.exchange import graft, graft_stored  # noqa: E402,F401  (register graft, graft_stored)
