@@ -33,7 +33,8 @@ def make_char_tokenizer():
     return tok
 
 
-def make_random_model(path: str, arch: str = "qwen3", seed: int = 0, hidden: int = 64, layers: int = 2):
+def make_random_model(path: str, arch: str = "qwen3", seed: int = 0, hidden: int = 64, layers: int = 2,
+                      sft_steps: int = 0):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
@@ -47,9 +48,47 @@ def make_random_model(path: str, arch: str = "qwen3", seed: int = 0, hidden: int
         model = Qwen3ForCausalLM(Qwen3Config(head_dim=16, **common))
     else:
         model = LlamaForCausalLM(LlamaConfig(**common))
+    if sft_steps:
+        _sft_boxed(model, tok, sft_steps, seed)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def _sft_boxed(model, tok, steps: int, seed: int):
+    """A few seconds of SFT so the random model answers ``\\boxed{d}`` with a guessed number (right about a
+    third of the time): rewards then vary within groups and RL updates are non-zero."""
+    import random
+
+    import torch
+
+    from graft_cli.data.prompts import PromptSpec
+
+    rng = random.Random(seed)
+    spec = PromptSpec()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        rows = []
+        for _ in range(16):
+            a, b = rng.randint(1, 7), rng.randint(1, 5)
+            guess = a + b if rng.random() < 0.35 else rng.randint(2, 12)
+            p = spec.encode(f"{a}+{b}", tok)
+            r = tok(f"\\boxed{{{guess}}}", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            rows.append((p, r))
+        L = max(len(p) + len(r) for p, r in rows)
+        ids = torch.full((len(rows), L), tok.pad_token_id)
+        labels = torch.full((len(rows), L), -100)
+        att = torch.zeros((len(rows), L), dtype=torch.long)
+        for i, (p, r) in enumerate(rows):
+            ids[i, : len(p) + len(r)] = torch.tensor(p + r)
+            labels[i, len(p) : len(p) + len(r)] = torch.tensor(r)
+            att[i, : len(p) + len(r)] = 1
+        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
 
 
 def write_problems(path: str, n: int = 16) -> str:
@@ -63,7 +102,8 @@ def write_problems(path: str, n: int = 16) -> str:
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
     d = tmp_path_factory.mktemp("models")
-    return {"a": make_random_model(str(d / "a"), "qwen3", 0), "b": make_random_model(str(d / "b"), "llama", 1)}
+    return {"a": make_random_model(str(d / "a"), "qwen3", 0, sft_steps=150),
+            "b": make_random_model(str(d / "b"), "llama", 1, sft_steps=150)}
 
 
 @pytest.fixture(scope="session")
@@ -74,5 +114,5 @@ def problems_file(tmp_path_factory):
 def train_overrides(models: dict, data: str, out: str, extra=()) -> list[str]:
     pols = ",".join(f"{{name: {k}, model: '{v}'}}" for k, v in models.items())
     return [f"policies=[{pols}]", f"data.train={data}", f"run.out={out}", "data.prompt_batch=4",
-            "algo.minibatch_prompts=2", "rollout.n=4", "rollout.max_new_tokens=8", "reward.num_workers=1",
+            "algo.minibatch_prompts=2", "rollout.n=4", "rollout.max_new_tokens=12", "reward.num_workers=1",
             "run.save_every=1", "optim.lr=1e-3", *extra]
