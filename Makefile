@@ -1,0 +1,42 @@
+# One-command set-up for a fresh machine. `make demo` and `make test` create .venv on first use.
+# On a machine without an NVIDIA GPU the CPU build of torch is installed (never the multi-GB CUDA one):
+# pip is asked for torch==$(TORCH_VERSION) from $(TORCH_INDEX) when that is set (e.g. the PyTorch CPU index).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX ?=
+STEPS ?= 30
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+
+.PHONY: setup demo test test-fast lint clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+ifeq ($(HAS_GPU),1)
+	$(PY) -m pip install -q -e ".[dev]"
+else
+	$(PY) -m pip install -q "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple) -e ".[dev]"
+endif
+	touch $@
+
+# The main job on the embedded tiny pair: build the pair (first time, ~5 min), then GRAFT training.
+demo: setup
+	$(VENV)/bin/graft tiny build
+	$(VENV)/bin/graft train --pair tiny --method graft --steps $(STEPS)
+
+# Everything CI runs: the fast suite, then the slow group (process kills, full builds).
+test: setup
+	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m slow
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check graft_cli tests benchmarks
+
+clean:
+	rm -rf $(VENV) results .pytest_cache
