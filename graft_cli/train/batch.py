@@ -120,8 +120,8 @@ def minibatch_schedule(batch: TrainBatch, num_minibatches: int, ordering: str,
     for i, g in enumerate(batch.group):
         groups.setdefault(g, []).append(i)
     peer_groups = {batch.group[i] for i, s in enumerate(batch.source) if s != "self"}
-    own = [g for g in groups if g not in peer_groups]
-    peer = [g for g in groups if g in peer_groups]
+    own = [g for g in sorted(groups) if g not in peer_groups]  # prompt-batch order, whatever the row order
+    peer = [g for g in sorted(groups) if g in peer_groups]
     ordered = peer + own if ordering == "first" else own + peer
     chunks = [c.tolist() for c in np.array_split(np.array(ordered, dtype=np.int64), num_minibatches)]
     mbs = [[i for g in chunk for i in groups[g]] for chunk in chunks]

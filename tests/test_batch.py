@@ -1,0 +1,195 @@
+"""Minibatch schedule (peer-last / peer-first / uniform), micro-batch splitting and the self batch
+(graft.md §2.5, §8 item 4). Expected minibatches are worked out by hand in the tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graft_cli.data.problems import Problem
+from graft_cli.rollout.base import Rollouts
+from graft_cli.train.batch import PolicyStep, TrainBatch, micro_batches, minibatch_schedule, self_batch
+
+
+def make_batch(num_groups: int, rows_per_group: int, peer: dict[int, list[int]] | None = None,
+               order: list[int] | None = None) -> TrainBatch:
+    """``peer[g]`` lists which of group g's rows are peer rows. Rows are appended group by group in
+    ``order`` (default 0..G-1); each row's text is ``"g<group>r<row>"`` so tests can read it back."""
+    peer = peer or {}
+    b = TrainBatch()
+    for g in (order if order is not None else range(num_groups)):
+        for j in range(rows_per_group):
+            b.append(prompt_ids=[g], response_ids=[g, j], advantages=0.0, weights=1.0,
+                     source="peer" if j in peer.get(g, []) else "self", group=g, rewards=0.0,
+                     sampler_logprobs=None, texts=f"g{g}r{j}")
+    return b
+
+
+def groups_of(batch: TrainBatch, mbs: list[list[int]]) -> list[list[int]]:
+    """The group ids of each minibatch, in the order they appear, deduplicated."""
+    out = []
+    for mb in mbs:
+        seen = []
+        for i in mb:
+            if batch.group[i] not in seen:
+                seen.append(batch.group[i])
+        out.append(seen)
+    return out
+
+
+# (num_groups, peer groups, num_minibatches, ordering, expected groups per minibatch)
+#  8 groups, peers {2, 5}:  own = 0 1 3 4 6 7, peer = 2 5
+#    last : 0 1 | 3 4 | 6 7 | 2 5          first: 2 5 | 0 1 | 3 4 | 6 7
+#  8 groups, peers {1, 4, 6}: own = 0 2 3 5 7, peer = 1 4 6
+#    last : 0 2 | 3 5 | 7 1 | 4 6   (the third minibatch mixes own group 7 with peer group 1)
+#    first: 1 4 | 6 0 | 2 3 | 5 7   (the second mixes peer 6 with own 0)
+#  no peers: prompt order;  all peers: prompt order
+#  6 groups into 4 minibatches (np.array_split sizes 2 2 1 1), peer {0}: own 1..5 then 0 -> 1 2 | 3 4 | 5 | 0
+#  3 groups into 4 minibatches: the empty chunk is dropped -> 3 minibatches of one group
+SCHEDULE_TABLE = [
+    (8, [2, 5], 4, "last", [[0, 1], [3, 4], [6, 7], [2, 5]]),
+    (8, [2, 5], 4, "first", [[2, 5], [0, 1], [3, 4], [6, 7]]),
+    (8, [1, 4, 6], 4, "last", [[0, 2], [3, 5], [7, 1], [4, 6]]),
+    (8, [1, 4, 6], 4, "first", [[1, 4], [6, 0], [2, 3], [5, 7]]),
+    (8, [], 4, "last", [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    (8, [], 4, "first", [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    (4, [0, 1, 2, 3], 2, "last", [[0, 1], [2, 3]]),
+    (8, [1, 4, 6], 2, "last", [[0, 2, 3, 5], [7, 1, 4, 6]]),
+    (8, [1, 4, 6], 1, "last", [[0, 2, 3, 5, 7, 1, 4, 6]]),
+    (6, [0], 4, "last", [[1, 2], [3, 4], [5], [0]]),
+    (3, [1], 4, "last", [[0], [2], [1]]),
+]
+
+
+@pytest.mark.parametrize("G,peers,k,ordering,want", SCHEDULE_TABLE)
+def test_schedule_table(G, peers, k, ordering, want):
+    # a group is a peer group if ANY of its rows is non-self: mark only row 1 of each peer group
+    b = make_batch(G, 3, {g: [1] for g in peers})
+    mbs = minibatch_schedule(b, k, ordering)
+    assert groups_of(b, mbs) == want
+    # whole groups: every row of a group is in the same minibatch, rows in batch order inside it
+    for mb in mbs:
+        for g in {b.group[i] for i in mb}:
+            assert [i for i in mb if b.group[i] == g] == [3 * g, 3 * g + 1, 3 * g + 2]
+    assert sorted(i for mb in mbs for i in mb) == list(range(len(b)))
+
+
+def test_schedule_row_indices_when_rows_are_not_grouped_in_prompt_order():
+    # rows appended in group order 3, 0, 2, 1 (2 rows each): rows 0-1 = g3, 2-3 = g0, 4-5 = g2, 6-7 = g1
+    # group 0 has a peer row.  Within a class, groups keep their prompt-batch order (group id): own = 1 2 3,
+    # peer = 0.  last with 2 minibatches (array_split of 4 -> 2, 2): [1, 2] | [3, 0]
+    b = make_batch(4, 2, {0: [0]}, order=[3, 0, 2, 1])
+    mbs = minibatch_schedule(b, 2, "last")
+    assert mbs == [[6, 7, 4, 5], [0, 1, 2, 3]]
+    assert [[b.texts[i] for i in mb] for mb in mbs] == [["g1r0", "g1r1", "g2r0", "g2r1"],
+                                                       ["g3r0", "g3r1", "g0r0", "g0r1"]]
+
+
+def test_boundary_minibatch_mixes_own_and_peer():
+    b = make_batch(8, 2, {1: [0, 1], 4: [0], 6: [1]})
+    mbs = minibatch_schedule(b, 4, "last")
+    kinds = [sorted({"peer" if g in (1, 4, 6) else "own" for g in gs}) for gs in groups_of(b, mbs)]
+    assert kinds == [["own"], ["own"], ["own", "peer"], ["peer"]]
+
+
+def test_uniform_reshuffles_but_keeps_the_same_minibatches():
+    b = make_batch(8, 2, {1: [0], 4: [0], 6: [0]})
+    last = minibatch_schedule(b, 4, "last")
+    orders = set()
+    for seed in range(12):
+        mbs = minibatch_schedule(b, 4, "uniform", np.random.default_rng(seed))
+        # same set of minibatches as peer-last packing, only their order changes
+        assert sorted(map(tuple, mbs)) == sorted(map(tuple, last))
+        orders.add(tuple(map(tuple, mbs)))
+        # the same rng seed gives the same order
+        assert mbs == minibatch_schedule(b, 4, "uniform", np.random.default_rng(seed))
+    assert len(orders) > 1  # different rngs give different orders (12 draws of 24 permutations)
+    # the rng is advanced, so consecutive steps with one generator are reshuffled
+    rng = np.random.default_rng(0)
+    seq = [tuple(map(tuple, minibatch_schedule(b, 4, "uniform", rng))) for _ in range(8)]
+    assert len(set(seq)) > 1
+
+
+def test_schedule_errors():
+    b = make_batch(4, 2)
+    with pytest.raises(ValueError, match="rng"):
+        minibatch_schedule(b, 2, "uniform")
+    with pytest.raises(ValueError, match="sideways"):
+        minibatch_schedule(b, 2, "sideways")
+
+
+# --- micro_batches: greedy, in order, padded size rows x longest <= budget ----------------------------
+# lengths (3, 5, 2, 8, 1), budget 10:
+#   [0] longest 3; add 1 -> 5·2 = 10 <= 10 ok; add 2 -> 5·3 = 15 > 10 -> flush [0, 1]
+#   [2] longest 2; add 3 -> 8·2 = 16 > 10 -> flush [2];  [3] longest 8; add 4 -> 8·2 = 16 -> flush [3]; [4]
+# lengths (4, 4, 4, 4, 4), budget 12: 3 rows of 4 = 12 fit, the 4th makes 16 -> [0 1 2] [3 4]
+# a single row longer than the budget still forms its own micro-batch
+MICRO_TABLE = [
+    ([3, 5, 2, 8, 1], 10, [[0, 1], [2], [3], [4]]),
+    ([4, 4, 4, 4, 4], 12, [[0, 1, 2], [3, 4]]),
+    ([20, 1, 1], 10, [[0], [1, 2]]),
+    ([1, 1, 20], 10, [[0, 1], [2]]),
+    ([3, 5, 2, 8, 1], 1000, [[0, 1, 2, 3, 4]]),
+    ([7], 1, [[0]]),
+    ([], 10, []),
+]
+
+
+@pytest.mark.parametrize("lengths,budget,want", MICRO_TABLE)
+def test_micro_batches_table(lengths, budget, want):
+    got = micro_batches(lengths, budget)
+    assert got == want
+    for mb in got:
+        assert len(mb) == 1 or len(mb) * max(lengths[i] for i in mb) <= budget
+
+
+def test_micro_batches_cover_every_row_once_in_order():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 60, size=40).tolist()
+    for budget in (1, 50, 120, 500):
+        got = micro_batches(lengths, budget)
+        assert [i for mb in got for i in mb] == list(range(40))
+        for mb in got:
+            assert len(mb) == 1 or len(mb) * max(lengths[i] for i in mb) <= budget
+
+
+# --- self_batch ------------------------------------------------------------------------------------------
+def test_self_batch_rows_and_order():
+    B, n = 2, 3
+    probs = [Problem("p0", "1+1", "2"), Problem("p1", "2+2", "4")]
+    resp = [[10 + r, 1] for r in range(B * n)]  # response r is (10 + r, EOS)
+    lps = [[-0.1 * r, -0.5] for r in range(B * n)]
+    ro = Rollouts(prompt_ids=[[5, 6], [7]], response_ids=resp, texts=[f"t{r}" for r in range(B * n)],
+                  logprobs=lps, truncated=[False] * (B * n), n=n)
+    rewards = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    adv = torch.tensor([[1.5, -0.5, -0.5], [0.25, 0.25, -0.75]])
+    step = PolicyStep("a", probs, [[5, 6], [7]], ro, rewards, adv)
+    b = self_batch(step)
+    assert len(b) == 6
+    # prompt-major: rows 0-2 are prompt 0's responses in sample order, rows 3-5 prompt 1's
+    assert b.group == [0, 0, 0, 1, 1, 1]
+    assert b.prompt_ids == [[5, 6]] * 3 + [[7]] * 3
+    assert b.response_ids == resp
+    assert b.texts == ["t0", "t1", "t2", "t3", "t4", "t5"]
+    assert b.advantages == [1.5, -0.5, -0.5, 0.25, 0.25, -0.75]
+    assert b.rewards == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    assert b.weights == [1.0] * 6
+    assert b.source == ["self"] * 6 and b.is_peer == [False] * 6
+    assert b.sampler_logprobs == lps
+    assert b.old_logprobs is None and b.token_adv is None
+    assert step.k.tolist() == [1, 2]
+    # a self batch has no peer groups: the schedule is plain prompt order
+    assert minibatch_schedule(b, 2, "last") == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_trainbatch_select_and_extend_keep_columns_aligned():
+    b = make_batch(3, 2, {2: [1]})
+    b.append(prompt_ids=[9], response_ids=[9, 9], advantages=1.0, weights=0.5, source="peer", group=2,
+             rewards=1.0, sampler_logprobs=None, texts="extra", w_gate=0.7)
+    assert b.extra["w_gate"] == [None] * 6 + [0.7]
+    s = b.select([6, 0])
+    assert s.texts == ["extra", "g0r0"] and s.weights == [0.5, 1.0] and s.extra["w_gate"] == [0.7, None]
+    other = make_batch(1, 2)
+    s.extend(other)
+    assert len(s) == 4 and s.extra["w_gate"] == [0.7, None, None, None]

@@ -1,0 +1,154 @@
+"""Config composition (experiments/), the paper's Table 3 values (graft.md §7) and one-line errors."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from graft_cli.config import Config, compose
+from graft_cli.errors import GraftError
+
+
+@functools.cache
+def composed(pair: str, method: str = "grpo") -> Config:
+    """Hydra composition takes ~0.2 s; tests that only read a (pair, method) config share one."""
+    return compose([f"pair={pair}", f"method={method}"])
+
+PAIRS = ["tiny", "1", "2", "3"]
+METHODS = {"grpo": 8, "grpo_n16": 16, "grpo_n32": 32}
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("pair", PAIRS)
+def test_compose_every_pair_and_method(pair, method):
+    cfg = composed(pair, method)
+    assert isinstance(cfg, Config)
+    assert cfg.pair == pair and cfg.method == method
+    assert cfg.rollout.n == METHODS[method]
+    assert len(cfg.policies) == 2
+    assert cfg.exchange.name == "none"
+    assert cfg.algo.advantage == "grpo" and cfg.algo.loss == "ppo_token" and cfg.algo.agg == "token-mean"
+    # GRPO n=16/32 change only the rollout count: the minibatch stays the same number of prompts
+    assert cfg.algo.minibatch_prompts == (8 if pair == "tiny" else 32)
+
+
+def test_default_composition_is_tiny_grpo():
+    cfg = compose([])
+    assert cfg == composed("tiny", "grpo")
+    assert cfg.pair == "tiny" and cfg.method == "grpo"
+    assert [p.model for p in cfg.policies] == ["tiny:a", "tiny:b"]
+    assert cfg.data.prompt_batch == 32 and cfg.algo.minibatch_prompts == 8
+
+
+# Table 3 of the paper (graft.md §7), written out as literals
+TABLE3 = {
+    "run.epochs": 3,
+    "data.prompt_batch": 128,
+    "rollout.n": 8,
+    "algo.minibatch_prompts": 32,
+    "algo.ppo_epochs": 1,
+    "rollout.max_prompt_tokens": 2048,
+    "rollout.max_new_tokens": 4096,
+    "rollout.temperature": 1.0,
+    "rollout.top_p": 1.0,
+    "optim.lr": 1e-6,
+    "optim.betas": [0.9, 0.999],
+    "optim.weight_decay": 0.01,
+    "optim.max_grad_norm": 1.0,
+    "algo.clip_low": 0.2,
+    "algo.clip_high": 0.28,
+    "algo.adv_eps": 1e-6,
+    "run.dtype": "bfloat16",
+    "algo.agg": "token-mean",
+    "algo.advantage": "grpo",
+    "extra.graft_delta": 0.8,
+    "extra.sgt_lambda": 0.1,
+    "extra.kl_coef": 0.0,
+    "extra.entropy_coef": 0.0,
+}
+
+
+def _get(cfg, dotted):
+    obj = cfg
+    for part in dotted.split("."):
+        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
+    return obj
+
+
+@pytest.mark.parametrize("pair", ["1", "2", "3"])
+def test_paper_table3_values(pair):
+    cfg = composed(pair, "grpo")
+    for key, want in TABLE3.items():
+        got = _get(cfg, key)
+        if isinstance(want, list):
+            assert list(got) == want, key
+        else:
+            assert got == want and type(got) is type(want), (key, got, want)
+    # 4 optimizer steps per rollout batch
+    assert cfg.data.prompt_batch // cfg.algo.minibatch_prompts == 4
+    # HACPO's row of Table 3
+    assert cfg.extra["hacpo"] == {"self_clip_low": 3e-4, "self_clip_high": 4e-4, "peer_lower_bound": 0.8,
+                                  "peer_lower_bound_step": 0.025, "peer_coef": 1.0, "minibatch_prompts": 64,
+                                  "kl_coef": 1e-3}
+
+
+def test_optimizer_is_adamw():
+    # Table 3: AdamW. The trainer builds its optimizer from optim.*; check it names AdamW.
+    import inspect
+
+    from graft_cli.train import loop
+
+    assert "AdamW" in inspect.getsource(loop)
+
+
+@pytest.mark.parametrize("pair,models", [
+    ("1", ["HuggingFaceTB/SmolLM3-3B-Base", "Qwen/Qwen3-1.7B-Base"]),
+    ("2", ["OctoThinker/OctoThinker-3B-Hybrid-Base", "Qwen/Qwen3-1.7B-Base"]),
+    ("3", ["HuggingFaceTB/SmolLM3-3B-Base", "OctoThinker/OctoThinker-3B-Hybrid-Base"]),
+])
+def test_pair_hf_ids(pair, models):
+    cfg = composed(pair)
+    assert [p.model for p in cfg.policies] == models
+
+
+def test_overrides_apply_after_pair_and_method():
+    cfg = compose(["pair=1", "method=grpo_n16", "algo.clip_high=0.3", "data.prompt_batch=64", "run.seed=5"])
+    assert cfg.algo.clip_high == 0.3 and cfg.data.prompt_batch == 64 and cfg.run.seed == 5
+    assert cfg.rollout.n == 16
+    # free-form dicts accept new keys
+    assert compose(["extra.note=hello"]).extra["note"] == "hello"
+
+
+# --- errors: one line, naming the key ------------------------------------------------------------------------
+ERRORS = [
+    (["algo.foo=1"], "algo.foo"),
+    (["nonsense=1"], "nonsense"),
+    (["algo.clip_low=-0.1"], "algo.clip_low"),
+    (["algo.clip_high=-0.01"], "algo.clip_high"),
+    (["pair=1", "data.prompt_batch=100"], "algo.minibatch_prompts"),
+    (["algo.minibatch_prompts=5"], "algo.minibatch_prompts"),  # tiny: 32 prompts are not divisible by 5
+    (["rollout.n=abc"], "rollout.n"),
+    (["optim.lr=fast"], "optim.lr"),
+    (["run.epochs=[1,2]"], "run.epochs"),
+    (["pair=9"], "pair"),
+    (["method=zzz"], "method"),
+]
+
+
+@pytest.mark.parametrize("overrides,key", ERRORS, ids=[" ".join(e[0]) for e in ERRORS])
+def test_errors_are_one_line_naming_the_key(overrides, key):
+    with pytest.raises(GraftError) as ei:
+        compose(overrides)
+    msg = str(ei.value)
+    assert "\n" not in msg, msg
+    assert key in msg, msg
+
+
+def test_unknown_pair_and_method_name_the_value_and_known_ones():
+    with pytest.raises(GraftError) as ei:
+        compose(["pair=9"])
+    assert "'9'" in str(ei.value) and "1, 2, 3, tiny" in str(ei.value)
+    with pytest.raises(GraftError) as ei:
+        compose(["method=zzz"])
+    assert "'zzz'" in str(ei.value) and "grpo" in str(ei.value)
