@@ -106,8 +106,59 @@ def _not_yet(name: str, issue: str):
     return cmd
 
 
+@main.command("eval")
+@click.option("--run", "run_dir", default=None, help="run directory: evaluate its checkpoints, every policy")
+@click.option("--model", default=None, help="evaluate one model: a folder, a hub id or tiny:<role>")
+@click.option("--steps", default=None,
+              help="with --run: all (complete checkpoints + kept best weights; default), last, best, or e.g. 10,20")
+@click.option("--policy", default=None, help="with --run: only these policies (comma-separated)")
+@click.option("--data", default=None, help="one problem file (JSONL/parquet) or hub id instead of the benchmarks")
+@click.option("--benchmarks", default=None,
+              help="comma-separated names (math500,aime24,aime25,amc23,minerva), NAME=FILE or files "
+                   "[default: the five; tiny pair: its five synthetic sets]")
+@click.option("--eval-dir", default=None, help="folder with <benchmark>.jsonl files [default: $GRAFT_EVAL_DIR, else hub ids]")
+@click.option("--pair", default=None, help="with --model: 'tiny' uses the tiny pair's synthetic benchmarks")
+@click.option("--runs", type=int, default=5, show_default=True, help="independent eval runs (a seed each)")
+@click.option("--samples", type=int, default=None, help="samples per problem [default: 8]")
+@click.option("--temperature", type=float, default=None, help="sampling temperature [default: 0.6]")
+@click.option("--top-p", type=float, default=None, help="nucleus top-p [default: 0.95]")
+@click.option("--max-new-tokens", type=int, default=None,
+              help="response length limit [default: the run's rollout.max_new_tokens; 4096 with --model]")
+@click.option("--seed", type=int, default=None, help="base sampling seed; run k samples with a seed derived from it [default: 0]")
+@click.option("--out", default=None, help="with --model: output folder [default: results/eval/<model>]")
+@click.option("--dtype", default="float32", show_default=True, help="with --model: float32, bfloat16 or float16")
+@click.option("--device", default=None, help="auto, cpu, cuda, ... [default: the run's run.device; auto]")
+@click.option("--chat-template", type=click.Choice(["auto", "none"]), default="auto", show_default=True,
+              help="with --model: wrap prompts in the tokenizer's chat template when it has one")
+@click.option("--workers", type=int, default=None, help="math-verify worker processes [default: 2]")
+@click.option("--force", is_flag=True, help="start output folders made with other settings over")
+@click.option("--no-progress", is_flag=True, help="no progress bar")
+@one_line_errors
+def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, runs, samples, temperature, top_p,
+             max_new_tokens, seed, out, dtype, device, chat_template, workers, force, no_progress):
+    """Evaluate a run's checkpoints or one model: 5 runs x 8 samples at T=0.6, top-p 0.95 on MATH500,
+    AIME24, AIME25, AMC23 and Minerva; pass@1 mean ± std over runs, unbiased pass@k, per-sample JSONL.
+    Resumable: finished (benchmark, run) files are kept.
+
+    \b
+    Writes <run>/eval/<policy>/step_NNNNNN/{<bench>_run<k>.jsonl, summary.json},
+    <run>/eval/<policy>/summary.json and <run>/best.json (--model: into --out).
+
+    \b
+    Examples:
+      graft eval --run results/runs/tiny-graft-s0
+      graft eval --model results/runs/1-graft-s0/best/smol --eval-dir data/eval --max-new-tokens 4096
+      graft eval --model tiny:a --data problems.jsonl --runs 2 --samples 4
+    """
+    from graft_cli.eval.runner import eval_main
+
+    eval_main(run_dir=run_dir, model=model, steps=steps, policy=policy, data=data, benchmarks=benchmarks,
+              eval_dir=eval_dir, pair=pair, runs=runs, samples=samples, temperature=temperature, top_p=top_p,
+              max_new_tokens=max_new_tokens, seed=seed, out=out, dtype=dtype, device=device,
+              chat_template=chat_template, workers=workers, force=force, progress=not no_progress)
+
+
 _not_yet("complementarity", "evaluation/complementarity issue")
-_not_yet("eval", "evaluation issue")
 _not_yet("ablate", "evaluation/ablation issue")
 _not_yet("report", "reporting issue")
 _not_yet("reproduce", "miniature reproduction issue")

@@ -1,0 +1,8 @@
+"""Evaluation: the five benchmarks, five-run pass@1 / pass@k scoring, checkpoint selection.
+
+* :mod:`graft_cli.eval.benchmarks` — benchmark registry and resolution (hub ids, local files, tiny sets)
+* :mod:`graft_cli.eval.metrics` — pass@1, unbiased pass@k, mean ± std over runs, benchmark average
+* :mod:`graft_cli.eval.runner` — ``graft eval`` (a model or a run's checkpoints), validation during
+  training (:func:`~graft_cli.eval.runner.validate_in_training`), ``best.json``
+* ``lm_eval_tasks/`` — lm-evaluation-harness task YAMLs with the same prompt and the math-verify scorer
+"""

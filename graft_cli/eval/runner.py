@@ -1,0 +1,659 @@
+"""Five-run evaluation of a model or of a run's checkpoints (graft.md §1 "Evaluation", conventions.md §6).
+
+Protocol: every problem of every benchmark gets ``samples`` responses (default 8) at temperature 0.6,
+top-p 0.95, with the training prompt and verifier; this is repeated in ``runs`` independent runs
+(default 5), run ``k`` sampling with its own seed :func:`run_seed` (``k`` = 1, 2, ...). pass@1 and
+mean ± std are computed by :mod:`graft_cli.eval.metrics`.
+
+Files (one folder per evaluated model, e.g. ``<run>/eval/<policy>/step_NNNNNN/``)::
+
+    <bench>_run<k>.jsonl   one line per (problem, sample): benchmark, problem_id, problem_index, run,
+                           sample, seed, answer, response, extracted, grade, timed_out, truncated,
+                           num_tokens; written atomically when the (benchmark, run) is complete
+    meta.json              the sampling settings and problem-set fingerprints the files were made with
+    summary.json           per benchmark: pass@1 per run, mean, std (ddof=1), unbiased pass@k (k <= samples);
+                           the unweighted benchmark average (the five benchmarks when all are present)
+
+Resumable: a (benchmark, run) whose file exists is read back, not regenerated, so runs accumulate: the
+in-training validation writes ``run1`` and a later ``graft eval --run DIR --runs 5`` adds runs 2-5.
+A folder made with different settings (samples, temperature, top-p, max new tokens, seed, prompt) or a
+different problem set is refused with one line (``--force`` starts that folder over).
+
+A run's evaluation also writes ``<run>/eval/<policy>/summary.json`` (every evaluated step) and
+``<run>/best.json`` (each policy's best step on the benchmark average; the two policies may pick
+different steps) — see :func:`write_policy_summary` and :func:`update_best`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from graft_cli.errors import GraftError
+from graft_cli.eval.benchmarks import FIVE, BenchmarkSource, resolve_benchmarks
+from graft_cli.eval.metrics import average_over_benchmarks, summarize_benchmark
+
+RUN_FILE_RE = re.compile(r"^(?P<bench>.+)_run(?P<run>\d+)\.jsonl$")
+STEP_DIR_RE = re.compile(r"^step_(\d{6,})$")
+CHUNK_PROMPTS = 32  # prompts per generate call (progress granularity; each chunk has its own seed)
+
+
+@dataclass
+class EvalSettings:
+    runs: int = 5
+    samples: int = 8
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 4096
+    seed: int = 0
+
+    def identity(self) -> dict:
+        """What the files of a folder depend on (``runs`` only adds files)."""
+        return {"samples": self.samples, "temperature": self.temperature, "top_p": self.top_p,
+                "max_new_tokens": self.max_new_tokens, "seed": self.seed}
+
+    def check(self) -> None:
+        if self.runs < 1:
+            raise GraftError(f"--runs must be >= 1, got {self.runs}")
+        if self.samples < 1:
+            raise GraftError(f"--samples must be >= 1, got {self.samples}")
+        if self.max_new_tokens < 1:
+            raise GraftError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise GraftError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise GraftError(f"--top-p must be in (0, 1], got {self.top_p}")
+
+
+def run_seed(base: int, run: int) -> int:
+    """Sampling seed of eval run ``run`` (1-based): distinct per run, independent of the checkpoint, so
+    every checkpoint is scored on the same random stream (common random numbers)."""
+    return (int(base) * 1_000_003 + int(run) * 7_919 + 12_345) % (2**31 - 1)
+
+
+def chunk_seed(seed: int, chunk: int) -> int:
+    return (seed * 31 + chunk * 104_729 + 1) % (2**31 - 1)
+
+
+# ----------------------------------------------------------------------------------------------- io
+def atomic_write_json(path: str, obj) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, ensure_ascii=False, default=_json_default)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(type(o).__name__)
+
+
+def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_json(path: str):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def run_file(out_dir: str, bench: str, run: int) -> str:
+    return os.path.join(out_dir, f"{bench}_run{run}.jsonl")
+
+
+def problems_fingerprint(problems) -> str:
+    h = hashlib.sha256()
+    for p in problems:
+        h.update(f"{p.id}\x00{p.answer}\x00{p.problem}\x01".encode())
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------- one model
+class Evaluator:
+    """Evaluates one model (an engine + tokenizer) into one folder; resumable per (benchmark, run)."""
+
+    def __init__(self, engine, tokenizer, prompt_spec, settings: EvalSettings, grader, progress=None):
+        self.engine, self.tokenizer, self.spec = engine, tokenizer, prompt_spec
+        self.settings, self.grader, self.progress = settings, grader, progress
+
+    def _check_meta(self, out_dir: str, benches: list[tuple[BenchmarkSource, list]], force: bool) -> None:
+        path = os.path.join(out_dir, "meta.json")
+        prompt = {"suffix": self.spec.suffix, "chat_template": self.spec.chat_template,
+                  "raw_template": self.spec.raw_template}
+        meta = {"settings": self.settings.identity(), "prompt": prompt, "benchmarks": {}}
+        if os.path.exists(path) and not force:
+            old = read_json(path)
+            for key in ("settings", "prompt"):
+                if old.get(key) != meta[key]:
+                    diff = sorted(k for k in set(old.get(key, {})) | set(meta[key])
+                                  if old.get(key, {}).get(k) != meta[key].get(k))
+                    raise GraftError(f"{out_dir}: holds results made with other {key} ({', '.join(diff)}); "
+                                     f"use another --out or --force to start it over")
+            meta["benchmarks"] = dict(old.get("benchmarks", {}))
+        elif os.path.isdir(out_dir) and force:
+            for f in os.listdir(out_dir):
+                if RUN_FILE_RE.match(f) or f in ("summary.json", "meta.json"):
+                    os.remove(os.path.join(out_dir, f))
+        for b, probs in benches:
+            fp = {"source": b.source, "num_problems": len(probs), "fingerprint": problems_fingerprint(probs)}
+            old_fp = meta["benchmarks"].get(b.name)
+            if old_fp and old_fp["fingerprint"] != fp["fingerprint"]:
+                raise GraftError(f"{out_dir}: benchmark {b.name!r} was evaluated on a different problem set "
+                                 f"({old_fp['source']}); use another --out or --force")
+            meta["benchmarks"][b.name] = fp
+        os.makedirs(out_dir, exist_ok=True)
+        atomic_write_json(path, meta)
+
+    def todo(self, out_dir: str, benches) -> int:
+        """Responses still to generate in ``out_dir`` (for progress totals)."""
+        s = self.settings
+        return sum(len(p) * s.samples for b, p in benches for k in range(1, s.runs + 1)
+                   if not os.path.exists(run_file(out_dir, b.name, k)))
+
+    def run_one(self, out_dir: str, bench: BenchmarkSource, problems, run: int, task=None) -> list[dict]:
+        """Generate and grade one (benchmark, run) and write its file; returns its rows."""
+        from graft_cli.rollout import SamplingParams
+
+        s = self.settings
+        seed = run_seed(s.seed, run)
+        rows: list[dict] = []
+        for c, start in enumerate(range(0, len(problems), CHUNK_PROMPTS)):
+            chunk = problems[start:start + CHUNK_PROMPTS]
+            prompt_ids = [self.spec.encode(p.problem, self.tokenizer) for p in chunk]
+            params = SamplingParams(n=s.samples, temperature=s.temperature, top_p=s.top_p,
+                                    max_new_tokens=s.max_new_tokens, seed=chunk_seed(seed, c))
+            ro = self.engine.generate(prompt_ids, params)
+            golds = [p.answer for p in chunk for _ in range(s.samples)]
+            grades = self.grader.grade(ro.texts, golds)
+            for i, p in enumerate(chunk):
+                for j in range(s.samples):
+                    r = i * s.samples + j
+                    rows.append({
+                        "benchmark": bench.name, "problem_id": p.id, "problem_index": start + i, "run": run,
+                        "sample": j, "seed": seed, "answer": p.answer, "response": ro.texts[r],
+                        "extracted": grades.extracted[r], "grade": float(grades.rewards[r]),
+                        "timed_out": bool(grades.timed_out[r]), "truncated": bool(ro.truncated[r]),
+                        "num_tokens": len(ro.response_ids[r]),
+                    })
+            if self.progress is not None and task is not None:
+                self.progress.advance(task, len(chunk) * s.samples)
+        write_jsonl_atomic(run_file(out_dir, bench.name, run), rows)
+        return rows
+
+    def evaluate(self, out_dir: str, benches: list[tuple[BenchmarkSource, list]], force: bool = False,
+                 task=None, label: str = "") -> dict:
+        """Every (benchmark, run) not yet on disk, then ``summary.json``; returns the summary."""
+        self.settings.check()
+        self._check_meta(out_dir, benches, force)
+        for b, probs in benches:
+            for k in range(1, self.settings.runs + 1):
+                if os.path.exists(run_file(out_dir, b.name, k)):
+                    continue
+                if self.progress is not None and task is not None:
+                    self.progress.update(task, description=f"{label}{b.name} run{k}")
+                self.run_one(out_dir, b, probs, k, task)
+        return write_summary(out_dir)
+
+
+# ------------------------------------------------------------------------------------------ summary
+def grades_array(rows: list[dict], num_problems: int, samples: int) -> np.ndarray:
+    a = np.full((num_problems, samples), np.nan)
+    for r in rows:
+        a[int(r["problem_index"]), int(r["sample"])] = float(r["grade"])
+    if np.isnan(a).any():
+        raise GraftError(f"incomplete run file: {int(np.isnan(a).sum())} of {a.size} grades missing")
+    return a
+
+
+def load_correct(out_dir: str, bench: str, num_problems: int, samples: int) -> np.ndarray:
+    """``correct[run, problem, sample]`` from the contiguous run files ``run1, run2, ...``."""
+    runs = []
+    k = 1
+    while os.path.exists(run_file(out_dir, bench, k)):
+        runs.append(grades_array(read_jsonl(run_file(out_dir, bench, k)), num_problems, samples))
+        k += 1
+    return np.stack(runs) if runs else np.zeros((0, num_problems, samples))
+
+
+def summarize_dir(out_dir: str) -> dict:
+    """Summary of every benchmark recorded in ``meta.json`` that has at least one run file."""
+    meta = read_json(os.path.join(out_dir, "meta.json"))
+    samples = int(meta["settings"]["samples"])
+    benches = {}
+    for name, fp in meta["benchmarks"].items():
+        correct = load_correct(out_dir, name, int(fp["num_problems"]), samples)
+        if correct.shape[0] == 0:
+            continue
+        s = summarize_benchmark(correct)
+        s["source"] = fp["source"]
+        s["timeouts"] = _count(out_dir, name, correct.shape[0], "timed_out")
+        s["truncated"] = _count(out_dir, name, correct.shape[0], "truncated")
+        benches[name] = s
+    order = [b for b in FIVE if b in benches] + [b for b in benches if b not in FIVE]
+    benches = {b: benches[b] for b in order}
+    use = list(FIVE) if all(b in benches for b in FIVE) else list(benches)
+    avg = average_over_benchmarks({b: benches[b]["runs"] for b in use})
+    avg["five"] = use == list(FIVE)
+    return {"settings": meta["settings"], "prompt": meta["prompt"], "benchmarks": benches, "average": avg,
+            "num_runs": min((b["num_runs"] for b in benches.values()), default=0)}
+
+
+def _count(out_dir: str, bench: str, runs: int, key: str) -> int:
+    return int(sum(bool(r.get(key)) for k in range(1, runs + 1) for r in read_jsonl(run_file(out_dir, bench, k))))
+
+
+def write_summary(out_dir: str, extra: dict | None = None) -> dict:
+    summary = summarize_dir(out_dir)
+    path = os.path.join(out_dir, "summary.json")
+    if extra is None and os.path.exists(path):
+        old = read_json(path)
+        extra = {k: old[k] for k in ("model", "policy", "step") if k in old}
+    summary = {**(extra or {}), **summary}
+    atomic_write_json(path, summary)
+    return summary
+
+
+# ------------------------------------------------------------------------------ run-level bookkeeping
+def step_dirs(policy_dir: str) -> dict[int, str]:
+    out = {}
+    if os.path.isdir(policy_dir):
+        for d in os.listdir(policy_dir):
+            m = STEP_DIR_RE.match(d)
+            if m and os.path.exists(os.path.join(policy_dir, d, "summary.json")):
+                out[int(m.group(1))] = os.path.join(policy_dir, d)
+    return dict(sorted(out.items()))
+
+
+def write_policy_summary(run_dir: str, policy: str) -> dict:
+    """``<run>/eval/<policy>/summary.json``: every evaluated step's average and per-benchmark pass@1."""
+    pdir = os.path.join(run_dir, "eval", policy)
+    steps = {}
+    for step, d in step_dirs(pdir).items():
+        s = read_json(os.path.join(d, "summary.json"))
+        steps[str(step)] = {
+            "average": s["average"]["mean"], "std": s["average"]["std"], "num_runs": s["num_runs"],
+            "average_runs": s["average"]["runs"], "five": s["average"].get("five", False),
+            "benchmarks": {b: {"mean": v["mean"], "std": v["std"]} for b, v in s["benchmarks"].items()},
+        }
+    best = select_best(steps)
+    out = {"policy": policy, "steps": steps, "best": best}
+    atomic_write_json(os.path.join(pdir, "summary.json"), out)
+    return out
+
+
+def select_best(steps: dict[str, dict]) -> dict | None:
+    """The best step on the benchmark average (graft.md §1 "Checkpoint selection").
+
+    Candidates: steps scored on all five benchmarks when any is, else steps scored on the same benchmark
+    set as the latest step. Steps are compared on the mean over the eval runs they all have (run 1 for
+    in-training validation; all five when every candidate was fully evaluated). Ties go to the earlier step."""
+    if not steps:
+        return None
+    items = sorted(((int(k), v) for k, v in steps.items()), key=lambda kv: kv[0])
+    if any(v["five"] for _, v in items):
+        cands = [(k, v) for k, v in items if v["five"]]
+    else:
+        last = set(items[-1][1]["benchmarks"])
+        cands = [(k, v) for k, v in items if set(v["benchmarks"]) == last]
+    cands = [(k, v) for k, v in cands if v["average_runs"]]
+    if not cands:
+        return None
+    R = min(len(v["average_runs"]) for _, v in cands)
+    scored = [(float(np.mean(v["average_runs"][:R])), k) for k, v in cands]
+    score, step = max(scored, key=lambda t: (t[0], -t[1]))
+    return {"step": step, "score": score, "runs_compared": R, "candidates": len(cands)}
+
+
+def update_best(run_dir: str, policies: list[str] | None = None) -> dict:
+    """Recompute ``<run>/best.json`` from the policies' eval summaries."""
+    eval_root = os.path.join(run_dir, "eval")
+    if policies is None:
+        policies = sorted(d for d in os.listdir(eval_root) if os.path.isdir(os.path.join(eval_root, d))) \
+            if os.path.isdir(eval_root) else []
+    out = {"criterion": "unweighted benchmark average of pass@1 (five benchmarks when present), "
+                        "mean over the eval runs common to all compared steps; ties -> earlier step",
+           "policies": {}}
+    for pol in policies:
+        summ = write_policy_summary(run_dir, pol)
+        best = summ["best"]
+        if best is None:
+            continue
+        entry = dict(best)
+        bdir = os.path.join(run_dir, "best", pol)
+        ck = os.path.join(run_dir, "checkpoints", f"step_{best['step']:06d}", pol)
+        if _best_folder_step(bdir) == best["step"]:
+            entry["checkpoint"] = os.path.relpath(bdir, run_dir)
+        elif os.path.isdir(ck):
+            entry["checkpoint"] = os.path.relpath(ck, run_dir)
+        else:
+            entry["checkpoint"] = None
+        out["policies"][pol] = entry
+    atomic_write_json(os.path.join(run_dir, "best.json"), out)
+    return out
+
+
+def _best_folder_step(bdir: str) -> int | None:
+    try:
+        with open(os.path.join(bdir, "BEST_STEP")) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def save_best_weights(run_dir: str, policy: str, step: int, model, tokenizer) -> str:
+    """Keep the selected checkpoint's weights at ``<run>/best/<policy>/`` (checkpoint pruning would delete
+    it); written under a temporary name and renamed."""
+    final = os.path.join(run_dir, "best", policy)
+    tmp = f"{final}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    with open(os.path.join(tmp, "BEST_STEP"), "w") as f:
+        f.write(f"{step}\n")
+    old = f"{final}.old-{os.getpid()}"
+    if os.path.exists(final):
+        os.rename(final, old)
+    os.rename(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+# ------------------------------------------------------------------------------------ progress (rich)
+def _progress(enabled: bool, console=None):
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    console = console or Console(stderr=True)
+    return Progress(TextColumn("[bold]eval[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=not enabled,
+                    transient=False)
+
+
+def _load_benches(sources: list[BenchmarkSource]) -> list[tuple[BenchmarkSource, list]]:
+    return [(b, b.load()) for b in sources]
+
+
+def _make_grader(workers: int, timeout_s: float):
+    from graft_cli.reward import MathVerifyGrader
+
+    return MathVerifyGrader(num_workers=workers, timeout_s=timeout_s)
+
+
+def _make_engine(model, tok, engine: str = "hf", max_batch: int = 256, engine_kwargs: dict | None = None):
+    from graft_cli.rollout import ENGINES
+
+    return ENGINES.get(engine)(model, tok, max_batch=max_batch, **(engine_kwargs or {}))
+
+
+def _print_result(console, label: str, summary: dict) -> None:
+    from graft_cli.eval.metrics import pm
+
+    cells = [f"{b}={pm(v['mean'], v['std'])}" for b, v in summary["benchmarks"].items()]
+    avg = summary["average"]
+    console.print(f"{label}: avg={pm(avg['mean'], avg['std'])} ({summary['num_runs']} runs) " + " ".join(cells))
+
+
+# ------------------------------------------------------------------------------------- entry points
+def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data: str | None = None,
+                   eval_dir: str | None = None, pair: str | None = None, settings: EvalSettings | None = None,
+                   prompt_spec=None, dtype: str = "float32", device: str = "auto", engine: str = "hf",
+                   max_batch: int = 256, workers: int = 2, timeout_s: float = 5.0, force: bool = False,
+                   progress: bool = True, console=None) -> str:
+    """``graft eval --model PATH``: evaluate one model folder (or hub id, or ``tiny:<role>``) into
+    ``out_dir`` (default ``results/eval/<model name>``); returns the folder."""
+    from rich.console import Console
+
+    from graft_cli.data.prompts import PromptSpec
+    from graft_cli.models.loading import load_model, load_tokenizer
+    from graft_cli.train.loop import resolve_path
+
+    console = console or Console(stderr=True)
+    settings = settings or EvalSettings()
+    settings.check()
+    if pair is None and model.startswith("tiny:"):
+        pair = "tiny"
+    sources = resolve_benchmarks(benchmarks, data, pair, eval_dir)
+    benches = _load_benches(sources)
+    path = resolve_path(model)
+    out_dir = out_dir or os.path.join("results", "eval", re.sub(r"[^A-Za-z0-9_.-]+", "_", model.strip("/")))
+    tok = load_tokenizer(path)
+    m = load_model(path, dtype, device)
+    grader = _make_grader(workers, timeout_s)
+    try:
+        ev = Evaluator(_make_engine(m, tok, engine, max_batch), tok, prompt_spec or PromptSpec(), settings, grader)
+        with _progress(progress, console) as bar:
+            ev.progress = bar
+            task = bar.add_task(model, total=ev.todo(out_dir, benches))
+            ev.evaluate(out_dir, benches, force=force, task=task, label="")
+        summary = write_summary(out_dir, {"model": model})
+    finally:
+        grader.close()
+    _print_result(console, model, summary)
+    console.print(f"eval results: {out_dir}")
+    return out_dir
+
+
+def parse_steps(spec, available: list[int], best: dict[str, int]) -> list[int] | str:
+    if spec is None or spec in ("", "all"):
+        return sorted(set(available) | set(best.values()))
+    if spec == "last":
+        return available[-1:]
+    if spec == "best":
+        return "best"
+    try:
+        return sorted({int(x) for x in str(spec).split(",") if x.strip()})
+    except ValueError:
+        raise GraftError(f"--steps {spec!r}: expected all, last, best or a comma-separated list of steps") from None
+
+
+def run_policies_and_config(run_dir: str):
+    from graft_cli import config as C
+
+    path = os.path.join(run_dir, "config.yaml")
+    if not os.path.exists(path):
+        raise GraftError(f"{run_dir}: not a run directory (no config.yaml)")
+    return C.load_yaml(path)
+
+
+def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data: str | None = None,
+                 eval_dir: str | None = None, runs: int = 5, samples: int | None = None,
+                 temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
+                 seed: int | None = None, device: str | None = None, workers: int | None = None,
+                 force: bool = False, progress: bool = True, console=None) -> dict:
+    """``graft eval --run DIR``: evaluate the run's checkpoints (every policy; ``steps``: ``all`` complete
+    checkpoints and the kept best weights (default), ``last``, ``best`` or a list) into
+    ``<run>/eval/<policy>/step_NNNNNN/``; then the policy summaries and ``best.json``.
+
+    Settings default to the run's ``eval`` section (temperature, top-p, samples, seed, benchmarks, max new
+    tokens; the latter falls back to the training ``rollout.max_new_tokens``, graft.md §1 "same length
+    limits as training"); ``runs`` defaults to 5. Returns policy -> step -> summary."""
+    from rich.console import Console
+
+    from graft_cli.data.prompts import PromptSpec
+    from graft_cli.models.loading import load_model, load_tokenizer
+    from graft_cli.train import checkpoint as ckpt
+
+    console = console or Console(stderr=True)
+    cfg = run_policies_and_config(run_dir)
+    ec = cfg.eval
+    settings = EvalSettings(runs=runs, samples=samples or ec.samples,
+                            temperature=ec.temperature if temperature is None else temperature,
+                            top_p=ec.top_p if top_p is None else top_p,
+                            max_new_tokens=max_new_tokens or ec.max_new_tokens or cfg.rollout.max_new_tokens,
+                            seed=ec.seed if seed is None else seed)
+    settings.check()
+    names = [p.name for p in cfg.policies]
+    chosen = names if not policies else [p.strip() for p in (policies.split(",") if isinstance(policies, str)
+                                                             else policies)]
+    for p in chosen:
+        if p not in names:
+            raise GraftError(f"{run_dir}: no policy {p!r}; policies: {', '.join(names)}")
+    if not benchmarks and not data:
+        benchmarks = list(ec.benchmarks) or None
+    sources = resolve_benchmarks(benchmarks, data, cfg.pair, eval_dir or ec.data_dir)
+    benches = _load_benches(sources)
+    spec = PromptSpec(cfg.prompt.suffix, cfg.prompt.chat_template, cfg.prompt.raw_template)
+    available = ckpt.complete_steps(os.path.join(run_dir, "checkpoints"))
+    best_steps = {p: s for p in chosen if (s := _best_folder_step(os.path.join(run_dir, "best", p))) is not None}
+    want = parse_steps(steps, available, best_steps)
+    jobs: list[tuple[str, int, str]] = []  # (policy, step, model folder)
+    for p in chosen:
+        pol_steps = [best_steps[p]] if want == "best" and p in best_steps else ([] if want == "best" else want)
+        for s in pol_steps:
+            folder = os.path.join(run_dir, "checkpoints", f"step_{s:06d}", p)
+            if s in available and os.path.isdir(folder):
+                jobs.append((p, s, folder))
+            elif best_steps.get(p) == s:
+                jobs.append((p, s, os.path.join(run_dir, "best", p)))
+            elif want not in ("best",) and steps not in (None, "", "all"):
+                raise GraftError(f"{run_dir}: no complete checkpoint for policy {p!r} at step {s}; "
+                                 f"complete: {', '.join(map(str, available)) or 'none'}")
+    if not jobs:
+        raise GraftError(f"{run_dir}: no checkpoint to evaluate (complete checkpoints: "
+                         f"{', '.join(map(str, available)) or 'none'})")
+    rc = cfg.reward
+    grader = _make_grader(rc.num_workers if workers is None else workers, rc.timeout_s)
+    results: dict[str, dict[int, dict]] = {}
+    try:
+        with _progress(progress, console) as bar:
+            for p, s, folder in jobs:
+                out_dir = os.path.join(run_dir, "eval", p, f"step_{s:06d}")
+                tok = load_tokenizer(folder)
+                model = load_model(folder, cfg.run.dtype, device or cfg.run.device)
+                ev = Evaluator(_make_engine(model, tok, cfg.rollout.engine, cfg.rollout.max_batch,
+                                            dict(cfg.rollout.engine_kwargs)), tok, spec, settings, grader, bar)
+                label = f"{p} step {s} "
+                task = bar.add_task(label, total=ev.todo(out_dir, benches))
+                ev.evaluate(out_dir, benches, force=force, task=task, label=label)
+                summary = write_summary(out_dir, {"model": os.path.relpath(folder, run_dir), "policy": p, "step": s})
+                results.setdefault(p, {})[s] = summary
+                del model, ev
+    finally:
+        grader.close()
+    best = update_best(run_dir, sorted(set(names) & set(os.listdir(os.path.join(run_dir, "eval")))))
+    for p in results:
+        for s, summary in results[p].items():
+            _print_result(console, f"{p} step {s}", summary)
+        if p in best["policies"]:
+            b = best["policies"][p]
+            console.print(f"{p}: best step {b['step']} (avg {100 * b['score']:.2f})")
+    console.print(f"eval results: {os.path.join(run_dir, 'eval')} (best steps: {os.path.join(run_dir, 'best.json')})")
+    return results
+
+
+# --------------------------------------------------------------------------- validation in training
+class _ValidationState:
+    def __init__(self):
+        self.benches = None
+        self.warned = False
+
+
+def validation_due(step: int, total_steps: int, every: int) -> bool:
+    return every > 0 and (step % every == 0 or step == total_steps)
+
+
+def validate_in_training(trainer, cfg, run_dir: str, console=None) -> list[dict]:
+    """Called by the training loop after each step: when ``eval.every`` > 0 and the step is a multiple of
+    it (or the last step), score each policy's current weights with the eval protocol (``eval.runs``
+    runs, default 1; ``eval.samples`` at ``eval.temperature``/``eval.top_p``) into
+    ``<run>/eval/<policy>/step_NNNNNN/``, update ``best.json`` and, with ``eval.save_best``, keep a new
+    best policy's weights at ``<run>/best/<policy>/``. Returns ``validation/*`` metrics rows (one per
+    policy) for metrics.jsonl; ``[]`` when no validation is due. Sampling uses its own seeded generator,
+    so training is unaffected."""
+    ec = cfg.eval
+    if not validation_due(trainer.step, trainer.total_steps, ec.every):
+        return []
+    st = trainer.__dict__.setdefault("_graft_validation", _ValidationState())
+    dist = getattr(trainer, "dist", None)
+    if dist is not None and getattr(dist, "enabled", False):
+        if not st.warned:  # sharded models would need every rank in lock-step: evaluate afterwards instead
+            st.warned = True
+            import warnings
+
+            warnings.warn("eval.every is ignored in data-parallel training; run `graft eval --run DIR` on the "
+                          "checkpoints instead", stacklevel=2)
+        return []
+    if st.benches is None:
+        st.benches = _load_benches(resolve_benchmarks(list(ec.benchmarks) or None, None, cfg.pair, ec.data_dir))
+    settings = EvalSettings(runs=ec.runs, samples=ec.samples, temperature=ec.temperature, top_p=ec.top_p,
+                            max_new_tokens=ec.max_new_tokens or cfg.rollout.max_new_tokens, seed=ec.seed)
+    rows = []
+    for name, pol in trainer.policies.items():
+        t0 = time.perf_counter()
+        out_dir = os.path.join(run_dir, "eval", name, f"step_{trainer.step:06d}")
+        ev = Evaluator(pol.engine, pol.tokenizer, trainer.spec, settings, trainer.grader)
+        ev.evaluate(out_dir, st.benches)
+        summary = write_summary(out_dir, {"model": "in-training", "policy": name, "step": trainer.step})
+        row = {"step": trainer.step, "policy": name, "validation/score": summary["average"]["mean"]}
+        for b, v in summary["benchmarks"].items():
+            row[f"validation/{b}"] = v["mean"]
+        best = update_best(run_dir)
+        b = best["policies"].get(name)
+        if ec.save_best and b is not None and b["step"] == trainer.step:
+            save_best_weights(run_dir, name, trainer.step, pol.model, pol.tokenizer)
+            best = update_best(run_dir)
+        row["validation/best_step"] = best["policies"].get(name, {}).get("step")
+        row["time/validation"] = time.perf_counter() - t0
+        rows.append(row)
+    if console is not None:
+        console.print("validation step {}: {}".format(
+            trainer.step, " ".join(f"{r['policy']}={100 * r['validation/score']:.2f}" for r in rows)))
+    return rows
+
+
+__all__ = ["EvalSettings", "Evaluator", "evaluate_model", "evaluate_run", "validate_in_training", "update_best",
+           "write_policy_summary", "select_best", "run_seed", "summarize_dir"]
+
+
+def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, policy=None, data=None,
+              benchmarks=None, eval_dir=None, pair=None, runs: int = 5, samples=None, temperature=None, top_p=None,
+              max_new_tokens=None, seed=None, out=None, dtype: str = "float32", device=None,
+              chat_template: str = "auto", workers=None, force: bool = False, progress: bool = True):
+    """The ``graft eval`` command: exactly one of ``run_dir`` / ``model``."""
+    if bool(run_dir) == bool(model):
+        raise GraftError("give exactly one of --run DIR or --model PATH")
+    if run_dir:
+        for opt, val in (("--out", out), ("--pair", pair)):
+            if val:
+                raise GraftError(f"{opt} applies to --model only (a run writes into <run>/eval/, its pair is in config.yaml)")
+        return evaluate_run(run_dir, steps=steps, policies=policy, benchmarks=benchmarks, data=data, eval_dir=eval_dir,
+                            runs=runs, samples=samples, temperature=temperature, top_p=top_p,
+                            max_new_tokens=max_new_tokens, seed=seed, device=device, workers=workers, force=force,
+                            progress=progress)
+    for opt, val in (("--steps", steps), ("--policy", policy)):
+        if val:
+            raise GraftError(f"{opt} applies to --run only")
+    from graft_cli.data.prompts import PromptSpec
+
+    d = EvalSettings()
+    settings = EvalSettings(runs=runs, samples=samples or d.samples,
+                            temperature=d.temperature if temperature is None else temperature,
+                            top_p=d.top_p if top_p is None else top_p, max_new_tokens=max_new_tokens or d.max_new_tokens,
+                            seed=d.seed if seed is None else seed)
+    return evaluate_model(model, out, benchmarks, data, eval_dir, pair, settings,
+                          PromptSpec(chat_template=chat_template), dtype, device or "auto",
+                          workers=2 if workers is None else workers, force=force, progress=progress)
