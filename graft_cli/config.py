@@ -92,6 +92,8 @@ class AlgoConfig:
     old_logprobs: str = "trainer"  # trainer: recompute before the first update | sampler: use the engine's
     loss_scale_factor: Optional[float] = None
     log_entropy: bool = True
+    is_correction: str = "none"  # truncated IS of the sampler-vs-trainer mismatch: none | token | sequence
+    is_threshold: float = 2.0  # truncation C of the IS ratio (verl rollout_is_threshold)
 
 
 @dataclass
@@ -114,6 +116,21 @@ class ExchangeConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Validation during training and defaults of `graft eval --run` (graft.md §1; graft_cli/eval/runner.py)."""
+    every: int = 0  # validate every N steps (and at the last step); 0 = off (the CPU default); paper: 5
+    benchmarks: list = field(default_factory=list)  # names/NAME=FILE/paths; [] = the five (tiny: synthetic)
+    data_dir: Optional[str] = None  # folder with <name>.jsonl benchmark files (else $GRAFT_EVAL_DIR, else hub)
+    samples: int = 8  # samples per problem
+    runs: int = 1  # eval runs per validation (the final `graft eval` uses 5)
+    max_new_tokens: Optional[int] = None  # default: rollout.max_new_tokens (same length limit as training)
+    temperature: float = 0.6
+    top_p: float = 0.95
+    seed: int = 0  # base of the per-run sampling seeds
+    save_best: bool = True  # keep each policy's best weights at <run>/best/<policy>/
+
+
+@dataclass
 class Config:
     method: str = "grpo"
     pair: str = "tiny"
@@ -126,6 +143,7 @@ class Config:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. the paper's table values)
 
 
@@ -250,6 +268,8 @@ def validate(cfg: Config) -> None:
     _check(a.ppo_epochs >= 1, "algo.ppo_epochs", "must be >= 1")
     _check(a.agg in AGG_MODES, "algo.agg", f"must be one of {', '.join(AGG_MODES)}")
     _check(a.old_logprobs in ("trainer", "sampler"), "algo.old_logprobs", "must be trainer or sampler")
+    _check(a.is_correction in ("none", "token", "sequence"), "algo.is_correction", "must be none, token or sequence")
+    _check(a.is_threshold > 0, "algo.is_threshold", "must be > 0")
     _check(a.advantage in ADVANTAGES, "algo.advantage", f"unknown; known: {', '.join(ADVANTAGES.names())}")
     _check(a.loss in POLICY_LOSSES, "algo.loss", f"unknown; known: {', '.join(POLICY_LOSSES.names())}")
     _check(cfg.exchange.name in EXCHANGES, "exchange.name", f"unknown; known: {', '.join(EXCHANGES.names())}")
@@ -271,6 +291,13 @@ def validate(cfg: Config) -> None:
     _check(cfg.reward.timeout_s > 0, "reward.timeout_s", "must be > 0")
     _check(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")
     _check(cfg.prompt.chat_template in ("auto", "none"), "prompt.chat_template", "must be auto or none")
+    e = cfg.eval
+    _check(e.every >= 0, "eval.every", "must be >= 0 (0 = no validation)")
+    _check(e.samples >= 1, "eval.samples", "must be >= 1")
+    _check(e.runs >= 1, "eval.runs", "must be >= 1")
+    _check(e.max_new_tokens is None or e.max_new_tokens >= 1, "eval.max_new_tokens", "must be >= 1")
+    _check(e.temperature >= 0, "eval.temperature", "must be >= 0")
+    _check(0 < e.top_p <= 1, "eval.top_p", "must be in (0, 1]")
     EXCHANGES.get(cfg.exchange.name).validate(cfg)
 
 

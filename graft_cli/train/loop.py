@@ -21,6 +21,7 @@ import torch
 
 from graft_cli import config as C
 from graft_cli.algorithms.advantages import ADVANTAGES
+from graft_cli.algorithms.correction import batch_is_weights
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
 from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser
 from graft_cli.data.problems import Problem, load_problems
@@ -31,6 +32,7 @@ from graft_cli.models.loading import load_model, load_tokenizer, resolve_device
 from graft_cli.models.logprobs import pack, response_logprobs, to_padded
 from graft_cli.rollout import ENGINES, SamplingParams
 from graft_cli.train import checkpoint as ckpt
+from graft_cli.train import dist as D
 from graft_cli.train.batch import PolicyStep, TrainBatch, micro_batches, minibatch_schedule
 from graft_cli.train.metrics import MetricsLog, atomic_write_text, write_parquet
 
@@ -68,7 +70,7 @@ def step_seed(run_seed: int, step: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- setup
-def build_policy(pc: C.PolicyConfig, cfg: C.Config) -> Policy:
+def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None) -> Policy:
     model_path = resolve_path(pc.model)
     tok = load_tokenizer(resolve_path(pc.tokenizer or pc.model))
     model = load_model(model_path, cfg.run.dtype, cfg.run.device)
@@ -78,6 +80,8 @@ def build_policy(pc: C.PolicyConfig, cfg: C.Config) -> Policy:
     o = cfg.optim
     opt = torch.optim.AdamW(model.parameters(), lr=pc.lr or o.lr, betas=tuple(o.betas), eps=o.eps,
                             weight_decay=o.weight_decay)
+    if dist is not None:
+        model, opt = dist.prepare(model, opt)  # FSDP wrap under `accelerate launch`; else unchanged
     engine = ENGINES.get(cfg.rollout.engine)(model, tok, max_batch=cfg.rollout.max_batch, **cfg.rollout.engine_kwargs)
     return Policy(pc.name, model, tok, opt, engine, {})
 
@@ -92,29 +96,43 @@ def encode_prompt(pol: Policy, problem: str, spec: PromptSpec) -> list[int]:
 
 # --------------------------------------------------------------------------------------- core helpers
 @torch.no_grad()
-def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config) -> list[list[float]]:
-    """Old log-probs of every row under the policy's current weights: one batched no-grad pass."""
+def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist | None = None) -> list[list[float]]:
+    """Old log-probs of every row under the policy's current weights: one batched no-grad pass
+    (data-parallel: each rank scores a shard of the rows, then the results are all-gathered)."""
+    d = dist or D.Dist()
     model = pol.model
     model.eval()
     dev = next(model.parameters()).device
     pad = pol.tokenizer.pad_token_id
     lengths = [len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
-    order = sorted(range(len(batch)), key=lambda i: lengths[i])  # length-sorted for less padding
+    order = sorted(d.shard(list(range(len(batch)))), key=lambda i: lengths[i])  # length-sorted: less padding
     out: list[list[float] | None] = [None] * len(batch)
-    for mb in micro_batches([lengths[i] for i in order], cfg.optim.micro_batch_tokens * 2):
-        rows = [order[i] for i in mb]
+    mbs = micro_batches([lengths[i] for i in order], cfg.optim.micro_batch_tokens * 2)
+    mbs += [None] * ((d.max_int(len(mbs)) if d.fsdp else len(mbs)) - len(mbs))  # FSDP: same forward count
+    for mb in mbs:
+        rows = [order[i] for i in mb] if mb is not None else [0]
         ids, att, resp = pack([batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows], pad, dev)
         lp, _ = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, cfg.optim.chunk_tokens)
+        if mb is None:  # a dummy pass that keeps FSDP ranks in lock-step
+            continue
         lp = lp.cpu()
         for j, i in enumerate(rows):
             p = len(batch.prompt_ids[i])
             out[i] = lp[j, p - 1 : p - 1 + len(batch.response_ids[i])].tolist()
     model.train()
+    if d.enabled:
+        for part in d.gather_objects({i: out[i] for i in order}):
+            for i, v in part.items():
+                out[i] = v
     return out  # type: ignore[return-value]
 
 
-def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.Generator, ordering: str) -> dict:
-    """One optimisation epoch (``algo.ppo_epochs`` of them) over minibatches of whole prompt groups."""
+def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.Generator, ordering: str,
+                  dist: D.Dist | None = None) -> dict:
+    """One optimisation epoch (``algo.ppo_epochs`` of them) over minibatches of whole prompt groups.
+    Data-parallel (``dist``): each rank runs its shard of every minibatch with the minibatch's global
+    ``Normaliser``; gradients are averaged across ranks (train/dist.py)."""
+    d = dist or D.Dist()
     a, o = cfg.algo, cfg.optim
     loss_fn = POLICY_LOSSES.get(a.loss)
     model = pol.model
@@ -133,10 +151,14 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
             norm = Normaliser(num_tokens=float(sum(resp_lens)), num_seqs=float(len(resp_lens)),
                               loss_scale_factor=a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
                               aux_seqs=float(sum(is_aux)))
-            lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in mb]
+            local = d.shard(mb)
+            lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in local]
             total = 0.0
-            for micro in micro_batches(lengths, o.micro_batch_tokens):
-                rows = [mb[i] for i in micro]
+            micros = micro_batches(lengths, o.micro_batch_tokens)
+            micros += [None] * ((d.max_int(len(micros)) if d.fsdp else len(micros)) - len(micros))
+            for micro in micros:
+                dummy = micro is None  # FSDP: ranks with fewer micro-batches run zero-weight passes
+                rows = [local[i] for i in micro] if not dummy else [mb[0]]
                 prompts = [batch.prompt_ids[i] for i in rows]
                 ids, att, resp = pack(prompts, [batch.response_ids[i] for i in rows], pad, dev)
                 logp, ent = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, o.chunk_tokens,
@@ -150,23 +172,34 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
                     adv = to_padded(tadv, prompts, L, dev)
                 else:
                     adv = torch.tensor([batch.advantages[i] for i in rows], device=dev)[:, None] * mask
+                isw = batch.extra.get("is_weight")  # truncated IS weights (algorithms/correction.py)
+                if isw is not None:
+                    adv = adv * to_padded([isw[i] for i in rows], prompts, L, dev)
                 weight = torch.tensor([batch.weights[i] for i in rows], dtype=torch.float32, device=dev)
                 is_peer = torch.tensor([batch.source[i] != "self" for i in rows], device=dev)
                 extra = {k: [v[i] for i in rows] for k, v in batch.extra.items()}
                 loss, st = loss_fn(logp, old, adv, mask, weight, is_peer, clip_low=a.clip_low,
                                    clip_high=a.clip_high, agg=a.agg, norm=norm, extra=extra, mb_index=mb_idx,
                                    cfg=cfg)
-                loss.backward()
+                (loss * (0.0 if dummy else d.loss_scale)).backward()
+                if dummy:
+                    continue
                 total += float(loss.detach())
                 for k, v in st.items():
                     stats[k] = stats.get(k, 0.0) + float(v)
                 ent_sum += float((ent * mask).sum())
                 ent_n += float(mask.sum())
-            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), o.max_grad_norm)
+            d.sync_grads(model)
+            gn = d.clip_grad_norm(model, o.max_grad_norm)
             pol.optimizer.step()
             pol.optimizer.zero_grad(set_to_none=True)
             losses.append(total)
             grad_norms.append(float(gn))
+    if d.enabled:  # sums over the ranks' shards
+        parts = d.gather_objects((stats, ent_sum, ent_n, losses))
+        stats = {k: sum(p[0].get(k, 0.0) for p in parts) for k in set().union(*(p[0] for p in parts))}
+        ent_sum, ent_n = sum(p[1] for p in parts), sum(p[2] for p in parts)
+        losses = [sum(x) for x in zip(*(p[3] for p in parts))]
     tok = max(stats.get("tokens", 0.0), 1.0)
     out = {
         "loss": float(np.mean(losses)) if losses else 0.0,
@@ -230,9 +263,10 @@ class Trainer:
             torch.set_num_threads(cfg.run.threads)
         torch.manual_seed(cfg.run.seed)
         np.random.seed(cfg.run.seed)
+        self.dist = D.setup(cfg)  # data-parallel processes (torchrun / accelerate launch); a no-op alone
         self.spec = PromptSpec(cfg.prompt.suffix, cfg.prompt.chat_template, cfg.prompt.raw_template)
         self.problems: list[Problem] = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)
-        self.policies = {pc.name: build_policy(pc, cfg) for pc in cfg.policies}
+        self.policies = {pc.name: build_policy(pc, cfg, self.dist) for pc in cfg.policies}
         self._filter_long_prompts()
         self.sampler = PromptSampler(len(self.problems), cfg.data.prompt_batch, cfg.run.seed, cfg.data.shuffle)
         self.exchange = EXCHANGES.get(cfg.exchange.name)(cfg)
@@ -270,14 +304,15 @@ class Trainer:
             from transformers import AutoModelForCausalLM
 
             loaded = AutoModelForCausalLM.from_pretrained(d, dtype=next(pol.model.parameters()).dtype)
-            pol.model.load_state_dict(loaded.state_dict())
-            pol.optimizer.load_state_dict(torch.load(os.path.join(d, "optimizer.pt"), weights_only=False))
+            self.dist.load_full_state(pol.model, pol.optimizer, loaded.state_dict(),
+                                      torch.load(os.path.join(d, "optimizer.pt"), weights_only=False))
             pol.engine.sync_weights(pol.model)
         self.sampler.load_state_dict(st["sampler"])
         self.exchange.load_state_dict(st["exchange"])
         ckpt.set_rng_state(st["rng"])
         self.step = st["step"]
-        self.metrics.truncate_after(self.step)
+        if self.dist.is_main:
+            self.metrics.truncate_after(self.step)
         return True
 
     # -- one step
@@ -285,12 +320,16 @@ class Trainer:
         cfg, r = self.cfg, self.cfg.rollout
         t0 = time.perf_counter()
         prompt_ids = [encode_prompt(pol, p.problem, self.spec) for p in problems]
+        lo, hi = self.dist.rollout_slice(len(problems))  # data-parallel: this rollout group's prompts
+        group = self.dist.rank // self.dist.rollout_tp
         params = SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                                seed=sampling_seed(cfg.run.seed, self.step, i))
-        ro = pol.engine.generate(prompt_ids, params)
+                                seed=(sampling_seed(cfg.run.seed, self.step, i) + group * 1_000_033) % (2**31 - 1))
+        ro = pol.engine.generate(prompt_ids[lo:hi], params)
         t1 = time.perf_counter()
-        golds = [p.answer for p in problems for _ in range(r.n)]
+        golds = [p.answer for p in problems[lo:hi] for _ in range(r.n)]
         grades = self.grader.grade(ro.texts, golds)
+        if self.dist.enabled:
+            ro, grades = D.concat_rollouts(self.dist.gather_rollout_groups((ro, grades)))
         t2 = time.perf_counter()
         rewards = torch.tensor(grades.rewards, dtype=torch.float32).view(len(problems), r.n)
         adv = self.adv_fn(rewards, eps=cfg.algo.adv_eps, norm_by_std=cfg.algo.norm_by_std)
@@ -310,7 +349,7 @@ class Trainer:
         ctx = ExchangeContext(step=self.step, seed=step_seed(cfg.run.seed, self.step), params=dict(cfg.exchange.params),
                               tokenizers={n: p.tokenizer for n, p in self.policies.items()},
                               encode_prompt=lambda text, name: encode_prompt(self.policies[name], text, self.spec),
-                              extra={"score_logprobs": lambda name, b: score_logprobs(self.policies[name], b, cfg)})
+                              extra={"score_logprobs": lambda name, b: score_logprobs(self.policies[name], b, cfg, self.dist)})
         t0 = time.perf_counter()
         batches, xmetrics = self.exchange.select(steps, ctx)
         t_x = time.perf_counter() - t0
@@ -319,7 +358,7 @@ class Trainer:
             b = batches[name]
             t0 = time.perf_counter()
             if cfg.algo.old_logprobs == "trainer" or any(s != "self" for s in b.source):
-                b.old_logprobs = score_logprobs(pol, b, cfg)
+                b.old_logprobs = score_logprobs(pol, b, cfg, self.dist)
                 if cfg.algo.old_logprobs == "sampler":  # keep the engine's log-probs on self rows
                     b.old_logprobs = [samp if s == "self" else old for s, samp, old in
                                       zip(b.source, b.sampler_logprobs, b.old_logprobs)]
@@ -330,12 +369,17 @@ class Trainer:
             b, amet = self.exchange.admit(name, b, ctx)
             rows[name].update(xmetrics.get(name, {}))
             rows[name].update(amet)
-            rows[name].update(update_policy(pol, b, cfg, rng, cfg.exchange.ordering))
+            isw, ismet = batch_is_weights(b.old_logprobs, b.sampler_logprobs, b.source, cfg.algo.is_correction,
+                                          cfg.algo.is_threshold)
+            if isw is not None:
+                b.extra["is_weight"] = isw
+            rows[name].update(ismet)
+            rows[name].update(update_policy(pol, b, cfg, rng, cfg.exchange.ordering, self.dist))
             pol.engine.sync_weights(pol.model)
             t2 = time.perf_counter()
             rows[name].update({"time/old_logprob": t1 - t0, "time/update": t2 - t1, "time/exchange": t_x,
                                "train_rows": len(b)})
-            if cfg.run.log_rollouts:
+            if cfg.run.log_rollouts and self.dist.is_main:
                 self.log_rollouts(steps[name])
         self.step += 1
         dt = time.perf_counter() - t_start
@@ -366,6 +410,9 @@ class Trainer:
         write_parquet(os.path.join(self.out, "rollouts", st.name, f"step_{self.step + 1:06d}.parquet"), cols)
 
     def save(self) -> str:
+        if self.dist.enabled:  # rank 0 writes, after a collective gather of the full state (FSDP)
+            return D.save_checkpoint(self.dist, self.ckpt_root, self.step, self.policies, self.state(),
+                                     self.cfg.run.keep_checkpoints)
         return ckpt.save(self.ckpt_root, self.step, self.policies, self.state(), self.cfg.run.keep_checkpoints)
 
     def close(self) -> None:
@@ -411,21 +458,26 @@ def train(cfg: C.Config, progress: bool = True, console=None) -> str:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from graft_cli.eval.runner import validate_in_training
+
     console = console or Console(stderr=True)
     out = run_dir_for(cfg)
-    if os.path.exists(os.path.join(out, "config.yaml")) and not cfg.run.resume:
-        import shutil
+    is_main = os.environ.get("RANK", "0") == "0"  # data-parallel runs: only rank 0 writes files
+    progress = progress and is_main
+    if is_main:
+        if os.path.exists(os.path.join(out, "config.yaml")) and not cfg.run.resume:
+            import shutil
 
-        shutil.rmtree(out)
-    os.makedirs(out, exist_ok=True)
-    if cfg.run.resume:
-        check_resumable(cfg, out)
-    atomic_write_text(os.path.join(out, "config.yaml"), C.to_yaml(cfg))
+            shutil.rmtree(out)
+        os.makedirs(out, exist_ok=True)
+        if cfg.run.resume:
+            check_resumable(cfg, out)
+        atomic_write_text(os.path.join(out, "config.yaml"), C.to_yaml(cfg))
     trainer = Trainer(cfg, out, progress)
     try:
         if cfg.run.resume and trainer.resume():
             console.print(f"resumed from step {trainer.step} in {out}")
-        else:
+        elif is_main:
             trainer.metrics.truncate_after(0)
         cols = [TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                 TextColumn("{task.fields[info]}")]
@@ -433,12 +485,17 @@ def train(cfg: C.Config, progress: bool = True, console=None) -> str:
             task = bar.add_task("train", total=trainer.total_steps, completed=trainer.step, info="")
             while trainer.step < trainer.total_steps:
                 rows = trainer.train_step()
-                trainer.metrics.write(rows)
+                if is_main:
+                    trainer.metrics.write(rows)
+                val = validate_in_training(trainer, cfg, out)  # eval.every > 0: eval/<policy>/step_N/, best.json
+                if is_main and val:
+                    trainer.metrics.write(val)
                 if trainer.step % cfg.run.save_every == 0 or trainer.step == trainer.total_steps:
                     trainer.save()
                 info = " ".join(f"{r['policy']}:r={r['reward']:.3f}" for r in rows)
                 bar.update(task, completed=trainer.step, info=f"step {trainer.step} {info} {rows[0]['time/step']:.1f}s/step")
     finally:
         trainer.close()
-    console.print(f"run directory: {out}")
+    if is_main:
+        console.print(f"run directory: {out}")
     return out

@@ -1,0 +1,257 @@
+"""Multi-process (data-parallel) training helpers: one process per GPU, launched by ``torchrun`` or
+``accelerate launch`` (``experiments/accelerate/fsdp_*gpu.yaml``). A no-op object when ``WORLD_SIZE`` is 1.
+
+What the trainer does with it (the gradient equals the single-process one):
+
+1. Rollouts are data-parallel: each rollout group (``world / rollout_tp`` of them; a group is the ranks of
+   one tensor-parallel vLLM engine) samples and grades a contiguous slice of the prompt batch; the
+   ``Rollouts`` and grades are all-gathered, so every rank holds the full step data and computes the same
+   rewards, advantages and exchange.
+2. Old log-probs: each rank scores a strided shard of the rows; the results are all-gathered.
+3. Update: each rank runs a strided shard of every minibatch, divided by the **global** ``Normaliser``
+   of that minibatch (computed from the full batch); the loss is multiplied by ``world`` and gradients
+   are averaged across ranks (all-reduce in ``replicate`` mode, FSDP's reduce-scatter in ``fsdp`` mode),
+   so the averaged gradient is the sum of the shards' gradients = the single-process gradient.
+   Stats (token and clip counts, loss sums, entropy sums) are summed across ranks.
+4. Only rank 0 writes files (config, metrics, rollouts, checkpoints); checkpoint state dicts are gathered
+   collectively first (FSDP).
+
+Modes: ``replicate`` (every rank holds the full model; gradients all-reduced by hand; works on CPU with
+gloo and is what the CPU test checks) and ``fsdp`` (selected when ``accelerate launch`` runs with an FSDP
+config, i.e. ``ACCELERATE_USE_FSDP=true``: each policy is wrapped by ``Accelerator.prepare``; FSDP2 full
+shard, bf16 mixed precision). FSDP ranks must run the same number of forward passes, so micro-batch counts
+are equalised across ranks with zero-weight dummy micro-batches and the HF engine's decode loop stops only
+when every rank is done.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from graft_cli.errors import GraftError
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    mode: str = "none"  # none | replicate | fsdp
+    rollout_tp: int = 1  # ranks per rollout engine (vLLM tensor_parallel_size when it spans ranks)
+    accelerator: object = field(default=None, repr=False)
+
+    # --------------------------------------------------------------------------------- basics
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def fsdp(self) -> bool:
+        return self.mode == "fsdp"
+
+    def barrier(self) -> None:
+        if self.enabled:
+            torch.distributed.barrier()
+
+    # --------------------------------------------------------------------------------- data split
+    @property
+    def rollout_groups(self) -> int:
+        return self.world // self.rollout_tp
+
+    def rollout_slice(self, n: int) -> tuple[int, int]:
+        """Contiguous ``[lo, hi)`` of ``n`` prompts sampled by this rank's rollout group."""
+        g, G = self.rank // self.rollout_tp, self.rollout_groups
+        per = -(-n // G)
+        return min(g * per, n), min((g + 1) * per, n)
+
+    def shard(self, rows: list) -> list:
+        """This rank's strided share of ``rows`` (rows of one minibatch, or of a scoring pass)."""
+        return rows[self.rank :: self.world] if self.enabled else rows
+
+    # --------------------------------------------------------------------------------- collectives
+    def gather_objects(self, obj) -> list:
+        if not self.enabled:
+            return [obj]
+        out = [None] * self.world
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def gather_rollout_groups(self, obj) -> list:
+        """One object per rollout group (its first rank's), in group order."""
+        allv = self.gather_objects(obj)
+        return allv[:: self.rollout_tp]
+
+    def sum_floats(self, values: list[float]) -> list[float]:
+        if not self.enabled or not values:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self._coll_device())
+        torch.distributed.all_reduce(t)
+        return t.cpu().tolist()
+
+    def max_int(self, x: int) -> int:
+        if not self.enabled:
+            return x
+        t = torch.tensor([x], dtype=torch.long, device=self._coll_device())
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return int(t.item())
+
+    def all_done(self, done: bool) -> bool:
+        """True when every rank is done (used by lock-step decode loops under FSDP)."""
+        if not self.enabled:
+            return done
+        return self.max_int(0 if done else 1) == 0
+
+    def _coll_device(self):
+        return torch.device("cuda", torch.cuda.current_device()) if torch.distributed.get_backend() == "nccl" \
+            else torch.device("cpu")
+
+    # --------------------------------------------------------------------------------- gradients
+    @property
+    def loss_scale(self) -> float:
+        """Factor on each rank's loss: gradients are averaged over ranks, the global loss is their sum."""
+        return float(self.world)
+
+    def sync_grads(self, model) -> None:
+        """``replicate`` mode: average the gradients over ranks (one flat all-reduce). FSDP already did."""
+        if not self.enabled or self.fsdp:
+            return
+        params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        torch.distributed.all_reduce(flat)
+        flat /= self.world
+        off = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[off : off + n].view_as(p.grad))
+            off += n
+
+    def clip_grad_norm(self, model, max_norm: float) -> float:
+        if self.fsdp and self.accelerator is not None:
+            return float(self.accelerator.clip_grad_norm_(model.parameters(), max_norm))
+        return float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+
+    # --------------------------------------------------------------------------------- models
+    def prepare(self, model, optimizer):
+        """Wrap a policy for this mode (FSDP via accelerate); returns ``(model, optimizer)``."""
+        if not self.fsdp:
+            return model, optimizer
+        return self.accelerator.prepare(model, optimizer)
+
+    def full_state(self, model, optimizer) -> tuple[dict | None, dict | None]:
+        """Full (unsharded) model and optimizer state dicts, collective in FSDP mode; ``(None, None)`` when
+        the local objects already hold everything."""
+        if not self.fsdp:
+            return None, None
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                             get_optimizer_state_dict)
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(model, options=opts), get_optimizer_state_dict(model, optimizer, options=opts)
+
+    def load_full_state(self, model, optimizer, model_sd: dict, optim_sd: dict) -> None:
+        if not self.fsdp:
+            model.load_state_dict(model_sd)
+            optimizer.load_state_dict(optim_sd)
+            return
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        opts = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(model, model_sd, options=opts)
+        set_optimizer_state_dict(model, optimizer, optim_sd, options=opts)
+
+
+class _FullModel:
+    """Checkpoint view of an FSDP policy: ``save_pretrained`` writes the gathered full state dict."""
+
+    def __init__(self, model, sd):
+        self.model, self.sd = model, sd
+
+    def save_pretrained(self, d, **kw):
+        unwrapped = getattr(self.model, "module", self.model)
+        unwrapped.save_pretrained(d, state_dict=self.sd, **kw)
+
+
+class _FullOptim:
+    def __init__(self, sd):
+        self.sd = sd
+
+    def state_dict(self):
+        return self.sd
+
+
+def save_checkpoint(d: Dist, ckpt_root: str, step: int, policies: dict, state: dict, keep: int):
+    """``checkpoint.save`` on rank 0 with full state dicts gathered first (collective in FSDP mode)."""
+    from dataclasses import replace
+
+    from graft_cli.train import checkpoint as ckpt
+
+    views = {}
+    for name, pol in policies.items():
+        msd, osd = d.full_state(pol.model, pol.optimizer)
+        views[name] = pol if msd is None else replace(pol, model=_FullModel(pol.model, msd), optimizer=_FullOptim(osd))
+    path = ckpt.save(ckpt_root, step, views, state, keep) if d.is_main else None
+    d.barrier()
+    return path
+
+
+def setup(cfg) -> Dist:
+    """Initialise the process group from the launcher's environment (``WORLD_SIZE``, ``RANK``, ...)."""
+    world = _env_int("WORLD_SIZE", 1)
+    if world <= 1:
+        return Dist()
+    rank, local = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+    use_cuda = torch.cuda.is_available() and cfg.run.device != "cpu"
+    if use_cuda:
+        torch.cuda.set_device(local)
+    tp = int(cfg.rollout.engine_kwargs.get("tensor_parallel_size", 1)) if cfg.rollout.engine == "vllm" else 1
+    if world % tp:
+        raise GraftError(f"config key 'rollout.engine_kwargs.tensor_parallel_size': {tp} does not divide the "
+                         f"{world} processes")
+    groups = world // tp
+    if cfg.data.prompt_batch % groups:
+        raise GraftError(f"config key 'data.prompt_batch': {cfg.data.prompt_batch} is not divisible by the "
+                         f"{groups} rollout groups ({world} processes / tensor_parallel_size {tp})")
+    fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes")
+    accelerator = None
+    if fsdp:
+        from accelerate import Accelerator
+
+        accelerator = Accelerator()  # reads the FSDP plugin and mixed precision from the launch config
+    elif not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return Dist(rank=rank, world=world, local_rank=local, mode="fsdp" if fsdp else "replicate", rollout_tp=tp,
+                accelerator=accelerator)
+
+
+def concat_rollouts(parts: list):
+    """Concatenate the ``(Rollouts, Grades)`` of the rollout groups, in prompt order."""
+    import numpy as np
+
+    from graft_cli.reward import Grades
+    from graft_cli.rollout.base import Rollouts
+
+    ros, grs = [p[0] for p in parts], [p[1] for p in parts]
+    cat = lambda attr: [x for r in ros for x in getattr(r, attr)]  # noqa: E731
+    ro = Rollouts(prompt_ids=cat("prompt_ids"), response_ids=cat("response_ids"), texts=cat("texts"),
+                  logprobs=cat("logprobs"), truncated=cat("truncated"), n=ros[0].n, meta=dict(ros[0].meta))
+    gr = Grades(np.concatenate([g.rewards for g in grs]), np.concatenate([g.timed_out for g in grs]),
+                [x for g in grs for x in g.extracted])
+    return ro, gr
