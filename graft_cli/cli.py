@@ -116,7 +116,8 @@ def _not_yet(name: str, issue: str):
 @click.option("--benchmarks", default=None,
               help="comma-separated names (math500,aime24,aime25,amc23,minerva), NAME=FILE or files "
                    "[default: the five; tiny pair: its five synthetic sets]")
-@click.option("--eval-dir", default=None, help="folder with <benchmark>.jsonl files [default: $GRAFT_EVAL_DIR, else hub ids]")
+@click.option("--eval-dir", default=None,
+              help="folder with <benchmark>.jsonl files [default: $GRAFT_EVAL_DIR, else hub ids]")
 @click.option("--pair", default=None, help="with --model: 'tiny' uses the tiny pair's synthetic benchmarks")
 @click.option("--runs", type=int, default=5, show_default=True, help="independent eval runs (a seed each)")
 @click.option("--samples", type=int, default=None, help="samples per problem [default: 8]")
@@ -124,7 +125,8 @@ def _not_yet(name: str, issue: str):
 @click.option("--top-p", type=float, default=None, help="nucleus top-p [default: 0.95]")
 @click.option("--max-new-tokens", type=int, default=None,
               help="response length limit [default: the run's rollout.max_new_tokens; 4096 with --model]")
-@click.option("--seed", type=int, default=None, help="base sampling seed; run k samples with a seed derived from it [default: 0]")
+@click.option("--seed", type=int, default=None,
+              help="base sampling seed; run k samples with a seed derived from it [default: 0]")
 @click.option("--out", default=None, help="with --model: output folder [default: results/eval/<model>]")
 @click.option("--dtype", default="float32", show_default=True, help="with --model: float32, bfloat16 or float16")
 @click.option("--device", default=None, help="auto, cpu, cuda, ... [default: the run's run.device; auto]")

@@ -131,6 +131,38 @@ def problems_fingerprint(problems) -> str:
     return h.hexdigest()[:16]
 
 
+def prepare_folder(out_dir: str, settings: EvalSettings, spec, benches: list[tuple[BenchmarkSource, list]],
+               force: bool = False) -> None:
+    """Check (or start) ``meta.json`` of an output folder before any model is loaded: settings, prompt and
+    problem sets must match what its files were made with; ``force`` deletes its results first."""
+    path = os.path.join(out_dir, "meta.json")
+    prompt = {"suffix": spec.suffix, "chat_template": spec.chat_template,
+              "raw_template": spec.raw_template}
+    meta = {"settings": settings.identity(), "prompt": prompt, "benchmarks": {}}
+    if os.path.exists(path) and not force:
+        old = read_json(path)
+        for key in ("settings", "prompt"):
+            if old.get(key) != meta[key]:
+                diff = sorted(k for k in set(old.get(key, {})) | set(meta[key])
+                              if old.get(key, {}).get(k) != meta[key].get(k))
+                raise GraftError(f"{out_dir}: holds results made with other {key} ({', '.join(diff)}); "
+                                 f"use another --out or --force to start it over")
+        meta["benchmarks"] = dict(old.get("benchmarks", {}))
+    elif os.path.isdir(out_dir) and force:
+        for f in os.listdir(out_dir):
+            if RUN_FILE_RE.match(f) or f in ("summary.json", "meta.json"):
+                os.remove(os.path.join(out_dir, f))
+    for b, probs in benches:
+        fp = {"source": b.source, "num_problems": len(probs), "fingerprint": problems_fingerprint(probs)}
+        old_fp = meta["benchmarks"].get(b.name)
+        if old_fp and old_fp["fingerprint"] != fp["fingerprint"]:
+            raise GraftError(f"{out_dir}: benchmark {b.name!r} was evaluated on a different problem set "
+                             f"({old_fp['source']}); use another --out or --force")
+        meta["benchmarks"][b.name] = fp
+    os.makedirs(out_dir, exist_ok=True)
+    atomic_write_json(path, meta)
+
+
 # ---------------------------------------------------------------------------------------- one model
 class Evaluator:
     """Evaluates one model (an engine + tokenizer) into one folder; resumable per (benchmark, run)."""
@@ -138,34 +170,6 @@ class Evaluator:
     def __init__(self, engine, tokenizer, prompt_spec, settings: EvalSettings, grader, progress=None):
         self.engine, self.tokenizer, self.spec = engine, tokenizer, prompt_spec
         self.settings, self.grader, self.progress = settings, grader, progress
-
-    def _check_meta(self, out_dir: str, benches: list[tuple[BenchmarkSource, list]], force: bool) -> None:
-        path = os.path.join(out_dir, "meta.json")
-        prompt = {"suffix": self.spec.suffix, "chat_template": self.spec.chat_template,
-                  "raw_template": self.spec.raw_template}
-        meta = {"settings": self.settings.identity(), "prompt": prompt, "benchmarks": {}}
-        if os.path.exists(path) and not force:
-            old = read_json(path)
-            for key in ("settings", "prompt"):
-                if old.get(key) != meta[key]:
-                    diff = sorted(k for k in set(old.get(key, {})) | set(meta[key])
-                                  if old.get(key, {}).get(k) != meta[key].get(k))
-                    raise GraftError(f"{out_dir}: holds results made with other {key} ({', '.join(diff)}); "
-                                     f"use another --out or --force to start it over")
-            meta["benchmarks"] = dict(old.get("benchmarks", {}))
-        elif os.path.isdir(out_dir) and force:
-            for f in os.listdir(out_dir):
-                if RUN_FILE_RE.match(f) or f in ("summary.json", "meta.json"):
-                    os.remove(os.path.join(out_dir, f))
-        for b, probs in benches:
-            fp = {"source": b.source, "num_problems": len(probs), "fingerprint": problems_fingerprint(probs)}
-            old_fp = meta["benchmarks"].get(b.name)
-            if old_fp and old_fp["fingerprint"] != fp["fingerprint"]:
-                raise GraftError(f"{out_dir}: benchmark {b.name!r} was evaluated on a different problem set "
-                                 f"({old_fp['source']}); use another --out or --force")
-            meta["benchmarks"][b.name] = fp
-        os.makedirs(out_dir, exist_ok=True)
-        atomic_write_json(path, meta)
 
     def todo(self, out_dir: str, benches) -> int:
         """Responses still to generate in ``out_dir`` (for progress totals)."""
@@ -207,7 +211,7 @@ class Evaluator:
                  task=None, label: str = "") -> dict:
         """Every (benchmark, run) not yet on disk, then ``summary.json``; returns the summary."""
         self.settings.check()
-        self._check_meta(out_dir, benches, force)
+        prepare_folder(out_dir, self.settings, self.spec, benches, force)
         for b, probs in benches:
             for k in range(1, self.settings.runs + 1):
                 if os.path.exists(run_file(out_dir, b.name, k)):
@@ -440,15 +444,17 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
     benches = _load_benches(sources)
     path = resolve_path(model)
     out_dir = out_dir or os.path.join("results", "eval", re.sub(r"[^A-Za-z0-9_.-]+", "_", model.strip("/")))
+    spec = prompt_spec or PromptSpec()
+    prepare_folder(out_dir, settings, spec, benches, force)  # refuse a mismatched folder before loading anything
     tok = load_tokenizer(path)
     m = load_model(path, dtype, device)
     grader = _make_grader(workers, timeout_s)
     try:
-        ev = Evaluator(_make_engine(m, tok, engine, max_batch), tok, prompt_spec or PromptSpec(), settings, grader)
+        ev = Evaluator(_make_engine(m, tok, engine, max_batch), tok, spec, settings, grader)
         with _progress(progress, console) as bar:
             ev.progress = bar
             task = bar.add_task(model, total=ev.todo(out_dir, benches))
-            ev.evaluate(out_dir, benches, force=force, task=task, label="")
+            ev.evaluate(out_dir, benches, task=task, label="")
         summary = write_summary(out_dir, {"model": model})
     finally:
         grader.close()
@@ -535,6 +541,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     if not jobs:
         raise GraftError(f"{run_dir}: no checkpoint to evaluate (complete checkpoints: "
                          f"{', '.join(map(str, available)) or 'none'})")
+    for p, s, _ in jobs:  # refuse mismatched folders before loading any model
+        prepare_folder(os.path.join(run_dir, "eval", p, f"step_{s:06d}"), settings, spec, benches, force)
     rc = cfg.reward
     grader = _make_grader(rc.num_workers if workers is None else workers, rc.timeout_s)
     results: dict[str, dict[int, dict]] = {}
@@ -548,7 +556,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                                             dict(cfg.rollout.engine_kwargs)), tok, spec, settings, grader, bar)
                 label = f"{p} step {s} "
                 task = bar.add_task(label, total=ev.todo(out_dir, benches))
-                ev.evaluate(out_dir, benches, force=force, task=task, label=label)
+                ev.evaluate(out_dir, benches, task=task, label=label)
                 summary = write_summary(out_dir, {"model": os.path.relpath(folder, run_dir), "policy": p, "step": s})
                 results.setdefault(p, {})[s] = summary
                 del model, ev
@@ -639,7 +647,8 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
     if run_dir:
         for opt, val in (("--out", out), ("--pair", pair)):
             if val:
-                raise GraftError(f"{opt} applies to --model only (a run writes into <run>/eval/, its pair is in config.yaml)")
+                raise GraftError(f"{opt} applies to --model only (a run writes into <run>/eval/; "
+                                 f"its pair is in config.yaml)")
         return evaluate_run(run_dir, steps=steps, policies=policy, benchmarks=benchmarks, data=data, eval_dir=eval_dir,
                             runs=runs, samples=samples, temperature=temperature, top_p=top_p,
                             max_new_tokens=max_new_tokens, seed=seed, device=device, workers=workers, force=force,
@@ -652,7 +661,8 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
     d = EvalSettings()
     settings = EvalSettings(runs=runs, samples=samples or d.samples,
                             temperature=d.temperature if temperature is None else temperature,
-                            top_p=d.top_p if top_p is None else top_p, max_new_tokens=max_new_tokens or d.max_new_tokens,
+                            top_p=d.top_p if top_p is None else top_p,
+                            max_new_tokens=max_new_tokens or d.max_new_tokens,
                             seed=d.seed if seed is None else seed)
     return evaluate_model(model, out, benchmarks, data, eval_dir, pair, settings,
                           PromptSpec(chat_template=chat_template), dtype, device or "auto",
