@@ -160,7 +160,43 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
               chat_template=chat_template, workers=workers, force=force, progress=not no_progress)
 
 
-_not_yet("complementarity", "evaluation/complementarity issue")
+@main.command("complementarity")
+@click.option("--runs", "from_runs", is_flag=True,
+              help="SOURCES are run directories: one run (its two policies) or two runs (DIR or DIR:POLICY each)")
+@click.option("--models", "from_models", is_flag=True, help="SOURCES are two models (folders, hub ids or tiny:<role>)")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--data", default=None, help="with --models: problem file to sample on")
+@click.option("--samples", type=int, default=8, show_default=True, help="with --models: samples per prompt")
+@click.option("--temperature", type=float, default=1.0, show_default=True,
+              help="with --models (training rollouts: 1.0)")
+@click.option("--top-p", type=float, default=1.0, show_default=True, help="with --models")
+@click.option("--max-new-tokens", type=int, default=4096, show_default=True, help="with --models")
+@click.option("--limit", type=int, default=None, help="with --models: only the first N problems")
+@click.option("--seed", type=int, default=0, show_default=True, help="with --models: sampling seed")
+@click.option("--device", default="auto", show_default=True, help="with --models")
+@click.option("--workers", type=int, default=2, show_default=True, help="math-verify worker processes")
+@click.option("--out", default=None,
+              help="output folder [default: <run>/complementarity for one run, else results/complementarity/...]")
+@click.option("--no-progress", is_flag=True, help="no progress bar")
+@one_line_errors
+def complementarity_cmd(from_runs, from_models, sources, data, samples, temperature, top_p, max_new_tokens, limit, seed,
+                        device, workers, out, no_progress):
+    """Per-step cross-solve rates: the share of X's all-fail prompts (k = 0) on which Y has k >= 1, both
+    directions, and their mean over training (graft.md §2.7). Writes complementarity.json and .png.
+
+    \b
+    Examples:
+      graft complementarity --runs results/runs/tiny-grpo-s0
+      graft complementarity --runs results/runs/1-grpo-s0:smol results/runs/1b-grpo-s0:qwen
+      graft complementarity --models tiny:a tiny:b --data problems.jsonl --samples 8
+    """
+    from graft_cli.analysis.complementarity import complementarity_main
+
+    complementarity_main(list(sources), runs=from_runs, models=from_models, data=data, samples=samples,
+                         temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, limit=limit,
+                         device=device, workers=workers, out=out, progress=not no_progress)
+
+
 _not_yet("ablate", "evaluation/ablation issue")
 _not_yet("report", "reporting issue")
 _not_yet("reproduce", "miniature reproduction issue")

@@ -1,0 +1,1 @@
+"""Analyses of runs and checkpoints: cross-model complementarity (:mod:`graft_cli.analysis.complementarity`)."""

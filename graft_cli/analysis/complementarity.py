@@ -1,0 +1,344 @@
+"""Cross-model complementarity (graft.md §2.7, Fig. 1; the paper: Smol solves 47.9% of Qwen's all-fail
+prompts, Qwen 18.7% of Smol's, as means over independent GRPO n=8 training).
+
+Definition (per step, graft.md §2.7 [I]): among the batch prompts on which model X has ``k = 0`` (all of
+its samples fail), the share on which model Y has ``k >= 1`` — "Y solves X's all-fail prompts". Both
+directions are reported per step; the mean over training is the mean of the per-step rates over the
+steps where X has at least one all-fail prompt (``pooled`` gives the ratio of the summed counts too).
+
+Two sources:
+
+* **rollout logs** of training runs (``rollouts/<policy>/step_NNNNNN.parquet``): the two policies of one
+  run (e.g. an independent GRPO pair run) or one policy from each of two runs. The two logs must hold the
+  same prompts per step (same data seed and prompt order); a mismatch is a one-line error.
+* **two checkpoints** sampled afresh on a problem file: ``samples`` responses per prompt from each model
+  (default 8 at the training rollout temperature 1.0, top-p 1.0), graded with math-verify: one "step".
+
+Outputs: ``complementarity.json`` and ``complementarity.png`` (matplotlib, Agg backend).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import numpy as np
+
+from graft_cli.errors import GraftError
+
+STEP_FILE_RE = re.compile(r"^step_(\d{6,})\.parquet$")
+
+
+# --------------------------------------------------------------------------------------------- pure
+def cross_solve(k_x, k_y) -> tuple[float, int, int]:
+    """``(rate, fails, hits)``: of the prompts where ``k_x == 0``, the share where ``k_y >= 1``
+    (``nan`` when X has no all-fail prompt)."""
+    k_x, k_y = np.asarray(k_x), np.asarray(k_y)
+    if k_x.shape != k_y.shape:
+        raise ValueError(f"k arrays differ in length: {k_x.shape} vs {k_y.shape}")
+    fails = k_x == 0
+    n_fail = int(fails.sum())
+    hits = int((fails & (k_y >= 1)).sum())
+    return (hits / n_fail if n_fail else math.nan), n_fail, hits
+
+
+def step_entry(step: int, k_x, k_y, n_x: int, n_y: int) -> dict:
+    r_yx, f_x, h_yx = cross_solve(k_x, k_y)
+    r_xy, f_y, h_xy = cross_solve(k_y, k_x)
+    return {"step": int(step), "num_prompts": int(len(k_x)), "n_x": n_x, "n_y": n_y,
+            "x_all_fail": f_x, "y_all_fail": f_y, "y_solves_x": r_yx, "x_solves_y": r_xy,
+            "y_solves_x_hits": h_yx, "x_solves_y_hits": h_xy}
+
+
+def aggregate(steps: list[dict]) -> dict:
+    """Mean over steps of the per-step rates (steps where the failing side has an all-fail prompt) and the
+    pooled ratio of summed counts."""
+    out = {"mean": {}, "pooled": {}, "num_steps": len(steps)}
+    for key, fail_key, hit_key in (("y_solves_x", "x_all_fail", "y_solves_x_hits"),
+                                   ("x_solves_y", "y_all_fail", "x_solves_y_hits")):
+        vals = [s[key] for s in steps if s[key] is not None and not math.isnan(s[key])]
+        out["mean"][key] = float(np.mean(vals)) if vals else math.nan
+        out["mean"][f"{key}_steps"] = len(vals)
+        fails = sum(s[fail_key] for s in steps)
+        out["pooled"][key] = sum(s[hit_key] for s in steps) / fails if fails else math.nan
+    return out
+
+
+# -------------------------------------------------------------------------------------- rollout logs
+def rollout_files(run_dir: str, policy: str) -> dict[int, str]:
+    d = os.path.join(run_dir, "rollouts", policy)
+    out = {}
+    if os.path.isdir(d):
+        for f in os.listdir(d):
+            m = STEP_FILE_RE.match(f)
+            if m:
+                out[int(m.group(1))] = os.path.join(d, f)
+    return dict(sorted(out.items()))
+
+
+def run_policies(run_dir: str) -> list[str]:
+    """Policy names of a run: from config.yaml when readable, else the rollout folders."""
+    import yaml
+
+    cfg_path = os.path.join(run_dir, "config.yaml")
+    if os.path.exists(cfg_path):
+        try:
+            with open(cfg_path) as f:
+                raw = yaml.safe_load(f) or {}
+            names = [p["name"] for p in raw.get("policies", []) if isinstance(p, dict) and "name" in p]
+            if names:
+                return names
+        except (OSError, yaml.YAMLError, TypeError):
+            pass
+    d = os.path.join(run_dir, "rollouts")
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+def parse_run_spec(spec: str) -> tuple[str, str | None]:
+    """``DIR`` or ``DIR:POLICY``."""
+    if os.path.isdir(spec):
+        return spec.rstrip("/"), None
+    if ":" in spec:
+        d, _, pol = spec.rpartition(":")
+        if os.path.isdir(d):
+            return d.rstrip("/"), pol
+    raise GraftError(f"{spec}: not a run directory (expected DIR or DIR:POLICY)")
+
+
+def resolve_sides(specs: list[str]) -> list[tuple[str, str]]:
+    """One run with two policies, or two runs with one policy each (``DIR:POLICY`` where ambiguous)."""
+    parsed = [parse_run_spec(s) for s in specs]
+    if len(parsed) == 1:
+        d, pol = parsed[0]
+        pols = run_policies(d)
+        if pol is not None or len(pols) != 2:
+            raise GraftError(f"{d}: one run needs exactly two policies to compare (has: {', '.join(pols) or 'none'}); "
+                             f"or give two runs")
+        return [(d, pols[0]), (d, pols[1])]
+    if len(parsed) != 2:
+        raise GraftError(f"--runs takes one run (two policies) or two runs, got {len(parsed)}")
+    out = []
+    for d, pol in parsed:
+        pols = run_policies(d)
+        if pol is None:
+            if len(pols) != 1:
+                raise GraftError(f"{d}: has policies {', '.join(pols) or 'none'}; name one as {d}:POLICY")
+            pol = pols[0]
+        elif pol not in pols:
+            raise GraftError(f"{d}: no policy {pol!r}; policies: {', '.join(pols) or 'none'}")
+        out.append((d, pol))
+    if out[0] == out[1]:
+        raise GraftError(f"{out[0][0]}:{out[0][1]} is given twice")
+    return out
+
+
+def k_of_step(path: str) -> tuple[list[str], np.ndarray, int]:
+    """``(prompt ids in batch order, k per prompt, n)`` of one rollout-log file."""
+    import pandas as pd
+
+    df = pd.read_parquet(path, columns=["prompt_index", "prompt_id", "reward"])
+    g = df.groupby("prompt_index", sort=True)
+    ids = g["prompt_id"].first().astype(str).tolist()
+    k = g["reward"].apply(lambda r: int((r > 0.5).sum())).to_numpy()
+    n = int(g.size().max()) if len(df) else 0
+    return ids, k, n
+
+
+def from_runs(specs: list[str]) -> dict:
+    """Per-step cross-solve rates from rollout logs (see the module docstring)."""
+    (dx, px), (dy, py) = resolve_sides(specs)
+    fx, fy = rollout_files(dx, px), rollout_files(dy, py)
+    if not fx:
+        raise GraftError(f"{dx}: no rollout logs for policy {px!r} (rollouts/{px}/step_*.parquet)")
+    if not fy:
+        raise GraftError(f"{dy}: no rollout logs for policy {py!r} (rollouts/{py}/step_*.parquet)")
+    common = sorted(set(fx) & set(fy))
+    if not common:
+        raise GraftError(f"{dx}:{px} and {dy}:{py} share no logged step")
+    steps = []
+    for s in common:
+        ids_x, k_x, n_x = k_of_step(fx[s])
+        ids_y, k_y, n_y = k_of_step(fy[s])
+        if ids_x != ids_y:
+            i = next((j for j, (a, b) in enumerate(zip(ids_x, ids_y)) if a != b), min(len(ids_x), len(ids_y)))
+            a = ids_x[i] if i < len(ids_x) else "<none>"
+            b = ids_y[i] if i < len(ids_y) else "<none>"
+            raise GraftError(f"step {s}: prompt ids differ between {px} and {py} (at batch position {i}: {a!r} vs "
+                             f"{b!r}); the runs must share the data seed and prompt order")
+        steps.append(step_entry(s, k_x, k_y, n_x, n_y))
+    lx, ly = _labels((dx, px), (dy, py))
+    return {"source": "rollouts", "x": {"label": lx, "run": dx, "policy": px},
+            "y": {"label": ly, "run": dy, "policy": py}, "steps": steps, **aggregate(steps)}
+
+
+def _labels(x: tuple[str, str], y: tuple[str, str]) -> tuple[str, str]:
+    if x[1] != y[1]:
+        return x[1], y[1]
+    return f"{os.path.basename(x[0])}:{x[1]}", f"{os.path.basename(y[0])}:{y[1]}"
+
+
+# ---------------------------------------------------------------------------------------- checkpoints
+def sample_k(model_path: str, problems, samples: int, temperature: float, top_p: float, max_new_tokens: int,
+             seed: int, grader, device: str = "auto", dtype: str = "float32", chat_template: str = "auto",
+             progress=None, task=None) -> tuple[np.ndarray, int]:
+    from graft_cli.data.prompts import PromptSpec
+    from graft_cli.models.loading import load_model, load_tokenizer
+    from graft_cli.rollout import ENGINES, SamplingParams
+    from graft_cli.train.loop import resolve_path
+
+    path = resolve_path(model_path)
+    tok = load_tokenizer(path)
+    model = load_model(path, dtype, device)
+    engine = ENGINES.get("hf")(model, tok)
+    spec = PromptSpec(chat_template=chat_template)
+    ks = []
+    chunk = 32
+    for c, start in enumerate(range(0, len(problems), chunk)):
+        part = problems[start:start + chunk]
+        ro = engine.generate([spec.encode(p.problem, tok) for p in part],
+                             SamplingParams(n=samples, temperature=temperature, top_p=top_p,
+                                            max_new_tokens=max_new_tokens, seed=(seed * 7919 + c) % (2**31 - 1)))
+        g = grader.grade(ro.texts, [p.answer for p in part for _ in range(samples)])
+        ks.extend((np.asarray(g.rewards).reshape(len(part), samples) > 0.5).sum(1).tolist())
+        if progress is not None:
+            progress.advance(task, len(part))
+    return np.asarray(ks), samples
+
+
+def from_models(models: list[str], data: str, samples: int = 8, temperature: float = 1.0, top_p: float = 1.0,
+                max_new_tokens: int = 4096, seed: int = 0, limit: int | None = None, device: str = "auto",
+                dtype: str = "float32", chat_template: str = "auto", workers: int = 2, progress: bool = True,
+                console=None) -> dict:
+    """Sample ``samples`` responses per prompt of ``data`` from each of two models; one "step"."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from graft_cli.data.problems import load_problems
+    from graft_cli.reward import MathVerifyGrader
+
+    if len(models) != 2:
+        raise GraftError(f"--models takes two models, got {len(models)}")
+    if samples < 1:
+        raise GraftError("--samples must be >= 1")
+    problems = load_problems(data)
+    if limit:
+        problems = problems[:limit]
+    grader = MathVerifyGrader(num_workers=workers, timeout_s=5.0)
+    ks = []
+    try:
+        with Progress(TextColumn("[bold]sample[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, disable=not progress) as bar:
+            for m in models:
+                task = bar.add_task(m, total=len(problems))
+                ks.append(sample_k(m, problems, samples, temperature, top_p, max_new_tokens, seed, grader, device,
+                                   dtype, chat_template, bar, task)[0])
+    finally:
+        grader.close()
+    steps = [step_entry(0, ks[0], ks[1], samples, samples)]
+    lx, ly = (models[0], models[1]) if models[0] != models[1] else ("A:" + models[0], "B:" + models[1])
+    return {"source": "models", "data": data, "samples": samples, "temperature": temperature, "top_p": top_p,
+            "max_new_tokens": max_new_tokens, "x": {"label": lx, "model": models[0]},
+            "y": {"label": ly, "model": models[1]}, "steps": steps, **aggregate(steps),
+            "k": {"x": ks[0].tolist(), "y": ks[1].tolist()}}
+
+
+# ----------------------------------------------------------------------------------------- outputs
+def plot(result: dict, path: str, ax=None) -> str | None:
+    """Per-step cross-solve rates in both directions with their means (a bar chart for one step)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(7, 4))
+    lx, ly = result["x"]["label"], result["y"]["label"]
+    names = {"y_solves_x": f"{ly} solves {lx}'s all-fail", "x_solves_y": f"{lx} solves {ly}'s all-fail"}
+    steps = result["steps"]
+    if len(steps) == 1:
+        vals = [100 * _nan0(steps[0][k]) for k in names]
+        ax.bar(list(names.values()), vals, color=["tab:blue", "tab:orange"])
+        ax.set_ylabel("% of all-fail prompts")
+    else:
+        xs = [s["step"] for s in steps]
+        for (key, label), color in zip(names.items(), ("tab:blue", "tab:orange")):
+            ax.plot(xs, [100 * s[key] if s[key] is not None else np.nan for s in steps], color=color, label=label)
+            m = result["mean"][key]
+            if m is not None and not math.isnan(m):
+                ax.axhline(100 * m, color=color, ls="--", lw=1, label=f"mean {100 * m:.1f}%")
+        ax.set_xlabel("step")
+        ax.set_ylabel("% of all-fail prompts solved by peer")
+        ax.legend(fontsize=8)
+    ax.set_title("Cross-model complementarity")
+    ax.set_ylim(0, 100)
+    if own:
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+    return path
+
+
+def _nan0(x):
+    return 0.0 if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def write_outputs(result: dict, out_dir: str) -> tuple[str, str]:
+    from graft_cli.eval.runner import atomic_write_json
+
+    os.makedirs(out_dir, exist_ok=True)
+    jpath = os.path.join(out_dir, "complementarity.json")
+    atomic_write_json(jpath, _json_safe(result))
+    ppath = plot(result, os.path.join(out_dir, "complementarity.png"))
+    return jpath, ppath
+
+
+def _json_safe(o):
+    if isinstance(o, float) and math.isnan(o):
+        return None
+    if isinstance(o, dict):
+        return {k: _json_safe(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_json_safe(v) for v in o]
+    if isinstance(o, (np.integer, np.floating)):
+        return _json_safe(o.item())
+    return o
+
+
+def complementarity_main(sources: list[str], runs: bool = False, models: bool = False, data: str | None = None,
+                         samples: int = 8, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 4096,
+                         seed: int = 0, limit: int | None = None, device: str = "auto", workers: int = 2,
+                         out: str | None = None, progress: bool = True, console=None) -> dict:
+    """The ``graft complementarity`` command."""
+    from rich.console import Console
+
+    console = console or Console(stderr=True)
+    if runs == models:
+        raise GraftError("give --runs DIR [DIR] or --models A B --data FILE")
+    if runs:
+        if data:
+            raise GraftError("--data goes with --models (rollout logs already hold the prompts)")
+        result = from_runs(list(sources))
+        if out is None:
+            ds = {result["x"]["run"], result["y"]["run"]}
+            out = os.path.join(next(iter(ds)), "complementarity") if len(ds) == 1 else os.path.join(
+                "results", "complementarity", f"{os.path.basename(result['x']['run'])}-vs-"
+                                              f"{os.path.basename(result['y']['run'])}")
+    else:
+        if not data:
+            raise GraftError("--models needs --data FILE (the prompts to sample on)")
+        result = from_models(list(sources), data, samples, temperature, top_p, max_new_tokens, seed, limit, device,
+                             workers=workers, progress=progress, console=console)
+        if out is None:
+            out = os.path.join("results", "complementarity", "models")
+    jpath, ppath = write_outputs(result, out)
+    lx, ly = result["x"]["label"], result["y"]["label"]
+    m = result["mean"]
+    console.print(f"{ly} solves {lx}'s all-fail prompts: {_pct(m['y_solves_x'])} (mean over {m['y_solves_x_steps']} "
+                  f"steps); {lx} solves {ly}'s: {_pct(m['x_solves_y'])} (mean over {m['x_solves_y_steps']} steps)")
+    console.print(f"complementarity: {jpath} and {ppath}")
+    return result
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
