@@ -198,7 +198,33 @@ def complementarity_cmd(from_runs, from_models, sources, data, samples, temperat
 
 
 _not_yet("ablate", "evaluation/ablation issue")
-_not_yet("report", "reporting issue")
+@main.command("report")
+@click.argument("dirs", nargs=-1, required=True)
+@click.option("--out", default=None, help="output folder [default: results/report]")
+@click.option("--devices", type=int, default=None,
+              help="devices charged per run in the GPU-hour accounting [default: 4 for paper pairs, else 1]")
+@click.option("--clip-steps", type=int, default=48, show_default=True,
+              help="Table 9 averages clipped fractions over steps 1..N")
+@click.option("--no-plots", is_flag=True, help="tables only")
+@one_line_errors
+def report_cmd(dirs, out, devices, clip_steps, no_plots):
+    """Tables shaped like the paper's (Table 1 main results, 2/7/8 ablations, 9 clipped fractions, 5 compute,
+    4 repeats, 6 stored trajectories, complementarity) in markdown and LaTeX, with the paper's numbers side by
+    side for paper pairs, and PNG plots. DIRS are run directories or folders holding them (and `graft eval
+    --model` folders).
+
+    \b
+    Writes <out>/report.md, tables.tex, report.json and plots/*.png.
+
+    \b
+    Example:
+      graft report results/runs --out results/report
+    """
+    from graft_cli.report.tables import report_main
+
+    report_main(list(dirs), out=out, devices=devices, clip_steps=clip_steps, plots=not no_plots)
+
+
 _not_yet("reproduce", "miniature reproduction issue")
 
 
