@@ -349,7 +349,8 @@ class Trainer:
         ctx = ExchangeContext(step=self.step, seed=step_seed(cfg.run.seed, self.step), params=dict(cfg.exchange.params),
                               tokenizers={n: p.tokenizer for n, p in self.policies.items()},
                               encode_prompt=lambda text, name: encode_prompt(self.policies[name], text, self.spec),
-                              extra={"score_logprobs": lambda name, b: score_logprobs(self.policies[name], b, cfg, self.dist)})
+                              extra={"score_logprobs":
+                                     lambda name, b: score_logprobs(self.policies[name], b, cfg, self.dist)})
         t0 = time.perf_counter()
         batches, xmetrics = self.exchange.select(steps, ctx)
         t_x = time.perf_counter() - t0

