@@ -239,3 +239,64 @@ def test_validation_in_training_writes_best_json(tiny_models, problems_file, tmp
     assert os.path.getmtime(f1) == m1
     assert res["a"][2]["benchmarks"]["arith"]["num_runs"] == 2
     assert os.path.exists(os.path.join(run, "eval", "a", "step_000002", "arith_run2.jsonl"))
+
+
+# ------------------------------------------------------------------------------------- lm-eval bridge
+TASK_DIR = os.path.join(ROOT, "graft_cli", "eval", "lm_eval_tasks")
+
+
+def _load_task_yaml(name):
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!function", lambda loader, node: ("!function", loader.construct_scalar(node)))
+    with open(os.path.join(TASK_DIR, name)) as f:
+        return yaml.load(f, Loader=Loader)
+
+
+def test_lm_eval_task_yamls_parse():
+    base = _load_task_yaml("_graft_math_yaml")
+    assert base["dataset_path"] == "json" and base["test_split"] == "test"
+    assert base["process_results"] == ("!function", "utils.process_results")
+    assert base["repeats"] == 8 and base["filter_list"][0]["filter"][0] == {"function": "take_first_k", "k": 8}
+    g = base["generation_kwargs"]
+    assert (g["do_sample"], g["temperature"], g["top_p"]) == (True, 0.6, 0.95)
+    assert {m["metric"] for m in base["metric_list"]} == {"pass_at_1", "pass_at_k"}
+    for b in B.FIVE:
+        t = _load_task_yaml(f"graft_{b}.yaml")
+        assert t["task"] == f"graft_{b}" and t["include"] == "_graft_math_yaml"
+        assert t["dataset_kwargs"]["data_files"]["test"] == f"data/eval/{b}.jsonl"
+    group = _load_task_yaml("graft_math.yaml")
+    assert group["task"] == [f"graft_{b}" for b in B.FIVE]
+    assert group["aggregate_metric_list"][0]["weight_by_size"] is False  # unweighted five-benchmark mean
+
+
+def test_lm_eval_prompt_is_graft_prompt():
+    import jinja2
+
+    from graft_cli.data.prompts import PromptSpec
+
+    class NoTemplate:
+        chat_template = None
+
+    tmpl = _load_task_yaml("_graft_math_yaml")["doc_to_text"]
+    problem = "What is $\\frac{1}{2}+\\frac{1}{3}$?"
+    assert jinja2.Template(tmpl, keep_trailing_newline=True).render(problem=problem) == \
+        PromptSpec().text(problem, NoTemplate())
+
+
+def test_lm_eval_process_results_hand_example():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("graft_lm_eval_utils", os.path.join(TASK_DIR, "utils.py"))
+    utils = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(utils)
+    doc = {"problem": "1/2 = ?", "answer": "\\frac{1}{2}"}
+    # 4 samples: 0.5 (correct), 1/3 (wrong), no box (wrong), \frac12 (correct) -> pass@1 = 2/4; pass@4 = 1
+    resps = ["so it is \\boxed{0.5}", "\\boxed{\\frac{1}{3}}", "I give up", "thus \\boxed{\\frac12}."]
+    out = utils.process_results(doc, [resps])  # lm-eval's shape after take_first_k: [[r1, ..., rk]]
+    assert out == {"pass_at_1": 0.5, "pass_at_k": 1.0}
+    assert utils.process_results({"answer": "7"}, ["\\boxed{7}"]) == {"pass_at_1": 1.0, "pass_at_k": 1.0}
+    assert utils.process_results({"answer": "7"}, [["\\boxed{8}", "7"]]) == {"pass_at_1": 0.0, "pass_at_k": 0.0}
