@@ -24,8 +24,9 @@ math-verify usage (conventions.md §7):
   - gold: a bare answer string (``\\frac{1}{2}``, ``(0,\\infty)``, ``x=5``, ``\\text{Evelyn}``,
     ``10\\%``) is parsed the same way as ``\\boxed{<gold>}`` (surrounding ``$...$`` stripped first), so
     gold and prediction go through identical normalisation. Only if that yields no sympy object do we
-    fall back to math-verify's default configs (LaTeX + plain expressions) on the raw string; an
-    unparsable gold then still compares by normalised string.
+    try ``$<gold>$`` with the default ``LatexExtractionConfig()``; an unparsable gold (e.g. with
+    ``\\hbar``) then compares by normalised string, so an identical answer still scores 1. Never
+    ``ExprExtractionConfig`` on a gold: it would pull a stray number out of an unparsable expression.
 
 * Percentages: with the antlr4 runtime 4.9.3 (pinned by hydra/omegaconf), latex2sympy2_extended
   1.11's generated parser lacks ``AtomContext.FUNC_GAMMA``, so every LaTeX percentage (``50\\%``)
@@ -33,6 +34,16 @@ math-verify usage (conventions.md §7):
   missing accessor (returning ``None``, as the 4.13.2 parser does for a non-gamma atom), which
   restores math-verify's designed behaviour: ``50\\%`` == ``50`` == ``0.5`` == ``\\frac{1}{2}``, but
   ``12.5\\%`` != ``12.5`` (non-integer percentages compare as their value, 0.125).
+* Repeating decimals (``0.\\overline{3}``), which latex2sympy reads as ``0``, are rewritten as
+  fractions before parsing (gold and prediction).
+* An answer whose text equals the gold's (up to whitespace) scores 1.0 before math-verify runs:
+  identical text is equal, and some long identical answers otherwise take sympy over 5 s.
+
+Hard timeout: some answers never finish. ``\\boxed{10^{10^{10^{10}}}}`` makes sympy's ``doit`` inside
+``verify`` evaluate ``10**(10**10)`` in C, where not even math-verify's ``signal.alarm`` could interrupt
+it. :class:`MathVerifyGrader` therefore grades in worker processes (``forkserver``: forked from a clean
+server that preloaded math-verify, so a killed worker is replaced in ~0.2 s; never plain ``fork``,
+since the trainer holds torch threads) and kills a worker that overruns ``timeout_s`` on an item.
 """
 
 from __future__ import annotations
@@ -40,9 +51,12 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import re
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import lru_cache
 from multiprocessing.connection import wait as mp_wait
 
@@ -136,45 +150,160 @@ def last_boxed(text: str) -> str | None:
 # math-verify
 
 
+_SLL = threading.local()
+_INT_RE = re.compile(r"[0-9]+\Z")
+_DEC_RE = re.compile(r"(?:0|[1-9][0-9]*)\.[0-9]+\Z")
+
+
 @lru_cache(maxsize=1)
 def _ensure_math_verify():
-    """Import math-verify once, patch the antlr 4.9.3 percentage bug (module docstring) and build the
-    extraction configs. Returns ``(parse, verify, boxed_cfg, default_cfg)``."""
+    """Import math-verify once, apply three narrow fixes to latex2sympy2_extended 1.11 and build the
+    extraction configs. Returns ``(parse, verify, boxed_cfg, dollar_cfg)``.
+
+    1. Percentages (module docstring): the antlr 4.9.3/4.11 parsers lack ``AtomContext.FUNC_GAMMA``,
+       which ``convert_atom`` probes before ``PERCENT_NUMBER``; add it (always ``None``, as in 4.13.2).
+    2. Speed: ``parse_number`` calls ``sympy.Number(text)``, which goes through ``parse_expr`` and a
+       fresh ``from sympy import *`` (~0.5 ms, about half of a whole grade). Plain integers and
+       decimals are built directly; the results are identical (``Integer(int(t))`` after the
+       leading-zero strip it does itself; ``Float(t)`` keeps the string's precision like sympify).
+    3. Speed: ANTLR's full-context (LL) prediction costs 10-30 ms for intervals, sets and equations.
+       math-verify's LaTeX parses use ANTLR's standard two-stage strategy instead: SLL prediction
+       first, which per ANTLR's ``PredictionMode.SLL`` contract returns the same tree as LL or a
+       syntax error (latex2sympy's error listener raises on any error); on any exception the parse is
+       redone in full LL, so results equal LL's, ~20x faster for those answers."""
+    import sympy
+    from latex2sympy2_extended import latex2sympy2 as l2s
     from latex2sympy2_extended.antlr_parser import PSParser
 
     if not hasattr(PSParser.AtomContext, "FUNC_GAMMA"):
         PSParser.AtomContext.FUNC_GAMMA = lambda self: None
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    converter = l2s._Latex2Sympy
+    if not getattr(converter.parse_number, "_graft_fast", False):
+        slow = converter.parse_number
+
+        def parse_number(self, text):
+            t = text.replace(",", "")
+            try:
+                if _INT_RE.match(t):
+                    return sympy.Integer(int(t))
+                if _DEC_RE.match(t):
+                    return sympy.Float(t)
+            except Exception:
+                pass
+            return slow(self, text)
+
+        parse_number._graft_fast = True
+        converter.parse_number = parse_number
+    import math_verify.parser as mv_parser
+
+    if not getattr(mv_parser.latex2sympy, "_graft_two_stage", False):
+        from antlr4.atn.PredictionMode import PredictionMode
+
+        make_parser, full_ll = converter.create_parser, mv_parser.latex2sympy
+
+        def create_parser(self, latex_str):
+            parser = make_parser(self, latex_str)
+            if getattr(_SLL, "on", False):
+                parser._interp.predictionMode = PredictionMode.SLL
+            return parser
+
+        def latex2sympy(*args, **kwargs):
+            _SLL.on = True
+            try:
+                return full_ll(*args, **kwargs)
+            except Exception:
+                pass
+            finally:
+                _SLL.on = False
+            return full_ll(*args, **kwargs)
+
+        latex2sympy._graft_two_stage = True
+        converter.create_parser = create_parser
+        mv_parser.latex2sympy = latex2sympy
+    from math_verify import LatexExtractionConfig, parse, verify
+
+    for name in ("math_verify.parser", "math_verify.grader"):  # we disable its timeouts on purpose
+        logging.getLogger(name).addFilter(lambda r: not str(r.msg).startswith("Timeout is disabled"))
 
     boxed_cfg = (LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False),)
-    default_cfg = (LatexExtractionConfig(), ExprExtractionConfig())
-    return parse, verify, boxed_cfg, default_cfg
+    dollar_cfg = (LatexExtractionConfig(),)
+    return parse, verify, boxed_cfg, dollar_cfg
 
 
 def _has_expr(parsed: list) -> bool:
     return any(not isinstance(p, str) for p in parsed)
 
 
-def _parse_boxed(content: str) -> list:
+_REPEATING_RE = re.compile(r"(?<![0-9.])([0-9]*)\.([0-9]*)\\overline\s*(?:\{\s*([0-9]+)\s*\}|([0-9]))")
+
+
+def _repeating_to_frac(m: re.Match) -> str:
+    whole, fixed, rep = m.group(1), m.group(2), m.group(3) or m.group(4)
+    den = 10 ** len(fixed) * (10 ** len(rep) - 1)
+    num = int(whole or "0") * den + int(fixed + rep) - int(fixed or "0")
+    q = Fraction(num, den)
+    return str(q.numerator) if q.denominator == 1 else f"\\frac{{{q.numerator}}}{{{q.denominator}}}"
+
+
+_TRAILING_DOT_RE = re.compile(r"(?<![\\.])\.\s*\Z")
+
+
+def _normalise(content: str) -> str:
+    """Pre-normalisation math-verify lacks: a sentence-final ``.`` inside the box (``\\boxed{104.}``
+    does not parse) is dropped; repeating decimals ``0.\\overline{3}`` / ``1.2\\overline{45}`` become
+    fractions (latex2sympy reads ``0.\\overline{3}`` as 0, which would match a wrong ``0``)."""
+    content = _TRAILING_DOT_RE.sub("", content)
+    if "\\overline" in content:
+        content = _REPEATING_RE.sub(_repeating_to_frac, content)
+    return content
+
+
+def _parse_boxed_uncached(content: str) -> tuple:
     parse, _, boxed_cfg, _ = _ensure_math_verify()
-    return parse("\\boxed{" + content + "}", extraction_config=boxed_cfg, fallback_mode="first_match",
-                 extraction_mode="first_match", parsing_timeout=None)
+    return tuple(parse("\\boxed{" + _normalise(content) + "}", extraction_config=boxed_cfg,
+                       fallback_mode="first_match", extraction_mode="first_match", parsing_timeout=None))
+
+
+_parse_boxed_cached = lru_cache(maxsize=8192)(_parse_boxed_uncached)
+
+
+def _parse_boxed(content: str) -> tuple:
+    """Parsed ``\\boxed{content}``. Short answers are cached per process: samples of one prompt often
+    repeat an answer, and ANTLR's full-context prediction makes intervals and sets cost ~10 ms each."""
+    return _parse_boxed_cached(content) if len(content) <= 512 else _parse_boxed_uncached(content)
+
+
+def _bare_gold(gold: str) -> str:
+    """The gold answer without surrounding ``$...$`` or ``\\boxed{...}``."""
+    g = gold.strip()
+    if len(g) >= 2 and g[0] == "$" and g[-1] == "$":
+        g = g.strip("$").strip()
+    if "\\boxed" in g or "\\fbox" in g:
+        g = last_boxed(g) or g
+    return g
+
+
+def _same_text(a: str, b: str) -> bool:
+    return " ".join(a.split()) == " ".join(b.split())
 
 
 @lru_cache(maxsize=4096)
 def _parse_gold(gold: str) -> tuple:
-    """Gold answers repeat across a group of samples: parse each once per process."""
-    parse, _, _, default_cfg = _ensure_math_verify()
-    g = gold.strip()
-    if len(g) >= 2 and g[0] == "$" and g[-1] == "$":
-        g = g.strip("$").strip()
-    inner = last_boxed(g) if "\\boxed" in g or "\\fbox" in g else None
-    parsed = _parse_boxed(inner if inner is not None else g)
+    """Parsed gold answer, cached per process (a group's samples share it).
+
+    ``\\boxed{<gold>}`` first (the prediction's path); if that gives no sympy object, ``$<gold>$``
+    with the default LaTeX config; else the normalised string alone (string equality only). Never
+    math-verify's plain-expression extraction on the raw gold: it would pick a stray number out of an
+    unparsable answer (``\\hbar\\omega(v+1/2)`` -> ``2``)."""
+    parse, _, _, dollar_cfg = _ensure_math_verify()
+    g = _bare_gold(gold)
+    parsed = _parse_boxed(g)
     if not _has_expr(parsed):
-        raw = parse(g, extraction_config=default_cfg, fallback_mode="first_match", parsing_timeout=None)
-        if _has_expr(raw):
-            parsed = raw
-    return tuple(parsed)
+        alt = parse("$" + _normalise(g) + "$", extraction_config=dollar_cfg, fallback_mode="no_fallback",
+                    parsing_timeout=None)
+        if _has_expr(alt):
+            parsed = tuple(alt) + tuple(p for p in parsed if isinstance(p, str))
+    return parsed
 
 
 def grade_one(response: str, gold: str) -> tuple[float, str | None]:
@@ -187,14 +316,17 @@ def grade_one(response: str, gold: str) -> tuple[float, str | None]:
         extracted = last_boxed(response)
         if extracted is None:
             return 0.0, None
-        gold_parsed = _parse_gold(str(gold))
+        gold = str(gold)
+        if _same_text(extracted, _bare_gold(gold)):
+            return 1.0, extracted  # identical text (up to whitespace): equal without sympy, never times out
+        gold_parsed = _parse_gold(gold)
         if not gold_parsed:
             return 0.0, extracted
         pred_parsed = _parse_boxed(extracted)
         if not pred_parsed:
             return 0.0, extracted
         _, verify, _, _ = _ensure_math_verify()
-        ok = verify(list(gold_parsed), pred_parsed, timeout_seconds=None)
+        ok = verify(list(gold_parsed), list(pred_parsed), timeout_seconds=None)
         return (1.0 if ok else 0.0), extracted
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -210,7 +342,6 @@ def _worker_main(conn) -> None:
     """Worker loop: ``("grade", [(idx, response, gold), ...])`` -> one ``("r", idx, reward, extracted)``
     message per item, sent as soon as the item is done (the parent times each item from the previous
     answer). ``("stop",)`` or a closed pipe ends the loop."""
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
     _ensure_math_verify()
     grade_one("\\boxed{\\frac{1}{2}}", "0.5")  # warm regex/parser caches before the clock starts
     conn.send(("ready", os.getpid()))
@@ -227,9 +358,7 @@ def _worker_main(conn) -> None:
 
 
 def _mp_context():
-    """forkserver (children fork from a clean server that preloaded math-verify: a killed worker is
-    replaced in milliseconds) where available, else spawn. Never plain fork: the parent holds torch
-    threads."""
+    """forkserver where available (module docstring), else spawn."""
     try:
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["graft_cli.reward", "math_verify", "latex2sympy2_extended"])
@@ -279,7 +408,9 @@ class MathVerifyGrader:
     answered its current item in time is killed and replaced, that item scores 0.0 with
     ``timed_out=True``, and the rest of its chunk is re-queued. Items travel in chunks of
     ``chunk_size``; results are returned in input order. ``num_workers=0`` grades in-process (no
-    timeout; for debugging). Workers start lazily on the first :meth:`grade` and are reused."""
+    timeout; for debugging). Workers start lazily on the first :meth:`grade` (or :meth:`start`) and
+    are reused across calls; their start-up does not count against ``timeout_s``. One grader serves
+    one thread at a time. ``num_timeouts`` / ``num_restarts`` count over the grader's lifetime."""
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, chunk_size: int = 64,
                  startup_timeout_s: float = 120.0):
@@ -306,6 +437,29 @@ class MathVerifyGrader:
             elif not self._workers[i].proc.is_alive():
                 self._workers[i].kill()
                 self._workers[i] = _Worker(self._ctx)
+
+    def start(self, wait: bool = True) -> MathVerifyGrader:
+        """Start the workers now (otherwise the first :meth:`grade` does) and, with ``wait``, block until
+        all of them are ready, e.g. to overlap their start-up with model loading."""
+        if self.num_workers == 0:
+            return self
+        self._start_workers()
+        deadline = time.monotonic() + self.startup_timeout_s
+        while wait and not all(w.ready for w in self._workers):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"reward worker did not start within {self.startup_timeout_s:.0f} s")
+            pending = {w.conn: i for i, w in enumerate(self._workers) if not w.ready}
+            for conn in mp_wait(list(pending), timeout=max(0.0, deadline - time.monotonic())):
+                try:
+                    if conn.recv()[0] == "ready":
+                        self._workers[pending[conn]].ready = True
+                        self._startup_failures = 0
+                except (EOFError, OSError):
+                    self._startup_failures += 1
+                    if self._startup_failures > 3 * self.num_workers:
+                        raise RuntimeError("reward workers keep dying at start-up") from None
+                    self._restart(pending[conn])
+        return self
 
     def _restart(self, i: int) -> None:
         self._workers[i].kill()
@@ -356,6 +510,14 @@ class MathVerifyGrader:
                 rewards[i], extracted[i] = grade_one(r, g)
             return Grades(rewards, timed_out, extracted)
 
+        try:
+            return self._grade(responses, golds, rewards, timed_out, extracted)
+        except BaseException:
+            self.close()  # workers may hold a half-done chunk: start clean next time
+            raise
+
+    def _grade(self, responses, golds, rewards, timed_out, extracted) -> Grades:
+        n = len(responses)
         self._start_workers()
         queue = deque(list(range(s, min(s + self.chunk_size, n))) for s in range(0, n, self.chunk_size))
         remaining = n
