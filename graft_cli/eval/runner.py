@@ -476,7 +476,7 @@ def parse_steps(spec, available: list[int], best: dict[str, int]) -> list[int] |
         raise GraftError(f"--steps {spec!r}: expected all, last, best or a comma-separated list of steps") from None
 
 
-def run_policies_and_config(run_dir: str):
+def load_run_config(run_dir: str):
     from graft_cli import config as C
 
     path = os.path.join(run_dir, "config.yaml")
@@ -504,7 +504,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     from graft_cli.train import checkpoint as ckpt
 
     console = console or Console(stderr=True)
-    cfg = run_policies_and_config(run_dir)
+    cfg = load_run_config(run_dir)
     ec = cfg.eval
     settings = EvalSettings(runs=runs, samples=samples or ec.samples,
                             temperature=ec.temperature if temperature is None else temperature,

@@ -429,6 +429,8 @@ def run_dir_for(cfg: C.Config) -> str:
 
 RESUME_MAY_DIFFER = {"run.steps", "run.resume", "run.keep_checkpoints", "run.save_every", "run.log_rollouts",
                      "reward.num_workers", "run.threads", "run.device"}
+RESUME_MAY_DIFFER |= {f"eval.{k}" for k in ("every", "benchmarks", "data_dir", "samples", "runs", "max_new_tokens",
+                                              "temperature", "top_p", "seed", "save_best")}  # validation only
 
 
 def _flat(d, prefix=""):
