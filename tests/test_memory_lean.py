@@ -57,3 +57,19 @@ def test_chunked_checkpointed_equals_naive(dtype, checkpointing):
     for k in g_n:
         err = float((g_c[k] - g_n[k]).norm() / g_n[k].norm().clamp(min=1e-12))
         assert err < rtol, (k, err)
+
+
+def test_hidden_via_root_equals_backbone():
+    """The FSDP2 path (root forward + hook) gives the backbone's normed last hidden state, with gradients."""
+    from graft_cli.models.logprobs import _backbone, hidden_via_root
+
+    model = _model(torch.float32)
+    ids = torch.randint(2, 97, (2, 9))
+    att = torch.ones_like(ids)
+    att[1, 6:] = 0
+    base = _backbone(model)
+    want = base(input_ids=ids, attention_mask=att).last_hidden_state
+    got = hidden_via_root(model, base, ids, att)
+    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-6)
+    got.sum().backward()
+    assert model.model.embed_tokens.weight.grad is not None

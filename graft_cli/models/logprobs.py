@@ -32,6 +32,32 @@ def _backbone(model):
     return base
 
 
+def _is_fsdp(model) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(model, FSDPModule)
+
+
+def hidden_via_root(model, base, input_ids, attention_mask):
+    """The backbone's last hidden state, computed through the *root* module's forward (LM head on the last
+    position only) and captured with a forward hook. Under FSDP2 the root's parameters (embeddings, final
+    norm, tied head) are all-gathered only by the root forward — calling the backbone directly would meet
+    sharded parameters — and the root keeps them unsharded after forward, so the chunked head below works."""
+    captured = {}
+
+    def hook(_m, _i, out):
+        captured["h"] = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    handle = base.register_forward_hook(hook)
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, use_cache=False)
+    finally:
+        handle.remove()
+    return captured["h"]
+
+
 def response_logprobs(model, input_ids, attention_mask, response_mask, temperature: float = 1.0,
                       chunk_tokens: int = 4096, with_entropy: bool = False):
     """Returns ``(logp, entropy)`` of shape ``(B, L-1)``: entry ``t`` scores ``input_ids[:, t+1]``;
@@ -39,7 +65,10 @@ def response_logprobs(model, input_ids, attention_mask, response_mask, temperatu
     base, head = _backbone(model), model.get_output_embeddings()
     if base is None or head is None:
         return naive_logprobs(model, input_ids, attention_mask, response_mask, temperature, with_entropy)
-    hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    if _is_fsdp(model):
+        hidden = hidden_via_root(model, base, input_ids, attention_mask)
+    else:
+        hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     sel = response_mask[:, 1:].bool()
     h = hidden[:, :-1][sel]
     tgt = input_ids[:, 1:][sel]
