@@ -281,6 +281,10 @@ class Index:
         for r in runs:
             for p in r.policies:
                 self.names.setdefault(p["key"], P.MODEL_NAMES.get(p["key"], p["name"]))
+        # table columns: the five benchmarks, or whatever the results were scored on (e.g. --data FILE)
+        seen = [b for r in runs for res in r.results.values() for b in res.benchmarks]
+        self.benches = list(FIVE) if not seen or set(FIVE) <= set(seen) else \
+            [b for b in FIVE if b in seen] + sorted(set(seen) - set(FIVE))
 
     def entries(self, key: str, variant: str, pair: str | None = None):
         """[(run, result)] sorted by (pair match, seed)."""
@@ -303,16 +307,16 @@ class Index:
         return self.names.get(key, key)
 
 
-def _cells(res: PolicyResult, benches=FIVE) -> list[str]:
-    return [fmt(res.benchmarks.get(b)) for b in benches] + [fmt(res.avg)]
+def _cells(res: PolicyResult, idx: Index) -> list[str]:
+    return [fmt(res.benchmarks.get(b)) for b in idx.benches] + [fmt(res.avg)]
 
 
-def _paper_cells(row: dict) -> list[str]:
-    return [fmt(row.get(b)) for b in FIVE] + [fmt(row["avg"])]
+def _paper_cells(row: dict, idx: Index) -> list[str]:
+    return [fmt(row.get(b)) for b in idx.benches] + [fmt(row["avg"])]
 
 
-def _bench_cols() -> list[str]:
-    return [display_name(b) for b in FIVE] + ["Avg"]
+def _bench_cols(idx: Index) -> list[str]:
+    return [display_name(b) for b in idx.benches] + ["Avg"]
 
 
 def _peer_label(run: Run, pol: str, idx: Index) -> str:
@@ -344,7 +348,7 @@ def table1(idx: Index) -> Table | None:
     if not runs:
         return None
     t = Table("table1", "Table 1: main results (pass@1 %, mean ± std over eval runs; Δ vs GRPO n=8)",
-              ["Method", "Peer (pair)", *_bench_cols(), "Δ vs GRPO n=8"])
+              ["Method", "Peer (pair)", *_bench_cols(idx), "Δ vs GRPO n=8"])
     for key in _ordered_keys(runs):
         t.add([f"Updated {idx.name(key)}"] + [""] * (len(t.columns) - 1), "head")
         for method in T1_METHODS:
@@ -357,11 +361,12 @@ def table1(idx: Index) -> Table | None:
                     continue
                 _, base = idx.first(key, "grpo", pair)
                 d = None if method == "grpo" else _delta(res, base)
-                t.add([method_label(method), _peer_label(run, res.policy, idx), *_cells(res), fdelta(d)])
+                t.add([method_label(method), _peer_label(run, res.policy, idx), *_cells(res, idx), fdelta(d)])
                 pk = P.model_key(res.model)
                 prow = P.table1(pk, method, pair) if pk and pair in P.PAIRS else None
                 if prow:
-                    t.add([f"{method_label(method)} (paper)", "", *_paper_cells(prow), fdelta(prow["delta"])], "paper")
+                    t.add([f"{method_label(method)} (paper)", "", *_paper_cells(prow, idx), fdelta(prow["delta"])],
+                          "paper")
     t.notes.append("Each policy at its selected step (best.json); ± is the sample std (ddof=1) over eval runs.")
     return t
 
@@ -384,7 +389,7 @@ def ablation_table(idx: Index, key: str, title: str, methods, labels: dict | Non
     if not recv:
         return None
     first_col = "δ" if labels else "Variant"
-    t = Table(key, title, [first_col, *_bench_cols(), "Δ vs full GRAFT"])
+    t = Table(key, title, [first_col, *_bench_cols(idx), "Δ vs full GRAFT"])
     for pair, mk in recv:
         _, full = idx.first(mk, "graft", pair)
         t.add([f"Receiver {idx.name(mk)} (pair {pair})"] + [""] * (len(t.columns) - 1), "head")
@@ -392,7 +397,7 @@ def ablation_table(idx: Index, key: str, title: str, methods, labels: dict | Non
             _, res = idx.first(mk, m, pair)
             label = (labels or {}).get(m, method_label(m) + (" (full)" if m == "graft" else ""))
             if res is not None:
-                t.add([label, *_cells(res), "—" if m == "graft" else fdelta(_delta(res, full))])
+                t.add([label, *_cells(res, idx), "—" if m == "graft" else fdelta(_delta(res, full))])
             pk = P.model_key(res.model) if res is not None else None
             prow = P.ablation(pk, m, pair) if pk else None
             if prow is None and pk and m == "graft":
@@ -400,7 +405,7 @@ def ablation_table(idx: Index, key: str, title: str, methods, labels: dict | Non
             if prow is None and pk and m in ("hacpo", "sgt") and pair == "1":
                 prow = P.TABLE8.get(m, {}).get(pk)
             if prow is not None and res is not None:
-                t.add([f"{label} (paper)", *_paper_cells(prow), "—" if m == "graft" else fdelta(prow["delta"])],
+                t.add([f"{label} (paper)", *_paper_cells(prow, idx), "—" if m == "graft" else fdelta(prow["delta"])],
                       "paper")
     return t
 
@@ -576,12 +581,12 @@ def table4(idx: Index) -> Table | None:
     if not groups:
         return None
     t = Table("table4", "Table 4: independent training runs (mean ± sample std over runs of each run's eval mean)",
-              ["Pair", "Updated model", "Method", "Runs", *_bench_cols(), "Δ vs GRPO n=8"])
+              ["Pair", "Updated model", "Method", "Runs", *_bench_cols(idx), "Δ vs GRPO n=8"])
     agg = {}
     for (pair, mk, variant), items in sorted(groups.items()):
         items = sorted(items, key=lambda t: t[0])
         cells = {}
-        for b in (*FIVE, "avg"):
+        for b in (*idx.benches, "avg"):
             vals = [res.avg[0] if b == "avg" else (res.benchmarks.get(b) or (None,))[0] for _, res in items]
             vals = [v for v in vals if v is not None]
             cells[b] = (float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else None) if vals else None
@@ -591,11 +596,13 @@ def table4(idx: Index) -> Table | None:
                                                      if kk == mk and vv == "grpo"), None)
         d = None if variant == "grpo" or base is None or cells["avg"] is None else cells["avg"][0] - base["avg"][0]
         n = len(groups[(pair, mk, variant)])
-        t.add([pair, idx.name(mk), method_label(variant), n, *[fmt(cells[b]) for b in (*FIVE, "avg")], fdelta(d)])
+        t.add([pair, idx.name(mk), method_label(variant), n, *[fmt(cells[b]) for b in (*idx.benches, "avg")],
+               fdelta(d)])
         pk = P.model_key(next(res.model for _, res in groups[(pair, mk, variant)]))
         prow = P.repeats(pair, pk, variant) if pk else None
         if prow:
-            t.add(["", "", f"{method_label(variant)} (paper)", 3, *_paper_cells(prow), fdelta(prow["delta"])], "paper")
+            t.add(["", "", f"{method_label(variant)} (paper)", 3, *_paper_cells(prow, idx), fdelta(prow["delta"])],
+                  "paper")
     return t
 
 
@@ -604,15 +611,15 @@ def table6(idx: Index) -> Table | None:
     if not runs:
         return None
     t = Table("table6", "Table 6: stored-trajectory GRAFT (Δ vs GRPO n=8)",
-              ["Pair", "Receiver", *_bench_cols(), "Δ vs GRPO n=8"])
+              ["Pair", "Receiver", *_bench_cols(idx), "Δ vs GRPO n=8"])
     for r in sorted(runs, key=lambda r: (r.pair, r.seed, r.path)):
         for res in r.results.values():
             _, base = idx.first(res.key, "grpo", r.pair)
-            t.add([r.pair, idx.name(res.key), *_cells(res), fdelta(_delta(res, base))])
+            t.add([r.pair, idx.name(res.key), *_cells(res, idx), fdelta(_delta(res, base))])
             pk = P.model_key(res.model)
             prow = P.stored(r.pair, pk) if pk else None
             if prow:
-                t.add(["", f"{idx.name(res.key)} (paper)", *_paper_cells(prow), fdelta(prow["delta"])], "paper")
+                t.add(["", f"{idx.name(res.key)} (paper)", *_paper_cells(prow, idx), fdelta(prow["delta"])], "paper")
     return t
 
 
