@@ -5,11 +5,23 @@ A hand-written decode loop rather than ``model.generate`` so that (a) sampling i
 the *processed* distribution (logits / T, then top-p) is kept, never a B x T x V score tensor.
 Responses that emit EOS stop there (the EOS id is kept in ``response_ids``); the rest are marked
 ``truncated`` at ``max_new_tokens``. Prompts are processed in micro-batches of ``max_batch`` sequences.
+
+Fast path (``rollout.engine_kwargs``; ``auto`` = on when the model is on CUDA, so the CPU path is unchanged):
+``cache: static`` preallocates a ``StaticCache`` whose length is rounded up to ``cache_bucket`` tokens and
+feeds a fixed-length attention mask, so every decode step has the same shapes; ``compile: true`` then runs
+the one-token decode step through ``torch.compile`` (``compile_mode``, default ``reduce-overhead`` = CUDA
+graphs). Sampling, log-probs and stopping are the same code either way. If the fast path fails on first
+use it is switched off with a warning and the batch is redone on the dynamic-cache path.
+
+Under FSDP (data-parallel training, train/dist.py) every rank must run the same number of forward passes:
+the decode loop then stops only when all ranks' rows are done.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
+import warnings
 
 import torch
 
@@ -45,10 +57,18 @@ def eos_ids_of(tokenizer, model=None) -> list[int]:
 
 @ENGINES.register("hf")
 class HFEngine:
-    def __init__(self, model, tokenizer, max_batch: int = 256, **_):
+    def __init__(self, model, tokenizer, max_batch: int = 256, cache: str = "auto", compile: bool | str = "auto",
+                 compile_mode: str = "reduce-overhead", cache_bucket: int = 256, **_):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
+        on_cuda = next(model.parameters()).device.type == "cuda"
+        if cache not in ("auto", "dynamic", "static"):
+            raise ValueError(f"rollout.engine_kwargs.cache: {cache!r}; known: auto, dynamic, static")
+        self.static = cache == "static" or (cache == "auto" and on_cuda)
+        self.compile = (compile is True or compile == "true" or (compile == "auto" and on_cuda)) and self.static
+        self.compile_mode, self.cache_bucket = compile_mode, max(1, int(cache_bucket))
+        self._compiled = None
         self.eos_ids = eos_ids_of(tokenizer, model)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eos_ids[0])
@@ -58,6 +78,27 @@ class HFEngine:
 
     def sync_weights(self, model) -> None:
         self.model = model  # same process, same parameters: nothing to copy
+
+    def _lockstep(self) -> bool:
+        """FSDP-sharded model in a multi-process run: forwards are collective, ranks stop together."""
+        from graft_cli.models.logprobs import _is_fsdp
+
+        return _is_fsdp(self.model) and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+
+    def _all_done(self, done: bool, dev) -> bool:
+        flag = torch.tensor([0 if done else 1], device=dev)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return int(flag.item()) == 0
+
+    def _step(self, **kw):
+        """One decode step (the compiled one on the fast path)."""
+        if self.compile:
+            if self._compiled is None:
+                self._compiled = torch.compile(lambda **k: self.model(**k).logits, mode=self.compile_mode)
+            if next(self.model.parameters()).is_cuda:
+                torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs were consumed
+            return self._compiled(**kw)
+        return self.model(**kw).logits
 
     @torch.no_grad()
     def _sample_batch(self, prompts: list[list[int]], p: SamplingParams, gen: torch.Generator):
@@ -72,19 +113,29 @@ class HFEngine:
             mask[i, L - len(x) :] = 1
         ids, mask = ids.to(dev), mask.to(dev)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        lockstep = self._lockstep()
+        if self.static:  # fixed shapes: cache and mask span the bucketed maximum length
+            from transformers import StaticCache
+
+            total = math.ceil((L + p.max_new_tokens) / self.cache_bucket) * self.cache_bucket
+            cache = StaticCache(config=model.config, max_cache_len=total)
+            full_mask = torch.zeros((B, total), dtype=mask.dtype, device=dev)
+            full_mask[:, :L] = mask
+        else:
+            from transformers import DynamicCache
+
+            cache = DynamicCache()
+            full_mask = None
         eos = torch.tensor(self.eos_ids, device=dev)
         out_tok = torch.full((B, p.max_new_tokens), self.pad_id, dtype=torch.long, device=dev)
         out_lp = torch.zeros((B, p.max_new_tokens), dtype=torch.float32, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         lengths = torch.full((B,), p.max_new_tokens, dtype=torch.long, device=dev)
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
-                    **{self._cache_kw: cache})
+        out = model(input_ids=ids, attention_mask=mask if full_mask is None else full_mask, position_ids=pos,
+                    use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits
         next_pos = pos[:, -1] + 1
         for t in range(p.max_new_tokens):
-            logits = out.logits[:, -1, :].float()
+            logits = out[:, -1, :].float()
             if p.temperature <= 0:
                 tok = logits.argmax(-1)
                 lp = torch.zeros(B, device=dev)
@@ -99,11 +150,19 @@ class HFEngine:
             hit = (~done) & torch.isin(tok, eos)
             lengths = torch.where(hit, torch.full_like(lengths, t + 1), lengths)
             done |= hit
-            if bool(done.all()) or t == p.max_new_tokens - 1:
+            finished = bool(done.all())
+            if lockstep:
+                finished = self._all_done(finished, dev)
+            if finished or t == p.max_new_tokens - 1:
                 break
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                        use_cache=True, **{self._cache_kw: cache})
+            if full_mask is None:
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                step_mask = mask
+            else:
+                full_mask[:, L + t] = 1
+                step_mask = full_mask
+            out = self._step(input_ids=tok[:, None], attention_mask=step_mask, position_ids=next_pos[:, None],
+                             use_cache=True, **{self._cache_kw: cache})
             next_pos = next_pos + 1
         res_ids, res_lp, trunc = [], [], []
         for i in range(B):
@@ -112,6 +171,23 @@ class HFEngine:
             res_lp.append(out_lp[i, :n].tolist())
             trunc.append(not bool(done[i]))
         return res_ids, res_lp, trunc
+
+    def _sample_fallback(self, prompts, p, gen):
+        """The fast path, or (if it fails the first time it is used) the dynamic path, same generator state."""
+        if not self.static:
+            return self._sample_batch(prompts, p, gen)
+        state = gen.get_state()
+        try:
+            return self._sample_batch(prompts, p, gen)
+        except Exception as e:  # an unsupported model/transformers combination: never fail a run for speed
+            if self._lockstep():
+                raise
+            warnings.warn(f"HF engine fast path (static cache{' + torch.compile' if self.compile else ''}) "
+                          f"failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                          "using the dynamic cache", stacklevel=2)
+            self.static = self.compile = False
+            gen.set_state(state)
+            return self._sample_batch(prompts, p, gen)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
         was_training = self.model.training
@@ -122,7 +198,7 @@ class HFEngine:
         ids, lps, trunc = [], [], []
         # sort by prompt length inside each chunk is unnecessary for equal-format prompts; keep order
         for s in range(0, len(flat), self.max_batch):
-            a, b, c = self._sample_batch(flat[s : s + self.max_batch], params, gen)
+            a, b, c = self._sample_fallback(flat[s : s + self.max_batch], params, gen)
             ids += a
             lps += b
             trunc += c
