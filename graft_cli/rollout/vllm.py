@@ -107,6 +107,7 @@ class VLLMEngine:
         self.llm = LLM(**kw)
         self._asleep = False
         self._weights_awake = True
+        self.sleep()  # sleep mode: free the GPU for the next engine's start-up and for training (TRL's order)
 
     # ------------------------------------------------------------------------------------------ weights
     def _push(self, model) -> None:
