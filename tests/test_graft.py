@@ -497,7 +497,7 @@ def test_recompute_peer_logprobs_hook(tok_char, tok_bpe):
 def _graft_batch(B=8, grafted=(5, 7)):
     b = TrainBatch()
     for q in range(B):
-        for j in range(2):
+        for _j in range(2):
             b.append(prompt_ids=[1], response_ids=[2, 3], advantages=1.0, weights=1.0,
                      source="peer" if q in grafted else "self", group=q)
     return b

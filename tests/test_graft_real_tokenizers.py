@@ -130,7 +130,8 @@ def test_compatibility_with_a_real_model(smol_model, smol_tok, deepseek_tok):
                    [[-0.5] * len(ds_ids)] * n, [False] * n, n=n)
     src2 = PolicyStep("ds", probs[:1], [[1]], ro2, torch.tensor([[1.0, 1.0, 0.0, 0.0]]), torch.zeros(1, n))
     recv2 = PolicyStep("recv", probs[:1], prompts[:1], ro, torch.zeros(1, n), torch.zeros(1, n))
-    ctx2 = ExchangeContext(0, 0, {}, {"ds": deepseek_tok, "recv": smol_tok}, lambda text, name: spec.encode(text, smol_tok))
+    ctx2 = ExchangeContext(0, 0, {}, {"ds": deepseek_tok, "recv": smol_tok},
+                           lambda text, name: spec.encode(text, smol_tok))
     b2 = ex.select({"ds": src2, "recv": recv2}, ctx2, receivers=["recv"], directions=[(0, 1)])[0]["recv"]
     row = b2.source.index("peer")
     assert smol_tok.decode(b2.response_ids[row][:-1]) == TEXTS[0] and b2.response_ids[row][-1] == smol_tok.eos_token_id

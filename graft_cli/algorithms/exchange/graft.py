@@ -469,7 +469,7 @@ class GraftExchange(Exchange):
         """HACPO P_k: mean positive-reward rate of policy k over its last ``hacpo_window`` steps (before this
         one; 1.0 without history), then this step's rate is appended."""
         caps = {}
-        for name, st in steps.items():
+        for name in steps:
             h = self.hacpo_history.get(name, [])
             caps[name] = float(np.mean(h[-self.opts["hacpo_window"]:])) if h else 1.0
         for name, st in steps.items():

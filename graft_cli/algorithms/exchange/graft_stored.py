@@ -20,7 +20,9 @@ GRPO run, read from its rollout logs. Registered as exchange ``graft_stored``.
 
 At receiver step t (0-based) the partner's file ``step_{t+1:06d}.parquet`` is read; its ``step`` column must
 be t and its prompt ids, in prompt order, must equal this step's prompts, else a one-line GraftError (the
-two runs need the same data, data seed and batch size). The partner is then an ordinary
+two runs need the same data, data seed and batch size; note that the trainer drops prompts longer than
+``rollout.max_prompt_tokens`` under the policies it loads, so a prompt that only the partner's tokenizer
+made too long shifts the order and is reported here). The partner is then an ordinary
 :class:`~graft_cli.train.batch.PolicyStep` and the receiver's batch is built exactly as online GRAFT builds
 it for the direction partner → receiver.
 """
@@ -74,10 +76,11 @@ def read_partner_step(path: str, step: int, problems, data_seed: int | None = No
     if len(sizes) != B or (sizes != n).any() or ids != want:
         seeds = sorted(set(int(x) for x in df["data_seed"])) if "data_seed" in df.columns else "?"
         first = next((i for i, (a, b) in enumerate(zip(ids, want)) if a != b), min(len(ids), len(want)))
+        theirs = ids[first] if first < len(ids) else None
+        ours = want[first] if first < len(want) else None
         raise GraftError(f"{path}: prompt order differs from this run at step {step + 1} (prompt {first}: partner "
-                         f"{ids[first] if first < len(ids) else None!r} vs {want[first] if first < len(want) else None!r};"
-                         f" partner data seed {seeds}, this run {data_seed}); use the partner's data, seed and "
-                         f"prompt batch")
+                         f"{theirs!r} vs {ours!r}; partner data seed {seeds}, this run {data_seed}); use the "
+                         f"partner's data, seed and prompt batch")
     return {"n": n, **{c: df[c].tolist() for c in df.columns}}
 
 
@@ -137,6 +140,11 @@ class StoredGraftExchange(GraftExchange):
             raise GraftError(f"config key 'exchange.params.receiver': {recv!r} is not one of {', '.join(names)}")
         cfg.policies = [pc for pc in cfg.policies if pc.name == recv]  # the partner is not loaded or trained
         cfg.exchange.params["receiver"] = recv
+
+    def close(self) -> None:
+        close = getattr(self.grader, "close", None)
+        if close:
+            close()
 
     def partner_step(self, problems, step: int, data_seed: int | None = None) -> PolicyStep:
         """The partner's logged step as a PolicyStep (rewards re-verified, advantages recomputed)."""
