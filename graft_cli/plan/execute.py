@@ -1,0 +1,366 @@
+"""Running a plan: per run, train (skipped when finished, resumed when partial) then evaluate (skipped when
+done), in plan order; one run at a time in this process, or ``jobs`` runs at a time in worker processes
+(each with ``cpu_count // jobs`` torch threads and its output in ``<out>/logs/<run>.log``). A run whose
+partner failed is skipped; any other failure is recorded and the plan goes on.
+
+Results: one record per run (:func:`execute`), written with the plan to ``<out>/plan_<name>.json`` and as a
+markdown table to ``<out>/plan_<name>.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+from graft_cli.errors import GraftError
+from graft_cli.plan import status as S
+from graft_cli.plan.spec import Plan, PlanRun
+
+
+# ------------------------------------------------------------------------------------------ dry run
+def describe(plan: Plan, out: str, check_configs: bool = True) -> list[dict]:
+    """One row per run: what would happen (composing each config when ``check_configs``, so a bad method
+    name or override shows up before anything runs)."""
+    rows = []
+    for i, r in enumerate(plan.runs, 1):
+        d = plan.run_dir(r, out)
+        st = S.run_status(d, plan.steps)
+        row = {"index": i, "run": plan.run_name(r), "name": r.name, "method": r.method, "seed": r.seed,
+               "overrides": list(r.overrides), "partner": f"{r.partner_key()}:{r.partner[1]}" if r.partner else "",
+               "steps": plan.steps, "status": st.label(), "dir": d, "config": "ok"}
+        if plan.eval.enabled and st.finished and S.eval_done(d, plan.eval.steps, plan.eval.runs, plan.eval.samples,
+                                                             plan.eval.benchmarks):
+            row["status"] += ", evaluated"
+        partner_ready = True
+        if r.partner:
+            partner = plan.by_key()[r.partner_key()]
+            partner_ready = S.run_status(plan.run_dir(partner, out), plan.steps).finished
+        if check_configs and not partner_ready:
+            row["config"] = "checked when its partner has run"
+        elif check_configs:
+            try:
+                from graft_cli.config import compose
+
+                compose(plan.compose_overrides(r, out))
+            except GraftError as e:
+                row["config"] = f"error: {e}"
+        rows.append(row)
+    return rows
+
+
+def md_table(columns: list[str], rows: list[list]) -> str:
+    out = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |")
+    return "\n".join(out)
+
+
+def dry_run_markdown(plan: Plan, out: str, rows: list[dict]) -> str:
+    steps = plan.steps if plan.steps is not None else "run.epochs"
+    ev = plan.eval
+    head = (f"Plan {plan.name} ({plan.source}): pair {plan.pair}, {len(rows)} runs, steps {steps}, "
+            f"eval {'off' if not ev.enabled else f'steps={ev.steps} runs={ev.runs} samples={ev.samples or 8}'}, "
+            f"out {out}")
+    cols = ["#", "run", "method", "seed", "overrides", "partner", "status", "config"]
+    table = md_table(cols, [[r["index"], r["run"], r["method"], r["seed"], " ".join(r["overrides"]) or "—",
+                             r["partner"] or "—", r["status"], r["config"]] for r in rows])
+    return head + "\n\n" + table
+
+
+# ---------------------------------------------------------------------------------------- one run
+def run_job(job: dict) -> dict:
+    """Train (unless finished) and evaluate (unless done) one run. ``job``: overrides, run_dir, finished,
+    eval (EvalPlan fields or None), threads, log (a file path: output goes there), progress.
+    Returns {trained, train_s, evaluated, eval_s, error}; never raises."""
+    rec = {"trained": None, "train_s": 0.0, "evaluated": None, "eval_s": 0.0, "error": None}
+    log = None
+    if job.get("log"):
+        os.makedirs(os.path.dirname(job["log"]), exist_ok=True)
+        log = open(job["log"], "a", buffering=1, encoding="utf-8")
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        sys.stdout = sys.stderr = log
+    try:
+        import torch
+        from rich.console import Console
+
+        if job.get("threads"):
+            torch.set_num_threads(int(job["threads"]))
+        console = Console(file=log, force_terminal=False, width=160) if log else Console(stderr=True)
+        from graft_cli.config import compose
+
+        cfg = compose(job["overrides"])
+        if not job["finished"]:
+            t0 = time.perf_counter()
+            from graft_cli.train.loop import train
+
+            was = S.run_status(job["run_dir"], cfg.run.steps)
+            train(cfg, progress=job.get("progress", False), console=console)
+            rec["trained"] = "resumed" if was.state == "partial" and was.step > 0 else "trained"
+            rec["train_s"] = time.perf_counter() - t0
+        ev = job.get("eval")
+        if ev and ev.get("enabled", True):
+            if S.eval_done(job["run_dir"], ev["steps"], ev["runs"], ev.get("samples"), ev.get("benchmarks")):
+                rec["evaluated"] = "done before"
+            else:
+                from graft_cli.eval.runner import evaluate_run
+
+                t0 = time.perf_counter()
+                kw = {k: ev.get(k) for k in ("steps", "runs", "samples", "temperature", "top_p", "max_new_tokens",
+                                             "seed")}
+                bench = ev.get("benchmarks")
+                evaluate_run(job["run_dir"], benchmarks=",".join(bench) if bench else None,
+                             progress=job.get("progress", False), console=console, **kw)
+                rec["evaluated"] = "evaluated"
+                rec["eval_s"] = time.perf_counter() - t0
+    except BaseException as e:  # noqa: B036 — recorded, the plan goes on (KeyboardInterrupt re-raised)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        rec["error"] = msg if isinstance(e, GraftError) else f"{type(e).__name__}: {msg}"
+        if not isinstance(e, GraftError):
+            traceback.print_exc()
+    finally:
+        if log:
+            sys.stdout.flush()
+            log.flush()
+    return rec
+
+
+def run_scores(run_dir: str, steps_spec: str) -> dict:
+    """policy -> {step, avg, std, num_runs, benchmarks} (pass@1 in %) of the evaluated step that stands for
+    the run: the last checkpoint for ``last``; the selected (best.json) step otherwise, else the latest."""
+    out = {}
+    targets = S.eval_targets(run_dir, steps_spec) or {}
+    best = S._read_json(os.path.join(run_dir, "best.json")) or {}
+    for pol in S.run_policies(run_dir):
+        cands = targets.get(pol) or []
+        step = None
+        if steps_spec not in ("last",) and pol in (best.get("policies") or {}):
+            step = int(best["policies"][pol]["step"])
+        if step is None or S.eval_summary(run_dir, pol, step) is None:
+            done = [s for s in cands if S.eval_summary(run_dir, pol, s) is not None]
+            step = done[-1] if done else None
+        if step is None:
+            continue
+        summ = S.eval_summary(run_dir, pol, step)
+        avg = summ.get("average") or {}
+        out[pol] = {"step": step, "avg": _pct(avg.get("mean")), "std": _pct(avg.get("std")),
+                    "num_runs": summ.get("num_runs"),
+                    "benchmarks": {b: _pct(v.get("mean")) for b, v in (summ.get("benchmarks") or {}).items()}}
+    return out
+
+
+def _pct(v):
+    return None if v is None else 100.0 * float(v)
+
+
+def train_seconds(run_dir: str) -> float:
+    """Σ time/step over metrics.jsonl (training lines)."""
+    tot = 0.0
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return 0.0
+    seen = set()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                m = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            if "time/step" in m and m.get("step") not in seen:
+                seen.add(m.get("step"))
+                tot += float(m["time/step"])
+    return tot
+
+
+# ------------------------------------------------------------------------------------------ the plan
+def _eval_dict(plan: Plan) -> dict | None:
+    ev = plan.eval
+    if not ev.enabled:
+        return None
+    return {k: getattr(ev, k) for k in ev.__dataclass_fields__}
+
+
+def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True, console=None,
+            only: list[str] | None = None) -> list[dict]:
+    """Run the plan into ``out``; returns one record per run (see :func:`record`). ``only``: run keys
+    (``name-sSEED``) to restrict to (their partners must be finished or also listed)."""
+    from rich.console import Console
+
+    console = console or Console(stderr=True)
+    jobs = max(1, int(jobs or plan.jobs or 1))
+    os.makedirs(out, exist_ok=True)
+    t_start = time.time()
+    runs = [r for r in plan.runs if not only or r.key in only]
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    records: dict[str, dict] = {}
+    todo: list[PlanRun] = []
+    for r in runs:
+        d = plan.run_dir(r, out)
+        st = S.run_status(d, plan.steps)
+        ev_done = (not plan.eval.enabled) or (st.finished and S.eval_done(d, plan.eval.steps, plan.eval.runs,
+                                                                           plan.eval.samples, plan.eval.benchmarks))
+        records[r.key] = {"key": r.key, "name": r.name, "method": r.method, "seed": r.seed, "run": plan.run_name(r),
+                          "dir": d, "overrides": list(r.overrides), "partner": r.partner_key(),
+                          "status_before": st.label(), "trained": None, "evaluated": None, "error": None,
+                          "train_s": 0.0, "eval_s": 0.0, "_finished": st.finished}
+        if st.finished and ev_done:
+            records[r.key]["trained"] = "skipped (finished)"
+            records[r.key]["evaluated"] = "skipped (done)" if plan.eval.enabled else "off"
+        else:
+            todo.append(r)
+    console.print(f"plan {plan.name}: {len(runs)} runs, {len(runs) - len(todo)} already finished and evaluated, "
+                  f"{len(todo)} to do ({jobs} at a time) into {out}")
+    failed: set[str] = set()
+
+    def job_for(r: PlanRun, in_process: bool) -> dict:
+        d = plan.run_dir(r, out)
+        return {"overrides": plan.compose_overrides(r, out), "run_dir": d,
+                "finished": records[r.key]["_finished"], "eval": _eval_dict(plan),
+                "threads": None if in_process and jobs == 1 else threads,
+                "log": None if in_process else os.path.join(out, "logs", f"{plan.run_name(r)}.log"),
+                "progress": progress and in_process}
+
+    def partner_state(r: PlanRun) -> str:
+        """ready: the partner run is finished on disk; wait: it is still to run; failed: neither."""
+        pk = r.partner_key()
+        if not pk:
+            return "ready"
+        if pk in failed:
+            return "failed"
+        if pk in pending_keys:
+            return "wait"
+        partner = plan.by_key()[pk]
+        return "ready" if S.run_status(plan.run_dir(partner, out), plan.steps).finished else "failed"
+
+    def finish(r: PlanRun, rec: dict, t0: float):
+        R = records[r.key]
+        R.update({k: rec[k] for k in ("trained", "evaluated", "error", "train_s", "eval_s")})
+        if R["trained"] is None:
+            R["trained"] = "skipped (finished)" if R["_finished"] else "not trained"
+        R["wall_s"] = time.time() - t0
+        if rec["error"]:
+            failed.add(r.key)
+            console.print(f"[red]failed[/] {plan.run_name(r)}: {rec['error']}"
+                          + (f" (log: {job_for(r, False)['log']})" if jobs > 1 else ""))
+        else:
+            console.print(f"done {plan.run_name(r)}: train {R['trained']} ({R['train_s']:.0f}s), eval "
+                          f"{R['evaluated']} ({R['eval_s']:.0f}s)")
+
+    pending = list(todo)
+    pending_keys = {r.key for r in pending}
+    if jobs == 1:
+        for r in pending:
+            ps = partner_state(r)
+            if ps == "failed":
+                records[r.key]["error"] = f"partner {r.partner_key()} failed or missing"
+                failed.add(r.key)
+                console.print(f"[red]skipped[/] {plan.run_name(r)}: partner {r.partner_key()} failed")
+                pending_keys.discard(r.key)
+                continue
+            console.print(f"run {plan.run_name(r)} ({records[r.key]['status_before']})")
+            t0 = time.time()
+            rec = run_job(job_for(r, True))
+            pending_keys.discard(r.key)
+            finish(r, rec, t0)
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        running: dict = {}
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1) as pool:
+            while pending or running:
+                for r in list(pending):
+                    if len(running) >= jobs:
+                        break
+                    ps = partner_state(r)
+                    if ps == "wait":
+                        continue
+                    pending.remove(r)
+                    if ps == "failed":
+                        records[r.key]["error"] = f"partner {r.partner_key()} failed or missing"
+                        failed.add(r.key)
+                        pending_keys.discard(r.key)
+                        console.print(f"[red]skipped[/] {plan.run_name(r)}: partner {r.partner_key()} failed")
+                        continue
+                    console.print(f"start {plan.run_name(r)} ({records[r.key]['status_before']}); "
+                                  f"log {job_for(r, False)['log']}")
+                    running[pool.submit(run_job, job_for(r, False))] = (r, time.time())
+                if not running:
+                    if pending:  # only runs waiting on partners that will never come
+                        for r in pending:
+                            records[r.key]["error"] = f"partner {r.partner_key()} never finished"
+                            failed.add(r.key)
+                        pending.clear()
+                    break
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    r, t0 = running.pop(fut)
+                    pending_keys.discard(r.key)
+                    try:
+                        rec = fut.result()
+                    except Exception as e:  # a worker that died (e.g. killed for memory)
+                        rec = {"trained": None, "train_s": 0.0, "evaluated": None, "eval_s": 0.0,
+                               "error": f"worker died: {type(e).__name__}: {e}"}
+                    finish(r, rec, t0)
+    out_records = []
+    for r in runs:
+        R = records[r.key]
+        R.pop("_finished", None)
+        st = S.run_status(R["dir"], plan.steps)
+        R["status"] = st.label()
+        R["scores"] = run_scores(R["dir"], plan.eval.steps) if plan.eval.enabled else {}
+        R["train_time_s"] = train_seconds(R["dir"])
+        out_records.append(R)
+    write_results(plan, out, out_records, time.time() - t_start)
+    return out_records
+
+
+# ------------------------------------------------------------------------------------------- results
+def score_cell(sc: dict | None) -> str:
+    if not sc or sc.get("avg") is None:
+        return "—"
+    std = sc.get("std")
+    s = f"{sc['avg']:.2f}" + (f"±{std:.2f}" if std is not None and std == std else "")
+    return f"{s} @{sc['step']}"
+
+
+def results_markdown(plan: Plan, records: list[dict]) -> str:
+    pols = []
+    for r in records:
+        for p in r.get("scores") or {}:
+            if p not in pols:
+                pols.append(p)
+    cols = ["run", "method", "seed", "status", "train", "eval", *[f"{p} avg (pass@1 %)" for p in pols], "error"]
+    rows = []
+    for r in records:
+        rows.append([r["run"], r["method"], r["seed"], r.get("status", ""), r.get("trained") or "—",
+                     r.get("evaluated") or "—", *[score_cell((r.get("scores") or {}).get(p)) for p in pols],
+                     r.get("error") or ""])
+    return md_table(cols, rows)
+
+
+def write_results(plan: Plan, out: str, records: list[dict], wall_s: float) -> tuple[str, str]:
+    from graft_cli.eval.runner import atomic_write_json
+
+    base = os.path.join(out, f"plan_{plan.name}")
+    prev = S._read_json(base + ".json") or {}
+    history = list(prev.get("executions") or []) + [{"finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                                      "wall_s": round(wall_s, 1)}]
+    atomic_write_json(base + ".json", {
+        "plan": plan.name, "source": plan.source, "pair": plan.pair, "steps": plan.steps,
+        "overrides": plan.overrides, "eval": _eval_dict(plan), "claims": plan.claims, "out": out,
+        "executions": history, "runs": records})
+    md = [f"# Plan {plan.name}", "", f"Pair {plan.pair}; steps {plan.steps}; source {plan.source}; "
+          f"last execution {wall_s / 60:.1f} min.", "", results_markdown(plan, records), ""]
+    with open(base + ".md", "w", encoding="utf-8") as f:
+        f.write("\n".join(md))
+    return base + ".json", base + ".md"
+
+
+def load_results(out: str, name: str) -> dict | None:
+    return S._read_json(os.path.join(out, f"plan_{name}.json"))

@@ -1,0 +1,350 @@
+"""Plan files and their expansion into runs.
+
+A plan file (YAML) has these keys (all optional except ``runs``)::
+
+    name: gate                      # the plan's name (default: the file name)
+    description: ...
+    pair: tiny                      # reproduce plans: the pair (ablate: --pair)
+    seeds: [0]                      # default seeds of every entry
+    steps: 40                       # run.steps of every run (null: the pair's run.epochs)
+    overrides: {run.save_every: 10} # config overrides of every run (mapping or list of key=value)
+    eval: {steps: last, runs: 2, samples: 4, benchmarks: null}   # how each run is evaluated
+    jobs: 1                         # runs trained at the same time (worker processes)
+    claims: {...}                   # reproduce plans: which runs the claims compare (report/claims.py)
+    runs:
+      - {name: grpo, method: grpo, seeds: [0, 1, 2]}
+      - {name: graft-delta0p5, method: graft, overrides: {exchange.params.delta: 0.5}}
+      - {name: graft_stored-a, method: graft_stored, partner: {run: grpo, policy: b}}
+
+``partner`` (stored-trajectory GRAFT, graft.md §5): the run named ``run`` of this plan with the *same seed*
+is the partner; its directory and ``policy`` become ``exchange.params.partner_run`` / ``partner_policy``,
+and the expansion orders it first. An entry may repeat a name with other seeds (e.g. to run seed 0 of
+everything before seeds 1-2); (name, seed) must be unique and repeated names must agree on method and
+overrides.
+
+A run's directory is ``<out>/<pair>-<name>-s<seed>`` (``run.name`` = ``<pair>-<name>-s<seed>``), the same
+name ``graft train --pair P --method M --seed S`` uses when ``name`` equals the method, so runs are shared
+between plans writing into one folder (e.g. full GRAFT between the gate and threshold sweeps).
+
+Sweep files (``experiments/sweep/``) usually list runs only; their per-pair settings (steps, eval,
+overrides) come from ``experiments/sweep/_pairs.yaml`` (:func:`load_sweep`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from graft_cli.config import EXPERIMENTS_DIR
+from graft_cli.errors import GraftError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+EVAL_KEYS = ("steps", "runs", "samples", "benchmarks", "temperature", "top_p", "max_new_tokens", "seed")
+PLAN_KEYS = ("name", "description", "pair", "seeds", "steps", "overrides", "eval", "jobs", "claims", "runs")
+RUN_KEYS = ("name", "method", "seeds", "overrides", "partner", "note")
+
+
+@dataclass
+class EvalPlan:
+    """How each run of a plan is evaluated (``graft eval --run DIR`` options)."""
+    steps: str = "last"  # last | best | all | "10,20"
+    runs: int = 5
+    samples: int | None = None  # None: the run's eval.samples (8)
+    benchmarks: list | None = None  # None: the five (tiny pair: its five synthetic sets)
+    temperature: float | None = None
+    top_p: float | None = None
+    max_new_tokens: int | None = None
+    seed: int | None = None
+    enabled: bool = True
+
+    def kwargs(self) -> dict:
+        return {"steps": self.steps, "runs": self.runs, "samples": self.samples,
+                "benchmarks": ",".join(self.benchmarks) if self.benchmarks else None,
+                "temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
+                "seed": self.seed}
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """One training run of a plan."""
+    name: str  # the entry's name (e.g. "graft", "graft-delta0p5", "graft_stored-a")
+    method: str
+    seed: int
+    overrides: tuple = ()  # key=value strings of this entry
+    partner: tuple | None = None  # (partner entry name, partner policy): same seed
+    note: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-s{self.seed}"
+
+    def partner_key(self) -> str | None:
+        return f"{self.partner[0]}-s{self.seed}" if self.partner else None
+
+
+@dataclass
+class Plan:
+    name: str
+    pair: str
+    runs: list  # [PlanRun] in execution order (partners first)
+    steps: int | None = None
+    overrides: list = field(default_factory=list)
+    eval: EvalPlan = field(default_factory=EvalPlan)
+    jobs: int = 1
+    claims: dict = field(default_factory=dict)
+    description: str = ""
+    source: str = ""
+
+    def run_name(self, r: PlanRun) -> str:
+        return f"{self.pair}-{r.name}-s{r.seed}"
+
+    def run_dir(self, r: PlanRun, out: str) -> str:
+        return os.path.join(out, self.run_name(r))
+
+    def by_key(self) -> dict:
+        return {r.key: r for r in self.runs}
+
+    def compose_overrides(self, r: PlanRun, out: str, steps: int | None = None) -> list[str]:
+        """The ``compose()`` overrides of run ``r`` writing into ``out`` (plan, then entry, then partner)."""
+        ov = [f"pair={self.pair}", f"method={r.method}", f"run.out={out}", f"run.name={self.run_name(r)}",
+              f"run.seed={r.seed}"]
+        steps = self.steps if steps is None else steps
+        if steps is not None:
+            ov.append(f"run.steps={steps}")
+        ov += list(self.overrides) + list(r.overrides)
+        if r.partner:
+            partner = self.by_key().get(r.partner_key())
+            if partner is None:
+                raise GraftError(f"plan {self.name}: run {r.key}: partner run {r.partner_key()} is not in the plan")
+            ov += [f"exchange.params.partner_run={self.run_dir(partner, out)}",
+                   f"exchange.params.partner_policy={r.partner[1]}"]
+        return ov
+
+
+# --------------------------------------------------------------------------------------------- parsing
+def _override_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, (int, float, str)):
+        return str(v)
+    return json.dumps(v)
+
+
+def parse_overrides(raw, where: str) -> list[str]:
+    """A mapping ``{key: value}`` or a list of ``key=value`` strings -> ``["key=value", ...]``."""
+    if raw is None:
+        return []
+    if isinstance(raw, dict):
+        return [f"{k}={_override_value(v)}" for k, v in raw.items()]
+    if isinstance(raw, (list, tuple)):
+        out = []
+        for x in raw:
+            if not isinstance(x, str) or "=" not in x:
+                raise GraftError(f"{where}: override {x!r}: expected key=value")
+            out.append(x)
+        return out
+    raise GraftError(f"{where}: overrides must be a mapping or a list of key=value, got {type(raw).__name__}")
+
+
+def parse_seeds(raw, where: str) -> list[int]:
+    if raw is None:
+        return [0]
+    if isinstance(raw, (int, str)):
+        raw = [raw]
+    try:
+        seeds = [int(s) for x in raw for s in str(x).replace(",", " ").split()]
+    except (TypeError, ValueError):
+        raise GraftError(f"{where}: seeds must be integers, got {raw!r}") from None
+    if not seeds:
+        raise GraftError(f"{where}: no seeds")
+    if len(set(seeds)) != len(seeds):
+        raise GraftError(f"{where}: seed listed twice in {seeds}")
+    return seeds
+
+
+def parse_eval(raw, base: EvalPlan | None = None, where: str = "eval") -> EvalPlan:
+    ev = EvalPlan(**{k: getattr(base, k) for k in EvalPlan.__dataclass_fields__}) if base else EvalPlan()
+    if raw is None:
+        return ev
+    if raw is False:
+        ev.enabled = False
+        return ev
+    if not isinstance(raw, dict):
+        raise GraftError(f"{where}: must be a mapping (keys {', '.join(EVAL_KEYS)}) or false")
+    for k, v in raw.items():
+        if k == "enabled":
+            ev.enabled = bool(v)
+        elif k in EVAL_KEYS:
+            if k == "steps":
+                v = "last" if v is None else str(v)
+            if k == "benchmarks" and v is not None:
+                v = [x.strip() for x in v.split(",")] if isinstance(v, str) else [str(x) for x in v]
+            setattr(ev, k, v)
+        else:
+            raise GraftError(f"{where}: unknown key {k!r}; known: {', '.join(EVAL_KEYS)}, enabled")
+    if ev.runs is None or int(ev.runs) < 1:
+        raise GraftError(f"{where}.runs: must be >= 1")
+    return ev
+
+
+def read_yaml(path: str) -> dict:
+    import yaml
+
+    if not os.path.exists(path):
+        raise GraftError(f"{path}: plan file not found")
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f) or {}
+    except yaml.YAMLError as e:
+        raise GraftError(f"{path}: {str(e).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise GraftError(f"{path}: a plan file is a mapping")
+    return raw
+
+
+def build_plan(raw: dict, pair: str | None = None, source: str = "", seeds=None, steps: int | None = None) -> Plan:
+    """Expand a plan mapping (see the module docstring) into a :class:`Plan`. ``pair``/``seeds``/``steps``
+    (command-line options) win over the file's."""
+    where = source or "plan"
+    unknown = sorted(set(raw) - set(PLAN_KEYS))
+    if unknown:
+        raise GraftError(f"{where}: unknown key {unknown[0]!r}; known: {', '.join(PLAN_KEYS)}")
+    pair = str(pair if pair is not None else raw.get("pair", "tiny"))
+    name = str(raw.get("name") or os.path.splitext(os.path.basename(source))[0] or "plan")
+    default_seeds = parse_seeds(seeds, "--seeds") if seeds else parse_seeds(raw.get("seeds"), f"{where}: seeds")
+    plan_steps = steps if steps is not None else raw.get("steps")
+    if plan_steps is not None and (not isinstance(plan_steps, int) or plan_steps < 1):
+        raise GraftError(f"{where}: steps must be a positive integer or null, got {plan_steps!r}")
+    jobs = int(raw.get("jobs") or 1)
+    if jobs < 1:
+        raise GraftError(f"{where}: jobs must be >= 1")
+    entries = raw.get("runs")
+    if not isinstance(entries, list) or not entries:
+        raise GraftError(f"{where}: 'runs' must be a non-empty list")
+    expanded: list[PlanRun] = []
+    seen: dict[str, PlanRun] = {}
+    for i, e in enumerate(entries):
+        w = f"{where}: runs[{i}]"
+        if not isinstance(e, dict):
+            raise GraftError(f"{w}: expected a mapping with name and method")
+        bad = sorted(set(e) - set(RUN_KEYS))
+        if bad:
+            raise GraftError(f"{w}: unknown key {bad[0]!r}; known: {', '.join(RUN_KEYS)}")
+        rname = str(e.get("name") or e.get("method") or "")
+        method = str(e.get("method") or rname)
+        if not rname or not NAME_RE.match(rname):
+            raise GraftError(f"{w}: name {rname!r}: letters, digits, '_', '-', '.' only")
+        ov = tuple(parse_overrides(e.get("overrides"), w))
+        partner = None
+        if e.get("partner") is not None:
+            p = e["partner"]
+            if not isinstance(p, dict) or "run" not in p or "policy" not in p:
+                raise GraftError(f"{w}: partner must be {{run: NAME, policy: POLICY}}")
+            partner = (str(p["run"]), str(p["policy"]))
+        # command-line seeds replace every entry's seeds; else the entry's, else the plan's
+        run_seeds = default_seeds if seeds else (parse_seeds(e["seeds"], f"{w}: seeds") if "seeds" in e
+                                                 else default_seeds)
+        for s in run_seeds:
+            r = PlanRun(rname, method, s, ov, partner, str(e.get("note") or ""))
+            if r.key in seen:
+                raise GraftError(f"{w}: run {rname!r} seed {s} is listed twice")
+            same = next((x for x in seen.values() if x.name == rname), None)
+            if same is not None and (same.method, same.overrides, same.partner) != (method, ov, partner):
+                raise GraftError(f"{w}: run name {rname!r} is used with different method/overrides/partner")
+            seen[r.key] = r
+            expanded.append(r)
+    ordered = order_runs(expanded, where)
+    ev = parse_eval(raw.get("eval"), where=f"{where}: eval")
+    return Plan(name=name, pair=pair, runs=ordered, steps=plan_steps,
+                overrides=parse_overrides(raw.get("overrides"), f"{where}: overrides"), eval=ev, jobs=jobs,
+                claims=dict(raw.get("claims") or {}), description=str(raw.get("description") or ""), source=source)
+
+
+def order_runs(runs: list[PlanRun], where: str = "plan") -> list[PlanRun]:
+    """File order, except that every run comes after its partner (a stable topological sort)."""
+    keys = {r.key for r in runs}
+    for r in runs:
+        if r.partner and r.partner_key() not in keys:
+            raise GraftError(f"{where}: run {r.key}: partner {r.partner[0]!r} has no run with seed {r.seed} "
+                             f"in the plan")
+        if r.partner and r.partner_key() == r.key:
+            raise GraftError(f"{where}: run {r.key} is its own partner")
+    placed: list[PlanRun] = []
+    done: set[str] = set()
+    pending = list(runs)
+    while pending:
+        for i, r in enumerate(pending):
+            if not r.partner or r.partner_key() in done:
+                placed.append(r)
+                done.add(r.key)
+                del pending[i]
+                break
+        else:
+            raise GraftError(f"{where}: partner cycle among {', '.join(r.key for r in pending)}")
+    return placed
+
+
+# ------------------------------------------------------------------------------------------ locating
+def sweep_dir() -> str:
+    return os.path.join(EXPERIMENTS_DIR, "sweep")
+
+
+def reproduce_dir() -> str:
+    return os.path.join(EXPERIMENTS_DIR, "reproduce")
+
+
+def known(folder: str) -> list[str]:
+    if not os.path.isdir(folder):
+        return []
+    return sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml") and not f.startswith("_"))
+
+
+def _plan_path(name: str, folder: str, what: str) -> str:
+    if name.endswith(".yaml") or os.path.sep in name:
+        return name
+    path = os.path.join(folder, f"{name}.yaml")
+    if not os.path.exists(path):
+        raise GraftError(f"{what} {name!r}: no {os.path.relpath(path, EXPERIMENTS_DIR)}; known: "
+                         f"{', '.join(known(folder)) or 'none'}")
+    return path
+
+
+def pair_settings(pair: str) -> dict:
+    """Per-pair settings of sweeps (``experiments/sweep/_pairs.yaml``): the pair's entry, else ``default``. An
+    entry ``{plan: reproduce/<file>.yaml}`` takes steps/overrides/eval/jobs from that reproduction plan."""
+    path = os.path.join(sweep_dir(), "_pairs.yaml")
+    raw = read_yaml(path) if os.path.exists(path) else {}
+    entry = raw.get(str(pair), raw.get("default")) or {}
+    if not isinstance(entry, dict):
+        raise GraftError(f"{path}: entry {pair!r} must be a mapping")
+    entry = dict(entry)
+    if "plan" in entry:
+        ref = read_yaml(os.path.join(EXPERIMENTS_DIR, entry.pop("plan")))
+        entry = {**{k: ref[k] for k in ("steps", "overrides", "eval", "jobs") if k in ref}, **entry}
+    return entry
+
+
+def load_sweep(name: str, pair: str = "tiny", seeds=None, steps: int | None = None) -> Plan:
+    """``experiments/sweep/<name>.yaml`` (or a path) over the pair's settings from ``_pairs.yaml``."""
+    path = _plan_path(name, sweep_dir(), "sweep")
+    raw = read_yaml(path)
+    base = pair_settings(pair)
+    merged = {**{k: v for k, v in base.items() if k in PLAN_KEYS}, **raw}
+    if "eval" in raw and "eval" in base:  # a sweep's eval keys refine the pair's
+        merged["eval"] = {**(base["eval"] or {}), **(raw["eval"] or {})}
+    if "overrides" in raw and "overrides" in base:
+        merged["overrides"] = parse_overrides(base["overrides"], "_pairs.yaml") + parse_overrides(raw["overrides"], path)
+    merged.pop("pair", None)
+    return build_plan(merged, pair=pair, source=path, seeds=seeds, steps=steps)
+
+
+def load_reproduce(pair: str = "tiny", steps: int | None = None) -> Plan:
+    """``experiments/reproduce/<pair>.yaml`` (or a path)."""
+    path = _plan_path(pair, reproduce_dir(), "reproduction plan")
+    raw = read_yaml(path)
+    return build_plan(raw, pair=raw.get("pair", pair), source=path, steps=steps)

@@ -1,0 +1,128 @@
+"""Is a run finished, partial or new; is its evaluation done (read from the run directory only).
+
+A run is *finished* when its last complete checkpoint's step equals its total steps: the plan's
+``run.steps`` when set, else the ``total_steps`` its checkpoint recorded (``state.pt``). A checkpoint past the
+planned total also counts as finished (the run is not retrained; ``note`` says so). Anything with
+``config.yaml`` but short of that is *partial* (``train()`` resumes it from its last checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from graft_cli.train import checkpoint as ckpt
+
+
+@dataclass
+class RunStatus:
+    state: str  # new | partial | finished
+    step: int  # last complete checkpoint step (0: none)
+    total: int | None  # planned total steps (None: unknown until trained)
+    note: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state == "finished"
+
+    def label(self) -> str:
+        if self.state == "new":
+            return "new"
+        tot = "?" if self.total is None else str(self.total)
+        return f"{self.state} {self.step}/{tot}" + (f" ({self.note})" if self.note else "")
+
+
+def checkpoint_total(path: str) -> int | None:
+    try:
+        import torch
+
+        st = torch.load(os.path.join(path, "state.pt"), weights_only=False, map_location="cpu")
+        return int(st.get("total_steps")) if st.get("total_steps") is not None else None
+    except Exception:
+        return None
+
+
+def run_status(run_dir: str, total_steps: int | None) -> RunStatus:
+    """Status of ``run_dir`` against ``total_steps`` (None: use the checkpoint's own recorded total)."""
+    if not os.path.exists(os.path.join(run_dir, "config.yaml")):
+        return RunStatus("new", 0, total_steps)
+    steps = ckpt.complete_steps(os.path.join(run_dir, "checkpoints"))
+    if not steps:
+        return RunStatus("partial", 0, total_steps)
+    last = steps[-1]
+    total = total_steps
+    if total is None:
+        total = checkpoint_total(os.path.join(run_dir, "checkpoints", f"step_{last:06d}"))
+    if total is None:
+        return RunStatus("partial", last, None, "total unknown")
+    if last == total:
+        return RunStatus("finished", last, total)
+    if last > total:
+        return RunStatus("finished", last, total, f"has {last} steps")
+    return RunStatus("partial", last, total)
+
+
+# --------------------------------------------------------------------------------------------- eval
+def run_policies(run_dir: str) -> list[str]:
+    import yaml
+
+    try:
+        with open(os.path.join(run_dir, "config.yaml"), encoding="utf-8") as f:
+            raw = yaml.safe_load(f) or {}
+    except OSError:
+        return []
+    return [str(p["name"]) for p in raw.get("policies") or [] if isinstance(p, dict) and "name" in p]
+
+
+def _read_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def eval_targets(run_dir: str, steps_spec: str) -> dict[str, list[int]] | None:
+    """policy -> the steps ``graft eval --run DIR --steps SPEC`` would evaluate (None: cannot tell yet)."""
+    pols = run_policies(run_dir)
+    complete = ckpt.complete_steps(os.path.join(run_dir, "checkpoints"))
+    spec = (steps_spec or "last").strip()
+    if spec == "last":
+        return {p: complete[-1:] for p in pols} if complete else None
+    if spec == "best":
+        best = _read_json(os.path.join(run_dir, "best.json")) or {}
+        out = {p: [int(best["policies"][p]["step"])] for p in pols if p in (best.get("policies") or {})}
+        return out if len(out) == len(pols) else None
+    if spec == "all":
+        return {p: complete for p in pols} if complete else None
+    try:
+        wanted = sorted({int(x) for x in spec.split(",") if x.strip()})
+    except ValueError:
+        return None
+    return {p: wanted for p in pols}
+
+
+def eval_summary(run_dir: str, policy: str, step: int) -> dict | None:
+    return _read_json(os.path.join(run_dir, "eval", policy, f"step_{step:06d}", "summary.json"))
+
+
+def eval_done(run_dir: str, steps_spec: str, runs: int, samples: int | None = None,
+              benchmarks: list | None = None) -> bool:
+    """True when every target (policy, step) has a summary with at least ``runs`` eval runs, made with
+    ``samples`` samples (when given) and covering ``benchmarks`` (names; when given)."""
+    targets = eval_targets(run_dir, steps_spec)
+    if not targets or not any(targets.values()):
+        return False
+    for pol, steps in targets.items():
+        for s in steps:
+            summ = eval_summary(run_dir, pol, s)
+            if summ is None or int(summ.get("num_runs") or 0) < runs:
+                return False
+            if samples is not None and int((summ.get("settings") or {}).get("samples", -1)) != int(samples):
+                return False
+            if benchmarks:
+                names = {b.split("=", 1)[0] for b in benchmarks}
+                if not names <= set(summ.get("benchmarks") or {}):
+                    return False
+    return True

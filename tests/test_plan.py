@@ -1,0 +1,351 @@
+"""Plans: sweep expansion (a table of expected runs per sweep), dry-run output, skip-finished logic on fixture run
+directories, partner-first ordering of the reproduction plan, the claims verdicts on hand-made numbers, and one
+end-to-end plan (GRPO then stored-trajectory GRAFT from its logs, 2 steps each, on random models) executed twice
+(the second time skips everything)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from click.testing import CliRunner
+from conftest import train_overrides
+
+from graft_cli.cli import main
+from graft_cli.errors import GraftError
+from graft_cli.plan import execute as X
+from graft_cli.plan import spec as P
+from graft_cli.plan import status as S
+from graft_cli.report import claims as CL
+
+# ------------------------------------------------------------------------------------ sweep expansion
+# sweep -> [(run directory name on the tiny pair, method, entry overrides)]
+EXPECTED = {
+    "gate": [("tiny-graft-s0", "graft", ()), ("tiny-graft_nogate-s0", "graft_nogate", ())],
+    "floor": [("tiny-graft-s0", "graft", ()), ("tiny-graft_nofloor-s0", "graft_nofloor", ())],
+    "ordering": [("tiny-graft-s0", "graft", ()), ("tiny-graft_first-s0", "graft_first", ()),
+                 ("tiny-graft_uniform-s0", "graft_uniform", ())],
+    "threshold": [("tiny-graft-delta0-s0", "graft", ("exchange.params.delta=0.0",)),
+                  ("tiny-graft-delta0p5-s0", "graft", ("exchange.params.delta=0.5",)),
+                  ("tiny-graft-delta0p7-s0", "graft", ("exchange.params.delta=0.7",)),
+                  ("tiny-graft-s0", "graft", ()),
+                  ("tiny-graft-delta0p9-s0", "graft", ("exchange.params.delta=0.9",))],
+    "designs": [("tiny-graft-s0", "graft", ()), ("tiny-graft_pooled-s0", "graft_pooled", ()),
+                ("tiny-graft_successonly-s0", "graft_successonly", ()),
+                ("tiny-graft_successonly_nofloor-s0", "graft_successonly_nofloor", ()),
+                ("tiny-graft_hacpo_update-s0", "graft_hacpo_update", ()),
+                ("tiny-graft_sft_update-s0", "graft_sft_update", ()),
+                ("tiny-graft_luffy-s0", "graft_luffy", ()),
+                ("tiny-graft_randprompts-s0", "graft_randprompts", ()),
+                ("tiny-graft_randadmit-s0", "graft_randadmit", ()),
+                ("tiny-graft_seqratio-s0", "graft_seqratio", ()),
+                ("tiny-graft_nobalance-s0", "graft_nobalance", ())],
+}
+
+
+@pytest.mark.parametrize("sweep", sorted(EXPECTED))
+def test_sweep_expands_to_expected_runs(sweep):
+    plan = P.load_sweep(sweep, pair="tiny")
+    got = [(plan.run_name(r), r.method, r.overrides) for r in plan.runs]
+    assert got == EXPECTED[sweep]
+    assert plan.name == sweep and plan.pair == "tiny"
+    assert sweep in P.known(P.sweep_dir()) and "_pairs" not in P.known(P.sweep_dir())
+
+
+def test_sweep_methods_exist_and_delta_reaches_the_config(tmp_path):
+    from graft_cli.config import compose
+
+    methods = set(P.known(os.path.join(os.path.dirname(P.sweep_dir()), "method")))
+    for sweep in EXPECTED:
+        for r in P.load_sweep(sweep).runs:
+            assert r.method in methods, (sweep, r.method)
+    plan = P.load_sweep("threshold")
+    deltas = [compose(plan.compose_overrides(r, str(tmp_path))).exchange.params["delta"] for r in plan.runs]
+    assert deltas == [0.0, 0.5, 0.7, 0.8, 0.9]
+
+
+def test_sweep_options_seeds_steps_and_pairs(tmp_path):
+    plan = P.load_sweep("gate", pair="1", seeds=["0,1"], steps=7)
+    assert [plan.run_name(r) for r in plan.runs] == ["1-graft-s0", "1-graft-s1", "1-graft_nogate-s0",
+                                                     "1-graft_nogate-s1"]
+    assert plan.steps == 7
+    ov = plan.compose_overrides(plan.runs[1], str(tmp_path))
+    assert ov[:5] == ["pair=1", "method=graft", f"run.out={tmp_path}", "run.name=1-graft-s1", "run.seed=1"]
+    assert "run.steps=7" in ov
+    # paper pairs: the paper's protocol from _pairs.yaml (validation every 5 steps, best checkpoint, 5 runs)
+    real = P.load_sweep("gate", pair="2")
+    assert real.steps is None and "eval.every=5" in real.overrides
+    assert (real.eval.steps, real.eval.runs, real.eval.samples) == ("best", 5, 8)
+    # the tiny pair shares the reproduction plan's budget
+    tiny, repro = P.load_sweep("gate", pair="tiny"), P.load_reproduce("tiny")
+    assert (tiny.steps, tiny.overrides, tiny.eval) == (repro.steps, repro.overrides, repro.eval)
+    with pytest.raises(GraftError, match="known: .*gate"):
+        P.load_sweep("nosuch")
+
+
+def test_plan_file_errors_are_one_line():
+    with pytest.raises(GraftError, match="unknown key 'bogus'"):
+        P.build_plan({"runs": [{"name": "a", "method": "grpo"}], "bogus": 1})
+    with pytest.raises(GraftError, match="listed twice"):
+        P.build_plan({"runs": [{"name": "a", "method": "grpo"}, {"name": "a", "method": "grpo"}]})
+    with pytest.raises(GraftError, match="different method"):
+        P.build_plan({"runs": [{"name": "a", "method": "grpo", "seeds": [0]},
+                               {"name": "a", "method": "graft", "seeds": [1]}]})
+    with pytest.raises(GraftError, match="partner 'g' has no run with seed 1"):
+        P.build_plan({"runs": [{"name": "g", "method": "grpo", "seeds": [0]},
+                               {"name": "st", "method": "graft_stored", "seeds": [0, 1],
+                                "partner": {"run": "g", "policy": "b"}}]})
+
+
+# ---------------------------------------------------------------------------------------- dry run
+def test_ablate_dry_run_lists_runs(tmp_path):
+    res = CliRunner().invoke(main, ["ablate", "--sweep", "ordering", "--dry-run", "--out", str(tmp_path),
+                                    "--seeds", "0,1"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].startswith("Plan ordering") and "6 runs" in lines[0] and str(tmp_path) in lines[0]
+    rows = [ln for ln in lines if ln.startswith("| ") and not ln.startswith("| #")]
+    assert [r.split("|")[2].strip() for r in rows] == ["tiny-graft-s0", "tiny-graft-s1", "tiny-graft_first-s0",
+                                                      "tiny-graft_first-s1", "tiny-graft_uniform-s0",
+                                                      "tiny-graft_uniform-s1"]
+    assert all(r.split("|")[7].strip() == "new" and r.split("|")[8].strip() == "ok" for r in rows)
+    assert not os.listdir(tmp_path)  # a dry run writes nothing
+
+
+def test_ablate_unknown_sweep_is_one_line():
+    res = CliRunner().invoke(main, ["ablate", "--sweep", "nosuch", "--dry-run"])
+    assert res.exit_code == 2 and "known: designs, floor, gate, ordering, threshold" in res.output
+
+
+def test_reproduce_dry_run_lists_plan(tmp_path):
+    res = CliRunner().invoke(main, ["reproduce", "--pair", "tiny", "--dry-run", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "tiny-grpo-s2" in res.output and "tiny-graft_stored-a-s0" in res.output
+    assert "checked when its partner has run" in res.output  # stored runs wait for their partner's logs
+    assert "method configs not in the plan" not in res.output  # every method config is in the plan
+
+
+# ------------------------------------------------------------------------------------ skip finished
+def fake_run(root, name: str, steps: list[int], total: int | None, policies=("a", "b"), incomplete: int | None = None):
+    d = os.path.join(root, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.yaml"), "w") as f:
+        f.write("method: graft\npair: tiny\npolicies:\n" + "".join(f"- {{name: {p}, model: 'tiny:{p}'}}\n"
+                                                                  for p in policies))
+    for s in steps:
+        c = os.path.join(d, "checkpoints", f"step_{s:06d}")
+        os.makedirs(c, exist_ok=True)
+        torch.save({"step": s, "total_steps": total}, os.path.join(c, "state.pt"))
+        open(os.path.join(c, "COMPLETE"), "w").close()
+    if incomplete:
+        os.makedirs(os.path.join(d, "checkpoints", f"step_{incomplete:06d}"), exist_ok=True)  # no COMPLETE
+    return d
+
+
+def fake_eval(run_dir, policy, step, avg, runs=1, samples=4):
+    d = os.path.join(run_dir, "eval", policy, f"step_{step:06d}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump({"settings": {"samples": samples}, "num_runs": runs, "average": {"mean": avg, "std": 0.01},
+                   "benchmarks": {"math500": {"mean": avg, "std": 0.01}}}, f)
+
+
+def test_run_status_finished_partial_new(tmp_path):
+    assert S.run_status(str(tmp_path / "none"), 10).state == "new"
+    d = fake_run(tmp_path, "r", [5, 10], 10, incomplete=15)
+    assert S.run_status(d, 10).finished and S.run_status(d, 10).step == 10
+    st = S.run_status(d, 20)  # more steps planned: partial, resumed from 10 (the incomplete 15 is ignored)
+    assert (st.state, st.step, st.total) == ("partial", 10, 20) and st.label() == "partial 10/20"
+    assert S.run_status(d, None).finished  # no planned steps: the checkpoint's own total
+    assert S.run_status(d, 8).finished and "has 10 steps" in S.run_status(d, 8).note
+    d2 = fake_run(tmp_path, "r2", [], None)
+    assert S.run_status(d2, 10).label() == "partial 0/10"
+
+
+def test_eval_done(tmp_path):
+    d = fake_run(tmp_path, "r", [5, 10], 10)
+    assert not S.eval_done(d, "last", 1)
+    fake_eval(d, "a", 10, 0.5)
+    assert not S.eval_done(d, "last", 1)  # policy b missing
+    fake_eval(d, "b", 10, 0.4)
+    assert S.eval_done(d, "last", 1) and S.eval_done(d, "last", 1, samples=4, benchmarks=["math500"])
+    assert not S.eval_done(d, "last", 2)  # fewer eval runs than wanted
+    assert not S.eval_done(d, "last", 1, samples=8)
+    assert not S.eval_done(d, "last", 1, benchmarks=["aime24"])
+    assert not S.eval_done(d, "all", 1)  # step 5 not evaluated
+    scores = X.run_scores(d, "last")
+    assert scores["a"]["step"] == 10 and scores["a"]["avg"] == pytest.approx(50.0)
+
+
+def test_execute_skips_finished_and_resumes_partial(tmp_path, monkeypatch):
+    out = str(tmp_path)
+    plan = P.build_plan({"pair": "tiny", "steps": 10, "eval": {"steps": "last", "runs": 1, "samples": 4},
+                         "runs": [{"name": "done", "method": "grpo"}, {"name": "noeval", "method": "grpo"},
+                                  {"name": "half", "method": "grpo"}, {"name": "fresh", "method": "grpo"},
+                                  {"name": "st", "method": "graft_stored", "partner": {"run": "fresh", "policy": "b"}},
+                                  ]})
+    d_done = fake_run(out, "tiny-done-s0", [10], 10)
+    fake_eval(d_done, "a", 10, 0.5)
+    fake_eval(d_done, "b", 10, 0.4)
+    fake_run(out, "tiny-noeval-s0", [10], 10)
+    fake_run(out, "tiny-half-s0", [5], 10)
+    calls = []
+
+    def fake_job(job):
+        calls.append((os.path.basename(job["run_dir"]), job["finished"]))
+        if "fresh" in job["run_dir"]:
+            return {"trained": None, "train_s": 0.0, "evaluated": None, "eval_s": 0.0, "error": "boom"}
+        return {"trained": None if job["finished"] else "trained", "train_s": 1.0, "evaluated": "evaluated",
+                "eval_s": 1.0, "error": None}
+
+    monkeypatch.setattr(X, "run_job", fake_job)
+    recs = {r["name"]: r for r in X.execute(plan, out, jobs=1, progress=False)}
+    # finished + evaluated: nothing; finished: eval only; partial and new: train; a failed partner: dependent skipped
+    assert calls == [("tiny-noeval-s0", True), ("tiny-half-s0", False), ("tiny-fresh-s0", False)]
+    assert recs["done"]["trained"] == "skipped (finished)" and recs["done"]["evaluated"] == "skipped (done)"
+    assert recs["done"]["scores"]["b"]["avg"] == pytest.approx(40.0)
+    assert recs["half"]["status_before"] == "partial 5/10"
+    assert recs["fresh"]["error"] == "boom"
+    assert "partner fresh-s0 failed" in recs["st"]["error"]
+    saved = json.load(open(os.path.join(out, "plan_plan.json")))
+    assert [r["name"] for r in saved["runs"]] == ["done", "noeval", "half", "fresh", "st"]
+    assert "| tiny-done-s0 | grpo | 0 |" in open(os.path.join(out, "plan_plan.md")).read()
+
+
+# -------------------------------------------------------------------------------------- reproduce plan
+def test_reproduce_plan_orders_partners_first_and_covers_the_study(tmp_path):
+    plan = P.load_reproduce("tiny")
+    keys = [r.key for r in plan.runs]
+    stored = [r for r in plan.runs if r.method == "graft_stored"]
+    assert {r.name for r in stored} == {"graft_stored-a", "graft_stored-b"}
+    for r in stored:
+        assert r.partner[0] == "grpo" and r.partner_key() == f"grpo-s{r.seed}"
+        assert keys.index(r.partner_key()) < keys.index(r.key)
+        ov = plan.compose_overrides(r, str(tmp_path))
+        assert f"exchange.params.partner_run={tmp_path}/tiny-grpo-s{r.seed}" in ov
+        assert f"exchange.params.partner_policy={r.partner[1]}" in ov
+    assert {r.partner[1] for r in stored} == {"a", "b"}
+    seeds = {}
+    for r in plan.runs:
+        seeds.setdefault(r.name, []).append(r.seed)
+    assert sorted(seeds["grpo"]) == [0, 1, 2] and sorted(seeds["graft"]) == [0, 1, 2]
+    for name in ("grpo_n32", "graft_nogate", "graft_nofloor", "graft_first", "graft_uniform"):
+        assert name in seeds
+    # every registered method config is planned (a new baseline joins with one line)
+    from graft_cli.plan.commands import unplanned_methods
+
+    assert unplanned_methods(plan) == []
+    assert plan.claims["baseline"] == "grpo" and plan.claims["no_gate"] == "graft_nogate"
+
+
+def test_order_runs_moves_stored_after_partner():
+    runs = [P.PlanRun("st", "graft_stored", 0, (), ("g", "b")), P.PlanRun("x", "graft", 0),
+            P.PlanRun("g", "grpo", 0)]
+    assert [r.name for r in P.order_runs(runs)] == ["x", "g", "st"]
+    with pytest.raises(GraftError, match="cycle"):
+        P.order_runs([P.PlanRun("p", "graft_stored", 0, (), ("q", "a")),
+                      P.PlanRun("q", "graft_stored", 0, (), ("p", "a"))])
+
+
+# ------------------------------------------------------------------------------------------- claims
+def numbers(**kw):
+    m = {"policies": ["a", "b"],
+         "scores": {"grpo": {"a": {"0": 30.0, "1": 32.0, "2": 31.0}, "b": {"0": 20.0, "1": 21.0, "2": 22.0}},
+                    "graft": {"a": {"0": 35.0, "1": 33.0, "2": 34.0}, "b": {"0": 23.0, "1": 22.0, "2": 24.0}},
+                    "graft_nogate": {"a": {"0": 25.0}, "b": {"0": 21.0}}},
+         "complementarity": {"a": [0.40, 0.50], "b": [0.10, 0.20]},
+         "clip_peer": {"graft": {"a": 0.003, "b": 0.004}, "graft_first": {"a": 0.0, "b": 0.00002}}}
+    m.update(kw)
+    return m
+
+
+def verdicts(m, cfg=None):
+    return {c.key: c.verdict for c in CL.judge(m, cfg)}
+
+
+def test_claims_all_held():
+    cl = {c.key: c for c in CL.judge(numbers())}
+    assert {k: c.verdict for k, c in cl.items()} == {"complementarity": "held", "graft_beats_grpo": "held",
+                                                     "gate_matters": "held", "peer_last_clips": "held"}
+    assert cl["graft_beats_grpo"].per_model["a"]["diff"] == pytest.approx(3.0)  # 34 - 31 (means over 3 seeds)
+    assert cl["gate_matters"].per_model["a"]["diff"] == pytest.approx(-10.0)  # seed 0 only: 25 - 35
+    assert cl["complementarity"].per_model["a"]["value"] == pytest.approx(0.45)
+    assert "45.0%" in cl["complementarity"].evidence
+
+
+def test_claims_mixed_and_missing():
+    m = numbers(scores={"grpo": {"a": {"0": 30.0}, "b": {"0": 25.0}},
+                        "graft": {"a": {"0": 31.0}, "b": {"0": 24.0}},
+                        "graft_nogate": {"a": {"0": 32.0}, "b": {"0": 26.0}}},
+                complementarity={"a": [0.3], "b": [0.0]},
+                clip_peer={"graft": {"a": 0.001, "b": 0.002}})
+    v = verdicts(m)
+    assert v == {"complementarity": "partly held", "graft_beats_grpo": "partly held",
+                 "gate_matters": "did not hold", "peer_last_clips": "not measured"}
+    assert verdicts(numbers(), {"complementarity_min": 0.16})["complementarity"] == "partly held"  # b: 15% < 16%
+    assert set(verdicts({"policies": ["a", "b"]}).values()) == {"not measured"}
+    # the gate comparison uses the seeds both runs have
+    m = numbers(scores={**numbers()["scores"], "graft_nogate": {"a": {"1": 34.0}, "b": {"1": 21.0}}})
+    cl = {c.key: c for c in CL.judge(m)}
+    assert cl["gate_matters"].per_model["a"]["diff"] == pytest.approx(1.0)  # 34 vs graft seed 1 = 33
+    assert cl["gate_matters"].verdict == "partly held"
+
+
+def test_claims_measure_and_write(tmp_path):
+    d_last = fake_run(tmp_path, "tiny-graft-s0", [3], 3)
+    d_first = fake_run(tmp_path, "tiny-graft_first-s0", [3], 3)
+    for d, vals in ((d_last, [0.01, 0.03, None]), (d_first, [0.0, 0.0, 0.0])):
+        with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+            for step, v in enumerate(vals, 1):
+                for p in ("a", "b"):
+                    row = {"step": step, "policy": p, "time/step": 1.0}
+                    if v is not None:
+                        row["clip_ratio/peer"] = v
+                    f.write(json.dumps(row) + "\n")
+            f.write(json.dumps({"step": 3, "policy": "a", "validation/score": 0.5}) + "\n")
+    assert CL.mean_peer_clip(d_last, 48) == {"a": pytest.approx(0.02), "b": pytest.approx(0.02)}
+    assert CL.mean_peer_clip(d_last, 1) == {"a": pytest.approx(0.01), "b": pytest.approx(0.01)}
+    recs = [{"name": "graft", "method": "graft", "seed": 0, "dir": d_last,
+             "scores": {"a": {"avg": 40.0}, "b": {"avg": 30.0}}},
+            {"name": "graft_first", "method": "graft_first", "seed": 0, "dir": d_first,
+             "scores": {"a": {"avg": 38.0}, "b": {"avg": 31.0}}}]
+    m = CL.measure(recs)
+    assert m["policies"] == ["a", "b"] and m["clip_peer"]["graft_first"] == {"a": 0.0, "b": 0.0}
+    assert m["scores"]["graft"]["a"] == {"0": 40.0}
+    rdir = tmp_path / "report"
+    rdir.mkdir()
+    (rdir / "report.md").write_text("# graft report\n\nintro\n\n## Runs\n\n| x |\n")
+    md, claims = CL.write_claims(str(rdir), recs)
+    text = (rdir / "report.md").read_text()
+    assert text.index("Claims of the paper") < text.index("## Runs")  # the claims come before the tables
+    assert "peer-first" in md.lower() and "| graft_first | graft_first | 1 | 38.00 | 31.00 |" in md
+    CL.write_claims(str(rdir), recs)  # rewriting replaces the section
+    assert (rdir / "report.md").read_text().count("Claims of the paper") == 1
+    saved = json.load(open(rdir / "claims.json"))
+    assert [c["verdict"] for c in saved["claims"]][-1] == "held"
+
+
+# ------------------------------------------------------------------------------- end to end (random models)
+def test_execute_end_to_end_with_stored_partner(tiny_models, problems_file, tmp_path):
+    out = str(tmp_path / "runs")
+    bench = str(tmp_path / "bench.jsonl")
+    with open(problems_file) as f, open(bench, "w") as g:
+        g.writelines(f.readlines()[:4])
+    ov = train_overrides(tiny_models, problems_file, out, ["run.log_rollouts=true"])
+    ov = [o for o in ov if not o.startswith("run.out=")]
+    plan = P.build_plan({"name": "e2e", "pair": "tiny", "steps": 2, "overrides": ov,
+                         "eval": {"steps": "last", "runs": 1, "samples": 2, "benchmarks": [f"toy={bench}"]},
+                         "runs": [{"name": "st", "method": "graft_stored", "partner": {"run": "grpo", "policy": "b"}},
+                                  {"name": "grpo", "method": "grpo"}]})
+    assert [r.name for r in plan.runs] == ["grpo", "st"]
+    recs = {r["name"]: r for r in X.execute(plan, out, jobs=1, progress=False)}
+    for name in ("grpo", "st"):
+        assert recs[name]["error"] is None, recs[name]
+        assert recs[name]["trained"] == "trained" and recs[name]["evaluated"] == "evaluated"
+        assert recs[name]["status"] == "finished 2/2"
+    assert set(recs["grpo"]["scores"]) == {"a", "b"} and set(recs["st"]["scores"]) == {"a"}
+    assert recs["st"]["scores"]["a"]["step"] == 2
+    again = {r["name"]: r for r in X.execute(plan, out, jobs=1, progress=False)}
+    assert all(r["trained"] == "skipped (finished)" and r["evaluated"] == "skipped (done)" for r in again.values())
