@@ -69,8 +69,10 @@ def main():
                                               "reward.num_workers=0", *rest]))
     trainer = Trainer(cfg, out, progress=False)
     rows = trainer.train_step()
-    params = {name: {k: v.detach().clone() for k, v in pol.model.state_dict().items()}
-              for name, pol in trainer.policies.items()}
+    params = {}
+    for name, pol in trainer.policies.items():  # full tensors (FSDP: gathered DTensor shards)
+        params[name] = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+                        for k, v in pol.model.state_dict().items()}
     os.makedirs(out, exist_ok=True)
     torch.save({"rank": trainer.dist.rank, "world": trainer.dist.world, "mode": trainer.dist.mode,
                 "params": params, "rows": rows}, os.path.join(out, f"rank{trainer.dist.rank}.pt"))

@@ -26,10 +26,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(cmd, out):
+def _run(cmd, out, **extra_env):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_FSDP"):
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_FSDP", "GRAFT_FSDP"):
         env.pop(k, None)
+    env.update(extra_env)
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
     return {int(f[4:-3]): torch.load(os.path.join(out, f), weights_only=False)
@@ -46,22 +47,27 @@ def test_two_processes_equal_one(tmp_path, method):
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
               "--master_port", str(_free_port())]
     two = _run([*launch, WORKER, str(tmp_path / "two"), a, b, data, *extra], tmp_path / "two")
-    assert set(one) == {0} and set(two) == {0, 1}
+    launch[-1] = str(_free_port())
+    fsdp = _run([*launch, WORKER, str(tmp_path / "fsdp"), a, b, data, *extra], tmp_path / "fsdp", GRAFT_FSDP="1")
+    assert set(one) == {0} and set(two) == {0, 1} and set(fsdp) == {0, 1}
     assert one[0]["world"] == 1 and two[0]["world"] == 2 and two[0]["mode"] == "replicate"
+    assert fsdp[0]["mode"] == "fsdp"
     p1 = one[0]["params"]
-    for r in (0, 1):
-        for pol, sd in two[r]["params"].items():
-            for k, v in sd.items():
-                assert torch.allclose(v, p1[pol][k], atol=1e-6, rtol=1e-5), (r, pol, k, (v - p1[pol][k]).abs().max())
+    for run in (two, fsdp):
+        for r in (0, 1):
+            for pol, sd in run[r]["params"].items():
+                for k, v in sd.items():
+                    assert torch.allclose(v, p1[pol][k], atol=1e-6, rtol=1e-5), (r, pol, k)
     # the step changed the weights (the test is not vacuous)
     init = make_random_model(str(tmp_path / "a0"), "qwen3", 0)
     from transformers import AutoModelForCausalLM
 
     sd0 = AutoModelForCausalLM.from_pretrained(init).state_dict()
     assert max(float((p1["a"][k] - sd0[k]).abs().max()) for k in sd0) > 1e-5
-    rows1, rows2 = one[0]["rows"], two[0]["rows"]
-    assert [r["policy"] for r in rows1] == [r["policy"] for r in rows2]
-    for r1, r2 in zip(rows1, rows2):
+    rows1 = one[0]["rows"]
+    pairs = [(r1, r2) for run in (two, fsdp) for r1, r2 in zip(rows1, run[0]["rows"])]
+    assert len(pairs) == 2 * len(rows1) and all(r1["policy"] == r2["policy"] for r1, r2 in pairs)
+    for r1, r2 in pairs:
         keys = {k for k in r1 if not k.startswith("time/")}
         assert keys == {k for k in r2 if not k.startswith("time/")}
         assert "sampling/importance_sampling_ratio/mean" in keys and "loss" in keys

@@ -17,11 +17,13 @@ What the trainer does with it (the gradient equals the single-process one):
    collectively first (FSDP).
 
 Modes: ``replicate`` (every rank holds the full model; gradients all-reduced by hand; works on CPU with
-gloo and is what the CPU test checks) and ``fsdp`` (selected when ``accelerate launch`` runs with an FSDP
-config, i.e. ``ACCELERATE_USE_FSDP=true``: each policy is wrapped by ``Accelerator.prepare``; FSDP2 full
-shard, bf16 mixed precision). FSDP ranks must run the same number of forward passes, so micro-batch counts
-are equalised across ranks with zero-weight dummy micro-batches and the HF engine's decode loop stops only
-when every rank is done.
+gloo) and ``fsdp``: FSDP2 full shard of every policy, selected either by ``accelerate launch`` with an FSDP
+config (``ACCELERATE_USE_FSDP=true``; each policy goes through ``Accelerator.prepare``, bf16 mixed precision
+from the launch config) or by ``GRAFT_FSDP=1`` under ``torchrun`` (``fully_shard`` on each decoder layer and
+the root, bf16 compute / fp32 reduction on CUDA unless ``GRAFT_FSDP_BF16=0``; on CPU with gloo in fp32, which
+is what the CPU test checks next to ``replicate``). FSDP ranks must run the same number of forward passes,
+so micro-batch counts are equalised across ranks with zero-weight dummy micro-batches and the HF engine's
+decode loop stops only when every rank is done.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Dist:
     local_rank: int = 0
     mode: str = "none"  # none | replicate | fsdp
     rollout_tp: int = 1  # ranks per rollout engine (vLLM tensor_parallel_size when it spans ranks)
+    mixed_bf16: bool = False  # direct FSDP2 (GRAFT_FSDP=1): bf16 compute, fp32 reduction
     accelerator: object = field(default=None, repr=False)
 
     # --------------------------------------------------------------------------------- basics
@@ -145,14 +148,17 @@ class Dist:
     def clip_grad_norm(self, model, max_norm: float) -> float:
         if self.fsdp and self.accelerator is not None:
             return float(self.accelerator.clip_grad_norm_(model.parameters(), max_norm))
-        return float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # DTensor-aware (FSDP2)
+        return float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
 
     # --------------------------------------------------------------------------------- models
     def prepare(self, model, optimizer):
         """Wrap a policy for this mode (FSDP via accelerate); returns ``(model, optimizer)``."""
         if not self.fsdp:
             return model, optimizer
-        return self.accelerator.prepare(model, optimizer)
+        if self.accelerator is not None:
+            return self.accelerator.prepare(model, optimizer)
+        return fully_shard_model(model, self.mixed_bf16), _rebuild_optimizer(optimizer, model)
 
     def full_state(self, model, optimizer) -> tuple[dict | None, dict | None]:
         """Full (unsharded) model and optimizer state dicts, collective in FSDP mode; ``(None, None)`` when
@@ -176,6 +182,29 @@ class Dist:
         opts = StateDictOptions(full_state_dict=True)
         set_model_state_dict(model, model_sd, options=opts)
         set_optimizer_state_dict(model, optimizer, optim_sd, options=opts)
+
+
+def fully_shard_model(model, mixed_bf16: bool = False):
+    """FSDP2 full shard without accelerate (``GRAFT_FSDP=1`` under torchrun): each decoder layer (the model's
+    ``_no_split_modules``) and then the root; ``mixed_bf16`` = bf16 parameters in compute, fp32 reduction."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)} if mixed_bf16 \
+        else {}
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    for m in list(model.modules()):
+        if type(m).__name__ in names:
+            fully_shard(m, **kw)
+    fully_shard(model, **kw)
+    return model
+
+
+def _rebuild_optimizer(opt, model):
+    """FSDP2 replaced the parameters by sharded DTensors: point the (still stateless) optimizer at them."""
+    if len(opt.param_groups) != 1 or opt.state:
+        raise ValueError("FSDP wrapping expects a fresh optimizer with one parameter group")
+    opt.param_groups[0]["params"] = [p for p in model.parameters()]
+    return opt
 
 
 class _FullModel:
@@ -229,16 +258,18 @@ def setup(cfg) -> Dist:
     if cfg.data.prompt_batch % groups:
         raise GraftError(f"config key 'data.prompt_batch': {cfg.data.prompt_batch} is not divisible by the "
                          f"{groups} rollout groups ({world} processes / tensor_parallel_size {tp})")
-    fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes")
+    accel_fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes")
+    fsdp = accel_fsdp or os.environ.get("GRAFT_FSDP", "0").lower() in ("1", "true", "yes")
     accelerator = None
-    if fsdp:
+    if accel_fsdp:
         from accelerate import Accelerator
 
         accelerator = Accelerator()  # reads the FSDP plugin and mixed precision from the launch config
     elif not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo")
     return Dist(rank=rank, world=world, local_rank=local, mode="fsdp" if fsdp else "replicate", rollout_tp=tp,
-                accelerator=accelerator)
+                accelerator=accelerator, mixed_bf16=fsdp and not accel_fsdp and use_cuda
+                and os.environ.get("GRAFT_FSDP_BF16", "1") == "1")
 
 
 def concat_rollouts(parts: list):
