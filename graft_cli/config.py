@@ -260,7 +260,8 @@ def validate(cfg: Config) -> None:
     _check(cfg.data.prompt_batch >= 1, "data.prompt_batch", "must be >= 1")
     _check(a.minibatch_prompts >= 1, "algo.minibatch_prompts", "must be >= 1")
     _check(cfg.data.prompt_batch % a.minibatch_prompts == 0, "algo.minibatch_prompts",
-           f"data.prompt_batch={cfg.data.prompt_batch} is not divisible by algo.minibatch_prompts={a.minibatch_prompts}")
+           f"data.prompt_batch={cfg.data.prompt_batch} is not divisible by "
+           f"algo.minibatch_prompts={a.minibatch_prompts}")
     _check(a.clip_low >= 0, "algo.clip_low", f"must be >= 0, got {a.clip_low}")
     _check(a.clip_high >= 0, "algo.clip_high", f"must be >= 0, got {a.clip_high}")
     _check(a.clip_low < 1, "algo.clip_low", f"must be < 1, got {a.clip_low}")

@@ -40,5 +40,6 @@ def load_model(path: str, dtype: str = "float32", device: str = "auto", attn_imp
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except Exception as e:
         where = "folder" if os.path.isdir(path) else "hub id"
-        raise GraftError(f"model {path!r} ({where}): could not load ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+        why = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        raise GraftError(f"model {path!r} ({where}): could not load ({why})") from None
     return model.to(resolve_device(device))

@@ -68,7 +68,7 @@ class TrainBatch:
             getattr(self, c).append(row.pop(c, None) if c != "source_logp_mean" else row.pop(c, math.nan))
         for k, v in row.items():
             self.extra.setdefault(k, [None] * (len(self) - 1)).append(v)
-        for k, col in self.extra.items():
+        for col in self.extra.values():
             if len(col) < len(self):
                 col.append(None)
 

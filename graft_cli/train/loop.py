@@ -28,7 +28,7 @@ from graft_cli.data.problems import Problem, load_problems
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
-from graft_cli.models.loading import load_model, load_tokenizer, resolve_device
+from graft_cli.models.loading import load_model, load_tokenizer
 from graft_cli.models.logprobs import pack, response_logprobs, to_padded
 from graft_cli.rollout import ENGINES, SamplingParams
 from graft_cli.train import checkpoint as ckpt
@@ -496,7 +496,8 @@ def train(cfg: C.Config, progress: bool = True, console=None) -> str:
                 if trainer.step % cfg.run.save_every == 0 or trainer.step == trainer.total_steps:
                     trainer.save()
                 info = " ".join(f"{r['policy']}:r={r['reward']:.3f}" for r in rows)
-                bar.update(task, completed=trainer.step, info=f"step {trainer.step} {info} {rows[0]['time/step']:.1f}s/step")
+                info = f"step {trainer.step} {info} {rows[0]['time/step']:.1f}s/step"
+                bar.update(task, completed=trainer.step, info=info)
     finally:
         trainer.close()
     if is_main:
