@@ -197,7 +197,35 @@ def complementarity_cmd(from_runs, from_models, sources, data, samples, temperat
                          device=device, workers=workers, out=out, progress=not no_progress)
 
 
-_not_yet("ablate", "evaluation/ablation issue")
+@main.command("ablate")
+@click.option("--sweep", required=True, help="sweep name: experiments/sweep/<NAME>.yaml (gate, floor, ordering, "
+                                             "threshold, designs) or a path")
+@click.option("--pair", default="tiny", show_default=True, help="pair config: tiny, 1, 2 or 3")
+@click.option("--dry-run", is_flag=True, help="list the runs (new, partial or finished); run nothing")
+@click.option("--out", default=None, help="folder of the run directories [default: results/ablate]")
+@click.option("--steps", type=int, default=None, help="training steps of every run [default: the pair's]")
+@click.option("--seeds", multiple=True, help="seeds, e.g. --seeds 0,1,2 [default: the sweep's]")
+@click.option("--jobs", type=int, default=None, help="runs trained at the same time [default: the sweep's, 1]")
+@click.option("--no-progress", is_flag=True, help="no progress bars")
+@one_line_errors
+def ablate_cmd(sweep, pair, dry_run, out, steps, seeds, jobs, no_progress):
+    """Run an ablation sweep: each run is trained (skipped when finished, resumed when partial) and
+    evaluated (skipped when done). Per-pair steps/eval settings: experiments/sweep/_pairs.yaml.
+
+    \b
+    Writes <out>/<pair>-<run>-s<seed>/ per run, <out>/plan_<sweep>.{md,json}.
+
+    \b
+    Examples:
+      graft ablate --sweep gate --dry-run
+      graft ablate --sweep threshold --pair tiny --steps 20 --seeds 0,1
+    """
+    from graft_cli.plan.commands import ablate_main
+
+    ablate_main(sweep, pair=pair, dry_run=dry_run, out=out, steps=steps, seeds=list(seeds), jobs=jobs,
+                progress=not no_progress)
+
+
 @main.command("report")
 @click.argument("dirs", nargs=-1, required=True)
 @click.option("--out", default=None, help="output folder [default: results/report]")
@@ -225,7 +253,33 @@ def report_cmd(dirs, out, devices, clip_steps, no_plots):
     report_main(list(dirs), out=out, devices=devices, clip_steps=clip_steps, plots=not no_plots)
 
 
-_not_yet("reproduce", "miniature reproduction issue")
+@main.command("reproduce")
+@click.option("--pair", default="tiny", show_default=True, help="reproduction plan: experiments/reproduce/<PAIR>.yaml")
+@click.option("--out", default=None, help="output folder [default: results/reproduce_<pair>]")
+@click.option("--dry-run", is_flag=True, help="list the runs in order (partners first) and their status; run nothing")
+@click.option("--jobs", type=int, default=None, help="runs trained at the same time [default: the plan's]")
+@click.option("--steps", type=int, default=None, help="training steps of every run [default: the plan's]")
+@click.option("--no-report", is_flag=True, help="train and evaluate only")
+@click.option("--no-progress", is_flag=True, help="no progress bars")
+@one_line_errors
+def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress):
+    """The miniature study in one command: GRPO n=8 (3 seeds) and n=32, GRAFT (3 seeds), stored-trajectory
+    GRAFT, the gate/floor/ordering ablations and the other design variants; then evaluation and
+    `graft report` with the paper's qualitative claims judged from the measured numbers. Resumable:
+    finished runs and evaluations are skipped.
+
+    \b
+    Writes <out>/<pair>-<run>-s<seed>/ per run, <out>/plan_<name>.{md,json}, <out>/report/report.md (with the
+    claims section), claims.json, tables.tex, plots/.
+
+    \b
+    Example:
+      graft reproduce --pair tiny --out results/reproduce_tiny
+    """
+    from graft_cli.plan.commands import reproduce_main
+
+    reproduce_main(pair, out=out, dry_run=dry_run, jobs=jobs, steps=steps, report=not no_report,
+                   progress=not no_progress)
 
 
 if __name__ == "__main__":

@@ -338,7 +338,8 @@ def load_sweep(name: str, pair: str = "tiny", seeds=None, steps: int | None = No
     if "eval" in raw and "eval" in base:  # a sweep's eval keys refine the pair's
         merged["eval"] = {**(base["eval"] or {}), **(raw["eval"] or {})}
     if "overrides" in raw and "overrides" in base:
-        merged["overrides"] = parse_overrides(base["overrides"], "_pairs.yaml") + parse_overrides(raw["overrides"], path)
+        merged["overrides"] = (parse_overrides(base["overrides"], "_pairs.yaml")
+                               + parse_overrides(raw["overrides"], path))
     merged.pop("pair", None)
     return build_plan(merged, pair=pair, source=path, seeds=seeds, steps=steps)
 
