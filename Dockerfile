@@ -1,7 +1,7 @@
 # graft on a CUDA node (README "Scale-out"): CUDA 12.8 runtime + Python 3.11, graft with the `vllm` extra.
 #   docker build -t graft .
 #   docker run --gpus all --ipc=host --shm-size 16g -v $PWD/results:/work/graft/results -v $HOME/.cache/huggingface:/root/.cache/huggingface graft \
-#     accelerate launch --config_file experiments/accelerate/fsdp_4gpu.yaml -m graft_cli.cli train --pair 1_vllm --method graft
+#     accelerate launch --config_file experiments/accelerate/fsdp_4gpu.yaml -m graft_cli.cli train --pair 1 --method graft scale=4xh200
 # `vllm` pins its own torch (CUDA build); graft then installs against that torch.
 FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04
 

@@ -154,7 +154,7 @@ def _one_line(e: Exception) -> str:
     return f"config key {key!r}: {head}" if key else f"config: {head}"
 
 
-GROUPS = ("pair", "method")
+GROUPS = ("pair", "method", "scale")  # scale=<name>: optional hardware overlay (experiments/scale/), applied last
 
 
 def compose(overrides: list[str] | None = None, config_dir: str | None = None) -> Config:
@@ -178,7 +178,7 @@ def compose(overrides: list[str] | None = None, config_dir: str | None = None) -
                 known = sorted(f[:-5] for f in os.listdir(os.path.join(config_dir, key))
                                if f.endswith(".yaml") and not f.startswith("_"))
                 raise GraftError(f"{key} {val!r}: no {key}/{val}.yaml in {config_dir}; known: {', '.join(known)}")
-            groups.append(f"{key}='{val}'")
+            groups.append(f"{'+' if key == 'scale' else ''}{key}='{val}'")
         else:
             rest.append(ov)
     GlobalHydra.instance().clear()
@@ -275,7 +275,8 @@ def validate(cfg: Config) -> None:
     _check(a.loss in POLICY_LOSSES, "algo.loss", f"unknown; known: {', '.join(POLICY_LOSSES.names())}")
     _check(cfg.exchange.name in EXCHANGES, "exchange.name", f"unknown; known: {', '.join(EXCHANGES.names())}")
     _check(cfg.exchange.ordering in ("last", "first", "uniform"), "exchange.ordering", "must be last, first or uniform")
-    _check(r.engine in ENGINES, "rollout.engine", f"unknown; known: {', '.join(ENGINES.names())}")
+    hint = " (vLLM is not installed: pip install -e '.[vllm]')" if r.engine == "vllm" else ""
+    _check(r.engine in ENGINES, "rollout.engine", f"unknown; known: {', '.join(ENGINES.names())}{hint}")
     _check(r.n >= 1, "rollout.n", "must be >= 1")
     _check(r.temperature >= 0, "rollout.temperature", "must be >= 0")
     _check(0 < r.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
