@@ -18,9 +18,10 @@ Design choices
   ``1/3+1/4=?``) and worked solutions are a one-line chain of equalities ending in ``\\boxed{...}``
   (``4*5=20,3+20=23 \\boxed{23}``; ``26-5=21,21/3=7 \\boxed{7}``; ``4/12+3/12=7/12 \\boxed{7/12}``;
   ``240+42=282 \\boxed{282}`` for ``47*6``). Single-operation problems restate the operation
-  (``47+38=85``) — the one step there is — while multi-step ones only write the intermediate results. Step time of RL on a CPU is proportional to sequence length, so
-  every character counts; the chain still gives the model intermediate results to condition on for
-  the multi-step families (``two``, ``lin``, ``frac``, multi-digit ``mul``).
+  (``47+38=85``) — the one step there is — while multi-step ones only write the intermediate results.
+  Step time of RL on a CPU is proportional to sequence length, so every character counts; the chain
+  still gives the model intermediate results to condition on for the multi-step families (``two``,
+  ``lin``, ``frac``, multi-digit ``mul``).
 * **Gold answers in MATH style** (integers, ``\\frac{a}{b}`` in lowest terms); reference solutions
   box the unreduced ``a/b`` the chain arrives at, which math-verify grades equal to the gold
   (value comparison). Every reference solution scores 1.0 (tested).

@@ -8,9 +8,10 @@
   every digit (arithmetic needs digit-aligned tokens) but merges everything else freely, so the
   constant prompt suffix collapses into one or two learned tokens;
 * ``b``: a ``LlamaForCausalLM`` (hidden 256, 4 layers, 4/4 heads, MLP 704, tied; ~3.2M) with a
-  **character-level** tokenizer (printable ASCII, one token per character) plus the words of the
-  prompt suffix as added (non-special) tokens, so prompts stay short but every response string gets
-  a different token count and entirely different ids than under ``a``'s tokenizer;
+  **character-level** tokenizer (printable ASCII, one token per character) plus the constant prompt
+  suffix as one added (non-special) token, so prompts stay short, while every response string gets
+  a different (longer) token count and entirely different ids than under ``a``'s tokenizer
+  (``\boxed{`` alone is 1 token under ``a``, 7 under ``b``);
 * ``teacher``: model ``a`` trained longer (continued SFT on a balanced, harder mix) — same
   architecture and tokenizer as ``a``, stronger everywhere: the on-policy distillation teacher;
 * ``junior``: an early snapshot of ``a``'s SFT run — same tokenizer as ``a``, clearly weaker: the
@@ -59,8 +60,7 @@ import shutil
 import string
 import sys
 import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -69,12 +69,15 @@ ROLES = ("a", "b", "teacher", "junior")
 EOS_A, PAD_A = "<|endoftext|>", "<|pad|>"
 BOS_B, EOS_B, PAD_B, UNK_B = "<s>", "</s>", "<pad>", "<unk>"
 
-# The words of the prompt suffix ("Let's think step by step and output the final answer within
-# \boxed{}.") as added tokens of the character-level tokenizer: the suffix costs ~17 tokens under
-# ``b`` instead of ~70 characters, but stays a word-level, not learned, segmentation (``a``'s BPE
-# learns it as one or two merged tokens).
-SUFFIX_WORDS_B = ("Let's", " think", " step", " by", " and", " output", " the", " final", " answer", " within",
-                  " \\boxed")
+# The character-level tokenizer adds the constant prompt suffix ("Let's think step by step and output
+# the final answer within \boxed{}.") as ONE added, non-special token: a prompt costs ~11 tokens under
+# ``b`` instead of ~80 characters (RL step time is proportional to sequence length), while everything
+# a model writes — including ``\boxed{`` — stays one token per character.
+def _suffix_tokens_b() -> tuple[str, ...]:
+    from graft_cli.data.prompts import SUFFIX
+
+    return (SUFFIX,)
+
 
 # ----------------------------------------------------------------------------------------------------
 # Paths
@@ -126,7 +129,7 @@ def build_tokenizer_a(seed: int = 0, vocab_size: int = 384):
 
 def build_tokenizer_b():
     """Character-level tokenizer: one token per printable ASCII character (and newline), plus the
-    prompt suffix's words as added non-special tokens (:data:`SUFFIX_WORDS_B`). Implemented as a
+    constant prompt suffix as one added non-special token (:func:`_suffix_tokens_b`). Implemented as a
     merge-free BPE over a character vocabulary with a ``Fuse`` decoder, so decoding concatenates
     characters exactly (no spaces inserted, no clean-up). Specials ``<s>`` (unused BOS), ``</s>``
     (EOS), ``<pad>``, ``<unk>``."""
@@ -140,7 +143,7 @@ def build_tokenizer_b():
     tok.decoder = decoders.Fuse()
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
     tok.add_tokens([AddedToken(w, normalized=False, lstrip=False, rstrip=False, single_word=False)
-                    for w in SUFFIX_WORDS_B])
+                    for w in _suffix_tokens_b()])
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_B, pad_token=PAD_B, unk_token=UNK_B,
                                    padding_side="left", clean_up_tokenization_spaces=False)
 
@@ -212,6 +215,15 @@ class Recipe:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         return json.loads(json.dumps(d))  # int level keys -> str, JSON-safe
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Recipe:
+        def stage(x):
+            return Stage(**{**x, "levels": {int(k): v for k, v in x["levels"].items()}})
+
+        return cls(shape_a=Shape(**d["shape_a"]), shape_b=Shape(**d["shape_b"]), stage_a=stage(d["stage_a"]),
+                   stage_b=stage(d["stage_b"]), stage_teacher=stage(d["stage_teacher"]),
+                   junior_step=d["junior_step"], train_size=d["train_size"], bpe_vocab=d["bpe_vocab"])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -314,7 +326,7 @@ def sft(model, tokenizer, stage: Stage, data_seed: str, on_step=None, snapshot_a
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), stage.clip)
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if on_step is not None:
             on_step(step + 1, stage.steps, losses[-1])
         if snapshot_at and (step + 1) in snapshot_at:
@@ -370,6 +382,7 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     out: dict = {}
+    cpu0 = time.process_time()
     with _deterministic_single_thread():
         if kind == "a":
             tok = build_tokenizer_a(seed, recipe.bpe_vocab)
@@ -381,7 +394,7 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
 
             t0 = time.time()
             la = sft(model, tok, recipe.stage_a, f"graft-tiny-sft:{seed}:a",
-                     on_step=lambda s, n, l: report("a", s, n, l), snapshot_at={recipe.junior_step: snap})
+                     on_step=lambda s, n, loss: report("a", s, n, loss), snapshot_at={recipe.junior_step: snap})
             out["a"] = {"hash": _save(model, tok, os.path.join(cache_dir, "a")), "steps": recipe.stage_a.steps,
                         "final_loss": sum(la[-10:]) / len(la[-10:]), "arch": recipe.shape_a.arch, "tokenizer": "a",
                         "params": num_params(model), "seconds": time.time() - t0}
@@ -389,7 +402,7 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
             t0 = time.time()
             teacher = copy.deepcopy(model)
             lt = sft(teacher, tok, recipe.stage_teacher, f"graft-tiny-sft:{seed}:teacher",
-                     on_step=lambda s, n, l: report("teacher", s, n, l))
+                     on_step=lambda s, n, loss: report("teacher", s, n, loss))
             out["teacher"] = {"hash": _save(teacher, tok, os.path.join(cache_dir, "teacher")),
                               "steps": recipe.stage_a.steps + recipe.stage_teacher.steps,
                               "final_loss": sum(lt[-10:]) / len(lt[-10:]), "arch": recipe.shape_a.arch,
@@ -399,29 +412,38 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
             model = make_model(recipe.shape_b, tok, seed * 1000 + 2)
             t0 = time.time()
             lb = sft(model, tok, recipe.stage_b, f"graft-tiny-sft:{seed}:b",
-                     on_step=lambda s, n, l: report("b", s, n, l))
+                     on_step=lambda s, n, loss: report("b", s, n, loss))
             out["b"] = {"hash": _save(model, tok, os.path.join(cache_dir, "b")), "steps": recipe.stage_b.steps,
                         "final_loss": sum(lb[-10:]) / len(lb[-10:]), "arch": recipe.shape_b.arch, "tokenizer": "b",
                         "params": num_params(model), "seconds": time.time() - t0}
         else:
             raise ValueError(kind)
+    for info in out.values():
+        info["job_cpu_seconds"] = time.process_time() - cpu0  # CPU time of the whole job (contention-free)
     return out
 
 
-def _worker(kind: str, recipe: Recipe, seed: int, cache_dir: str, queue) -> None:
+def _worker_main(argv: list[str]) -> None:
+    """Entry point of a build worker process: ``python -m graft_cli.models.tiny _worker KIND SEED DIR RECIPE``.
+
+    Workers are fresh interpreters started with :mod:`subprocess` (not :mod:`multiprocessing`, whose
+    spawn/forkserver start methods re-import the caller's ``__main__``, which can deadlock or rebuild
+    when the caller is an unguarded script). They speak one JSON object per stdout line."""
+    kind, seed, cache_dir, recipe_json = argv
     torch.set_num_threads(1)
     last = [0.0]
+
+    def emit(obj):
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
 
     def report(role, step, total, loss):
         now = time.time()
         if step == total or now - last[0] > 0.5:
             last[0] = now
-            queue.put(("progress", role, step, total, loss))
+            emit({"progress": [role, step, total, loss]})
 
-    try:
-        queue.put(("done", kind, _job(kind, recipe, seed, cache_dir, report)))
-    except BaseException:  # noqa: BLE001 - shipped to the parent
-        queue.put(("error", kind, traceback.format_exc()))
+    emit({"done": _job(kind, Recipe.from_dict(json.loads(recipe_json)), int(seed), cache_dir, report)})
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -546,7 +568,8 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
         manifest = {
             "version": TINY_VERSION, "seed": seed, "recipe": recipe.to_dict(),
             "models": results, "hashes": {r: results[r]["hash"] for r in ROLES},
-            "task": {k: {"path": os.path.relpath(v, cache_dir), "sha256": _file_hash(v)} for k, v in task_paths.items()},
+            "task": {k: {"path": os.path.relpath(v, cache_dir), "sha256": _file_hash(v)}
+                     for k, v in task_paths.items()},
             "token_stats": stats, "build_seconds": time.time() - t0,
             "max_new_tokens": _suggest_max_new_tokens(stats),
         }
@@ -562,37 +585,56 @@ def _suggest_max_new_tokens(stats: dict) -> int:
 
 
 def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update) -> dict:
-    import multiprocessing as mp
+    """Run the 'a' and 'b' jobs in two single-threaded worker interpreters; relay progress."""
+    import selectors
+    import subprocess
+    import tempfile
 
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(k, recipe, seed, cache_dir, q), daemon=True) for k in ("a", "b")]
-    for p in procs:
-        p.start()
-    results: dict = {}
-    pending = {"a", "b"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    pypath = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=os.pathsep.join(pypath))
+    procs = {}
+    sel = selectors.DefaultSelector()
+    errs = {}
     try:
-        while pending:
-            try:
-                msg = q.get(timeout=1.0)
-            except Exception:  # queue.Empty
-                dead = [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]
-                if dead:
-                    raise RuntimeError(f"tiny build worker died (exit code {dead[0].exitcode})") from None
-                continue
-            if msg[0] == "progress":
-                update(*msg[1:])
-            elif msg[0] == "done":
-                results.update(msg[2])
-                pending.discard(msg[1])
-            else:
-                raise RuntimeError(f"tiny build worker {msg[1]!r} failed:\n{msg[2]}")
+        for kind in ("a", "b"):
+            errs[kind] = tempfile.TemporaryFile()
+            p = subprocess.Popen([sys.executable, "-m", "graft_cli.models.tiny", "_worker", kind, str(seed), cache_dir,
+                                  json.dumps(recipe.to_dict())], stdout=subprocess.PIPE, stderr=errs[kind], env=env,
+                                 cwd=root)
+            procs[kind] = p
+            sel.register(p.stdout, selectors.EVENT_READ, kind)
+        results: dict = {}
+        open_streams = 2
+        while open_streams:
+            for key, _ in sel.select(timeout=1.0):
+                line = key.fileobj.readline()
+                if not line:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                    continue
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue  # stray output of a library
+                if "progress" in msg:
+                    update(*msg["progress"])
+                elif "done" in msg:
+                    results[key.data] = msg["done"]
+        for kind, p in procs.items():
+            if p.wait() != 0 or kind not in results:
+                errs[kind].seek(0)
+                tail = errs[kind].read().decode(errors="replace")[-3000:]
+                raise RuntimeError(f"tiny build worker {kind!r} failed (exit code {p.returncode}):\n{tail}")
+        return {role: info for kind in ("a", "b") for role, info in results[kind].items()}
     finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.terminate()
-    return results
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in errs.values():
+            f.close()
 
 
 def _manifest_ok(man: dict | None, cache_dir: str, seed: int, recipe: Recipe) -> bool:
@@ -667,7 +709,8 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
             fam: dict = {}
             for r, kk in zip(recs, k):
                 fam.setdefault(f"{r['family']}", []).append(kk / n)
-            ro_h = sample_groups(model, tok, [r["problem"] for r in held], n=1, seed=seed, max_new_tokens=max_new_tokens)
+            ro_h = sample_groups(model, tok, [r["problem"] for r in held], n=1, seed=seed,
+                                 max_new_tokens=max_new_tokens)
             rh = grader.grade(ro_h.texts, [r["answer"] for r in held]).rewards
             out[role] = {
                 "pass1": sum(rew) / len(rew),
@@ -745,14 +788,15 @@ def _props_table(props: dict):
     return t
 
 
-def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, force: bool = False) -> dict:
+def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, force: bool = False, *,
+              recipe: Recipe | None = None, num_prompts: int = 256, n: int = 8) -> dict:
     """``graft tiny build [--check]``: build or reuse the cache, print a summary table; with
     ``check``, measure the properties and print them, the LAST line being one JSON object."""
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    paths = build_tiny(cache_dir, seed=seed, force=force, progress=True)
+    paths = build_tiny(cache_dir, seed=seed, force=force, progress=True, recipe=recipe)
     cache = os.path.dirname(paths["a"])
     man = read_manifest(cache)
     console.print(_summary_table(man))
@@ -767,7 +811,8 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
     console.print(f"cache: {cache}")
     result: dict = {"cache": cache, "paths": paths, "build_seconds": man["build_seconds"], "hashes": man["hashes"]}
     if check:
-        props = check_tiny(paths, seed=seed)
+        props = check_tiny(paths, num_prompts=num_prompts, n=n, seed=seed,
+                           max_new_tokens=man.get("max_new_tokens", 48))
         console.print(_props_table(props))
         console.print(f"complementarity: a all-fail -> b mixed {props['comp_a_fail_b_mixed']:.3f}; "
                       f"b all-fail -> a mixed {props['comp_b_fail_a_mixed']:.3f}")
@@ -784,4 +829,11 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
 
 __all__ = ["build_tiny", "ensure_tiny", "check_tiny", "tiny_main", "build_tokenizer_a", "build_tokenizer_b",
            "Recipe", "Shape", "Stage", "sft", "weight_hash", "default_cache_dir", "read_manifest", "ROLES",
-           "targets_met", "token_stats", "sample_groups", "eval_loss"]
+           "targets_met", "token_stats", "sample_groups", "eval_loss", "make_model", "make_config", "sft_batch"]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "_worker":
+        _worker_main(sys.argv[2:])
+    else:
+        tiny_main(check="--check" in sys.argv, force="--force" in sys.argv)

@@ -1,0 +1,229 @@
+"""The embedded tiny pair and its synthetic task (issue 3).
+
+A REDUCED build (tiny shapes, a few dozen SFT steps: seconds) exercises the same code path as the
+full one; the full build's targets are measured by ``graft tiny build --check``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+import torch
+
+from graft_cli.data import synthetic as syn
+from graft_cli.data.prompts import PromptSpec
+from graft_cli.models import tiny
+
+# ----------------------------------------------------------------------------------------------------
+# Task
+
+
+def test_task_deterministic_and_seeded():
+    a = syn.build_task(0, train_size=300)
+    b = syn.build_task(0, train_size=300)
+    c = syn.build_task(1, train_size=300)
+    assert a == b
+    assert a["train"] != c["train"]
+
+
+def test_write_task_files(tmp_path):
+    p1 = syn.write_task(str(tmp_path / "x"), seed=3, train_size=200)
+    p2 = syn.write_task(str(tmp_path / "y"), seed=3, train_size=200)
+    assert set(p1) == {"train", "eval_math500", "eval_aime24", "eval_aime25", "eval_amc23", "eval_minerva"}
+    for k in p1:
+        assert os.path.basename(p1[k]) == f"{k}.jsonl"
+        assert open(p1[k], "rb").read() == open(p2[k], "rb").read()
+    sizes = {k: sum(1 for _ in open(v)) for k, v in p1.items()}
+    assert sizes == {"train": 200, "eval_math500": 500, "eval_aime24": 30, "eval_aime25": 30, "eval_amc23": 40,
+                     "eval_minerva": 272}
+    # loadable by the project's problem loader (the path real data takes)
+    from graft_cli.data.problems import load_problems
+
+    probs = load_problems(p1["eval_aime24"])
+    assert len(probs) == 30 and all(p.id and p.problem and p.answer for p in probs)
+
+
+def test_eval_sets_held_out_and_harder():
+    t = syn.build_task(0, train_size=2000)
+    train = {r["problem"] for r in t["train"]}
+    for name in syn.EVAL_SETS:
+        recs = t[f"eval_{name}"]
+        assert not train & {r["problem"] for r in recs}, name
+        assert len({r["problem"] for r in recs}) == len(recs), name
+    for name in ("aime24", "aime25"):
+        assert all(r["level"] == 3 for r in t[f"eval_{name}"])
+    assert {r["family"] for r in t["eval_math500"]} == set(syn.FAMILIES)
+
+
+def _corrupt(answer: str) -> str:
+    m = re.fullmatch(r"\\frac\{(\d+)\}\{(\d+)\}", answer)
+    if m:
+        return f"\\frac{{{int(m.group(1)) + 1}}}{{{m.group(2)}}}"
+    return str(int(answer) + 1)
+
+
+def test_reference_solutions_score_one_and_corruptions_zero():
+    from graft_cli.reward import grade_one
+
+    t = syn.build_task(0, train_size=300)
+    recs = t["train"] + t["eval_aime24"] + t["eval_amc23"]
+    seen_fams = set()
+    for r in recs:
+        seen_fams.add((r["family"], r["level"]))
+        assert r["solution"].rstrip().endswith("}") and "\\boxed{" in r["solution"]
+        score, _ = grade_one(r["solution"], r["answer"])
+        assert score == 1.0, r
+        bad = r["solution"].rsplit("\\boxed{", 1)[0] + "\\boxed{" + _corrupt(r["answer"]) + "}"
+        assert grade_one(bad, r["answer"])[0] == 0.0, (r, bad)
+    assert len(seen_fams) == len(syn.FAMILIES) * len(syn.LEVELS)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tokenizers
+
+
+@pytest.fixture(scope="module")
+def toks():
+    return tiny.build_tokenizer_a(0), tiny.build_tokenizer_b()
+
+
+def test_tokenizers_differ_and_round_trip(toks):
+    ta, tb = toks
+    recs = syn.build_task(0, train_size=300)["train"]
+    differ = 0
+    for r in recs:
+        for tk in (ta, tb):
+            ids = tk(r["solution"], add_special_tokens=False)["input_ids"]
+            assert tk.decode(ids + [tk.eos_token_id], skip_special_tokens=True) == r["solution"]
+        la = len(ta(r["solution"], add_special_tokens=False)["input_ids"])
+        lb = len(tb(r["solution"], add_special_tokens=False)["input_ids"])
+        differ += la != lb
+    assert differ == len(recs)  # every response string has a different token count under each
+    prompt = PromptSpec().text("8*9+4=?", ta)
+    assert prompt.endswith("within \\boxed{}.\n") and "8*9+4=?" in prompt
+    na, nb = len(PromptSpec().encode("8*9+4=?", ta)), len(PromptSpec().encode("8*9+4=?", tb))
+    assert na <= 7 and nb <= 11, (na, nb)  # the suffix: learned BPE merge (a), one added token (b)
+    assert len(ta("\\boxed{12}", add_special_tokens=False)["input_ids"]) < 6
+    assert len(tb("\\boxed{12}", add_special_tokens=False)["input_ids"]) == 10  # one per character
+    for tk in (ta, tb):
+        assert tk.eos_token and tk.pad_token and tk.padding_side == "left"
+        assert not getattr(tk, "chat_template", None)
+    # arbitrary text survives a round trip through the other model's tokenizer (re-tokenization)
+    text = "12*3=36, so x = 7/2  \\boxed{\\frac{7}{2}}\nLet's think"
+    for tk in (ta, tb):
+        assert tk.decode(tk(text, add_special_tokens=False)["input_ids"], skip_special_tokens=True) == text
+
+
+def test_digits_are_single_tokens(toks):
+    ta, tb = toks
+    for tk in (ta, tb):
+        toks_ = tk.convert_ids_to_tokens(tk("1234+5678=6912", add_special_tokens=False)["input_ids"])
+        assert len(toks_) == 14
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reduced build
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("tiny"))
+    paths = tiny.build_tiny(d, seed=0, recipe=tiny.Recipe.reduced(), workers=1, progress=False)
+    return d, paths
+
+
+def test_build_outputs_and_auto_round_trip(built):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    d, paths = built
+    assert set(paths) == {"a", "b", "teacher", "junior", "task"}
+    man = tiny.read_manifest(d)
+    assert man["version"] == tiny.TINY_VERSION and set(man["hashes"]) == set(tiny.ROLES)
+    arch = {}
+    for role in tiny.ROLES:
+        m = AutoModelForCausalLM.from_pretrained(paths[role])
+        tk = AutoTokenizer.from_pretrained(paths[role])
+        arch[role] = type(m).__name__
+        assert tiny.weight_hash(m) == man["hashes"][role]
+        assert tk.eos_token_id == m.config.eos_token_id and tk.pad_token_id is not None
+        assert tk.padding_side == "left"
+        ids = tk(PromptSpec().text("3+4=?", tk), add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            assert torch.isfinite(m(input_ids=ids).logits).all()
+    assert arch == {"a": "Qwen3ForCausalLM", "b": "LlamaForCausalLM", "teacher": "Qwen3ForCausalLM",
+                    "junior": "Qwen3ForCausalLM"}
+    # teacher and junior share a's tokenizer; b's differs
+    tj = {r: open(os.path.join(paths[r], "tokenizer.json")).read() for r in tiny.ROLES}
+    assert tj["a"] == tj["teacher"] == tj["junior"] != tj["b"]
+    assert os.path.isfile(os.path.join(paths["task"], "eval_minerva.jsonl"))
+
+
+def test_build_deterministic(built, tmp_path):
+    d, _ = built
+    again = str(tmp_path / "again")
+    tiny.build_tiny(again, seed=0, recipe=tiny.Recipe.reduced(), workers=1, progress=False)
+    assert tiny.read_manifest(again)["hashes"] == tiny.read_manifest(d)["hashes"]
+    other = str(tmp_path / "other")
+    tiny.build_tiny(other, seed=1, recipe=tiny.Recipe.reduced(steps=4), workers=1, progress=False)
+    assert tiny.read_manifest(other)["hashes"]["a"] != tiny.read_manifest(d)["hashes"]["a"]
+
+
+@pytest.mark.slow
+def test_parallel_build_matches_in_process(built, tmp_path):
+    d, _ = built
+    par = str(tmp_path / "par")
+    tiny.build_tiny(par, seed=0, recipe=tiny.Recipe.reduced(), workers=2, progress=False)
+    assert tiny.read_manifest(par)["hashes"] == tiny.read_manifest(d)["hashes"]
+
+
+def test_ensure_reuses_and_rebuilds_half_built(built):
+    d, paths = built
+    man_path = os.path.join(d, "manifest.json")
+    before = os.path.getmtime(man_path)
+    assert tiny.ensure_tiny(d, recipe=tiny.Recipe.reduced(), progress=False) == paths
+    assert os.path.getmtime(man_path) == before  # reused, not rebuilt
+    hashes = tiny.read_manifest(d)["hashes"]
+    os.remove(man_path)  # a half-built cache has no manifest
+    tiny.ensure_tiny(d, recipe=tiny.Recipe.reduced(), progress=False)
+    assert tiny.read_manifest(d)["hashes"] == hashes
+
+
+def test_sft_lowers_loss_and_mixes_specialise(built):
+    """SFT lowers the response loss; each base model is relatively better on its favoured families."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _, paths = built
+    rec = tiny.Recipe.reduced()
+    fam_a = {f: 1.0 for f, w in rec.stage_a.families.items() if w == 1.0}
+    fam_b = {f: 1.0 for f, w in rec.stage_b.families.items() if w == 1.0}
+    assert not set(fam_a) & set(fam_b)
+    lv = {1: 1.0, 2: 1.0, 3: 1.0}
+    loss = {}
+    for role in ("a", "b"):
+        tk = AutoTokenizer.from_pretrained(paths[role])
+        m = AutoModelForCausalLM.from_pretrained(paths[role]).eval()
+        shape = rec.shape_a if role == "a" else rec.shape_b
+        fresh = tiny.make_model(shape, tk, seed=123).eval()
+        for name, fam in (("A", fam_a), ("B", fam_b)):
+            loss[role, name] = tiny.eval_loss(m, tk, fam, lv)
+            assert loss[role, name] < tiny.eval_loss(fresh, tk, fam, lv) - 0.5
+    # a's advantage on A-families over B-families exceeds b's (per-token losses, same texts)
+    assert loss["a", "A"] - loss["a", "B"] < loss["b", "A"] - loss["b", "B"]
+
+
+def test_check_and_main_json_last_line(built, capsys):
+    d, paths = built
+    props = tiny.check_tiny(paths, num_prompts=16, n=4, roles=("a", "b"), max_new_tokens=24)
+    for r in ("a", "b"):
+        assert 0.0 <= props[r]["pass1"] <= 1.0 and 0.0 <= props[r]["all_fail"] <= 1.0
+    assert 0.0 <= props["comp_a_fail_b_mixed"] <= 1.0
+    assert set(tiny.targets_met(props)) == {"a_pass1", "a_all_fail", "b_pass1", "b_all_fail",
+                                            "comp_a_fail_b_mixed", "comp_b_fail_a_mixed"}
+    capsys.readouterr()
+    tiny.tiny_main(check=True, cache_dir=d, seed=0, recipe=tiny.Recipe.reduced(), num_prompts=8, n=2)
+    out = capsys.readouterr().out.strip().splitlines()
+    last = json.loads(out[-1])
+    assert "comp_a_fail_b_mixed" in last and "a" in last and "targets_met" in last
