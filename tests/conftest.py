@@ -102,8 +102,8 @@ def write_problems(path: str, n: int = 16) -> str:
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
     d = tmp_path_factory.mktemp("models")
-    return {"a": make_random_model(str(d / "a"), "qwen3", 0, sft_steps=150),
-            "b": make_random_model(str(d / "b"), "llama", 1, sft_steps=150)}
+    return {"a": make_random_model(str(d / "a"), "qwen3", 0, sft_steps=60),
+            "b": make_random_model(str(d / "b"), "llama", 1, sft_steps=60)}
 
 
 @pytest.fixture(scope="session")
