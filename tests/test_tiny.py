@@ -216,14 +216,14 @@ def test_sft_lowers_loss_and_mixes_specialise(built):
 
 def test_check_and_main_json_last_line(built, capsys):
     d, paths = built
-    props = tiny.check_tiny(paths, num_prompts=16, n=4, roles=("a", "b"), max_new_tokens=24)
+    props = tiny.check_tiny(paths, num_prompts=16, n=4, roles=("a", "b"), max_new_tokens=24, heldout=8)
     for r in ("a", "b"):
         assert 0.0 <= props[r]["pass1"] <= 1.0 and 0.0 <= props[r]["all_fail"] <= 1.0
     assert 0.0 <= props["comp_a_fail_b_mixed"] <= 1.0
     assert set(tiny.targets_met(props)) == {"a_pass1", "a_all_fail", "b_pass1", "b_all_fail",
                                             "comp_a_fail_b_mixed", "comp_b_fail_a_mixed"}
     capsys.readouterr()
-    tiny.tiny_main(check=True, cache_dir=d, seed=0, recipe=tiny.Recipe.reduced(), num_prompts=8, n=2)
+    tiny.tiny_main(check=True, cache_dir=d, seed=0, recipe=tiny.Recipe.reduced(), num_prompts=8, n=2, heldout=0)
     out = capsys.readouterr().out.strip().splitlines()
     last = json.loads(out[-1])
     assert "comp_a_fail_b_mixed" in last and "a" in last and "targets_met" in last

@@ -9,8 +9,8 @@ the problem file is the code path real data takes.
 Design choices
 --------------
 * **Six skill families, three levels each** (:data:`FAMILIES`): ``add`` (carries), ``sub`` (borrows),
-  ``mul``, ``two`` (two-step expressions with precedence and brackets), ``lin`` (linear equations)
-  and ``frac`` (fraction arithmetic). Level 1 is single-digit facts, which ~3M-parameter models
+  ``mul``, ``two`` (two-step expressions: ``a+b+c``, then precedence, then brackets), ``lin``
+  (linear equations) and ``frac`` (fraction arithmetic). Level 1 is single-digit facts, which ~3M-parameter models
   memorise in a minute of SFT; levels 2-3 need multi-digit work, which they only partly learn.
   The level spread is what puts a freshly trained model in the useful RL band (some prompts always
   solved, some sometimes, some never).
@@ -98,10 +98,13 @@ def gen_mul(rng: random.Random, level: int):
 
 
 def gen_two(rng: random.Random, level: int):
+    if level == 1:  # a+b+c, every step a single-digit fact
+        a = rng.randint(1, 8)
+        b = rng.randint(1, 9 - a)
+        c = rng.randint(1, 9)
+        s = a + b
+        return f"{a}+{b}+{c}=?", str(s + c), _boxed(f"{a}+{b}={s},{s}+{c}={s + c}", str(s + c))
     a, b, c = rng.randint(2, 9), rng.randint(2, 9), rng.randint(1, 9)
-    if level == 1:  # a*b+c
-        p = a * b
-        return f"{a}*{b}+{c}=?", str(p + c), _boxed(f"{a}*{b}={p},{p}+{c}={p + c}", str(p + c))
     if level == 2:  # c+a*b or a*b-c (precedence)
         p = a * b
         if rng.random() < 0.5:
