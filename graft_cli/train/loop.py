@@ -54,9 +54,13 @@ def resolve_path(spec: str) -> str:
 
         paths = ensure_tiny()
         role = spec.split(":", 1)[1]
-        if role not in paths:
-            raise GraftError(f"unknown tiny role {role!r}; known: {', '.join(sorted(paths))}")
-        return paths[role]
+        if role in paths:
+            return paths[role]
+        task_file = os.path.join(paths["task"], f"{role}.jsonl")  # tiny:train, tiny:eval_math500, ...
+        if os.path.exists(task_file):
+            return task_file
+        known = ", ".join(sorted(paths))
+        raise GraftError(f"unknown tiny name {role!r}; known: {known}, or a task file in {paths['task']}")
     return spec
 
 
