@@ -110,3 +110,21 @@ def test_kill_and_resume_matches_uninterrupted_run(tiny_models, problems_file, t
     want = _strip(read_jsonl(tmp_path / "runs" / "ref" / "metrics.jsonl"))
     assert [(r["step"], r["policy"]) for r in got] == [(s, p) for s in (1, 2, 3, 4) for p in ("a", "b")]
     assert got == want
+
+
+def test_tiny_names_resolve_to_models_and_task_files(tmp_path, monkeypatch):
+    """pair=tiny uses `tiny:a` (a model folder) and `tiny:train` (the task's train.jsonl)."""
+    import graft_cli.models.tiny as tiny
+    from graft_cli.errors import GraftError
+    from graft_cli.train.loop import resolve_path
+
+    task = tmp_path / "task"
+    task.mkdir()
+    (task / "train.jsonl").write_text("")
+    paths = {"a": str(tmp_path / "a"), "b": str(tmp_path / "b"), "task": str(task)}
+    monkeypatch.setattr(tiny, "ensure_tiny", lambda *a, **k: paths)
+    assert resolve_path("tiny:a") == paths["a"]
+    assert resolve_path("tiny:train") == str(task / "train.jsonl")
+    assert resolve_path("/some/model") == "/some/model"
+    with pytest.raises(GraftError, match="unknown tiny name 'nope'"):
+        resolve_path("tiny:nope")
