@@ -128,3 +128,19 @@ def test_tiny_names_resolve_to_models_and_task_files(tmp_path, monkeypatch):
     assert resolve_path("/some/model") == "/some/model"
     with pytest.raises(GraftError, match="unknown tiny name 'nope'"):
         resolve_path("tiny:nope")
+
+
+def test_second_process_on_same_run_dir_is_refused(tmp_path):
+    import fcntl
+
+    from graft_cli.errors import GraftError
+    from graft_cli.train.loop import _lock_run_dir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = open(run / ".lock", "w")  # another process's lock (flock is per open file description)
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with pytest.raises(GraftError, match="another graft process"):
+        _lock_run_dir(str(run))
+    holder.close()
+    _lock_run_dir(str(run))  # free again once the holder is gone

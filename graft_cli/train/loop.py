@@ -460,6 +460,23 @@ def check_resumable(cfg: C.Config, out_dir: str) -> None:
                          f"use another run.name/--out, or run.resume=false to start over")
 
 
+_LOCKS: dict = {}
+
+
+def _lock_run_dir(out: str) -> None:
+    """One training process per run directory: an exclusive ``flock`` on ``<run>/.lock``, released by the
+    OS when the process ends (also on a kill), so a second `graft train` on the same run stops at once."""
+    import fcntl
+
+    f = open(os.path.join(out, ".lock"), "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise GraftError(f"{out}: another graft process is training in this run directory") from None
+    _LOCKS[out] = f
+
+
 def train(cfg: C.Config, progress: bool = True, console=None) -> str:
     """Run (or resume) a training run; returns the run directory."""
     from rich.console import Console
@@ -472,11 +489,15 @@ def train(cfg: C.Config, progress: bool = True, console=None) -> str:
     is_main = os.environ.get("RANK", "0") == "0"  # data-parallel runs: only rank 0 writes files
     progress = progress and is_main
     if is_main:
+        os.makedirs(out, exist_ok=True)
+        _lock_run_dir(out)
         if os.path.exists(os.path.join(out, "config.yaml")) and not cfg.run.resume:
             import shutil
 
-            shutil.rmtree(out)
-        os.makedirs(out, exist_ok=True)
+            for entry in os.listdir(out):  # start over, keeping only our lock
+                if entry != ".lock":
+                    path = os.path.join(out, entry)
+                    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         if cfg.run.resume:
             check_resumable(cfg, out)
         atomic_write_text(os.path.join(out, "config.yaml"), C.to_yaml(cfg))
