@@ -11,7 +11,7 @@
   **character-level** tokenizer (printable ASCII, one token per character) plus the constant prompt
   suffix as one added (non-special) token, so prompts stay short, while every response string gets
   a different (longer) token count and entirely different ids than under ``a``'s tokenizer
-  (``\boxed{`` alone is 1 token under ``a``, 7 under ``b``);
+  (``\\boxed{`` alone is 1 token under ``a``, 7 under ``b``);
 * ``teacher``: model ``a`` trained longer (continued SFT on a balanced, harder mix) — same
   architecture and tokenizer as ``a``, stronger everywhere: the on-policy distillation teacher;
 * ``junior``: an early snapshot of ``a``'s SFT run — same tokenizer as ``a``, clearly weaker: the
@@ -191,12 +191,13 @@ class Recipe:
     """Everything that determines the built models (with the seed). :meth:`full` is the default;
     :meth:`reduced` is a seconds-long build with the same code path, for tests."""
 
-    shape_a: Shape = Shape("qwen3", 256, 4, 4, 2, 768)
-    shape_b: Shape = Shape("llama", 256, 4, 4, 4, 704)
-    stage_a: Stage = Stage(steps=560, lr=2e-3, batch=32, families=_A_FAMS, levels=_LEVELS, warmup=30)
-    stage_b: Stage = Stage(steps=560, lr=2e-3, batch=32, families=_B_FAMS, levels=_LEVELS, warmup=30)
-    stage_teacher: Stage = Stage(steps=160, lr=1.5e-3, batch=32, families=_ALL_FAMS, levels=_TEACHER_LEVELS, warmup=10)
-    junior_step: int = 200  # snapshot of a's run
+    shape_a: Shape = Shape("qwen3", 192, 4, 4, 2, 576)
+    shape_b: Shape = Shape("llama", 192, 4, 4, 4, 512)
+    stage_a: Stage = Stage(steps=740, lr=2e-3, batch=32, families=_A_FAMS, levels=_LEVELS, warmup=30)
+    stage_b: Stage = Stage(steps=780, lr=2e-3, batch=32, families=_B_FAMS, levels=_LEVELS, warmup=30)
+    stage_teacher: Stage = Stage(steps=220, lr=1.5e-3, batch=32, families=_ALL_FAMS, levels=_TEACHER_LEVELS,
+                                 warmup=10)
+    junior_step: int = 400  # snapshot of a's run
     train_size: int = 8192
     bpe_vocab: int = 384
 
