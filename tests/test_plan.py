@@ -349,3 +349,26 @@ def test_execute_end_to_end_with_stored_partner(tiny_models, problems_file, tmp_
     assert recs["st"]["scores"]["a"]["step"] == 2
     again = {r["name"]: r for r in X.execute(plan, out, jobs=1, progress=False)}
     assert all(r["trained"] == "skipped (finished)" and r["evaluated"] == "skipped (done)" for r in again.values())
+
+
+def test_tiny_pair_is_pinned_for_a_plan(monkeypatch, tmp_path):
+    from graft_cli.models import tiny as T
+
+    assert X.uses_tiny(P.load_reproduce("tiny"), str(tmp_path))
+    man = {"hashes": {"a": "1", "b": "2"}, "recipe": T.Recipe.full().to_dict()}
+    monkeypatch.setattr(T, "read_manifest", lambda *a, **k: man)
+    X.check_tiny({"hashes": {"a": "1", "b": "2"}})
+    X.check_tiny(None)
+    with pytest.raises(GraftError, match="changed since this plan started"):
+        X.check_tiny({"hashes": {"a": "1", "b": "3"}})  # the cache was rebuilt
+    man["recipe"] = {"other": 1}
+    with pytest.raises(GraftError, match="recipe in the code changed"):
+        X.check_tiny({"hashes": {"a": "1", "b": "2"}})  # ensure_tiny would rebuild it
+    # a folder made with another build is refused before anything runs
+    monkeypatch.setattr(X, "uses_tiny", lambda plan, out: True)
+    monkeypatch.setattr(X, "tiny_identity", lambda progress=True: {"cache": "c", "hashes": {"a": "9"}})
+    with open(tmp_path / "plan_p.json", "w") as f:
+        json.dump({"tiny": {"hashes": {"a": "1"}}}, f)
+    plan = P.build_plan({"name": "p", "steps": 1, "runs": [{"name": "g", "method": "grpo"}]})
+    with pytest.raises(GraftError, match="another build of the tiny pair"):
+        X.execute(plan, str(tmp_path), progress=False)

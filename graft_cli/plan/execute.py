@@ -92,6 +92,8 @@ def run_job(job: dict) -> dict:
         console = Console(file=log, force_terminal=False, width=160) if log else Console(stderr=True)
         from graft_cli.config import compose
 
+        if not job["finished"]:
+            check_tiny(job.get("tiny"))
         cfg = compose(job["overrides"])
         if not job["finished"]:
             t0 = time.perf_counter()
@@ -128,6 +130,49 @@ def run_job(job: dict) -> dict:
             sys.stdout.flush()
             log.flush()
     return rec
+
+
+# ------------------------------------------------------------------------------------ tiny pair pin
+def uses_tiny(plan: Plan, out: str) -> bool:
+    """Whether the plan's runs load the embedded tiny pair (``tiny:<role>`` models or data)."""
+    from graft_cli.config import compose
+
+    first = next((r for r in plan.runs if not r.partner), None)
+    if first is None:
+        return False
+    cfg = compose(plan.compose_overrides(first, out))
+    return any(str(p.model).startswith("tiny:") for p in cfg.policies) or str(cfg.data.train).startswith("tiny:")
+
+
+def tiny_identity(progress: bool = True) -> dict:
+    """Build the tiny pair once here if needed (workers never build it concurrently) and return its
+    identity: cache folder and the manifest's model hashes."""
+    from graft_cli.models import tiny as T
+
+    T.ensure_tiny(progress=progress)
+    man = T.read_manifest() or {}
+    return {"cache": T.default_cache_dir(), "hashes": man.get("hashes"), "version": man.get("version")}
+
+
+def check_tiny(expected: dict | None) -> None:
+    """Refuse to train when the tiny pair differs from the one the plan started with: a rebuilt cache
+    (other hashes), or code whose recipe no longer matches the cache (ensure_tiny would rebuild it)."""
+    if not expected:
+        return
+    from graft_cli.models import tiny as T
+
+    man = T.read_manifest() or {}
+    if man.get("hashes") != expected.get("hashes"):
+        raise GraftError(f"the tiny pair in {T.default_cache_dir()} changed since this plan started (model hashes "
+                         f"differ): its runs would mix two pairs; use a new --out")
+    try:
+        recipe_now = T.Recipe.full().to_dict()
+    except Exception:  # an older/newer tiny module without Recipe: the hash check above stands
+        return
+    if man.get("recipe") != recipe_now:
+        raise GraftError("the tiny recipe in the code changed since this plan started (the cache would be "
+                         "rebuilt): its runs would mix two pairs; finish with the code the plan started with, "
+                         "or use a new --out")
 
 
 def run_scores(run_dir: str, steps_spec: str) -> dict:
@@ -213,6 +258,13 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
             records[r.key]["evaluated"] = "skipped (done)" if plan.eval.enabled else "off"
         else:
             todo.append(r)
+    tiny = None
+    if todo and uses_tiny(plan, out):
+        tiny = tiny_identity(progress)
+        prev = (load_results(out, plan.name) or {}).get("tiny")
+        if prev and prev.get("hashes") != tiny["hashes"]:
+            raise GraftError(f"{out}: its runs were made with another build of the tiny pair (manifest model hashes "
+                             f"differ from {tiny['cache']}); use a new --out")
     console.print(f"plan {plan.name}: {len(runs)} runs, {len(runs) - len(todo)} already finished and evaluated, "
                   f"{len(todo)} to do ({jobs} at a time) into {out}")
     failed: set[str] = set()
@@ -223,7 +275,7 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
                 "finished": records[r.key]["_finished"], "eval": _eval_dict(plan),
                 "threads": None if in_process and jobs == 1 else threads,
                 "log": None if in_process else os.path.join(out, "logs", f"{plan.run_name(r)}.log"),
-                "progress": progress and in_process}
+                "progress": progress and in_process, "tiny": tiny}
 
     def partner_state(r: PlanRun) -> str:
         """ready: the partner run is finished on disk; wait: it is still to run; failed: neither."""
@@ -316,7 +368,7 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
         R["scores"] = run_scores(R["dir"], plan.eval.steps) if plan.eval.enabled else {}
         R["train_time_s"] = train_seconds(R["dir"])
         out_records.append(R)
-    write_results(plan, out, out_records, time.time() - t_start)
+    write_results(plan, out, out_records, time.time() - t_start, tiny)
     return out_records
 
 
@@ -344,7 +396,8 @@ def results_markdown(plan: Plan, records: list[dict]) -> str:
     return md_table(cols, rows)
 
 
-def write_results(plan: Plan, out: str, records: list[dict], wall_s: float) -> tuple[str, str]:
+def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny: dict | None = None
+                  ) -> tuple[str, str]:
     from graft_cli.eval.runner import atomic_write_json
 
     base = os.path.join(out, f"plan_{plan.name}")
@@ -354,7 +407,7 @@ def write_results(plan: Plan, out: str, records: list[dict], wall_s: float) -> t
     atomic_write_json(base + ".json", {
         "plan": plan.name, "source": plan.source, "pair": plan.pair, "steps": plan.steps,
         "overrides": plan.overrides, "eval": _eval_dict(plan), "claims": plan.claims, "out": out,
-        "executions": history, "runs": records})
+        "executions": history, "tiny": tiny or prev.get("tiny"), "runs": records})
     md = [f"# Plan {plan.name}", "", f"Pair {plan.pair}; steps {plan.steps}; source {plan.source}; "
           f"last execution {wall_s / 60:.1f} min.", "", results_markdown(plan, records), ""]
     with open(base + ".md", "w", encoding="utf-8") as f:
