@@ -79,7 +79,8 @@ def tiny():
 
 @tiny.command("build")
 @click.option("--check", is_flag=True, help="measure pass@1, all-fail rate and complementarity; last line is JSON")
-@click.option("--cache-dir", default=None, help="where to save the models (default: $GRAFT_CACHE or ~/.cache/graft/tiny)")
+@click.option("--cache-dir", default=None,
+              help="where to save the models (default: $GRAFT_CACHE or ~/.cache/graft/tiny)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--force", is_flag=True, help="rebuild even if the cache holds a complete build")
 @one_line_errors
@@ -93,6 +94,37 @@ def tiny_build(check, cache_dir, seed, force):
     from graft_cli.models.tiny import tiny_main
 
     tiny_main(check=check, cache_dir=cache_dir, seed=seed, force=force)
+
+
+@tiny.command("rl-check")
+@click.option("--steps", type=int, default=80, show_default=True, help="training steps")
+@click.option("--method", default="grpo", show_default=True, help="method config (experiments/method/)")
+@click.option("--out", default="results/tiny_rl_check", show_default=True, help="output folder")
+@click.option("--seed", type=int, default=0, show_default=True, help="training seed")
+@click.option("--samples", type=int, default=8, show_default=True, help="eval samples per held-out problem")
+@click.option("--runs", type=int, default=1, show_default=True, help="eval runs")
+@click.option("--temperature", type=float, default=1.0, show_default=True, help="eval sampling temperature")
+@click.option("--top-p", type=float, default=1.0, show_default=True, help="eval nucleus top-p")
+@click.option("--eval-seed", type=int, default=0, show_default=True,
+              help="eval sampling seed (same for base and final)")
+@click.option("--min-gain", type=float, default=3.0, show_default=True, help="target gain in pass@1 points")
+@click.option("--no-progress", is_flag=True, help="no progress bar")
+@click.argument("overrides", nargs=-1)
+@one_line_errors
+def tiny_rl_check(steps, method, out, seed, samples, runs, temperature, top_p, eval_seed, min_gain, no_progress,
+                  overrides):
+    """Train the tiny pair (GRPO n=8 by default), then compare each policy's held-out pass@1 with its
+    base model's, same sampling seed; writes OUT/rl_check.json (last printed line is that JSON).
+
+    \b
+    Example:
+      graft tiny rl-check --steps 80
+    """
+    from graft_cli.models.tiny_rl import rl_check
+
+    rl_check(steps=steps, method=method, out=out, seed=seed, samples=samples, runs=runs, temperature=temperature,
+             top_p=top_p, eval_seed=eval_seed, min_gain_points=min_gain, overrides=tuple(overrides),
+             progress=not no_progress)
 
 
 def _not_yet(name: str, issue: str):

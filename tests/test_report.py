@@ -224,3 +224,14 @@ def test_report_cli_prints_where(fixture_report, tmp_path):
     assert str(tmp_path / "rep" / "report.md") in (r.stdout + r.stderr).replace("\n", "")
     r = subprocess.run(GRAFT + ["report", str(tmp_path / "nothing-here")], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_consoles_do_not_turn_model_names_into_emoji():
+    """`tiny:a: avg=...` once printed as `tiny🅰 avg=...` (rich emoji codes)."""
+    import io
+
+    from graft_cli.console import make_console
+
+    buf = io.StringIO()
+    make_console(file=buf, width=80).print("tiny:a: avg=1.00 tiny:b:")
+    assert buf.getvalue().strip() == "tiny:a: avg=1.00 tiny:b:"

@@ -227,3 +227,42 @@ def test_check_and_main_json_last_line(built, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     last = json.loads(out[-1])
     assert "comp_a_fail_b_mixed" in last and "a" in last and "targets_met" in last
+
+
+# ----------------------------------------------------------------------------------------------------
+# graft tiny rl-check (the GRPO-gain measurement command; the full 80-step figure is in the README)
+
+
+def _mean_grade(folder: str) -> tuple[float, int]:
+    """Pooled pass@1 of an eval folder, recomputed from the per-sample files."""
+    grades = []
+    for f in sorted(os.listdir(folder)):
+        if f.endswith("_run1.jsonl"):
+            with open(os.path.join(folder, f)) as fh:
+                grades += [json.loads(line)["grade"] for line in fh if line.strip()]
+    return sum(grades) / len(grades), len(grades)
+
+
+def test_rl_check_compares_final_with_base_on_held_out(built, tmp_path, monkeypatch, capsys):
+    from graft_cli.models.tiny_rl import pooled_pass1, rl_check
+
+    d, paths = built
+    monkeypatch.setattr(tiny, "ensure_tiny", lambda *a, **k: paths)
+    out = tmp_path / "rl"
+    res = rl_check(steps=1, out=str(out), samples=2, benchmarks=["aime24", "amc23"], min_gain_points=-100.0,
+                   overrides=("data.prompt_batch=4", "algo.minibatch_prompts=1", "reward.num_workers=1",
+                              "rollout.max_new_tokens=24"), progress=False)
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last == json.loads((out / "rl_check.json").read_text()) == json.loads(json.dumps(res))
+    assert [r["policy"] for r in res["policies"]] == ["a", "b"]
+    for r in res["policies"]:
+        base, nb = _mean_grade(str(out / "base" / r["policy"]))
+        final, nf = _mean_grade(str(out / "grpo-s0" / "eval" / r["policy"] / "step_000001"))
+        assert nb == nf == (30 + 40) * 2  # both held-out sets, 2 samples each, base and final alike
+        assert r["base_pooled"] == pytest.approx(base) and r["final_pooled"] == pytest.approx(final)
+        assert r["gain_points"] == pytest.approx(100 * (final - base))
+        assert r["num_problems"] == 70 and r["step"] == 1 and r["met"]
+    assert res["met"] and res["settings"]["temperature"] == 1.0 and res["settings"]["max_new_tokens"] == 24
+    # pooled pass@1 weights each benchmark by its number of problems (hand values)
+    s = {"benchmarks": {"x": {"mean": 0.5, "num_problems": 30}, "y": {"mean": 0.25, "num_problems": 10}}}
+    assert pooled_pass1(s) == (pytest.approx((0.5 * 30 + 0.25 * 10) / 40), 40)

@@ -19,6 +19,8 @@ Outputs: ``complementarity.json`` and ``complementarity.png`` (matplotlib, Agg b
 
 from __future__ import annotations
 
+from graft_cli.console import make_console
+
 import math
 import os
 import re
@@ -310,9 +312,8 @@ def complementarity_main(sources: list[str], runs: bool = False, models: bool = 
                          seed: int = 0, limit: int | None = None, device: str = "auto", workers: int = 2,
                          out: str | None = None, progress: bool = True, console=None) -> dict:
     """The ``graft complementarity`` command."""
-    from rich.console import Console
 
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     if runs == models:
         raise GraftError("give --runs DIR [DIR] or --models A B --data FILE")
     if runs:

@@ -26,6 +26,8 @@ different steps) — see :func:`write_policy_summary` and :func:`update_best`.
 
 from __future__ import annotations
 
+from graft_cli.console import make_console
+
 import hashlib
 import json
 import os
@@ -387,11 +389,10 @@ def save_best_weights(run_dir: str, policy: str, step: int, model, tokenizer) ->
 
 # ------------------------------------------------------------------------------------ progress (rich)
 def _progress(enabled: bool, console=None):
-    from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     return Progress(TextColumn("[bold]eval[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=not enabled,
                     transient=False)
@@ -429,13 +430,12 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
                    progress: bool = True, console=None) -> str:
     """``graft eval --model PATH``: evaluate one model folder (or hub id, or ``tiny:<role>``) into
     ``out_dir`` (default ``results/eval/<model name>``); returns the folder."""
-    from rich.console import Console
 
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.models.loading import load_model, load_tokenizer
     from graft_cli.train.loop import resolve_path
 
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     settings = settings or EvalSettings()
     settings.check()
     if pair is None and model.startswith("tiny:"):
@@ -497,13 +497,12 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     Settings default to the run's ``eval`` section (temperature, top-p, samples, seed, benchmarks, max new
     tokens; the latter falls back to the training ``rollout.max_new_tokens``, graft.md §1 "same length
     limits as training"); ``runs`` defaults to 5. Returns policy -> step -> summary."""
-    from rich.console import Console
 
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.models.loading import load_model, load_tokenizer
     from graft_cli.train import checkpoint as ckpt
 
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     cfg = load_run_config(run_dir)
     ec = cfg.eval
     settings = EvalSettings(runs=runs, samples=samples or ec.samples,

@@ -55,6 +55,8 @@ rebuilt by :func:`ensure_tiny`.
 
 from __future__ import annotations
 
+from graft_cli.console import make_console
+
 import contextlib
 import dataclasses
 import hashlib
@@ -487,12 +489,11 @@ def _progress(enabled: bool, recipe: Recipe):
     if not enabled:
         yield lambda role, step, total, loss: None
         return
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     prog = Progress(TextColumn("[bold]{task.fields[role]:>8}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
-                    console=Console(stderr=True), transient=False)
+                    console=make_console(stderr=True), transient=False)
     tasks = {r: prog.add_task("", total=n, role=f"sft {r}", loss="-") for r, n in _stage_totals(recipe).items()}
     with prog:
         def update(role, step, total, loss):
@@ -832,10 +833,9 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
               recipe: Recipe | None = None, num_prompts: int = 256, n: int = 8, heldout: int = 500) -> dict:
     """``graft tiny build [--check]``: build or reuse the cache, print a summary table; with
     ``check``, measure the properties and print them, the LAST line being one JSON object."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     paths = build_tiny(cache_dir, seed=seed, force=force, progress=True, recipe=recipe)
     cache = os.path.dirname(paths["a"])
     man = read_manifest(cache)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from graft_cli.console import make_console
+
 import os
 import time
 
@@ -13,9 +15,8 @@ from graft_cli.plan import spec as P
 
 
 def _console():
-    from rich.console import Console
 
-    return Console(stderr=True)
+    return make_console(stderr=True)
 
 
 def ablate_main(sweep: str, pair: str = "tiny", dry_run: bool = False, out: str | None = None,

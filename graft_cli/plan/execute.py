@@ -9,6 +9,8 @@ markdown table to ``<out>/plan_<name>.md``.
 
 from __future__ import annotations
 
+from graft_cli.console import make_console
+
 import json
 import os
 import sys
@@ -85,11 +87,10 @@ def run_job(job: dict) -> dict:
         sys.stdout = sys.stderr = log
     try:
         import torch
-        from rich.console import Console
 
         if job.get("threads"):
             torch.set_num_threads(int(job["threads"]))
-        console = Console(file=log, force_terminal=False, width=160) if log else Console(stderr=True)
+        console = make_console(file=log, force_terminal=False, width=160) if log else make_console(stderr=True)
         from graft_cli.config import compose
 
         if not job["finished"]:
@@ -234,9 +235,8 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
             only: list[str] | None = None) -> list[dict]:
     """Run the plan into ``out``; returns one record per run (see :func:`record`). ``only``: run keys
     (``name-sSEED``) to restrict to (their partners must be finished or also listed)."""
-    from rich.console import Console
 
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     jobs = max(1, int(jobs or plan.jobs or 1))
     os.makedirs(out, exist_ok=True)
     t_start = time.time()

@@ -40,6 +40,8 @@ follow each of our rows as an italic "(paper)" row (Table 9: extra columns).
 
 from __future__ import annotations
 
+from graft_cli.console import make_console
+
 import json
 import math
 import os
@@ -770,11 +772,10 @@ def to_latex(tables: list[Table]) -> str:
 def report_main(paths: list[str], out: str | None = None, devices: int | None = None, clip_steps: int = 48,
                 plots: bool = True, console=None) -> str:
     """The ``graft report`` command: writes report.md, tables.tex, report.json and plots/*.png into ``out``."""
-    from rich.console import Console
 
     from graft_cli.eval.runner import atomic_write_json
 
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     if not paths:
         raise GraftError("give at least one run directory (or a folder of runs)")
     if devices is not None and devices < 1:

@@ -11,6 +11,8 @@ Everything method-specific is looked up by name from the config; nothing here br
 
 from __future__ import annotations
 
+from graft_cli.console import make_console
+
 import math
 import os
 import time
@@ -479,12 +481,11 @@ def _lock_run_dir(out: str) -> None:
 
 def train(cfg: C.Config, progress: bool = True, console=None) -> str:
     """Run (or resume) a training run; returns the run directory."""
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from graft_cli.eval.runner import validate_in_training
 
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     out = run_dir_for(cfg)
     is_main = os.environ.get("RANK", "0") == "0"  # data-parallel runs: only rank 0 writes files
     progress = progress and is_main
