@@ -30,7 +30,7 @@ def test_compose_every_pair_and_method(pair, method):
     assert cfg.exchange.name == "none"
     assert cfg.algo.advantage == "grpo" and cfg.algo.loss == "ppo_token" and cfg.algo.agg == "token-mean"
     # GRPO n=16/32 change only the rollout count: the minibatch stays the same number of prompts
-    assert cfg.algo.minibatch_prompts == (8 if pair == "tiny" else 32)
+    assert cfg.algo.minibatch_prompts == (16 if pair == "tiny" else 32)
 
 
 def test_default_composition_is_tiny_grpo():
@@ -38,7 +38,8 @@ def test_default_composition_is_tiny_grpo():
     assert cfg == composed("tiny", "grpo")
     assert cfg.pair == "tiny" and cfg.method == "grpo"
     assert [p.model for p in cfg.policies] == ["tiny:a", "tiny:b"]
-    assert cfg.data.prompt_batch == 32 and cfg.algo.minibatch_prompts == 8
+    # the tiny pair keeps 4 minibatches per rollout batch, with half the paper's prompts; lr 5e-5 (README)
+    assert cfg.data.prompt_batch == 64 and cfg.algo.minibatch_prompts == 16 and cfg.optim.lr == 5e-5
 
 
 # Table 3 of the paper (graft.md §7), written out as literals

@@ -124,7 +124,11 @@ def test_reproduce_dry_run_lists_plan(tmp_path):
     assert res.exit_code == 0, res.output
     assert "tiny-grpo-s2" in res.output and "tiny-graft_stored-a-s0" in res.output
     assert "checked when its partner has run" in res.output  # stored runs wait for their partner's logs
-    assert "method configs not in the plan" not in res.output  # every method config is in the plan
+    # the 60-minute plan names what it leaves out; the full plan runs every method config
+    assert "method configs not in the plan: " in res.output and "graft_delta0p7" in res.output
+    full = CliRunner().invoke(main, ["reproduce", "--pair", "tiny_full", "--dry-run", "--out", str(tmp_path)])
+    assert full.exit_code == 0 and "tiny-graft_delta0p7-s0" in full.output
+    assert "method configs not in the plan" not in full.output
 
 
 # ------------------------------------------------------------------------------------ skip finished
@@ -233,10 +237,15 @@ def test_reproduce_plan_orders_partners_first_and_covers_the_study(tmp_path):
     assert sorted(seeds["grpo"]) == [0, 1, 2] and sorted(seeds["graft"]) == [0, 1, 2]
     for name in ("grpo_n32", "graft_nogate", "graft_nofloor", "graft_first", "graft_uniform"):
         assert name in seeds
-    # every registered method config is planned (a new baseline joins with one line)
+    # the 60-minute plan leaves out only GRAFT design variants and n=16; the full plan runs every registered
+    # method config (a new baseline joins with one line)
     from graft_cli.plan.commands import unplanned_methods
 
-    assert unplanned_methods(plan) == []
+    assert all(m.startswith("graft_") or m == "grpo_n16" for m in unplanned_methods(plan))
+    full = P.load_reproduce("tiny_full")
+    assert unplanned_methods(full) == [] and full.pair == "tiny" and full.name == "tiny_full"
+    assert {r.key for r in plan.runs} <= {r.key for r in full.runs}
+    assert (full.steps, full.overrides, full.eval) == (plan.steps, plan.overrides, plan.eval)
     assert plan.claims["baseline"] == "grpo" and plan.claims["no_gate"] == "graft_nogate"
 
 

@@ -56,7 +56,7 @@ def reproduce_main(pair: str = "tiny", out: str | None = None, dry_run: bool = F
     if jobs is not None and jobs < 1:
         raise GraftError("--jobs must be >= 1")
     plan = P.load_reproduce(pair, steps=steps)
-    out = out or os.path.join("results", f"reproduce_{plan.pair}")
+    out = out or os.path.join("results", f"reproduce_{plan.name}")
     missing = unplanned_methods(plan)
     if dry_run:
         click.echo(X.dry_run_markdown(plan, out, X.describe(plan, out)))
