@@ -101,13 +101,16 @@ def plot_clip(runs, path, clip_steps):
     fig, axes = plt.subplots(1, len(pols), figsize=(5 * len(pols), 4), squeeze=False)
     colors = {"first": "tab:green", "uniform": "tab:orange", "last": "tab:blue"}
     for ax, pol in zip(axes[0], pols):
+        last_step = 0
         for r in runs:
             c = colors.get(r.ordering)
             for key, ls, what in (("clip_ratio/self", "--", "self"), ("clip_ratio/peer", "-", "grafted")):
                 xs, ys = _series(r.train_rows(), pol, key)
                 if xs:
                     ax.plot(xs, [100 * y for y in ys], ls=ls, color=c, lw=1, label=f"{r.ordering} {what} ({r.name})")
-        ax.axvline(clip_steps, color="grey", lw=0.5, ls=":")
+                    last_step = max(last_step, max(xs))
+        if clip_steps < last_step:  # Table 9's window ends inside the runs: mark it (else it would stretch the axis)
+            ax.axvline(clip_steps, color="grey", lw=0.5, ls=":")
         ax.set_title(f"receiver {pol}")
         ax.set_xlabel("step")
         ax.set_ylabel("clipped tokens (%)")
