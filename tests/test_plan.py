@@ -126,6 +126,7 @@ def test_reproduce_dry_run_lists_plan(tmp_path):
     assert "checked when its partner has run" in res.output  # stored runs wait for their partner's logs
     # the 60-minute plan names what it leaves out; the full plan runs every method config
     assert "method configs not in the plan: " in res.output and "graft_delta0p7" in res.output
+    assert "--pair tiny_full" in res.output
     full = CliRunner().invoke(main, ["reproduce", "--pair", "tiny_full", "--dry-run", "--out", str(tmp_path)])
     assert full.exit_code == 0 and "tiny-graft_delta0p7-s0" in full.output
     assert "method configs not in the plan" not in full.output

@@ -58,14 +58,17 @@ def reproduce_main(pair: str = "tiny", out: str | None = None, dry_run: bool = F
     plan = P.load_reproduce(pair, steps=steps)
     out = out or os.path.join("results", f"reproduce_{plan.name}")
     missing = unplanned_methods(plan)
+    full = f"{plan.name}_full"
+    has_full = os.path.exists(os.path.join(P.reproduce_dir(), f"{full}.yaml"))
+    hint = f"add a line to {plan.source}" + (f", or run the plan that has them: --pair {full}" if has_full else "")
     if dry_run:
         click.echo(X.dry_run_markdown(plan, out, X.describe(plan, out)))
         if missing:
-            click.echo(f"\nmethod configs not in the plan: {', '.join(missing)} (add a line to {plan.source})")
+            click.echo(f"\nmethod configs not in the plan: {', '.join(missing)} ({hint})")
         return {}
     console = _console()
     if missing:
-        console.print(f"note: method configs not in the plan: {', '.join(missing)} (add a line to {plan.source})")
+        console.print(f"note: method configs not in the plan: {', '.join(missing)} ({hint})")
     t0 = time.time()
     records = X.execute(plan, out, jobs=jobs, progress=progress, console=console)
     result = {"records": records, "out": out, "report": None, "claims": []}
