@@ -19,14 +19,13 @@ Outputs: ``complementarity.json`` and ``complementarity.png`` (matplotlib, Agg b
 
 from __future__ import annotations
 
-from graft_cli.console import make_console
-
 import math
 import os
 import re
 
 import numpy as np
 
+from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 
 STEP_FILE_RE = re.compile(r"^step_(\d{6,})\.parquet$")
@@ -312,7 +311,6 @@ def complementarity_main(sources: list[str], runs: bool = False, models: bool = 
                          seed: int = 0, limit: int | None = None, device: str = "auto", workers: int = 2,
                          out: str | None = None, progress: bool = True, console=None) -> dict:
     """The ``graft complementarity`` command."""
-
     console = console or make_console(stderr=True)
     if runs == models:
         raise GraftError("give --runs DIR [DIR] or --models A B --data FILE")

@@ -21,6 +21,11 @@ class PromptSpec:
     chat_template: str = "auto"  # auto | none
     raw_template: str = RAW_TEMPLATE
 
+    @classmethod
+    def from_config(cls, prompt_cfg) -> "PromptSpec":
+        """The spec of a config's ``prompt`` section (``suffix``, ``chat_template``, ``raw_template``)."""
+        return cls(prompt_cfg.suffix, prompt_cfg.chat_template, prompt_cfg.raw_template)
+
     def text(self, problem: str, tokenizer) -> str:
         """The prompt string for ``problem`` under ``tokenizer``'s conventions."""
         content = f"{problem} {self.suffix}" if self.suffix else problem

@@ -26,8 +26,6 @@ different steps) — see :func:`write_policy_summary` and :func:`update_best`.
 
 from __future__ import annotations
 
-from graft_cli.console import make_console
-
 import hashlib
 import json
 import os
@@ -38,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, BenchmarkSource, resolve_benchmarks
 from graft_cli.eval.metrics import average_over_benchmarks, summarize_benchmark
@@ -430,7 +429,6 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
                    progress: bool = True, console=None) -> str:
     """``graft eval --model PATH``: evaluate one model folder (or hub id, or ``tiny:<role>``) into
     ``out_dir`` (default ``results/eval/<model name>``); returns the folder."""
-
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.models.loading import load_model, load_tokenizer
     from graft_cli.train.loop import resolve_path
@@ -497,7 +495,6 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     Settings default to the run's ``eval`` section (temperature, top-p, samples, seed, benchmarks, max new
     tokens; the latter falls back to the training ``rollout.max_new_tokens``, graft.md §1 "same length
     limits as training"); ``runs`` defaults to 5. Returns policy -> step -> summary."""
-
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.models.loading import load_model, load_tokenizer
     from graft_cli.train import checkpoint as ckpt
@@ -521,7 +518,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
         benchmarks = list(ec.benchmarks) or None
     sources = resolve_benchmarks(benchmarks, data, cfg.pair, eval_dir or ec.data_dir)
     benches = _load_benches(sources)
-    spec = PromptSpec(cfg.prompt.suffix, cfg.prompt.chat_template, cfg.prompt.raw_template)
+    spec = PromptSpec.from_config(cfg.prompt)
     available = ckpt.complete_steps(os.path.join(run_dir, "checkpoints"))
     best_steps = {p: s for p in chosen if (s := _best_folder_step(os.path.join(run_dir, "best", p))) is not None}
     want = parse_steps(steps, available, best_steps)

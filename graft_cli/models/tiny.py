@@ -55,8 +55,6 @@ rebuilt by :func:`ensure_tiny`.
 
 from __future__ import annotations
 
-from graft_cli.console import make_console
-
 import contextlib
 import dataclasses
 import hashlib
@@ -71,6 +69,8 @@ import time
 from dataclasses import dataclass
 
 import torch
+
+from graft_cli.console import make_console
 
 TINY_VERSION = 1
 ROLES = ("a", "b", "teacher", "junior")

@@ -21,11 +21,10 @@ base models' evals (``<out>/base/<policy>/``) and ``<out>/rl_check.json``.
 
 from __future__ import annotations
 
-from graft_cli.console import make_console
-
 import json
 import os
 
+from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 
 
@@ -50,7 +49,7 @@ def rl_check(steps: int = 80, method: str = "grpo", out: str = "results/tiny_rl_
 
     from graft_cli.config import compose
     from graft_cli.data.prompts import PromptSpec
-    from graft_cli.eval.runner import EvalSettings, evaluate_model, evaluate_run, read_json
+    from graft_cli.eval.runner import EvalSettings, atomic_write_json, evaluate_model, evaluate_run, read_json
     from graft_cli.train.loop import train as run_train
 
     console = make_console()
@@ -60,22 +59,20 @@ def rl_check(steps: int = 80, method: str = "grpo", out: str = "results/tiny_rl_
     run_dir = os.path.join(out, name)
     run_train(cfg, progress=progress)
 
-    max_new = cfg.rollout.max_new_tokens
-    settings = dict(runs=runs, samples=samples, temperature=temperature, top_p=top_p, max_new_tokens=max_new,
-                    seed=eval_seed)
-    evaluate_run(run_dir, steps="last", runs=runs, samples=samples, temperature=temperature, top_p=top_p,
-                 max_new_tokens=max_new, seed=eval_seed, benchmarks=benchmarks, progress=progress)
+    ev = EvalSettings(runs=runs, samples=samples, temperature=temperature, top_p=top_p,
+                      max_new_tokens=cfg.rollout.max_new_tokens, seed=eval_seed)
+    settings = {"runs": ev.runs, **ev.identity()}
+    finals = evaluate_run(run_dir, steps="last", runs=ev.runs, samples=ev.samples, temperature=ev.temperature,
+                          top_p=ev.top_p, max_new_tokens=ev.max_new_tokens, seed=ev.seed, benchmarks=benchmarks,
+                          progress=progress)  # policy -> {last step: summary}
     rows = []
     for pol in cfg.policies:
         base_dir = os.path.join(out, "base", pol.name)
-        evaluate_model(pol.model, base_dir, benchmarks=benchmarks, pair="tiny", settings=EvalSettings(**settings),
-                       progress=progress,
-                       prompt_spec=PromptSpec(cfg.prompt.suffix, cfg.prompt.chat_template, cfg.prompt.raw_template),
-                       dtype=cfg.run.dtype, device=cfg.run.device, workers=cfg.reward.num_workers)
+        evaluate_model(pol.model, base_dir, benchmarks=benchmarks, pair="tiny", settings=ev, progress=progress,
+                       prompt_spec=PromptSpec.from_config(cfg.prompt), dtype=cfg.run.dtype, device=cfg.run.device,
+                       workers=cfg.reward.num_workers)
         base = read_json(os.path.join(base_dir, "summary.json"))
-        pdir = os.path.join(run_dir, "eval", pol.name)
-        last = max(int(d.split("_")[1]) for d in os.listdir(pdir) if d.startswith("step_"))
-        final = read_json(os.path.join(pdir, f"step_{last:06d}", "summary.json"))
+        (last, final), = finals[pol.name].items()
         b_pool, nprob = pooled_pass1(base)
         f_pool, _ = pooled_pass1(final)
         gain = 100 * (f_pool - b_pool)
@@ -86,10 +83,7 @@ def rl_check(steps: int = 80, method: str = "grpo", out: str = "results/tiny_rl_
                      "met": gain >= min_gain_points})
     result = {"method": method, "steps": steps, "seed": seed, "settings": settings, "run_dir": run_dir,
               "min_gain_points": min_gain_points, "policies": rows, "met": all(r["met"] for r in rows)}
-    tmp = os.path.join(out, "rl_check.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, os.path.join(out, "rl_check.json"))
+    atomic_write_json(os.path.join(out, "rl_check.json"), result)
 
     t = Table(title=f"held-out pass@1 (%), {method} {steps} steps, {samples} samples x {runs} run(s), "
                     f"T={temperature} top-p={top_p}")

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from graft_cli.console import make_console
-
 import os
 import time
 
 import click
 
+from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.plan import execute as X
 from graft_cli.plan import spec as P
 
 
 def _console():
-
     return make_console(stderr=True)
 
 

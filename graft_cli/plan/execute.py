@@ -9,14 +9,13 @@ markdown table to ``<out>/plan_<name>.md``.
 
 from __future__ import annotations
 
-from graft_cli.console import make_console
-
 import json
 import os
 import sys
 import time
 import traceback
 
+from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.plan import status as S
 from graft_cli.plan.spec import Plan, PlanRun
@@ -235,7 +234,6 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
             only: list[str] | None = None) -> list[dict]:
     """Run the plan into ``out``; returns one record per run (see :func:`record`). ``only``: run keys
     (``name-sSEED``) to restrict to (their partners must be finished or also listed)."""
-
     console = console or make_console(stderr=True)
     jobs = max(1, int(jobs or plan.jobs or 1))
     os.makedirs(out, exist_ok=True)

@@ -40,8 +40,6 @@ follow each of our rows as an italic "(paper)" row (Table 9: extra columns).
 
 from __future__ import annotations
 
-from graft_cli.console import make_console
-
 import json
 import math
 import os
@@ -49,6 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, display_name
 from graft_cli.report import paper_numbers as P
@@ -772,7 +771,6 @@ def to_latex(tables: list[Table]) -> str:
 def report_main(paths: list[str], out: str | None = None, devices: int | None = None, clip_steps: int = 48,
                 plots: bool = True, console=None) -> str:
     """The ``graft report`` command: writes report.md, tables.tex, report.json and plots/*.png into ``out``."""
-
     from graft_cli.eval.runner import atomic_write_json
 
     console = console or make_console(stderr=True)

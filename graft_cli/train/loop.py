@@ -11,8 +11,6 @@ Everything method-specific is looked up by name from the config; nothing here br
 
 from __future__ import annotations
 
-from graft_cli.console import make_console
-
 import math
 import os
 import time
@@ -21,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from graft_cli.console import make_console
 from graft_cli import config as C
 from graft_cli.algorithms.advantages import ADVANTAGES
 from graft_cli.algorithms.correction import batch_is_weights
@@ -270,7 +269,7 @@ class Trainer:
         torch.manual_seed(cfg.run.seed)
         np.random.seed(cfg.run.seed)
         self.dist = D.setup(cfg)  # data-parallel processes (torchrun / accelerate launch); a no-op alone
-        self.spec = PromptSpec(cfg.prompt.suffix, cfg.prompt.chat_template, cfg.prompt.raw_template)
+        self.spec = PromptSpec.from_config(cfg.prompt)
         self.problems: list[Problem] = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)
         self.policies = {pc.name: build_policy(pc, cfg, self.dist) for pc in cfg.policies}
         self._filter_long_prompts()
