@@ -66,10 +66,11 @@ def train(pair, method, steps, out, seed, name, no_progress, overrides):
       graft train --pair tiny --method grpo --steps 20 --out results/runs optim.lr=5e-5
     """
     from graft_cli.config import compose
+    from graft_cli.eval.runner import ValidationHook
     from graft_cli.train.loop import train as run_train
 
     cfg = compose(_train_overrides(pair, method, steps, out, seed, name, overrides))
-    run_train(cfg, progress=not no_progress)
+    run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
 
 
 @main.group()
@@ -120,7 +121,7 @@ def tiny_rl_check(steps, method, out, seed, samples, runs, temperature, top_p, e
     Example:
       graft tiny rl-check --steps 80
     """
-    from graft_cli.models.tiny_rl import rl_check
+    from graft_cli.plan.tiny_rl import rl_check
 
     rl_check(steps=steps, method=method, out=out, seed=seed, samples=samples, runs=runs, temperature=temperature,
              top_p=top_p, eval_seed=eval_seed, min_gain_points=min_gain, overrides=tuple(overrides),

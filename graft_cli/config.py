@@ -19,12 +19,41 @@ from graft_cli.errors import GraftError
 EXPERIMENTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments")
 
 
+ROLES = ("train", "frozen")
+
+
 @dataclass
 class PolicyConfig:
+    """A model of the run. ``role: train`` is a policy (optimizer, rollout engine, checkpoints); ``role: frozen``
+    is only scored (a KL reference, an OPD teacher, a tandem junior): loaded once in the run's dtype and
+    device, no optimizer, not copied into checkpoints (the run records its path and weight hash and refuses
+    to resume against different weights). Each step the registered ``scorer`` writes one per-row column
+    (``column``, default ``<name>_logprobs``) into the batch of every policy it ``serves`` (default: all)."""
+
     name: str = MISSING  # short name used in files and metrics (e.g. "smol", "qwen", "a")
     model: str = MISSING  # hub id or local folder; "tiny:a" etc. for the embedded tiny pair
     tokenizer: Optional[str] = None  # defaults to model
     lr: Optional[float] = None  # per-policy override of optim.lr
+    role: str = "train"  # train | frozen
+    serves: list = field(default_factory=list)  # frozen: the policies whose batches it scores ([] = all)
+    scorer: str = "logprobs"  # frozen: registered scorer (graft_cli/models/scoring.py)
+    column: Optional[str] = None  # frozen: the batch column it fills (default <name>_logprobs)
+
+    @property
+    def score_column(self) -> str:
+        return self.column or f"{self.name}_logprobs"
+
+
+@dataclass
+class SourceConfig:
+    """A step source that is not a trained policy (graft_cli/train/sources.py): ``rollout_log`` reads a
+    partner's earlier run (``run``, its policy ``policy``), re-graded when ``reverify``."""
+
+    name: str = MISSING
+    kind: str = "rollout_log"
+    run: str = MISSING
+    policy: str = MISSING
+    reverify: bool = True
 
 
 @dataclass
@@ -94,6 +123,10 @@ class AlgoConfig:
     log_entropy: bool = True
     is_correction: str = "none"  # truncated IS of the sampler-vs-trainer mismatch: none | token | sequence
     is_threshold: float = 2.0  # truncation C of the IS ratio (verl rollout_is_threshold)
+    loss_params: dict = field(default_factory=dict)  # the loss's parameters, validated against its defaults
+    loss_mask: str = "response"  # registered loss-mask function (graft_cli/algorithms/signals.py)
+    token_advantages: list = field(default_factory=lambda: ["is_correction"])  # registered, applied in order
+    controllers: list = field(default_factory=list)  # [{name: <registered controller>, ...params}]
 
 
 @dataclass
@@ -134,7 +167,9 @@ class EvalConfig:
 class Config:
     method: str = "grpo"
     pair: str = "tiny"
-    policies: list = field(default_factory=list)  # list[PolicyConfig]
+    policies: list = field(default_factory=list)  # list[PolicyConfig]: trained policies and frozen models
+    sources: list = field(default_factory=list)  # list[SourceConfig]: step sources (e.g. a partner's logs)
+    plugins: list = field(default_factory=list)  # modules or .py files imported before validation (new methods)
     run: RunConfig = field(default_factory=RunConfig)
     data: DataConfig = field(default_factory=DataConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
@@ -190,13 +225,16 @@ def compose(overrides: list[str] | None = None, config_dir: str | None = None) -
     return from_dictconfig(raw, rest)
 
 
-def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None) -> Config:
+def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None, load_plugins: bool = True) -> Config:
+    """Merge into the schema, apply overrides, import plugins (``load_plugins``), validate. A config read back
+    from a run directory (:func:`load_yaml`) imports no plugin: code runs only when the user names it."""
     import yaml
 
     schema = OmegaConf.structured(Config)
     try:
         merged = OmegaConf.merge(schema, raw)
         merged.policies = [OmegaConf.merge(OmegaConf.structured(PolicyConfig), p) for p in merged.policies]
+        merged.sources = [OmegaConf.merge(OmegaConf.structured(SourceConfig), p) for p in merged.sources]
         for path in FREE_DICTS:
             OmegaConf.set_struct(OmegaConf.select(merged, path), False)
         for ov in overrides or []:
@@ -213,8 +251,39 @@ def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None) 
     except OmegaConfBaseException as e:
         raise GraftError(_one_line(e)) from None
     cfg.policies = [p if isinstance(p, PolicyConfig) else PolicyConfig(**p) for p in cfg.policies]
-    validate(cfg)
+    cfg.sources = [p if isinstance(p, SourceConfig) else SourceConfig(**p) for p in cfg.sources]
+    if load_plugins:
+        import_plugins(cfg.plugins)
+    validate(cfg, registries=load_plugins)
     return cfg
+
+
+def import_plugins(plugins: list) -> None:
+    """Import each plugin (a module name, or a path to a ``.py`` file) so that its registered functions exist
+    before the config is validated: how a new method is added without editing graft."""
+    import importlib
+    import importlib.util
+    import sys
+
+    for i, name in enumerate(plugins or []):
+        name = str(name)
+        try:
+            if name.endswith(".py"):
+                mod = f"graft_plugin_{os.path.splitext(os.path.basename(name))[0]}"
+                if mod in sys.modules:
+                    continue
+                spec = importlib.util.spec_from_file_location(mod, name)
+                if spec is None or not os.path.exists(name):
+                    raise FileNotFoundError(name)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[mod] = module
+                spec.loader.exec_module(module)
+            else:
+                importlib.import_module(name)
+        except GraftError:
+            raise
+        except Exception as e:
+            raise GraftError(f"config key 'plugins.{i}': cannot import {name!r}: {type(e).__name__}: {e}") from None
 
 
 def _dict_field(cfg: DictConfig, key: str) -> bool:
@@ -223,7 +292,7 @@ def _dict_field(cfg: DictConfig, key: str) -> bool:
     return parent in FREE_DICTS or any(parent.startswith(p + ".") for p in FREE_DICTS)
 
 
-FREE_DICTS = ("exchange.params", "extra", "data.fields", "rollout.engine_kwargs")
+FREE_DICTS = ("exchange.params", "extra", "data.fields", "rollout.engine_kwargs", "algo.loss_params")
 
 
 def to_yaml(cfg: Config) -> str:
@@ -235,7 +304,7 @@ def load_yaml(path: str) -> Config:
         raw = OmegaConf.load(path)
     except Exception as e:
         raise GraftError(f"{path}: {str(e).splitlines()[0]}") from None
-    return from_dictconfig(raw)
+    return from_dictconfig(raw, load_plugins=False)
 
 
 def _check(cond: bool, key: str, msg: str) -> None:
@@ -243,20 +312,43 @@ def _check(cond: bool, key: str, msg: str) -> None:
         raise GraftError(f"config key {key!r}: {msg}")
 
 
-def validate(cfg: Config) -> None:
+def validate(cfg: Config, registries: bool = True) -> None:
+    """Ranges and cross-field rules. ``registries=False`` (a config read back from a run directory, whose
+    plugins were not imported) skips the checks that a registered name exists."""
+    from graft_cli.algorithms import CONTROLLERS, LOSS_MASKS, TOKEN_ADVANTAGES
     from graft_cli.algorithms.advantages import ADVANTAGES
     from graft_cli.algorithms.exchange import EXCHANGES
     from graft_cli.algorithms.losses import AGG_MODES, POLICY_LOSSES
     from graft_cli.models.loading import DTYPES
+    from graft_cli.models.scoring import SCORERS
     from graft_cli.rollout import ENGINES
+
+    def _known(name, reg, key):
+        if registries:
+            _check(name in reg, key, f"unknown {reg.kind} {name!r}; known: {', '.join(reg.names())}")
 
     a, r, o = cfg.algo, cfg.rollout, cfg.optim
     _check(len(cfg.policies) >= 1, "policies", "at least one policy is needed")
-    names = [p.name for p in cfg.policies]
+    names = [p.name for p in cfg.policies] + [s.name for s in cfg.sources]
     _check(len(set(names)) == len(names), "policies", f"policy names must be unique, got {names}")
+    trained = [p.name for p in cfg.policies if p.role == "train"]
     for i, p in enumerate(cfg.policies):
         _check(bool(p.name) and p.name.replace("-", "").replace("_", "").isalnum(), f"policies.{i}.name",
                "must be a non-empty alphanumeric name")
+        _check(p.role in ROLES, f"policies.{i}.role", f"must be one of {', '.join(ROLES)}, got {p.role!r}")
+        if p.role == "frozen":
+            _known(p.scorer, SCORERS, f"policies.{i}.scorer")
+            for s in p.serves:
+                _check(s in trained, f"policies.{i}.serves", f"{s!r} is not a trained policy ({', '.join(trained)})")
+    _check(len(trained) >= 1, "policies", "at least one policy with role: train is needed")
+    for i, sc in enumerate(cfg.sources):
+        _check(sc.kind == "rollout_log", f"sources.{i}.kind", f"must be rollout_log, got {sc.kind!r}")
+    for i, t in enumerate(a.token_advantages):
+        _known(t, TOKEN_ADVANTAGES, f"algo.token_advantages.{i}")
+    _known(a.loss_mask, LOSS_MASKS, "algo.loss_mask")
+    for i, c in enumerate(a.controllers):
+        _check(isinstance(c, dict) and "name" in c, f"algo.controllers.{i}", "must be a mapping with a name")
+        _known(c["name"], CONTROLLERS, f"algo.controllers.{i}.name")
     _check(cfg.data.prompt_batch >= 1, "data.prompt_batch", "must be >= 1")
     _check(a.minibatch_prompts >= 1, "algo.minibatch_prompts", "must be >= 1")
     _check(cfg.data.prompt_batch % a.minibatch_prompts == 0, "algo.minibatch_prompts",
@@ -271,9 +363,11 @@ def validate(cfg: Config) -> None:
     _check(a.old_logprobs in ("trainer", "sampler"), "algo.old_logprobs", "must be trainer or sampler")
     _check(a.is_correction in ("none", "token", "sequence"), "algo.is_correction", "must be none, token or sequence")
     _check(a.is_threshold > 0, "algo.is_threshold", "must be > 0")
-    _check(a.advantage in ADVANTAGES, "algo.advantage", f"unknown; known: {', '.join(ADVANTAGES.names())}")
-    _check(a.loss in POLICY_LOSSES, "algo.loss", f"unknown; known: {', '.join(POLICY_LOSSES.names())}")
-    _check(cfg.exchange.name in EXCHANGES, "exchange.name", f"unknown; known: {', '.join(EXCHANGES.names())}")
+    _known(a.advantage, ADVANTAGES, "algo.advantage")
+    _known(a.loss, POLICY_LOSSES, "algo.loss")
+    if a.loss in POLICY_LOSSES:
+        a.loss_params = POLICY_LOSSES.get(a.loss).validate(a.loss_params)
+    _known(cfg.exchange.name, EXCHANGES, "exchange.name")
     _check(cfg.exchange.ordering in ("last", "first", "uniform"), "exchange.ordering", "must be last, first or uniform")
     hint = " (vLLM is not installed: pip install -e '.[vllm]')" if r.engine == "vllm" else ""
     _check(r.engine in ENGINES, "rollout.engine", f"unknown; known: {', '.join(ENGINES.names())}{hint}")
@@ -300,7 +394,9 @@ def validate(cfg: Config) -> None:
     _check(e.max_new_tokens is None or e.max_new_tokens >= 1, "eval.max_new_tokens", "must be >= 1")
     _check(e.temperature >= 0, "eval.temperature", "must be >= 0")
     _check(0 < e.top_p <= 1, "eval.top_p", "must be in (0, 1]")
-    EXCHANGES.get(cfg.exchange.name).validate(cfg)
+    if cfg.exchange.name in EXCHANGES:
+        for spec in EXCHANGES.get(cfg.exchange.name).validate(cfg) or []:  # step sources the exchange needs
+            cfg.sources = [x for x in cfg.sources if x.name != spec["name"]] + [SourceConfig(**spec)]
 
 
 def asdict(cfg: Config) -> dict[str, Any]:

@@ -9,7 +9,8 @@ import torch
 
 from graft_cli.data.problems import Problem
 from graft_cli.rollout.base import Rollouts
-from graft_cli.train.batch import PolicyStep, TrainBatch, micro_batches, minibatch_schedule, self_batch
+from graft_cli.batch import PolicyStep, TrainBatch, self_batch
+from graft_cli.train.batch import micro_batches, minibatch_schedule
 
 
 def make_batch(num_groups: int, rows_per_group: int, peer: dict[int, list[int]] | None = None,

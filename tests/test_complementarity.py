@@ -13,7 +13,7 @@ from conftest import ROOT
 
 from graft_cli.analysis.complementarity import aggregate, cross_solve, from_runs, step_entry
 from graft_cli.errors import GraftError
-from graft_cli.train.metrics import write_parquet
+from graft_cli.rundir import write_parquet
 
 GRAFT = [sys.executable, "-m", "graft_cli.cli"]
 N = 4  # samples per prompt

@@ -46,7 +46,7 @@ def _update(is_weight, tmp_path):
     from graft_cli import config as C
     from graft_cli.models.loading import load_model, load_tokenizer
     from graft_cli.rollout import ENGINES
-    from graft_cli.train.batch import TrainBatch
+    from graft_cli.batch import TrainBatch
     from graft_cli.train.loop import Policy, update_policy
 
     path = str(tmp_path / "m")

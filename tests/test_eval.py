@@ -203,6 +203,7 @@ def test_eval_cli_needs_run_or_model():
 def test_validation_in_training_writes_best_json(tiny_models, problems_file, tmp_path):
     from graft_cli.config import compose
     from graft_cli.eval.runner import evaluate_run
+    from graft_cli.eval.runner import ValidationHook
     from graft_cli.train.loop import train
 
     out = tmp_path / "runs"
@@ -210,7 +211,7 @@ def test_validation_in_training_writes_best_json(tiny_models, problems_file, tmp
                                   ["run.steps=2", "run.name=val", "eval.every=1", "eval.samples=2",
                                    f"eval.benchmarks=[arith={problems_file}]", "eval.max_new_tokens=6",
                                    "run.keep_checkpoints=1"]))
-    run = train(cfg, progress=False)
+    run = train(cfg, progress=False, after_step=(ValidationHook(),))
     best = json.loads(open(os.path.join(run, "best.json")).read())
     assert set(best["policies"]) == {"a", "b"}
     for pol, b in best["policies"].items():

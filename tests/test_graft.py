@@ -25,7 +25,8 @@ from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser, ppo_token_los
 from graft_cli.data.problems import Problem
 from graft_cli.errors import GraftError
 from graft_cli.rollout.base import Rollouts
-from graft_cli.train.batch import PolicyStep, TrainBatch, minibatch_schedule, self_batch
+from graft_cli.batch import PolicyStep, TrainBatch, self_batch
+from graft_cli.train.batch import minibatch_schedule
 
 
 # --------------------------------------------------------------------------------------------- helpers

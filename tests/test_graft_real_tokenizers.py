@@ -17,7 +17,7 @@ from graft_cli.algorithms.exchange import ExchangeContext
 from graft_cli.algorithms.exchange import graft as G
 from graft_cli.data.problems import Problem
 from graft_cli.rollout.base import Rollouts
-from graft_cli.train.batch import PolicyStep
+from graft_cli.batch import PolicyStep
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import yaml
 from conftest import ROOT
 
 from graft_cli.report.tables import report_main
-from graft_cli.train.metrics import write_parquet
+from graft_cli.rundir import write_parquet
 
 GRAFT = [sys.executable, "-m", "graft_cli.cli"]
 FIVE = ("math500", "aime24", "aime25", "amc23", "minerva")

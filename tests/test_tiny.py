@@ -244,7 +244,7 @@ def _mean_grade(folder: str) -> tuple[float, int]:
 
 
 def test_rl_check_compares_final_with_base_on_held_out(built, tmp_path, monkeypatch, capsys):
-    from graft_cli.models.tiny_rl import pooled_pass1, rl_check
+    from graft_cli.plan.tiny_rl import pooled_pass1, rl_check
 
     d, paths = built
     monkeypatch.setattr(tiny, "ensure_tiny", lambda *a, **k: paths)

@@ -116,7 +116,7 @@ def test_tiny_names_resolve_to_models_and_task_files(tmp_path, monkeypatch):
     """pair=tiny uses `tiny:a` (a model folder) and `tiny:train` (the task's train.jsonl)."""
     import graft_cli.models.tiny as tiny
     from graft_cli.errors import GraftError
-    from graft_cli.train.loop import resolve_path
+    from graft_cli.models.loading import resolve_path
 
     task = tmp_path / "task"
     task.mkdir()

@@ -1,17 +1,23 @@
-"""Policy losses and loss aggregation (registry ``POLICY_LOSSES``).
+"""Policy losses and loss aggregation (registry ``POLICY_LOSSES``): one signature for every loss.
 
-All tensors are ``(B, T)`` over response-token positions with a float ``mask``; ``weight`` is one
-number per sequence (GRAFT's compatibility weight w, 1 for self samples). A loss returns
-``(loss, stats)`` where ``stats`` holds *sums* (token counts, clipped-token counts, ...) that the
-trainer adds over micro-batches and divides once per step, so every reported fraction is exact.
+A loss is registered with :func:`register_loss` and its parameters' defaults (validated from
+``algo.loss_params``; one-line error naming the key). It is called as ``spec(inputs)`` with one
+:class:`LossInputs` and returns ``(loss, stats)``. All tensors are ``(B, T)`` over response-token positions
+(as :func:`graft_cli.models.logprobs.response_logprobs` lays them out) with a float ``mask`` (the rows'
+loss masks); ``weight`` is one number per row (GRAFT's compatibility weight w, 1 for self samples).
+``stats`` holds *sums* (token counts, clipped-token counts, ...) that the trainer adds over micro-batches
+and divides once per step, so every reported fraction is exact. No loss sees the config.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
+from graft_cli.errors import GraftError
 from graft_cli.registry import Registry
 
 POLICY_LOSSES: Registry = Registry("policy loss")
@@ -24,10 +30,104 @@ class Normaliser:
     gradient accumulation over micro-batches equals one pass over the whole minibatch (verl's
     ``agg_loss`` with a global token count)."""
 
-    num_tokens: float  # Σ_j |o_j| over the retained responses of the minibatch
-    num_seqs: float  # number of retained responses in the minibatch
+    num_tokens: float  # Σ_j Σ_t mask_{j,t} over the minibatch's rows that count in the policy gradient
+    num_seqs: float  # number of rows of the minibatch that count in the policy gradient (``in_pg``)
     loss_scale_factor: float | None = None  # seq-mean-token-sum-norm constant (max response length)
-    aux_seqs: float = 0.0  # auxiliary rows (``TrainBatch.extra["aux"]``, e.g. SGT's NLL rows), not in the above
+    aux_seqs: float = 0.0  # rows of the minibatch with ``in_pg`` false (e.g. SGT's NLL rows)
+
+
+@dataclass
+class LossInputs:
+    """Everything a loss may read, for one micro-batch (rows of one minibatch)."""
+
+    logp: torch.Tensor  # (B, T) log π_θ of the response tokens (with grad)
+    old_logp: torch.Tensor  # (B, T) log π_old (receiver's own old policy, every row)
+    adv: torch.Tensor  # (B, T) advantages (the row's scalar broadcast, or its per-token advantages)
+    mask: torch.Tensor  # (B, T) float loss mask
+    weight: torch.Tensor  # (B,) per-row weight
+    is_peer: torch.Tensor  # (B,) bool: row not sampled by the receiver itself
+    norm: Normaliser
+    in_pg: torch.Tensor | None = None  # (B,) bool: row counts in the PG denominators (None: all)
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    agg: str = "token-mean"
+    mb_index: int = 0  # the minibatch's index within the step's epoch
+    step: int = 0  # the training step (0-based)
+    columns: dict = field(default_factory=dict)  # per-row lists (batch extra) and padded (B, T) token tensors
+    params: dict = field(default_factory=dict)  # the loss's validated parameters
+    coefs: dict = field(default_factory=dict)  # coefficients set by the run's controllers this step
+
+    @classmethod
+    def of(cls, logp, old_logp, adv, mask, weight, is_peer, *, norm, extra=None, **kw) -> "LossInputs":
+        """Build from tensors (tests and callers outside the trainer); ``extra`` are per-row columns."""
+        return cls(logp, old_logp, adv, mask, weight, is_peer, norm=norm, columns=dict(extra or {}), **kw)
+
+    def row(self, key: str, default: float) -> torch.Tensor:
+        """A per-row column as a float tensor (missing column, None or nan entries → ``default``)."""
+        n, dev = self.mask.shape[0], self.mask.device
+        vals = self.columns.get(key)
+        if vals is None:
+            return torch.full((n,), float(default), dtype=torch.float32, device=dev)
+        if isinstance(vals, torch.Tensor):
+            return vals.to(dev)
+        out = []
+        for v in vals:
+            v = default if v is None else float(v)
+            out.append(default if isinstance(v, float) and math.isnan(v) else v)
+        return torch.tensor(out, dtype=torch.float32, device=dev)
+
+    def pg_rows(self) -> torch.Tensor:
+        """(B,) bool: rows in the policy gradient."""
+        if self.in_pg is None:
+            return torch.ones(self.mask.shape[0], dtype=torch.bool, device=self.mask.device)
+        return self.in_pg
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """A registered loss: the function, its parameters' defaults and the per-token columns it reads
+    (padded to ``(B, T)`` by the trainer from the batch's ``extra``)."""
+
+    name: str
+    fn: Callable
+    defaults: dict
+    token_columns: tuple = ()
+    doc: str = ""
+
+    def __call__(self, inp: LossInputs, **params):
+        if params or not inp.params:
+            inp.params = self.validate({**inp.params, **params})
+        return self.fn(inp)
+
+    def validate(self, params: dict | None, key: str = "algo.loss_params") -> dict:
+        out = dict(self.defaults)
+        for k, v in (params or {}).items():
+            if k not in self.defaults:
+                known = ", ".join(sorted(self.defaults)) or "none"
+                raise GraftError(f"config key '{key}.{k}': not a parameter of loss {self.name!r}; known: {known}")
+            d = self.defaults[k]
+            if isinstance(d, bool) and not isinstance(v, bool):
+                raise GraftError(f"config key '{key}.{k}': must be true or false, got {v!r}")
+            if isinstance(d, (int, float)) and not isinstance(d, bool):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise GraftError(f"config key '{key}.{k}': must be a number, got {v!r}")
+            if isinstance(d, tuple):  # a choice: the first entry is the default
+                if v not in d:
+                    raise GraftError(f"config key '{key}.{k}': must be one of {', '.join(d)}, got {v!r}")
+            out[k] = v
+        return {k: (v[0] if isinstance(v, tuple) else v) for k, v in out.items()}
+
+
+def register_loss(name: str, token_columns: tuple = (), **defaults):
+    """Register ``fn(inputs) -> (loss, stats)`` as loss ``name`` with its parameters' defaults (a tuple
+    default is a choice whose first entry is the default). Returns the :class:`LossSpec`."""
+
+    def deco(fn):
+        spec = LossSpec(name, fn, defaults, tuple(token_columns), (fn.__doc__ or "").strip())
+        POLICY_LOSSES.register(name)(spec)
+        return spec
+
+    return deco
 
 
 def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: Normaliser) -> torch.Tensor:
@@ -82,28 +182,29 @@ def ppo_surrogate(logp, old_logp, adv, clip_low: float, clip_high: float, log_ra
     return -torch.minimum(unclipped, clipped), ratio
 
 
-@POLICY_LOSSES.register("ppo_token")
-def ppo_token_loss(logp, old_logp, adv, mask, weight, is_peer, *, clip_low=0.2, clip_high=0.28,
-                   agg="token-mean", norm: Normaliser, **_):
+def sequence_log_ratio_tokens(logp, old_logp, mask):
+    """GSPO's straight-through token form of the sequence ratio: log s_j = mean_t(logπ_θ − logπ_old) over
+    the row's mask, returned per token as sg(log s_j) + logπ_θ − sg(logπ_θ) (value log s_j, token gradient)."""
+    log_s = ((logp - old_logp) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    return log_s.detach()[:, None] + logp - logp.detach()
+
+
+@register_loss("ppo_token")
+def ppo_token_loss(inp: LossInputs):
     """GRAFT's receiver objective (Eq. 9–10), which is the DAPO GRPO surrogate when w ≡ 1:
     L = (1/Σ_j|o_j|) Σ_j w_j Σ_t −min(ρ_{j,t}Â_j, clip(ρ_{j,t}, 1−ε_low, 1+ε_high)Â_j), with ρ against
     the receiver's own old policy for self and grafted tokens alike; w does not enter the denominator."""
-    per_tok, ratio = ppo_surrogate(logp, old_logp, adv, clip_low, clip_high)
-    loss = agg_loss(per_tok * weight[:, None], mask, agg, norm)
-    return loss, clip_stats(ratio.detach(), adv, mask, is_peer, clip_low, clip_high)
+    per_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high)
+    loss = agg_loss(per_tok * inp.weight[:, None], inp.mask, inp.agg, inp.norm)
+    return loss, clip_stats(ratio.detach(), inp.adv, inp.mask, inp.is_peer, inp.clip_low, inp.clip_high)
 
 
-@POLICY_LOSSES.register("ppo_seq")
-def ppo_seq_loss(logp, old_logp, adv, mask, weight, is_peer, *, clip_low=0.2, clip_high=0.28,
-                 agg="token-mean", norm: Normaliser, **_):
+@register_loss("ppo_seq")
+def ppo_seq_loss(inp: LossInputs):
     """Sequence-level ratio (GSPO; graft.md §8 item 5, "w/o token-level ratio"):
     s_j = exp(mean_t(logπ_θ − logπ_old)), with the straight-through token form of GSPO-token
     (ρ_{j,t} = sg(s_j)·π_θ/sg(π_θ)) so every token of a sequence shares the value s_j; same clip range."""
-    m = mask
-    log_s = ((logp - old_logp) * m).sum(-1) / m.sum(-1).clamp(min=1.0)
-    log_tok = log_s.detach()[:, None] + logp - logp.detach()
-    per_tok, ratio = ppo_surrogate(log_tok, torch.zeros_like(log_tok), adv, clip_low, clip_high)
-    loss = agg_loss(per_tok * weight[:, None], mask, agg, norm)
-    return loss, clip_stats(ratio.detach(), adv, mask, is_peer, clip_low, clip_high)
-
-from graft_cli.algorithms import peer_losses  # noqa: E402,F401  (registers luffy, hacpo_peer, ppo_token_nll)
+    log_tok = sequence_log_ratio_tokens(inp.logp, inp.old_logp, inp.mask)
+    per_tok, ratio = ppo_surrogate(log_tok, torch.zeros_like(log_tok), inp.adv, inp.clip_low, inp.clip_high)
+    loss = agg_loss(per_tok * inp.weight[:, None], inp.mask, inp.agg, inp.norm)
+    return loss, clip_stats(ratio.detach(), inp.adv, inp.mask, inp.is_peer, inp.clip_low, inp.clip_high)

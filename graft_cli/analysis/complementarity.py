@@ -27,6 +27,7 @@ import numpy as np
 
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
+from graft_cli.rundir import run_policies
 
 STEP_FILE_RE = re.compile(r"^step_(\d{6,})\.parquet$")
 
@@ -76,24 +77,6 @@ def rollout_files(run_dir: str, policy: str) -> dict[int, str]:
             if m:
                 out[int(m.group(1))] = os.path.join(d, f)
     return dict(sorted(out.items()))
-
-
-def run_policies(run_dir: str) -> list[str]:
-    """Policy names of a run: from config.yaml when readable, else the rollout folders."""
-    import yaml
-
-    cfg_path = os.path.join(run_dir, "config.yaml")
-    if os.path.exists(cfg_path):
-        try:
-            with open(cfg_path) as f:
-                raw = yaml.safe_load(f) or {}
-            names = [p["name"] for p in raw.get("policies", []) if isinstance(p, dict) and "name" in p]
-            if names:
-                return names
-        except (OSError, yaml.YAMLError, TypeError):
-            pass
-    d = os.path.join(run_dir, "rollouts")
-    return sorted(os.listdir(d)) if os.path.isdir(d) else []
 
 
 def parse_run_spec(spec: str) -> tuple[str, str | None]:
@@ -186,7 +169,7 @@ def sample_k(model_path: str, problems, samples: int, temperature: float, top_p:
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.models.loading import load_model, load_tokenizer
     from graft_cli.rollout import ENGINES, SamplingParams
-    from graft_cli.train.loop import resolve_path
+    from graft_cli.models.loading import resolve_path
 
     path = resolve_path(model_path)
     tok = load_tokenizer(path)
@@ -285,7 +268,7 @@ def _nan0(x):
 
 
 def write_outputs(result: dict, out_dir: str) -> tuple[str, str]:
-    from graft_cli.eval.runner import atomic_write_json
+    from graft_cli.rundir import atomic_write_json
 
     os.makedirs(out_dir, exist_ok=True)
     jpath = os.path.join(out_dir, "complementarity.json")

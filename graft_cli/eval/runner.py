@@ -27,7 +27,6 @@ different steps) — see :func:`write_policy_summary` and :func:`update_best`.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -40,6 +39,7 @@ from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, BenchmarkSource, resolve_benchmarks
 from graft_cli.eval.metrics import average_over_benchmarks, summarize_benchmark
+from graft_cli.rundir import atomic_write_json, read_json, read_jsonl, write_jsonl_atomic
 
 RUN_FILE_RE = re.compile(r"^(?P<bench>.+)_run(?P<run>\d+)\.jsonl$")
 STEP_DIR_RE = re.compile(r"^step_(\d{6,})$")
@@ -84,43 +84,6 @@ def chunk_seed(seed: int, chunk: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- io
-def atomic_write_json(path: str, obj) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, ensure_ascii=False, default=_json_default)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(type(o).__name__)
-
-
-def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_jsonl(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def read_json(path: str):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def run_file(out_dir: str, bench: str, run: int) -> str:
     return os.path.join(out_dir, f"{bench}_run{run}.jsonl")
 
@@ -431,7 +394,7 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
     ``out_dir`` (default ``results/eval/<model name>``); returns the folder."""
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.models.loading import load_model, load_tokenizer
-    from graft_cli.train.loop import resolve_path
+    from graft_cli.models.loading import resolve_path
 
     console = console or make_console(stderr=True)
     settings = settings or EvalSettings()
@@ -580,7 +543,18 @@ def validation_due(step: int, total_steps: int, every: int) -> bool:
     return every > 0 and (step % every == 0 or step == total_steps)
 
 
-def validate_in_training(trainer, cfg, run_dir: str, console=None) -> list[dict]:
+class ValidationHook:
+    """The training loop's after-step hook for validation (``train(..., after_step=(ValidationHook(),))``);
+    holds the loaded benchmarks across steps."""
+
+    def __init__(self):
+        self.state = _ValidationState()
+
+    def __call__(self, trainer, cfg, run_dir: str, console=None) -> list[dict]:
+        return validate_in_training(trainer, cfg, run_dir, console, self.state)
+
+
+def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _ValidationState | None = None) -> list[dict]:
     """Called by the training loop after each step: when ``eval.every`` > 0 and the step is a multiple of
     it (or the last step), score each policy's current weights with the eval protocol (``eval.runs``
     runs, default 1; ``eval.samples`` at ``eval.temperature``/``eval.top_p``) into
@@ -591,7 +565,7 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None) -> list[dict]
     ec = cfg.eval
     if not validation_due(trainer.step, trainer.total_steps, ec.every):
         return []
-    st = trainer.__dict__.setdefault("_graft_validation", _ValidationState())
+    st = state if state is not None else _ValidationState()
     dist = getattr(trainer, "dist", None)
     if dist is not None and getattr(dist, "enabled", False):
         if not st.warned:  # sharded models would need every rank in lock-step: evaluate afterwards instead
@@ -629,8 +603,8 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None) -> list[dict]
     return rows
 
 
-__all__ = ["EvalSettings", "Evaluator", "evaluate_model", "evaluate_run", "validate_in_training", "update_best",
-           "write_policy_summary", "select_best", "run_seed", "summarize_dir"]
+__all__ = ["EvalSettings", "Evaluator", "evaluate_model", "evaluate_run", "validate_in_training", "ValidationHook",
+           "update_best",           "write_policy_summary", "select_best", "run_seed", "summarize_dir"]
 
 
 def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, policy=None, data=None,

@@ -43,3 +43,34 @@ def load_model(path: str, dtype: str = "float32", device: str = "auto", attn_imp
         why = f"{type(e).__name__}: {str(e).splitlines()[0]}"
         raise GraftError(f"model {path!r} ({where}): could not load ({why})") from None
     return model.to(resolve_device(device))
+
+
+def resolve_path(spec: str) -> str:
+    """``tiny:<role>`` names a folder of the embedded tiny pair (built on first use), or one of its task files
+    (``tiny:train``, ``tiny:eval_math500``, ...); anything else (a hub id, a local folder or file) is returned."""
+    if spec.startswith("tiny:"):
+        from graft_cli.models.tiny import ensure_tiny
+
+        paths = ensure_tiny()
+        role = spec.split(":", 1)[1]
+        if role in paths:
+            return paths[role]
+        task_file = os.path.join(paths["task"], f"{role}.jsonl")
+        if os.path.exists(task_file):
+            return task_file
+        known = ", ".join(sorted(paths))
+        raise GraftError(f"unknown tiny name {role!r}; known: {known}, or a task file in {paths['task']}")
+    return spec
+
+
+def weights_sha256(model) -> str:
+    """sha256 over the model's parameters and buffers (name, dtype, shape and bytes, in name order): the
+    identity a run records for a frozen model, independent of the file format it was loaded from."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()

@@ -9,7 +9,6 @@ markdown table to ``<out>/plan_<name>.md``.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -18,6 +17,8 @@ import traceback
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.plan import status as S
+from graft_cli.report.markdown import md_table
+from graft_cli.rundir import read_metrics, training_rows
 from graft_cli.plan.spec import Plan, PlanRun
 
 
@@ -50,13 +51,6 @@ def describe(plan: Plan, out: str, check_configs: bool = True) -> list[dict]:
                 row["config"] = f"error: {e}"
         rows.append(row)
     return rows
-
-
-def md_table(columns: list[str], rows: list[list]) -> str:
-    out = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for r in rows:
-        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |")
-    return "\n".join(out)
 
 
 def dry_run_markdown(plan: Plan, out: str, rows: list[dict]) -> str:
@@ -97,10 +91,11 @@ def run_job(job: dict) -> dict:
         cfg = compose(job["overrides"])
         if not job["finished"]:
             t0 = time.perf_counter()
+            from graft_cli.eval.runner import ValidationHook
             from graft_cli.train.loop import train
 
             was = S.run_status(job["run_dir"], cfg.run.steps)
-            train(cfg, progress=job.get("progress", False), console=console)
+            train(cfg, progress=job.get("progress", False), console=console, after_step=(ValidationHook(),))
             rec["trained"] = "resumed" if was.state == "partial" and was.step > 0 else "trained"
             rec["train_s"] = time.perf_counter() - t0
         ev = job.get("eval")
@@ -204,21 +199,12 @@ def _pct(v):
 
 
 def train_seconds(run_dir: str) -> float:
-    """Σ time/step over metrics.jsonl (training lines)."""
-    tot = 0.0
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return 0.0
-    seen = set()
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                m = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            if "time/step" in m and m.get("step") not in seen:
-                seen.add(m.get("step"))
-                tot += float(m["time/step"])
+    """Σ time/step over metrics.jsonl (training lines, one per step)."""
+    tot, seen = 0.0, set()
+    for m in training_rows(read_metrics(run_dir)):
+        if m.get("step") not in seen:
+            seen.add(m.get("step"))
+            tot += float(m["time/step"])
     return tot
 
 
@@ -396,7 +382,7 @@ def results_markdown(plan: Plan, records: list[dict]) -> str:
 
 def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny: dict | None = None
                   ) -> tuple[str, str]:
-    from graft_cli.eval.runner import atomic_write_json
+    from graft_cli.rundir import atomic_write_json
 
     base = os.path.join(out, f"plan_{plan.name}")
     prev = S._read_json(base + ".json") or {}

@@ -12,6 +12,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from graft_cli.rundir import run_policies
 from graft_cli.train import checkpoint as ckpt
 
 
@@ -64,17 +65,6 @@ def run_status(run_dir: str, total_steps: int | None) -> RunStatus:
 
 
 # --------------------------------------------------------------------------------------------- eval
-def run_policies(run_dir: str) -> list[str]:
-    import yaml
-
-    try:
-        with open(os.path.join(run_dir, "config.yaml"), encoding="utf-8") as f:
-            raw = yaml.safe_load(f) or {}
-    except OSError:
-        return []
-    return [str(p["name"]) for p in raw.get("policies") or [] if isinstance(p, dict) and "name" in p]
-
-
 def _read_json(path: str):
     try:
         with open(path, encoding="utf-8") as f:

@@ -21,7 +21,6 @@ appends it to ``report.md`` and writes ``claims.json``.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -157,21 +156,15 @@ def _sig(x):
 # -------------------------------------------------------------------------------------------- measure
 def mean_peer_clip(run_dir: str, clip_steps: int | None) -> dict:
     """policy -> mean over steps 1..clip_steps of ``clip_ratio/peer`` (steps with grafted tokens only)."""
+    from graft_cli.rundir import read_metrics, training_rows
+
     vals: dict[str, list] = {}
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                m = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            if "time/step" not in m or (clip_steps and int(m.get("step", 0)) > clip_steps):
-                continue
-            v = m.get("clip_ratio/peer")
-            if v is not None:
-                vals.setdefault(str(m.get("policy")), []).append(float(v))
+    for m in training_rows(read_metrics(run_dir)):
+        if clip_steps and int(m.get("step", 0)) > clip_steps:
+            continue
+        v = m.get("clip_ratio/peer")
+        if v is not None:
+            vals.setdefault(str(m.get("policy")), []).append(float(v))
     return {p: float(np.mean(v)) for p, v in vals.items() if v}
 
 
@@ -218,7 +211,7 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
 
 
 def _policies(run_dir: str) -> list[str]:
-    from graft_cli.plan.status import run_policies
+    from graft_cli.rundir import run_policies
 
     return run_policies(run_dir)
 
@@ -262,7 +255,7 @@ def headline_rows(records: list[dict], baseline: str = "grpo") -> tuple[list[str
 
 def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg: dict | None = None,
                     title: str = "Claims of the paper on this pair (from the measured numbers)") -> str:
-    from graft_cli.plan.execute import md_table
+    from graft_cli.report.markdown import md_table
 
     s = settings(cfg)
     out = [f"## {title}", ""]
@@ -298,7 +291,7 @@ def insert_section(text: str, md: str) -> str:
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[Claim]]:
     """Judge the claims from ``records``, append the section to ``<report_dir>/report.md`` (replacing an
     earlier claims section) and write ``<report_dir>/claims.json``. Returns (markdown, claims)."""
-    from graft_cli.eval.runner import atomic_write_json
+    from graft_cli.rundir import atomic_write_json
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)

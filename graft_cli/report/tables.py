@@ -51,6 +51,7 @@ from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, display_name
 from graft_cli.report import paper_numbers as P
+from graft_cli.rundir import read_metrics
 
 METHOD_NAMES = {
     "grpo": "GRPO n=8", "grpo_n16": "GRPO n=16", "grpo_n32": "GRPO n=32", "grpo_ds": "GRPO n=8 + Dynamic Sampling",
@@ -232,14 +233,7 @@ def load_run(path: str) -> Run:
     run = Run(path=path, name=os.path.basename(path.rstrip("/")), method=str(raw.get("method", "?")),
               variant=variant_of(raw), pair=str(raw.get("pair", "?")), seed=int((raw.get("run") or {}).get("seed", 0)),
               exchange=str(ex.get("name", "none")), ordering=str(ex.get("ordering", "last")), policies=pols)
-    mpath = os.path.join(path, "metrics.jsonl")
-    if os.path.exists(mpath):
-        with open(mpath, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    run.metrics.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a torn last line
+    run.metrics.extend(read_metrics(path))
     from graft_cli.eval.runner import step_dirs
 
     for p in pols:
@@ -771,7 +765,7 @@ def to_latex(tables: list[Table]) -> str:
 def report_main(paths: list[str], out: str | None = None, devices: int | None = None, clip_steps: int = 48,
                 plots: bool = True, console=None) -> str:
     """The ``graft report`` command: writes report.md, tables.tex, report.json and plots/*.png into ``out``."""
-    from graft_cli.eval.runner import atomic_write_json
+    from graft_cli.rundir import atomic_write_json
 
     console = console or make_console(stderr=True)
     if not paths:

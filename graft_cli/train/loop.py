@@ -1,12 +1,14 @@
 """The training loop for N >= 1 policies sharing each prompt batch (DESIGN.md, "One training step").
 
-    prompts -> per policy: rollout -> reward -> advantages
+    prompts -> per policy: rollout -> reward -> advantages      (+ per stored source: its logged step)
             -> exchange.select (registered; "none" = independent GRPO)
             -> per policy: old log-probs (one no-grad pass) -> exchange.admit
+                           -> frozen models' scorers -> loss mask -> token advantages (registered)
                            -> minibatch schedule -> loss (registered) -> optimizer step
-            -> metrics.jsonl, rollouts/<policy>/step_N.parquet, checkpoints
+            -> controllers observe the step; metrics.jsonl, rollouts/<policy>/step_N.parquet, checkpoints
 
-Everything method-specific is looked up by name from the config; nothing here branches on a method.
+Everything method-specific is looked up by name from the config; nothing here branches on a method, and
+the loss inputs are built from the TrainBatch's columns only.
 """
 
 from __future__ import annotations
@@ -19,23 +21,27 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from graft_cli.console import make_console
 from graft_cli import config as C
 from graft_cli.algorithms.advantages import ADVANTAGES
-from graft_cli.algorithms.correction import batch_is_weights
+from graft_cli.algorithms.controllers import build_controllers
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
-from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser
+from graft_cli.algorithms.losses import POLICY_LOSSES, LossInputs, Normaliser
+from graft_cli.algorithms.signals import LOSS_MASKS, TOKEN_ADVANTAGES, SignalContext, scalar_broadcast
+from graft_cli.batch import PolicyStep, TrainBatch, micro_batches
+from graft_cli.console import make_console
 from graft_cli.data.problems import Problem, load_problems
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
-from graft_cli.models.loading import load_model, load_tokenizer
+from graft_cli.models.loading import load_model, load_tokenizer, resolve_path, weights_sha256
 from graft_cli.models.logprobs import pack, response_logprobs, to_padded
+from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
 from graft_cli.rollout import ENGINES, SamplingParams
+from graft_cli.rundir import MetricsLog, atomic_write_text, write_parquet
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
-from graft_cli.train.batch import PolicyStep, TrainBatch, micro_batches, minibatch_schedule
-from graft_cli.train.metrics import MetricsLog, atomic_write_text, write_parquet
+from graft_cli.train.batch import minibatch_schedule
+from graft_cli.train.sources import STEP_SOURCES
 
 
 @dataclass
@@ -48,21 +54,15 @@ class Policy:
     prompt_cache: dict
 
 
-def resolve_path(spec: str) -> str:
-    """``tiny:<role>`` names a folder of the embedded tiny pair (built on first use)."""
-    if spec.startswith("tiny:"):
-        from graft_cli.models.tiny import ensure_tiny
+@dataclass
+class Frozen:
+    """A model with ``role: frozen``: scored, never updated (no optimizer, not checkpointed)."""
 
-        paths = ensure_tiny()
-        role = spec.split(":", 1)[1]
-        if role in paths:
-            return paths[role]
-        task_file = os.path.join(paths["task"], f"{role}.jsonl")  # tiny:train, tiny:eval_math500, ...
-        if os.path.exists(task_file):
-            return task_file
-        known = ", ".join(sorted(paths))
-        raise GraftError(f"unknown tiny name {role!r}; known: {known}, or a task file in {paths['task']}")
-    return spec
+    name: str
+    model: object
+    tokenizer: object
+    cfg: C.PolicyConfig
+    sha256: str
 
 
 def sampling_seed(run_seed: int, step: int, policy_index: int) -> int:
@@ -91,6 +91,19 @@ def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None) 
     return Policy(pc.name, model, tok, opt, engine, {})
 
 
+def build_frozen(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None) -> Frozen:
+    """Load a frozen model once in the run's dtype and device (FSDP-sharded like the policies), in eval mode
+    with gradients off; its weight hash is recorded in every checkpoint."""
+    tok = load_tokenizer(resolve_path(pc.tokenizer or pc.model))
+    model = load_model(resolve_path(pc.model), cfg.run.dtype, cfg.run.device)
+    model.requires_grad_(False)
+    digest = weights_sha256(model)
+    if dist is not None and dist.fsdp:
+        model, _ = dist.prepare(model, None)
+    model.eval()
+    return Frozen(pc.name, model, tok, pc, digest)
+
+
 def encode_prompt(pol: Policy, problem: str, spec: PromptSpec) -> list[int]:
     ids = pol.prompt_cache.get(problem)
     if ids is None:
@@ -100,46 +113,63 @@ def encode_prompt(pol: Policy, problem: str, spec: PromptSpec) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------- core helpers
-@torch.no_grad()
+def score_settings(cfg: C.Config, dist: D.Dist | None = None, temperature: float | None = None) -> ScoreSettings:
+    return ScoreSettings(temperature=cfg.rollout.temperature if temperature is None else temperature,
+                         token_budget=cfg.optim.micro_batch_tokens * 2, chunk_tokens=cfg.optim.chunk_tokens,
+                         dist=dist)
+
+
 def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist | None = None) -> list[list[float]]:
     """Old log-probs of every row under the policy's current weights: one batched no-grad pass
     (data-parallel: each rank scores a shard of the rows, then the results are all-gathered)."""
-    d = dist or D.Dist()
-    model = pol.model
-    model.eval()
-    dev = next(model.parameters()).device
-    pad = pol.tokenizer.pad_token_id
-    lengths = [len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
-    order = sorted(d.shard(list(range(len(batch)))), key=lambda i: lengths[i])  # length-sorted: less padding
-    out: list[list[float] | None] = [None] * len(batch)
-    mbs = micro_batches([lengths[i] for i in order], cfg.optim.micro_batch_tokens * 2)
-    mbs += [None] * ((d.max_int(len(mbs)) if d.fsdp else len(mbs)) - len(mbs))  # FSDP: same forward count
-    for mb in mbs:
-        rows = [order[i] for i in mb] if mb is not None else [0]
-        ids, att, resp = pack([batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows], pad, dev)
-        lp, _ = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, cfg.optim.chunk_tokens)
-        if mb is None:  # a dummy pass that keeps FSDP ranks in lock-step
-            continue
-        lp = lp.cpu()
-        for j, i in enumerate(rows):
-            p = len(batch.prompt_ids[i])
-            out[i] = lp[j, p - 1 : p - 1 + len(batch.response_ids[i])].tolist()
-    model.train()
-    if d.enabled:
-        for part in d.gather_objects({i: out[i] for i in order}):
-            for i, v in part.items():
-                out[i] = v
-    return out  # type: ignore[return-value]
+    return score_rows(pol.model, pol.tokenizer.pad_token_id, batch, score_settings(cfg, dist))
+
+
+def _rows_with(col, rows) -> bool:
+    return col is not None and any(col[i] is not None for i in rows)
+
+
+def loss_inputs(batch: TrainBatch, rows: list[int], logp, L: int, dev, norm: Normaliser, resp, cfg: C.Config,
+                spec, mb_index: int, step: int, coefs: dict) -> LossInputs:
+    """The loss inputs of micro-batch ``rows``, built from the batch's columns only: loss mask, advantages
+    (per-token when set, else the scalar on every masked token), weights, source and PG flags, the per-row
+    ``extra`` columns and the loss's per-token columns padded to ``(B, T)``."""
+    a = cfg.algo
+    prompts = [batch.prompt_ids[i] for i in rows]
+    if _rows_with(batch.loss_mask, rows):
+        mask = to_padded([batch.mask_of(i) for i in rows], prompts, L, dev)
+    else:
+        mask = resp[:, 1:].float()
+    old = to_padded([batch.old_logprobs[i] for i in rows], prompts, L, dev)
+    if _rows_with(batch.token_adv, rows):
+        adv = to_padded([scalar_broadcast(batch, i) for i in rows], prompts, L, dev)
+    else:
+        adv = torch.tensor([batch.advantages[i] for i in rows], device=dev)[:, None] * mask
+    weight = torch.tensor([batch.weights[i] for i in rows], dtype=torch.float32, device=dev)
+    is_peer = torch.tensor([batch.source[i] != "self" for i in rows], device=dev)
+    in_pg = torch.tensor([bool(batch.in_pg[i]) for i in rows], device=dev)
+    columns = {k: [v[i] for i in rows] for k, v in batch.extra.items()}
+    for c in spec.token_columns:
+        columns[c] = to_padded([batch.extra[c][i] or [] for i in rows], prompts, L, dev)
+    return LossInputs(logp, old, adv, mask, weight, is_peer, norm=norm, in_pg=in_pg, clip_low=a.clip_low,
+                      clip_high=a.clip_high, agg=a.agg, mb_index=mb_index, step=step, columns=columns,
+                      params=a.loss_params, coefs=dict(coefs or {}))
+
+
+def _row_tokens(batch: TrainBatch, i: int) -> float:
+    if batch.loss_mask is None or batch.loss_mask[i] is None:
+        return len(batch.response_ids[i])
+    return float(sum(batch.loss_mask[i]))
 
 
 def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.Generator, ordering: str,
-                  dist: D.Dist | None = None) -> dict:
+                  dist: D.Dist | None = None, step: int = 0, coefs: dict | None = None) -> dict:
     """One optimisation epoch (``algo.ppo_epochs`` of them) over minibatches of whole prompt groups.
     Data-parallel (``dist``): each rank runs its shard of every minibatch with the minibatch's global
     ``Normaliser``; gradients are averaged across ranks (train/dist.py)."""
     d = dist or D.Dist()
     a, o = cfg.algo, cfg.optim
-    loss_fn = POLICY_LOSSES.get(a.loss)
+    spec = POLICY_LOSSES.get(a.loss)
     model = pol.model
     model.train()
     dev = next(model.parameters()).device
@@ -150,12 +180,10 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
     losses, grad_norms, ent_sum, ent_n = [], [], 0.0, 0.0
     for _epoch in range(a.ppo_epochs):
         for mb_idx, mb in enumerate(minibatch_schedule(batch, num_mb, ordering, rng)):
-            aux = batch.extra.get("aux")  # auxiliary rows (e.g. an NLL term) stay out of the PG denominators
-            is_aux = [bool(aux[i]) if aux else False for i in mb]
-            resp_lens = [len(batch.response_ids[i]) for i, x in zip(mb, is_aux) if not x]
-            norm = Normaliser(num_tokens=float(sum(resp_lens)), num_seqs=float(len(resp_lens)),
+            pg = [i for i in mb if batch.in_pg[i]]  # rows outside the PG (e.g. SGT's NLL rows): not in its denominators
+            norm = Normaliser(num_tokens=float(sum(_row_tokens(batch, i) for i in pg)), num_seqs=float(len(pg)),
                               loss_scale_factor=a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
-                              aux_seqs=float(sum(is_aux)))
+                              aux_seqs=float(len(mb) - len(pg)))
             local = d.shard(mb)
             lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in local]
             total = 0.0
@@ -164,36 +192,20 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
             for micro in micros:
                 dummy = micro is None  # FSDP: ranks with fewer micro-batches run zero-weight passes
                 rows = [local[i] for i in micro] if not dummy else [mb[0]]
-                prompts = [batch.prompt_ids[i] for i in rows]
-                ids, att, resp = pack(prompts, [batch.response_ids[i] for i in rows], pad, dev)
+                ids, att, resp = pack([batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows], pad,
+                                      dev)
                 logp, ent = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, o.chunk_tokens,
                                               with_entropy=a.log_entropy)
-                L = ids.shape[1]
-                mask = resp[:, 1:].float()
-                old = to_padded([batch.old_logprobs[i] for i in rows], prompts, L, dev)
-                if batch.token_adv is not None and any(batch.token_adv[i] is not None for i in rows):
-                    tadv = [batch.token_adv[i] if batch.token_adv[i] is not None
-                            else [batch.advantages[i]] * len(batch.response_ids[i]) for i in rows]
-                    adv = to_padded(tadv, prompts, L, dev)
-                else:
-                    adv = torch.tensor([batch.advantages[i] for i in rows], device=dev)[:, None] * mask
-                isw = batch.extra.get("is_weight")  # truncated IS weights (algorithms/correction.py)
-                if isw is not None:
-                    adv = adv * to_padded([isw[i] for i in rows], prompts, L, dev)
-                weight = torch.tensor([batch.weights[i] for i in rows], dtype=torch.float32, device=dev)
-                is_peer = torch.tensor([batch.source[i] != "self" for i in rows], device=dev)
-                extra = {k: [v[i] for i in rows] for k, v in batch.extra.items()}
-                loss, st = loss_fn(logp, old, adv, mask, weight, is_peer, clip_low=a.clip_low,
-                                   clip_high=a.clip_high, agg=a.agg, norm=norm, extra=extra, mb_index=mb_idx,
-                                   cfg=cfg)
+                inp = loss_inputs(batch, rows, logp, ids.shape[1], dev, norm, resp, cfg, spec, mb_idx, step, coefs)
+                loss, st = spec.fn(inp)
                 (loss * (0.0 if dummy else d.loss_scale)).backward()
                 if dummy:
                     continue
                 total += float(loss.detach())
                 for k, v in st.items():
                     stats[k] = stats.get(k, 0.0) + float(v)
-                ent_sum += float((ent * mask).sum())
-                ent_n += float(mask.sum())
+                ent_sum += float((ent * inp.mask).sum())
+                ent_n += float(inp.mask.sum())
             d.sync_grads(model)
             gn = d.clip_grad_norm(model, o.max_grad_norm)
             pol.optimizer.step()
@@ -271,7 +283,8 @@ class Trainer:
         self.dist = D.setup(cfg)  # data-parallel processes (torchrun / accelerate launch); a no-op alone
         self.spec = PromptSpec.from_config(cfg.prompt)
         self.problems: list[Problem] = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)
-        self.policies = {pc.name: build_policy(pc, cfg, self.dist) for pc in cfg.policies}
+        self.policies = {pc.name: build_policy(pc, cfg, self.dist) for pc in cfg.policies if pc.role == "train"}
+        self.frozen = {pc.name: build_frozen(pc, cfg, self.dist) for pc in cfg.policies if pc.role == "frozen"}
         self._filter_long_prompts()
         self.sampler = PromptSampler(len(self.problems), cfg.data.prompt_batch, cfg.run.seed, cfg.data.shuffle)
         self.exchange = EXCHANGES.get(cfg.exchange.name)(cfg)
@@ -280,7 +293,10 @@ class Trainer:
 
         rc = cfg.reward
         self.grader = REWARDS.get(rc.name)(num_workers=rc.num_workers, timeout_s=rc.timeout_s, chunk_size=rc.chunk_size)
+        self.sources = {sc.name: STEP_SOURCES.get(sc.kind)(sc, self.grader, self.adv_fn, cfg.algo, cfg.run.seed)
+                        for sc in cfg.sources}
         self.total_steps = cfg.run.steps or cfg.run.epochs * self.sampler.steps_per_epoch
+        self.controllers = build_controllers(cfg.algo.controllers, self.total_steps)
         self.step = 0
         self.metrics = MetricsLog(os.path.join(out_dir, "metrics.jsonl"))
         self.ckpt_root = os.path.join(out_dir, "checkpoints")
@@ -297,13 +313,22 @@ class Trainer:
     # -- state
     def state(self) -> dict:
         return {"step": self.step, "sampler": self.sampler.state_dict(), "exchange": self.exchange.state_dict(),
-                "total_steps": self.total_steps}
+                "total_steps": self.total_steps,
+                "controllers": [{"name": n, "state": c.state_dict()} for n, c in self.controllers],
+                "frozen": {n: {"model": f.cfg.model, "sha256": f.sha256} for n, f in self.frozen.items()}}
 
     def resume(self) -> bool:
         path = ckpt.latest(self.ckpt_root)
         if path is None:
             return False
         st = ckpt.load_state(path)
+        for name, f in self.frozen.items():  # frozen models are not in checkpoints: their weights must not change
+            rec = (st.get("frozen") or {}).get(name)
+            if rec is None or rec.get("sha256") != f.sha256:
+                was = "no record" if rec is None else f"{rec.get('model')} sha256 {str(rec.get('sha256'))[:12]}"
+                raise GraftError(f"{path}: frozen model {name!r} differs from the one this run was trained with "
+                                 f"(now {f.cfg.model} sha256 {f.sha256[:12]}, checkpoint: {was}); "
+                                 f"use the same weights or run.resume=false")
         for name, pol in self.policies.items():
             d = os.path.join(path, name)
             from transformers import AutoModelForCausalLM
@@ -314,6 +339,10 @@ class Trainer:
             pol.engine.sync_weights(pol.model)
         self.sampler.load_state_dict(st["sampler"])
         self.exchange.load_state_dict(st["exchange"])
+        saved = st.get("controllers") or []
+        for i, (n, c) in enumerate(self.controllers):  # in config order (the config cannot change on resume)
+            if i < len(saved) and saved[i].get("name") == n:
+                c.load_state_dict(saved[i].get("state") or {})
         ckpt.set_rng_state(st["rng"])
         self.step = st["step"]
         if self.dist.is_main:
@@ -342,6 +371,31 @@ class Trainer:
         ps.rollouts.meta["extracted"] = grades.extracted
         return ps, {"time/rollout": t1 - t0, "time/reward": t2 - t1}
 
+    def coefs(self) -> dict:
+        out: dict = {}
+        for _name, c in self.controllers:
+            out.update(c.coefs(self.step))
+        return out
+
+    def score_frozen(self, name: str, batch: TrainBatch) -> None:
+        """Every frozen model serving policy ``name`` fills its column of the batch (one no-grad pass each)."""
+        for f in self.frozen.values():
+            if not f.cfg.serves or name in f.cfg.serves:
+                scorer = SCORERS.get(f.cfg.scorer)
+                settings = score_settings(self.cfg, self.dist)
+                batch.extra[f.cfg.score_column] = scorer(f.model, f.tokenizer, batch, settings)
+
+    def token_signals(self, name: str, batch: TrainBatch, coefs: dict) -> dict:
+        """The registered loss mask and token-advantage functions, in config order; returns their metrics."""
+        a = self.cfg.algo
+        sctx = SignalContext(step=self.step, policy=name, algo=a, coefs=coefs)
+        batch.loss_mask = LOSS_MASKS.get(a.loss_mask)(batch, sctx)
+        met: dict = {}
+        for fn_name in a.token_advantages:
+            batch.token_adv, m = TOKEN_ADVANTAGES.get(fn_name)(batch, sctx)
+            met.update(m)
+        return met
+
     def train_step(self) -> list[dict]:
         cfg = self.cfg
         t_start = time.perf_counter()
@@ -351,11 +405,17 @@ class Trainer:
         for i, (name, pol) in enumerate(self.policies.items()):
             steps[name], rows[name] = self.rollout_policy(i, pol, problems)
             rows[name].update(rollout_metrics(steps[name]))
+        source_metrics: dict = {}
+        for name, src in self.sources.items():  # stored sources: their logged step on the same prompts
+            steps[name], m = src.step(problems, self.step)
+            source_metrics.update(m)
+        coefs = self.coefs()
         ctx = ExchangeContext(step=self.step, seed=step_seed(cfg.run.seed, self.step), params=dict(cfg.exchange.params),
                               tokenizers={n: p.tokenizer for n, p in self.policies.items()},
                               encode_prompt=lambda text, name: encode_prompt(self.policies[name], text, self.spec),
                               extra={"score_logprobs":
-                                     lambda name, b: score_logprobs(self.policies[name], b, cfg, self.dist)})
+                                     lambda name, b: score_logprobs(self.policies[name], b, cfg, self.dist)},
+                              receivers=list(self.policies))
         t0 = time.perf_counter()
         batches, xmetrics = self.exchange.select(steps, ctx)
         t_x = time.perf_counter() - t0
@@ -374,17 +434,18 @@ class Trainer:
             rows[name].update(logprob_gap(b))
             b, amet = self.exchange.admit(name, b, ctx)
             rows[name].update(xmetrics.get(name, {}))
+            rows[name].update(source_metrics)
             rows[name].update(amet)
-            isw, ismet = batch_is_weights(b.old_logprobs, b.sampler_logprobs, b.source, cfg.algo.is_correction,
-                                          cfg.algo.is_threshold)
-            if isw is not None:
-                b.extra["is_weight"] = isw
-            rows[name].update(ismet)
-            rows[name].update(update_policy(pol, b, cfg, rng, cfg.exchange.ordering, self.dist))
-            pol.engine.sync_weights(pol.model)
+            self.score_frozen(name, b)
             t2 = time.perf_counter()
-            rows[name].update({"time/old_logprob": t1 - t0, "time/update": t2 - t1, "time/exchange": t_x,
+            rows[name].update(self.token_signals(name, b, coefs))
+            rows[name].update(update_policy(pol, b, cfg, rng, cfg.exchange.ordering, self.dist, self.step, coefs))
+            pol.engine.sync_weights(pol.model)
+            t3 = time.perf_counter()
+            rows[name].update({"time/old_logprob": t1 - t0, "time/update": t3 - t2, "time/exchange": t_x,
                                "train_rows": len(b)})
+            if self.frozen:
+                rows[name]["time/score_frozen"] = t2 - t1
             if cfg.run.log_rollouts and self.dist.is_main:
                 self.log_rollouts(steps[name])
         self.step += 1
@@ -392,6 +453,10 @@ class Trainer:
         out = []
         for name in self.policies:
             out.append({"step": self.step, "policy": name, **rows[name], "time/step": dt})
+        for _n, c in self.controllers:  # controllers see the finished step; their metrics go on every row
+            cm = c.observe(self.step - 1, out)
+            for r in out:
+                r.update(cm)
         return out
 
     def log_rollouts(self, st: PolicyStep) -> None:
@@ -478,11 +543,11 @@ def _lock_run_dir(out: str) -> None:
     _LOCKS[out] = f
 
 
-def train(cfg: C.Config, progress: bool = True, console=None) -> str:
-    """Run (or resume) a training run; returns the run directory."""
+def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> str:
+    """Run (or resume) a training run; returns the run directory. ``after_step`` hooks are called as
+    ``hook(trainer, cfg, run_dir, console)`` after every step and may return metrics rows to log (the CLI
+    wires validation, :func:`graft_cli.eval.runner.validate_in_training`, so this layer imports no eval)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from graft_cli.eval.runner import validate_in_training
 
     console = console or make_console(stderr=True)
     out = run_dir_for(cfg)
@@ -515,9 +580,10 @@ def train(cfg: C.Config, progress: bool = True, console=None) -> str:
                 rows = trainer.train_step()
                 if is_main:
                     trainer.metrics.write(rows)
-                val = validate_in_training(trainer, cfg, out)  # eval.every > 0: eval/<policy>/step_N/, best.json
-                if is_main and val:
-                    trainer.metrics.write(val)
+                for hook in after_step:  # e.g. validation (eval.every > 0): eval/<policy>/step_N/, best.json
+                    val = hook(trainer, cfg, out, None)
+                    if is_main and val:
+                        trainer.metrics.write(val)
                 if trainer.step % cfg.run.save_every == 0 or trainer.step == trainer.total_steps:
                     trainer.save()
                 info = " ".join(f"{r['policy']}:r={r['reward']:.3f}" for r in rows)

@@ -49,7 +49,8 @@ def rl_check(steps: int = 80, method: str = "grpo", out: str = "results/tiny_rl_
 
     from graft_cli.config import compose
     from graft_cli.data.prompts import PromptSpec
-    from graft_cli.eval.runner import EvalSettings, atomic_write_json, evaluate_model, evaluate_run, read_json
+    from graft_cli.eval.runner import EvalSettings, evaluate_model, evaluate_run, ValidationHook
+    from graft_cli.rundir import atomic_write_json, read_json
     from graft_cli.train.loop import train as run_train
 
     console = make_console()
@@ -57,7 +58,7 @@ def rl_check(steps: int = 80, method: str = "grpo", out: str = "results/tiny_rl_
     cfg = compose(["pair='tiny'", f"method='{method}'", f"run.steps={steps}", f"run.out={out}",
                    f"run.name={name}", f"run.seed={seed}", *overrides])
     run_dir = os.path.join(out, name)
-    run_train(cfg, progress=progress)
+    run_train(cfg, progress=progress, after_step=(ValidationHook(),))
 
     ev = EvalSettings(runs=runs, samples=samples, temperature=temperature, top_p=top_p,
                       max_new_tokens=cfg.rollout.max_new_tokens, seed=eval_seed)

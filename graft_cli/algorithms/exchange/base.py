@@ -1,0 +1,60 @@
+"""The exchange interface (registry ``EXCHANGES``): how the policies' step data becomes each policy's
+TrainBatch. ``none`` is independent GRPO. Cross-model methods (GRAFT, HACPO, SGT, ...) register here.
+
+An exchange is a class with:
+- ``validate(cfg)`` (static): check ``cfg.exchange.params``; raise GraftError naming the key;
+- ``select(steps, ctx) -> (batches, metrics)``: before scoring, build the TrainBatch of every receiver
+  (``ctx.receivers``: the trained policies; ``steps`` may also hold stored sources' steps);
+- ``admit(name, batch, ctx) -> (batch, metrics)``: after the receiver's old log-probs are known
+  (``batch.old_logprobs``), weight or drop rows (e.g. GRAFT's compatibility gate);
+- ``state_dict()``/``load_state_dict()`` for schedules that carry state across steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from graft_cli.registry import Registry
+from graft_cli.batch import PolicyStep, TrainBatch, self_batch
+
+EXCHANGES: Registry = Registry("exchange")
+
+
+@dataclass
+class ExchangeContext:
+    step: int
+    seed: int
+    params: dict
+    tokenizers: dict  # policy name -> tokenizer
+    encode_prompt: object  # callable (problem_text, policy_name) -> list[int]
+    extra: dict = field(default_factory=dict)  # trainer hooks, e.g. "score_logprobs"
+    receivers: list | None = None  # the policies that train (None: every policy in ``steps``)
+
+
+class Exchange:
+    def __init__(self, cfg=None):
+        self.cfg = cfg
+
+    @staticmethod
+    def validate(cfg) -> None:
+        if cfg.exchange.params:
+            from graft_cli.errors import GraftError
+
+            key = next(iter(cfg.exchange.params))
+            raise GraftError(f"config key 'exchange.params.{key}': not used by exchange {cfg.exchange.name!r}")
+
+    def select(self, steps: dict[str, PolicyStep], ctx: ExchangeContext):
+        names = [n for n in steps if ctx.receivers is None or n in ctx.receivers]
+        return {n: self_batch(steps[n]) for n in names}, {n: {} for n in names}
+
+    def admit(self, name: str, batch: TrainBatch, ctx: ExchangeContext):
+        return batch, {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, st: dict) -> None:
+        pass
+
+
+EXCHANGES.register("none")(Exchange)

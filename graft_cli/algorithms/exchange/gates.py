@@ -1,0 +1,82 @@
+"""GRAFT's compatibility score, gate and admission (graft.md §2.2 step 5, Eq. 6–8; §3 variants), registered.
+
+- :func:`compatibility`: s = exp(ℓ̄(π_old^R, o^R) − ℓ̄(π_S, o^S)), ℓ̄ = mean token log-likelihood (terminal EOS
+  excluded on both sides, graft.md §8 item 3);
+- gates (registry ``GATES``, ``exchange.params.gate``): ``floor`` w = 1[s > δ]·min(s, 1) (strict >; responses
+  with s ≤ δ dropped; δ ≤ 0: no floor), ``none`` w = 1 for all ("w/o compatibility gate");
+- admission (registry ``ADMISSIONS``, ``exchange.params.admission``): ``gate`` applies the gate; ``random``
+  ("random admission") admits as many responses as the floor would, drawn uniformly.
+
+A gate is ``gate(s, delta, cap) -> (w, keep)``; an admission is ``admit(s, opts, rng_factory) -> (w, keep)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from graft_cli.registry import Registry
+
+GATES: Registry = Registry("gate")
+ADMISSIONS: Registry = Registry("admission rule")
+
+
+def source_mean_logprob(logprobs, ended_with_eos: bool) -> float:
+    """Denominator of s (Eq. 7): mean generation log-prob over the source tokens, terminal EOS excluded
+    (graft.md §8 item 3). nan when no token remains."""
+    lp = list(logprobs)
+    if ended_with_eos and lp:
+        lp = lp[:-1]
+    return float(np.mean(lp)) if lp else math.nan
+
+
+def compatibility(recv_logprobs, n_scored: int, src_mean: float) -> float:
+    """Eq. 6–7: s = exp(ℓ̄(π_old^R, o^R) − ℓ̄(π_S, o^S)), ℓ̄ = mean token log-likelihood; the receiver mean is
+    over the first ``n_scored`` tokens (appended EOS excluded). nan when either side is empty."""
+    lp = list(recv_logprobs)[:n_scored]
+    if not lp or src_mean is None or not math.isfinite(src_mean):
+        return math.nan
+    return float(math.exp(min(float(np.mean(lp)) - src_mean, 700.0)))
+
+
+def _capped(x: float, cap: bool) -> float:
+    return (min(x, 1.0) if cap else x) if math.isfinite(x) else 0.0
+
+
+@GATES.register("floor")
+def floor_gate(s, delta: float = 0.8, cap: bool = True) -> tuple[list[float], list[bool]]:
+    """Eq. 8: w = 1[s > δ]·min(s, 1), keep = s > δ; δ ≤ 0: no floor (all kept, w = min(s, 1); nan s → w = 0)."""
+    keep = [True if delta <= 0 else (math.isfinite(float(x)) and float(x) > delta) for x in s]
+    return [_capped(float(x), cap) if k else 0.0 for x, k in zip(s, keep)], keep
+
+
+@GATES.register("none")
+def no_gate(s, delta: float = 0.8, cap: bool = True) -> tuple[list[float], list[bool]]:
+    """graft.md §3 "w/o compatibility gate": w = 1, everything kept."""
+    return [1.0] * len(s), [True] * len(s)
+
+
+def gate_weights(s, delta: float = 0.8, gate: str = "floor", cap: bool = True) -> tuple[list[float], list[bool]]:
+    """The registered gate ``gate`` on scores ``s``: returns ``(w, keep)``."""
+    return GATES.get(gate)(list(s), delta, cap)
+
+
+def random_admission(s, delta: float, rng: np.random.Generator, cap: bool = True) -> tuple[list[float], list[bool]]:
+    """graft.md §3 "random admission": A = #{s > δ}; A responses sampled uniformly (without replacement) from
+    all transferred responses get w = min(s, 1) without the floor; the others are dropped."""
+    s = [float(x) for x in s]
+    a = sum(1 for x in s if math.isfinite(x) and x > delta)
+    chosen = set(rng.choice(len(s), size=a, replace=False).tolist()) if a else set()
+    w = [_capped(x, cap) if i in chosen else 0.0 for i, x in enumerate(s)]
+    return w, [i in chosen for i in range(len(s))]
+
+
+@ADMISSIONS.register("gate")
+def admit_by_gate(s, opts: dict, rng_factory):
+    return gate_weights(s, opts["delta"], opts["gate"], opts["cap"])
+
+
+@ADMISSIONS.register("random")
+def admit_at_random(s, opts: dict, rng_factory):
+    return random_admission(s, opts["delta"], rng_factory(), opts["cap"])

@@ -1,0 +1,200 @@
+"""What a selected prompt puts into the receiver's batch (graft.md §2.2 step 5; §3 variants), registered.
+
+A replacement mode (registry ``REPLACEMENTS``, ``exchange.params.mode``) is
+``mode(rc: ReceiverContext, q, s) -> TrainBatch``: the receiver's rows for prompt ``q`` when it receives
+from source index ``s`` (``s is None``: the prompt was not selected; most modes keep the receiver's own
+group).
+
+- ``replace`` (GRAFT): the receiver's failed group is removed and the source's *whole* group inserted
+  (``source="peer"``), each response keeping the source's own GRPO advantage (computed over its full group,
+  never renormalised);
+- ``pooled``: receiver group ‖ source group with GRPO advantages over the pool, receiver w = 1;
+- ``sft`` (SGT's update): the receiver keeps its own zero-advantage group and gains one uniformly drawn
+  correct source response as a row outside the policy gradient (``in_pg`` false) for an NLL term
+  (loss ``ppo_token_nll``, λ = ``algo.loss_params.nll_coef``);
+- ``hacpo``: the joint group with HACPO's capability-aware advantages (column ``hacpo_c``); source responses
+  on prompts that were not selected enter with zero advantage (``hacpo_peer_elsewhere: zero``) or not at all.
+
+``peer_responses: success`` keeps only the correct source responses (advantages still from the full group).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from graft_cli.algorithms.exchange.gates import source_mean_logprob
+from graft_cli.batch import PolicyStep, TrainBatch
+from graft_cli.models.retokenize import retokenize
+from graft_cli.registry import Registry
+
+REPLACEMENTS: Registry = Registry("replacement mode")
+
+
+def pooled_advantages(r_recv, r_src, eps: float = 1e-6, norm_by_std: bool = True) -> tuple[list[float], list[float]]:
+    """graft.md §3 "pooled groups": â = (r − mean_pool)/(std_pool + ε) over G_R ‖ G_S (unbiased std, as
+    the GRPO estimator)."""
+    from graft_cli.algorithms.advantages import grpo_advantages
+
+    r = torch.tensor([list(map(float, r_recv)) + list(map(float, r_src))], dtype=torch.float32)
+    a = grpo_advantages(r, eps=eps, norm_by_std=norm_by_std)[0].tolist()
+    return a[: len(r_recv)], a[len(r_recv):]
+
+
+def hacpo_capability(p_src: float, p_tgt: float, c_min: float = 0.1, c_max: float = 10.0) -> float:
+    """HACPO (baselines.md §1.2): c(src→tgt) = clip(P_src / P_tgt, 0.1, 10), P floored at 1e-8."""
+    return float(min(max(max(p_src, 1e-8) / max(p_tgt, 1e-8), c_min), c_max))
+
+
+def hacpo_advantages(r_self, r_peer, c: float, eps: float = 1e-6) -> tuple[list[float], list[float]]:
+    """HACPO capability-aware advantage over the joint group (baselines.md §1.2, paper eq. 5–6): all equal →
+    b = mean(r); else b = mean_i(r_i ω_i), ω = 1 (self), 1/c (peer); b > 1 → mean of own rewards;
+    A = (r − b)/(std_unbiased(all r) + ε)."""
+    rs, rp = [float(x) for x in r_self], [float(x) for x in r_peer]
+    allr = np.array(rs + rp, dtype=np.float64)
+    if allr.size < 2 or np.all(allr == allr[0]):
+        return [0.0] * len(rs), [0.0] * len(rp)
+    b = float(np.mean(np.array(rs + [x / c for x in rp])))
+    if b > 1.0:
+        b = float(np.mean(rs)) if rs else b
+    sd = float(np.std(allr, ddof=1))
+    return [(x - b) / (sd + eps) for x in rs], [(x - b) / (sd + eps) for x in rp]
+
+
+def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokenizer, opts: dict,
+                    src_name: str, advantages: list[float] | None = None, same_tokenizer: bool = False,
+                    only: list[int] | None = None) -> TrainBatch:
+    """The source's group for prompt q as receiver rows (graft.md §2.2 steps 5–6): re-tokenized response,
+    the source's own advantage (or ``advantages`` when a variant recomputes them), reward, mean source
+    generation log-prob (EOS excluded) and ``extra`` columns ``src_policy``, ``n_scored``,
+    ``src_logp_mean``. ``only`` restricts to some sample indices (success-only, SFT)."""
+    out = TrainBatch()
+    ro, n = src.rollouts, src.n
+    for j in (range(n) if only is None else only):
+        r = q * n + j
+        ended = not bool(ro.truncated[r])
+        if same_tokenizer:
+            ids = list(ro.response_ids[r])
+            n_scored = len(ids) - 1 if ended and ids else len(ids)
+        else:
+            ids, n_scored = retokenize(ro.texts[r], tokenizer, ended, opts["append_eos"])
+        src_mean = source_mean_logprob(ro.logprobs[r], ended)
+        adv = float(src.advantages[q, j]) if advantages is None else float(advantages[j])
+        out.append(prompt_ids=recv_prompt_ids, response_ids=ids, advantages=adv, weights=1.0, source="peer",
+                   group=q, rewards=float(src.rewards[q, j]), sampler_logprobs=None, source_logp_mean=src_mean,
+                   texts=ro.texts[r], src_policy=src_name, src_sample=j, n_scored=n_scored, src_logp_mean=src_mean)
+    return out
+
+
+def own_group_rows(step: PolicyStep, q: int, advantages: list[float] | None = None) -> TrainBatch:
+    """The receiver's own group for prompt q (as ``self_batch`` builds it)."""
+    out = TrainBatch()
+    ro, n = step.rollouts, step.n
+    for j in range(n):
+        r = q * n + j
+        adv = float(step.advantages[q, j]) if advantages is None else float(advantages[j])
+        out.append(prompt_ids=step.prompt_ids[q], response_ids=ro.response_ids[r], advantages=adv, weights=1.0,
+                   source="self", group=q, rewards=float(step.rewards[q, j]), sampler_logprobs=ro.logprobs[r],
+                   texts=ro.texts[r])
+    return out
+
+
+@dataclass
+class ReceiverContext:
+    """What a replacement mode needs to build receiver ``r``'s rows."""
+
+    r: int
+    names: list  # policy (and source) names, in plan order
+    steps: dict  # name -> PolicyStep
+    opts: dict  # the exchange's validated options
+    tokenizer: object  # the receiver's tokenizer
+    encode_prompt: Callable  # problem text -> the receiver's prompt ids
+    same_tokenizer: Callable  # source name -> bool (direct id transfer)
+    rng: Callable  # (*keys) -> np.random.Generator seeded by the step
+    caps: dict = field(default_factory=dict)  # HACPO capabilities by name
+    step: int = 0
+    eps: float = 1e-6
+    norm_by_std: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.names[self.r]
+
+    @property
+    def recv(self) -> PolicyStep:
+        return self.steps[self.name]
+
+    def peer_rows(self, s: int, q: int, advantages=None, only=None) -> TrainBatch:
+        sname = self.names[s]
+        return peer_group_rows(self.steps[sname], q, self.encode_prompt(self.recv.problems[q].problem), self.tokenizer,
+                               self.opts, sname, advantages=advantages, same_tokenizer=self.same_tokenizer(sname),
+                               only=only)
+
+    def success_only(self, s: int, q: int):
+        if self.opts["peer_responses"] != "success":
+            return None
+        src = self.steps[self.names[s]]
+        return [j for j in range(src.n) if float(src.rewards[q, j]) > 0.5]
+
+
+@REPLACEMENTS.register("replace")
+def replace_group(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
+    if s is None:
+        return own_group_rows(rc.recv, q)
+    return rc.peer_rows(s, q, only=rc.success_only(s, q))
+
+
+@REPLACEMENTS.register("pooled")
+def pooled_group(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
+    if s is None:
+        return own_group_rows(rc.recv, q)
+    src = rc.steps[rc.names[s]]
+    a_recv, a_src = pooled_advantages(rc.recv.rewards[q].tolist(), src.rewards[q].tolist(), rc.eps, rc.norm_by_std)
+    out = own_group_rows(rc.recv, q, a_recv)
+    out.extend(rc.peer_rows(s, q, advantages=a_src, only=rc.success_only(s, q)))
+    return out
+
+
+@REPLACEMENTS.register("sft")
+def sft_rows(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
+    out = own_group_rows(rc.recv, q)
+    if s is None:
+        return out
+    src = rc.steps[rc.names[s]]
+    correct = [j for j in range(src.n) if float(src.rewards[q, j]) > 0.5]
+    if correct:
+        j = int(rc.rng(rc.r, s, q).choice(correct))
+        rows = rc.peer_rows(s, q, advantages=[0.0] * src.n, only=[j])
+        rows.in_pg = [False] * len(rows)
+        out.extend(rows)
+    return out
+
+
+def _hacpo_rows(rc: ReceiverContext, s: int, q: int, advantages, only=None) -> TrainBatch:
+    sname = rc.names[s]
+    o = rc.opts
+    rows = rc.peer_rows(s, q, advantages=advantages, only=only)
+    rows.extra["hacpo_c"] = [hacpo_capability(rc.caps[sname], rc.caps[rc.name], o["hacpo_c_min"],
+                                              o["hacpo_c_max"])] * len(rows)
+    return rows
+
+
+@REPLACEMENTS.register("hacpo")
+def hacpo_group(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
+    o = rc.opts
+    if s is None:
+        out = own_group_rows(rc.recv, q)
+        if o["hacpo_peer_elsewhere"] == "zero":
+            for si, sname in enumerate(rc.names):
+                if si != rc.r:
+                    out.extend(_hacpo_rows(rc, si, q, [0.0] * rc.steps[sname].n))
+        return out
+    src = rc.steps[rc.names[s]]
+    c = hacpo_capability(rc.caps[rc.names[s]], rc.caps[rc.name], o["hacpo_c_min"], o["hacpo_c_max"])
+    a_self, a_peer = hacpo_advantages(rc.recv.rewards[q].tolist(), src.rewards[q].tolist(), c, rc.eps)
+    out = own_group_rows(rc.recv, q, a_self)
+    out.extend(_hacpo_rows(rc, s, q, a_peer, only=rc.success_only(s, q)))
+    return out

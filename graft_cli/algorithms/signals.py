@@ -1,0 +1,63 @@
+"""Per-token signals of a TrainBatch, produced by registered functions (the loop builds the loss inputs from
+these columns only).
+
+- Loss masks (registry ``LOSS_MASKS``, ``algo.loss_mask``): ``fn(batch, ctx) -> list | None`` gives each row
+  a 0/1 list over its response tokens (``None``: every response token). ``response`` is the default; a
+  method that trains on part of a response (tandem RLVR: the senior's tokens) registers its own.
+- Token advantages (registry ``TOKEN_ADVANTAGES``, ``algo.token_advantages``, applied in order):
+  ``fn(batch, ctx) -> (token_adv | None, metrics)`` where ``token_adv`` has one entry per row (a list over
+  its response tokens, or ``None`` for the row's scalar advantage broadcast). Each function sees the
+  ``batch.token_adv`` the previous one left. ``is_correction`` (on by default; a no-op unless
+  ``algo.is_correction`` is ``token`` or ``sequence``) multiplies the advantages by the truncated IS weights.
+
+``ctx`` is a :class:`SignalContext`: the step, the algorithm settings, the controllers' coefficients and
+the policy's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from graft_cli.algorithms.correction import batch_is_weights
+from graft_cli.registry import Registry
+
+LOSS_MASKS: Registry = Registry("loss mask")
+TOKEN_ADVANTAGES: Registry = Registry("token-advantage function")
+
+
+@dataclass
+class SignalContext:
+    step: int
+    policy: str
+    algo: object  # the run's AlgoConfig (read-only)
+    coefs: dict = field(default_factory=dict)  # controllers' coefficients for this step
+
+
+@LOSS_MASKS.register("response")
+def response_mask(batch, ctx: SignalContext):
+    """Every response token of every row (GRPO, GRAFT): no mask column."""
+    return None
+
+
+def scalar_broadcast(batch, i: int) -> list[float]:
+    """Row i's advantage per token: its per-token advantages when set, else its scalar on every token."""
+    tadv = None if batch.token_adv is None else batch.token_adv[i]
+    return list(tadv) if tadv is not None else [batch.advantages[i]] * len(batch.response_ids[i])
+
+
+@TOKEN_ADVANTAGES.register("is_correction")
+def is_corrected_advantages(batch, ctx: SignalContext):
+    """Â_{j,t} · w_{j,t} with the truncated IS weights of :mod:`graft_cli.algorithms.correction`
+    (``algo.is_correction``: none | token | sequence; C = ``algo.is_threshold``), in float32 as the loss
+    sees them. ``none``: the batch's token advantages unchanged."""
+    isw, met = batch_is_weights(batch.old_logprobs, batch.sampler_logprobs, batch.source, ctx.algo.is_correction,
+                                ctx.algo.is_threshold)
+    if isw is None:
+        return batch.token_adv, met
+    out = []
+    for i, w in enumerate(isw):
+        a = torch.tensor(scalar_broadcast(batch, i), dtype=torch.float32)
+        out.append((a * torch.tensor(w, dtype=torch.float32)).tolist())
+    return out, met

@@ -1,0 +1,155 @@
+"""Per-step data structures shared by every layer: ``PolicyStep`` and ``TrainBatch``.
+
+``PolicyStep`` is one policy's (or one stored source's) rollouts on the shared prompt batch with rewards
+and advantages. ``TrainBatch`` is what a policy is optimised on: one row per response (self, peer or
+teacher), with the receiver's token ids, a scalar advantage, a weight, a source tag and a group id (the
+prompt's index in the step batch), plus the per-token signals the loss reads:
+
+- ``loss_mask`` (optional, per row a list over response tokens; ``None`` = every response token): which
+  tokens carry gradient (tandem RLVR trains on the senior's tokens only); it also sets each row's token
+  count in the loss denominators;
+- ``token_adv`` (optional, per row a list over response tokens or ``None`` for the row's scalar advantage
+  broadcast): per-token advantages (OPD, truncated-IS-weighted advantages);
+- ``in_pg`` (per row): whether the row counts in the policy-gradient denominators (Σ|o_j|, N); rows with
+  ``False`` are auxiliary (e.g. SGT's NLL rows) and only the losses that use them see them;
+- ``extra``: further per-row columns by name (scorer outputs such as ``ref_logprobs``, exchange columns).
+
+Exchanges and registered signal functions fill these columns; the trainer only scores, schedules and
+optimises them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from graft_cli.data.problems import Problem
+from graft_cli.rollout.base import Rollouts
+
+SOURCES = ("self", "peer", "teacher")
+
+
+@dataclass
+class PolicyStep:
+    name: str
+    problems: list[Problem]
+    prompt_ids: list[list[int]]  # this policy's own encoding of each prompt (B)
+    rollouts: Rollouts
+    rewards: torch.Tensor  # (B, n) float
+    advantages: torch.Tensor  # (B, n) float, computed over the full group
+    timed_out: np.ndarray | None = None  # (B*n,) bool: reward grading timed out
+
+    @property
+    def k(self) -> torch.Tensor:
+        """Successes per prompt k(q) (reward > 0.5 counts as correct)."""
+        return (self.rewards > 0.5).sum(-1)
+
+    @property
+    def n(self) -> int:
+        return self.rollouts.n
+
+
+@dataclass
+class TrainBatch:
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    response_ids: list[list[int]] = field(default_factory=list)
+    advantages: list[float] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    source: list[str] = field(default_factory=list)
+    group: list[int] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    sampler_logprobs: list[list[float] | None] = field(default_factory=list)  # receiver's engine, self rows
+    source_logp_mean: list[float] = field(default_factory=list)  # mean generation log-prob on source tokens
+    texts: list[str] = field(default_factory=list)
+    old_logprobs: list[list[float]] | None = None  # filled by the trainer's scoring pass
+    in_pg: list[bool] = field(default_factory=list)  # row counts in the policy-gradient denominators
+    token_adv: list | None = None  # optional per-row per-token advantages (None entries: scalar broadcast)
+    loss_mask: list | None = None  # optional per-row per-token 0/1 mask (None entries: every response token)
+    extra: dict = field(default_factory=dict)  # further per-row columns by name
+
+    COLUMNS = ("prompt_ids", "response_ids", "advantages", "weights", "source", "group", "rewards",
+               "sampler_logprobs", "source_logp_mean", "texts", "in_pg")
+    OPTIONAL = ("old_logprobs", "token_adv", "loss_mask")
+    DEFAULTS = {"source_logp_mean": math.nan, "in_pg": True}
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
+
+    def append(self, **row) -> None:
+        for c in self.COLUMNS:
+            getattr(self, c).append(row.pop(c, self.DEFAULTS.get(c)))
+        for k, v in row.items():
+            self.extra.setdefault(k, [None] * (len(self) - 1)).append(v)
+        for col in self.extra.values():
+            if len(col) < len(self):
+                col.append(None)
+
+    def select(self, idx: list[int]) -> "TrainBatch":
+        out = TrainBatch()
+        for c in self.COLUMNS:
+            col = getattr(self, c)
+            setattr(out, c, [col[i] for i in idx])
+        for c in self.OPTIONAL:
+            col = getattr(self, c)
+            setattr(out, c, None if col is None else [col[i] for i in idx])
+        out.extra = {k: [v[i] for i in idx] for k, v in self.extra.items()}
+        return out
+
+    def extend(self, other: "TrainBatch") -> None:
+        n_before = len(self)
+        for c in self.COLUMNS:
+            getattr(self, c).extend(getattr(other, c))
+        for c in self.OPTIONAL:
+            mine, theirs = getattr(self, c), getattr(other, c)
+            if mine is not None or theirs is not None:
+                setattr(self, c, (mine if mine is not None else [None] * n_before)
+                        + (theirs if theirs is not None else [None] * len(other)))
+        for k in set(self.extra) | set(other.extra):
+            self.extra.setdefault(k, [None] * n_before).extend(other.extra.get(k, [None] * len(other)))
+
+    @property
+    def is_peer(self) -> list[bool]:
+        return [s != "self" for s in self.source]
+
+    def column(self, name: str) -> list:
+        """A per-row column by name: a core column, an optional per-token column or an ``extra`` one."""
+        if name in self.COLUMNS or name in self.OPTIONAL:
+            return getattr(self, name)
+        return self.extra[name]
+
+    def mask_of(self, i: int) -> list[float]:
+        """Row i's loss mask over its response tokens (every token when no mask is set)."""
+        m = None if self.loss_mask is None else self.loss_mask[i]
+        return [1.0] * len(self.response_ids[i]) if m is None else list(m)
+
+
+def self_batch(step: PolicyStep) -> TrainBatch:
+    """The plain GRPO batch: every response of the policy's own groups."""
+    b = TrainBatch()
+    ro, n = step.rollouts, step.n
+    for i in range(len(step.problems)):
+        for j in range(n):
+            r = i * n + j
+            b.append(prompt_ids=step.prompt_ids[i], response_ids=ro.response_ids[r],
+                     advantages=float(step.advantages[i, j]), weights=1.0, source="self", group=i,
+                     rewards=float(step.rewards[i, j]), sampler_logprobs=ro.logprobs[r], texts=ro.texts[r])
+    return b
+
+
+def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
+    """Greedy split of row indices (kept in order) so that each micro-batch's padded size
+    (rows x longest row) stays within ``token_budget`` (at least one row per micro-batch)."""
+    out, cur, longest = [], [], 0
+    for i, n in enumerate(lengths):
+        new_longest = max(longest, n)
+        if cur and new_longest * (len(cur) + 1) > token_budget:
+            out.append(cur)
+            cur, new_longest = [], n
+        cur.append(i)
+        longest = new_longest
+    if cur:
+        out.append(cur)
+    return out

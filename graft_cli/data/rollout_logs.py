@@ -1,0 +1,48 @@
+"""Reading a run's rollout logs (``rollouts/<policy>/step_NNNNNN.parquet``, written by the trainer) back as
+one step of a partner: the stored-trajectory source (graft.md §5) reads these.
+
+Columns: step, prompt_index, prompt_id, sample_index, answer, response, token_ids, gen_logprobs, truncated,
+reward, advantage, extracted, data_seed.
+"""
+
+from __future__ import annotations
+
+import os
+
+from graft_cli.errors import GraftError
+
+LOG_COLUMNS = ("step", "prompt_index", "prompt_id", "sample_index", "response", "token_ids", "gen_logprobs",
+               "truncated", "reward")
+
+
+def read_partner_step(path: str, step: int, problems, data_seed: int | None = None) -> dict:
+    """Load one partner log and check it against this step: the file exists, its ``step`` column equals
+    ``step`` and its prompt ids (in prompt order) equal ``problems``' ids. Returns column lists sorted by
+    (prompt_index, sample_index) and the group size ``n``."""
+    import pandas as pd
+
+    if not os.path.exists(path):
+        raise GraftError(f"exchange.params.partner_run: no partner rollout log {path} for step {step + 1} "
+                         f"(the partner run must cover every step of this run with run.log_rollouts=true)")
+    df = pd.read_parquet(path)
+    missing = [c for c in LOG_COLUMNS if c not in df.columns]
+    if missing:
+        raise GraftError(f"{path}: not a rollout log (missing columns {', '.join(missing)})")
+    df = df.sort_values(["prompt_index", "sample_index"], kind="stable").reset_index(drop=True)
+    if len(df) == 0 or set(int(x) for x in df["step"]) != {step}:
+        raise GraftError(f"{path}: holds step {sorted(set(int(x) for x in df['step']))} but this run is at step "
+                         f"{step} (step mismatch)")
+    B = len(problems)
+    sizes = df.groupby("prompt_index").size()
+    n = int(sizes.iloc[0]) if len(sizes) else 0
+    ids = [str(x) for x in df.drop_duplicates("prompt_index")["prompt_id"]]
+    want = [str(p.id) for p in problems]
+    if len(sizes) != B or (sizes != n).any() or ids != want:
+        seeds = sorted(set(int(x) for x in df["data_seed"])) if "data_seed" in df.columns else "?"
+        first = next((i for i, (a, b) in enumerate(zip(ids, want)) if a != b), min(len(ids), len(want)))
+        theirs = ids[first] if first < len(ids) else None
+        ours = want[first] if first < len(want) else None
+        raise GraftError(f"{path}: prompt order differs from this run at step {step + 1} (prompt {first}: partner "
+                         f"{theirs!r} vs {ours!r}; partner data seed {seeds}, this run {data_seed}); use the "
+                         f"partner's data, seed and prompt batch")
+    return {"n": n, **{c: df[c].tolist() for c in df.columns}}

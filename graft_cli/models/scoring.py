@@ -1,0 +1,80 @@
+"""Scoring rows of a TrainBatch under a model: one batched no-grad pass, and the registry of scorers.
+
+:func:`score_rows` is the trainer's old-log-prob pass (every row under the policy's current weights) and
+the pass every scorer uses: rows sorted by length, packed into micro-batches of ``token_budget`` padded
+tokens, chunked LM head (:func:`graft_cli.models.logprobs.response_logprobs`); data-parallel, each rank
+scores a shard of the rows and the results are all-gathered.
+
+A scorer (registry ``SCORERS``) turns a TrainBatch and a *frozen* model (a model with ``role: frozen``:
+a KL reference, an OPD teacher, a tandem junior) into one per-row column, stored as
+``batch.extra[<column>]``: ``scorer(model, tokenizer, batch, settings) -> list``.
+
+- ``logprobs``: per-token log π_frozen(o_t | ·) of each row's response tokens at temperature 1 (a KL
+  reference's or a teacher's log-probs), as a list per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from graft_cli.batch import TrainBatch, micro_batches
+from graft_cli.models.logprobs import pack, response_logprobs
+from graft_cli.registry import Registry
+
+SCORERS: Registry = Registry("scorer")
+
+
+class _NoDist:
+    enabled = fsdp = False
+
+    def shard(self, rows):
+        return rows
+
+
+@dataclass
+class ScoreSettings:
+    temperature: float = 1.0
+    token_budget: int = 32768  # padded tokens per scoring micro-batch
+    chunk_tokens: int = 4096
+    dist: object = None  # a graft_cli.train.dist.Dist, or None (one process)
+
+
+@torch.no_grad()
+def score_rows(model, pad_id: int, batch: TrainBatch, settings: ScoreSettings) -> list[list[float]]:
+    """Per-token log-probs of every row's response tokens under ``model`` (module docstring)."""
+    d = settings.dist or _NoDist()
+    was_training = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    lengths = [len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
+    order = sorted(d.shard(list(range(len(batch)))), key=lambda i: lengths[i])  # length-sorted: less padding
+    out: list[list[float] | None] = [None] * len(batch)
+    mbs = micro_batches([lengths[i] for i in order], settings.token_budget)
+    mbs += [None] * ((d.max_int(len(mbs)) if d.fsdp else len(mbs)) - len(mbs))  # FSDP: same forward count
+    for mb in mbs:
+        rows = [order[i] for i in mb] if mb is not None else [0]
+        ids, att, resp = pack([batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows], pad_id, dev)
+        lp, _ = response_logprobs(model, ids, att, resp, settings.temperature, settings.chunk_tokens)
+        if mb is None:  # a dummy pass that keeps FSDP ranks in lock-step
+            continue
+        lp = lp.cpu()
+        for j, i in enumerate(rows):
+            p = len(batch.prompt_ids[i])
+            out[i] = lp[j, p - 1 : p - 1 + len(batch.response_ids[i])].tolist()
+    if was_training:
+        model.train()
+    if d.enabled:
+        for part in d.gather_objects({i: out[i] for i in order}):
+            for i, v in part.items():
+                out[i] = v
+    return out  # type: ignore[return-value]
+
+
+@SCORERS.register("logprobs")
+def logprob_scorer(model, tokenizer, batch: TrainBatch, settings: ScoreSettings) -> list[list[float]]:
+    """Per-token log-probs of the response tokens under the frozen model at temperature 1."""
+    s = ScoreSettings(temperature=1.0, token_budget=settings.token_budget, chunk_tokens=settings.chunk_tokens,
+                      dist=settings.dist)
+    return score_rows(model, tokenizer.pad_token_id, batch, s)
