@@ -116,3 +116,15 @@ def train_overrides(models: dict, data: str, out: str, extra=()) -> list[str]:
     return [f"policies=[{pols}]", f"data.train={data}", f"run.out={out}", "data.prompt_batch=4",
             "algo.minibatch_prompts=2", "rollout.n=4", "rollout.max_new_tokens=12", "reward.num_workers=1",
             "run.save_every=1", "optim.lr=1e-3", *extra]
+
+
+LOSS_INPUT_FIELDS = ("norm", "extra", "clip_low", "clip_high", "agg", "mb_index", "step", "in_pg", "coefs")
+
+
+def call_loss(spec, logp, old, adv, mask, weight, is_peer, **kw):
+    """Call a registered loss (one LossInputs) from tensors; keywords that are not LossInputs fields are the
+    loss's parameters (validated against its defaults)."""
+    from graft_cli.algorithms.losses import LossInputs
+
+    fields = {k: kw.pop(k) for k in list(kw) if k in LOSS_INPUT_FIELDS}
+    return spec(LossInputs.of(logp, old, adv, mask, weight, is_peer, **fields), **kw)

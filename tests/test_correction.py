@@ -66,8 +66,8 @@ def _update(is_weight, tmp_path):
             b.append(prompt_ids=[5, 6, 7 + g], response_ids=resp, advantages=1.0 if j == 0 else -1.0, weights=1.0,
                      source="self", group=g, rewards=float(j == 0), sampler_logprobs=[-4.0] * 3, texts="")
     b.old_logprobs = [[-4.6, -4.5, -4.7]] * 4
-    if is_weight is not None:
-        b.extra["is_weight"] = is_weight
+    if is_weight is not None:  # what the `is_correction` token-advantage function leaves: Â·w per token
+        b.token_adv = [[b.advantages[i] * w for w in row] for i, row in enumerate(is_weight)]
     update_policy(pol, b, cfg, np.random.default_rng(0), "last")
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 

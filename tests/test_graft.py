@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, make_char_tokenizer, make_random_model, train_overrides
+from conftest import ROOT, call_loss, make_char_tokenizer, make_random_model, train_overrides
 
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
 from graft_cli.algorithms.exchange import graft as G
@@ -266,8 +266,8 @@ def test_success_only_pooled_sft_hacpo_modes(tok_char, tok_bpe):
     # sft: a keeps its own zero-advantage group and gains ONE correct b response as an auxiliary NLL row
     b = G.GraftExchange(cfg_for("graft_sft_update")).select(steps, ctx)[0]["a"]
     assert b.source[:5] == ["self"] * 4 + ["peer"] and b.advantages[:5] == [0.0] * 5
-    assert b.rewards[4] == 1.0 and b.extra["aux"][4] is True and b.extra["nll_coef"][4] == 0.1
-    assert b.extra["aux"][:4] == [None] * 4
+    assert b.rewards[4] == 1.0 and b.in_pg[4] is False  # λ (0.1) is the loss's parameter nll_coef
+    assert b.in_pg[:4] == [True] * 4
     # hacpo: joint group on q0 with capability-aware advantages (first step: P = 1 for both → c = 1):
     # r = [0,0,0,0 | 1,1,1,0]: b = 3/8, unbiased std 0.517549 → self -0.724569, peer 1.207615 / -0.724569;
     # q1 (not selected): own group + b's responses with zero advantage
@@ -376,7 +376,8 @@ def test_dropped_responses_leave_numerator_and_denominator(tok_char):
     logp, old, adv, mask = _loss_tensors(rows)
     w = torch.tensor(out.weights)
     is_peer = torch.tensor([s != "self" for s in out.source])
-    loss, st = ppo_token_loss(logp, old, adv, mask, w, is_peer, norm=Normaliser(num_tokens=9.0, num_seqs=3.0))
+    loss, st = call_loss(ppo_token_loss, logp, old, adv, mask, w, is_peer,
+                         norm=Normaliser(num_tokens=9.0, num_seqs=3.0))
     # -(2·1 + 3·(-1) + 0.904837·4·0.5)/(2+3+4) = -(0.809675)/9 = -0.0899639
     assert float(loss) == pytest.approx(-0.0899639, abs=1e-6)
     assert float(st["clip_self"]) == 0 and float(st["clip_peer"]) == 0
@@ -389,7 +390,7 @@ def test_ppo_token_two_response_example_by_hand():
     # token-mean over 3 tokens: (-1.28 - 0.9 + 0.4)/3 = -0.593333
     logp, old, adv, mask = _loss_tensors([([-1.0, -1.0], [math.log(1.5), math.log(0.9)], 1.0),
                                           ([-2.0], [math.log(0.7)], -1.0)])
-    loss, st = ppo_token_loss(logp, old, adv, mask, torch.tensor([1.0, 0.5]), torch.tensor([False, True]),
+    loss, st = call_loss(ppo_token_loss, logp, old, adv, mask, torch.tensor([1.0, 0.5]), torch.tensor([False, True]),
                               clip_low=0.2, clip_high=0.28, norm=Normaliser(num_tokens=3.0, num_seqs=2.0))
     assert float(loss) == pytest.approx(-0.593333, abs=1e-5)
     assert float(st["clip_self"]) == 1 and float(st["clip_peer"]) == 1
@@ -399,7 +400,7 @@ def test_luffy_loss_by_hand():
     # self token: ρ = 1, Â = 1 → -1; peer token: π = 0.5, f = 0.5/0.6 = 0.833333, Â = 2 → -1.666667
     # token-mean: (-1 - 1.666667)/2 = -1.333333
     logp, old, adv, mask = _loss_tensors([([-0.3], [0.0], 1.0), ([-9.0], [math.log(0.5) + 9.0], 2.0)])
-    loss, st = POLICY_LOSSES.get("luffy")(logp, old, adv, mask, torch.ones(2), torch.tensor([False, True]),
+    loss, st = call_loss(POLICY_LOSSES.get("luffy"), logp, old, adv, mask, torch.ones(2), torch.tensor([False, True]),
                                           norm=Normaliser(num_tokens=2.0, num_seqs=2.0))
     assert float(loss) == pytest.approx(-1.333333, abs=1e-5)
     assert float(st["clip_peer"]) == 0
@@ -414,10 +415,10 @@ def test_hacpo_peer_loss_by_hand():
     extra = {"n_scored": [None, 2], "src_logp_mean": [None, -1.2], "hacpo_c": [None, 2.0]}
     f = POLICY_LOSSES.get("hacpo_peer")
     kw = dict(clip_low=3e-4, clip_high=4e-4, agg="seq-mean-token-mean", norm=Normaliser(5.0, 2.0), extra=extra)
-    loss, _ = f(logp, old, adv, mask, torch.ones(2), torch.tensor([False, True]), mb_index=0, **kw)
+    loss, _ = call_loss(f, logp, old, adv, mask, torch.ones(2), torch.tensor([False, True]), mb_index=0, **kw)
     assert float(loss) == pytest.approx(-0.8202, abs=1e-5)
     # m = 2: L = 0.85 → objective 0.85²·2·0.5 = 0.7225 → (-1.0004 - 0.7225)/2 = -0.86145
-    loss, _ = f(logp, old, adv, mask, torch.ones(2), torch.tensor([False, True]), mb_index=2, **kw)
+    loss, _ = call_loss(f, logp, old, adv, mask, torch.ones(2), torch.tensor([False, True]), mb_index=2, **kw)
     assert float(loss) == pytest.approx(-0.86145, abs=1e-5)
 
 
@@ -425,9 +426,10 @@ def test_ppo_token_nll_by_hand():
     # PG row: 2 tokens, ρ = 1, Â = 1 → -2 over the PG denominator 2 (the aux row excluded) = -1
     # aux row: log-probs [-0.5, -1.5] → token-mean NLL 1.0; λ = 0.1; 1 aux row → +0.1; total -0.9
     logp, old, adv, mask = _loss_tensors([([-1.0, -1.0], [0.0, 0.0], 1.0), ([-0.5, -1.5], [0.0, 0.0], 0.0)])
-    extra = {"aux": [None, True], "nll_coef": [None, 0.1]}
-    loss, st = POLICY_LOSSES.get("ppo_token_nll")(logp, old, adv, mask, torch.ones(2), torch.tensor([False, True]),
-                                                  norm=Normaliser(2.0, 1.0, aux_seqs=1.0), extra=extra)
+    in_pg = torch.tensor([True, False])  # the second row is outside the policy gradient; λ = nll_coef = 0.1
+    loss, st = call_loss(POLICY_LOSSES.get("ppo_token_nll"), logp, old, adv, mask, torch.ones(2),
+                         torch.tensor([False, True]), norm=Normaliser(2.0, 1.0, aux_seqs=1.0), in_pg=in_pg,
+                         nll_coef=0.1)
     assert float(loss) == pytest.approx(-0.9, abs=1e-6)
     assert float(st["tokens"]) == 2 and float(st["nll_sum"]) == pytest.approx(1.0)
 
@@ -536,17 +538,19 @@ def random_policy(tmp_path_factory):
 
 
 def _record_loss(records):
+    from graft_cli.algorithms.losses import LossSpec
+
     base = POLICY_LOSSES.get("ppo_token")
 
-    def loss(logp, old, adv, mask, weight, is_peer, **kw):
-        out = base(logp, old, adv, mask, weight, is_peer, **kw)
-        ratio = torch.exp(logp.detach() - old)[mask > 0]
-        records.append({"mb": kw["mb_index"], "max_dev": float((ratio - 1).abs().max()),
+    def loss(inp):
+        out = base(inp)
+        ratio = torch.exp(inp.logp.detach() - inp.old_logp)[inp.mask > 0]
+        records.append({"mb": inp.mb_index, "max_dev": float((ratio - 1).abs().max()),
                         "clip_self": float(out[1]["clip_self"]), "clip_peer": float(out[1]["clip_peer"]),
                         "peer_tokens": float(out[1]["tokens_peer"])})
         return out
 
-    return loss
+    return LossSpec("test_record_ppo", loss, {})
 
 
 def _exchange_batch(tok, seed=0):
@@ -650,6 +654,31 @@ def _stored_cfg(run_dir, extra=()):
                                     "reward.num_workers=0", *extra])
 
 
+class _StoredGraft:
+    """The stored-trajectory exchange as the trainer runs it: the partner's step comes from the rollout-log
+    source (graded by the trainer's grader), then the GRAFT exchange builds the receiver's batch."""
+
+    def __init__(self, cfg):
+        from graft_cli.algorithms.advantages import ADVANTAGES
+        from graft_cli.reward import REWARDS
+        from graft_cli.train.sources import STEP_SOURCES
+
+        self.exchange = EXCHANGES.get("graft_stored")(cfg)
+        self.grader = REWARDS.get(cfg.reward.name)(num_workers=0, timeout_s=5.0)
+        (sc,) = cfg.sources
+        self.source = STEP_SOURCES.get(sc.kind)(sc, self.grader, ADVANTAGES.get(cfg.algo.advantage), cfg.algo,
+                                                cfg.run.seed)
+
+    def select(self, steps, ctx):
+        ctx.receivers = list(steps)
+        (recv,) = steps.values()
+        part, smet = self.source.step(recv.problems, ctx.step)
+        batches, metrics = self.exchange.select({**steps, self.source.name: part}, ctx)
+        for m in metrics.values():
+            m.update(smet)
+        return batches, metrics
+
+
 def test_stored_graft_equals_online_graft(tmp_path, tok_char, tok_bpe):
     probs = problems(6)
     # n = 4: B→A candidates q0 (k_B 2), q3 (1) (q2 is all-correct); A→B has one candidate, q1
@@ -661,7 +690,7 @@ def test_stored_graft_equals_online_graft(tmp_path, tok_char, tok_bpe):
         _write_partner_log(tmp_path, sb, step)
     cfg = _stored_cfg(tmp_path)
     assert [p.name for p in cfg.policies] == ["a"] and cfg.exchange.params["receiver"] == "a"
-    stored = EXCHANGES.get("graft_stored")(cfg)
+    stored = _StoredGraft(cfg)
     online = G.GraftExchange(cfg_for("graft", ["exchange.params.selection=unbalanced"]))
     ctx2 = make_ctx({"a": tok_char, "b": tok_bpe}, step=1)
     want, wmet = online.select({"a": sa, "b": sb}, ctx2)
@@ -683,7 +712,7 @@ def test_stored_graft_reverifies_rewards(tmp_path, tok_char, tok_bpe):
     sa, sb = make_step("a", tok_char, probs, [0, 0]), make_step("b", tok_bpe, probs, [2, 0])
     sb.rewards[0] = torch.tensor([1.0, 1.0, 1.0, 1.0])  # the log claims 4 successes; only 2 verify
     _write_partner_log(tmp_path, sb, 0)
-    ex = EXCHANGES.get("graft_stored")(_stored_cfg(tmp_path))
+    ex = _StoredGraft(_stored_cfg(tmp_path))
     b, met = ex.select({"a": sa}, make_ctx({"a": tok_char}))
     assert met["a"]["graft/reverify_changed"] == 2
     # re-verified [1,1,0,0]: mean .5, unbiased std 0.57735 → ±0.866025
@@ -694,7 +723,7 @@ def test_stored_graft_refuses_mismatched_prompts_and_steps(tmp_path, tok_char, t
     probs = problems(3)
     sb = make_step("b", tok_bpe, list(reversed(probs)), [1, 0, 0])
     _write_partner_log(tmp_path, sb, 0, seed=7)
-    ex = EXCHANGES.get("graft_stored")(_stored_cfg(tmp_path))
+    ex = _StoredGraft(_stored_cfg(tmp_path))
     sa = make_step("a", tok_char, probs, [0, 0, 0])
     with pytest.raises(GraftError, match="prompt order differs") as e:
         ex.select({"a": sa}, make_ctx({"a": tok_char}))

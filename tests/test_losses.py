@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from conftest import call_loss
 
 from graft_cli.algorithms.losses import (
     POLICY_LOSSES,
@@ -68,7 +69,7 @@ def test_surrogate_old_logp_enters_ratio():
 
 def _one_token(adv, ratio, weight=1.0, loss_name="ppo_token"):
     m = t([[1.0]])
-    return POLICY_LOSSES.get(loss_name)(t([[lg(ratio)]]), t([[0.0]]), t([[adv]]), m, t([weight]),
+    return call_loss(POLICY_LOSSES.get(loss_name), t([[lg(ratio)]]), t([[0.0]]), t([[adv]]), m, t([weight]),
                                         torch.tensor([False]), clip_low=LOW, clip_high=HIGH,
                                         agg="token-mean", norm=Normaliser(num_tokens=1.0, num_seqs=1.0))
 
@@ -100,7 +101,7 @@ GRAD_CASES = [
 @pytest.mark.parametrize("adv,ratio,w,want", GRAD_CASES)
 def test_ppo_token_gradient_one_token(adv, ratio, w, want):
     logp = torch.tensor([[lg(ratio)]], dtype=D, requires_grad=True)  # a leaf
-    loss, _ = ppo_token_loss(logp, t([[0.0]]), t([[adv]]), t([[1.0]]), t([w]), torch.tensor([False]),
+    loss, _ = call_loss(ppo_token_loss, logp, t([[0.0]]), t([[adv]]), t([[1.0]]), t([w]), torch.tensor([False]),
                              clip_low=LOW, clip_high=HIGH, agg="token-mean", norm=Normaliser(1.0, 1.0))
     loss.backward()
     assert logp.grad.item() == pytest.approx(want, abs=1e-12)
@@ -109,7 +110,7 @@ def test_ppo_token_gradient_one_token(adv, ratio, w, want):
 def test_ppo_token_gradient_divided_by_minibatch_tokens():
     # same one token, but the minibatch holds 4 tokens in all: token-mean divides by 4 -> -2.2 / 4 = -0.55
     logp = torch.tensor([[lg(1.1)]], dtype=D, requires_grad=True)
-    loss, _ = ppo_token_loss(logp, t([[0.0]]), t([[2.0]]), t([[1.0]]), t([1.0]), torch.tensor([False]),
+    loss, _ = call_loss(ppo_token_loss, logp, t([[0.0]]), t([[2.0]]), t([[1.0]]), t([1.0]), torch.tensor([False]),
                              clip_low=LOW, clip_high=HIGH, agg="token-mean", norm=Normaliser(4.0, 1.0))
     loss.backward()
     assert loss.item() == pytest.approx(-0.55, abs=1e-12)
@@ -164,7 +165,7 @@ def _two_rows():
 @pytest.mark.parametrize("mode,want", PPO_AGG)
 def test_ppo_token_aggregation_modes(mode, want):
     logp, adv = _two_rows()
-    loss, _ = ppo_token_loss(logp, logp.clone(), adv, t(MASK), t([1.0, 1.0]), torch.tensor([False, False]),
+    loss, _ = call_loss(ppo_token_loss, logp, logp.clone(), adv, t(MASK), t([1.0, 1.0]), torch.tensor([False, False]),
                              agg=mode, norm=Normaliser(6.0, 2.0, loss_scale_factor=8.0))
     assert loss.item() == pytest.approx(want, abs=1e-12)
 
@@ -179,7 +180,7 @@ def test_ppo_token_aggregation_modes(mode, want):
                                           ((1.0, 0.0), "token-mean", -4.0 / 6.0)])
 def test_weights_scale_numerator_only(w, mode, want):
     logp, adv = _two_rows()
-    loss, stats = ppo_token_loss(logp, logp.clone(), adv, t(MASK), t(list(w)), torch.tensor([False, True]),
+    loss, stats = call_loss(ppo_token_loss, logp, logp.clone(), adv, t(MASK), t(list(w)), torch.tensor([False, True]),
                                  agg=mode, norm=Normaliser(6.0, 2.0))
     assert loss.item() == pytest.approx(want, abs=1e-12)
     assert stats["tokens"].item() == 6  # weights don't change the token counts either
@@ -210,7 +211,7 @@ def test_micro_batch_accumulation_equals_single_pass(loss_name, mode):
     fn = POLICY_LOSSES.get(loss_name)
 
     leaf = logp.clone().requires_grad_(True)
-    full, full_stats = fn(leaf, old, adv, mask, weight, peer, agg=mode, norm=norm)
+    full, full_stats = call_loss(fn, leaf, old, adv, mask, weight, peer, agg=mode, norm=norm)
     full.backward()
     g_full = leaf.grad.clone()
 
@@ -218,8 +219,8 @@ def test_micro_batch_accumulation_equals_single_pass(loss_name, mode):
     total, sums = 0.0, {}
     for rows in ([0, 1], [2], [3]):  # uneven micro-batches, each trimmed to its own padded width
         w = max(lens[i] for i in rows)
-        part, st = fn(leaf2[rows, :w], old[rows, :w], adv[rows, :w], mask[rows, :w], weight[rows], peer[rows],
-                      agg=mode, norm=norm)
+        part, st = call_loss(fn, leaf2[rows, :w], old[rows, :w], adv[rows, :w], mask[rows, :w], weight[rows],
+                             peer[rows], agg=mode, norm=norm)
         part.backward()
         total += part.item()
         for k, v in st.items():
@@ -246,7 +247,7 @@ def test_clip_stats_self_vs_peer_counts():
 
     # the same through ppo_token (ρ built from logp - old_logp) gives the same counts
     logp = torch.log(ratio)
-    _, st2 = ppo_token_loss(logp, torch.zeros_like(logp), adv, mask, t([1.0] * 4), peer,
+    _, st2 = call_loss(ppo_token_loss, logp, torch.zeros_like(logp), adv, mask, t([1.0] * 4), peer,
                             clip_low=LOW, clip_high=HIGH, norm=Normaliser(11.0, 4.0))
     assert {k: v.item() for k, v in st2.items()} == want
 
@@ -266,7 +267,7 @@ def test_ppo_seq_ratio_is_geometric_mean():
     # gradient: ρ_t = sg(s)·π/sg(π) so dρ_t/dlogp_t = s, d loss/dlogp_t = -A·s/3 for every token
     s = 1.188 ** (1.0 / 3.0)
     logp = torch.tensor([[lg(1.2), lg(0.9), lg(1.1)]], dtype=D, requires_grad=True)
-    loss, st = ppo_seq_loss(logp, t([[0.0, 0.0, 0.0]]), t([[1.0] * 3]), t([[1.0] * 3]), t([1.0]),
+    loss, st = call_loss(ppo_seq_loss, logp, t([[0.0, 0.0, 0.0]]), t([[1.0] * 3]), t([[1.0] * 3]), t([1.0]),
                             torch.tensor([False]), clip_low=LOW, clip_high=HIGH, norm=Normaliser(3.0, 1.0))
     assert loss.item() == pytest.approx(-s, abs=1e-12)
     loss.backward()
@@ -283,7 +284,7 @@ def test_ppo_seq_clips_on_the_sequence_ratio_and_ignores_padding():
     logp = torch.tensor([[lg(2.0), 0.0, 50.0], [lg(2.0), lg(0.5), 0.0]], dtype=D, requires_grad=True)
     mask = t([[1, 1, 0], [1, 1, 0]])
     adv = t([[1.0] * 3, [-1.0] * 3])
-    loss, st = ppo_seq_loss(logp, torch.zeros(2, 3, dtype=D), adv, mask, t([1.0, 1.0]),
+    loss, st = call_loss(ppo_seq_loss, logp, torch.zeros(2, 3, dtype=D), adv, mask, t([1.0, 1.0]),
                             torch.tensor([False, True]), clip_low=LOW, clip_high=HIGH, norm=Normaliser(4.0, 2.0))
     assert loss.item() == pytest.approx(-0.14, abs=1e-12)
     assert st["clip_high"].item() == 2 and st["clip_low"].item() == 0
