@@ -180,7 +180,7 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
     losses, grad_norms, ent_sum, ent_n = [], [], 0.0, 0.0
     for _epoch in range(a.ppo_epochs):
         for mb_idx, mb in enumerate(minibatch_schedule(batch, num_mb, ordering, rng)):
-            pg = [i for i in mb if batch.in_pg[i]]  # rows outside the PG (e.g. SGT's NLL rows): not in its denominators
+            pg = [i for i in mb if batch.in_pg[i]]  # rows outside the PG (auxiliary rows) stay out of its denominators
             norm = Normaliser(num_tokens=float(sum(_row_tokens(batch, i) for i in pg)), num_seqs=float(len(pg)),
                               loss_scale_factor=a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
                               aux_seqs=float(len(mb) - len(pg)))
