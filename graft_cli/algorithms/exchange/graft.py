@@ -71,7 +71,8 @@ algorithm.
   uniformly from the transferred responses, give them w = min(s, 1) (no floor), drop the others;
 - ``mode``: ``replace`` (GRAFT) | ``pooled`` (receiver group ‖ source group, pooled GRPO advantages,
   receiver w = 1) | ``sft`` (SGT's NLL on one uniformly sampled correct source response per selected
-  prompt, λ = ``sft_lambda``; the receiver keeps its own zero-advantage group; loss ``ppo_token_nll``) |
+  prompt, a row outside the policy gradient; the receiver keeps its own zero-advantage group; loss
+  ``ppo_token_nll`` with λ = ``algo.loss_params.nll_coef``) |
   ``hacpo`` (HACPO update on GRAFT-selected prompts: joint group with HACPO's capability-aware
   advantages; source responses on other prompts enter with zero advantage; loss ``hacpo_peer``);
 - ``peer_responses: all | success`` — "success-only": only correct source responses are inserted
