@@ -153,3 +153,27 @@ def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
     if cur:
         out.append(cur)
     return out
+
+
+def cat_groups(parts: list[tuple[PolicyStep, list[int]]], limit: int | None = None) -> PolicyStep:
+    """Concatenate chosen prompt groups of several PolicySteps of one policy (rounds of dynamic sampling),
+    in order, keeping at most ``limit`` groups: problems, prompt ids, rollouts, rewards, advantages."""
+    chosen = [(st, q) for st, qs in parts for q in qs][: limit if limit is not None else None]
+    first = parts[0][0]
+    n = first.n
+    rows = [(st, q * n + j) for st, q in chosen for j in range(n)]
+    ro = Rollouts(prompt_ids=[st.rollouts.prompt_ids[q] for st, q in chosen],
+                  response_ids=[st.rollouts.response_ids[r] for st, r in rows],
+                  texts=[st.rollouts.texts[r] for st, r in rows],
+                  logprobs=[st.rollouts.logprobs[r] for st, r in rows],
+                  truncated=[st.rollouts.truncated[r] for st, r in rows], n=n)
+    for key in first.rollouts.meta:
+        ro.meta[key] = [st.rollouts.meta[key][r] for st, r in rows]
+    empty = torch.zeros((0, n), dtype=first.rewards.dtype)
+    rewards = torch.stack([st.rewards[q] for st, q in chosen]) if chosen else empty
+    adv = torch.stack([st.advantages[q] for st, q in chosen]) if chosen else empty.clone()
+    timed = None
+    if first.timed_out is not None:
+        timed = np.asarray([bool(st.timed_out[r]) for st, r in rows], dtype=bool)
+    return PolicyStep(first.name, [st.problems[q] for st, q in chosen], [st.prompt_ids[q] for st, q in chosen], ro,
+                      rewards, adv, timed)

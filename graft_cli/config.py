@@ -16,6 +16,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from graft_cli.errors import GraftError
 
+def _scaled(x, f) -> int:
+    """``${graft_scale:${data.prompt_batch},0.5}``: an int scaled from another key (a method's minibatch as a
+    share of the pair's prompt batch)."""
+    return max(1, int(round(int(x) * float(f))))
+
+
+OmegaConf.register_new_resolver("graft_scale", _scaled, replace=True)
+
 EXPERIMENTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments")
 
 
@@ -108,6 +116,16 @@ class RewardConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    """DAPO's dynamic sampling (verl ``algorithm.filter_groups``): drop groups whose ``metric`` is constant and
+    sample further prompts until the step holds ``data.prompt_batch`` informative groups (train/collect.py)."""
+
+    enable: bool = False
+    metric: str = "acc"  # acc: the binary reward
+    max_num_gen_batches: int = 0  # cap on sampling rounds per step (0 = no cap)
+
+
+@dataclass
 class AlgoConfig:
     advantage: str = "grpo"
     adv_eps: float = 1e-6
@@ -123,6 +141,11 @@ class AlgoConfig:
     log_entropy: bool = True
     is_correction: str = "none"  # truncated IS of the sampler-vs-trainer mismatch: none | token | sequence
     is_threshold: float = 2.0  # truncation C of the IS ratio (verl rollout_is_threshold)
+    clip_ratio_c: float = 0.0  # dual-clip PPO constant (verl clip_ratio_c; 0 = off; the real pairs: 3.0)
+    kl_coef: float = 0.0  # KL loss to a frozen reference (verl use_kl_loss + kl_loss_coef); 0 = none
+    kl_type: str = "low_var_kl"  # KL estimator (verl kl_loss_type): low_var_kl (k3) | kl (k1) | mse (k2)
+    reference: str = "none"  # none | initial: a frozen copy of each policy's initial weights, column ref_logprobs
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     loss_params: dict = field(default_factory=dict)  # the loss's parameters, validated against its defaults
     loss_mask: str = "response"  # registered loss-mask function (graft_cli/algorithms/signals.py)
     token_advantages: list = field(default_factory=lambda: ["is_correction"])  # registered, applied in order
@@ -318,7 +341,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     from graft_cli.algorithms import CONTROLLERS, LOSS_MASKS, TOKEN_ADVANTAGES
     from graft_cli.algorithms.advantages import ADVANTAGES
     from graft_cli.algorithms.exchange import EXCHANGES
-    from graft_cli.algorithms.losses import AGG_MODES, POLICY_LOSSES
+    from graft_cli.algorithms.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
     from graft_cli.models.loading import DTYPES
     from graft_cli.models.scoring import SCORERS
     from graft_cli.rollout import ENGINES
@@ -346,6 +369,27 @@ def validate(cfg: Config, registries: bool = True) -> None:
     for i, t in enumerate(a.token_advantages):
         _known(t, TOKEN_ADVANTAGES, f"algo.token_advantages.{i}")
     _known(a.loss_mask, LOSS_MASKS, "algo.loss_mask")
+    _check(a.clip_ratio_c == 0 or a.clip_ratio_c > 1, "algo.clip_ratio_c", "must be 0 (off) or > 1")
+    _check(a.kl_coef >= 0, "algo.kl_coef", "must be >= 0")
+    _check(a.kl_type in KL_KINDS, "algo.kl_type", f"must be one of {', '.join(KL_KINDS)}")
+    _check(a.reference in ("none", "initial"), "algo.reference", "must be none or initial")
+    fg = a.filter_groups
+    _check(fg.metric == "acc", "algo.filter_groups.metric", f"must be acc, got {fg.metric!r}")
+    _check(fg.max_num_gen_batches >= 0, "algo.filter_groups.max_num_gen_batches", "must be >= 0 (0 = no cap)")
+    _check(not fg.enable or cfg.exchange.name == "none", "algo.filter_groups.enable",
+           "dynamic sampling gives each policy its own prompts: only with exchange.name=none")
+    _check(not fg.enable or r.n >= 2, "algo.filter_groups.enable", "needs rollout.n >= 2")
+    if a.reference == "initial":  # a frozen copy of each policy's initial weights, scored into ref_logprobs
+        for p in [p for p in cfg.policies if p.role == "train"]:
+            if not any(q.name == f"{p.name}_ref" for q in cfg.policies):
+                cfg.policies.append(PolicyConfig(name=f"{p.name}_ref", model=p.model, tokenizer=p.tokenizer,
+                                                 role="frozen", serves=[p.name], column="ref_logprobs"))
+    if a.kl_coef > 0:
+        for t in trained:
+            _check(any(q.role == "frozen" and q.score_column == "ref_logprobs" and (not q.serves or t in q.serves)
+                       for q in cfg.policies), "algo.kl_coef",
+                   f"a KL term needs a frozen reference for policy {t!r}: algo.reference=initial, or a model with "
+                   f"role: frozen and column: ref_logprobs")
     for i, c in enumerate(a.controllers):
         _check(isinstance(c, dict) and "name" in c, f"algo.controllers.{i}", "must be a mapping with a name")
         _known(c["name"], CONTROLLERS, f"algo.controllers.{i}.name")

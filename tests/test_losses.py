@@ -123,15 +123,15 @@ def test_ppo_token_gradient_divided_by_minibatch_tokens():
 #   token-mean               : (10 + 30) / 6                 = 6.666666...
 #   seq-mean-token-mean      : (10/4 + 30/2) / 2 = (2.5+15)/2  = 8.75
 #   seq-mean-token-sum       : (10 + 30) / 2                 = 20
-#   seq-mean-token-sum-norm  : (10/C + 30/C) / 2, C = 8       = 2.5 ;  C = 4 -> 5
+#   seq-mean-token-sum-norm  : (10 + 30) / C (verl: not divided by the 2 sequences), C = 8 = 5 ;  C = 4 -> 10
 LMAT = [[1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 99.0, 99.0]]
 MASK = [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]]
 AGG_HAND = [
     ("token-mean", None, 40.0 / 6.0),
     ("seq-mean-token-mean", None, 8.75),
     ("seq-mean-token-sum", None, 20.0),
-    ("seq-mean-token-sum-norm", 8.0, 2.5),
-    ("seq-mean-token-sum-norm", 4.0, 5.0),
+    ("seq-mean-token-sum-norm", 8.0, 5.0),
+    ("seq-mean-token-sum-norm", 4.0, 10.0),
 ]
 
 
@@ -151,9 +151,9 @@ def test_agg_loss_unknown_mode():
 #   token-mean              : -(4 + 6)/6            = -1.666666...
 #   seq-mean-token-mean     : -(4/4 + 6/2)/2 = -(1+3)/2 = -2
 #   seq-mean-token-sum      : -(4 + 6)/2            = -5
-#   seq-mean-token-sum-norm : -(4/8 + 6/8)/2 (C = 8) = -0.625
+#   seq-mean-token-sum-norm : -(4 + 6)/8 (C = 8)  = -1.25
 PPO_AGG = [("token-mean", -10.0 / 6.0), ("seq-mean-token-mean", -2.0), ("seq-mean-token-sum", -5.0),
-           ("seq-mean-token-sum-norm", -0.625)]
+           ("seq-mean-token-sum-norm", -1.25)]
 
 
 def _two_rows():

@@ -242,7 +242,8 @@ def test_reproduce_plan_orders_partners_first_and_covers_the_study(tmp_path):
     # method config (a new baseline joins with one line)
     from graft_cli.plan.commands import unplanned_methods
 
-    assert all(m.startswith("graft_") or m == "grpo_n16" for m in unplanned_methods(plan))
+    assert all(m.startswith("graft_") or m in ("grpo_n16", "grpo_kl", "grpo_dapo") for m in unplanned_methods(plan))
+    assert {"hacpo", "sgt"} <= {r.method for r in plan.runs}  # Table 1's baselines are in the 60-minute plan
     full = P.load_reproduce("tiny_full")
     assert unplanned_methods(full) == [] and full.pair == "tiny" and full.name == "tiny_full"
     assert {r.key for r in plan.runs} <= {r.key for r in full.runs}

@@ -50,6 +50,7 @@ class LossInputs:
     in_pg: torch.Tensor | None = None  # (B,) bool: row counts in the PG denominators (None: all)
     clip_low: float = 0.2
     clip_high: float = 0.28
+    clip_ratio_c: float = 0.0  # dual-clip constant c (verl ``clip_ratio_c``; 0 = off): A < 0 loss capped at −c·A
     agg: str = "token-mean"
     mb_index: int = 0  # the minibatch's index within the step's epoch
     step: int = 0  # the training step (0-based)
@@ -136,7 +137,10 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: Normal
     - ``token-mean`` (DAPO, TRL ``dapo``): Σ_{j,t} L_{j,t} / Σ_j |o_j|
     - ``seq-mean-token-mean`` (GRPO, TRL ``grpo``): (1/N) Σ_j (Σ_t L_{j,t} / |o_j|)
     - ``seq-mean-token-sum``: (1/N) Σ_j Σ_t L_{j,t}
-    - ``seq-mean-token-sum-norm`` (Dr. GRPO): (1/N) Σ_j Σ_t L_{j,t} / C, C = ``loss_scale_factor``
+    - ``seq-mean-token-sum-norm`` (Dr. GRPO, verl's formula): Σ_j Σ_t L_{j,t} / C, C = ``loss_scale_factor``
+      (default: the longest possible response), *not* divided by the number of sequences (verl's ``agg_loss``
+      computes ``sum(loss·mask) / loss_scale_factor``; graft applies it to the whole minibatch, whose
+      denominators are fixed before micro-batching, so micro-batch sizes never change the loss)
     """
     if mode == "token-mean":
         return (loss_mat * mask).sum() / max(norm.num_tokens, 1.0)
@@ -147,7 +151,7 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: Normal
         return seq_sum.sum() / max(norm.num_seqs, 1.0)
     if mode == "seq-mean-token-sum-norm":
         c = norm.loss_scale_factor or float(mask.shape[-1])
-        return (seq_sum / c).sum() / max(norm.num_seqs, 1.0)
+        return seq_sum.sum() / c
     raise ValueError(f"unknown loss aggregation {mode!r}; known: {', '.join(AGG_MODES)}")
 
 
@@ -173,20 +177,34 @@ def clip_stats(ratio, adv, mask, is_peer, clip_low, clip_high) -> dict[str, torc
     }
 
 
-def ppo_surrogate(logp, old_logp, adv, clip_low: float, clip_high: float, log_ratio_clamp: float = 20.0):
-    """Per-token PPO loss −min(ρÂ, clip(ρ, 1−ε_low, 1+ε_high)Â), ρ = exp(logπ_θ − logπ_old)
-    (log-ratio clamped to ±20 as verl does, for numerical safety only). Returns (loss, ρ)."""
+def ppo_surrogate(logp, old_logp, adv, clip_low: float, clip_high: float, log_ratio_clamp: float = 20.0,
+                  clip_ratio_c: float = 0.0):
+    """Per-token PPO loss L = −min(ρÂ, clip(ρ, 1−ε_low, 1+ε_high)Â), ρ = exp(logπ_θ − logπ_old)
+    (log-ratio clamped to ±20 as verl does, for numerical safety only). With ``clip_ratio_c`` = c > 0 it is
+    verl's dual-clip PPO (``compute_policy_loss_vanilla``): for Â < 0, L = min(L, −c·Â), so a token whose
+    ratio has grown far above 1 under a negative advantage contributes at most c·|Â|. Returns (loss, ρ)."""
     ratio = torch.exp((logp - old_logp).clamp(-log_ratio_clamp, log_ratio_clamp))
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
-    return -torch.minimum(unclipped, clipped), ratio
+    loss = -torch.minimum(unclipped, clipped)
+    if clip_ratio_c > 0:
+        loss = torch.where(adv < 0, torch.minimum(loss, -adv * clip_ratio_c), loss)
+    return loss, ratio
 
 
-def sequence_log_ratio_tokens(logp, old_logp, mask):
+def dual_clip_stats(ratio, adv, mask, clip_ratio_c: float) -> dict:
+    """Tokens the dual clip acts on (Â < 0 and ρ > c, where −ρÂ > −c·Â), summed (verl ``pg_clipfrac_lower``)."""
+    if clip_ratio_c <= 0:
+        return {}
+    return {"clip_dual": ((adv < 0) & (ratio > clip_ratio_c) & (mask > 0)).sum().detach().to(torch.float64)}
+
+
+def sequence_log_ratio_tokens(logp, old_logp, mask, max_log_ratio: float = 10.0):
     """GSPO's straight-through token form of the sequence ratio: log s_j = mean_t(logπ_θ − logπ_old) over
-    the row's mask, returned per token as sg(log s_j) + logπ_θ − sg(logπ_θ) (value log s_j, token gradient)."""
+    the row's mask, returned per token as sg(log s_j) + logπ_θ − sg(logπ_θ) (value log s_j, token gradient),
+    clamped above at 10 as verl's ``compute_policy_loss_gspo`` does."""
     log_s = ((logp - old_logp) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-    return log_s.detach()[:, None] + logp - logp.detach()
+    return (log_s.detach()[:, None] + logp - logp.detach()).clamp(max=max_log_ratio)
 
 
 @register_loss("ppo_token")
@@ -194,17 +212,56 @@ def ppo_token_loss(inp: LossInputs):
     """GRAFT's receiver objective (Eq. 9–10), which is the DAPO GRPO surrogate when w ≡ 1:
     L = (1/Σ_j|o_j|) Σ_j w_j Σ_t −min(ρ_{j,t}Â_j, clip(ρ_{j,t}, 1−ε_low, 1+ε_high)Â_j), with ρ against
     the receiver's own old policy for self and grafted tokens alike; w does not enter the denominator."""
-    per_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high)
+    per_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high,
+                                   clip_ratio_c=inp.clip_ratio_c)
     loss = agg_loss(per_tok * inp.weight[:, None], inp.mask, inp.agg, inp.norm)
-    return loss, clip_stats(ratio.detach(), inp.adv, inp.mask, inp.is_peer, inp.clip_low, inp.clip_high)
+    st = clip_stats(ratio.detach(), inp.adv, inp.mask, inp.is_peer, inp.clip_low, inp.clip_high)
+    return loss, {**st, **dual_clip_stats(ratio.detach(), inp.adv, inp.mask, inp.clip_ratio_c)}
 
 
 @register_loss("ppo_seq")
 def ppo_seq_loss(inp: LossInputs):
     """Sequence-level ratio (GSPO; graft.md §8 item 5, "w/o token-level ratio"):
     s_j = exp(mean_t(logπ_θ − logπ_old)), with the straight-through token form of GSPO-token
-    (ρ_{j,t} = sg(s_j)·π_θ/sg(π_θ)) so every token of a sequence shares the value s_j; same clip range."""
+    (ρ_{j,t} = sg(s_j)·π_θ/sg(π_θ)) so every token of a sequence shares the value s_j; same clip range;
+    log s_j clamped at 10 like verl's GSPO. The aggregation is ``algo.agg``: GRAFT's ablation changes only
+    the ratio and keeps GRAFT's token-mean (graft.md §8 item 5), whereas verl's GSPO forces
+    ``seq-mean-token-mean`` (set ``algo.agg=seq-mean-token-mean`` to run verl's GSPO exactly). No dual clip
+    (verl's GSPO has none)."""
     log_tok = sequence_log_ratio_tokens(inp.logp, inp.old_logp, inp.mask)
     per_tok, ratio = ppo_surrogate(log_tok, torch.zeros_like(log_tok), inp.adv, inp.clip_low, inp.clip_high)
     loss = agg_loss(per_tok * inp.weight[:, None], inp.mask, inp.agg, inp.norm)
     return loss, clip_stats(ratio.detach(), inp.adv, inp.mask, inp.is_peer, inp.clip_low, inp.clip_high)
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "low_var_kl") -> torch.Tensor:
+    """Per-token KL estimate of π_θ from a reference (verl ``kl_penalty``), d = logπ_ref − logπ_θ:
+    ``k1`` (``kl``): −d; ``k2`` (``mse``): ½d²; ``k3`` (``low_var_kl``, Schulman's estimator):
+    exp(d) − d − 1, clamped to [−10, 10] as verl does."""
+    if kind in ("k1", "kl"):
+        return logp - ref_logp
+    if kind in ("k2", "mse"):
+        return 0.5 * (logp - ref_logp) ** 2
+    if kind in ("k3", "low_var_kl"):
+        d = (ref_logp - logp).clamp(-20.0, 20.0)
+        return (torch.exp(d) - d - 1).clamp(-10.0, 10.0)
+    raise ValueError(f"unknown KL estimator {kind!r}; known: k1, k2, k3 (kl, mse, low_var_kl)")
+
+
+KL_KINDS = ("low_var_kl", "k3", "kl", "k1", "mse", "k2")
+
+
+def compute_loss(spec: LossSpec, inp: LossInputs, kl_coef: float = 0.0, kl_type: str = "low_var_kl"):
+    """The registered loss plus, when ``kl_coef`` > 0, a KL term to a frozen reference (verl's ``use_kl_loss``:
+    L + β·agg(KL(π_θ ‖ π_ref)) with the loss's aggregation over the mask; column ``ref_logprobs``, filled by
+    a frozen model's scorer). Stats gain ``kl/sum`` and ``kl/n`` (the trainer reports their ratio as ``kl``)."""
+    loss, st = spec.fn(inp)
+    if kl_coef > 0:
+        ref = inp.columns.get("ref_logprobs")
+        if not isinstance(ref, torch.Tensor):
+            raise ValueError("algo.kl_coef > 0 needs the column ref_logprobs (a frozen reference model)")
+        kl = kl_penalty(inp.logp, ref, kl_type)
+        loss = loss + kl_coef * agg_loss(kl, inp.mask, inp.agg, inp.norm)
+        st = {**st, "kl/sum": (kl.detach() * inp.mask).sum().to(torch.float64),
+              "kl/n": inp.mask.sum().detach().to(torch.float64)}
+    return loss, st

@@ -38,7 +38,8 @@ def luffy_loss(inp: LossInputs):
     gamma = float(inp.params["gamma"])
     if gamma <= 0:
         raise ValueError("luffy: gamma must be > 0")
-    self_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high)
+    self_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high,
+                                    clip_ratio_c=inp.clip_ratio_c)
     p = torch.exp(inp.logp)
     peer_tok = -(p / (p + gamma)) * inp.adv
     per_tok = torch.where(inp.is_peer[:, None], peer_tok, self_tok)
@@ -86,6 +87,8 @@ def hacpo_peer_loss(inp: LossInputs):
     st["clip_low"] = st["clip_low"] + f(low)
     st["clip_high"] = st["clip_high"] + f(high)
     st["clip_peer"] = f(low) + f(high)
+    st["hacpo/L_m/sum"] = lower.sum().detach().to(torch.float64)  # reported as hacpo/L_m (mean over rows)
+    st["hacpo/L_m/n"] = torch.tensor(float(B), dtype=torch.float64)
     return loss, st
 
 
@@ -98,7 +101,8 @@ def ppo_token_nll_loss(inp: LossInputs):
     aux = ~inp.pg_rows()
     lam = torch.full((B,), float(inp.params["nll_coef"]), dtype=torch.float32, device=dev)
     pg_mask = mask * (~aux).float()[:, None]
-    per_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high)
+    per_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high,
+                                   clip_ratio_c=inp.clip_ratio_c)
     loss = agg_loss(per_tok * inp.weight[:, None], pg_mask, inp.agg, inp.norm)
     nll = -(inp.logp * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
     n_aux = float(getattr(inp.norm, "aux_seqs", 0.0) or 0.0)

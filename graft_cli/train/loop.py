@@ -25,7 +25,7 @@ from graft_cli import config as C
 from graft_cli.algorithms.advantages import ADVANTAGES
 from graft_cli.algorithms.controllers import build_controllers
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
-from graft_cli.algorithms.losses import POLICY_LOSSES, LossInputs, Normaliser
+from graft_cli.algorithms.losses import POLICY_LOSSES, LossInputs, Normaliser, compute_loss
 from graft_cli.algorithms.signals import LOSS_MASKS, TOKEN_ADVANTAGES, SignalContext, scalar_broadcast
 from graft_cli.batch import PolicyStep, TrainBatch, micro_batches
 from graft_cli.console import make_console
@@ -41,6 +41,7 @@ from graft_cli.rundir import MetricsLog, atomic_write_text, write_parquet
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.batch import minibatch_schedule
+from graft_cli.train.collect import collector_for
 from graft_cli.train.sources import STEP_SOURCES
 
 
@@ -149,11 +150,14 @@ def loss_inputs(batch: TrainBatch, rows: list[int], logp, L: int, dev, norm: Nor
     is_peer = torch.tensor([batch.source[i] != "self" for i in rows], device=dev)
     in_pg = torch.tensor([bool(batch.in_pg[i]) for i in rows], device=dev)
     columns = {k: [v[i] for i in rows] for k, v in batch.extra.items()}
-    for c in spec.token_columns:
+    for c in (*spec.token_columns, *(("ref_logprobs",) if a.kl_coef > 0 else ())):
+        if c not in batch.extra:
+            raise GraftError(f"config key 'algo.loss': loss {spec.name!r} reads the column {c!r}, which no frozen "
+                             f"model's scorer filled (policies with role: frozen, column: {c})")
         columns[c] = to_padded([batch.extra[c][i] or [] for i in rows], prompts, L, dev)
     return LossInputs(logp, old, adv, mask, weight, is_peer, norm=norm, in_pg=in_pg, clip_low=a.clip_low,
-                      clip_high=a.clip_high, agg=a.agg, mb_index=mb_index, step=step, columns=columns,
-                      params=a.loss_params, coefs=dict(coefs or {}))
+                      clip_high=a.clip_high, clip_ratio_c=a.clip_ratio_c, agg=a.agg, mb_index=mb_index, step=step,
+                      columns=columns, params=a.loss_params, coefs=dict(coefs or {}))
 
 
 def _row_tokens(batch: TrainBatch, i: int) -> float:
@@ -197,7 +201,7 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
                 logp, ent = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, o.chunk_tokens,
                                               with_entropy=a.log_entropy)
                 inp = loss_inputs(batch, rows, logp, ids.shape[1], dev, norm, resp, cfg, spec, mb_idx, step, coefs)
-                loss, st = spec.fn(inp)
+                loss, st = compute_loss(spec, inp, a.kl_coef, a.kl_type)
                 (loss * (0.0 if dummy else d.loss_scale)).backward()
                 if dummy:
                     continue
@@ -230,8 +234,13 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
     if stats.get("tokens_peer", 0.0) > 0:
         out["clip_ratio/peer"] = stats["clip_peer"] / stats["tokens_peer"]
         out["clip_ratio/peer_any"] = float(stats["clip_peer"] > 0)
-    for k, v in stats.items():
-        if k not in ("tokens", "tokens_self", "tokens_peer", "clip_low", "clip_high", "clip_self", "clip_peer"):
+    if "clip_dual" in stats:
+        out["clip_ratio/dual_mean"] = stats["clip_dual"] / tok
+    for k, v in stats.items():  # a pair <name>/sum, <name>/n is reported as the mean <name> (e.g. kl)
+        if k.endswith("/sum") and f"{k[:-4]}/n" in stats:
+            out[k[:-4]] = v / max(stats[f"{k[:-4]}/n"], 1.0)
+        elif not k.endswith("/n") and k not in ("tokens", "tokens_self", "tokens_peer", "clip_low", "clip_high",
+                                                "clip_self", "clip_peer", "clip_dual"):
             out[f"loss/{k}"] = v
     if a.log_entropy and ent_n:
         out["entropy"] = ent_sum / ent_n
@@ -239,6 +248,8 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
 
 
 def rollout_metrics(step: PolicyStep) -> dict:
+    if not len(step.rollouts):  # dynamic sampling kept no group
+        return {"num_tokens": 0}
     r = step.rewards
     lens = np.array([len(x) for x in step.rollouts.response_ids])
     trunc = np.array(step.rollouts.truncated)
@@ -297,6 +308,7 @@ class Trainer:
                         for sc in cfg.sources}
         self.total_steps = cfg.run.steps or cfg.run.epochs * self.sampler.steps_per_epoch
         self.controllers = build_controllers(cfg.algo.controllers, self.total_steps)
+        self.collector = collector_for(cfg)
         self.step = 0
         self.metrics = MetricsLog(os.path.join(out_dir, "metrics.jsonl"))
         self.ckpt_root = os.path.join(out_dir, "checkpoints")
@@ -350,14 +362,16 @@ class Trainer:
         return True
 
     # -- one step
-    def rollout_policy(self, i: int, pol: Policy, problems: list[Problem]) -> tuple[PolicyStep, dict]:
+    def rollout_policy(self, i: int, pol: Policy, problems: list[Problem], round_: int = 0) -> tuple[PolicyStep, dict]:
+        """Policy ``i`` samples ``problems`` (sampling round ``round_`` of the step), grades and scores them."""
         cfg, r = self.cfg, self.cfg.rollout
         t0 = time.perf_counter()
         prompt_ids = [encode_prompt(pol, p.problem, self.spec) for p in problems]
         lo, hi = self.dist.rollout_slice(len(problems))  # data-parallel: this rollout group's prompts
         group = self.dist.rank // self.dist.rollout_tp
+        seed = sampling_seed(cfg.run.seed, self.step, i) + group * 1_000_033 + round_ * 15_485_867
         params = SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                                seed=(sampling_seed(cfg.run.seed, self.step, i) + group * 1_000_033) % (2**31 - 1))
+                                seed=seed % (2**31 - 1))
         ro = pol.engine.generate(prompt_ids[lo:hi], params)
         t1 = time.perf_counter()
         golds = [p.answer for p in problems[lo:hi] for _ in range(r.n)]
@@ -399,15 +413,12 @@ class Trainer:
     def train_step(self) -> list[dict]:
         cfg = self.cfg
         t_start = time.perf_counter()
-        idx = self.sampler.next()
-        problems = [self.problems[i] for i in idx]
-        steps, rows = {}, {}
-        for i, (name, pol) in enumerate(self.policies.items()):
-            steps[name], rows[name] = self.rollout_policy(i, pol, problems)
+        steps, rows = self.collector.collect(self)
+        for name in self.policies:
             rows[name].update(rollout_metrics(steps[name]))
         source_metrics: dict = {}
         for name, src in self.sources.items():  # stored sources: their logged step on the same prompts
-            steps[name], m = src.step(problems, self.step)
+            steps[name], m = src.step(steps[next(iter(self.policies))].problems, self.step)
             source_metrics.update(m)
         coefs = self.coefs()
         ctx = ExchangeContext(step=self.step, seed=step_seed(cfg.run.seed, self.step), params=dict(cfg.exchange.params),

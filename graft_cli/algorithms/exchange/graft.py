@@ -106,7 +106,7 @@ DEFAULTS: dict = {
     "delta": 0.8,  # Eq. 8 floor δ (strict >); <= 0: no floor
     "gate": "floor",  # registered gate: floor | none
     "cap": True,  # min(s, 1) in w
-    "selection": "balanced",  # registered selection rule: balanced | unbalanced | sgt | random
+    "selection": "balanced",  # registered selection rule: balanced | unbalanced | sgt | random | all
     "admission": "gate",  # registered admission: gate | random
     "mode": "replace",  # registered replacement mode: replace | pooled | sft | hacpo
     "peer_responses": "all",  # all | success
@@ -289,7 +289,11 @@ class GraftExchange(Exchange):
                 n_recv_tok += len(batch.response_ids[i])
         if self.opts["peer_logprobs"] == "recompute" and any(s == "peer" for s in batch.source):
             self._recompute_source_means(batch, steps, ctx)
-        return batch, self.select_metrics(r, names, steps, plan, batch, n_src_tok, n_recv_tok)
+        met = self.select_metrics(r, names, steps, plan, batch, n_src_tok, n_recv_tok)
+        mode_metrics = getattr(mode, "metrics", None)
+        if mode_metrics is not None:
+            met.update(mode_metrics(rc, assign))
+        return batch, met
 
     def select_metrics(self, r: int, names: list[str], steps: dict[str, PolicyStep], plan: Plan, batch: TrainBatch,
                        n_src_tok: int, n_recv_tok: int) -> dict:

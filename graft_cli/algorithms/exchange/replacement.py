@@ -49,6 +49,19 @@ def hacpo_capability(p_src: float, p_tgt: float, c_min: float = 0.1, c_max: floa
     return float(min(max(max(p_src, 1e-8) / max(p_tgt, 1e-8), c_min), c_max))
 
 
+def hacpo_baseline(r_self, r_peer, c: float) -> float:
+    """HACPO's capability-aware baseline (baselines.md §1.2, eq. 5–6): all rewards equal → b = mean(r); else
+    b = mean_i(r_i ω_i), ω = 1 (self), 1/c (peer); binary guard: b > 1 → the mean of the learner's own rewards."""
+    rs, rp = [float(x) for x in r_self], [float(x) for x in r_peer]
+    allr = np.array(rs + rp, dtype=np.float64)
+    if allr.size == 0 or np.all(allr == allr[0]):
+        return float(allr.mean()) if allr.size else 0.0
+    b = float(np.mean(np.array(rs + [x / c for x in rp])))
+    if b > 1.0:
+        b = float(np.mean(rs)) if rs else b
+    return b
+
+
 def hacpo_advantages(r_self, r_peer, c: float, eps: float = 1e-6) -> tuple[list[float], list[float]]:
     """HACPO capability-aware advantage over the joint group (baselines.md §1.2, paper eq. 5–6): all equal →
     b = mean(r); else b = mean_i(r_i ω_i), ω = 1 (self), 1/c (peer); b > 1 → mean of own rewards;
@@ -57,9 +70,7 @@ def hacpo_advantages(r_self, r_peer, c: float, eps: float = 1e-6) -> tuple[list[
     allr = np.array(rs + rp, dtype=np.float64)
     if allr.size < 2 or np.all(allr == allr[0]):
         return [0.0] * len(rs), [0.0] * len(rp)
-    b = float(np.mean(np.array(rs + [x / c for x in rp])))
-    if b > 1.0:
-        b = float(np.mean(rs)) if rs else b
+    b = hacpo_baseline(rs, rp, c)
     sd = float(np.std(allr, ddof=1))
     return [(x - b) / (sd + eps) for x in rs], [(x - b) / (sd + eps) for x in rp]
 
@@ -198,3 +209,24 @@ def hacpo_group(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
     out = own_group_rows(rc.recv, q, a_self)
     out.extend(_hacpo_rows(rc, s, q, a_peer, only=rc.success_only(s, q)))
     return out
+
+
+def hacpo_metrics(rc: ReceiverContext, assign: dict) -> dict:
+    """``hacpo/*``: every policy's capability P_k, the receiver's mean c(src→tgt) and mean baseline b over the
+    prompts it pooled."""
+    o = rc.opts
+    out = {f"hacpo/capability/{n}": p for n, p in rc.caps.items()}
+    cs, bs = [], []
+    for q, s in sorted(assign.items()):
+        sname = rc.names[s]
+        c = hacpo_capability(rc.caps[sname], rc.caps[rc.name], o["hacpo_c_min"], o["hacpo_c_max"])
+        cs.append(c)
+        bs.append(hacpo_baseline(rc.recv.rewards[q].tolist(), rc.steps[sname].rewards[q].tolist(), c))
+    if cs:
+        out["hacpo/c"] = float(np.mean(cs))
+        out["hacpo/baseline"] = float(np.mean(bs))
+    return out
+
+
+hacpo_group.metrics = hacpo_metrics  # a mode's optional metrics hook (the exchange adds them to its metrics)
+

@@ -10,6 +10,8 @@ i's success counts per prompt and ``ns[i]`` its group size (``m`` is None for un
   order (it is ``{q ∈ C : k_S(q) ≥ k_S(m-th)}``); it is returned in prompt order.
 - ``unbalanced``: every candidate of the trigger, no balancing (the stored-trajectory rule);
 - ``sgt`` ("w/o balanced exchange", SGT's eligibility): k_R = 0 ∧ k_S ≥ 1, all-correct source groups included;
+- ``all`` (HACPO's pooling): every prompt of the batch, whatever the rewards (the peer's group joins the
+  receiver's on every prompt);
 - ``random`` ("random prompts"): as many prompts as ``balanced`` selects, uniformly without replacement over
   the whole batch, from ``np.random.default_rng([seed, s, r])``.
 
@@ -89,6 +91,12 @@ def select_unbalanced(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0
 def select_sgt(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0):
     cand = trigger_sgt(ks[r], ks[s])
     return cand, cand, None
+
+
+@SELECTIONS.register("all")
+def select_all(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0):
+    every = list(range(batch_size or len(_ints(ks[r]))))
+    return every, every, None
 
 
 @SELECTIONS.register("random")
