@@ -118,7 +118,8 @@ def train_overrides(models: dict, data: str, out: str, extra=()) -> list[str]:
             "run.save_every=1", "optim.lr=1e-3", *extra]
 
 
-LOSS_INPUT_FIELDS = ("norm", "extra", "clip_low", "clip_high", "agg", "mb_index", "step", "in_pg", "coefs")
+LOSS_INPUT_FIELDS = ("norm", "extra", "clip_low", "clip_high", "clip_ratio_c", "agg", "mb_index", "step", "in_pg",
+                     "coefs")
 
 
 def call_loss(spec, logp, old, adv, mask, weight, is_peer, **kw):

@@ -1,0 +1,385 @@
+"""The GRAFT paper's baselines (HACPO, SGT, KL-regularised GRPO, GRPO with dynamic sampling) and verl's loss
+conventions. Every expected number is worked by hand in the comments, or computed by an independent
+implementation of verl's formula written here."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, call_loss, train_overrides
+
+from graft_cli.algorithms.exchange import graft as G
+from graft_cli.algorithms.exchange.replacement import hacpo_baseline
+from graft_cli.algorithms.losses import (POLICY_LOSSES, LossInputs, Normaliser, agg_loss, compute_loss, kl_penalty,
+                                         ppo_seq_loss, ppo_token_loss)
+from graft_cli.train.collect import COLLECTORS, informative_groups
+
+D = torch.float64
+
+
+def t(x):
+    return torch.tensor(x, dtype=D)
+
+
+# ------------------------------------------------------------------------------------------------ HACPO
+def test_hacpo_capability_aware_baseline_and_advantages_by_hand():
+    # r_self = [1,0,0,0], r_peer = [1,1,1,0], c = 2 → ω_peer = 1/2:
+    # b = mean(1,0,0,0, .5,.5,.5,0) = 2.5/8 = 0.3125; unbiased std of the 16... here 8 rewards [1,0,0,0,1,1,1,0]:
+    # mean .5, var = 8·0.25/7 = 0.285714, std = 0.534522 → A = (r − 0.3125)/(0.534522 + 1e-6):
+    # 0.6875/0.534523 = 1.286192, −0.3125/0.534523 = −0.584632
+    assert hacpo_baseline([1, 0, 0, 0], [1, 1, 1, 0], 2.0) == pytest.approx(0.3125)
+    a_s, a_p = G.hacpo_advantages([1, 0, 0, 0], [1, 1, 1, 0], 2.0)
+    assert a_s == pytest.approx([1.286192, -0.584632, -0.584632, -0.584632], abs=2e-6)
+    assert a_p == pytest.approx([1.286192] * 3 + [-0.584632], abs=2e-6)
+    # binary guard: c = 0.1 → ω_peer = 10: b = (1+1+0+0 + 4·10)/8 = 5.25 > 1 → b = mean(own) = 0.5
+    assert hacpo_baseline([1, 1, 0, 0], [1, 1, 1, 1], 0.1) == pytest.approx(0.5)
+    # std of [1,1,0,0,1,1,1,1]: mean .75, var = (6·.0625 + 2·.5625)/7 = 0.214286, std 0.46291 → (1−.5)/0.46291
+    a_s, _ = G.hacpo_advantages([1, 1, 0, 0], [1, 1, 1, 1], 0.1)
+    assert a_s[0] == pytest.approx(1.080123, abs=1e-5) and a_s[2] == pytest.approx(-1.080123, abs=1e-5)
+    # all equal → b = mean, every advantage 0
+    assert hacpo_baseline([1, 1], [1, 1], 3.0) == 1.0 and G.hacpo_advantages([1, 1], [1, 1], 3.0) == ([0, 0], [0, 0])
+
+
+def test_hacpo_capability_clip_and_floor():
+    # c = clip(P_src / P_tgt, 0.1, 10), P floored at 1e-8
+    assert G.hacpo_capability(0.6, 0.2) == pytest.approx(3.0)
+    assert G.hacpo_capability(0.9, 0.01) == 10.0  # 90 clipped to 10
+    assert G.hacpo_capability(0.01, 0.9) == 0.1  # 0.0111 clipped to 0.1
+    assert G.hacpo_capability(0.0, 0.0) == 1.0  # both floored at 1e-8
+
+
+def _peer_row_inputs(logp_vals, src_mean, c, adv, n_scored, mb_index=0, step=0, schedule="minibatch"):
+    logp = torch.tensor([logp_vals], dtype=D, requires_grad=True)
+    T = len(logp_vals)
+    inp = LossInputs.of(logp, torch.zeros(1, T, dtype=D), torch.full((1, T), adv, dtype=D), torch.ones(1, T, dtype=D),
+                        torch.ones(1, dtype=D), torch.tensor([True]), norm=Normaliser(float(T), 1.0),
+                        extra={"n_scored": [n_scored], "src_logp_mean": [src_mean], "hacpo_c": [c]},
+                        clip_low=3e-4, clip_high=4e-4, agg="seq-mean-token-mean", mb_index=mb_index, step=step)
+    return logp, inp
+
+
+def test_hacpo_peer_objective_value_and_stop_gradient():
+    # peer row, 3 tokens, the first 2 scored (the third is the appended EOS): mean_tgt = (−1 − 1.2)/2 = −1.1,
+    # source mean −1.0 → s_x = exp(−0.1) = 0.904837 ∈ (L_0 = 0.8, 1) → ŝ = s_x; c = 2, Â = 0.5
+    # objective ŝ·sg(ŝ)·c·Â = 0.818731·1 → loss = −0.818731 (one sequence, seq-mean-token-mean)
+    logp, inp = _peer_row_inputs([-1.0, -1.2, -3.0], -1.0, 2.0, 0.5, 2)
+    loss, st = POLICY_LOSSES.get("hacpo_peer")(inp)
+    assert float(loss) == pytest.approx(-0.818731, abs=1e-6)
+    loss.backward()
+    # d/d logp_t = −sg(ŝ)·c·Â · ŝ/2 = −(0.904837·2·0.5)·0.452419 = −0.409365 on the 2 scored tokens (without the
+    # stop-gradient it would be twice that); the unscored EOS gets no gradient from ŝ
+    assert logp.grad[0].tolist() == pytest.approx([-0.409365, -0.409365, 0.0], abs=1e-6)
+    assert float(st["hacpo/L_m/sum"]) == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("m,want_l", [(0, 0.8), (4, 0.9), (8, 1.0), (10, 1.0)])
+def test_hacpo_stepwise_lower_bound_over_minibatch_indices(m, want_l):
+    # s_x = exp(−1.0) = 0.3679 is below every bound → ŝ = L_m = min(1, 0.8 + 0.025·m); loss = −L_m²·c·Â, c = 1, Â = 1
+    _, inp = _peer_row_inputs([-2.0, -2.0], -1.0, 1.0, 1.0, 2, mb_index=m)
+    loss, st = POLICY_LOSSES.get("hacpo_peer")(inp)
+    assert float(loss) == pytest.approx(-want_l ** 2, abs=1e-6)  # (c, s_x in float32)
+    # the paper's wording: m = the training step instead of the minibatch index
+    _, inp = _peer_row_inputs([-2.0, -2.0], -1.0, 1.0, 1.0, 2, mb_index=0, step=m)
+    loss, _ = POLICY_LOSSES.get("hacpo_peer")(inp, schedule="step", lower_bound=0.8, lower_bound_step=0.025,
+                                             peer_coef=1.0)
+    assert float(loss) == pytest.approx(-want_l ** 2, abs=1e-6)
+
+
+def test_hacpo_capabilities_are_a_rolling_window_of_own_success_rates():
+    from test_graft import cfg_for, make_char_tokenizer, make_ctx, make_step, problems
+
+    tok = make_char_tokenizer()
+    ex = G.GraftExchange(cfg_for("hacpo"))
+    probs = problems(2)
+    # a's successes per step on 2 prompts × n = 4: rates 1/8, 2/8, ..., 7/8
+    ks = [[1, 0], [2, 0], [3, 0], [4, 0], [4, 1], [4, 2], [4, 3]]
+    seen = []
+    for j, k in enumerate(ks):
+        steps = {"a": make_step("a", tok, probs, k), "b": make_step("b", tok, probs, [1, 1])}
+        _, met = ex.select(steps, make_ctx({"a": tok, "b": tok}, step=j))
+        seen.append(met["a"]["hacpo/capability/a"])
+    rates = [sum(k) / 8 for k in ks]
+    # P before any history is 1.0; afterwards the mean of the last (at most) 5 own positive-reward rates
+    assert seen[0] == 1.0
+    for j in range(1, 7):
+        assert seen[j] == pytest.approx(float(np.mean(rates[max(0, j - 5):j])))
+    assert seen[6] == pytest.approx((2 + 3 + 4 + 5 + 6) / 40)  # steps 2..6: 2/8 .. 6/8
+    # the window is part of the checkpointed state (JSON-able)
+    st = ex.state_dict()
+    fresh = G.GraftExchange(cfg_for("hacpo"))
+    fresh.load_state_dict(json.loads(json.dumps(st)))
+    assert fresh.hacpo_history == ex.hacpo_history and len(st["hacpo_history"]["a"]) == 5
+
+
+def test_hacpo_pools_every_prompt_with_the_joint_group():
+    from test_graft import cfg_for, make_char_tokenizer, make_ctx, make_step, problems
+
+    tok = make_char_tokenizer()
+    cfg = cfg_for("hacpo")
+    assert cfg.exchange.params["selection"] == "all" and cfg.algo.kl_coef == 1e-3
+    assert [p.name for p in cfg.policies if p.role == "frozen"] == ["a_ref", "b_ref"]
+    assert cfg.algo.minibatch_prompts == cfg.data.prompt_batch // 2  # HACPO: 64 of 128 prompts
+    probs = problems(3)
+    steps = {"a": make_step("a", tok, probs, [0, 4, 2]), "b": make_step("b", tok, probs, [4, 4, 1])}
+    b = G.GraftExchange(cfg).select(steps, make_ctx({"a": tok, "b": tok}))[0]["a"]
+    # every prompt (also the all-correct q1 and the mixed q2): 4 self rows, then 4 peer rows
+    assert b.group == [0] * 8 + [1] * 8 + [2] * 8
+    assert b.source == (["self"] * 4 + ["peer"] * 4) * 3
+    # q1: all 8 rewards 1 → every advantage 0
+    assert b.advantages[8:16] == [0.0] * 8
+
+
+def test_k3_kl_against_its_formula_and_in_the_loss():
+    # d = log π_ref − log π_θ = −1.5 − (−1) = −0.5: k3 = e^d − d − 1 = 0.606531 + 0.5 − 1 = 0.106531
+    assert float(kl_penalty(t([-1.0]), t([-1.5]))) == pytest.approx(0.106531, abs=1e-6)
+    assert float(kl_penalty(t([-1.0]), t([-1.5]), "kl")) == pytest.approx(0.5)  # k1 = log π_θ − log π_ref
+    assert float(kl_penalty(t([-1.0]), t([-1.5]), "mse")) == pytest.approx(0.125)  # ½ d²
+    assert float(kl_penalty(t([0.0]), t([-40.0]))) == 10.0  # clamped like verl
+    # in the loss: ρ = 1, Â = 0 → the PPO term is 0; β·token-mean(k3) over two tokens with d = −0.5 and 0
+    logp = t([[-1.0, -2.0]])
+    inp = LossInputs.of(logp, logp.clone(), t([[0.0, 0.0]]), t([[1.0, 1.0]]), t([1.0]), torch.tensor([False]),
+                        norm=Normaliser(2.0, 1.0), extra={"ref_logprobs": t([[-1.5, -2.0]])})
+    inp.params = {}
+    loss, st = compute_loss(ppo_token_loss, inp, kl_coef=0.1)
+    assert float(loss) == pytest.approx(0.1 * 0.1065307 / 2, abs=1e-8)
+    assert float(st["kl/sum"]) / float(st["kl/n"]) == pytest.approx(0.1065307 / 2, abs=1e-7)
+
+
+def test_kl_needs_a_reference_in_one_line():
+    from graft_cli.config import compose
+    from graft_cli.errors import GraftError
+
+    with pytest.raises(GraftError, match=r"algo.kl_coef.*needs a frozen reference for policy 'a'"):
+        compose(["method=grpo", "algo.kl_coef=0.01"])
+    cfg = compose(["method=grpo_kl"])
+    assert cfg.algo.kl_coef == 1e-3 and cfg.algo.kl_type == "low_var_kl"
+    refs = [(p.name, p.model, p.serves, p.score_column) for p in cfg.policies if p.role == "frozen"]
+    assert refs == [("a_ref", "tiny:a", ["a"], "ref_logprobs"), ("b_ref", "tiny:b", ["b"], "ref_logprobs")]
+
+
+# -------------------------------------------------------------------------------------- dynamic sampling
+def test_informative_groups_table():
+    r = torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [0, 1, 1, 1], [0.0, 0, 0, 1]])
+    assert informative_groups(r) == [2, 3, 4]
+    assert informative_groups(torch.tensor([[1.0], [0.0]])) == []  # n = 1 has no variance
+
+
+class _FakeTrainer:
+    """The collector's view of a trainer: a data cursor, problems, policies and a scripted rollout whose rewards
+    depend only on (problem, round): problem i is informative when i % 3 == 0."""
+
+    def __init__(self, n_problems=60, batch=4, informative=lambda i, rnd: i % 3 == 0):
+        from graft_cli.data.sampler import PromptSampler
+
+        self.problems = list(range(n_problems))
+        self.sampler = PromptSampler(n_problems, batch, seed=0)
+        self.policies = {"a": None, "b": None}
+        self.informative = informative
+        self.calls = []
+
+    def rollout_policy(self, i, pol, problems, round_=0):
+        from graft_cli.batch import PolicyStep
+        from graft_cli.data.problems import Problem
+        from graft_cli.rollout.base import Rollouts
+
+        self.calls.append((i, round_, list(problems)))
+        n = 4
+        rew = torch.tensor([[1.0, 0, 0, 0] if self.informative(p, round_) else [0.0] * n for p in problems])
+        ro = Rollouts([[1]] * len(problems), [[2]] * (n * len(problems)), ["x"] * (n * len(problems)),
+                      [[-0.1]] * (n * len(problems)), [False] * (n * len(problems)), n=n)
+        probs = [Problem(str(p), str(p), "1") for p in problems]
+        return PolicyStep("ab"[i], probs, [[1]] * len(problems), ro, rew, rew.clone()), {"time/rollout": 0.0}
+
+
+def _dyn(max_rounds=0, batch=4):
+    from graft_cli.config import compose
+
+    cfg = compose(["method=grpo_dapo", f"data.prompt_batch={batch}", "algo.minibatch_prompts=1",
+                   f"algo.filter_groups.max_num_gen_batches={max_rounds}"])
+    return COLLECTORS.get("dynamic")(cfg)
+
+
+def test_dynamic_sampling_never_emits_a_zero_variance_group_and_counts():
+    tr = _FakeTrainer()
+    steps, rows = _dyn().collect(tr)
+    for st in steps.values():
+        assert len(st.problems) == 4 and all(int(p.id) % 3 == 0 for p in st.problems)
+        assert all(float(st.rewards[q].std()) > 0 for q in range(4))
+    # 4 informative groups need prompts 0,3,6,9 of the cursor's order: count rounds from the data cursor
+    r = rows["a"]
+    assert r["filter_groups/kept_groups"] == 4
+    assert r["filter_groups/prompts_consumed"] == 4 * r["filter_groups/rounds"] == 4 * tr.sampler.step
+    assert r["filter_groups/evicted_groups"] + r["filter_groups/kept_groups"] + \
+        r["filter_groups/discarded_surplus_groups"] == r["filter_groups/prompts_consumed"]
+    # sampling rounds get their own seeds: round indices 0, 1, ... per policy
+    assert sorted({rnd for i, rnd, _ in tr.calls if i == 0}) == list(range(r["filter_groups/rounds"]))
+
+
+def test_dynamic_sampling_stops_at_the_cap_and_trains_on_what_it_has():
+    tr = _FakeTrainer(informative=lambda i, rnd: i == 0)  # a single informative problem in the data
+    steps, rows = _dyn(max_rounds=3).collect(tr)
+    assert rows["a"]["filter_groups/rounds"] == 3 and tr.sampler.step == 3
+    assert len(steps["a"].problems) == sum(1 for _, _, ps in tr.calls[::2] for p in ps if p == 0) <= 1
+    # a policy already full stops sampling: a is full after round 1 when its first batch is all informative
+    tr2 = _FakeTrainer(informative=lambda i, rnd: True)
+    _, rows2 = _dyn().collect(tr2)
+    assert rows2["a"]["filter_groups/rounds"] == 1 and rows2["a"]["filter_groups/evicted_groups"] == 0
+
+
+def test_dynamic_sampling_is_refused_with_an_exchange():
+    from graft_cli.config import compose
+    from graft_cli.errors import GraftError
+
+    with pytest.raises(GraftError, match="algo.filter_groups.enable.*exchange.name=none"):
+        compose(["method=graft", "algo.filter_groups.enable=true"])
+
+
+# ------------------------------------------------------------------------------ verl's formulas, independent
+def verl_agg(loss_mat, mask, mode, scale):
+    if mode == "token-mean":
+        return (loss_mat * mask).sum() / mask.sum()
+    if mode == "seq-mean-token-sum":
+        return (loss_mat * mask).sum(-1).mean()
+    if mode == "seq-mean-token-mean":
+        return ((loss_mat * mask).sum(-1) / mask.sum(-1)).mean()
+    if mode == "seq-mean-token-sum-norm":
+        return (loss_mat * mask).sum() / scale
+    raise ValueError(mode)
+
+
+def verl_vanilla(old, logp, adv, mask, lo, hi, c, mode, scale):
+    """verl compute_policy_loss_vanilla: dual-clip PPO."""
+    ratio = torch.exp(torch.clamp(logp - old, -20.0, 20.0))
+    l1 = -adv * ratio
+    l2 = -adv * torch.clamp(ratio, 1 - lo, 1 + hi)
+    clip1 = torch.maximum(l1, l2)
+    l3 = -adv * c
+    clip2 = torch.minimum(l3, clip1)
+    return verl_agg(torch.where(adv < 0, clip2, clip1), mask, mode, scale)
+
+
+def verl_gspo(old, logp, adv, mask, lo, hi):
+    """verl compute_policy_loss_gspo (forced seq-mean-token-mean)."""
+    nkl = logp - old
+    seq = (nkl * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    log_r = torch.clamp(logp - logp.detach() + seq.detach()[:, None], max=10.0)
+    r = torch.exp(log_r)
+    pg = torch.maximum(-adv * r, -adv * torch.clamp(r, 1 - lo, 1 + hi))
+    return verl_agg(pg, mask, "seq-mean-token-mean", None)
+
+
+def _random_batch(seed, B=5, T=7):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(B, T, generator=g, dtype=D) * 3
+    logp = (old + torch.randn(B, T, generator=g, dtype=D) * 0.6).requires_grad_(True)
+    adv = torch.randn(B, 1, generator=g, dtype=D).expand(B, T).clone()
+    lens = torch.randint(1, T + 1, (B,), generator=g)
+    mask = (torch.arange(T)[None, :] < lens[:, None]).to(D)
+    return old, logp, adv, mask
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                  "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_token_matches_verl_vanilla_dual_clip(mode, seed):
+    old, logp, adv, mask = _random_batch(seed)
+    B = mask.shape[0]
+    norm = Normaliser(float(mask.sum()), float(B), loss_scale_factor=7.0)
+    for c in (0.0, 3.0):
+        ours, _ = call_loss(ppo_token_loss, logp, old, adv, mask, torch.ones(B, dtype=D), torch.zeros(B, dtype=bool),
+                            norm=norm, agg=mode, clip_low=0.2, clip_high=0.28, clip_ratio_c=c)
+        theirs = verl_vanilla(old, logp, adv, mask, 0.2, 0.28, c if c else 1e9, mode, 7.0)
+        assert float(ours) == pytest.approx(float(theirs), abs=1e-10), c
+    # the dual clip acts on this batch (some A < 0 token with ρ > 3), so the comparison is not vacuous
+    ours3, st = call_loss(ppo_token_loss, logp * 0 + old + 1.5, old, -adv.abs(), mask, torch.ones(B, dtype=D),
+                          torch.zeros(B, dtype=bool), norm=norm, agg=mode, clip_ratio_c=3.0)
+    assert float(st["clip_dual"]) > 0
+    assert float(ours3) == pytest.approx(float(verl_vanilla(old, old + 1.5, -adv.abs(), mask, 0.2, 0.28, 3.0, mode,
+                                                            7.0)), abs=1e-10)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_seq_matches_verl_gspo_with_its_aggregation(seed):
+    old, logp, adv, mask = _random_batch(seed)
+    B = mask.shape[0]
+    ours, _ = call_loss(ppo_seq_loss, logp, old, adv, mask, torch.ones(B, dtype=D), torch.zeros(B, dtype=bool),
+                        norm=Normaliser(float(mask.sum()), float(B)), agg="seq-mean-token-mean", clip_low=3e-4,
+                        clip_high=4e-4)
+    theirs = verl_gspo(old, logp, adv, mask, 3e-4, 4e-4)
+    assert float(ours) == pytest.approx(float(theirs), abs=1e-10)
+    g1 = torch.autograd.grad(ours, logp, retain_graph=True)[0]
+    g2 = torch.autograd.grad(theirs, logp)[0]
+    assert torch.allclose(g1, g2, atol=1e-10)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_agg_and_k3_match_verl(seed):
+    _, logp, _, mask = _random_batch(seed)
+    ref = logp.detach() + 0.3 * torch.randn_like(logp)
+    k3_verl = torch.clamp(torch.exp(ref - logp) - (ref - logp) - 1, -10, 10)
+    assert torch.allclose(kl_penalty(logp, ref), k3_verl, atol=1e-12)
+    for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
+        got = agg_loss(k3_verl, mask, mode, Normaliser(float(mask.sum()), float(mask.shape[0]), loss_scale_factor=5.0))
+        assert float(got) == pytest.approx(float(verl_agg(k3_verl, mask, mode, 5.0)), abs=1e-12), mode
+
+
+def test_real_pairs_turn_on_verl_dual_clip():
+    from graft_cli.config import compose
+
+    for pair in ("1", "2", "3"):
+        assert compose([f"pair={pair}", "method=graft"]).algo.clip_ratio_c == 3.0
+        assert compose([f"pair={pair}", "method=hacpo"]).algo.clip_ratio_c == 0.0  # GSPO has no dual clip
+    assert compose(["method=graft"]).algo.clip_ratio_c == 0.0  # the tiny pair keeps graft's own default
+
+
+# -------------------------------------------------------------------------------- end to end through the CLI
+GRAFT = [sys.executable, "-m", "graft_cli.cli"]
+
+
+def _env():
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _rows(path):
+    with open(path) as f:
+        return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in f if line.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,key", [("hacpo", "hacpo/L_m"), ("sgt", "graft/selected"), ("grpo_kl", "kl"),
+                                        ("grpo_dapo", "filter_groups/rounds")])
+def test_baseline_trains_and_resumes_exactly_after_a_kill(tiny_models, problems_file, tmp_path, method, key):
+    out = tmp_path / "runs"
+    args = ["train", "--method", method, "--steps", "4", "--no-progress",
+            *train_overrides(tiny_models, problems_file, str(out), ["run.save_every=2"])]
+    ref = subprocess.run(GRAFT + [*args, "run.name=ref"], cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    want = _rows(out / "ref" / "metrics.jsonl")
+    assert [(r["step"], r["policy"]) for r in want] == [(s, p) for s in (1, 2, 3, 4) for p in ("a", "b")]
+    assert all(key in r for r in want) and sum(r["grad_norm"] > 0 for r in want) >= 4
+    proc = subprocess.Popen(GRAFT + [*args, "run.name=killed"], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    marker = out / "killed" / "checkpoints" / "step_000002" / "COMPLETE"
+    deadline = time.time() + 300
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = subprocess.run(GRAFT + [*args, "run.name=killed"], cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _rows(out / "killed" / "metrics.jsonl") == want
+    for pol in ("a", "b"):
+        a = open(out / "ref" / "checkpoints" / "step_000004" / pol / "model.safetensors", "rb").read()
+        b = open(out / "killed" / "checkpoints" / "step_000004" / pol / "model.safetensors", "rb").read()
+        assert a == b
+    assert not math.isnan(want[-1]["loss"])
