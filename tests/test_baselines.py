@@ -383,3 +383,23 @@ def test_baseline_trains_and_resumes_exactly_after_a_kill(tiny_models, problems_
         b = open(out / "killed" / "checkpoints" / "step_000004" / pol / "model.safetensors", "rb").read()
         assert a == b
     assert not math.isnan(want[-1]["loss"])
+
+
+@pytest.mark.parametrize("pair", ["1", "2", "3"])
+def test_baselines_compose_on_the_real_pairs_with_the_papers_settings(pair):
+    from graft_cli.config import compose
+
+    for method in ("hacpo", "sgt", "grpo_kl", "grpo_dapo"):
+        cfg = compose([f"pair={pair}", f"method={method}"])
+        trained = [p for p in cfg.policies if p.role == "train"]
+        assert len(trained) == 2 and cfg.data.prompt_batch == 128 and cfg.optim.lr == 1e-6 and cfg.rollout.n == 8
+        assert cfg.rollout.max_new_tokens == 4096 and cfg.run.dtype == "bfloat16"
+        refs = {p.serves[0]: p.model for p in cfg.policies if p.role == "frozen"}
+        if method in ("hacpo", "grpo_kl"):  # each policy's initial (hub) weights are its frozen reference
+            assert refs == {p.name: p.model for p in trained} and cfg.algo.kl_coef == 1e-3
+        else:
+            assert refs == {} and cfg.algo.kl_coef == 0.0
+    hacpo = compose([f"pair={pair}", "method=hacpo"])
+    assert hacpo.algo.minibatch_prompts == 64 and (hacpo.algo.clip_low, hacpo.algo.clip_high) == (3e-4, 4e-4)
+    assert hacpo.algo.agg == "seq-mean-token-mean"
+    assert compose([f"pair={pair}", "method=sgt"]).algo.minibatch_prompts == 32

@@ -194,6 +194,30 @@ def test_eval_cli_model_writes_files_and_resumes(random_model, tmp_path):
     assert len(lines) == 1 and "samples" in lines[0], r.stderr
 
 
+def test_eval_skips_and_counts_prompts_longer_than_the_context(random_model, tmp_path):
+    """The random model has 512 positions; the character tokenizer makes one token per character. A 600-character
+    problem leaves no room for the 8 new tokens: it is not generated, scores 0, is flagged in the per-sample file
+    and counted in the summary, and one line says so; the short problems are generated as usual."""
+    data = tmp_path / "mixed.jsonl"
+    with open(data, "w") as f:
+        f.write(json.dumps({"id": "short0", "problem": "1+1", "answer": "2"}) + "\n")
+        f.write(json.dumps({"id": "long", "problem": "1+" * 300 + "1", "answer": "301"}) + "\n")
+        f.write(json.dumps({"id": "short1", "problem": "2+2", "answer": "4"}) + "\n")
+    out = tmp_path / "out"
+    r = run_cli(["eval", "--model", random_model, "--data", str(data), "--runs", "1", "--samples", "2",
+                 "--max-new-tokens", "8", "--out", str(out), "--no-progress", "--workers", "1"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = read_jsonl(out / "mixed_run1.jsonl")
+    long_rows = [x for x in rows if x["problem_id"] == "long"]
+    assert len(rows) == 6 and len(long_rows) == 2
+    assert all(x["skipped"] == "prompt_longer_than_context" and x["grade"] == 0.0 and x["response"] == ""
+               for x in long_rows)
+    assert all("skipped" not in x and x["num_tokens"] > 0 for x in rows if x["problem_id"] != "long")
+    s = json.loads((out / "summary.json").read_text())["benchmarks"]["mixed"]
+    assert s["skipped_long"] == 2 and s["num_problems"] == 3
+    assert "1 of 3 prompts leave no room for 8 new tokens in the model's 512-token context" in r.stdout + r.stderr
+
+
 def test_eval_cli_needs_run_or_model():
     r = run_cli(["eval", "--data", SMOKE])
     assert r.returncode == 2 and "--run" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -128,12 +128,20 @@ def prepare_folder(out_dir: str, settings: EvalSettings, spec, benches: list[tup
 
 
 # ---------------------------------------------------------------------------------------- one model
+def context_length(model) -> int | None:
+    """The model's context in tokens (``config.max_position_embeddings``), None when it does not say."""
+    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
 class Evaluator:
     """Evaluates one model (an engine + tokenizer) into one folder; resumable per (benchmark, run)."""
 
-    def __init__(self, engine, tokenizer, prompt_spec, settings: EvalSettings, grader, progress=None):
+    def __init__(self, engine, tokenizer, prompt_spec, settings: EvalSettings, grader, progress=None,
+                 context_len: int | None = None, console=None):
         self.engine, self.tokenizer, self.spec = engine, tokenizer, prompt_spec
         self.settings, self.grader, self.progress = settings, grader, progress
+        self.context_len, self.console = context_len, console
 
     def todo(self, out_dir: str, benches) -> int:
         """Responses still to generate in ``out_dir`` (for progress totals)."""
@@ -148,27 +156,42 @@ class Evaluator:
         s = self.settings
         seed = run_seed(s.seed, run)
         rows: list[dict] = []
+        skipped = 0
         for c, start in enumerate(range(0, len(problems), CHUNK_PROMPTS)):
             chunk = problems[start:start + CHUNK_PROMPTS]
             prompt_ids = [self.spec.encode(p.problem, self.tokenizer) for p in chunk]
+            # a prompt that leaves no room for max_new_tokens in the model's context is not generated (lm-eval
+            # would left-truncate it): it scores 0 and is counted (summary "skipped_long")
+            fits = [i for i, ids in enumerate(prompt_ids)
+                    if self.context_len is None or len(ids) + s.max_new_tokens <= self.context_len]
             params = SamplingParams(n=s.samples, temperature=s.temperature, top_p=s.top_p,
                                     max_new_tokens=s.max_new_tokens, seed=chunk_seed(seed, c))
-            ro = self.engine.generate(prompt_ids, params)
-            golds = [p.answer for p in chunk for _ in range(s.samples)]
-            grades = self.grader.grade(ro.texts, golds)
+            ro = self.engine.generate([prompt_ids[i] for i in fits], params) if fits else None
+            golds = [chunk[i].answer for i in fits for _ in range(s.samples)]
+            grades = self.grader.grade(ro.texts, golds) if fits else None
+            where = {i: k for k, i in enumerate(fits)}
             for i, p in enumerate(chunk):
                 for j in range(s.samples):
-                    r = i * s.samples + j
-                    rows.append({
-                        "benchmark": bench.name, "problem_id": p.id, "problem_index": start + i, "run": run,
-                        "sample": j, "seed": seed, "answer": p.answer, "response": ro.texts[r],
-                        "extracted": grades.extracted[r], "grade": float(grades.rewards[r]),
-                        "timed_out": bool(grades.timed_out[r]), "truncated": bool(ro.truncated[r]),
-                        "num_tokens": len(ro.response_ids[r]),
-                    })
+                    row = {"benchmark": bench.name, "problem_id": p.id, "problem_index": start + i, "run": run,
+                           "sample": j, "seed": seed, "answer": p.answer}
+                    if i not in where:
+                        row.update(response="", extracted=None, grade=0.0, timed_out=False, truncated=False,
+                                   num_tokens=0, skipped="prompt_longer_than_context")
+                        rows.append(row)
+                        continue
+                    r = where[i] * s.samples + j
+                    row.update(response=ro.texts[r], extracted=grades.extracted[r], grade=float(grades.rewards[r]),
+                               timed_out=bool(grades.timed_out[r]), truncated=bool(ro.truncated[r]),
+                               num_tokens=len(ro.response_ids[r]))
+                    rows.append(row)
+            skipped += len(chunk) - len(fits)
             if self.progress is not None and task is not None:
                 self.progress.advance(task, len(chunk) * s.samples)
         write_jsonl_atomic(run_file(out_dir, bench.name, run), rows)
+        if skipped and self.console is not None:
+            self.console.print(f"eval {bench.name} run {run}: {skipped} of {len(problems)} prompts leave no room for "
+                               f"{s.max_new_tokens} new tokens in the model's {self.context_len}-token context: "
+                               f"not generated, scored 0 (summary: skipped_long)", soft_wrap=True)
         return rows
 
     def evaluate(self, out_dir: str, benches: list[tuple[BenchmarkSource, list]], force: bool = False,
@@ -219,6 +242,7 @@ def summarize_dir(out_dir: str) -> dict:
         s["source"] = fp["source"]
         s["timeouts"] = _count(out_dir, name, correct.shape[0], "timed_out")
         s["truncated"] = _count(out_dir, name, correct.shape[0], "truncated")
+        s["skipped_long"] = _count(out_dir, name, correct.shape[0], "skipped")
         benches[name] = s
     order = [b for b in FIVE if b in benches] + [b for b in benches if b not in FIVE]
     benches = {b: benches[b] for b in order}
@@ -411,7 +435,8 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
     m = load_model(path, dtype, device)
     grader = _make_grader(workers, timeout_s)
     try:
-        ev = Evaluator(_make_engine(m, tok, engine, max_batch), tok, spec, settings, grader)
+        ev = Evaluator(_make_engine(m, tok, engine, max_batch), tok, spec, settings, grader,
+                       context_len=context_length(m), console=console)
         with _progress(progress, console) as bar:
             ev.progress = bar
             task = bar.add_task(model, total=ev.todo(out_dir, benches))
@@ -471,7 +496,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                             max_new_tokens=max_new_tokens or ec.max_new_tokens or cfg.rollout.max_new_tokens,
                             seed=ec.seed if seed is None else seed)
     settings.check()
-    names = [p.name for p in cfg.policies]
+    names = [p.name for p in cfg.policies if p.role == "train"]  # frozen models have no checkpoints
     chosen = names if not policies else [p.strip() for p in (policies.split(",") if isinstance(policies, str)
                                                              else policies)]
     for p in chosen:
@@ -512,7 +537,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                 tok = load_tokenizer(folder)
                 model = load_model(folder, cfg.run.dtype, device or cfg.run.device)
                 ev = Evaluator(_make_engine(model, tok, cfg.rollout.engine, cfg.rollout.max_batch,
-                                            dict(cfg.rollout.engine_kwargs)), tok, spec, settings, grader, bar)
+                                            dict(cfg.rollout.engine_kwargs)), tok, spec, settings, grader, bar,
+                               context_len=context_length(model), console=console)
                 label = f"{p} step {s} "
                 task = bar.add_task(label, total=ev.todo(out_dir, benches))
                 ev.evaluate(out_dir, benches, task=task, label=label)
@@ -583,7 +609,8 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
     for name, pol in trainer.policies.items():
         t0 = time.perf_counter()
         out_dir = os.path.join(run_dir, "eval", name, f"step_{trainer.step:06d}")
-        ev = Evaluator(pol.engine, pol.tokenizer, trainer.spec, settings, trainer.grader)
+        ev = Evaluator(pol.engine, pol.tokenizer, trainer.spec, settings, trainer.grader,
+                       context_len=context_length(pol.model), console=console)
         ev.evaluate(out_dir, st.benches)
         summary = write_summary(out_dir, {"model": "in-training", "policy": name, "step": trainer.step})
         row = {"step": trainer.step, "policy": name, "validation/score": summary["average"]["mean"]}

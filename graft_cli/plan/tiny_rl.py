@@ -67,7 +67,7 @@ def rl_check(steps: int = 80, method: str = "grpo", out: str = "results/tiny_rl_
                           top_p=ev.top_p, max_new_tokens=ev.max_new_tokens, seed=ev.seed, benchmarks=benchmarks,
                           progress=progress)  # policy -> {last step: summary}
     rows = []
-    for pol in cfg.policies:
+    for pol in [p for p in cfg.policies if p.role == "train"]:
         base_dir = os.path.join(out, "base", pol.name)
         evaluate_model(pol.model, base_dir, benchmarks=benchmarks, pair="tiny", settings=ev, progress=progress,
                        prompt_spec=PromptSpec.from_config(cfg.prompt), dtype=cfg.run.dtype, device=cfg.run.device,

@@ -5,7 +5,7 @@ prints none, and a missing cell is None. Rows are kept as the paper's own string
 average after ``|``) and parsed by :func:`_row`, so every number can be checked against graft.md by eye.
 The OCR repairs listed in graft.md §6.0 are already applied there. Method keys are the method config names of
 ``experiments/method/`` (``grpo``, ``grpo_n16``, ``grpo_n32``, ``graft``, ``graft_*`` variants, ``graft_stored``)
-plus ``hacpo``, ``sgt`` and ``grpo_ds`` (GRPO n=8 + dynamic sampling) for the baselines.
+plus ``hacpo``, ``sgt`` and ``grpo_dapo`` (GRPO n=8 + dynamic sampling) for the baselines.
 """
 
 # ruff: noqa: E501
@@ -94,7 +94,7 @@ TABLE5 = {  # method: (smol Avg, smol best, smol 3-ep, qwen Avg, qwen best, qwen
     'grpo': _compute('32.60', 17.2, 17.4, '31.20', 11.4, 12.5, 28.6, 29.9),
     'grpo_n16': _compute('33.38', 21.0, 34.8, '32.15', 22.1, 22.5, 43.1, 57.3),
     'grpo_n32': _compute('35.71', 48.7, 99.5, '32.43', 43.3, 45.6, 92.0, 145.1),
-    'grpo_ds': _compute('34.99±0.35', 29.4, 40.5, '32.59±0.33', 21.4, 27.4, 50.8, 67.9),
+    'grpo_dapo': _compute('34.99±0.35', 29.4, 40.5, '32.59±0.33', 21.4, 27.4, 50.8, 67.9),
     'hacpo': _compute('31.51', 23.5, 25.1, '27.24', 5.9, 22.0, 44.0, 47.1),
     'sgt': _compute('34.88', 24.0, 30.9, '31.24', 19.4, 22.2, 46.2, 53.1),
     'graft': _compute('37.06', 25.3, 26.7, '33.44', 15.0, 16.6, 40.9, 43.3),
@@ -242,7 +242,7 @@ TABLE6 = {
     },
 }
 
-METHOD_ORDER_T1 = ("grpo", "grpo_n16", "grpo_n32", "grpo_ds", "hacpo", "sgt", "graft")
+METHOD_ORDER_T1 = ("grpo", "grpo_n16", "grpo_n32", "grpo_dapo", "hacpo", "sgt", "graft")
 
 
 def model_key(model: str | None) -> str | None:

@@ -54,8 +54,8 @@ from graft_cli.report import paper_numbers as P
 from graft_cli.rundir import read_metrics
 
 METHOD_NAMES = {
-    "grpo": "GRPO n=8", "grpo_n16": "GRPO n=16", "grpo_n32": "GRPO n=32", "grpo_ds": "GRPO n=8 + Dynamic Sampling",
-    "hacpo": "HACPO", "sgt": "SGT", "graft": "GRAFT", "graft_stored": "GRAFT w/ stored traj.",
+    "grpo": "GRPO n=8", "grpo_n16": "GRPO n=16", "grpo_n32": "GRPO n=32", "grpo_dapo": "GRPO n=8 + Dynamic Sampling",
+    "hacpo": "HACPO", "sgt": "SGT", "grpo_kl": "KL-Reg GRPO", "graft": "GRAFT", "graft_stored": "GRAFT w/ stored traj.",
     "graft_nogate": "w/o compat gate (w=1)", "graft_nofloor": "w/o floor (δ=0)",
     "graft_nobalance": "w/o balanced exchange", "graft_seqratio": "w/o token-level ratio (seq-level)",
     "graft_randprompts": "random prompts", "graft_randadmit": "random admission", "graft_first": "peer first",
@@ -64,7 +64,7 @@ METHOD_NAMES = {
     "graft_hacpo_update": "HACPO update + GRAFT which", "graft_sft_update": "SFT update (SGT + GRAFT which)",
     "graft_luffy": "LUFFY update", "graft_delta0p7": "δ = 0.7", "graft_delta0p9": "δ = 0.9",
 }
-T1_METHODS = ("grpo", "grpo_n16", "grpo_n32", "grpo_ds", "hacpo", "sgt", "graft")
+T1_METHODS = ("grpo", "grpo_n16", "grpo_n32", "grpo_dapo", "hacpo", "sgt", "graft")
 ABLATIONS = ("graft", "graft_nogate", "graft_nofloor", "graft_nobalance", "graft_seqratio", "graft_randprompts",
              "graft_randadmit", "graft_first", "graft_uniform", "graft_pooled", "grpo")
 SWEEP = (("graft_nofloor", "0 (no floor)"), ("graft_delta0p7", "0.7"), ("graft", "0.8"), ("graft_delta0p9", "0.9"))
@@ -229,7 +229,8 @@ def load_run(path: str) -> Run:
         raise GraftError(f"{path}/config.yaml: not a mapping")
     ex = raw.get("exchange") or {}
     pols = [{"name": str(p["name"]), "model": str(p.get("model", p["name"])),
-             "key": _model_key(str(p.get("model", p["name"])))} for p in raw.get("policies") or [] if "name" in p]
+             "key": _model_key(str(p.get("model", p["name"])))} for p in raw.get("policies") or []
+            if "name" in p and p.get("role", "train") == "train"]  # frozen models are not the run's policies
     run = Run(path=path, name=os.path.basename(path.rstrip("/")), method=str(raw.get("method", "?")),
               variant=variant_of(raw), pair=str(raw.get("pair", "?")), seed=int((raw.get("run") or {}).get("seed", 0)),
               exchange=str(ex.get("name", "none")), ordering=str(ex.get("ordering", "last")), policies=pols)
@@ -294,7 +295,7 @@ class Index:
 
     def first(self, key: str, variant: str, pair: str | None = None):
         e = self.entries(key, variant, pair)
-        if not e and pair is not None and variant.split("[")[0] in ("grpo", "grpo_n16", "grpo_n32", "grpo_ds"):
+        if not e and pair is not None and variant.split("[")[0] in ("grpo", "grpo_n16", "grpo_n32", "grpo_dapo"):
             e = self.entries(key, variant, None)  # independent baselines do not depend on the pair
         return e[0] if e else (None, None)
 
