@@ -80,3 +80,25 @@ def test_two_processes_equal_one(tmp_path, method):
                 assert math.isclose(v1, v2, rel_tol=1e-5, abs_tol=1e-7), (k, v1, v2)
             else:
                 assert v1 == v2, (k, v1, v2)
+
+
+@pytest.mark.slow
+def test_frozen_reference_and_kl_two_processes_equal_one(tmp_path):
+    """KL-regularised GRPO: each policy's frozen initial weights are loaded as a second model (sharded under
+    FSDP like the policies), scored on row shards and gathered; the step equals the one-process step."""
+    a = make_random_model(str(tmp_path / "a"), "qwen3", 0)
+    b = make_random_model(str(tmp_path / "b"), "llama", 1)
+    data = write_problems(str(tmp_path / "train.jsonl"))
+    extra = ["method=grpo_kl", "algo.kl_coef=0.5", "optim.micro_batch_tokens=60"]
+    one = _run([sys.executable, WORKER, str(tmp_path / "one"), a, b, data, *extra], tmp_path / "one")
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+              "--master_port", str(_free_port())]
+    fsdp = _run([*launch, WORKER, str(tmp_path / "fsdp"), a, b, data, *extra], tmp_path / "fsdp", GRAFT_FSDP="1")
+    assert fsdp[0]["mode"] == "fsdp" and set(fsdp) == {0, 1}
+    for r in (0, 1):
+        for pol, sd in fsdp[r]["params"].items():
+            for k, v in sd.items():
+                assert torch.allclose(v, one[0]["params"][pol][k], atol=1e-6, rtol=1e-5), (r, pol, k)
+    for r1, r2 in zip(one[0]["rows"], fsdp[0]["rows"]):
+        assert r1["kl"] > 0 and math.isclose(r1["kl"], r2["kl"], rel_tol=1e-5, abs_tol=1e-9)
+        assert math.isclose(r1["loss"], r2["loss"], rel_tol=1e-5, abs_tol=1e-7)

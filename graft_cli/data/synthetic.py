@@ -241,12 +241,10 @@ def write_task(out_dir: str, seed: int = 0, train_size: int = TRAIN_SIZE) -> dic
     os.makedirs(out_dir, exist_ok=True)
     paths = {}
     for name, recs in build_task(seed, train_size).items():
+        from graft_cli.rundir import atomic_write_text
+
         path = os.path.join(out_dir, f"{name}.jsonl")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            for r in recs:
-                f.write(json.dumps(r, sort_keys=False) + "\n")
-        os.replace(tmp, path)
+        atomic_write_text(path, "".join(json.dumps(r, sort_keys=False) + "\n" for r in recs))
         paths[name] = path
     return paths
 

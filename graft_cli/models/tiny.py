@@ -602,10 +602,9 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
             "token_stats": stats, "build_seconds": time.time() - t0,
             "max_new_tokens": _suggest_max_new_tokens(stats),
         }
-        tmp = _manifest_path(cache_dir) + f".tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1)
-        os.replace(tmp, _manifest_path(cache_dir))
+        from graft_cli.rundir import atomic_write_text
+
+        atomic_write_text(_manifest_path(cache_dir), json.dumps(manifest, indent=1))
     return paths
 
 

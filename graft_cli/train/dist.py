@@ -160,6 +160,14 @@ class Dist:
             return self.accelerator.prepare(model, optimizer)
         return fully_shard_model(model, self.mixed_bf16), _rebuild_optimizer(optimizer, model)
 
+    def prepare_frozen(self, model):
+        """Shard a frozen model (no optimizer) like the policies under FSDP; unchanged otherwise."""
+        if not self.fsdp:
+            return model
+        if self.accelerator is not None:
+            return self.accelerator.prepare_model(model, evaluation_mode=True)
+        return fully_shard_model(model, self.mixed_bf16)
+
     def full_state(self, model, optimizer) -> tuple[dict | None, dict | None]:
         """Full (unsharded) model and optimizer state dicts, collective in FSDP mode; ``(None, None)`` when
         the local objects already hold everything."""

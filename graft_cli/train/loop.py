@@ -99,8 +99,8 @@ def build_frozen(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None) 
     model = load_model(resolve_path(pc.model), cfg.run.dtype, cfg.run.device)
     model.requires_grad_(False)
     digest = weights_sha256(model)
-    if dist is not None and dist.fsdp:
-        model, _ = dist.prepare(model, None)
+    if dist is not None:
+        model = dist.prepare_frozen(model)
     model.eval()
     return Frozen(pc.name, model, tok, pc, digest)
 
