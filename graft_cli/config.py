@@ -147,6 +147,7 @@ class AlgoConfig:
     reference: str = "none"  # none | initial: a frozen copy of each policy's initial weights, column ref_logprobs
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     loss_params: dict = field(default_factory=dict)  # the loss's parameters, validated against its defaults
+    token_adv_params: dict = field(default_factory=dict)  # parameters of the token-advantage functions
     loss_mask: str = "response"  # registered loss-mask function (graft_cli/algorithms/signals.py)
     token_advantages: list = field(default_factory=lambda: ["is_correction"])  # registered, applied in order
     controllers: list = field(default_factory=list)  # [{name: <registered controller>, ...params}]
@@ -193,6 +194,7 @@ class Config:
     policies: list = field(default_factory=list)  # list[PolicyConfig]: trained policies and frozen models
     sources: list = field(default_factory=list)  # list[SourceConfig]: step sources (e.g. a partner's logs)
     plugins: list = field(default_factory=list)  # modules or .py files imported before validation (new methods)
+    distill: dict = field(default_factory=dict)  # a pair's distillation roles: {student: {name, model}, teacher: MODEL}
     run: RunConfig = field(default_factory=RunConfig)
     data: DataConfig = field(default_factory=DataConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
@@ -256,20 +258,28 @@ def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None, 
     schema = OmegaConf.structured(Config)
     try:
         merged = OmegaConf.merge(schema, raw)
-        merged.policies = [OmegaConf.merge(OmegaConf.structured(PolicyConfig), p) for p in merged.policies]
-        merged.sources = [OmegaConf.merge(OmegaConf.structured(SourceConfig), p) for p in merged.sources]
         for path in FREE_DICTS:
             OmegaConf.set_struct(OmegaConf.select(merged, path), False)
-        for ov in overrides or []:
-            key, _, val = ov.partition("=")
-            key = key.lstrip("+")
-            try:
-                value = yaml.safe_load(val) if val != "" else ""
-            except yaml.YAMLError:
-                value = val
-            if OmegaConf.select(merged, key, default="__missing__") == "__missing__" and not _dict_field(merged, key):
-                raise GraftError(f"config key {key!r}: unknown key")
-            OmegaConf.update(merged, key, value, merge=True)
+
+        def apply(ovs):
+            for ov in ovs:
+                key, _, val = ov.partition("=")
+                key = key.lstrip("+")
+                try:
+                    value = yaml.safe_load(val) if val != "" else ""
+                except yaml.YAMLError:
+                    value = val
+                if OmegaConf.select(merged, key, default="__missing__") == "__missing__" and not _dict_field(merged,
+                                                                                                         key):
+                    raise GraftError(f"config key {key!r}: unknown key")
+                OmegaConf.update(merged, key, value, merge=True)
+
+        # overrides of other keys first: the model lists may interpolate them (e.g. ${distill.student})
+        lists = [ov for ov in overrides or [] if ov.lstrip("+").split("=")[0].split(".")[0] in ("policies", "sources")]
+        apply([ov for ov in overrides or [] if ov not in lists])
+        merged.policies = [OmegaConf.merge(OmegaConf.structured(PolicyConfig), p) for p in merged.policies]
+        merged.sources = [OmegaConf.merge(OmegaConf.structured(SourceConfig), p) for p in merged.sources]
+        apply(lists)
         cfg: Config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise GraftError(_one_line(e)) from None
@@ -315,7 +325,8 @@ def _dict_field(cfg: DictConfig, key: str) -> bool:
     return parent in FREE_DICTS or any(parent.startswith(p + ".") for p in FREE_DICTS)
 
 
-FREE_DICTS = ("exchange.params", "extra", "data.fields", "rollout.engine_kwargs", "algo.loss_params")
+FREE_DICTS = ("exchange.params", "extra", "data.fields", "rollout.engine_kwargs", "algo.loss_params",
+              "algo.token_adv_params", "distill")
 
 
 def to_yaml(cfg: Config) -> str:
@@ -368,6 +379,13 @@ def validate(cfg: Config, registries: bool = True) -> None:
         _check(sc.kind == "rollout_log", f"sources.{i}.kind", f"must be rollout_log, got {sc.kind!r}")
     for i, t in enumerate(a.token_advantages):
         _known(t, TOKEN_ADVANTAGES, f"algo.token_advantages.{i}")
+    if all(t in TOKEN_ADVANTAGES for t in a.token_advantages):
+        from graft_cli.algorithms.signals import token_adv_params
+
+        flat = {}
+        for d in token_adv_params(list(a.token_advantages), a.token_adv_params).values():
+            flat.update(d)
+        a.token_adv_params = flat
     _known(a.loss_mask, LOSS_MASKS, "algo.loss_mask")
     _check(a.clip_ratio_c == 0 or a.clip_ratio_c > 1, "algo.clip_ratio_c", "must be 0 (off) or > 1")
     _check(a.kl_coef >= 0, "algo.kl_coef", "must be >= 0")

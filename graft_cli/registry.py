@@ -6,6 +6,7 @@ under a string name and looked up from the config, so the training loop never br
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Generic, TypeVar
 
 from graft_cli.errors import GraftError
@@ -37,3 +38,24 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: str) -> bool:
         return name in self._items
+
+
+def validate_params(defaults: dict, params: dict | None, key: str, owner: str) -> dict:
+    """``params`` merged over ``defaults`` with each key and value checked (one-line GraftError naming
+    ``key.<name>``): unknown keys, booleans, finite numbers, and choices (a tuple default: its first entry is the
+    default, its entries the allowed values)."""
+    out = dict(defaults)
+    for k, v in (params or {}).items():
+        if k not in defaults:
+            known = ", ".join(sorted(defaults)) or "none"
+            raise GraftError(f"config key '{key}.{k}': not a parameter of {owner}; known: {known}")
+        d = defaults[k]
+        if isinstance(d, bool) and not isinstance(v, bool):
+            raise GraftError(f"config key '{key}.{k}': must be true or false, got {v!r}")
+        if isinstance(d, (int, float)) and not isinstance(d, bool):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise GraftError(f"config key '{key}.{k}': must be a number, got {v!r}")
+        if isinstance(d, tuple) and v not in d:
+            raise GraftError(f"config key '{key}.{k}': must be one of {', '.join(map(str, d))}, got {v!r}")
+        out[k] = v
+    return {k: (v[0] if isinstance(v, tuple) else v) for k, v in out.items()}

@@ -11,6 +11,6 @@ Importing this package registers every built-in piece (each module registers its
 """
 
 from graft_cli.algorithms import advantages, controllers, correction, losses, peer_losses, signals  # noqa: F401
-from graft_cli.algorithms import exchange  # noqa: F401
+from graft_cli.algorithms import exchange, opd  # noqa: F401
 from graft_cli.algorithms.controllers import CONTROLLERS  # noqa: E402,F401
 from graft_cli.algorithms.signals import LOSS_MASKS, TOKEN_ADVANTAGES  # noqa: E402,F401

@@ -17,8 +17,7 @@ from typing import Callable
 
 import torch
 
-from graft_cli.errors import GraftError
-from graft_cli.registry import Registry
+from graft_cli.registry import Registry, validate_params
 
 POLICY_LOSSES: Registry = Registry("policy loss")
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -101,22 +100,7 @@ class LossSpec:
         return self.fn(inp)
 
     def validate(self, params: dict | None, key: str = "algo.loss_params") -> dict:
-        out = dict(self.defaults)
-        for k, v in (params or {}).items():
-            if k not in self.defaults:
-                known = ", ".join(sorted(self.defaults)) or "none"
-                raise GraftError(f"config key '{key}.{k}': not a parameter of loss {self.name!r}; known: {known}")
-            d = self.defaults[k]
-            if isinstance(d, bool) and not isinstance(v, bool):
-                raise GraftError(f"config key '{key}.{k}': must be true or false, got {v!r}")
-            if isinstance(d, (int, float)) and not isinstance(d, bool):
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                    raise GraftError(f"config key '{key}.{k}': must be a number, got {v!r}")
-            if isinstance(d, tuple):  # a choice: the first entry is the default
-                if v not in d:
-                    raise GraftError(f"config key '{key}.{k}': must be one of {', '.join(d)}, got {v!r}")
-            out[k] = v
-        return {k: (v[0] if isinstance(v, tuple) else v) for k, v in out.items()}
+        return validate_params(self.defaults, params, key, f"loss {self.name!r}")
 
 
 def register_loss(name: str, token_columns: tuple = (), **defaults):
@@ -254,14 +238,16 @@ KL_KINDS = ("low_var_kl", "k3", "kl", "k1", "mse", "k2")
 def compute_loss(spec: LossSpec, inp: LossInputs, kl_coef: float = 0.0, kl_type: str = "low_var_kl"):
     """The registered loss plus, when ``kl_coef`` > 0, a KL term to a frozen reference (verl's ``use_kl_loss``:
     L + β·agg(KL(π_θ ‖ π_ref)) with the loss's aggregation over the mask; column ``ref_logprobs``, filled by
-    a frozen model's scorer). Stats gain ``kl/sum`` and ``kl/n`` (the trainer reports their ratio as ``kl``)."""
+    a frozen model's scorer). Whenever that column is there the KL is measured (with β = 0 only logged, as
+    verl's ``use_kl_loss=True, kl_loss_coef=0``): stats ``kl/sum`` and ``kl/n``, reported as ``kl``."""
     loss, st = spec.fn(inp)
-    if kl_coef > 0:
-        ref = inp.columns.get("ref_logprobs")
-        if not isinstance(ref, torch.Tensor):
-            raise ValueError("algo.kl_coef > 0 needs the column ref_logprobs (a frozen reference model)")
+    ref = inp.columns.get("ref_logprobs")
+    if kl_coef > 0 and not isinstance(ref, torch.Tensor):
+        raise ValueError("algo.kl_coef > 0 needs the column ref_logprobs (a frozen reference model)")
+    if isinstance(ref, torch.Tensor):
         kl = kl_penalty(inp.logp, ref, kl_type)
-        loss = loss + kl_coef * agg_loss(kl, inp.mask, inp.agg, inp.norm)
+        if kl_coef > 0:
+            loss = loss + kl_coef * agg_loss(kl, inp.mask, inp.agg, inp.norm)
         st = {**st, "kl/sum": (kl.detach() * inp.mask).sum().to(torch.float64),
               "kl/n": inp.mask.sum().detach().to(torch.float64)}
     return loss, st

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import torch
 
 from graft_cli.algorithms.correction import batch_is_weights
-from graft_cli.registry import Registry
+from graft_cli.errors import GraftError
+from graft_cli.registry import Registry, validate_params
 
 LOSS_MASKS: Registry = Registry("loss mask")
 TOKEN_ADVANTAGES: Registry = Registry("token-advantage function")
@@ -33,6 +34,33 @@ class SignalContext:
     policy: str
     algo: object  # the run's AlgoConfig (read-only)
     coefs: dict = field(default_factory=dict)  # controllers' coefficients for this step
+    params: dict = field(default_factory=dict)  # the function's validated parameters (algo.token_adv_params)
+
+
+def register_token_advantage(name: str, **defaults):
+    """Register ``fn(batch, ctx)`` as token-advantage function ``name`` with its parameters' defaults (read from
+    ``algo.token_adv_params``, validated; a tuple default is a choice)."""
+
+    def deco(fn):
+        fn.defaults = dict(defaults)
+        TOKEN_ADVANTAGES.register(name)(fn)
+        return fn
+
+    return deco
+
+
+def token_adv_params(names: list, params: dict | None) -> dict:
+    """name -> validated parameters of each listed function: ``algo.token_adv_params`` holds the parameters of
+    every function of the pipeline (one flat mapping; a key belongs to the function that declares it)."""
+    specs = {n: getattr(TOKEN_ADVANTAGES.get(n), "defaults", {}) for n in names}
+    owners = {k: n for n, d in specs.items() for k in d}
+    for k in params or {}:
+        if k not in owners:
+            known = ", ".join(sorted(owners)) or "none"
+            raise GraftError(f"config key 'algo.token_adv_params.{k}': not a parameter of {', '.join(names)}; "
+                             f"known: {known}")
+    return {n: validate_params(d, {k: v for k, v in (params or {}).items() if owners[k] == n},
+                               "algo.token_adv_params", f"token-advantage function {n!r}") for n, d in specs.items()}
 
 
 @LOSS_MASKS.register("response")

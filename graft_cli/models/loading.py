@@ -74,3 +74,16 @@ def weights_sha256(model) -> str:
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
+
+
+def vocab_difference(tok_a, tok_b) -> str | None:
+    """None when both tokenizers map every id to the same token string (same vocabulary size included);
+    else what differs first: the sizes, or the first id whose token string differs."""
+    va, vb = tok_a.get_vocab(), tok_b.get_vocab()
+    if len(va) != len(vb):
+        return f"vocabulary sizes {len(va)} vs {len(vb)}"
+    ia, ib = {i: t for t, i in va.items()}, {i: t for t, i in vb.items()}
+    for i in sorted(set(ia) | set(ib)):
+        if ia.get(i) != ib.get(i):
+            return f"token id {i} is {ia.get(i)!r} vs {ib.get(i)!r}"
+    return None

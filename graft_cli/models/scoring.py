@@ -78,3 +78,6 @@ def logprob_scorer(model, tokenizer, batch: TrainBatch, settings: ScoreSettings)
     s = ScoreSettings(temperature=1.0, token_budget=settings.token_budget, chunk_tokens=settings.chunk_tokens,
                       dist=settings.dist)
     return score_rows(model, tokenizer.pad_token_id, batch, s)
+
+
+logprob_scorer.needs_shared_vocab = True  # it scores the policy's own token ids: the vocabularies must match

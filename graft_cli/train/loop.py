@@ -26,7 +26,8 @@ from graft_cli.algorithms.advantages import ADVANTAGES
 from graft_cli.algorithms.controllers import build_controllers
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
 from graft_cli.algorithms.losses import POLICY_LOSSES, LossInputs, Normaliser, compute_loss
-from graft_cli.algorithms.signals import LOSS_MASKS, TOKEN_ADVANTAGES, SignalContext, scalar_broadcast
+from graft_cli.algorithms.signals import (LOSS_MASKS, TOKEN_ADVANTAGES, SignalContext, scalar_broadcast,
+                                          token_adv_params)
 from graft_cli.batch import PolicyStep, TrainBatch, micro_batches
 from graft_cli.console import make_console
 from graft_cli.data.problems import Problem, load_problems
@@ -150,7 +151,7 @@ def loss_inputs(batch: TrainBatch, rows: list[int], logp, L: int, dev, norm: Nor
     is_peer = torch.tensor([batch.source[i] != "self" for i in rows], device=dev)
     in_pg = torch.tensor([bool(batch.in_pg[i]) for i in rows], device=dev)
     columns = {k: [v[i] for i in rows] for k, v in batch.extra.items()}
-    for c in (*spec.token_columns, *(("ref_logprobs",) if a.kl_coef > 0 else ())):
+    for c in (*spec.token_columns, *(("ref_logprobs",) if a.kl_coef > 0 or "ref_logprobs" in batch.extra else ())):
         if c not in batch.extra:
             raise GraftError(f"config key 'algo.loss': loss {spec.name!r} reads the column {c!r}, which no frozen "
                              f"model's scorer filled (policies with role: frozen, column: {c})")
@@ -402,10 +403,12 @@ class Trainer:
     def token_signals(self, name: str, batch: TrainBatch, coefs: dict) -> dict:
         """The registered loss mask and token-advantage functions, in config order; returns their metrics."""
         a = self.cfg.algo
+        params = token_adv_params(list(a.token_advantages), a.token_adv_params)
         sctx = SignalContext(step=self.step, policy=name, algo=a, coefs=coefs)
         batch.loss_mask = LOSS_MASKS.get(a.loss_mask)(batch, sctx)
         met: dict = {}
         for fn_name in a.token_advantages:
+            sctx.params = params[fn_name]
             batch.token_adv, m = TOKEN_ADVANTAGES.get(fn_name)(batch, sctx)
             met.update(m)
         return met
@@ -503,6 +506,33 @@ class Trainer:
             close()
 
 
+def preflight(cfg: C.Config) -> None:
+    """Checks that need the models' tokenizers, before anything is written: a frozen model whose scorer scores the
+    policies' own token ids (a KL reference, an OPD teacher) must share each served policy's vocabulary."""
+    from graft_cli.models.loading import vocab_difference
+
+    trained = {p.name: p for p in cfg.policies if p.role == "train"}
+    toks: dict = {}
+
+    def tok(pc):
+        spec = resolve_path(pc.tokenizer or pc.model)
+        if spec not in toks:
+            toks[spec] = load_tokenizer(spec)
+        return toks[spec]
+
+    for f in [p for p in cfg.policies if p.role == "frozen"]:
+        if not getattr(SCORERS.get(f.scorer), "needs_shared_vocab", False):
+            continue
+        for name in f.serves or list(trained):
+            pc = trained[name]
+            if (f.tokenizer or f.model) == (pc.tokenizer or pc.model):
+                continue
+            diff = vocab_difference(tok(f), tok(pc))
+            if diff:
+                raise GraftError(f"frozen model {f.name!r} ({f.model}) and policy {name!r} ({pc.model}) do not share a "
+                                 f"vocabulary ({diff}); scorer {f.scorer!r} scores the policy's own token ids")
+
+
 def run_dir_for(cfg: C.Config) -> str:
     name = cfg.run.name or f"{cfg.pair}-{cfg.method}-s{cfg.run.seed}"
     return os.path.join(cfg.run.out, name)
@@ -561,6 +591,7 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = console or make_console(stderr=True)
+    preflight(cfg)  # nothing is written before the models' vocabularies are known to fit
     out = run_dir_for(cfg)
     is_main = os.environ.get("RANK", "0") == "0"  # data-parallel runs: only rank 0 writes files
     progress = progress and is_main

@@ -1,0 +1,293 @@
+"""On-policy distillation fused with GRPO and SAF-OPD's four stages (opd_saf.md). Expected numbers are worked by
+hand in the comments; the fused advantage is compared with the reference snippet of opd_saf.md §3.4, written
+here, on random inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import ROOT, make_char_tokenizer, train_overrides
+
+from graft_cli.algorithms.opd import (SafSchedule, anneal_factor, fused_advantages, opd_advantage, tanh_compress,
+                                      topk_sparsify, warmup_scale)
+
+D = torch.float64
+
+
+def t(x):
+    return torch.tensor(x, dtype=D)
+
+
+# --------------------------------------------------------------------------------------------- stages 0-2
+def test_opd_advantage_is_teacher_minus_student_on_the_mask():
+    a = opd_advantage(t([[-1.0, -2.0, -9.0]]), t([[-1.5, -1.0, -1.0]]), t([[1.0, 1.0, 0.0]]))
+    assert a.tolist() == [[0.5, -1.0, 0.0]]
+
+
+def test_topk_quantile_threshold_with_ties():
+    # |A| over the 5 valid tokens = [0.1, 0.4, 0.4, 0.2, 0.3]; k = 40 → quantile 0.6, linear: sorted
+    # [0.1, 0.2, 0.3, 0.4, 0.4], position 0.6·4 = 2.4 → 0.3 + 0.4·(0.4 − 0.3) = 0.34 → keep the two 0.4s
+    A = t([[0.1, -0.4, 0.4, 0.2, 0.3, 7.0]])
+    M = t([[1, 1, 1, 1, 1, 0]])  # the 7.0 is padding: never kept, never in the quantile
+    out, keep = topk_sparsify(A * M, M, 40)
+    assert keep.tolist() == [[False, True, True, False, False, False]]
+    assert out.tolist() == [[0.0, -0.4, 0.4, 0.0, 0.0, 0.0]]
+    # ties AT τ are kept: |A| = [0.2, 0.2, 0.2, 0.1], k = 50 → quantile 0.5 at position 1.5 of
+    # [0.1, 0.2, 0.2, 0.2] = 0.2 → the three 0.2s are kept (75% of the tokens although k = 50)
+    _, keep = topk_sparsify(t([[0.2, -0.2, 0.2, 0.1]]), t([[1, 1, 1, 1]]), 50)
+    assert keep.tolist() == [[True, True, True, False]]
+    # per sequence: a second row with its own threshold; an empty row keeps nothing
+    A2 = t([[0.1, 0.9, 0.0], [5.0, 1.0, 0.0], [3.0, 3.0, 3.0]])
+    M2 = t([[1, 1, 0], [1, 1, 1], [0, 0, 0]])
+    _, keep = topk_sparsify(A2, M2, 50)
+    # row 0: [0.1, 0.9] q0.5 = 0.5 → 0.9; row 1: [5, 1, 0] q0.5 = 1.0 → 5 and 1 (tie); row 2: nothing valid
+    assert keep.tolist() == [[False, True, False], [True, True, False], [False, False, False]]
+
+
+def test_topk_100_keeps_every_response_token():
+    A, M = t([[0.0, -3.0, 1e-9, 2.0]]), t([[1, 1, 1, 0]])
+    out, keep = topk_sparsify(A, M, 100)
+    assert keep.tolist() == [[True, True, True, False]] and out.tolist() == [[0.0, -3.0, 1e-9, 0.0]]
+
+
+def test_tanh_bound():
+    A, keep = t([[10.0, -10.0, 0.5, 3.0]]), torch.tensor([[True, True, True, False]])
+    out = tanh_compress(A, keep, 0.1)
+    # 0.1·tanh(±10) = ±0.0999999996, 0.1·tanh(0.5) = 0.0462117; the unkept 3.0 passes unchanged
+    assert out[0, :3].tolist() == pytest.approx([0.0999999996, -0.0999999996, 0.0462117157], abs=1e-9)
+    assert float(out[0, :3].abs().max()) < 0.1 and float(out[0, 3]) == 3.0
+
+
+# --------------------------------------------------------------------------------------------- stages 3-4
+def _schedule(**kw):
+    return SafSchedule({"warmup_steps": 100, "kl_delta": 0.2, "anneal_steps": 200, "anneal_min": 0.0, **kw}, 0)
+
+
+def _run(ctrl, kls, policy="a"):
+    """coefs for steps 0.. (1-based s = step + 1), the step's KL observed after each step."""
+    out = []
+    for j, kl in enumerate(kls):
+        c = ctrl.coefs(j)
+        out.append((round(c["saf/scale"], 12), round(c["saf/anneal"], 12)))
+        ctrl.observe(j, [{"policy": policy, "kl": kl}])
+    return out
+
+
+def test_warmup_ramp_and_early_stop_at_exactly_a_20_percent_drop():
+    # s = 1: no KL yet → scale 1/100; KL_0 = 1.25 (step 1's KL, seen at step 2); s = 2: drop 0 → 0.02;
+    # s = 3: drop (1.25 − 1.1)/1.25 = 12% → 0.03; s = 4: drop (1.25 − 1.0)/1.25 = 20% exactly → stop, the scale
+    # is frozen at 4/100 (it does not jump to 1); annealing starts on that same step: t = 0 → 1, then 1 − t/200
+    got = _run(_schedule(), [1.25, 1.1, 1.0, 2.0, 2.0, 0.1])
+    assert got == [(0.01, 1.0), (0.02, 1.0), (0.03, 1.0), (0.04, 1.0), (0.04, 0.995), (0.04, 0.99)]
+    # a 19.9% drop does not stop it
+    got = _run(_schedule(), [1.0, 0.801, 0.801])
+    assert got == [(0.01, 1.0), (0.02, 1.0), (0.03, 1.0)]
+
+
+def test_warmup_ends_naturally_at_n_w_and_zero_n_w_anneals_from_step_1():
+    # N_w = 2, KL flat: s = 1 → 0.5; s = 2 ≥ N_w → frozen at 1.0, anneal t = 0; s = 3: 1 − 1/200
+    assert _run(_schedule(warmup_steps=2), [1.0, 1.0, 1.0]) == [(0.5, 1.0), (1.0, 1.0), (1.0, 0.995)]
+    # N_w = 0 (the code): no warm-up, scale 1, annealing from step 1
+    assert _run(_schedule(warmup_steps=0, anneal_steps=4), [1.0] * 6) == [
+        (1.0, 1.0), (1.0, 0.75), (1.0, 0.5), (1.0, 0.25), (1.0, 0.0), (1.0, 0.0)]
+
+
+def test_anneal_endpoints_with_and_without_the_remaining_budget_rule():
+    # anneal(t) = c_min + (1 − c_min)·max(0, 1 − t/R): R = 4, c_min = 0.2 → 1 at t = 0, 0.2 from t = 4 on
+    assert [anneal_factor(x, 4, 0.2) for x in (0, 2, 4, 10)] == pytest.approx([1.0, 0.6, 0.2, 0.2])
+    assert warmup_scale(3, 100) == 0.03 and warmup_scale(250, 100) == 1.0 and warmup_scale(5, 0) == 1.0
+    # remaining budget: S = 10, warm-up ends naturally at s* = 2 (N_w = 2) → R = max(1, 10 − 2) = 8
+    got = _run(_schedule(warmup_steps=2, anneal_total_steps=10), [1.0] * 10)
+    assert [a for _, a in got] == pytest.approx([1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0])
+    # anneal off: the frozen scale stays, no decay
+    assert _run(_schedule(warmup_steps=2, anneal=False), [1.0] * 4) == [(0.5, 1.0), (1.0, 1.0), (1.0, 1.0),
+                                                                         (1.0, 1.0)]
+
+
+def test_controller_round_trips_through_a_checkpoint():
+    a = _schedule(warmup_steps=5)
+    _run(a, [2.0, 1.9, 1.5])
+    st = json.loads(json.dumps(a.state_dict()))  # what the checkpoint holds (JSON-able)
+    b = _schedule(warmup_steps=5)
+    b.load_state_dict(st)
+    # KL_0 = 2.0; the 25% drop to 1.5 (observed after s = 3) stops the warm-up on s = 4, after the checkpoint
+    assert st["kl0"] == 2.0 and st["prev_kl"] == 1.5 and st["done"] is False
+    rest_a = [(a.coefs(j), a.observe(j, [{"policy": "a", "kl": 1.0}])) for j in range(3, 6)]
+    rest_b = [(b.coefs(j), b.observe(j, [{"policy": "a", "kl": 1.0}])) for j in range(3, 6)]
+    assert rest_a == rest_b
+    assert rest_a[0][0] == {"saf/scale": 0.8, "saf/anneal": 1.0} and a.st["end"] == 4
+
+
+# --------------------------------------------------------------------------- against the reference snippet
+class _St:
+    done, frozen, end, kl0, t = False, None, None, None, 0
+
+
+def snippet(a_grpo, logp_T, logp_S_old, mask, step, st, k=20, c=0.1, Nw=100, delta=0.2, R=200, cmin=0.0,
+            prev_kl=None):
+    """opd_saf.md §3.4, as written there."""
+    A = (logp_T - logp_S_old) * mask
+    keep = mask.bool().clone()
+    if k < 100:
+        keep.zero_()
+        for i in range(A.size(0)):
+            v = mask[i].bool()
+            if v.any():
+                tau = torch.quantile(A[i][v].abs().float(), 1 - k / 100)
+                keep[i] = v & (A[i].abs() >= tau)
+        A = A * keep
+    A = torch.where(keep, c * torch.tanh(A), A)
+    if not st.done:
+        if st.kl0 is None and prev_kl is not None:
+            st.kl0 = prev_kl
+        early = delta > 0 and st.kl0 and prev_kl is not None and (st.kl0 - prev_kl) / st.kl0 >= delta
+        if step >= Nw or early:
+            st.done, st.frozen, st.end = True, min(step / Nw, 1.0), step
+    A = A * (st.frozen if st.done else min(step / Nw, 1.0))
+    if st.done:
+        A = A * (cmin + (1 - cmin) * max(0.0, 1 - st.t / R))
+        st.t += 1
+    return a_grpo.unsqueeze(-1) * mask + A
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fused_advantage_equals_the_reference_snippet(seed):
+    g = torch.Generator().manual_seed(seed)
+    ctrl, st, prev = _schedule(warmup_steps=6, anneal_steps=5), _St(), None
+    for s in range(1, 13):  # through the warm-up, its stop and the anneal
+        B, T = 4, 9
+        mask = (torch.arange(T)[None] < torch.randint(1, T + 1, (B,), generator=g)[:, None]).to(torch.float32)
+        teacher = -torch.rand(B, T, generator=g) * 4
+        student = -torch.rand(B, T, generator=g) * 4
+        a_grpo = torch.randn(B, generator=g)
+        want = snippet(a_grpo, teacher, student, mask, s, st, Nw=6, R=5, prev_kl=prev)
+        c = ctrl.coefs(s - 1)
+        got, _, _, _ = fused_advantages(a_grpo, teacher * mask, student * mask, mask, topk=20, tanh=True,
+                                        tanh_coef=0.1, scale=c["saf/scale"], anneal=c["saf/anneal"])
+        assert torch.allclose(got, want, atol=1e-6), s
+        kl = float(1.0 / s if s % 4 else 2.0)  # a KL that falls (stopping the warm-up) and jumps
+        ctrl.observe(s - 1, [{"policy": "a", "kl": kl}])
+        prev = kl
+    assert st.done and ctrl.st["done"] and st.end == ctrl.st["end"]
+
+
+# ------------------------------------------------------------------------------------------- config level
+def test_method_configs():
+    from graft_cli.config import compose
+
+    saf = compose(["method=saf"])
+    assert [(p.name, p.role) for p in saf.policies] == [("a", "train"), ("teacher", "frozen")]
+    assert saf.policies[1].model == "tiny:teacher" and saf.policies[1].score_column == "ref_logprobs"
+    p = saf.algo.token_adv_params
+    assert (p["topk"], p["tanh"], p["tanh_coef"], p["grpo_coef"], p["opd_coef"]) == (20.0, True, 0.1, 1.0, 1.0)
+    assert saf.algo.controllers[0]["name"] == "saf_schedule" and saf.algo.controllers[0]["warmup_steps"] == 100
+    fixed = compose(["method=grpo_opd"]).algo.token_adv_params
+    assert (fixed["topk"], fixed["tanh"]) == (100.0, False)
+    only = compose(["method=opd_only"])
+    assert only.rollout.n == 1 and only.data.prompt_batch == 512 and only.algo.token_adv_params["grpo_coef"] == 0.0
+    assert only.algo.minibatch_prompts == 512  # one update per step
+    for s in ("1p7b", "4b", "8b"):
+        c = compose([f"pair=saf_qwen3_{s}", "method=saf"])
+        assert c.policies[1].model == "Qwen/Qwen3-30B-A3B-Instruct-2507" and c.rollout.max_new_tokens == 16384
+        assert (c.data.prompt_batch, c.algo.minibatch_prompts, c.optim.lr, c.algo.clip_high) == (128, 128, 1e-6, 0.2)
+        assert compose([f"pair=saf_qwen3_{s}", "method=opd_only"]).data.prompt_batch == 1024
+
+
+def test_unknown_stage_parameter_is_one_line():
+    from graft_cli.config import compose
+    from graft_cli.errors import GraftError
+
+    with pytest.raises(GraftError, match=r"algo.token_adv_params.top_k.*known: .*topk"):
+        compose(["method=saf", "algo.token_adv_params.top_k=10"])
+    with pytest.raises(GraftError, match=r"algo.token_adv_params.student_logprobs.*must be one of old, sampler"):
+        compose(["method=saf", "algo.token_adv_params.student_logprobs=teacher"])
+
+
+def _no_policies(overrides):
+    """The OPD methods build their policies from ``distill`` (student + frozen teacher)."""
+    return [o for o in overrides if not o.startswith("policies=")]
+
+
+def _other_vocab_model(path):
+    """A random model whose tokenizer differs from conftest's character tokenizer in one token string."""
+    from conftest import make_random_model
+    from transformers import AutoTokenizer
+
+    make_random_model(path, "llama", 7)
+    tok = AutoTokenizer.from_pretrained(path)
+    vocab = tok.get_vocab()
+    j = json.load(open(os.path.join(path, "tokenizer.json")))
+    old = next(t for t, i in vocab.items() if i == 20)
+    j["model"]["vocab"] = {("Ω" if k == old else k): v for k, v in j["model"]["vocab"].items()}
+    json.dump(j, open(os.path.join(path, "tokenizer.json"), "w"))
+    return path, old
+
+
+def test_teacher_with_another_vocabulary_stops_in_one_line_and_writes_nothing(tiny_models, problems_file, tmp_path):
+    teacher, old = _other_vocab_model(str(tmp_path / "teacher"))
+    out = tmp_path / "runs"
+    args = ["train", "--method", "saf", "--steps", "1", "--no-progress",
+            *_no_policies(train_overrides({"a": tiny_models["a"]}, problems_file, str(out))),
+            f"distill.student={{name: a, model: '{tiny_models['a']}'}}", f"distill.teacher={teacher}"]
+    r = subprocess.run([sys.executable, "-m", "graft_cli.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 2, r.stderr[-2000:]
+    line = r.stderr.strip().splitlines()[-1]
+    assert "frozen model 'teacher'" in line and "policy 'a'" in line and f"token id 20 is 'Ω' vs {old!r}" in line
+    assert teacher in line and tiny_models["a"] in line and "Traceback" not in r.stderr
+    assert not out.exists()  # nothing written
+    from graft_cli.models.loading import load_tokenizer, vocab_difference
+
+    assert vocab_difference(make_char_tokenizer(), make_char_tokenizer()) is None
+    assert vocab_difference(load_tokenizer(teacher), make_char_tokenizer()).startswith("token id 20 is 'Ω'")
+
+
+# -------------------------------------------------------------------------------- end to end through the CLI
+def _rows(path):
+    with open(path) as f:
+        return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in f if line.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["grpo_opd", "saf", "opd_only"])
+def test_opd_methods_train_and_resume_exactly_after_a_kill(tiny_models, problems_file, tmp_path, method):
+    out = tmp_path / "runs"
+    # student a; teacher the other random model (same character tokenizer)
+    extra = ["run.save_every=2", f"distill.student={{name: a, model: '{tiny_models['a']}'}}",
+             f"distill.teacher={tiny_models['b']}", "distill.opd_only_batch=8",
+             "algo.controllers=[{name: saf_schedule, warmup_steps: 3, kl_delta: 0.2, anneal_steps: 4}]"
+             if method == "saf" else "run.seed=0"]
+    args = ["train", "--method", method, "--steps", "4", "--no-progress",
+            *_no_policies(train_overrides({"a": tiny_models["a"]}, problems_file, str(out), extra))]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    ref = subprocess.run([sys.executable, "-m", "graft_cli.cli", *args, "run.name=ref"], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    want = _rows(out / "ref" / "metrics.jsonl")
+    assert [r["step"] for r in want] == [1, 2, 3, 4] and all(r["policy"] == "a" for r in want)
+    assert all(r["opd/abs_mean"] > 0 and r["kl"] > 0 and "entropy" in r for r in want)
+    if method == "saf":
+        assert [r["saf/warmup_scale"] for r in want][:1] == [pytest.approx(1 / 3)]
+    proc = subprocess.Popen([sys.executable, "-m", "graft_cli.cli", *args, "run.name=killed"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    marker = out / "killed" / "checkpoints" / "step_000002" / "COMPLETE"
+    deadline = time.time() + 300
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = subprocess.run([sys.executable, "-m", "graft_cli.cli", *args, "run.name=killed"], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _rows(out / "killed" / "metrics.jsonl") == want
+    a = open(out / "ref" / "checkpoints" / "step_000004" / "a" / "model.safetensors", "rb").read()
+    b = open(out / "killed" / "checkpoints" / "step_000004" / "a" / "model.safetensors", "rb").read()
+    assert a == b
