@@ -232,7 +232,7 @@ def complementarity_cmd(from_runs, from_models, sources, data, samples, temperat
 
 @main.command("ablate")
 @click.option("--sweep", required=True, help="sweep name: experiments/sweep/<NAME>.yaml (gate, floor, ordering, "
-                                             "threshold, designs) or a path")
+                                             "threshold, designs, baselines) or a path")
 @click.option("--pair", default="tiny", show_default=True, help="pair config: tiny, 1, 2 or 3")
 @click.option("--dry-run", is_flag=True, help="list the runs (new, partial or finished); run nothing")
 @click.option("--out", default=None, help="folder of the run directories [default: results/ablate]")

@@ -291,3 +291,29 @@ def test_opd_methods_train_and_resume_exactly_after_a_kill(tiny_models, problems
     a = open(out / "ref" / "checkpoints" / "step_000004" / "a" / "model.safetensors", "rb").read()
     b = open(out / "killed" / "checkpoints" / "step_000004" / "a" / "model.safetensors", "rb").read()
     assert a == b
+
+
+# ------------------------------------------------------------------------------------------ the SAF verdicts
+def test_welch_interval_and_verdicts_by_hand():
+    from graft_cli.report.saf_claims import judge, verdict, welch_interval
+
+    # x = [3, 4, 5] (mean 4, var 1), y = [1, 2, 3] (mean 2, var 1): se = sqrt(1/3 + 1/3) = 0.816497,
+    # df = (2/3)² / ((1/3)²/2 · 2) = 4 → t = 2.776: Δ = 2 ± 2.776·0.816497 = 2 ± 2.266596
+    d, lo, hi = welch_interval([3, 4, 5], [1, 2, 3])
+    assert (d, lo, hi) == pytest.approx((2.0, -0.266596, 4.266596), abs=1e-5)
+    assert verdict((d, lo, hi)) == "not significant"
+    assert verdict((1.0, 0.2, 1.8)) == "held" and verdict((-1.0, -1.8, -0.2)) == "did not hold"
+    assert welch_interval([1.0], [1.0, 2.0]) is None and verdict(None) == "not measured"
+    measured = {"scores": {"saf": [40.0, 41.0, 42.0], "grpo_opd": [30.0, 31.0, 32.0]},
+                "entropy_drop": {"grpo_opd": [0.5, 0.6, 0.7], "saf": [0.5, 0.6, 0.7]}}
+    c1, c2 = judge(measured)
+    assert c1["verdict"] == "held" and c1["interval"][0] == pytest.approx(10.0)
+    assert c2["verdict"] == "not significant" and c2["interval"][0] == pytest.approx(0.0)
+
+
+def test_entropy_drop_over_the_early_window():
+    from graft_cli.report.saf_claims import entropy_drop
+
+    # H(1) = 2.0, last step within the window (10) is 9: H = 0.5 → 1 − 0.5/2 = 0.75; later steps are ignored
+    assert entropy_drop({1: 2.0, 5: 1.0, 9: 0.5, 20: 0.01}, 10) == pytest.approx(0.75)
+    assert entropy_drop({1: 2.0}, 10) is None

@@ -116,7 +116,7 @@ def test_ablate_dry_run_lists_runs(tmp_path):
 
 def test_ablate_unknown_sweep_is_one_line():
     res = CliRunner().invoke(main, ["ablate", "--sweep", "nosuch", "--dry-run"])
-    assert res.exit_code == 2 and "known: designs, floor, gate, ordering, threshold" in res.output
+    assert res.exit_code == 2 and "known: baselines, designs, floor, gate, ordering, threshold" in res.output
 
 
 def test_reproduce_dry_run_lists_plan(tmp_path):
@@ -242,7 +242,8 @@ def test_reproduce_plan_orders_partners_first_and_covers_the_study(tmp_path):
     # method config (a new baseline joins with one line)
     from graft_cli.plan.commands import unplanned_methods
 
-    assert all(m.startswith("graft_") or m in ("grpo_n16", "grpo_kl", "grpo_dapo") for m in unplanned_methods(plan))
+    others = ("grpo_n16", "grpo_kl", "grpo_dapo", "grpo_opd", "saf", "opd_only")  # in tiny_full / tiny_saf
+    assert all(m.startswith("graft_") or m in others for m in unplanned_methods(plan))
     assert {"hacpo", "sgt"} <= {r.method for r in plan.runs}  # Table 1's baselines are in the 60-minute plan
     full = P.load_reproduce("tiny_full")
     assert unplanned_methods(full) == [] and full.pair == "tiny" and full.name == "tiny_full"

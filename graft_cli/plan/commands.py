@@ -82,9 +82,17 @@ def reproduce_main(pair: str = "tiny", out: str | None = None, dry_run: bool = F
     return result
 
 
-def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> dict:
-    from graft_cli.report.claims import write_claims
+CLAIM_KINDS = {"graft": "graft_cli.report.claims", "saf": "graft_cli.report.saf_claims"}
 
+
+def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> dict:
+    """``graft report`` on the plan's folder, then the claims of the plan's paper (``claims.kind``: graft | saf)."""
+    import importlib
+
+    kind = str((plan.claims or {}).get("kind", "graft"))
+    if kind not in CLAIM_KINDS:
+        raise GraftError(f"{plan.source}: claims.kind {kind!r}: must be one of {', '.join(CLAIM_KINDS)}")
+    write_claims = importlib.import_module(CLAIM_KINDS[kind]).write_claims
     rdir = os.path.join(out, "report")
     try:
         from graft_cli.report.tables import report_main

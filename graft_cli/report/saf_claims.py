@@ -1,0 +1,212 @@
+"""The SAF-OPD paper's claims, judged from a miniature study's numbers (`graft reproduce --pair tiny_saf`).
+
+Claims (opd_saf.md §6):
+
+1. **saf_beats_fixed** — SAF beats fixed-coefficient GRPO+OPD fusion on the aggregate score (the paper: in all
+   6 model × domain settings, by +0.51 to +2.70 points).
+2. **fixed_collapses_entropy** — fixed fusion collapses the policy's entropy early in training, SAF does not
+   (SAF "avoids entropy collapse and keeps entropy and response length higher").
+
+Each claim is a difference with a 95% Welch t-interval over seeds: 1. mean(SAF) − mean(fixed) of the eval
+average (pass@1 %, the five held-out sets); 2. the relative entropy drop over the early window (steps
+1..``early_steps``: 1 − H(end of window)/H(step 1), H the token-mean policy entropy logged in training) of
+fixed fusion minus SAF's. Verdict: ``held`` when the interval excludes 0 in the paper's direction,
+``not significant`` when it straddles 0, ``did not hold`` when it excludes 0 the other way, ``not measured``
+with fewer than 2 seeds on a side. :func:`judge` is pure; :func:`measure` reads the run directories.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from graft_cli.rundir import atomic_write_json, read_metrics, training_rows
+
+DEFAULTS = {"kind": "saf", "grpo": "grpo", "fixed": "grpo_opd", "saf": "saf", "opd_only": "opd_only",
+            "early_steps": 10, "policy": "a"}
+PAPER = {"saf_beats_fixed": "SAF > fixed fusion in 6/6 settings, +0.51 to +2.70 pp aggregate (per-method numbers "
+                            "[U]); 4B ablation: magnitude control alone 44.35% vs fixed fusion 44.38%",
+         "fixed_collapses_entropy": "fixed fusion's entropy collapses early; SAF keeps entropy and response length "
+                                    "higher (curves only, no numbers)"}
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def settings(cfg: dict | None) -> dict:
+    return {**DEFAULTS, **(cfg or {})}
+
+
+def welch_interval(x: list[float], y: list[float]) -> tuple[float, float, float] | None:
+    """mean(x) − mean(y) and its 95% Welch t-interval (Welch–Satterthwaite df, t from a table, df rounded
+    down); None with fewer than 2 values on a side."""
+    if len(x) < 2 or len(y) < 2:
+        return None
+    mx, my = float(np.mean(x)), float(np.mean(y))
+    vx, vy = float(np.var(x, ddof=1)) / len(x), float(np.var(y, ddof=1)) / len(y)
+    d = mx - my
+    se = math.sqrt(vx + vy)
+    if se == 0:
+        return d, d, d
+    df = (vx + vy) ** 2 / ((vx ** 2) / (len(x) - 1) + (vy ** 2) / (len(y) - 1))
+    t = T975.get(max(1, int(df)), 1.96 if df > 30 else T975[10])
+    return d, d - t * se, d + t * se
+
+
+def verdict(iv) -> str:
+    if iv is None:
+        return "not measured"
+    _, lo, hi = iv
+    if lo > 0:
+        return "held"
+    if hi < 0:
+        return "did not hold"
+    return "not significant"
+
+
+def entropy_drop(curve: dict[int, float], early_steps: int) -> float | None:
+    """1 − H(last step ≤ early_steps)/H(first step): the relative entropy lost over the early window."""
+    steps = sorted(s for s in curve if s <= early_steps)
+    if len(steps) < 2 or not curve[steps[0]]:
+        return None
+    return 1.0 - curve[steps[-1]] / curve[steps[0]]
+
+
+# ----------------------------------------------------------------------------------------------- pure
+def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
+    s = settings(cfg)
+    sc, drops = measured["scores"], measured["entropy_drop"]
+    iv1 = welch_interval(sc.get(s["saf"], []), sc.get(s["fixed"], []))
+    iv2 = welch_interval(drops.get(s["fixed"], []), drops.get(s["saf"], []))
+    return [
+        {"key": "saf_beats_fixed", "claim": "SAF beats fixed-coefficient fusion (aggregate score)",
+         "paper": PAPER["saf_beats_fixed"], "verdict": verdict(iv1), "interval": iv1,
+         "measured": "Δ = SAF − fixed, eval average pass@1 % (95% Welch t-interval over seeds)"},
+        {"key": "fixed_collapses_entropy",
+         "claim": f"fixed fusion collapses entropy early, SAF does not (steps 1–{s['early_steps']})",
+         "paper": PAPER["fixed_collapses_entropy"], "verdict": verdict(iv2), "interval": iv2,
+         "measured": "Δ = relative entropy drop of fixed − of SAF over the early window (95% Welch t-interval)"},
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- measure
+def curves(run_dir: str, policy: str) -> dict[str, dict[int, float]]:
+    """Per step: training entropy, and validation score (``validation/score``) when validation ran."""
+    out: dict[str, dict[int, float]] = {"entropy": {}, "validation": {}}
+    for r in read_metrics(run_dir):
+        if r.get("policy") != policy:
+            continue
+        if "time/step" in r and r.get("entropy") is not None:
+            out["entropy"][int(r["step"])] = float(r["entropy"])
+        elif r.get("validation/score") is not None:
+            out["validation"][int(r["step"])] = float(r["validation/score"])
+    return out
+
+
+def measure(records: list[dict], cfg: dict | None = None) -> dict:
+    s = settings(cfg)
+    scores: dict = {}
+    drops: dict = {}
+    curve: dict = {}
+    for r in records:
+        sc = (r.get("scores") or {}).get(s["policy"]) or {}
+        if sc.get("avg") is not None:
+            scores.setdefault(r["name"], []).append(100.0 * float(sc["avg"]))
+        if os.path.isdir(r.get("dir") or ""):
+            c = curves(r["dir"], s["policy"])
+            curve.setdefault(r["name"], []).append(c)
+            d = entropy_drop(c["entropy"], int(s["early_steps"]))
+            if d is not None:
+                drops.setdefault(r["name"], []).append(d)
+    return {"scores": scores, "entropy_drop": drops, "curves": curve}
+
+
+# ---------------------------------------------------------------------------------------------- render
+def _fmt(xs: list[float]) -> str:
+    if not xs:
+        return "—"
+    m = float(np.mean(xs))
+    return f"{m:.2f}" + (f" ± {float(np.std(xs, ddof=1)):.2f}" if len(xs) > 1 else "")
+
+
+def table_markdown(measured: dict, cfg: dict | None = None) -> str:
+    from graft_cli.report.markdown import md_table
+
+    s = settings(cfg)
+    names = [(s["grpo"], "GRPO"), (s["fixed"], "GRPO+OPD (fixed)"), (s["saf"], "SAF-OPD"), (s["opd_only"], "OPD-only")]
+    paper = {s["fixed"]: "baseline of the SAF comparison", s["saf"]: "fixed + 0.51 … 2.70 pp",
+             s["grpo"]: "[U]", s["opd_only"]: "[U]"}
+    rows = []
+    for key, label in names:
+        sc = measured["scores"].get(key, [])
+        dr = measured["entropy_drop"].get(key, [])
+        rows.append([label, key, str(len(sc)), _fmt(sc), _fmt([100 * x for x in dr]), paper.get(key, "—")])
+    return md_table(["Method", "Run", "Seeds", "Aggregate pass@1 % (mean ± std)",
+                     f"Entropy drop % (steps 1–{s['early_steps']})", "Paper (aggregate)"], rows)
+
+
+def claims_markdown(claims: list[dict]) -> str:
+    from graft_cli.report.markdown import md_table
+
+    rows = []
+    for i, c in enumerate(claims, 1):
+        iv = c["interval"]
+        meas = "—" if iv is None else f"{iv[0]:+.3f} [{iv[1]:+.3f}, {iv[2]:+.3f}]"
+        rows.append([str(i), c["claim"], c["verdict"], meas, c["paper"]])
+    return md_table(["#", "Claim", "Verdict", "Measured Δ [95% CI]", "Paper"], rows)
+
+
+def plot(measured: dict, cfg: dict | None, path: str) -> str | None:
+    """Entropy and validation accuracy over steps for the four methods (mean over seeds)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    s = settings(cfg)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for key, label in ((s["grpo"], "GRPO"), (s["fixed"], "GRPO+OPD fixed"), (s["saf"], "SAF-OPD"),
+                       (s["opd_only"], "OPD-only")):
+        for ax, what in zip(axes, ("entropy", "validation")):
+            runs = [c[what] for c in measured["curves"].get(key, []) if c[what]]
+            if not runs:
+                continue
+            steps = sorted(set().union(*runs))
+            ys = [np.mean([r[st] for r in runs if st in r]) for st in steps]
+            ax.plot(steps, [100 * y for y in ys] if what == "validation" else ys, marker="." if what == "validation"
+                    else None, label=f"{label} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
+    axes[0].set(title="policy entropy (token mean, training)", xlabel="step", ylabel="nats")
+    axes[1].set(title="validation pass@1 % (held-out)", xlabel="step", ylabel="%")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
+    """The SAF section (table, plot, claims) into ``<report_dir>/report.md`` and ``claims.json``."""
+    from graft_cli.report.claims import insert_section
+
+    measured = measure(records, cfg)
+    claims = judge(measured, cfg)
+    png = plot(measured, cfg, os.path.join(report_dir, "plots", "saf_entropy_validation.png"))
+    md = "\n".join(["## SAF-OPD on this pair (from the measured numbers)", "", table_markdown(measured, cfg), "",
+                    *([f"![entropy and validation]({os.path.relpath(png, report_dir)})", ""] if png else []),
+                    "### Claims", "", claims_markdown(claims), "",
+                    "Verdicts: `held` when the 95% interval excludes 0 in the paper's direction, `not significant` "
+                    "when it straddles 0, `did not hold` when it excludes 0 the other way.", ""])
+    os.makedirs(report_dir, exist_ok=True)
+    path = os.path.join(report_dir, "report.md")
+    text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# graft report\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(insert_section(text, md))
+    atomic_write_json(os.path.join(report_dir, "claims.json"),
+                      {"settings": settings(cfg), "measured": {k: v for k, v in measured.items() if k != "curves"},
+                       "claims": claims})
+    return md, claims
