@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from graft_cli.rundir import atomic_write_json, read_metrics, training_rows
+from graft_cli.rundir import atomic_write_json, read_metrics
 
 DEFAULTS = {"kind": "saf", "grpo": "grpo", "fixed": "grpo_opd", "saf": "saf", "opd_only": "opd_only",
             "early_steps": 10, "policy": "a"}
