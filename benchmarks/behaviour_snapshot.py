@@ -99,8 +99,8 @@ def main() -> int:
     for m in METHODS:
         out[m] = snapshot(train(m, args.out, args.steps, []))
     partner = os.path.join(args.out, "tiny-grpo-s0")
-    out["graft_stored"] = snapshot(train("graft_stored", args.out, args.steps,
-                                         [f"exchange.params.partner_run={partner}", "exchange.params.partner_policy=b"]))
+    stored = [f"exchange.params.partner_run={partner}", "exchange.params.partner_policy=b"]
+    out["graft_stored"] = snapshot(train("graft_stored", args.out, args.steps, stored))
     with open(args.json, "w") as f:
         json.dump(out, f, indent=1)
     print(f"snapshot written to {args.json}")
