@@ -1,6 +1,7 @@
 """Step time of methods relative to GRPO on the tiny pair, one method after the other in one command.
 
     python benchmarks/step_time.py --methods grpo,graft,hacpo,sgt,grpo_kl,grpo_dapo --steps 4 --threads 2
+    python benchmarks/step_time.py --methods grpo,grpo_opd,saf,opd_only --solo-grpo    # student a alone
 
 Each method trains ``--steps`` steps (``graft train --pair tiny``, seed 0) into a scratch folder; the first
 step (compilation, caches, reward workers starting) is dropped and the median ``time/step`` of the others is
@@ -47,6 +48,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--solo-grpo", action="store_true",
+                    help="the GRPO baseline trains policy a alone (the reference for the OPD methods' student)")
     args = ap.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="graft_step_time_")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -54,7 +57,8 @@ def main() -> int:
         methods.insert(0, "grpo")
     res = {}
     for m in methods:
-        res[m] = measure(m, args.steps, args.threads, out, [])
+        extra = ["policies=[{name: a, model: 'tiny:a'}]"] if (m == "grpo" and args.solo_grpo) else []
+        res[m] = measure(m, args.steps, args.threads, out, extra)
         print(f"{m}: {res[m]['step_s']:.1f} s/step", flush=True)
     base = res["grpo"]["step_s"]
     lines = ["| method | s/step | × GRPO | " + " | ".join(p.split("/")[1] for p in PHASES) + " |",
