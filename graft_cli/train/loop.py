@@ -450,6 +450,7 @@ class Trainer:
             rows[name].update(xmetrics.get(name, {}))
             rows[name].update(source_metrics)
             rows[name].update(amet)
+            t_f = time.perf_counter()
             self.score_frozen(name, b)
             t2 = time.perf_counter()
             rows[name].update(self.token_signals(name, b, coefs))
@@ -459,7 +460,7 @@ class Trainer:
             rows[name].update({"time/old_logprob": t1 - t0, "time/update": t3 - t2, "time/exchange": t_x,
                                "train_rows": len(b)})
             if self.frozen:
-                rows[name]["time/score_frozen"] = t2 - t1
+                rows[name]["time/score_frozen"] = t2 - t_f
             if cfg.run.log_rollouts and self.dist.is_main:
                 self.log_rollouts(steps[name])
         self.step += 1
