@@ -111,7 +111,7 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
     for r in records:
         sc = (r.get("scores") or {}).get(s["policy"]) or {}
         if sc.get("avg") is not None:
-            scores.setdefault(r["name"], []).append(100.0 * float(sc["avg"]))
+            scores.setdefault(r["name"], []).append(float(sc["avg"]))  # plan records hold pass@1 in %
         if os.path.isdir(r.get("dir") or ""):
             c = curves(r["dir"], s["policy"])
             curve.setdefault(r["name"], []).append(c)
