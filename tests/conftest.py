@@ -129,3 +129,20 @@ def call_loss(spec, logp, old, adv, mask, weight, is_peer, **kw):
 
     fields = {k: kw.pop(k) for k in list(kw) if k in LOSS_INPUT_FIELDS}
     return spec(LossInputs.of(logp, old, adv, mask, weight, is_peer, **fields), **kw)
+
+
+def kill_after(cmd: list, marker, env: dict, timeout_s: float = 300.0) -> None:
+    """Start ``cmd`` in its own process group, wait until the file ``marker`` exists (a complete checkpoint),
+    then SIGKILL the whole group (the run and its reward workers), as a crash would."""
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + timeout_s
+    while not os.path.exists(marker) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert os.path.exists(marker), f"{marker} did not appear before the run ended"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, call_loss, train_overrides
+from conftest import ROOT, call_loss, kill_after, train_overrides
 
 from graft_cli.algorithms.exchange import graft as G
 from graft_cli.algorithms.exchange.replacement import hacpo_baseline
@@ -366,15 +364,7 @@ def test_baseline_trains_and_resumes_exactly_after_a_kill(tiny_models, problems_
     want = _rows(out / "ref" / "metrics.jsonl")
     assert [(r["step"], r["policy"]) for r in want] == [(s, p) for s in (1, 2, 3, 4) for p in ("a", "b")]
     assert all(key in r for r in want) and sum(r["grad_norm"] > 0 for r in want) >= 4
-    proc = subprocess.Popen(GRAFT + [*args, "run.name=killed"], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    marker = out / "killed" / "checkpoints" / "step_000002" / "COMPLETE"
-    deadline = time.time() + 300
-    while not marker.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert marker.exists()
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after(GRAFT + [*args, "run.name=killed"], out / "killed" / "checkpoints" / "step_000002" / "COMPLETE", _env())
     res = subprocess.run(GRAFT + [*args, "run.name=killed"], cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     assert _rows(out / "killed" / "metrics.jsonl") == want

@@ -16,14 +16,12 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
-from conftest import ROOT, make_char_tokenizer, write_problems
+from conftest import ROOT, kill_after, make_char_tokenizer, write_problems
 
 PKG = os.path.join(ROOT, "graft_cli")
 GRAFT = [sys.executable, "-m", "graft_cli.cli"]
@@ -258,15 +256,8 @@ def test_toy_method_trains_and_resumes_exactly_after_a_kill(toy_setup, tmp_path)
     ck = os.path.join(out, "ref", "checkpoints", "step_000004")
     assert sorted(os.listdir(ck)) == ["COMPLETE", "a", "state.pt"]  # the frozen model is not copied
 
-    proc = subprocess.Popen(GRAFT + toy_args(s, out, "killed"), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
     marker = os.path.join(out, "killed", "checkpoints", "step_000002", "COMPLETE")
-    deadline = time.time() + 300
-    while not os.path.exists(marker) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert os.path.exists(marker), "no checkpoint at step 2 before the run ended"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after(GRAFT + toy_args(s, out, "killed"), marker, _env())
     assert len(_rows(os.path.join(out, "killed"))) < 4
     res = subprocess.run(GRAFT + toy_args(s, out, "killed"), cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
-from conftest import ROOT, make_char_tokenizer, train_overrides
+from conftest import ROOT, kill_after, make_char_tokenizer, train_overrides
 
 from graft_cli.algorithms.opd import (SafSchedule, anneal_factor, fused_advantages, opd_advantage, tanh_compress,
                                       topk_sparsify, warmup_scale)
@@ -275,15 +273,8 @@ def test_opd_methods_train_and_resume_exactly_after_a_kill(tiny_models, problems
     assert all(r["opd/abs_mean"] > 0 and r["kl"] > 0 and "entropy" in r for r in want)
     if method == "saf":
         assert [r["saf/warmup_scale"] for r in want][:1] == [pytest.approx(1 / 3)]
-    proc = subprocess.Popen([sys.executable, "-m", "graft_cli.cli", *args, "run.name=killed"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    marker = out / "killed" / "checkpoints" / "step_000002" / "COMPLETE"
-    deadline = time.time() + 300
-    while not marker.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert marker.exists()
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after([sys.executable, "-m", "graft_cli.cli", *args, "run.name=killed"],
+               out / "killed" / "checkpoints" / "step_000002" / "COMPLETE", env)
     res = subprocess.run([sys.executable, "-m", "graft_cli.cli", *args, "run.name=killed"], cwd=ROOT, env=env,
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
