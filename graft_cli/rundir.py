@@ -19,13 +19,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 
 import numpy as np
 
 METRICS = "metrics.jsonl"
 CONFIG = "config.yaml"
-STEP_RE = re.compile(r"^step_(\d{6,})(?:\.parquet)?$")
 
 
 # ------------------------------------------------------------------------------------------ atomic writes

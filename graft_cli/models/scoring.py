@@ -15,7 +15,7 @@ a KL reference, an OPD teacher, a tandem junior) into one per-row column, stored
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -75,9 +75,7 @@ def score_rows(model, pad_id: int, batch: TrainBatch, settings: ScoreSettings) -
 @SCORERS.register("logprobs")
 def logprob_scorer(model, tokenizer, batch: TrainBatch, settings: ScoreSettings) -> list[list[float]]:
     """Per-token log-probs of the response tokens under the frozen model at temperature 1."""
-    s = ScoreSettings(temperature=1.0, token_budget=settings.token_budget, chunk_tokens=settings.chunk_tokens,
-                      dist=settings.dist)
-    return score_rows(model, tokenizer.pad_token_id, batch, s)
+    return score_rows(model, tokenizer.pad_token_id, batch, replace(settings, temperature=1.0))
 
 
 logprob_scorer.needs_shared_vocab = True  # it scores the policy's own token ids: the vocabularies must match

@@ -71,6 +71,7 @@ from dataclasses import dataclass
 import torch
 
 from graft_cli.console import make_console
+from graft_cli.rundir import read_jsonl
 
 TINY_VERSION = 1
 ROLES = ("a", "b", "teacher", "junior")
@@ -549,7 +550,7 @@ def token_stats(paths: dict, n: int = 512, seed: int = 0) -> dict:
     two tokenizers, and the share of responses whose token counts differ."""
     from transformers import AutoTokenizer
 
-    recs = _read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:n]
+    recs = read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:n]
     out: dict = {}
     counts = {}
     for tk in ("a", "b"):
@@ -687,11 +688,6 @@ def ensure_tiny(cache_dir: str | None = None, seed: int = 0, progress: bool = Tr
 # Measurement
 
 
-def _read_jsonl(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def sample_groups(model, tokenizer, problems: list[str], n: int = 8, seed: int = 0, max_new_tokens: int = 48,
                   temperature: float = 1.0):
     """Sample ``n`` responses per problem with the project's rollout engine (prompt-major)."""
@@ -720,8 +716,8 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
 
     from graft_cli.reward import MathVerifyGrader
 
-    recs = _read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:num_prompts]
-    held = _read_jsonl(os.path.join(paths["task"], "eval_math500.jsonl"))[:heldout]
+    recs = read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:num_prompts]
+    held = read_jsonl(os.path.join(paths["task"], "eval_math500.jsonl"))[:heldout]
     own = grader is None
     grader = grader or MathVerifyGrader(num_workers=2, timeout_s=5)
     out: dict = {"num_prompts": len(recs), "n": n, "seed": seed, "temperature": 1.0}

@@ -18,7 +18,7 @@ from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.plan import status as S
 from graft_cli.report.markdown import md_table
-from graft_cli.rundir import read_metrics, training_rows
+from graft_cli.rundir import read_json_or_none, read_metrics, training_rows
 from graft_cli.plan.spec import Plan, PlanRun
 
 
@@ -175,7 +175,7 @@ def run_scores(run_dir: str, steps_spec: str) -> dict:
     the run: the last checkpoint for ``last``; the selected (best.json) step otherwise, else the latest."""
     out = {}
     targets = S.eval_targets(run_dir, steps_spec) or {}
-    best = S._read_json(os.path.join(run_dir, "best.json")) or {}
+    best = read_json_or_none(os.path.join(run_dir, "best.json")) or {}
     for pol in S.run_policies(run_dir):
         cands = targets.get(pol) or []
         step = None
@@ -385,7 +385,7 @@ def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny
     from graft_cli.rundir import atomic_write_json
 
     base = os.path.join(out, f"plan_{plan.name}")
-    prev = S._read_json(base + ".json") or {}
+    prev = read_json_or_none(base + ".json") or {}
     history = list(prev.get("executions") or []) + [{"finished": time.strftime("%Y-%m-%d %H:%M:%S"),
                                                       "wall_s": round(wall_s, 1)}]
     atomic_write_json(base + ".json", {
@@ -400,4 +400,4 @@ def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny
 
 
 def load_results(out: str, name: str) -> dict | None:
-    return S._read_json(os.path.join(out, f"plan_{name}.json"))
+    return read_json_or_none(os.path.join(out, f"plan_{name}.json"))

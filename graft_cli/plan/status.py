@@ -8,11 +8,10 @@ planned total also counts as finished (the run is not retrained; ``note`` says s
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
-from graft_cli.rundir import run_policies
+from graft_cli.rundir import read_json_or_none, run_policies
 from graft_cli.train import checkpoint as ckpt
 
 
@@ -65,14 +64,6 @@ def run_status(run_dir: str, total_steps: int | None) -> RunStatus:
 
 
 # --------------------------------------------------------------------------------------------- eval
-def _read_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def eval_targets(run_dir: str, steps_spec: str) -> dict[str, list[int]] | None:
     """policy -> the steps ``graft eval --run DIR --steps SPEC`` would evaluate (None: cannot tell yet)."""
     pols = run_policies(run_dir)
@@ -81,7 +72,7 @@ def eval_targets(run_dir: str, steps_spec: str) -> dict[str, list[int]] | None:
     if spec == "last":
         return {p: complete[-1:] for p in pols} if complete else None
     if spec == "best":
-        best = _read_json(os.path.join(run_dir, "best.json")) or {}
+        best = read_json_or_none(os.path.join(run_dir, "best.json")) or {}
         out = {p: [int(best["policies"][p]["step"])] for p in pols if p in (best.get("policies") or {})}
         return out if len(out) == len(pols) else None
     if spec == "all":
@@ -94,7 +85,7 @@ def eval_targets(run_dir: str, steps_spec: str) -> dict[str, list[int]] | None:
 
 
 def eval_summary(run_dir: str, policy: str, step: int) -> dict | None:
-    return _read_json(os.path.join(run_dir, "eval", policy, f"step_{step:06d}", "summary.json"))
+    return read_json_or_none(os.path.join(run_dir, "eval", policy, f"step_{step:06d}", "summary.json"))
 
 
 def eval_done(run_dir: str, steps_spec: str, runs: int, samples: int | None = None,

@@ -40,7 +40,6 @@ follow each of our rows as an italic "(paper)" row (Table 9: extra columns).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, display_name
 from graft_cli.report import paper_numbers as P
-from graft_cli.rundir import read_metrics
+from graft_cli.rundir import read_json, read_metrics
 
 METHOD_NAMES = {
     "grpo": "GRPO n=8", "grpo_n16": "GRPO n=16", "grpo_n32": "GRPO n=32", "grpo_dapo": "GRPO n=8 + Dynamic Sampling",
@@ -132,11 +131,6 @@ class Table:
 
 
 # ---------------------------------------------------------------------------------------- loading
-def _read_json(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def find_dirs(paths: list[str]) -> tuple[list[str], list[str]]:
     """Run directories and standalone eval folders under ``paths`` (searched three levels deep)."""
     runs, evals = [], []
@@ -240,10 +234,10 @@ def load_run(path: str) -> Run:
     for p in pols:
         sd = step_dirs(os.path.join(path, "eval", p["name"]))
         if sd:
-            run.evals[p["name"]] = {s: _read_json(os.path.join(d, "summary.json")) for s, d in sd.items()}
+            run.evals[p["name"]] = {s: read_json(os.path.join(d, "summary.json")) for s, d in sd.items()}
     bpath = os.path.join(path, "best.json")
     if os.path.exists(bpath):
-        run.best = {k: v["step"] for k, v in _read_json(bpath).get("policies", {}).items()}
+        run.best = {k: v["step"] for k, v in read_json(bpath).get("policies", {}).items()}
     for p in pols:
         r = policy_result(run, p)
         if r is not None:
@@ -672,7 +666,7 @@ def other_evals(dirs: list[str]) -> Table | None:
         return None
     t = Table("evals", "Other evaluations (graft eval --model)", ["Folder", "Runs", "Benchmarks", "Avg"])
     for d in dirs:
-        s = _read_json(os.path.join(d, "summary.json"))
+        s = read_json(os.path.join(d, "summary.json"))
         cells = ", ".join(f"{display_name(b)} {fmt((_pct(v['mean']), _pct(v['std'])))}"
                           for b, v in s["benchmarks"].items())
         t.add([s.get("model", d), s.get("num_runs", ""), cells, fmt((_pct(s["average"]["mean"]),

@@ -38,7 +38,7 @@ from graft_cli.models.loading import load_model, load_tokenizer, resolve_path, w
 from graft_cli.models.logprobs import pack, response_logprobs, to_padded
 from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
 from graft_cli.rollout import ENGINES, SamplingParams
-from graft_cli.rundir import MetricsLog, atomic_write_text, write_parquet
+from graft_cli.rundir import MetricsLog, atomic_write_text, rollout_log_path, write_parquet
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.batch import minibatch_schedule
@@ -115,10 +115,9 @@ def encode_prompt(pol: Policy, problem: str, spec: PromptSpec) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------- core helpers
-def score_settings(cfg: C.Config, dist: D.Dist | None = None, temperature: float | None = None) -> ScoreSettings:
-    return ScoreSettings(temperature=cfg.rollout.temperature if temperature is None else temperature,
-                         token_budget=cfg.optim.micro_batch_tokens * 2, chunk_tokens=cfg.optim.chunk_tokens,
-                         dist=dist)
+def score_settings(cfg: C.Config, dist: D.Dist | None = None) -> ScoreSettings:
+    return ScoreSettings(temperature=cfg.rollout.temperature, token_budget=cfg.optim.micro_batch_tokens * 2,
+                         chunk_tokens=cfg.optim.chunk_tokens, dist=dist)
 
 
 def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist | None = None) -> list[list[float]]:
@@ -310,6 +309,7 @@ class Trainer:
         self.total_steps = cfg.run.steps or cfg.run.epochs * self.sampler.steps_per_epoch
         self.controllers = build_controllers(cfg.algo.controllers, self.total_steps)
         self.collector = collector_for(cfg)
+        self.signal_params = token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params)
         self.step = 0
         self.metrics = MetricsLog(os.path.join(out_dir, "metrics.jsonl"))
         self.ckpt_root = os.path.join(out_dir, "checkpoints")
@@ -403,12 +403,11 @@ class Trainer:
     def token_signals(self, name: str, batch: TrainBatch, coefs: dict) -> dict:
         """The registered loss mask and token-advantage functions, in config order; returns their metrics."""
         a = self.cfg.algo
-        params = token_adv_params(list(a.token_advantages), a.token_adv_params)
         sctx = SignalContext(step=self.step, policy=name, algo=a, coefs=coefs)
         batch.loss_mask = LOSS_MASKS.get(a.loss_mask)(batch, sctx)
         met: dict = {}
         for fn_name in a.token_advantages:
-            sctx.params = params[fn_name]
+            sctx.params = self.signal_params[fn_name]
             batch.token_adv, m = TOKEN_ADVANTAGES.get(fn_name)(batch, sctx)
             met.update(m)
         return met
@@ -493,7 +492,7 @@ class Trainer:
             "extracted": ro.meta.get("extracted", [None] * (B * n)),
             "data_seed": [self.cfg.run.seed] * (B * n),
         }
-        write_parquet(os.path.join(self.out, "rollouts", st.name, f"step_{self.step + 1:06d}.parquet"), cols)
+        write_parquet(rollout_log_path(self.out, st.name, self.step), cols)
 
     def save(self) -> str:
         if self.dist.enabled:  # rank 0 writes, after a collective gather of the full state (FSDP)
