@@ -135,7 +135,8 @@ def self_batch(step: PolicyStep) -> TrainBatch:
             r = i * n + j
             b.append(prompt_ids=step.prompt_ids[i], response_ids=ro.response_ids[r],
                      advantages=float(step.advantages[i, j]), weights=1.0, source="self", group=i,
-                     rewards=float(step.rewards[i, j]), sampler_logprobs=ro.logprobs[r], texts=ro.texts[r])
+                     rewards=float(step.rewards[i, j]), sampler_logprobs=ro.logprobs[r], texts=ro.texts[r],
+                     **{k: v[r] for k, v in ro.token_columns.items()})  # engine columns (tandem: author)
     return b
 
 
@@ -168,7 +169,10 @@ def cat_groups(parts: list[tuple[PolicyStep, list[int]]], limit: int | None = No
                   logprobs=[st.rollouts.logprobs[r] for st, r in rows],
                   truncated=[st.rollouts.truncated[r] for st, r in rows], n=n)
     for key in first.rollouts.meta:
-        ro.meta[key] = [st.rollouts.meta[key][r] for st, r in rows]
+        if key != "metrics":
+            ro.meta[key] = [st.rollouts.meta[key][r] for st, r in rows]
+    for key in first.rollouts.token_columns:
+        ro.token_columns[key] = [st.rollouts.token_columns[key][r] for st, r in rows]
     empty = torch.zeros((0, n), dtype=first.rewards.dtype)
     rewards = torch.stack([st.rewards[q] for st, q in chosen]) if chosen else empty
     adv = torch.stack([st.advantages[q] for st, q in chosen]) if chosen else empty.clone()

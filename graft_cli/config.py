@@ -86,6 +86,8 @@ class DataConfig:
     prompt_batch: int = 128
     shuffle: bool = True
     fields: dict = field(default_factory=dict)
+    holdout: int = 0  # problems held out of training (a seeded random slice, e.g. for checkpoint selection)
+    holdout_seed: int = 0
 
 
 @dataclass
@@ -149,6 +151,7 @@ class AlgoConfig:
     loss_params: dict = field(default_factory=dict)  # the loss's parameters, validated against its defaults
     token_adv_params: dict = field(default_factory=dict)  # parameters of the token-advantage functions
     loss_mask: str = "response"  # registered loss-mask function (graft_cli/algorithms/signals.py)
+    loss_mask_params: dict = field(default_factory=dict)  # its parameters (e.g. author: junior_weight)
     token_advantages: list = field(default_factory=lambda: ["is_correction"])  # registered, applied in order
     controllers: list = field(default_factory=list)  # [{name: <registered controller>, ...params}]
 
@@ -185,6 +188,9 @@ class EvalConfig:
     top_p: float = 0.95
     seed: int = 0  # base of the per-run sampling seeds
     save_best: bool = True  # keep each policy's best weights at <run>/best/<policy>/
+    tandem: bool = False  # `graft eval --run` also runs handoff robustness and legibility (tandem.md §2.10)
+    junior: Optional[str] = None  # their junior model (default: the run's tandem junior, else tandem.junior)
+    handoff_delimiter: str = "\n\n"  # the handoff evaluation's step end (strict alternation after it)
 
 
 @dataclass
@@ -195,6 +201,7 @@ class Config:
     sources: list = field(default_factory=list)  # list[SourceConfig]: step sources (e.g. a partner's logs)
     plugins: list = field(default_factory=list)  # modules or .py files imported before validation (new methods)
     distill: dict = field(default_factory=dict)  # a pair's distillation roles: {student: {name, model}, teacher: MODEL}
+    tandem: dict = field(default_factory=dict)  # a pair's tandem roles: {senior: {name, model}, junior: MODEL}
     run: RunConfig = field(default_factory=RunConfig)
     data: DataConfig = field(default_factory=DataConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
@@ -326,7 +333,7 @@ def _dict_field(cfg: DictConfig, key: str) -> bool:
 
 
 FREE_DICTS = ("exchange.params", "extra", "data.fields", "rollout.engine_kwargs", "algo.loss_params",
-              "algo.token_adv_params", "distill")
+              "algo.token_adv_params", "algo.loss_mask_params", "distill", "tandem")
 
 
 def to_yaml(cfg: Config) -> str:
@@ -387,6 +394,10 @@ def validate(cfg: Config, registries: bool = True) -> None:
             flat.update(d)
         a.token_adv_params = flat
     _known(a.loss_mask, LOSS_MASKS, "algo.loss_mask")
+    if a.loss_mask in LOSS_MASKS:
+        from graft_cli.algorithms.signals import loss_mask_params
+
+        a.loss_mask_params = loss_mask_params(a.loss_mask, a.loss_mask_params)
     _check(a.clip_ratio_c == 0 or a.clip_ratio_c > 1, "algo.clip_ratio_c", "must be 0 (off) or > 1")
     _check(a.kl_coef >= 0, "algo.kl_coef", "must be >= 0")
     _check(a.kl_type in KL_KINDS, "algo.kl_type", f"must be one of {', '.join(KL_KINDS)}")
@@ -412,6 +423,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
         _check(isinstance(c, dict) and "name" in c, f"algo.controllers.{i}", "must be a mapping with a name")
         _known(c["name"], CONTROLLERS, f"algo.controllers.{i}.name")
     _check(cfg.data.prompt_batch >= 1, "data.prompt_batch", "must be >= 1")
+    _check(cfg.data.holdout >= 0, "data.holdout", "must be >= 0")
     _check(a.minibatch_prompts >= 1, "algo.minibatch_prompts", "must be >= 1")
     _check(cfg.data.prompt_batch % a.minibatch_prompts == 0, "algo.minibatch_prompts",
            f"data.prompt_batch={cfg.data.prompt_batch} is not divisible by "
@@ -433,6 +445,13 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(cfg.exchange.ordering in ("last", "first", "uniform"), "exchange.ordering", "must be last, first or uniform")
     hint = " (vLLM is not installed: pip install -e '.[vllm]')" if r.engine == "vllm" else ""
     _check(r.engine in ENGINES, "rollout.engine", f"unknown; known: {', '.join(ENGINES.names())}{hint}")
+    if r.engine in ENGINES:  # engine options that name a frozen model of the run (tandem: junior)
+        frozen = [p.name for p in cfg.policies if p.role == "frozen"]
+        for k in getattr(ENGINES.get(r.engine), "frozen_kwargs", ()):
+            v = r.engine_kwargs.get(k)
+            _check(v in frozen, f"rollout.engine_kwargs.{k}",
+                   f"engine {r.engine!r} needs the name of a role: frozen model here, got {v!r} "
+                   f"(frozen: {', '.join(frozen) or 'none'})")
     _check(r.n >= 1, "rollout.n", "must be >= 1")
     _check(r.temperature >= 0, "rollout.temperature", "must be >= 0")
     _check(0 < r.top_p <= 1, "rollout.top_p", "must be in (0, 1]")

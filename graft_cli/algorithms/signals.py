@@ -1,9 +1,11 @@
 """Per-token signals of a TrainBatch, produced by registered functions (the loop builds the loss inputs from
 these columns only).
 
-- Loss masks (registry ``LOSS_MASKS``, ``algo.loss_mask``): ``fn(batch, ctx) -> list | None`` gives each row
-  a 0/1 list over its response tokens (``None``: every response token). ``response`` is the default; a
-  method that trains on part of a response (tandem RLVR: the senior's tokens) registers its own.
+- Loss masks (registry ``LOSS_MASKS``, ``algo.loss_mask``, parameters ``algo.loss_mask_params``):
+  ``fn(batch, ctx) -> list | None`` gives each row a list of token weights over its response tokens (0/1 for a
+  mask; ``None``: every response token). The weights multiply each token's loss and their sum is the row's
+  token count in the loss denominators. ``response`` is the default; ``author`` (tandem RLVR) keeps the
+  senior's tokens.
 - Token advantages (registry ``TOKEN_ADVANTAGES``, ``algo.token_advantages``, applied in order):
   ``fn(batch, ctx) -> (token_adv | None, metrics)`` where ``token_adv`` has one entry per row (a list over
   its response tokens, or ``None`` for the row's scalar advantage broadcast). Each function sees the
@@ -63,10 +65,42 @@ def token_adv_params(names: list, params: dict | None) -> dict:
                                "algo.token_adv_params", f"token-advantage function {n!r}") for n, d in specs.items()}
 
 
-@LOSS_MASKS.register("response")
+def register_loss_mask(name: str, **defaults):
+    """Register ``fn(batch, ctx)`` as loss mask ``name`` with its parameters' defaults (``algo.loss_mask_params``,
+    validated; ``ctx.params`` holds them)."""
+
+    def deco(fn):
+        fn.defaults = dict(defaults)
+        LOSS_MASKS.register(name)(fn)
+        return fn
+
+    return deco
+
+
+def loss_mask_params(name: str, params: dict | None) -> dict:
+    """The validated parameters of loss mask ``name`` (one-line error naming ``algo.loss_mask_params.<key>``)."""
+    return validate_params(getattr(LOSS_MASKS.get(name), "defaults", {}), params, "algo.loss_mask_params",
+                           f"loss mask {name!r}")
+
+
+@register_loss_mask("response")
 def response_mask(batch, ctx: SignalContext):
     """Every response token of every row (GRPO, GRAFT): no mask column."""
     return None
+
+
+@register_loss_mask("author", junior_weight=0.0)
+def author_mask(batch, ctx: SignalContext):
+    """Tandem RLVR's senior gate (tandem.md §2.5): ``mask_t = author_t + w·(1 − author_t)`` with ``author_t`` = 1
+    on the senior's tokens, 0 on the junior's (the ``author`` column the tandem engine returns) and ``w`` =
+    ``junior_weight`` (the paper's ``tandem_jr_tkn_weight``, 0: junior tokens carry no gradient and do not
+    count in the token-mean denominator, which is then the number of senior tokens; they stay in the context).
+    Rows without an author column (e.g. a peer's) keep every token."""
+    if "author" not in batch.extra:
+        raise GraftError("config key 'algo.loss_mask': mask 'author' needs the rollouts' author column "
+                         "(rollout.engine: tandem)")
+    w = float(ctx.params.get("junior_weight", 0.0))
+    return [None if a is None else [1.0 if x else w for x in a] for a in batch.extra["author"]]
 
 
 def scalar_broadcast(batch, i: int) -> list[float]:

@@ -113,3 +113,18 @@ def load_problems(source: str, fields: dict | None = None) -> list[Problem]:
             raise GraftError(f"{source}: duplicate id {p.id!r}")
         seen.add(p.id)
     return probs
+
+
+def split_holdout(problems: list[Problem], n: int, seed: int = 0) -> tuple[list[Problem], list[Problem]]:
+    """``(train, held_out)``: ``n`` problems drawn uniformly without replacement with ``numpy`` seed ``seed``
+    (``data.holdout``; the tandem paper holds 1,000 DeepScaleR problems out with seed 0), the rest in their
+    original order. ``n = 0``: everything trains."""
+    import numpy as np
+
+    if n <= 0:
+        return list(problems), []
+    if n >= len(problems):
+        raise ValueError(f"data.holdout={n} leaves no training problem (the set has {len(problems)})")
+    held = set(np.random.default_rng(seed).choice(len(problems), size=n, replace=False).tolist())
+    return ([p for i, p in enumerate(problems) if i not in held],
+            [p for i, p in enumerate(problems) if i in held])

@@ -394,7 +394,7 @@ def _make_grader(workers: int, timeout_s: float):
     return MathVerifyGrader(num_workers=workers, timeout_s=timeout_s)
 
 
-def _make_engine(model, tok, engine: str = "hf", max_batch: int = 256, engine_kwargs: dict | None = None):
+def _make_engine(model, tok, engine: str = "hf", engine_kwargs: dict | None = None, max_batch: int = 256):
     from graft_cli.rollout import ENGINES
 
     return ENGINES.get(engine)(model, tok, max_batch=max_batch, **(engine_kwargs or {}))
@@ -435,7 +435,7 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
     m = load_model(path, dtype, device)
     grader = _make_grader(workers, timeout_s)
     try:
-        ev = Evaluator(_make_engine(m, tok, engine, max_batch), tok, spec, settings, grader,
+        ev = Evaluator(_make_engine(m, tok, engine, max_batch=max_batch), tok, spec, settings, grader,
                        context_len=context_length(m), console=console)
         with _progress(progress, console) as bar:
             ev.progress = bar
@@ -485,6 +485,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     limits as training"); ``runs`` defaults to 5. Returns policy -> step -> summary."""
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.models.loading import load_model, load_tokenizer
+    from graft_cli.rollout import solo_engine
     from graft_cli.train import checkpoint as ckpt
 
     console = console or make_console(stderr=True)
@@ -536,8 +537,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                 out_dir = os.path.join(run_dir, "eval", p, f"step_{s:06d}")
                 tok = load_tokenizer(folder)
                 model = load_model(folder, cfg.run.dtype, device or cfg.run.device)
-                ev = Evaluator(_make_engine(model, tok, cfg.rollout.engine, cfg.rollout.max_batch,
-                                            dict(cfg.rollout.engine_kwargs)), tok, spec, settings, grader, bar,
+                ev = Evaluator(_make_engine(model, tok, *solo_engine(cfg.rollout.engine, cfg.rollout.engine_kwargs),
+                                            max_batch=cfg.rollout.max_batch), tok, spec, settings, grader, bar,
                                context_len=context_length(model), console=console)
                 label = f"{p} step {s} "
                 task = bar.add_task(label, total=ev.todo(out_dir, benches))
@@ -609,7 +610,8 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
     for name, pol in trainer.policies.items():
         t0 = time.perf_counter()
         out_dir = os.path.join(run_dir, "eval", name, f"step_{trainer.step:06d}")
-        ev = Evaluator(pol.engine, pol.tokenizer, trainer.spec, settings, trainer.grader,
+        engine = pol.engine.eval_engine() if hasattr(pol.engine, "eval_engine") else pol.engine  # tandem: solo
+        ev = Evaluator(engine, pol.tokenizer, trainer.spec, settings, trainer.grader,
                        context_len=context_length(pol.model), console=console)
         ev.evaluate(out_dir, st.benches)
         summary = write_summary(out_dir, {"model": "in-training", "policy": name, "step": trainer.step})

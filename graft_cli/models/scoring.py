@@ -79,3 +79,9 @@ def logprob_scorer(model, tokenizer, batch: TrainBatch, settings: ScoreSettings)
 
 
 logprob_scorer.needs_shared_vocab = True  # it scores the policy's own token ids: the vocabularies must match
+
+
+@SCORERS.register("none")
+def no_scorer(model, tokenizer, batch: TrainBatch, settings: ScoreSettings) -> None:
+    """Fills no column: a frozen model that only co-generates (a tandem junior) or is used elsewhere."""
+    return None

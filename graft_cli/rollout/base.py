@@ -33,7 +33,8 @@ class Rollouts:
     logprobs: list[list[float]]  # B*n, one per response token (processed distribution)
     truncated: list[bool]  # B*n: hit max_new_tokens without EOS
     n: int = 1
-    meta: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)  # per-row lists (e.g. "extracted") and "metrics" (engine metrics)
+    token_columns: dict = field(default_factory=dict)  # name -> B*n per-token lists (tandem: "author")
 
     @property
     def num_prompts(self) -> int:
@@ -49,3 +50,17 @@ class RolloutEngine(Protocol):
     def sync_weights(self, model) -> None:
         """Make the engine sample from ``model``'s current weights (a no-op for in-process HF)."""
         ...
+
+    # optional: ``eval_engine()`` -> the engine validation and solo evaluation sample from (default: itself;
+    # the tandem engine returns its senior alone); ``frozen_kwargs``: engine options that name a frozen model
+
+
+def solo_engine(name: str, kwargs: dict) -> tuple[str, dict]:
+    """The engine (and its options) that samples one model alone for engine ``name``: itself, or for a
+    co-generating engine (one that declares ``solo_engine``, e.g. tandem -> hf) that engine with the
+    co-generation options (``own_kwargs``) left out. Used by evaluation of a run's checkpoints."""
+    cls = ENGINES.get(name)
+    solo = getattr(cls, "solo_engine", None)
+    if solo is None:
+        return name, dict(kwargs)
+    return solo, {k: v for k, v in kwargs.items() if k not in getattr(cls, "own_kwargs", ())}

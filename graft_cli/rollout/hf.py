@@ -100,50 +100,23 @@ class HFEngine:
             return self._compiled(**kw)
         return self.model(**kw).logits
 
+    def decoder(self, prompts: list[list[int]], max_new_tokens: int) -> "Decoder":
+        """A one-batch decode state of this engine's model (cache, masks, positions) for ``prompts``."""
+        return Decoder(self, prompts, max_new_tokens)
+
     @torch.no_grad()
     def _sample_batch(self, prompts: list[list[int]], p: SamplingParams, gen: torch.Generator):
-        model = self.model
-        dev = next(model.parameters()).device
-        B = len(prompts)
-        L = max(len(x) for x in prompts)
-        ids = torch.full((B, L), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((B, L), dtype=torch.long)
-        for i, x in enumerate(prompts):
-            ids[i, L - len(x) :] = torch.tensor(x, dtype=torch.long)
-            mask[i, L - len(x) :] = 1
-        ids, mask = ids.to(dev), mask.to(dev)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        dec = self.decoder(prompts, p.max_new_tokens)
+        B, dev = len(prompts), dec.dev
         lockstep = self._lockstep()
-        if self.static:  # fixed shapes: cache and mask span the bucketed maximum length
-            from transformers import StaticCache
-
-            total = math.ceil((L + p.max_new_tokens) / self.cache_bucket) * self.cache_bucket
-            cache = StaticCache(config=model.config, max_cache_len=total)
-            full_mask = torch.zeros((B, total), dtype=mask.dtype, device=dev)
-            full_mask[:, :L] = mask
-        else:
-            from transformers import DynamicCache
-
-            cache = DynamicCache()
-            full_mask = None
         eos = torch.tensor(self.eos_ids, device=dev)
         out_tok = torch.full((B, p.max_new_tokens), self.pad_id, dtype=torch.long, device=dev)
         out_lp = torch.zeros((B, p.max_new_tokens), dtype=torch.float32, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         lengths = torch.full((B,), p.max_new_tokens, dtype=torch.long, device=dev)
-        out = model(input_ids=ids, attention_mask=mask if full_mask is None else full_mask, position_ids=pos,
-                    use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits
-        next_pos = pos[:, -1] + 1
+        logits = dec.prefill()
         for t in range(p.max_new_tokens):
-            logits = out[:, -1, :].float()
-            if p.temperature <= 0:
-                tok = logits.argmax(-1)
-                lp = torch.zeros(B, device=dev)
-            else:
-                logits = top_p_filter(logits / p.temperature, p.top_p)
-                logp = torch.log_softmax(logits, -1)
-                tok = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(-1)
-                lp = logp.gather(-1, tok[:, None]).squeeze(-1)
+            tok, lp = sample_next(logits, p, gen)
             tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
             out_tok[:, t] = tok
             out_lp[:, t] = torch.where(done, torch.zeros_like(lp), lp)
@@ -155,22 +128,8 @@ class HFEngine:
                 finished = self._all_done(finished, dev)
             if finished or t == p.max_new_tokens - 1:
                 break
-            if full_mask is None:
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-                step_mask = mask
-            else:
-                full_mask[:, L + t] = 1
-                step_mask = full_mask
-            out = self._step(input_ids=tok[:, None], attention_mask=step_mask, position_ids=next_pos[:, None],
-                             use_cache=True, **{self._cache_kw: cache})
-            next_pos = next_pos + 1
-        res_ids, res_lp, trunc = [], [], []
-        for i in range(B):
-            n = int(lengths[i])
-            res_ids.append(out_tok[i, :n].tolist())
-            res_lp.append(out_lp[i, :n].tolist())
-            trunc.append(not bool(done[i]))
-        return res_ids, res_lp, trunc
+            logits = dec.step(tok)
+        return unpad(out_tok, out_lp, lengths, done)
 
     def _sample_fallback(self, prompts, p, gen):
         """The fast path, or (if it fails the first time it is used) the dynamic path, same generator state."""
@@ -207,3 +166,78 @@ class HFEngine:
         texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         return Rollouts(prompt_ids=[list(x) for x in prompt_ids], response_ids=ids, texts=texts,
                         logprobs=lps, truncated=trunc, n=params.n)
+
+
+def sample_next(logits: torch.Tensor, p: SamplingParams, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row from the last-position ``logits`` (B, 1, V): greedy at temperature 0 (log-prob 0),
+    else a draw from softmax(top_p(logits / T)) with its log-probability under that distribution."""
+    logits = logits[:, -1, :].float()
+    if p.temperature <= 0:
+        return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
+    logp = torch.log_softmax(top_p_filter(logits / p.temperature, p.top_p), -1)
+    tok = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+def unpad(out_tok: torch.Tensor, out_lp: torch.Tensor, lengths: torch.Tensor, done: torch.Tensor, *extra):
+    """Per-row lists cut at each row's length: (ids, logprobs, truncated, *extra per-token columns)."""
+    lengths, done = lengths.tolist(), done.tolist()
+    tok, lp = out_tok.tolist(), out_lp.tolist()
+    cols = [x.tolist() for x in extra]
+    res = ([tok[i][:n] for i, n in enumerate(lengths)], [lp[i][:n] for i, n in enumerate(lengths)],
+           [not d for d in done])
+    return res + tuple([c[i][:n] for i, n in enumerate(lengths)] for c in cols)
+
+
+class Decoder:
+    """The decode state of one model over one left-padded batch: its KV cache (a ``DynamicCache``, or on the
+    fast path a ``StaticCache`` of bucketed length with a fixed-length mask), attention mask and positions.
+    ``prefill()`` runs the prompts and returns the last position's logits; ``step(tok)`` feeds one token per
+    row (every row, finished or not, so shapes stay fixed) and returns the next logits."""
+
+    def __init__(self, engine: HFEngine, prompts: list[list[int]], max_new_tokens: int):
+        self.engine = engine
+        model = engine.model
+        self.dev = dev = next(model.parameters()).device
+        B, L = len(prompts), max(len(x) for x in prompts)
+        ids = torch.full((B, L), engine.pad_id, dtype=torch.long)
+        mask = torch.zeros((B, L), dtype=torch.long)
+        for i, x in enumerate(prompts):
+            ids[i, L - len(x):] = torch.tensor(x, dtype=torch.long)
+            mask[i, L - len(x):] = 1
+        self.ids, self.mask = ids.to(dev), mask.to(dev)
+        self.pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
+        self.L, self.t = L, 0
+        if engine.static:  # fixed shapes: cache and mask span the bucketed maximum length
+            from transformers import StaticCache
+
+            total = math.ceil((L + max_new_tokens) / engine.cache_bucket) * engine.cache_bucket
+            self.cache = StaticCache(config=model.config, max_cache_len=total)
+            self.full_mask = torch.zeros((B, total), dtype=self.mask.dtype, device=dev)
+            self.full_mask[:, :L] = self.mask
+        else:
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache()
+            self.full_mask = None
+
+    def prefill(self) -> torch.Tensor:
+        e = self.engine
+        out = e.model(input_ids=self.ids, attention_mask=self.mask if self.full_mask is None else self.full_mask,
+                      position_ids=self.pos, use_cache=True, logits_to_keep=1, **{e._cache_kw: self.cache}).logits
+        self.next_pos = self.pos[:, -1] + 1
+        return out
+
+    def step(self, tok: torch.Tensor) -> torch.Tensor:
+        e = self.engine
+        if self.full_mask is None:
+            self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+            step_mask = self.mask
+        else:
+            self.full_mask[:, self.L + self.t] = 1
+            step_mask = self.full_mask
+        out = e._step(input_ids=tok[:, None], attention_mask=step_mask, position_ids=self.next_pos[:, None],
+                      use_cache=True, **{e._cache_kw: self.cache})
+        self.next_pos = self.next_pos + 1
+        self.t += 1
+        return out

@@ -291,6 +291,8 @@ def concat_rollouts(parts: list):
     cat = lambda attr: [x for r in ros for x in getattr(r, attr)]  # noqa: E731
     ro = Rollouts(prompt_ids=cat("prompt_ids"), response_ids=cat("response_ids"), texts=cat("texts"),
                   logprobs=cat("logprobs"), truncated=cat("truncated"), n=ros[0].n, meta=dict(ros[0].meta))
+    for k in ros[0].token_columns:
+        ro.token_columns[k] = [x for r in ros for x in r.token_columns[k]]
     gr = Grades(np.concatenate([g.rewards for g in grs]), np.concatenate([g.timed_out for g in grs]),
                 [x for g in grs for x in g.extracted])
     return ro, gr

@@ -30,7 +30,7 @@ from graft_cli.algorithms.signals import (LOSS_MASKS, TOKEN_ADVANTAGES, SignalCo
                                           token_adv_params)
 from graft_cli.batch import PolicyStep, TrainBatch, micro_batches
 from graft_cli.console import make_console
-from graft_cli.data.problems import Problem, load_problems
+from graft_cli.data.problems import Problem, load_problems, split_holdout
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
@@ -77,7 +77,16 @@ def step_seed(run_seed: int, step: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- setup
-def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None) -> Policy:
+def engine_kwargs(cfg: C.Config, frozen: dict) -> dict:
+    """``rollout.engine_kwargs`` with the options the engine declares in ``frozen_kwargs`` (the tandem junior)
+    replaced by the loaded frozen model they name."""
+    kw = dict(cfg.rollout.engine_kwargs)
+    for k in getattr(ENGINES.get(cfg.rollout.engine), "frozen_kwargs", ()):
+        kw[k] = frozen[kw[k]].model
+    return kw
+
+
+def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None, frozen: dict | None = None) -> Policy:
     model_path = resolve_path(pc.model)
     tok = load_tokenizer(resolve_path(pc.tokenizer or pc.model))
     model = load_model(model_path, cfg.run.dtype, cfg.run.device)
@@ -89,7 +98,8 @@ def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None) 
                             weight_decay=o.weight_decay)
     if dist is not None:
         model, opt = dist.prepare(model, opt)  # FSDP wrap under `accelerate launch`; else unchanged
-    engine = ENGINES.get(cfg.rollout.engine)(model, tok, max_batch=cfg.rollout.max_batch, **cfg.rollout.engine_kwargs)
+    engine = ENGINES.get(cfg.rollout.engine)(model, tok, max_batch=cfg.rollout.max_batch,
+                                             **engine_kwargs(cfg, frozen or {}))
     return Policy(pc.name, model, tok, opt, engine, {})
 
 
@@ -294,8 +304,10 @@ class Trainer:
         self.dist = D.setup(cfg)  # data-parallel processes (torchrun / accelerate launch); a no-op alone
         self.spec = PromptSpec.from_config(cfg.prompt)
         self.problems: list[Problem] = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)
-        self.policies = {pc.name: build_policy(pc, cfg, self.dist) for pc in cfg.policies if pc.role == "train"}
+        self.problems, self.held_out = split_holdout(self.problems, cfg.data.holdout, cfg.data.holdout_seed)
         self.frozen = {pc.name: build_frozen(pc, cfg, self.dist) for pc in cfg.policies if pc.role == "frozen"}
+        self.policies = {pc.name: build_policy(pc, cfg, self.dist, self.frozen) for pc in cfg.policies
+                         if pc.role == "train"}
         self._filter_long_prompts()
         self.sampler = PromptSampler(len(self.problems), cfg.data.prompt_batch, cfg.run.seed, cfg.data.shuffle)
         self.exchange = EXCHANGES.get(cfg.exchange.name)(cfg)
@@ -384,7 +396,7 @@ class Trainer:
         adv = self.adv_fn(rewards, eps=cfg.algo.adv_eps, norm_by_std=cfg.algo.norm_by_std)
         ps = PolicyStep(pol.name, problems, prompt_ids, ro, rewards, adv, np.asarray(grades.timed_out))
         ps.rollouts.meta["extracted"] = grades.extracted
-        return ps, {"time/rollout": t1 - t0, "time/reward": t2 - t1}
+        return ps, {"time/rollout": t1 - t0, "time/reward": t2 - t1, **ro.meta.get("metrics", {})}
 
     def coefs(self) -> dict:
         out: dict = {}
@@ -396,14 +408,14 @@ class Trainer:
         """Every frozen model serving policy ``name`` fills its column of the batch (one no-grad pass each)."""
         for f in self.frozen.values():
             if not f.cfg.serves or name in f.cfg.serves:
-                scorer = SCORERS.get(f.cfg.scorer)
-                settings = score_settings(self.cfg, self.dist)
-                batch.extra[f.cfg.score_column] = scorer(f.model, f.tokenizer, batch, settings)
+                col = SCORERS.get(f.cfg.scorer)(f.model, f.tokenizer, batch, score_settings(self.cfg, self.dist))
+                if col is not None:  # scorer "none" (a co-generating junior) fills nothing
+                    batch.extra[f.cfg.score_column] = col
 
     def token_signals(self, name: str, batch: TrainBatch, coefs: dict) -> dict:
         """The registered loss mask and token-advantage functions, in config order; returns their metrics."""
         a = self.cfg.algo
-        sctx = SignalContext(step=self.step, policy=name, algo=a, coefs=coefs)
+        sctx = SignalContext(step=self.step, policy=name, algo=a, coefs=coefs, params=dict(a.loss_mask_params))
         batch.loss_mask = LOSS_MASKS.get(a.loss_mask)(batch, sctx)
         met: dict = {}
         for fn_name in a.token_advantages:
@@ -491,6 +503,7 @@ class Trainer:
             "advantage": st.advantages.flatten().tolist(),
             "extracted": ro.meta.get("extracted", [None] * (B * n)),
             "data_seed": [self.cfg.run.seed] * (B * n),
+            **ro.token_columns,  # engine columns (tandem: author, 1 = senior)
         }
         write_parquet(rollout_log_path(self.out, st.name, self.step), cols)
 
@@ -508,7 +521,8 @@ class Trainer:
 
 def preflight(cfg: C.Config) -> None:
     """Checks that need the models' tokenizers, before anything is written: a frozen model whose scorer scores the
-    policies' own token ids (a KL reference, an OPD teacher) must share each served policy's vocabulary."""
+    policies' own token ids (a KL reference, an OPD teacher), or that co-generates with them (a tandem junior),
+    must share each served policy's vocabulary."""
     from graft_cli.models.loading import vocab_difference
 
     trained = {p.name: p for p in cfg.policies if p.role == "train"}
@@ -520,6 +534,16 @@ def preflight(cfg: C.Config) -> None:
             toks[spec] = load_tokenizer(spec)
         return toks[spec]
 
+    by_name = {p.name: p for p in cfg.policies}
+    for k in getattr(ENGINES.get(cfg.rollout.engine), "frozen_kwargs", ()):  # a co-generating model (tandem junior)
+        f = by_name[cfg.rollout.engine_kwargs[k]]
+        for name, pc in trained.items():
+            if (f.tokenizer or f.model) != (pc.tokenizer or pc.model):
+                diff = vocab_difference(tok(f), tok(pc))
+                if diff:
+                    raise GraftError(f"rollout.engine_kwargs.{k}: {f.name!r} ({f.model}) and policy {name!r} "
+                                     f"({pc.model}) do not share a vocabulary ({diff}); the {cfg.rollout.engine} "
+                                     f"engine feeds one token id to both")
     for f in [p for p in cfg.policies if p.role == "frozen"]:
         if not getattr(SCORERS.get(f.scorer), "needs_shared_vocab", False):
             continue

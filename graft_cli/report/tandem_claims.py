@@ -1,0 +1,352 @@
+"""The Tandem RLVR paper's claims, judged from a plan's measured numbers (tandem.md §2.9, §2.10, §3).
+
+Claims (tandem.md §3: "TRL matches vanilla GRPO on solo; handoff robustness beats the GRPO senior by up to
+6.6 pts on AIME"):
+
+1. **solo_matches_grpo** — Δ = Tandem RLVR − vanilla GRPO solo pass@1 (points), macro over the benchmarks both
+   arms have. Verdict :func:`~graft_cli.report.stats.equivalence_verdict` with the margin ``margin`` (points):
+   ``held`` when the 95% interval lies within ±margin, ``did not hold`` when it lies outside, else
+   ``inconclusive``.
+2. **handoff_beats_grpo** — Δ = Tandem RLVR − GRPO handoff pass@1 (points, same macro). Verdict
+   :func:`~graft_cli.report.stats.verdict`: ``held`` when the interval excludes 0 upwards, ``not significant``
+   when it straddles 0, ``did not hold`` when it excludes 0 downwards.
+
+The interval of record is the paired hierarchical bootstrap (:func:`~graft_cli.report.stats.hierarchical_bootstrap`,
+seeds within each arm, problems shared by both arms) over the per-problem pass@1 read from the evaluation files;
+the 95% Welch t-interval over seeds of each seed's macro pass@1 is reported beside it (``welch``). Also
+measured, without a verdict: solo and handoff pass@{1,2,4,8} (summary files), the legibility CE (the frozen
+junior's per-token cross-entropy on the senior's solo outputs) and the senior's token share in handoff chains,
+for every arm (Tandem RLVR, GRPO, KL-Reg GRPO, GRPO n=16).
+
+Files of a record (policy ``policy``, its evaluated step): ``E = <dir>/eval/<policy>/step_<step:06d>/`` with the
+solo evaluation (``summary.json``, ``<bench>_run<k>.jsonl``), ``E/handoff/`` (same layout, rows with
+``senior_frac``) and ``E/legibility/summary.json``. Anything missing or unreadable is not measured.
+:func:`judge` is pure; :func:`measure` reads the run directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+
+from graft_cli.report.stats import equivalence_verdict, hierarchical_bootstrap, macro_mean, verdict, welch_interval
+from graft_cli.rundir import atomic_write_json, read_json_or_none
+
+DEFAULTS = {"kind": "tandem", "tandem": "tandem", "grpo": "grpo", "kl": "grpo_kl", "n16": "grpo_n16",
+            "policy": "a", "margin": 2.0, "n_boot": 2000}
+PAPER = {"solo_matches_grpo": "TRL matches vanilla GRPO on solo accuracy (tables [U])",
+         "handoff_beats_grpo": "handoff robustness beats the GRPO senior by up to +6.6 pts on AIME "
+                               "(reasoning-step schedule)"}
+KS = (1, 2, 4, 8)
+MODES = ("solo", "handoff")
+RUN_FILE_RE = re.compile(r"^(?P<bench>.+)_run(?P<run>\d+)\.jsonl$")
+BOOT_SEED = 0
+
+
+def settings(cfg: dict | None) -> dict:
+    return {**DEFAULTS, **(cfg or {})}
+
+
+def arms(cfg: dict | None) -> list[tuple[str, str]]:
+    """(run name, label) of the four arms, in table order."""
+    s = settings(cfg)
+    return [(s["tandem"], "Tandem RLVR"), (s["grpo"], "GRPO"), (s["kl"], "KL-Reg GRPO"), (s["n16"], "GRPO n=16")]
+
+
+# ----------------------------------------------------------------------------------------------- pure
+def common_benchmarks(*arms_: dict) -> list[str]:
+    """The benchmarks every seed of every given arm (seed -> bench -> per-problem array) has, sorted."""
+    sets = [set(b) for arm in arms_ for b in arm.values()]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def paired(problems: dict, a: str, b: str) -> tuple[dict, dict, list[str]]:
+    """Arms ``a`` and ``b`` of ``problems`` (name -> seed -> bench -> array) as seed -> [array per common bench]."""
+    xa, xb = problems.get(a) or {}, problems.get(b) or {}
+    benches = common_benchmarks(xa, xb) if xa and xb else []
+    if not benches:
+        return {}, {}, []
+    pick = lambda arm: {s: [np.asarray(v[bn], dtype=np.float64) for bn in benches] for s, v in arm.items()}
+    return pick(xa), pick(xb), benches
+
+
+def _points(iv):
+    return None if iv is None else tuple(100.0 * float(v) for v in iv)
+
+
+def compare(problems: dict, a: str, b: str, n_boot: int) -> dict:
+    """Δ = a − b in points (%): the bootstrap interval, the Welch interval over seeds of each seed's macro
+    pass@1 (1/B Σ_b mean_p), the benchmarks used, seeds per arm and each benchmark's own bootstrap Δ."""
+    x, y, benches = paired(problems, a, b)
+    if not benches:
+        return {"bootstrap": None, "welch": None, "benchmarks": [], "seeds": [len(x), len(y)], "per_benchmark": {}}
+    boot = _points(hierarchical_bootstrap(x, y, n_boot=n_boot, seed=BOOT_SEED))
+    welch = welch_interval([100 * macro_mean(v) for v in x.values()], [100 * macro_mean(v) for v in y.values()])
+    per = {bn: _points(hierarchical_bootstrap({s: v[i] for s, v in x.items()}, {s: v[i] for s, v in y.items()},
+                                              n_boot=n_boot, seed=BOOT_SEED))
+           for i, bn in enumerate(benches)}
+    return {"bootstrap": boot, "welch": welch, "benchmarks": benches, "seeds": [len(x), len(y)],
+            "per_benchmark": per}
+
+
+def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
+    """The two claims from ``measured["problems"][mode][run name][seed][bench]`` (per-problem pass@1, 0..1)."""
+    s = settings(cfg)
+    probs = measured.get("problems") or {}
+    n_boot, margin = int(s["n_boot"]), float(s["margin"])
+    solo = compare(probs.get("solo") or {}, s["tandem"], s["grpo"], n_boot)
+    hand = compare(probs.get("handoff") or {}, s["tandem"], s["grpo"], n_boot)
+    return [
+        {"key": "solo_matches_grpo", "claim": f"Tandem RLVR matches vanilla GRPO on solo pass@1 (±{margin:g} pts)",
+         "paper": PAPER["solo_matches_grpo"], "verdict": equivalence_verdict(solo["bootstrap"], margin),
+         "interval": solo["bootstrap"], "welch": solo["welch"], "margin": margin,
+         "benchmarks": solo["benchmarks"], "seeds": solo["seeds"], "per_benchmark": solo["per_benchmark"],
+         "measured": "Δ = Tandem − GRPO solo pass@1 (points, macro over benchmarks); 95% paired hierarchical "
+                     "bootstrap (seeds, problems); Welch t-interval over seeds in `welch`"},
+        {"key": "handoff_beats_grpo", "claim": "Tandem RLVR beats GRPO on handoff pass@1 (reasoning-step schedule)",
+         "paper": PAPER["handoff_beats_grpo"], "verdict": verdict(hand["bootstrap"]),
+         "interval": hand["bootstrap"], "welch": hand["welch"],
+         "benchmarks": hand["benchmarks"], "seeds": hand["seeds"], "per_benchmark": hand["per_benchmark"],
+         "measured": "Δ = Tandem − GRPO handoff pass@1 (points, macro over benchmarks); 95% paired hierarchical "
+                     "bootstrap (seeds, problems); Welch t-interval over seeds in `welch`"},
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- measure
+def eval_dir(run_dir: str, policy: str, step: int) -> str:
+    return os.path.join(run_dir, "eval", policy, f"step_{int(step):06d}")
+
+
+def _read_rows(path: str) -> list[dict] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return None
+
+
+def read_problems(folder: str) -> tuple[dict[str, np.ndarray], list[float]]:
+    """Per benchmark the per-problem pass@1 (mean grade over every run and sample of problem ``problem_index``),
+    from ``<folder>/<bench>_run<k>.jsonl``; and the ``senior_frac`` of every row that has one. A benchmark
+    with an unreadable file, a malformed row or a problem index without rows is left out."""
+    if not os.path.isdir(folder):
+        return {}, []
+    files: dict[str, list[str]] = {}
+    for f in sorted(os.listdir(folder)):
+        m = RUN_FILE_RE.match(f)
+        if m:
+            files.setdefault(m["bench"], []).append(os.path.join(folder, f))
+    out, fracs = {}, []
+    for bench, paths in files.items():
+        grades: dict[int, list[float]] = {}
+        bench_fracs: list[float] = []
+        try:
+            for p in paths:
+                rows = _read_rows(p)
+                if rows is None:
+                    raise ValueError(p)
+                for r in rows:
+                    grades.setdefault(int(r["problem_index"]), []).append(float(r["grade"]))
+                    if r.get("senior_frac") is not None:
+                        bench_fracs.append(float(r["senior_frac"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not grades or min(grades) < 0 or sorted(grades) != list(range(max(grades) + 1)):
+            continue
+        out[bench] = np.array([np.mean(grades[i]) for i in range(len(grades))])
+        fracs += bench_fracs
+    return out, fracs
+
+
+def macro_pass_at_k(summary: dict | None) -> dict[str, float]:
+    """k -> (1/B) Σ_b summary pass@k mean of benchmark b, in %, over every benchmark of the summary; a k that
+    some benchmark lacks is left out."""
+    benches = summary.get("benchmarks") if isinstance(summary, dict) else None
+    if not isinstance(benches, dict):
+        return {}
+    out = {}
+    for k in KS:
+        try:
+            vals = [float(b["pass@k"][str(k)]["mean"]) for b in benches.values()]
+        except (KeyError, TypeError, ValueError):
+            continue
+        if vals and all(np.isfinite(vals)):
+            out[str(k)] = 100.0 * float(np.mean(vals))
+    return out
+
+
+def legibility_ce(summary: dict | None) -> float | None:
+    """``macro_ce`` of a legibility summary (nats), None when absent or not a finite number."""
+    try:
+        v = float((summary or {})["macro_ce"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return v if np.isfinite(v) else None
+
+
+def _new_arm() -> dict:
+    return {"seeds": [], "steps": [], "solo": {}, "handoff": {}, "legibility_ce": [], "senior_frac": [],
+            "junior": []}
+
+
+def measure(records: list[dict], cfg: dict | None = None) -> dict:
+    """``{"arms": name -> per-seed lists, "problems": mode -> name -> seed -> bench -> per-problem pass@1}``.
+
+    Per arm: ``seeds``/``steps`` of the records with an evaluated step, ``solo``/``handoff``: k -> [macro pass@k
+    % of each seed], ``legibility_ce``: [macro CE of each seed], ``senior_frac``: [mean senior token share of
+    each seed's handoff rows], ``junior``: the legibility junior(s)."""
+    s = settings(cfg)
+    out: dict = {"arms": {}, "problems": {m: {} for m in MODES}}
+    for r in records:
+        name, seed = r.get("name"), r.get("seed")
+        sc = (r.get("scores") or {}).get(s["policy"]) or {}
+        if name is None or sc.get("step") is None or not os.path.isdir(r.get("dir") or ""):
+            continue
+        try:
+            E = eval_dir(r["dir"], s["policy"], int(sc["step"]))
+        except (TypeError, ValueError):
+            continue
+        arm = out["arms"].setdefault(name, _new_arm())
+        arm["seeds"].append(seed)
+        arm["steps"].append(int(sc["step"]))
+        for mode, folder in (("solo", E), ("handoff", os.path.join(E, "handoff"))):
+            for k, v in macro_pass_at_k(read_json_or_none(os.path.join(folder, "summary.json"))).items():
+                arm[mode].setdefault(k, []).append(v)
+            probs, fracs = read_problems(folder)
+            if probs:
+                out["problems"][mode].setdefault(name, {})[seed] = probs
+            if mode == "handoff" and fracs:
+                arm["senior_frac"].append(float(np.mean(fracs)))
+        leg = read_json_or_none(os.path.join(E, "legibility", "summary.json"))
+        ce = legibility_ce(leg)
+        if ce is not None:
+            arm["legibility_ce"].append(ce)
+            if isinstance(leg, dict) and isinstance(leg.get("junior"), str) and leg["junior"] not in arm["junior"]:
+                arm["junior"].append(leg["junior"])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- render
+def _fmt(xs: list[float], digits: int = 2) -> str:
+    """mean ± sample std (ddof 1) over seeds; the mean alone for one seed; — for none."""
+    if not xs:
+        return "—"
+    s = f"{float(np.mean(xs)):.{digits}f}"
+    return s + (f" ± {float(np.std(xs, ddof=1)):.{digits}f}" if len(xs) > 1 else "")
+
+
+def table_markdown(measured: dict, cfg: dict | None = None) -> str:
+    from graft_cli.report.markdown import md_table
+
+    rows = []
+    for key, label in arms(cfg):
+        a = (measured.get("arms") or {}).get(key) or _new_arm()
+        seeds = max([len(v) for m in MODES for v in a[m].values()] + [len(a["legibility_ce"])])
+        rows.append([label, key, str(seeds), *[_fmt(a[m].get(str(k), [])) for m in MODES for k in KS],
+                     _fmt([100 * f for f in a["senior_frac"]], 1), _fmt(a["legibility_ce"], 3)])
+    cols = ["Method", "Run", "Seeds", *[f"{m.capitalize()} pass@{k} %" for m in MODES for k in KS],
+            "Senior token share % (handoff)", "Legibility CE (nats, junior on the senior's solo outputs; "
+                                              "lower = more legible)"]
+    return md_table(cols, rows)
+
+
+def _iv(iv) -> str:
+    return "—" if iv is None else f"{iv[0]:+.2f} [{iv[1]:+.2f}, {iv[2]:+.2f}]"
+
+
+def claims_markdown(claims: list[dict]) -> str:
+    from graft_cli.report.markdown import md_table
+
+    rows = []
+    for i, c in enumerate(claims, 1):
+        meas = _iv(c["interval"])
+        if c.get("welch") is not None:
+            meas += f"; Welch {_iv(c['welch'])}"
+        rows.append([str(i), c["claim"], c["verdict"], meas, c["paper"]])
+    return md_table(["#", "Claim", "Verdict", "Measured Δ [95% CI]", "Paper"], rows)
+
+
+def per_benchmark_markdown(claim: dict) -> str:
+    """One line: each benchmark's own bootstrap Δ [95% CI] of a claim."""
+    per = claim.get("per_benchmark") or {}
+    if not per:
+        return ""
+    return "Per benchmark (" + claim["key"] + "): " + ", ".join(f"{b} {_iv(iv)}" for b, iv in per.items()) + "."
+
+
+def plot(measured: dict, cfg: dict | None, path: str) -> str | None:
+    """Solo and handoff pass@k vs k (macro over benchmarks, mean over seeds), one line per arm."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for key, label in arms(cfg):
+        a = (measured.get("arms") or {}).get(key)
+        if not a:
+            continue
+        for ax, mode in zip(axes, MODES):
+            ks = [k for k in KS if a[mode].get(str(k))]
+            if ks:
+                n = max(len(a[mode][str(k)]) for k in ks)
+                ax.plot(ks, [float(np.mean(a[mode][str(k)])) for k in ks], marker="o",
+                        label=f"{label} ({n} seed{'s' if n > 1 else ''})")
+    for ax, mode in zip(axes, MODES):
+        ax.set(title=f"{mode} pass@k (macro over benchmarks)", xlabel="k", ylabel="%")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(KS), [str(k) for k in KS])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, png: str | None,
+                     report_dir: str) -> str:
+    s = settings(cfg)
+    juniors = sorted({j for a in (measured.get("arms") or {}).values() for j in a.get("junior", [])})
+    return "\n".join([
+        "## Tandem RLVR on this pair (from the measured numbers)", "",
+        table_markdown(measured, cfg), "",
+        f"pass@k: macro over benchmarks of the unbiased estimator, mean ± std over seeds. Legibility junior: "
+        f"{', '.join(juniors) if juniors else '—'}.", "",
+        *([f"![solo and handoff pass@k]({os.path.relpath(png, report_dir)})", ""] if png else []),
+        "### Claims", "", claims_markdown(claims), "",
+        *[line for c in claims if per_benchmark_markdown(c) for line in (per_benchmark_markdown(c), "")],
+        f"Intervals: 95% paired hierarchical bootstrap ({int(s['n_boot'])} replicates: seeds resampled within each "
+        "arm, problems resampled once per replicate for both arms, Δ macro-averaged over the benchmarks both arms "
+        "have), with the Welch t-interval over seeds beside it. Claim 1 (equivalence, margin "
+        f"±{float(s['margin']):g} pts): `held` when the interval lies within the margin, `did not hold` when it "
+        "lies outside, `inconclusive` otherwise. Claim 2: `held` when the interval excludes 0 upwards, "
+        "`not significant` when it straddles 0, `did not hold` when it excludes 0 downwards; `not measured` "
+        "when an arm has no evaluation files.", ""])
+
+
+def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
+    """The Tandem section (table, plot, claims) into ``<report_dir>/report.md`` and ``claims.json``."""
+    from graft_cli.report.claims import insert_section
+
+    measured = measure(records, cfg)
+    claims = judge(measured, cfg)
+    png = plot(measured, cfg, os.path.join(report_dir, "plots", "tandem_pass_at_k.png"))
+    md = section_markdown(measured, claims, cfg, png, report_dir)
+    os.makedirs(report_dir, exist_ok=True)
+    path = os.path.join(report_dir, "report.md")
+    text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# graft report\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(insert_section(text, md))
+    atomic_write_json(os.path.join(report_dir, "claims.json"),
+                      {"settings": settings(cfg), "measured": {"arms": measured["arms"]}, "claims": claims})
+    return md, claims
