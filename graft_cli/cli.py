@@ -167,30 +167,38 @@ def _not_yet(name: str, issue: str):
               help="with --model: wrap prompts in the tokenizer's chat template when it has one")
 @click.option("--workers", type=int, default=None, help="math-verify worker processes [default: 2]")
 @click.option("--force", is_flag=True, help="start output folders made with other settings over")
+@click.option("--tandem/--no-tandem", default=None,
+              help="with --run: also handoff robustness and legibility with a junior [default: the run's eval.tandem]")
+@click.option("--junior", default=None,
+              help="with --run --tandem: the junior [default: the run's tandem junior, eval.junior or tandem.junior]")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @one_line_errors
 def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, runs, samples, temperature, top_p,
-             max_new_tokens, seed, out, dtype, device, chat_template, workers, force, no_progress):
+             max_new_tokens, seed, out, dtype, device, chat_template, workers, force, tandem, junior, no_progress):
     """Evaluate a run's checkpoints or one model: 5 runs x 8 samples at T=0.6, top-p 0.95 on MATH500,
     AIME24, AIME25, AMC23 and Minerva; pass@1 mean ± std over runs, unbiased pass@k, per-sample JSONL.
     Resumable: finished (benchmark, run) files are kept.
 
     \b
     Writes <run>/eval/<policy>/step_NNNNNN/{<bench>_run<k>.jsonl, summary.json},
-    <run>/eval/<policy>/summary.json and <run>/best.json (--model: into --out).
+    <run>/eval/<policy>/summary.json and <run>/best.json (--model: into --out). With --tandem also
+    step_NNNNNN/handoff/ (senior and junior alternating at eval.handoff_delimiter), step_NNNNNN/legibility/
+    (the junior's cross-entropy on the solo answers) and <run>/eval/<policy>/pass_at_k.png.
 
     \b
     Examples:
       graft eval --run results/runs/tiny-graft-s0
       graft eval --model results/runs/1-graft-s0/best/smol --eval-dir data/eval --max-new-tokens 4096
       graft eval --model tiny:a --data problems.jsonl --runs 2 --samples 4
+      graft eval --run results/runs/tiny-tandem-s0 --tandem --runs 1
     """
     from graft_cli.eval.runner import eval_main
 
     eval_main(run_dir=run_dir, model=model, steps=steps, policy=policy, data=data, benchmarks=benchmarks,
               eval_dir=eval_dir, pair=pair, runs=runs, samples=samples, temperature=temperature, top_p=top_p,
               max_new_tokens=max_new_tokens, seed=seed, out=out, dtype=dtype, device=device,
-              chat_template=chat_template, workers=workers, force=force, progress=not no_progress)
+              chat_template=chat_template, workers=workers, force=force, progress=not no_progress, tandem=tandem,
+              junior=junior)
 
 
 @main.command("complementarity")

@@ -31,7 +31,7 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -54,11 +54,12 @@ class EvalSettings:
     top_p: float = 0.95
     max_new_tokens: int = 4096
     seed: int = 0
+    extra: dict = field(default_factory=dict)  # further identity (a handoff folder: junior, schedule, delimiter)
 
     def identity(self) -> dict:
         """What the files of a folder depend on (``runs`` only adds files)."""
         return {"samples": self.samples, "temperature": self.temperature, "top_p": self.top_p,
-                "max_new_tokens": self.max_new_tokens, "seed": self.seed}
+                "max_new_tokens": self.max_new_tokens, "seed": self.seed, **self.extra}
 
     def check(self) -> None:
         if self.runs < 1:
@@ -183,6 +184,9 @@ class Evaluator:
                     row.update(response=ro.texts[r], extracted=grades.extracted[r], grade=float(grades.rewards[r]),
                                timed_out=bool(grades.timed_out[r]), truncated=bool(ro.truncated[r]),
                                num_tokens=len(ro.response_ids[r]))
+                    if "author" in ro.token_columns:  # a co-written answer (handoff): who wrote each token
+                        a = ro.token_columns["author"][r]
+                        row.update(author=a, senior_frac=sum(a) / len(a) if a else None)
                     rows.append(row)
             skipped += len(chunk) - len(fits)
             if self.progress is not None and task is not None:
@@ -462,6 +466,24 @@ def parse_steps(spec, available: list[int], best: dict[str, int]) -> list[int] |
         raise GraftError(f"--steps {spec!r}: expected all, last, best or a comma-separated list of steps") from None
 
 
+def run_junior(cfg, junior: str | None = None) -> str:
+    """The junior of a run's handoff and legibility evaluations: ``junior``, else ``eval.junior``, else the
+    frozen model the run's rollout engine co-generates with (tandem), else the pair's ``tandem.junior``."""
+    from graft_cli.rollout import ENGINES
+
+    if junior or cfg.eval.junior:
+        return junior or cfg.eval.junior
+    frozen = {p.name: p for p in cfg.policies if p.role == "frozen"}
+    for k in getattr(ENGINES.get(cfg.rollout.engine), "frozen_kwargs", ()) if cfg.rollout.engine in ENGINES else ():
+        name = cfg.rollout.engine_kwargs.get(k)
+        if name in frozen:
+            return frozen[name].model
+    if (cfg.tandem or {}).get("junior"):
+        return cfg.tandem["junior"]
+    raise GraftError("the handoff and legibility evaluations need a junior: --junior MODEL, or eval.junior / "
+                     "tandem.junior in the run's config")
+
+
 def load_run_config(run_dir: str):
     from graft_cli import config as C
 
@@ -475,16 +497,19 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                  eval_dir: str | None = None, runs: int = 5, samples: int | None = None,
                  temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
                  seed: int | None = None, device: str | None = None, workers: int | None = None,
-                 force: bool = False, progress: bool = True, console=None) -> dict:
+                 force: bool = False, progress: bool = True, console=None, tandem: bool | None = None,
+                 junior: str | None = None) -> dict:
     """``graft eval --run DIR``: evaluate the run's checkpoints (every policy; ``steps``: ``all`` complete
     checkpoints and the kept best weights (default), ``last``, ``best`` or a list) into
     ``<run>/eval/<policy>/step_NNNNNN/``; then the policy summaries and ``best.json``.
 
     Settings default to the run's ``eval`` section (temperature, top-p, samples, seed, benchmarks, max new
     tokens; the latter falls back to the training ``rollout.max_new_tokens``, graft.md §1 "same length
-    limits as training"); ``runs`` defaults to 5. Returns policy -> step -> summary."""
+    limits as training"); ``runs`` defaults to 5. With ``tandem`` (default: the run's ``eval.tandem``) each
+    checkpoint also gets the handoff and legibility evaluations of :mod:`graft_cli.eval.tandem` with the
+    ``junior`` (default :func:`run_junior`) and a pass@k plot per policy. Returns policy -> step -> summary."""
     from graft_cli.data.prompts import PromptSpec
-    from graft_cli.models.loading import load_model, load_tokenizer
+    from graft_cli.models.loading import load_model, load_tokenizer, resolve_path
     from graft_cli.rollout import solo_engine
     from graft_cli.train import checkpoint as ckpt
 
@@ -526,8 +551,20 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     if not jobs:
         raise GraftError(f"{run_dir}: no checkpoint to evaluate (complete checkpoints: "
                          f"{', '.join(map(str, available)) or 'none'})")
-    for p, s, _ in jobs:  # refuse mismatched folders before loading any model
+    tandem = ec.tandem if tandem is None else tandem
+    junior = run_junior(cfg, junior) if tandem else None
+    if tandem:
+        from graft_cli.eval import tandem as TE
+
+        hsettings = TE.handoff_settings(settings, junior, ec.handoff_delimiter)
+        jtok = load_tokenizer(resolve_path(junior))
+    for p, s, folder in jobs:  # refuse mismatched folders (and a junior of another vocabulary) before loading a model
         prepare_folder(os.path.join(run_dir, "eval", p, f"step_{s:06d}"), settings, spec, benches, force)
+        if tandem:
+            TE.check_junior(jtok, load_tokenizer(folder), junior, f"{p} step {s}")
+            prepare_folder(os.path.join(run_dir, "eval", p, f"step_{s:06d}", TE.HANDOFF_DIR), hsettings, spec,
+                           benches, force)
+    jmodel = load_model(resolve_path(junior), cfg.run.dtype, device or cfg.run.device) if tandem else None
     rc = cfg.reward
     grader = _make_grader(rc.num_workers if workers is None else workers, rc.timeout_s)
     results: dict[str, dict[int, dict]] = {}
@@ -545,10 +582,30 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                 ev.evaluate(out_dir, benches, task=task, label=label)
                 summary = write_summary(out_dir, {"model": os.path.relpath(folder, run_dir), "policy": p, "step": s})
                 results.setdefault(p, {})[s] = summary
+                if tandem:
+                    hdir = os.path.join(out_dir, TE.HANDOFF_DIR)
+                    hev = Evaluator(TE.handoff_engine(model, tok, jmodel, ec.handoff_delimiter,
+                                                      dict(cfg.rollout.engine_kwargs), cfg.rollout.max_batch),
+                                    tok, spec, hsettings, grader, bar, context_len=context_length(model),
+                                    console=console)
+                    task = bar.add_task(label + "handoff ", total=hev.todo(hdir, benches))
+                    hev.evaluate(hdir, benches, task=task, label=label + "handoff ")
+                    hsum = write_summary(hdir, {"model": os.path.relpath(folder, run_dir), "policy": p, "step": s,
+                                                "junior": junior})
+                    leg = TE.legibility(jmodel, tok, spec, out_dir, os.path.join(out_dir, TE.LEGIBILITY_DIR),
+                                        benches, junior, cfg.optim.micro_batch_tokens, force)
+                    _print_result(console, f"{p} step {s} handoff", hsum)
+                    console.print(f"{p} step {s} legibility: junior CE {leg['macro_ce']:.4f} nats/token"
+                                  if leg["macro_ce"] is not None else f"{p} step {s} legibility: no tokens")
                 del model, ev
     finally:
         grader.close()
     best = update_best(run_dir, sorted(set(names) & set(os.listdir(os.path.join(run_dir, "eval")))))
+    if tandem:
+        for p in results:
+            png = TE.plot_policy_pass_at_k(run_dir, p)
+            if png:
+                console.print(f"{p}: pass@k curves {png}")
     for p in results:
         for s, summary in results[p].items():
             _print_result(console, f"{p} step {s}", summary)
@@ -639,7 +696,8 @@ __all__ = ["EvalSettings", "Evaluator", "evaluate_model", "evaluate_run", "valid
 def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, policy=None, data=None,
               benchmarks=None, eval_dir=None, pair=None, runs: int = 5, samples=None, temperature=None, top_p=None,
               max_new_tokens=None, seed=None, out=None, dtype: str = "float32", device=None,
-              chat_template: str = "auto", workers=None, force: bool = False, progress: bool = True):
+              chat_template: str = "auto", workers=None, force: bool = False, progress: bool = True,
+              tandem: bool | None = None, junior: str | None = None):
     """The ``graft eval`` command: exactly one of ``run_dir`` / ``model``."""
     if bool(run_dir) == bool(model):
         raise GraftError("give exactly one of --run DIR or --model PATH")
@@ -651,8 +709,8 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
         return evaluate_run(run_dir, steps=steps, policies=policy, benchmarks=benchmarks, data=data, eval_dir=eval_dir,
                             runs=runs, samples=samples, temperature=temperature, top_p=top_p,
                             max_new_tokens=max_new_tokens, seed=seed, device=device, workers=workers, force=force,
-                            progress=progress)
-    for opt, val in (("--steps", steps), ("--policy", policy)):
+                            progress=progress, tandem=tandem, junior=junior)
+    for opt, val in (("--steps", steps), ("--policy", policy), ("--tandem", tandem), ("--junior", junior)):
         if val:
             raise GraftError(f"{opt} applies to --run only")
     from graft_cli.data.prompts import PromptSpec

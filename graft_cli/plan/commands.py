@@ -82,11 +82,13 @@ def reproduce_main(pair: str = "tiny", out: str | None = None, dry_run: bool = F
     return result
 
 
-CLAIM_KINDS = {"graft": "graft_cli.report.claims", "saf": "graft_cli.report.saf_claims"}
+CLAIM_KINDS = {"graft": "graft_cli.report.claims", "saf": "graft_cli.report.saf_claims",
+               "tandem": "graft_cli.report.tandem_claims"}
 
 
 def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> dict:
-    """``graft report`` on the plan's folder, then the claims of the plan's paper (``claims.kind``: graft | saf)."""
+    """``graft report`` on the plan's folder, then the claims of the plan's paper (``claims.kind``: graft | saf |
+    tandem)."""
     import importlib
 
     kind = str((plan.claims or {}).get("kind", "graft"))

@@ -106,4 +106,19 @@ def eval_done(run_dir: str, steps_spec: str, runs: int, samples: int | None = No
                 names = {b.split("=", 1)[0] for b in benchmarks}
                 if not names <= set(summ.get("benchmarks") or {}):
                     return False
+            folder = os.path.join(run_dir, "eval", pol, f"step_{s:06d}")
+            if _tandem_eval(run_dir) and not all(os.path.exists(os.path.join(folder, d, "summary.json"))
+                                                 for d in ("handoff", "legibility")):
+                return False
     return True
+
+
+def _tandem_eval(run_dir: str) -> bool:
+    """Whether the run's config asks for the handoff and legibility evaluations (``eval.tandem``)."""
+    import yaml
+
+    try:
+        with open(os.path.join(run_dir, "config.yaml"), encoding="utf-8") as f:
+            return bool(((yaml.safe_load(f) or {}).get("eval") or {}).get("tandem"))
+    except (OSError, yaml.YAMLError):
+        return False

@@ -26,14 +26,13 @@ solo evaluation (``summary.json``, ``<bench>_run<k>.jsonl``), ``E/handoff/`` (sa
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 import numpy as np
 
 from graft_cli.report.stats import equivalence_verdict, hierarchical_bootstrap, macro_mean, verdict, welch_interval
-from graft_cli.rundir import atomic_write_json, read_json_or_none
+from graft_cli.rundir import atomic_write_json, read_json_or_none, read_jsonl
 
 DEFAULTS = {"kind": "tandem", "tandem": "tandem", "grpo": "grpo", "kl": "grpo_kl", "n16": "grpo_n16",
             "policy": "a", "margin": 2.0, "n_boot": 2000}
@@ -122,8 +121,7 @@ def eval_dir(run_dir: str, policy: str, step: int) -> str:
 
 def _read_rows(path: str) -> list[dict] | None:
     try:
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        return read_jsonl(path)
     except (OSError, ValueError):
         return None
 

@@ -1,0 +1,137 @@
+"""Tandem RLVR's evaluations of a checkpoint (tandem.md §2.10), next to the solo evaluation of
+:mod:`graft_cli.eval.runner`:
+
+1. **Solo pass@k** (k = 1, 2, 4, 8): the ordinary evaluation folder (its ``summary.json`` holds the unbiased
+   pass@k); :func:`plot_policy_pass_at_k` draws the pass@k curve of every evaluated checkpoint of a policy
+   into ``<run>/eval/<policy>/pass_at_k.png`` (solo solid, handoff dashed).
+2. **Handoff robustness** (``<step folder>/handoff/``): the senior and the frozen junior write each answer
+   in strict alternation at reasoning-step ends: the senior writes first, the author toggles after every
+   token whose text ends with ``delimiter`` (``"\\n\\n"``; the tiny pair: ``","``), one shared token budget
+   (``max_new_tokens``), ``samples`` chains per problem; the team answer is graded and scored like the solo
+   one (same files, same summary, rows also carry the author mask and ``senior_frac``). It runs in the
+   tandem engine with the ``sentence`` schedule (the paper's in-engine variant, §2.10.4), so both models keep
+   their KV caches and the chain is one batched generation; the paper's offline script re-prompts each turn
+   with the text so far (§2.10.2), which can tokenize a step boundary differently.
+3. **Legibility** (``<step folder>/legibility/``): the frozen junior's per-token cross-entropy (nats) on the
+   senior's solo responses (every response of every solo run file), teacher-forced at temperature 1 after
+   the same prompt: per response ``ce = −Σ_t log p_junior(y_t | x, y_<t) / |y|`` over the response re-tokenized
+   from its text (the EOS is not scored). Per benchmark the pooled token mean ``Σ nll / Σ |y|`` (``ce``) and
+   the mean of the responses' ``ce`` (``ce_response_mean``); ``macro_ce``: the unweighted mean over
+   benchmarks of ``ce``. Lower = more legible to the junior.
+
+The junior must share the senior's vocabulary (checked before anything is generated).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+
+from graft_cli.errors import GraftError
+from graft_cli.rundir import atomic_write_json, read_json, read_json_or_none, read_jsonl, write_jsonl_atomic
+
+HANDOFF_DIR, LEGIBILITY_DIR = "handoff", "legibility"
+
+
+def handoff_settings(settings, junior: str, delimiter: str):
+    """The solo settings plus what a handoff folder also depends on (junior, schedule, delimiter)."""
+    return replace(settings, extra={"handoff": {"junior": junior, "schedule": "sentence", "delimiter": delimiter}})
+
+
+def check_junior(junior_tok, senior_tok, junior: str, senior: str) -> None:
+    from graft_cli.models.loading import vocab_difference
+
+    diff = vocab_difference(junior_tok, senior_tok)
+    if diff:
+        raise GraftError(f"junior {junior} and senior {senior} do not share a vocabulary ({diff}); the handoff "
+                         "evaluation feeds one token id to both")
+
+
+def handoff_engine(model, tokenizer, junior_model, delimiter: str, engine_kwargs: dict | None = None,
+                   max_batch: int = 256):
+    from graft_cli.rollout import ENGINES
+
+    kw = {k: v for k, v in (engine_kwargs or {}).items() if k in ("cache", "compile", "compile_mode", "cache_bucket")}
+    return ENGINES.get("tandem")(model, tokenizer, junior=junior_model, schedule="sentence", delimiter=delimiter,
+                                 max_batch=max_batch, **kw)
+
+
+# ------------------------------------------------------------------------------------------- legibility
+def legibility(junior_model, tokenizer, spec, solo_dir: str, out_dir: str, benches, junior: str,
+               token_budget: int = 32768, force: bool = False) -> dict:
+    """Score the junior on every solo response of ``solo_dir`` into ``out_dir`` (module docstring); a benchmark
+    whose file already holds every response is read back. Returns the summary."""
+    from graft_cli.batch import TrainBatch
+    from graft_cli.eval.runner import run_file
+    from graft_cli.models.scoring import ScoreSettings, score_rows
+
+    os.makedirs(out_dir, exist_ok=True)
+    old = read_json_or_none(os.path.join(out_dir, "summary.json"))
+    if old and old.get("junior") != junior and not force:
+        raise GraftError(f"{out_dir}: holds legibility under another junior ({old.get('junior')}); use --force")
+    per_bench = {}
+    for bench, problems in benches:
+        rows, k = [], 1
+        while os.path.exists(run_file(solo_dir, bench.name, k)):
+            rows += read_jsonl(run_file(solo_dir, bench.name, k))
+            k += 1
+        path = os.path.join(out_dir, f"{bench.name}.jsonl")
+        done = read_jsonl(path) if os.path.exists(path) and not force else []
+        if not rows:
+            continue
+        if len(done) != len(rows) or (old or {}).get("junior") != junior:
+            b = TrainBatch()
+            keep = []
+            for r in rows:
+                resp = tokenizer(r["response"], add_special_tokens=False)["input_ids"]
+                if resp:
+                    keep.append(r)
+                    b.prompt_ids.append(spec.encode(problems[int(r["problem_index"])].problem, tokenizer))
+                    b.response_ids.append(resp)
+            lps = score_rows(junior_model, tokenizer.pad_token_id, b, ScoreSettings(temperature=1.0,
+                                                                                  token_budget=token_budget))
+            scored = {id(r): lp for r, lp in zip(keep, lps)}
+            done = []
+            for r in rows:
+                lp = scored.get(id(r), [])
+                nll = -float(sum(lp))
+                done.append({"benchmark": bench.name, "problem_index": r["problem_index"], "run": r["run"],
+                             "sample": r["sample"], "num_tokens": len(lp), "nll": nll,
+                             "ce": nll / len(lp) if lp else None})
+            write_jsonl_atomic(path, done)
+        per_bench[bench.name] = summarize_legibility(done)
+    ces = [v["ce"] for v in per_bench.values() if v["ce"] is not None]
+    summary = {"junior": junior, "benchmarks": per_bench, "macro_ce": float(np.mean(ces)) if ces else None}
+    atomic_write_json(os.path.join(out_dir, "summary.json"), summary)
+    return summary
+
+
+def summarize_legibility(rows: list[dict]) -> dict:
+    """Pooled token-mean CE Σ nll / Σ |y| and the mean of per-response CEs (responses with no token skipped)."""
+    scored = [r for r in rows if r.get("num_tokens")]
+    tokens = sum(int(r["num_tokens"]) for r in scored)
+    return {"ce": sum(float(r["nll"]) for r in scored) / tokens if tokens else None,
+            "ce_response_mean": float(np.mean([r["ce"] for r in scored])) if scored else None,
+            "num_tokens": tokens, "num_responses": len(scored)}
+
+
+# ------------------------------------------------------------------------------------------------ plot
+def plot_policy_pass_at_k(run_dir: str, policy: str) -> str | None:
+    """``<run>/eval/<policy>/pass_at_k.png``: solo (and handoff, dashed) pass@k of every evaluated step."""
+    from graft_cli.eval.runner import step_dirs
+    from graft_cli.report.plots import plot_pass_at_k
+    from graft_cli.report.tandem_claims import macro_pass_at_k  # {"k": pass@k in %}
+
+    curves = {}
+    for step, d in step_dirs(os.path.join(run_dir, "eval", policy)).items():
+        curves[f"step {step} solo"] = macro_pass_at_k(read_json(os.path.join(d, "summary.json")))
+        h = read_json_or_none(os.path.join(d, HANDOFF_DIR, "summary.json"))
+        if h:
+            curves[f"step {step} handoff"] = macro_pass_at_k(h)
+    curves = {label: {int(k): v / 100.0 for k, v in c.items()} for label, c in curves.items() if c}
+    if not curves:
+        return None
+    return plot_pass_at_k(curves, os.path.join(run_dir, "eval", policy, "pass_at_k.png"),
+                          title=f"{policy}: pass@k per checkpoint (macro over benchmarks)")
