@@ -290,6 +290,10 @@ def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None, 
         cfg: Config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise GraftError(_one_line(e)) from None
+    for key in ("policies", "sources"):
+        for i, p in enumerate(getattr(cfg, key)):
+            if not isinstance(p, (PolicyConfig, SourceConfig, dict)):
+                raise GraftError(f"config key '{key}.{i}': must be a mapping like {{name: a, model: PATH}}, got {p!r}")
     cfg.policies = [p if isinstance(p, PolicyConfig) else PolicyConfig(**p) for p in cfg.policies]
     cfg.sources = [p if isinstance(p, SourceConfig) else SourceConfig(**p) for p in cfg.sources]
     if load_plugins:
