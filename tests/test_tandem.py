@@ -280,3 +280,172 @@ def test_vocabulary_mismatch_is_one_line_and_writes_nothing(models, tmp_path):
     assert "rollout.engine_kwargs.junior" in last and "do not share a vocabulary" in last
     assert f"token id {v['b']}" in last and "Traceback" not in res.stderr
     assert not os.path.exists(os.path.join(out, "bad"))
+
+
+def _rows(run):
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in f if line.strip()]
+
+
+@pytest.mark.slow
+def test_tandem_trains_resumes_exactly_and_evaluates(models, tmp_path):
+    """`graft train --method tandem`: the author column reaches the batch (mask), the rollout logs and the metrics;
+    validation runs the senior solo; a run killed after its step-2 checkpoint resumes to identical metrics; and
+    `graft eval --run --tandem` writes solo, handoff and legibility results and the pass@k plot."""
+    import hashlib
+
+    import pandas as pd
+
+    from conftest import kill_after
+
+    data = write_problems(str(tmp_path / "train.jsonl"))
+    out = str(tmp_path / "runs")
+    val = ["eval.every=2", f"eval.benchmarks=[smoke={data}]", "eval.samples=2"]
+    ref = subprocess.run(GRAFT + _tandem_args(models, data, out, "ref", steps=4, extra=val), cwd=ROOT, env=_env(),
+                         capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    want = _rows(os.path.join(out, "ref"))
+    train = [r for r in want if "tandem/senior_token_frac" in r]
+    assert [r["step"] for r in train] == [1, 2, 3, 4]
+    assert all(0.0 < r["tandem/senior_token_frac"] < 1.0 and r["tandem/redraws_per_response"] >= 0 for r in train)
+    assert any(r.get("validation/score") is not None for r in want)
+    log = pd.read_parquet(os.path.join(out, "ref", "rollouts", "a", "step_000001.parquet"))
+    assert all(len(a) == len(t) and set(a) <= {0, 1} for a, t in zip(log["author"], log["token_ids"]))
+    frac = sum(map(sum, log["author"])) / sum(map(len, log["author"]))
+    assert frac == pytest.approx(train[0]["tandem/senior_token_frac"])
+    # validation sampled the senior alone: its rows carry no author mask
+    vrow = json.loads(open(os.path.join(out, "ref", "eval", "a", "step_000002", "smoke_run1.jsonl")).readline())
+    assert "author" not in vrow
+
+    marker = os.path.join(out, "killed", "checkpoints", "step_000002", "COMPLETE")
+    kill_after(GRAFT + _tandem_args(models, data, out, "killed", steps=4, extra=val), marker, _env())
+    res = subprocess.run(GRAFT + _tandem_args(models, data, out, "killed", steps=4, extra=val), cwd=ROOT, env=_env(),
+                         capture_output=True, text=True)
+    assert res.returncode == 0 and "resumed from step" in res.stderr, res.stderr[-3000:]
+    assert _rows(os.path.join(out, "killed")) == want
+    w = ["checkpoints", "step_000004", "a", "model.safetensors"]
+    assert (hashlib.sha256(open(os.path.join(out, "ref", *w), "rb").read()).hexdigest()
+            == hashlib.sha256(open(os.path.join(out, "killed", *w), "rb").read()).hexdigest())
+
+    ev = subprocess.run(GRAFT + ["eval", "--run", os.path.join(out, "ref"), "--steps", "last", "--runs", "1",
+                                 "--samples", "4", "--data", data, "--no-progress", "--workers", "1"],
+                        cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    step = os.path.join(out, "ref", "eval", "a", "step_000004")
+    solo = json.load(open(os.path.join(step, "summary.json")))
+    hand = json.load(open(os.path.join(step, "handoff", "summary.json")))
+    leg = json.load(open(os.path.join(step, "legibility", "summary.json")))
+    assert set(solo["benchmarks"]["train"]["pass@k"]) == {"1", "2", "4"} == set(hand["benchmarks"]["train"]["pass@k"])
+    hrows = [json.loads(x) for x in open(os.path.join(step, "handoff", "train_run1.jsonl"))]
+    assert len(hrows) == 16 * 4 and all(r["author"][:1] in ([], [1]) for r in hrows)  # the senior writes first
+    assert hand["junior"] == models["j"] and leg["junior"] == models["j"]
+    lrows = [json.loads(x) for x in open(os.path.join(step, "legibility", "train.jsonl"))]
+    scored = [r for r in lrows if r["num_tokens"]]
+    assert leg["benchmarks"]["train"]["ce"] == pytest.approx(sum(r["nll"] for r in scored) /
+                                                             sum(r["num_tokens"] for r in scored))
+    assert os.path.exists(os.path.join(out, "ref", "eval", "a", "pass_at_k.png"))
+    rep = subprocess.run(GRAFT + ["report", os.path.join(out, "ref"), "--out", str(tmp_path / "rep"), "--no-plots"],
+                         cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    md = open(tmp_path / "rep" / "report.md").read()
+    row = next(x for x in md.splitlines() if x.startswith("| ref | tandem | a | 4 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4] == f"{100 * solo['benchmarks']['train']['pass@k']['1']['mean']:.2f}"
+    assert cells[8] == f"{100 * hand['benchmarks']['train']['pass@k']['1']['mean']:.2f}"
+    assert cells[12] == f"{leg['macro_ce']:.4f}"
+
+
+# ------------------------------------------------------------------------------------------- evaluations
+class Scripted(torch.nn.Module):
+    """A model that writes a fixed script: after a prompt of ``P`` tokens, the token at response position ``t``
+    is ``script[t]`` (EOS after the script), whatever the text so far (it reads only the position ids)."""
+
+    def __init__(self, script: list[int], prompt_len: int, vocab: int, eos: int):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.script, self.P, self.V, self.eos = script + [eos], prompt_len, vocab, eos
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, use_cache=None, logits_to_keep=None,
+                past_key_values=None, **kw):
+        from types import SimpleNamespace
+
+        pos = position_ids[:, -1]
+        logits = torch.zeros(input_ids.shape[0], 1, self.V)
+        for i, p in enumerate(pos.tolist()):
+            t = p + 1 - self.P
+            logits[i, 0, self.script[min(t, len(self.script) - 1)]] = 10.0
+        return SimpleNamespace(logits=logits + self.w)
+
+
+def test_handoff_alternates_strictly_at_the_delimiter_on_a_scripted_pair():
+    from graft_cli.eval.tandem import handoff_engine
+    from graft_cli.rollout import SamplingParams
+
+    tok = make_char_tokenizer()
+    prompt = tok("q: 1+1=")["input_ids"]
+    enc = lambda s: tok(s)["input_ids"]  # noqa: E731
+    senior = Scripted(enc("ab,cd,ef,gh"), len(prompt), len(tok), tok.eos_token_id)
+    junior = Scripted(enc("AB,CD,EF,GH"), len(prompt), len(tok), tok.eos_token_id)
+    eng = handoff_engine(senior, tok, junior, ",")
+    ro = eng.generate([prompt, prompt], SamplingParams(n=1, temperature=0.0, max_new_tokens=32, seed=0))
+    assert ro.texts == ["ab,CD,ef,GH"] * 2  # the senior writes first; the author toggles after each ","
+    assert ro.token_columns["author"][0] == [1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0]  # ... the junior writes the EOS
+    short = eng.generate([prompt], SamplingParams(n=1, temperature=0.0, max_new_tokens=5, seed=0))
+    assert short.texts == ["ab,CD"] and short.truncated == [True]  # one token budget shared by both authors
+
+
+def test_legibility_against_a_hand_computation(models, tmp_path):
+    from graft_cli.data.problems import Problem
+    from graft_cli.data.prompts import PromptSpec
+    from graft_cli.eval.benchmarks import BenchmarkSource
+    from graft_cli.eval.tandem import legibility
+
+    tok = make_char_tokenizer()
+    junior = _load(models["j"])
+    spec = PromptSpec(chat_template="none")
+    problems = [Problem(id="p0", problem="2+3", answer="5"), Problem(id="p1", problem="7+1", answer="8")]
+    solo = tmp_path / "solo"
+    solo.mkdir()
+    rows = [{"benchmark": "toy", "problem_index": i, "run": 1, "sample": j, "response": r, "grade": 0.0}
+            for (i, j, r) in [(0, 0, "5 \\boxed{5}"), (0, 1, ""), (1, 0, "8"), (1, 1, "x=8, so \\boxed{8}")]]
+    (solo / "toy_run1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench = BenchmarkSource(name="toy", display="toy", source="test")
+    out = legibility(junior, tok, spec, str(solo), str(tmp_path / "leg"), [(bench, problems)], "J")
+    nll, n, ces = 0.0, 0, []
+    for r in rows:
+        resp = tok(r["response"], add_special_tokens=False)["input_ids"]
+        if not resp:
+            continue
+        p = spec.encode(problems[r["problem_index"]].problem, tok)
+        with torch.no_grad():
+            logp = torch.log_softmax(junior(torch.tensor([p + resp])).logits[0].float(), -1)
+        row_nll = -sum(float(logp[len(p) + t - 1, y]) for t, y in enumerate(resp))
+        nll, n = nll + row_nll, n + len(resp)
+        ces.append(row_nll / len(resp))
+    b = out["benchmarks"]["toy"]
+    assert b["num_tokens"] == n and b["num_responses"] == 3
+    assert b["ce"] == pytest.approx(nll / n, rel=1e-5) and out["macro_ce"] == pytest.approx(nll / n, rel=1e-5)
+    assert b["ce_response_mean"] == pytest.approx(sum(ces) / 3, rel=1e-5)
+    lines = [json.loads(x) for x in open(tmp_path / "leg" / "toy.jsonl")]
+    assert [x["ce"] is None for x in lines] == [False, True, False, False]
+
+
+def test_holdout_split_and_the_heldout_benchmark(tmp_path):
+    import numpy as np
+
+    from graft_cli.config import compose
+    from graft_cli.data.problems import load_problems, split_holdout
+    from graft_cli.eval.runner import run_benches
+
+    data = write_problems(str(tmp_path / "train.jsonl"), n=10)
+    probs = load_problems(data)
+    train, held = split_holdout(probs, 3, seed=0)
+    idx = sorted(np.random.default_rng(0).choice(10, size=3, replace=False).tolist())
+    assert [p.id for p in held] == [f"p{i}" for i in idx]
+    assert [p.id for p in train] == [f"p{i}" for i in range(10) if i not in idx]
+    assert split_holdout(probs, 0) == (probs, [])
+    with pytest.raises(ValueError, match="leaves no training problem"):
+        split_holdout(probs, 10)
+    cfg = compose([f"data.train={data}", "data.holdout=3"])
+    (b, got), = run_benches(cfg, ["heldout"])
+    assert b.name == "heldout" and [p.id for p in got] == [p.id for p in held]

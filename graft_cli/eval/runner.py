@@ -392,6 +392,30 @@ def _load_benches(sources: list[BenchmarkSource]) -> list[tuple[BenchmarkSource,
     return [(b, b.load()) for b in sources]
 
 
+HELDOUT = "heldout"
+
+
+def run_benches(cfg, benchmarks, data=None, eval_dir=None, held_out=None) -> list[tuple[BenchmarkSource, list]]:
+    """The benchmarks of a run's evaluation; the name ``heldout`` is the training set's held-out slice
+    (``data.holdout`` problems, seed ``data.holdout_seed``; ``held_out``: the trainer's copy, else rebuilt)."""
+    names = [b for b in (benchmarks.split(",") if isinstance(benchmarks, str) else (benchmarks or [])) if b.strip()]
+    rest = [b for b in names if b.strip() != HELDOUT]
+    out = [] if names and not rest and not data else _load_benches(resolve_benchmarks(rest or None, data, cfg.pair,
+                                                                                        eval_dir))
+    if len(rest) < len(names):
+        if held_out is None:
+            from graft_cli.data.problems import load_problems, split_holdout
+            from graft_cli.models.loading import resolve_path
+
+            if cfg.data.holdout <= 0:
+                raise GraftError("benchmark 'heldout': the run holds no problem out (data.holdout = 0)")
+            probs = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)
+            held_out = split_holdout(probs, cfg.data.holdout, cfg.data.holdout_seed)[1]
+        src = f"{cfg.data.train} held out (data.holdout={cfg.data.holdout}, seed {cfg.data.holdout_seed})"
+        out.append((BenchmarkSource(HELDOUT, "held-out", src), list(held_out)))
+    return out
+
+
 def _make_grader(workers: int, timeout_s: float):
     from graft_cli.reward import MathVerifyGrader
 
@@ -530,8 +554,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
             raise GraftError(f"{run_dir}: no policy {p!r}; policies: {', '.join(names)}")
     if not benchmarks and not data:
         benchmarks = list(ec.benchmarks) or None
-    sources = resolve_benchmarks(benchmarks, data, cfg.pair, eval_dir or ec.data_dir)
-    benches = _load_benches(sources)
+    benches = run_benches(cfg, benchmarks, data, eval_dir or ec.data_dir)
     spec = PromptSpec.from_config(cfg.prompt)
     available = ckpt.complete_steps(os.path.join(run_dir, "checkpoints"))
     best_steps = {p: s for p in chosen if (s := _best_folder_step(os.path.join(run_dir, "best", p))) is not None}
@@ -660,7 +683,7 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
                           "checkpoints instead", stacklevel=2)
         return []
     if st.benches is None:
-        st.benches = _load_benches(resolve_benchmarks(list(ec.benchmarks) or None, None, cfg.pair, ec.data_dir))
+        st.benches = run_benches(cfg, list(ec.benchmarks), None, ec.data_dir, getattr(trainer, "held_out", None))
     settings = EvalSettings(runs=ec.runs, samples=ec.samples, temperature=ec.temperature, top_p=ec.top_p,
                             max_new_tokens=ec.max_new_tokens or cfg.rollout.max_new_tokens, seed=ec.seed)
     rows = []

@@ -50,7 +50,7 @@ from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, display_name
 from graft_cli.report import paper_numbers as P
-from graft_cli.rundir import read_json, read_metrics
+from graft_cli.rundir import read_json, read_json_or_none, read_metrics
 
 METHOD_NAMES = {
     "grpo": "GRPO n=8", "grpo_n16": "GRPO n=16", "grpo_n32": "GRPO n=32", "grpo_dapo": "GRPO n=8 + Dynamic Sampling",
@@ -688,8 +688,40 @@ def build_tables(runs: list[Run], eval_dirs: list[str] | None = None, devices: i
     ]
     t5 = table5(idx, devices)
     tables += t5 or []
-    tables += [table4(idx), table6(idx), complementarity_table(idx, comp), other_evals(eval_dirs or [])]
+    tables += [table4(idx), table6(idx), complementarity_table(idx, comp), tandem_table(runs),
+               other_evals(eval_dirs or [])]
     return [t for t in tables if t is not None], comp
+
+
+def tandem_table(runs: list[Run]) -> Table | None:
+    """Solo and handoff pass@k and legibility of every run whose selected step has the tandem evaluations
+    (``graft eval --run --tandem``: ``step_N/handoff/``, ``step_N/legibility/``); None when no run has them."""
+    from graft_cli.report.tandem_claims import KS, legibility_ce, macro_pass_at_k
+
+    t = Table("tandem", "Tandem RLVR evaluations: solo and handoff pass@k %, legibility (junior CE, nats/token)",
+              ["Run", "Method", "Policy", "Step", *[f"Solo pass@{k}" for k in KS],
+               *[f"Handoff pass@{k}" for k in KS], "Legibility CE"])
+    for r in runs:
+        for p in r.policies:
+            res = r.results.get(p["name"])
+            if not res or res.step is None:
+                continue
+            d = os.path.join(r.path, "eval", p["name"], f"step_{res.step:06d}")
+            hand = read_json_or_none(os.path.join(d, "handoff", "summary.json"))
+            if hand is None:
+                continue
+            solo = macro_pass_at_k(read_json_or_none(os.path.join(d, "summary.json")))
+            h = macro_pass_at_k(hand)
+            ce = legibility_ce(read_json_or_none(os.path.join(d, "legibility", "summary.json")))
+            t.add([r.name, method_label(r.variant), p["name"], res.step,
+                   *[f"{solo[str(k)]:.2f}" if str(k) in solo else "—" for k in KS],
+                   *[f"{h[str(k)]:.2f}" if str(k) in h else "—" for k in KS], "—" if ce is None else f"{ce:.4f}"])
+    if not t.rows:
+        return None
+    t.notes.append("Handoff: the senior and the run's junior alternate at eval.handoff_delimiter, the senior "
+                   "first (graft_cli/eval/tandem.py); legibility: the junior's per-token cross-entropy on the "
+                   "senior's solo answers (lower = more legible).")
+    return t
 
 
 def runs_table(runs: list[Run]) -> Table:
