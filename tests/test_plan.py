@@ -242,7 +242,7 @@ def test_reproduce_plan_orders_partners_first_and_covers_the_study(tmp_path):
     # method config (a new baseline joins with one line)
     from graft_cli.plan.commands import unplanned_methods
 
-    others = ("grpo_n16", "grpo_kl", "grpo_dapo", "grpo_opd", "saf", "opd_only")  # in tiny_full / tiny_saf
+    others = ("grpo_n16", "grpo_kl", "grpo_dapo", "grpo_opd", "saf", "opd_only", "tandem")  # tiny_full, _saf, _tandem
     assert all(m.startswith("graft_") or m in others for m in unplanned_methods(plan))
     assert {"hacpo", "sgt"} <= {r.method for r in plan.runs}  # Table 1's baselines are in the 60-minute plan
     full = P.load_reproduce("tiny_full")

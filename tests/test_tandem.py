@@ -449,3 +449,16 @@ def test_holdout_split_and_the_heldout_benchmark(tmp_path):
     cfg = compose([f"data.train={data}", "data.holdout=3"])
     (b, got), = run_benches(cfg, ["heldout"])
     assert b.name == "heldout" and [p.id for p in got] == [p.id for p in held]
+
+
+def test_the_static_cache_path_gives_the_same_co_generation(models, prompts):
+    """The CUDA fast path's static caches (here on CPU, without compile) co-generate token for token what the
+    dynamic caches do, author masks included."""
+    from graft_cli.rollout import SamplingParams
+
+    _, dyn, _ = _engines(models, models["j"], cache="dynamic")
+    _, sta, _ = _engines(models, models["j"], cache="static", compile=False, cache_bucket=16)
+    assert sta.senior.static and sta.junior.static and not dyn.senior.static
+    p = SamplingParams(n=2, temperature=1.0, max_new_tokens=20, seed=4)
+    a, b = dyn.generate(prompts, p), sta.generate(prompts, p)
+    assert a.response_ids == b.response_ids and a.token_columns == b.token_columns

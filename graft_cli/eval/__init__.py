@@ -4,5 +4,7 @@
 * :mod:`graft_cli.eval.metrics` — pass@1, unbiased pass@k, mean ± std over runs, benchmark average
 * :mod:`graft_cli.eval.runner` — ``graft eval`` (a model or a run's checkpoints), validation during
   training (:func:`~graft_cli.eval.runner.validate_in_training`), ``best.json``
+* :mod:`graft_cli.eval.tandem` — tandem RLVR's handoff robustness and legibility, pass@k curves
+* :mod:`graft_cli.eval.files` — the file names of an evaluation folder
 * ``lm_eval_tasks/`` — lm-evaluation-harness task YAMLs with the same prompt and the math-verify scorer
 """

@@ -41,8 +41,7 @@ from graft_cli.eval.benchmarks import FIVE, BenchmarkSource, resolve_benchmarks
 from graft_cli.eval.metrics import average_over_benchmarks, summarize_benchmark
 from graft_cli.rundir import atomic_write_json, read_json, read_jsonl, write_jsonl_atomic
 
-RUN_FILE_RE = re.compile(r"^(?P<bench>.+)_run(?P<run>\d+)\.jsonl$")
-STEP_DIR_RE = re.compile(r"^step_(\d{6,})$")
+from graft_cli.eval.files import RUN_FILE_RE, STEP_DIR_RE, run_file, step_dirs  # noqa: E402,F401  (re-exported)
 CHUNK_PROMPTS = 32  # prompts per generate call (progress granularity; each chunk has its own seed)
 
 
@@ -85,10 +84,6 @@ def chunk_seed(seed: int, chunk: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- io
-def run_file(out_dir: str, bench: str, run: int) -> str:
-    return os.path.join(out_dir, f"{bench}_run{run}.jsonl")
-
-
 def problems_fingerprint(problems) -> str:
     h = hashlib.sha256()
     for p in problems:
@@ -273,16 +268,6 @@ def write_summary(out_dir: str, extra: dict | None = None) -> dict:
 
 
 # ------------------------------------------------------------------------------ run-level bookkeeping
-def step_dirs(policy_dir: str) -> dict[int, str]:
-    out = {}
-    if os.path.isdir(policy_dir):
-        for d in os.listdir(policy_dir):
-            m = STEP_DIR_RE.match(d)
-            if m and os.path.exists(os.path.join(policy_dir, d, "summary.json")):
-                out[int(m.group(1))] = os.path.join(policy_dir, d)
-    return dict(sorted(out.items()))
-
-
 def write_policy_summary(run_dir: str, policy: str) -> dict:
     """``<run>/eval/<policy>/summary.json``: every evaluated step's average and per-benchmark pass@1."""
     pdir = os.path.join(run_dir, "eval", policy)

@@ -64,7 +64,7 @@ def legibility(junior_model, tokenizer, spec, solo_dir: str, out_dir: str, bench
     """Score the junior on every solo response of ``solo_dir`` into ``out_dir`` (module docstring); a benchmark
     whose file already holds every response is read back. Returns the summary."""
     from graft_cli.batch import TrainBatch
-    from graft_cli.eval.runner import run_file
+    from graft_cli.eval.files import run_file
     from graft_cli.models.scoring import ScoreSettings, score_rows
 
     os.makedirs(out_dir, exist_ok=True)
@@ -120,7 +120,7 @@ def summarize_legibility(rows: list[dict]) -> dict:
 # ------------------------------------------------------------------------------------------------ plot
 def plot_policy_pass_at_k(run_dir: str, policy: str) -> str | None:
     """``<run>/eval/<policy>/pass_at_k.png``: solo (and handoff, dashed) pass@k of every evaluated step."""
-    from graft_cli.eval.runner import step_dirs
+    from graft_cli.eval.files import step_dirs
     from graft_cli.report.plots import plot_pass_at_k
     from graft_cli.report.tandem_claims import macro_pass_at_k  # {"k": pass@k in %}
 

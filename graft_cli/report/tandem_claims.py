@@ -27,10 +27,10 @@ solo evaluation (``summary.json``, ``<bench>_run<k>.jsonl``), ``E/handoff/`` (sa
 from __future__ import annotations
 
 import os
-import re
 
 import numpy as np
 
+from graft_cli.eval.files import RUN_FILE_RE
 from graft_cli.report.stats import equivalence_verdict, hierarchical_bootstrap, macro_mean, verdict, welch_interval
 from graft_cli.rundir import atomic_write_json, read_json_or_none, read_jsonl
 
@@ -41,7 +41,6 @@ PAPER = {"solo_matches_grpo": "TRL matches vanilla GRPO on solo accuracy (tables
                                "(reasoning-step schedule)"}
 KS = (1, 2, 4, 8)
 MODES = ("solo", "handoff")
-RUN_FILE_RE = re.compile(r"^(?P<bench>.+)_run(?P<run>\d+)\.jsonl$")
 BOOT_SEED = 0
 
 
