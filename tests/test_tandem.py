@@ -328,7 +328,7 @@ def test_tandem_trains_resumes_exactly_and_evaluates(models, tmp_path):
             == hashlib.sha256(open(os.path.join(out, "killed", *w), "rb").read()).hexdigest())
 
     ev = subprocess.run(GRAFT + ["eval", "--run", os.path.join(out, "ref"), "--steps", "last", "--runs", "1",
-                                 "--samples", "4", "--data", data, "--no-progress", "--workers", "1"],
+                                 "--samples", "4", "--data", data, "--no-progress", "--workers", "1", "--force"],
                         cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert ev.returncode == 0, ev.stderr[-3000:]
     step = os.path.join(out, "ref", "eval", "a", "step_000004")
