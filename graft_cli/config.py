@@ -46,6 +46,7 @@ class PolicyConfig:
     serves: list = field(default_factory=list)  # frozen: the policies whose batches it scores ([] = all)
     scorer: str = "logprobs"  # frozen: registered scorer (graft_cli/models/scoring.py)
     column: Optional[str] = None  # frozen: the batch column it fills (default <name>_logprobs)
+    trust_remote_code: bool = False  # run the model's own code from its folder / hub repo (off unless set here)
 
     @property
     def score_column(self) -> str:
@@ -72,9 +73,10 @@ class RunConfig:
     steps: Optional[int] = None  # default: epochs x steps per epoch
     epochs: int = 3
     save_every: int = 10
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 2  # last k complete checkpoints (the best by validation is kept too)
     resume: bool = True
     log_rollouts: bool = True
+    keep_rollouts: int = 0  # rollout logs of the last k steps per policy; 0 = all (stored-trajectory GRAFT reads them)
     device: str = "auto"
     dtype: str = "float32"
     threads: Optional[int] = None  # torch CPU threads
@@ -115,6 +117,8 @@ class RewardConfig:
     num_workers: int = 2
     timeout_s: float = 5.0
     chunk_size: int = 64
+    sci_notation: bool = True  # read 4e33 as 4·10^33 (math-verify alone reads the e as Euler's number)
+    memory_mb: int = 4096  # address-space cap of each grading worker (0 = none); over it an answer scores 0
 
 
 @dataclass
@@ -166,6 +170,7 @@ class OptimConfig:
     micro_batch_tokens: int = 16384  # token budget per forward/backward micro-batch
     chunk_tokens: int = 4096  # LM-head rows per chunk in the log-prob computation
     gradient_checkpointing: bool = False
+    on_nonfinite: str = "stop"  # a non-finite log-prob, loss or gradient norm: stop (one line) | skip the update
 
 
 @dataclass
@@ -457,7 +462,9 @@ def validate(cfg: Config, registries: bool = True) -> None:
                    f"engine {r.engine!r} needs the name of a role: frozen model here, got {v!r} "
                    f"(frozen: {', '.join(frozen) or 'none'})")
     _check(r.n >= 1, "rollout.n", "must be >= 1")
-    _check(r.temperature >= 0, "rollout.temperature", "must be >= 0")
+    _check(r.temperature > 0, "rollout.temperature",
+           f"must be > 0 for training (the loss divides the logits by it), got {r.temperature}; greedy decoding "
+           "is an evaluation option: graft eval --temperature 0")
     _check(0 < r.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
     _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
     _check(r.max_prompt_tokens >= 1, "rollout.max_prompt_tokens", "must be >= 1")
@@ -466,11 +473,15 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", "must be two numbers in [0, 1)")
     _check(o.max_grad_norm > 0, "optim.max_grad_norm", "must be > 0")
     _check(o.micro_batch_tokens >= 1, "optim.micro_batch_tokens", "must be >= 1")
+    _check(o.on_nonfinite in ("stop", "skip"), "optim.on_nonfinite", f"must be stop or skip, got {o.on_nonfinite!r}")
     _check(cfg.run.dtype in DTYPES, "run.dtype", f"must be one of {', '.join(DTYPES)}")
     _check(cfg.run.steps is None or cfg.run.steps >= 1, "run.steps", "must be >= 1")
     _check(cfg.run.save_every >= 1, "run.save_every", "must be >= 1")
+    _check(cfg.run.keep_rollouts >= 0, "run.keep_rollouts", "must be >= 0 (0 = keep all)")
     _check(cfg.reward.timeout_s > 0, "reward.timeout_s", "must be > 0")
     _check(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")
+    _check(cfg.reward.memory_mb == 0 or cfg.reward.memory_mb >= 512, "reward.memory_mb",
+           "must be 0 (no cap) or >= 512 (a worker needs ~300 MiB to start)")
     _check(cfg.prompt.chat_template in ("auto", "none"), "prompt.chat_template", "must be auto or none")
     e = cfg.eval
     _check(e.every >= 0, "eval.every", "must be >= 0 (0 = no validation)")

@@ -48,6 +48,7 @@ since the trainer holds torch threads) and kills a worker that overruns ``timeou
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
@@ -227,7 +228,10 @@ def _ensure_math_verify():
 
     boxed_cfg = (LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False),)
     dollar_cfg = (LatexExtractionConfig(),)
-    return parse, verify, boxed_cfg, dollar_cfg
+    units_off = dataclasses.replace(boxed_cfg[0].normalization_config, units=False)
+    plain_cfg = (LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False,
+                                       normalization_config=units_off),)
+    return parse, verify, boxed_cfg, dollar_cfg, plain_cfg
 
 
 def _has_expr(parsed: list) -> bool:
@@ -248,29 +252,63 @@ def _repeating_to_frac(m: re.Match) -> str:
 _TRAILING_DOT_RE = re.compile(r"(?<![\\.])\.\s*\Z")
 
 
+OPTIONS = {"sci_notation": True}  # per process; workers get the grader's options at start
+_SCI_RE = re.compile(r"(?<![\w.\\])([0-9]+(?:\.[0-9]+)?)[eE]([+-]?[0-9]+)(?![\w.])")
+_SPACE_I_RE = re.compile(r"(?<=[0-9])\s+i(?![A-Za-z])")
+
+
+def _sci(m: re.Match) -> str:
+    return f"{m.group(1)}\\times 10^{{{int(m.group(2))}}}"
+
+
 def _normalise(content: str) -> str:
-    """Pre-normalisation math-verify lacks: a sentence-final ``.`` inside the box (``\\boxed{104.}``
-    does not parse) is dropped; repeating decimals ``0.\\overline{3}`` / ``1.2\\overline{45}`` become
-    fractions (latex2sympy reads ``0.\\overline{3}`` as 0, which would match a wrong ``0``)."""
+    """Pre-normalisation math-verify lacks:
+
+    - a sentence-final ``.`` inside the box (``\\boxed{104.}`` does not parse) is dropped;
+    - repeating decimals ``0.\\overline{3}`` / ``1.2\\overline{45}`` become fractions (latex2sympy reads
+      ``0.\\overline{3}`` as 0, which would match a wrong ``0``);
+    - scientific e-notation ``4e33`` / ``2.7778e-6`` becomes ``4\\times 10^{33}`` (math-verify reads the ``e``
+      as Euler's number; 58 of Minerva's 272 golds are written this way); off with ``OPTIONS["sci_notation"]``
+      (``reward.sci_notation: false``);
+    - a space between a digit and the imaginary unit (``6+9 i``) is dropped: ``9 i`` parses as the symbol
+      ``i`` times 9, ``9i`` as 9·I."""
     content = _TRAILING_DOT_RE.sub("", content)
     if "\\overline" in content:
         content = _REPEATING_RE.sub(_repeating_to_frac, content)
+    if OPTIONS["sci_notation"] and ("e" in content or "E" in content):
+        content = _SCI_RE.sub(_sci, content)
+    if "i" in content:
+        content = _SPACE_I_RE.sub("i", content)
     return content
 
 
-def _parse_boxed_uncached(content: str) -> tuple:
-    parse, _, boxed_cfg, _ = _ensure_math_verify()
-    return tuple(parse("\\boxed{" + _normalise(content) + "}", extraction_config=boxed_cfg,
+def _parse_boxed_uncached(content: str, units: bool = True) -> tuple:
+    parse, _, boxed_cfg, _, plain_cfg = _ensure_math_verify()
+    return tuple(parse("\\boxed{" + _normalise(content) + "}", extraction_config=boxed_cfg if units else plain_cfg,
                        fallback_mode="first_match", extraction_mode="first_match", parsing_timeout=None))
 
 
 _parse_boxed_cached = lru_cache(maxsize=8192)(_parse_boxed_uncached)
 
 
-def _parse_boxed(content: str) -> tuple:
-    """Parsed ``\\boxed{content}``. Short answers are cached per process: samples of one prompt often
-    repeat an answer, and ANTLR's full-context prediction makes intervals and sets cost ~10 ms each."""
-    return _parse_boxed_cached(content) if len(content) <= 512 else _parse_boxed_uncached(content)
+def _parse_boxed(content: str, units: bool = True) -> tuple:
+    """Parsed ``\\boxed{content}`` (``units``: with math-verify's unit stripping). Short answers are cached
+    per process: samples of one prompt often repeat an answer, and ANTLR's full-context prediction makes
+    intervals and sets cost ~10 ms each."""
+    return _parse_boxed_cached(content, units) if len(content) <= 512 else _parse_boxed_uncached(content, units)
+
+
+def strips_gold_variable(content: str, gold: str) -> bool:
+    """Whether math-verify's unit stripping would drop a trailing word of ``content`` that the gold uses as a
+    variable (``\\frac{1}{m} t`` against ``\\frac{t}{m}``: the ``t`` is not tonnes). Then both sides are
+    parsed without unit stripping."""
+    from latex2sympy2_extended.math_normalization import units_regex
+
+    m = units_regex.search(content)
+    if m is None:
+        return False
+    word = re.sub(r"^[0-9}\s]+", "", m.group(0)).strip()
+    return bool(word) and re.search(rf"(?<![A-Za-z\\]){re.escape(word)}(?![A-Za-z])", gold) is not None
 
 
 def _bare_gold(gold: str) -> str:
@@ -288,16 +326,16 @@ def _same_text(a: str, b: str) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _parse_gold(gold: str) -> tuple:
+def _parse_gold(gold: str, units: bool = True) -> tuple:
     """Parsed gold answer, cached per process (a group's samples share it).
 
     ``\\boxed{<gold>}`` first (the prediction's path); if that gives no sympy object, ``$<gold>$``
     with the default LaTeX config; else the normalised string alone (string equality only). Never
     math-verify's plain-expression extraction on the raw gold: it would pick a stray number out of an
     unparsable answer (``\\hbar\\omega(v+1/2)`` -> ``2``)."""
-    parse, _, _, dollar_cfg = _ensure_math_verify()
+    parse, _, _, dollar_cfg, _ = _ensure_math_verify()
     g = _bare_gold(gold)
-    parsed = _parse_boxed(g)
+    parsed = _parse_boxed(g, units)
     if not _has_expr(parsed):
         alt = parse("$" + _normalise(g) + "$", extraction_config=dollar_cfg, fallback_mode="no_fallback",
                     parsing_timeout=None)
@@ -306,44 +344,93 @@ def _parse_gold(gold: str) -> tuple:
     return parsed
 
 
+MAX_ANSWER_CHARS = 10_000  # a boxed answer longer than this is not parsed (scores 0, counted as rejected)
+MAX_NESTING = 64  # nor one whose brackets nest deeper: ANTLR and sympy would spend the whole timeout on it
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest nesting of ``{[(`` in ``text`` (escaped characters skipped; unbalanced closers ignored)."""
+    depth = best = 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "{[(":
+            depth += 1
+            best = max(best, depth)
+        elif c in "}])":
+            depth = max(0, depth - 1)
+        i += 1
+    return best
+
+
+def grade_status(response: str, gold: str) -> tuple[float, str | None, str]:
+    """``(reward, extracted, status)``; status ``ok``, ``rejected`` (too long or too deeply nested to parse:
+    scored 0 before math-verify sees it), ``memory`` (the worker's address-space cap was hit) or ``error``."""
+    extracted = None
+    try:
+        extracted = last_boxed(response)
+        if extracted is None:
+            return 0.0, None, "ok"
+        gold = str(gold)
+        bare = _bare_gold(gold)
+        if _same_text(extracted, bare):
+            return 1.0, extracted, "ok"  # identical text (up to whitespace): equal without sympy, never times out
+        if len(extracted) > MAX_ANSWER_CHARS or nesting_depth(extracted) > MAX_NESTING:
+            return 0.0, extracted, "rejected"
+        units = not strips_gold_variable(extracted, bare)
+        gold_parsed = _parse_gold(gold, units)
+        if not gold_parsed:
+            return 0.0, extracted, "ok"
+        pred_parsed = _parse_boxed(extracted, units)
+        if not pred_parsed:
+            return 0.0, extracted, "ok"
+        _, verify, _, _, _ = _ensure_math_verify()
+        ok = verify(list(gold_parsed), list(pred_parsed), timeout_seconds=None)
+        return (1.0 if ok else 0.0), extracted, "ok"
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except MemoryError:
+        return 0.0, extracted, "memory"
+    except BaseException:  # noqa: BLE001 - a reward never raises (math-verify's TimeoutException is a BaseException)
+        return 0.0, extracted, "error"
+
+
 def grade_one(response: str, gold: str) -> tuple[float, str | None]:
     """``(1.0 or 0.0, extracted final answer or None)`` for one response against a bare gold answer.
 
     Never raises (any exception scores 0.0) and has no timeout of its own: run it through
     :class:`MathVerifyGrader` for a hard deadline."""
-    extracted = None
-    try:
-        extracted = last_boxed(response)
-        if extracted is None:
-            return 0.0, None
-        gold = str(gold)
-        if _same_text(extracted, _bare_gold(gold)):
-            return 1.0, extracted  # identical text (up to whitespace): equal without sympy, never times out
-        gold_parsed = _parse_gold(gold)
-        if not gold_parsed:
-            return 0.0, extracted
-        pred_parsed = _parse_boxed(extracted)
-        if not pred_parsed:
-            return 0.0, extracted
-        _, verify, _, _ = _ensure_math_verify()
-        ok = verify(list(gold_parsed), list(pred_parsed), timeout_seconds=None)
-        return (1.0 if ok else 0.0), extracted
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException:  # noqa: BLE001 - a reward never raises (math-verify's TimeoutException is a BaseException)
-        return 0.0, extracted
+    reward, extracted, _ = grade_status(response, gold)
+    return reward, extracted
 
 
 # ----------------------------------------------------------------------------------------------------
 # Worker processes with a hard wall-clock timeout
 
 
-def _worker_main(conn) -> None:
-    """Worker loop: ``("grade", [(idx, response, gold), ...])`` -> one ``("r", idx, reward, extracted)``
+def _cap_memory(memory_mb: int) -> None:
+    """An address-space limit for this worker (``RLIMIT_AS``): an answer that needs more raises MemoryError
+    inside sympy and scores 0 (status ``memory``) instead of taking the machine's memory."""
+    if memory_mb and memory_mb > 0:
+        import resource
+
+        cap = int(memory_mb) * 2**20
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+
+
+def _worker_main(conn, options: dict | None = None) -> None:
+    """Worker loop: ``("grade", [(idx, response, gold), ...])`` -> one ``("r", idx, reward, extracted, status)``
     message per item, sent as soon as the item is done (the parent times each item from the previous
-    answer). ``("stop",)`` or a closed pipe ends the loop."""
+    answer). ``("stop",)`` or a closed pipe ends the loop. ``options``: ``sci_notation``, ``memory_mb``."""
+    options = dict(options or {})
+    OPTIONS["sci_notation"] = bool(options.get("sci_notation", True))
     _ensure_math_verify()
     grade_one("\\boxed{\\frac{1}{2}}", "0.5")  # warm regex/parser caches before the clock starts
+    _cap_memory(int(options.get("memory_mb", 0)))
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -353,8 +440,7 @@ def _worker_main(conn) -> None:
         if msg[0] != "grade":
             return
         for idx, response, gold in msg[1]:
-            reward, extracted = grade_one(response, gold)
-            conn.send(("r", idx, reward, extracted))
+            conn.send(("r", idx, *grade_status(response, gold)))
 
 
 def _mp_context():
@@ -367,20 +453,31 @@ def _mp_context():
         return mp.get_context("spawn")
 
 
+STATUSES = ("ok", "timeout", "crash", "memory", "rejected", "error")
+
+
 @dataclass
 class Grades:
     rewards: np.ndarray  # (N,) float32, 1.0 / 0.0
     timed_out: np.ndarray  # (N,) bool: the item hit the hard timeout (its reward is 0.0)
     extracted: list[str | None] = field(default_factory=list)  # last boxed content per response
+    status: list[str] = field(default_factory=list)  # per response, one of STATUSES (non-"ok" scores 0)
 
     def __len__(self) -> int:
         return len(self.rewards)
 
+    def counts(self) -> dict:
+        """``reward/<status>`` counts of the responses that did not grade normally (metrics rows)."""
+        names = {"timeout": "reward/timeouts", "crash": "reward/worker_crashes", "memory": "reward/memory_capped",
+                 "rejected": "reward/rejected", "error": "reward/errors"}
+        st = self.status or ["timeout" if t else "ok" for t in self.timed_out]
+        return {v: sum(1 for x in st if x == k) for k, v in names.items()}
+
 
 class _Worker:
-    def __init__(self, ctx):
+    def __init__(self, ctx, options: dict | None = None):
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True, name="graft-reward")
+        self.proc = ctx.Process(target=_worker_main, args=(child, options), daemon=True, name="graft-reward")
         self.proc.start()
         child.close()
         self.started = time.monotonic()
@@ -413,15 +510,18 @@ class MathVerifyGrader:
     one thread at a time. ``num_timeouts`` / ``num_restarts`` count over the grader's lifetime."""
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, chunk_size: int = 64,
-                 startup_timeout_s: float = 120.0):
+                 startup_timeout_s: float = 120.0, sci_notation: bool = True, memory_mb: int = 4096):
         if num_workers < 0 or timeout_s <= 0 or chunk_size < 1:
             raise ValueError("need num_workers >= 0, timeout_s > 0 and chunk_size >= 1")
+        self.options = {"sci_notation": bool(sci_notation), "memory_mb": int(memory_mb)}
+        OPTIONS["sci_notation"] = bool(sci_notation)  # the in-process path (num_workers = 0) and the caches
         self.num_workers = num_workers
         self.timeout_s = float(timeout_s)
         self.chunk_size = int(chunk_size)
         self.startup_timeout_s = float(startup_timeout_s)
         self.num_timeouts = 0  # over the grader's lifetime
         self.num_restarts = 0
+        self.num_crashes = 0
         self._ctx = None
         self._workers: list[_Worker] = []
         self._startup_failures = 0
@@ -433,10 +533,10 @@ class MathVerifyGrader:
             self._ctx = _mp_context()
         for i in range(self.num_workers):
             if i >= len(self._workers):
-                self._workers.append(_Worker(self._ctx))
+                self._workers.append(_Worker(self._ctx, self.options))
             elif not self._workers[i].proc.is_alive():
                 self._workers[i].kill()
-                self._workers[i] = _Worker(self._ctx)
+                self._workers[i] = _Worker(self._ctx, self.options)
 
     def start(self, wait: bool = True) -> MathVerifyGrader:
         """Start the workers now (otherwise the first :meth:`grade` does) and, with ``wait``, block until
@@ -463,7 +563,7 @@ class MathVerifyGrader:
 
     def _restart(self, i: int) -> None:
         self._workers[i].kill()
-        self._workers[i] = _Worker(self._ctx)
+        self._workers[i] = _Worker(self._ctx, self.options)
         self.num_restarts += 1
 
     def close(self) -> None:
@@ -503,28 +603,30 @@ class MathVerifyGrader:
         rewards = np.zeros(n, dtype=np.float32)
         timed_out = np.zeros(n, dtype=bool)
         extracted: list[str | None] = [None] * n
+        status = ["ok"] * n
         if n == 0:
-            return Grades(rewards, timed_out, extracted)
+            return Grades(rewards, timed_out, extracted, status)
         if self.num_workers == 0:
             for i, (r, g) in enumerate(zip(responses, golds)):
-                rewards[i], extracted[i] = grade_one(r, g)
-            return Grades(rewards, timed_out, extracted)
+                rewards[i], extracted[i], status[i] = grade_status(r, g)
+            return Grades(rewards, timed_out, extracted, status)
 
         try:
-            return self._grade(responses, golds, rewards, timed_out, extracted)
+            return self._grade(responses, golds, rewards, timed_out, extracted, status)
         except BaseException:
             self.close()  # workers may hold a half-done chunk: start clean next time
             raise
 
-    def _grade(self, responses, golds, rewards, timed_out, extracted) -> Grades:
+    def _grade(self, responses, golds, rewards, timed_out, extracted, status) -> Grades:
         n = len(responses)
         self._start_workers()
         queue = deque(list(range(s, min(s + self.chunk_size, n))) for s in range(0, n, self.chunk_size))
         remaining = n
+        retried: set[int] = set()  # items whose worker died once: regraded on a fresh worker, then scored 0
 
-        def settle(idx: int, reward: float, ext, is_timeout: bool = False) -> None:
+        def settle(idx: int, reward: float, ext, st: str = "ok") -> None:
             nonlocal remaining
-            rewards[idx], extracted[idx], timed_out[idx] = reward, ext, is_timeout
+            rewards[idx], extracted[idx], timed_out[idx], status[idx] = reward, ext, st == "timeout", st
             remaining -= 1
 
         while remaining > 0:
@@ -556,16 +658,22 @@ class MathVerifyGrader:
                             self._startup_failures = 0
                         elif msg[0] == "r" and w.current and msg[1] == w.current[0]:
                             w.current.popleft()
-                            settle(msg[1], msg[2], msg[3])
+                            settle(msg[1], msg[2], msg[3], msg[4])
                             w.last = now
                 except (EOFError, OSError):
                     crashed = True
-                if crashed:  # died mid-item (e.g. the OOM killer): that item scores 0, the rest is re-queued
+                if crashed:  # died mid-item (e.g. the OOM killer): regraded once on a fresh worker, then scored 0
                     if w.current:
                         idx = w.current.popleft()
-                        settle(idx, 0.0, last_boxed(responses[idx]))
-                        if w.current:
-                            queue.appendleft(list(w.current))
+                        rest = list(w.current)
+                        if idx in retried:
+                            settle(idx, 0.0, last_boxed(responses[idx]), "crash")
+                            self.num_crashes += 1
+                        else:
+                            retried.add(idx)
+                            rest = [idx] + rest
+                        if rest:
+                            queue.appendleft(rest)
                     elif not w.ready:
                         self._startup_failures += 1
                         if self._startup_failures > 3 * self.num_workers:
@@ -574,17 +682,20 @@ class MathVerifyGrader:
             for i, w in enumerate(self._workers):  # enforce deadlines
                 if w.current and now - w.last > self.timeout_s:
                     idx = w.current.popleft()
-                    settle(idx, 0.0, last_boxed(responses[idx]), is_timeout=True)
+                    settle(idx, 0.0, last_boxed(responses[idx]), "timeout")
                     self.num_timeouts += 1
                     if w.current:
                         queue.appendleft(list(w.current))
                     self._restart(i)
                 elif not w.ready and now - w.started > self.startup_timeout_s:
                     raise RuntimeError(f"reward worker did not start within {self.startup_timeout_s:.0f} s")
-        return Grades(rewards, timed_out, extracted)
+        return Grades(rewards, timed_out, extracted, status)
 
 
 @REWARDS.register("math_verify")
-def make_math_verify(num_workers: int = 2, timeout_s: float = 5.0, chunk_size: int = 64) -> MathVerifyGrader:
-    """Binary math-verify reward on the last boxed answer, graded in worker processes."""
-    return MathVerifyGrader(num_workers=num_workers, timeout_s=timeout_s, chunk_size=chunk_size)
+def make_math_verify(num_workers: int = 2, timeout_s: float = 5.0, chunk_size: int = 64, sci_notation: bool = True,
+                     memory_mb: int = 4096) -> MathVerifyGrader:
+    """Binary math-verify reward on the last boxed answer, graded in worker processes (each capped at
+    ``memory_mb`` MiB of address space; 0 = no cap)."""
+    return MathVerifyGrader(num_workers=num_workers, timeout_s=timeout_s, chunk_size=chunk_size,
+                            sci_notation=sci_notation, memory_mb=memory_mb)

@@ -99,7 +99,8 @@ def test_no_import_cycle_in_graft_cli():
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
-LOWER = ("algorithms", "models", "rollout", "reward", "data", "batch", "rundir", "registry", "errors", "console")
+LOWER = ("algorithms", "models", "rollout", "reward", "data", "batch", "rundir", "registry", "errors", "console",
+         "faults")
 UPPER = ("train", "eval", "plan", "report", "analysis", "cli")
 
 
@@ -254,7 +255,7 @@ def test_toy_method_trains_and_resumes_exactly_after_a_kill(toy_setup, tmp_path)
     # the frozen reference's column reached the loss: the policy drifts from it, so the k3 sum grows above 0
     assert want[-1]["loss/k3_sum"] > 0 and all(r["grad_norm"] > 0 for r in want)
     ck = os.path.join(out, "ref", "checkpoints", "step_000004")
-    assert sorted(os.listdir(ck)) == ["COMPLETE", "a", "state.pt"]  # the frozen model is not copied
+    assert sorted(os.listdir(ck)) == ["COMPLETE", "MANIFEST.json", "a", "state.json"]  # the frozen model is not copied
 
     marker = os.path.join(out, "killed", "checkpoints", "step_000002", "COMPLETE")
     kill_after(GRAFT + toy_args(s, out, "killed"), marker, _env())

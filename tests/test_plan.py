@@ -9,7 +9,6 @@ import json
 import os
 
 import pytest
-import torch
 from click.testing import CliRunner
 from conftest import train_overrides
 
@@ -142,7 +141,8 @@ def fake_run(root, name: str, steps: list[int], total: int | None, policies=("a"
     for s in steps:
         c = os.path.join(d, "checkpoints", f"step_{s:06d}")
         os.makedirs(c, exist_ok=True)
-        torch.save({"step": s, "total_steps": total}, os.path.join(c, "state.pt"))
+        with open(os.path.join(c, "state.json"), "w") as f:
+            json.dump({"step": s, "total_steps": total}, f)
         open(os.path.join(c, "COMPLETE"), "w").close()
     if incomplete:
         os.makedirs(os.path.join(d, "checkpoints", f"step_{incomplete:06d}"), exist_ok=True)  # no COMPLETE

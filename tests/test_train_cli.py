@@ -61,7 +61,8 @@ def test_train_cli_writes_run_directory(tiny_models, problems_file, tmp_path):
             assert all(len(t) == len(lp) for t, lp in zip(df.token_ids, df.gen_logprobs))
     # checkpoints: complete, loadable with the Auto classes
     ck = run / "checkpoints" / "step_000002"
-    assert (ck / "COMPLETE").exists() and (ck / "state.pt").exists()
+    assert (ck / "COMPLETE").exists() and (ck / "state.json").exists() and (ck / "MANIFEST.json").exists()
+    assert not list(run.rglob("*.pkl")) and not (ck / "state.pt").exists()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     for pol in ("a", "b"):

@@ -401,10 +401,10 @@ def run_benches(cfg, benchmarks, data=None, eval_dir=None, held_out=None) -> lis
     return out
 
 
-def _make_grader(workers: int, timeout_s: float):
+def _make_grader(workers: int, timeout_s: float, **options):
     from graft_cli.reward import MathVerifyGrader
 
-    return MathVerifyGrader(num_workers=workers, timeout_s=timeout_s)
+    return MathVerifyGrader(num_workers=workers, timeout_s=timeout_s, **options)
 
 
 def _make_engine(model, tok, engine: str = "hf", engine_kwargs: dict | None = None, max_batch: int = 256):
@@ -541,7 +541,10 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
         benchmarks = list(ec.benchmarks) or None
     benches = run_benches(cfg, benchmarks, data, eval_dir or ec.data_dir)
     spec = PromptSpec.from_config(cfg.prompt)
-    available = ckpt.complete_steps(os.path.join(run_dir, "checkpoints"))
+    from rich.markup import escape
+
+    available = ckpt.valid_steps(os.path.join(run_dir, "checkpoints"),  # each damaged checkpoint named, skipped
+                                 lambda m: console.print(f"[yellow]warning[/]: {escape(m)}", soft_wrap=True))
     best_steps = {p: s for p in chosen if (s := _best_folder_step(os.path.join(run_dir, "best", p))) is not None}
     want = parse_steps(steps, available, best_steps)
     jobs: list[tuple[str, int, str]] = []  # (policy, step, model folder)
@@ -574,7 +577,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                            benches, force)
     jmodel = load_model(resolve_path(junior), cfg.run.dtype, device or cfg.run.device) if tandem else None
     rc = cfg.reward
-    grader = _make_grader(rc.num_workers if workers is None else workers, rc.timeout_s)
+    grader = _make_grader(rc.num_workers if workers is None else workers, rc.timeout_s,
+                          sci_notation=rc.sci_notation, memory_mb=rc.memory_mb)
     results: dict[str, dict[int, dict]] = {}
     try:
         with _progress(progress, console) as bar:

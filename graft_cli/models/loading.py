@@ -17,31 +17,59 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def load_tokenizer(path: str):
+def looks_local(path: str) -> bool:
+    """A filesystem path rather than a hub id (``org/name``): absolute, relative with ./ or ../, ~, or existing."""
+    return path.startswith(("/", "./", "../", "~", ".\\")) or os.path.exists(path) or path in (".", "..")
+
+
+def check_model_path(path: str, key: str, what: str = "model") -> None:
+    """One line naming the config key when a local model or tokenizer folder is missing or not a folder."""
+    if looks_local(path):
+        full = os.path.expanduser(path)
+        if not os.path.exists(full):
+            raise GraftError(f"config key {key!r}: {what} folder {path} does not exist")
+        if not os.path.isdir(full):
+            raise GraftError(f"config key {key!r}: {what} {path} is a file, not a model folder")
+
+
+def load_tokenizer(path: str, key: str | None = None, trust_remote_code: bool = False):
+    """The tokenizer at ``path`` (left padding; pad = EOS when it has no pad token); one line naming ``key`` on a
+    missing folder, an unloadable tokenizer or one without an EOS token."""
     from transformers import AutoTokenizer
 
+    where = f"config key {key!r}: " if key else ""
+    if key:
+        check_model_path(path, key, "tokenizer")
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(os.path.expanduser(path), trust_remote_code=trust_remote_code)
     except Exception as e:
-        raise GraftError(f"tokenizer {path!r}: could not load ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+        raise GraftError(f"{where}tokenizer {path!r}: could not load ({type(e).__name__}: "
+                         f"{(str(e).splitlines() or [''])[0]})") from None
+    if tok.eos_token is None:
+        raise GraftError(f"{where}tokenizer {path!r} has no EOS token: responses could never end")
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
 
 
-def load_model(path: str, dtype: str = "float32", device: str = "auto", attn_implementation: str | None = None):
+def load_model(path: str, dtype: str = "float32", device: str = "auto", attn_implementation: str | None = None,
+               key: str | None = None, trust_remote_code: bool = False):
+    """The causal LM at ``path``; ``trust_remote_code`` only when the user set it for this model."""
     from transformers import AutoModelForCausalLM
 
-    kwargs = {"dtype": DTYPES[dtype]}
+    if key:
+        check_model_path(path, key)
+    kwargs = {"dtype": DTYPES[dtype], "trust_remote_code": trust_remote_code}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(path), **kwargs)
     except Exception as e:
         where = "folder" if os.path.isdir(path) else "hub id"
-        why = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-        raise GraftError(f"model {path!r} ({where}): could not load ({why})") from None
+        why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+        lead = f"config key {key!r}: " if key else ""
+        raise GraftError(f"{lead}model {path!r} ({where}): could not load ({why})") from None
     return model.to(resolve_device(device))
 
 

@@ -1,7 +1,7 @@
 """Is a run finished, partial or new; is its evaluation done (read from the run directory only).
 
 A run is *finished* when its last complete checkpoint's step equals its total steps: the plan's
-``run.steps`` when set, else the ``total_steps`` its checkpoint recorded (``state.pt``). A checkpoint past the
+``run.steps`` when set, else the ``total_steps`` its checkpoint recorded (``state.json``). A checkpoint past the
 planned total also counts as finished (the run is not retrained; ``note`` says so). Anything with
 ``config.yaml`` but short of that is *partial* (``train()`` resumes it from its last checkpoint).
 """
@@ -34,12 +34,11 @@ class RunStatus:
 
 
 def checkpoint_total(path: str) -> int | None:
+    """The total steps a checkpoint's ``state.json`` recorded (JSON only; None when unreadable)."""
     try:
-        import torch
-
-        st = torch.load(os.path.join(path, "state.pt"), weights_only=False, map_location="cpu")
-        return int(st.get("total_steps")) if st.get("total_steps") is not None else None
-    except Exception:
+        st = ckpt.load_state(path)
+        return int(st["total_steps"]) if st.get("total_steps") is not None else None
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 

@@ -1,13 +1,24 @@
-"""Atomic checkpoints: ``checkpoints/step_NNNNNN/{<policy>/, state.pt, COMPLETE}``.
+"""Atomic, verifiable, pickle-free checkpoints: ``checkpoints/step_NNNNNN/``::
 
-Each policy folder holds ``save_pretrained`` weights (safetensors) and tokenizer plus ``optimizer.pt``.
-``state.pt`` holds the step, the data cursor, exchange/schedule state and the RNG states. A checkpoint is
-written under a temporary name and renamed once complete, so a killed run never leaves a half-written
-``step_*`` folder that resume would pick up.
+    <policy>/            save_pretrained weights (safetensors), config and tokenizer, optimizer.pt
+    state.json           step, data cursor, exchange / controller state, frozen models' hashes, RNG states
+    MANIFEST.json        sha256 and size of every other file of the folder (written after them)
+    COMPLETE             written last
+
+``optimizer.pt`` holds only tensors and plain values (the optimizer's ``state_dict``) and is read back with
+``torch.load(weights_only=True)``: nothing in a run directory is unpickled. RNG states are stored as JSON
+lists (Python's Mersenne state, numpy's MT19937 state, torch's byte state).
+
+A checkpoint is written under a temporary name and renamed once complete, so a killed run never leaves a
+half-written ``step_*`` folder. :func:`verify` re-hashes a checkpoint against its manifest; resume and
+``graft eval --run`` use the newest checkpoint that verifies and name each one they skip (:func:`valid_steps`).
+A checkpoint is never written from non-finite weights.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import re
@@ -16,55 +27,172 @@ import shutil
 import numpy as np
 import torch
 
+from graft_cli import faults
+from graft_cli.errors import GraftError
+
 STEP_RE = re.compile(r"^step_(\d{6,})$")
+FORMAT = 2
+STATE, MANIFEST, COMPLETE = "state.json", "MANIFEST.json", "COMPLETE"
 
 
+# ------------------------------------------------------------------------------------------------- RNG
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python, numpy and torch (CPU; CUDA when present) RNG states as JSON-able lists."""
+    v, mt, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    st = {"python": [v, list(mt), gauss], "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+          "torch": torch.get_rng_state().tolist()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        st["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    return st
 
 
 def set_rng_state(st: dict) -> None:
-    random.setstate(st["python"])
-    np.random.set_state(st["numpy"])
-    torch.set_rng_state(st["torch"])
+    v, mt, gauss = st["python"]
+    random.setstate((v, tuple(mt), gauss))
+    name, keys, pos, has_gauss, cached = st["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(torch.tensor(st["torch"], dtype=torch.uint8))
+    if st.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in st["cuda"]])
 
 
-def save(ckpt_root: str, step: int, policies: dict, state: dict, keep: int = 2) -> str:
+# ---------------------------------------------------------------------------------------------- write
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _files(root: str) -> list[str]:
+    out = []
+    for d, _, names in os.walk(root):
+        for n in names:
+            rel = os.path.relpath(os.path.join(d, n), root)
+            if rel not in (MANIFEST, COMPLETE):
+                out.append(rel)
+    return sorted(out)
+
+
+def write_manifest(root: str) -> dict:
+    man = {"format": FORMAT, "files": {rel: {"sha256": _sha256(os.path.join(root, rel)),
+                                             "bytes": os.path.getsize(os.path.join(root, rel))}
+                                       for rel in _files(root)}}
+    with open(os.path.join(root, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump(man, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    return man
+
+
+def check_finite(name: str, model) -> None:
+    """Refuse to checkpoint a model with a non-finite parameter (``model``: a module, or an FSDP checkpoint view
+    with the gathered state dict ``sd``)."""
+    tensors = model.sd.items() if hasattr(model, "sd") else model.named_parameters()
+    for pname, p in tensors:
+        if torch.is_tensor(p) and p.is_floating_point() and not torch.isfinite(p.detach()).all():
+            raise GraftError(f"policy {name!r}: parameter {pname} holds non-finite values; no checkpoint written")
+
+
+def save(ckpt_root: str, step: int, policies: dict, state: dict, keep: int = 2, protect: tuple = ()) -> str:
     final = os.path.join(ckpt_root, f"step_{step:06d}")
     tmp = f"{final}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
     for name, pol in policies.items():
-        d = os.path.join(tmp, name)
-        pol.model.save_pretrained(d, safe_serialization=True)
-        pol.tokenizer.save_pretrained(d)
-        torch.save(pol.optimizer.state_dict(), os.path.join(d, "optimizer.pt"))
-    torch.save({**state, "rng": rng_state()}, os.path.join(tmp, "state.pt"))
-    open(os.path.join(tmp, "COMPLETE"), "w").close()
+        check_finite(name, pol.model)
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        os.makedirs(tmp)
+        for name, pol in policies.items():
+            d = os.path.join(tmp, name)
+            pol.model.save_pretrained(d, safe_serialization=True)
+            pol.tokenizer.save_pretrained(d)
+            torch.save(pol.optimizer.state_dict(), os.path.join(d, "optimizer.pt"))
+        faults.point("checkpoint", step)
+        with open(os.path.join(tmp, STATE), "w", encoding="utf-8") as f:
+            json.dump({**state, "rng": rng_state()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        write_manifest(tmp)
+        faults.point("manifest", step)
+        open(os.path.join(tmp, COMPLETE), "w").close()
+        faults.point("rename", step)
+    except OSError as e:  # e.g. a full disk: the half-written folder goes, the last complete checkpoint stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise GraftError(f"{final}: checkpoint not written ({e.strerror or e}); the last complete checkpoint is "
+                         f"kept and the run can resume from it") from None
     if os.path.exists(final):
         shutil.rmtree(final)
     os.rename(tmp, final)
-    prune(ckpt_root, keep)
+    prune(ckpt_root, keep, protect)
     return final
 
 
+# ----------------------------------------------------------------------------------------------- read
 def complete_steps(ckpt_root: str) -> list[int]:
     if not os.path.isdir(ckpt_root):
         return []
     out = []
     for d in os.listdir(ckpt_root):
         m = STEP_RE.match(d)
-        if m and os.path.exists(os.path.join(ckpt_root, d, "COMPLETE")):
+        if m and os.path.exists(os.path.join(ckpt_root, d, COMPLETE)):
             out.append(int(m.group(1)))
     return sorted(out)
 
 
-def latest(ckpt_root: str) -> str | None:
-    steps = complete_steps(ckpt_root)
-    return os.path.join(ckpt_root, f"step_{steps[-1]:06d}") if steps else None
+def step_path(ckpt_root: str, step: int) -> str:
+    return os.path.join(ckpt_root, f"step_{step:06d}")
 
 
-def prune(ckpt_root: str, keep: int) -> None:
+def verify(path: str) -> str | None:
+    """None when every file listed in the manifest exists with its size and sha256 (and no manifest-less
+    pickle state is there); else what is wrong, naming the file."""
+    mpath = os.path.join(path, MANIFEST)
+    if not os.path.exists(mpath):
+        if os.path.exists(os.path.join(path, "state.pt")):
+            return f"{path}: written by an older graft (pickled state.pt, no manifest); not loaded"
+        return f"{mpath}: missing"
+    try:
+        with open(mpath, encoding="utf-8") as f:
+            man = json.load(f)
+        files = man["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{mpath}: unreadable"
+    if STATE not in files:
+        return f"{mpath}: lists no {STATE}"
+    for rel, meta in files.items():
+        p = os.path.join(path, rel)
+        if not os.path.isfile(p):
+            return f"{p}: missing"
+        if os.path.getsize(p) != meta.get("bytes"):
+            return f"{p}: size {os.path.getsize(p)} != {meta.get('bytes')} in the manifest"
+        if _sha256(p) != meta.get("sha256"):
+            return f"{p}: sha256 differs from the manifest"
+    return None
+
+
+def valid_steps(ckpt_root: str, warn=None) -> list[int]:
+    """Complete steps whose checkpoint verifies, oldest first; ``warn(msg)`` is called for each one skipped."""
+    out = []
+    for s in complete_steps(ckpt_root):
+        bad = verify(step_path(ckpt_root, s))
+        if bad is None:
+            out.append(s)
+        elif warn is not None:
+            warn(f"checkpoint step {s} skipped: {bad}")
+    return out
+
+
+def latest(ckpt_root: str, warn=None) -> str | None:
+    """The newest checkpoint that verifies (None when there is none)."""
+    steps = valid_steps(ckpt_root, warn)
+    return step_path(ckpt_root, steps[-1]) if steps else None
+
+
+def prune(ckpt_root: str, keep: int, protect: tuple = ()) -> None:
+    """Remove stale temporary folders of other processes and all but the last ``keep`` complete checkpoints
+    (``protect``: steps never removed, e.g. the best by validation)."""
     for d in os.listdir(ckpt_root):
         if ".tmp-" in d:
             pid = d.rsplit("-", 1)[-1]
@@ -73,8 +201,16 @@ def prune(ckpt_root: str, keep: int) -> None:
     if keep <= 0:
         return
     for s in complete_steps(ckpt_root)[:-keep]:
-        shutil.rmtree(os.path.join(ckpt_root, f"step_{s:06d}"), ignore_errors=True)
+        if s not in protect:
+            shutil.rmtree(step_path(ckpt_root, s), ignore_errors=True)
 
 
 def load_state(path: str) -> dict:
-    return torch.load(os.path.join(path, "state.pt"), weights_only=False)
+    """``state.json`` of a checkpoint (JSON only)."""
+    with open(os.path.join(path, STATE), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def load_optimizer_state(path: str) -> dict:
+    """An ``optimizer.pt`` read with ``weights_only=True``: tensors and plain values only, never a pickle."""
+    return torch.load(path, weights_only=True, map_location="cpu")

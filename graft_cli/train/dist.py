@@ -234,7 +234,7 @@ class _FullOptim:
         return self.sd
 
 
-def save_checkpoint(d: Dist, ckpt_root: str, step: int, policies: dict, state: dict, keep: int):
+def save_checkpoint(d: Dist, ckpt_root: str, step: int, policies: dict, state: dict, keep: int, protect: tuple = ()):
     """``checkpoint.save`` on rank 0 with full state dicts gathered first (collective in FSDP mode)."""
     from dataclasses import replace
 
@@ -244,7 +244,7 @@ def save_checkpoint(d: Dist, ckpt_root: str, step: int, policies: dict, state: d
     for name, pol in policies.items():
         msd, osd = d.full_state(pol.model, pol.optimizer)
         views[name] = pol if msd is None else replace(pol, model=_FullModel(pol.model, msd), optimizer=_FullOptim(osd))
-    path = ckpt.save(ckpt_root, step, views, state, keep) if d.is_main else None
+    path = ckpt.save(ckpt_root, step, views, state, keep, protect) if d.is_main else None
     d.barrier()
     return path
 
@@ -294,5 +294,5 @@ def concat_rollouts(parts: list):
     for k in ros[0].token_columns:
         ro.token_columns[k] = [x for r in ros for x in r.token_columns[k]]
     gr = Grades(np.concatenate([g.rewards for g in grs]), np.concatenate([g.timed_out for g in grs]),
-                [x for g in grs for x in g.extracted])
+                [x for g in grs for x in g.extracted], [x for g in grs for x in g.status])
     return ro, gr

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from graft_cli import config as C
+from graft_cli import faults
 from graft_cli.algorithms.advantages import ADVANTAGES
 from graft_cli.algorithms.controllers import build_controllers
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
@@ -38,7 +39,7 @@ from graft_cli.models.loading import load_model, load_tokenizer, resolve_path, w
 from graft_cli.models.logprobs import pack, response_logprobs, to_padded
 from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
 from graft_cli.rollout import ENGINES, SamplingParams
-from graft_cli.rundir import MetricsLog, atomic_write_text, rollout_log_path, write_parquet
+from graft_cli.rundir import MetricsLog, atomic_write_text, read_json_or_none, rollout_log_path, write_parquet
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.batch import minibatch_schedule
@@ -86,10 +87,17 @@ def engine_kwargs(cfg: C.Config, frozen: dict) -> dict:
     return kw
 
 
+def _keys(pc: C.PolicyConfig, cfg: C.Config) -> tuple[str, str]:
+    """The config keys of a model's ``model`` and tokenizer (for one-line errors)."""
+    i = next(j for j, p in enumerate(cfg.policies) if p.name == pc.name)
+    return f"policies.{i}.model", f"policies.{i}.{'tokenizer' if pc.tokenizer else 'model'}"
+
+
 def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None, frozen: dict | None = None) -> Policy:
+    mkey, tkey = _keys(pc, cfg)
     model_path = resolve_path(pc.model)
-    tok = load_tokenizer(resolve_path(pc.tokenizer or pc.model))
-    model = load_model(model_path, cfg.run.dtype, cfg.run.device)
+    tok = load_tokenizer(resolve_path(pc.tokenizer or pc.model), tkey, pc.trust_remote_code)
+    model = load_model(model_path, cfg.run.dtype, cfg.run.device, key=mkey, trust_remote_code=pc.trust_remote_code)
     if cfg.optim.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.config.use_cache = True
@@ -106,8 +114,10 @@ def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None, 
 def build_frozen(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None) -> Frozen:
     """Load a frozen model once in the run's dtype and device (FSDP-sharded like the policies), in eval mode
     with gradients off; its weight hash is recorded in every checkpoint."""
-    tok = load_tokenizer(resolve_path(pc.tokenizer or pc.model))
-    model = load_model(resolve_path(pc.model), cfg.run.dtype, cfg.run.device)
+    mkey, tkey = _keys(pc, cfg)
+    tok = load_tokenizer(resolve_path(pc.tokenizer or pc.model), tkey, pc.trust_remote_code)
+    model = load_model(resolve_path(pc.model), cfg.run.dtype, cfg.run.device, key=mkey,
+                       trust_remote_code=pc.trust_remote_code)
     model.requires_grad_(False)
     digest = weights_sha256(model)
     if dist is not None:
@@ -176,6 +186,14 @@ def _row_tokens(batch: TrainBatch, i: int) -> float:
     return float(sum(batch.loss_mask[i]))
 
 
+def nonfinite_quantity(logp: torch.Tensor, old: torch.Tensor, loss: torch.Tensor) -> str | None:
+    """Which of a micro-batch's log-probs, old log-probs or loss is not finite (None when all are)."""
+    for name, t in (("log-prob", logp), ("old log-prob", old), ("loss", loss)):
+        if not bool(torch.isfinite(t.detach()).all()):
+            return name
+    return None
+
+
 def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.Generator, ordering: str,
                   dist: D.Dist | None = None, step: int = 0, coefs: dict | None = None) -> dict:
     """One optimisation epoch (``algo.ppo_epochs`` of them) over minibatches of whole prompt groups.
@@ -192,6 +210,7 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
     num_mb = max(1, math.ceil(num_groups / a.minibatch_prompts))
     stats: dict[str, float] = {}
     losses, grad_norms, ent_sum, ent_n = [], [], 0.0, 0.0
+    skipped, bad = 0, None
     for _epoch in range(a.ppo_epochs):
         for mb_idx, mb in enumerate(minibatch_schedule(batch, num_mb, ordering, rng)):
             pg = [i for i in mb if batch.in_pg[i]]  # rows outside the PG (auxiliary rows) stay out of its denominators
@@ -212,6 +231,8 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
                                               with_entropy=a.log_entropy)
                 inp = loss_inputs(batch, rows, logp, ids.shape[1], dev, norm, resp, cfg, spec, mb_idx, step, coefs)
                 loss, st = compute_loss(spec, inp, a.kl_coef, a.kl_type)
+                if not dummy and bad is None:
+                    bad = nonfinite_quantity(logp, inp.old_logp, loss)
                 (loss * (0.0 if dummy else d.loss_scale)).backward()
                 if dummy:
                     continue
@@ -222,8 +243,22 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
                 ent_n += float(inp.mask.sum())
             d.sync_grads(model)
             gn = d.clip_grad_norm(model, o.max_grad_norm)
+            if bad is None and not math.isfinite(float(gn)):
+                bad = "gradient norm"
+            if d.enabled and d.max_int(int(bad is not None)):  # every rank skips (or stops) together
+                bad = bad or "value on another rank"
+            if bad is not None:
+                if o.on_nonfinite == "stop":
+                    raise GraftError(f"step {step + 1}, policy {pol.name!r}: non-finite {bad} in minibatch {mb_idx}; "
+                                     f"stopped before the optimizer step (the last checkpoint is intact; "
+                                     f"optim.on_nonfinite=skip skips such updates)")
+                pol.optimizer.zero_grad(set_to_none=True)  # skipped and counted, weights unchanged
+                skipped += 1
+                bad = None
+                continue
             pol.optimizer.step()
             pol.optimizer.zero_grad(set_to_none=True)
+            faults.point("update", step + 1)
             losses.append(total)
             grad_norms.append(float(gn))
     if d.enabled:  # sums over the ranks' shards
@@ -240,6 +275,7 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
         "clip_ratio/region_mean": (stats.get("clip_low", 0.0) + stats.get("clip_high", 0.0)) / tok,
         "clip_ratio/self": stats.get("clip_self", 0.0) / max(stats.get("tokens_self", 0.0), 1.0),
         "num_minibatches": len(losses),
+        "train/nonfinite_skipped": skipped,
     }
     if stats.get("tokens_peer", 0.0) > 0:
         out["clip_ratio/peer"] = stats["clip_peer"] / stats["tokens_peer"]
@@ -275,7 +311,6 @@ def rollout_metrics(step: PolicyStep) -> dict:
         "completions/max_length": int(lens.max()),
         "completions/mean_terminated_length": float(term.mean()) if term.size else 0.0,
         "completions/clipped_ratio": float(trunc.mean()),
-        "reward/timeouts": int(step.timed_out.sum()) if step.timed_out is not None else 0,
         "num_tokens": int(lens.sum()),
     }
 
@@ -295,8 +330,12 @@ def logprob_gap(batch: TrainBatch) -> dict:
 
 # -------------------------------------------------------------------------------------------- trainer
 class Trainer:
-    def __init__(self, cfg: C.Config, out_dir: str, progress: bool = True):
+    def __init__(self, cfg: C.Config, out_dir: str, progress: bool = True, console=None):
         self.cfg, self.out, self.progress = cfg, out_dir, progress
+        from rich.markup import escape
+
+        con = console or make_console(stderr=True)
+        self.warn = lambda msg: con.print(f"[yellow]warning[/]: {escape(msg)}", soft_wrap=True, highlight=False)
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         torch.manual_seed(cfg.run.seed)
@@ -315,7 +354,8 @@ class Trainer:
         from graft_cli.reward import REWARDS
 
         rc = cfg.reward
-        self.grader = REWARDS.get(rc.name)(num_workers=rc.num_workers, timeout_s=rc.timeout_s, chunk_size=rc.chunk_size)
+        self.grader = REWARDS.get(rc.name)(num_workers=rc.num_workers, timeout_s=rc.timeout_s, chunk_size=rc.chunk_size,
+                                           sci_notation=rc.sci_notation, memory_mb=rc.memory_mb)
         self.sources = {sc.name: STEP_SOURCES.get(sc.kind)(sc, self.grader, self.adv_fn, cfg.algo, cfg.run.seed)
                         for sc in cfg.sources}
         self.total_steps = cfg.run.steps or cfg.run.epochs * self.sampler.steps_per_epoch
@@ -342,37 +382,58 @@ class Trainer:
                 "controllers": [{"name": n, "state": c.state_dict()} for n, c in self.controllers],
                 "frozen": {n: {"model": f.cfg.model, "sha256": f.sha256} for n, f in self.frozen.items()}}
 
-    def resume(self) -> bool:
-        path = ckpt.latest(self.ckpt_root)
-        if path is None:
-            return False
-        st = ckpt.load_state(path)
-        for name, f in self.frozen.items():  # frozen models are not in checkpoints: their weights must not change
+    def check_frozen(self, st: dict, path: str) -> None:
+        """Frozen models are not in checkpoints: their weights must be the ones the run was trained with."""
+        for name, f in self.frozen.items():
             rec = (st.get("frozen") or {}).get(name)
             if rec is None or rec.get("sha256") != f.sha256:
                 was = "no record" if rec is None else f"{rec.get('model')} sha256 {str(rec.get('sha256'))[:12]}"
                 raise GraftError(f"{path}: frozen model {name!r} differs from the one this run was trained with "
                                  f"(now {f.cfg.model} sha256 {f.sha256[:12]}, checkpoint: {was}); "
                                  f"use the same weights or run.resume=false")
-        for name, pol in self.policies.items():
-            d = os.path.join(path, name)
-            from transformers import AutoModelForCausalLM
 
-            loaded = AutoModelForCausalLM.from_pretrained(d, dtype=next(pol.model.parameters()).dtype)
-            self.dist.load_full_state(pol.model, pol.optimizer, loaded.state_dict(),
-                                      torch.load(os.path.join(d, "optimizer.pt"), weights_only=False))
-            pol.engine.sync_weights(pol.model)
-        self.sampler.load_state_dict(st["sampler"])
-        self.exchange.load_state_dict(st["exchange"])
-        saved = st.get("controllers") or []
-        for i, (n, c) in enumerate(self.controllers):  # in config order (the config cannot change on resume)
-            if i < len(saved) and saved[i].get("name") == n:
-                c.load_state_dict(saved[i].get("state") or {})
-        ckpt.set_rng_state(st["rng"])
-        self.step = st["step"]
-        if self.dist.is_main:
-            self.metrics.truncate_after(self.step)
-        return True
+    def resume(self) -> bool:
+        """Restore the newest checkpoint that verifies against its manifest and loads (each one skipped is named
+        in a warning). False when the run has no complete checkpoint; a run whose checkpoints are all damaged
+        stops with one line."""
+        from transformers import AutoModelForCausalLM
+
+        complete = ckpt.complete_steps(self.ckpt_root)
+        for s in reversed(ckpt.valid_steps(self.ckpt_root, self.warn)):
+            path = ckpt.step_path(self.ckpt_root, s)
+            try:  # read everything first: a checkpoint that fails to load leaves the trainer untouched
+                st = ckpt.load_state(path)
+                self.check_frozen(st, path)
+                loaded = {}
+                for name, pol in self.policies.items():
+                    d = os.path.join(path, name)
+                    model = AutoModelForCausalLM.from_pretrained(d, dtype=next(pol.model.parameters()).dtype)
+                    loaded[name] = (model.state_dict(), ckpt.load_optimizer_state(os.path.join(d, "optimizer.pt")))
+            except GraftError:
+                raise
+            except Exception as e:  # verified but unloadable (e.g. a manifest rewritten over damaged files)
+                self.warn(f"checkpoint step {s} skipped: {path}: {type(e).__name__}: "
+                          f"{(str(e).splitlines() or [''])[0][:200]}")
+                continue
+            for name, pol in self.policies.items():
+                self.dist.load_full_state(pol.model, pol.optimizer, *loaded[name])
+                pol.engine.sync_weights(pol.model)
+            self.sampler.load_state_dict(st["sampler"])
+            self.exchange.load_state_dict(st["exchange"])
+            saved = st.get("controllers") or []
+            for i, (n, c) in enumerate(self.controllers):  # in config order (the config cannot change on resume)
+                if i < len(saved) and saved[i].get("name") == n:
+                    c.load_state_dict(saved[i].get("state") or {})
+            ckpt.set_rng_state(st["rng"])
+            self.step = st["step"]
+            if self.dist.is_main:
+                self.metrics.truncate_after(self.step)
+            return True
+        if complete:
+            raise GraftError(f"{self.ckpt_root}: none of the {len(complete)} complete checkpoints could be restored "
+                             f"(steps {', '.join(map(str, complete))}; see the warnings); move them away or use "
+                             f"run.resume=false")
+        return False
 
     # -- one step
     def rollout_policy(self, i: int, pol: Policy, problems: list[Problem], round_: int = 0) -> tuple[PolicyStep, dict]:
@@ -386,9 +447,11 @@ class Trainer:
         params = SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                                 seed=seed % (2**31 - 1))
         ro = pol.engine.generate(prompt_ids[lo:hi], params)
+        faults.point("rollout", self.step + 1)
         t1 = time.perf_counter()
         golds = [p.answer for p in problems[lo:hi] for _ in range(r.n)]
         grades = self.grader.grade(ro.texts, golds)
+        faults.point("reward", self.step + 1)
         if self.dist.enabled:
             ro, grades = D.concat_rollouts(self.dist.gather_rollout_groups((ro, grades)))
         t2 = time.perf_counter()
@@ -396,7 +459,7 @@ class Trainer:
         adv = self.adv_fn(rewards, eps=cfg.algo.adv_eps, norm_by_std=cfg.algo.norm_by_std)
         ps = PolicyStep(pol.name, problems, prompt_ids, ro, rewards, adv, np.asarray(grades.timed_out))
         ps.rollouts.meta["extracted"] = grades.extracted
-        return ps, {"time/rollout": t1 - t0, "time/reward": t2 - t1, **ro.meta.get("metrics", {})}
+        return ps, {"time/rollout": t1 - t0, "time/reward": t2 - t1, **grades.counts(), **ro.meta.get("metrics", {})}
 
     def coefs(self) -> dict:
         out: dict = {}
@@ -455,6 +518,7 @@ class Trainer:
                                       zip(b.source, b.sampler_logprobs, b.old_logprobs)]
             else:
                 b.old_logprobs = [list(x) for x in b.sampler_logprobs]
+            faults.point("score", self.step + 1)
             t1 = time.perf_counter()
             rows[name].update(logprob_gap(b))
             b, amet = self.exchange.admit(name, b, ctx)
@@ -506,12 +570,20 @@ class Trainer:
             **ro.token_columns,  # engine columns (tandem: author, 1 = senior)
         }
         write_parquet(rollout_log_path(self.out, st.name, self.step), cols)
+        keep = self.cfg.run.keep_rollouts
+        if keep > 0 and self.step > keep:  # rotate: only the last `keep` steps' logs of this policy stay
+            old = rollout_log_path(self.out, st.name, self.step - keep)
+            if os.path.exists(old):
+                os.remove(old)
 
     def save(self) -> str:
+        best = read_json_or_none(os.path.join(self.out, "best.json")) or {}  # the best by validation stays
+        protect = tuple(int(b["step"]) for b in (best.get("policies") or {}).values() if b.get("step") is not None)
         if self.dist.enabled:  # rank 0 writes, after a collective gather of the full state (FSDP)
             return D.save_checkpoint(self.dist, self.ckpt_root, self.step, self.policies, self.state(),
-                                     self.cfg.run.keep_checkpoints)
-        return ckpt.save(self.ckpt_root, self.step, self.policies, self.state(), self.cfg.run.keep_checkpoints)
+                                     self.cfg.run.keep_checkpoints, protect)
+        return ckpt.save(self.ckpt_root, self.step, self.policies, self.state(), self.cfg.run.keep_checkpoints,
+                         protect)
 
     def close(self) -> None:
         close = getattr(self.grader, "close", None)
@@ -523,7 +595,7 @@ def preflight(cfg: C.Config) -> None:
     """Checks that need the models' tokenizers, before anything is written: a frozen model whose scorer scores the
     policies' own token ids (a KL reference, an OPD teacher), or that co-generates with them (a tandem junior),
     must share each served policy's vocabulary."""
-    from graft_cli.models.loading import vocab_difference
+    from graft_cli.models.loading import check_model_path, looks_local, vocab_difference
 
     trained = {p.name: p for p in cfg.policies if p.role == "train"}
     toks: dict = {}
@@ -531,8 +603,16 @@ def preflight(cfg: C.Config) -> None:
     def tok(pc):
         spec = resolve_path(pc.tokenizer or pc.model)
         if spec not in toks:
-            toks[spec] = load_tokenizer(spec)
+            toks[spec] = load_tokenizer(spec, _keys(pc, cfg)[1], pc.trust_remote_code)
         return toks[spec]
+
+    for i, pc in enumerate(cfg.policies):  # local folders that do not exist: one line naming the key
+        check_model_path(resolve_path(pc.model), f"policies.{i}.model")
+        if pc.tokenizer:
+            check_model_path(resolve_path(pc.tokenizer), f"policies.{i}.tokenizer", "tokenizer")
+    data = resolve_path(cfg.data.train)
+    if looks_local(data) and not os.path.exists(os.path.expanduser(data)):
+        raise GraftError(f"config key 'data.train': {data}: file not found")
 
     by_name = {p.name: p for p in cfg.policies}
     for k in getattr(ENGINES.get(cfg.rollout.engine), "frozen_kwargs", ()):  # a co-generating model (tandem junior)
@@ -563,7 +643,8 @@ def run_dir_for(cfg: C.Config) -> str:
 
 
 RESUME_MAY_DIFFER = {"run.steps", "run.resume", "run.keep_checkpoints", "run.save_every", "run.log_rollouts",
-                     "reward.num_workers", "run.threads", "run.device"}
+                     "reward.num_workers", "reward.memory_mb", "run.threads", "run.device", "run.keep_rollouts",
+                     "optim.on_nonfinite", "run.out", "run.name"}  # run.out, run.name: the run itself (it may move)
 RESUME_MAY_DIFFER |= {f"eval.{k}" for k in ("every", "benchmarks", "data_dir", "samples", "runs", "max_new_tokens",
                                               "temperature", "top_p", "seed", "save_best")}  # validation only
 
@@ -619,24 +700,31 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> 
     out = run_dir_for(cfg)
     is_main = os.environ.get("RANK", "0") == "0"  # data-parallel runs: only rank 0 writes files
     progress = progress and is_main
-    if is_main:
-        os.makedirs(out, exist_ok=True)
-        _lock_run_dir(out)
-        if os.path.exists(os.path.join(out, "config.yaml")) and not cfg.run.resume:
-            import shutil
-
-            for entry in os.listdir(out):  # start over, keeping only our lock
-                if entry != ".lock":
-                    path = os.path.join(out, entry)
-                    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-        if cfg.run.resume:
-            check_resumable(cfg, out)
-        atomic_write_text(os.path.join(out, "config.yaml"), C.to_yaml(cfg))
-    trainer = Trainer(cfg, out, progress)
+    if cfg.run.resume:
+        check_resumable(cfg, out)  # read-only: refuse a different config before loading anything
+    # every input (models, tokenizers, data, rewards) is loaded and checked before the run directory is touched
+    trainer = Trainer(cfg, out, progress, console)
     try:
+        if is_main:
+            os.makedirs(out, exist_ok=True)
+            _lock_run_dir(out)
+            if os.path.exists(os.path.join(out, "config.yaml")) and not cfg.run.resume:
+                import shutil
+
+                for entry in os.listdir(out):  # start over, keeping only our lock
+                    if entry != ".lock":
+                        path = os.path.join(out, entry)
+                        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            if cfg.run.resume:
+                check_resumable(cfg, out)  # again under the lock
+            atomic_write_text(os.path.join(out, "config.yaml"), C.to_yaml(cfg))
         if cfg.run.resume and trainer.resume():
             console.print(f"resumed from step {trainer.step} in {out}")
         elif is_main:
+            mpath = trainer.metrics.path
+            if os.path.exists(mpath) and os.path.getsize(mpath) > 0:
+                console.print(f"{out}: no complete checkpoint; starting at step 0 (metrics.jsonl of the earlier "
+                              f"attempt is cleared)")
             trainer.metrics.truncate_after(0)
         cols = [TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                 TextColumn("{task.fields[info]}")]
@@ -658,5 +746,11 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> 
     finally:
         trainer.close()
     if is_main:
-        console.print(f"run directory: {out}")
+        console.print(f"run directory: {out} ({disk_use(out) / 2**20:.1f} MiB on disk)")
     return out
+
+
+def disk_use(path: str) -> int:
+    """Bytes of every file under ``path``."""
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs
+               if os.path.isfile(os.path.join(d, f)))

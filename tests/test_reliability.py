@@ -1,0 +1,296 @@
+"""A run a researcher can trust overnight: numerical guards, pickle-free checkpoints with manifests, fallback
+past damaged checkpoints, nothing written before the input is known good, and one-line errors.
+
+Each test runs real `graft train` processes on random tiny models (conftest) and checks the files they wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, kill_after, make_random_model, write_problems
+
+GRAFT = [sys.executable, "-m", "graft_cli.cli"]
+
+
+def _env():
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _rows(run):
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in f if line.strip()]
+
+
+def _sha(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("reliability")
+    return {"a": make_random_model(str(d / "a"), "qwen3", 0, sft_steps=40),
+            "data": write_problems(str(d / "train.jsonl")), "root": d}
+
+
+def args(s, out, name, steps=4, extra=(), model=None):
+    return ["train", "--steps", str(steps), "--no-progress", "--out", out, "--name", name,
+            f"policies=[{{name: a, model: '{model or s['a']}'}}]", f"data.train={s['data']}", "data.prompt_batch=4",
+            "algo.minibatch_prompts=2", "rollout.n=4", "rollout.max_new_tokens=10", "reward.num_workers=1",
+            "run.save_every=2", "run.keep_checkpoints=3", "optim.lr=1e-3", *extra]
+
+
+def run(cmd):
+    return subprocess.run(GRAFT + cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
+
+
+def one_line_error(res, *needles):
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    for n in needles:
+        assert n in last, last
+    return last
+
+
+@pytest.fixture(scope="module")
+def reference(setup):
+    out = str(setup["root"] / "ref_runs")
+    res = run(args(setup, out, "ref"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return os.path.join(out, "ref")
+
+
+# ----------------------------------------------------------------------------------------- checkpoints
+def test_checkpoints_are_json_safetensors_and_a_manifest(reference):
+    ck = os.path.join(reference, "checkpoints", "step_000004")
+    assert sorted(os.listdir(ck)) == ["COMPLETE", "MANIFEST.json", "a", "state.json"]
+    man = json.load(open(os.path.join(ck, "MANIFEST.json")))
+    assert set(man["files"]) >= {"state.json", "a/model.safetensors", "a/optimizer.pt", "a/config.json"}
+    for rel, meta in man["files"].items():
+        assert _sha(os.path.join(ck, rel)) == meta["sha256"]
+    st = json.load(open(os.path.join(ck, "state.json")))
+    assert st["step"] == 4 and len(st["rng"]["torch"]) > 0
+    import torch
+
+    torch.load(os.path.join(ck, "a", "optimizer.pt"), weights_only=True)  # plain tensors and values
+
+
+def _copy_run(src, out_root, name):
+    dst = os.path.join(out_root, name)
+    shutil.copytree(src, dst)
+    os.remove(os.path.join(dst, ".lock"))
+    return dst
+
+
+def _truncate_to_step(run_dir, step):
+    """Make a copy look like a run killed after checkpoint ``step`` (later checkpoints and rows removed)."""
+    for d in os.listdir(os.path.join(run_dir, "checkpoints")):
+        if int(d.split("_")[1]) > step:
+            shutil.rmtree(os.path.join(run_dir, "checkpoints", d))
+    rows = [x for x in open(os.path.join(run_dir, "metrics.jsonl")) if json.loads(x)["step"] <= step + 1]
+    open(os.path.join(run_dir, "metrics.jsonl"), "w").write("".join(rows))  # a partial step after it
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "state", "manifest"])
+def test_a_damaged_last_checkpoint_falls_back_to_the_previous_one(setup, reference, tmp_path, damage):
+    """The step-4 checkpoint of a run extended to 6 steps is damaged; resuming skips it with one warning naming
+    the file and redoes steps 3-6 from step 2: the metrics equal the uninterrupted 6-step run's."""
+    out = str(tmp_path / "runs")
+    full = run(args(setup, out, "full", steps=6))
+    assert full.returncode == 0, full.stderr[-3000:]
+    d = _copy_run(os.path.join(out, "full"), out, "hurt")
+    _truncate_to_step(d, 4)
+    ck = os.path.join(d, "checkpoints", "step_000004")
+    w = os.path.join(ck, "a", "model.safetensors")
+    if damage == "truncate":
+        open(w, "r+b").truncate(os.path.getsize(w) // 2)
+    elif damage == "flip":  # still parses: only the manifest tells
+        b = bytearray(open(w, "rb").read())
+        b[-10] ^= 0xFF
+        open(w, "wb").write(bytes(b))
+    elif damage == "state":
+        open(os.path.join(ck, "state.json"), "w").write("{garbled")
+    else:
+        os.remove(os.path.join(ck, "MANIFEST.json"))
+    res = run(args(setup, out, "hurt", steps=6))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "checkpoint step 4 skipped" in res.stderr and "resumed from step 2" in res.stderr
+    assert _rows(d) == _rows(os.path.join(out, "full"))
+
+
+def test_all_checkpoints_damaged_stops_with_one_line(setup, reference, tmp_path):
+    out = str(tmp_path / "runs")
+    d = _copy_run(reference, out, "ref")
+    for s in os.listdir(os.path.join(d, "checkpoints")):
+        open(os.path.join(d, "checkpoints", s, "state.json"), "a").write(" ")
+    before = open(os.path.join(d, "metrics.jsonl")).read()
+    res = run(args(setup, out, "ref", steps=6))
+    one_line_error(res, "none of the", "complete checkpoints could be restored")
+    assert open(os.path.join(d, "metrics.jsonl")).read() == before  # nothing truncated
+
+
+def test_a_crafted_pickle_in_a_run_directory_is_refused_not_executed(setup, reference, tmp_path):
+    """optimizer.pt replaced by a pickle whose loading would run a command, with a manifest rewritten to match:
+    weights_only loading refuses it (the checkpoint is skipped), the command never runs."""
+    import pickle
+
+    from graft_cli.train.checkpoint import write_manifest
+
+    out = str(tmp_path / "runs")
+    d = _copy_run(reference, out, "ref")
+    marker = tmp_path / "PWNED"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    for s in ("step_000002", "step_000004"):
+        ck = os.path.join(d, "checkpoints", s)
+        with open(os.path.join(ck, "a", "optimizer.pt"), "wb") as f:
+            pickle.dump(Evil(), f)
+        write_manifest(ck)
+    res = run(args(setup, out, "ref", steps=6))
+    one_line_error(res, "none of the", "complete checkpoints could be restored")
+    assert "skipped" in res.stderr and "UnpicklingError" in res.stderr
+    assert not marker.exists()
+
+
+# ------------------------------------------------------------------------------------ nothing written
+def test_a_failed_start_writes_nothing_and_the_corrected_command_runs(setup, tmp_path):
+    out = str(tmp_path / "runs")
+    missing = str(tmp_path / "no_such_model")
+    res = run(args(setup, out, "x", steps=2, model=missing))
+    one_line_error(res, "policies.0.model", missing, "does not exist")
+    assert not os.path.exists(os.path.join(out, "x"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2"\n')
+    res = run(args(setup, out, "x", steps=2, extra=[f"data.train={bad}"]))
+    one_line_error(res, f"{bad}:2", "not valid JSON")
+    assert not os.path.exists(os.path.join(out, "x"))
+    res = run(args(setup, out, "x", steps=2, extra=[f"data.train={tmp_path / 'none.jsonl'}"]))
+    one_line_error(res, "data.train", "file not found")
+    assert not os.path.exists(os.path.join(out, "x"))
+    res = run(args(setup, out, "x", steps=2))
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_a_moved_run_directory_resumes(setup, reference, tmp_path):
+    moved = str(tmp_path / "elsewhere")
+    d = _copy_run(reference, moved, "renamed")
+    res = run(args(setup, moved, "renamed", steps=6))
+    assert res.returncode == 0 and "resumed from step 4" in res.stderr, res.stderr[-3000:]
+    assert [r["step"] for r in _rows(d) if "time/step" not in r][:4] == [1, 2, 3, 4]
+
+
+def test_temperature_zero_is_refused_for_training(setup, tmp_path):
+    res = run(args(setup, str(tmp_path / "runs"), "t0", steps=1, extra=["rollout.temperature=0"]))
+    one_line_error(res, "rollout.temperature", "must be > 0", "graft eval --temperature 0")
+    assert not os.path.exists(os.path.join(str(tmp_path / "runs"), "t0"))
+
+
+# ----------------------------------------------------------------------------------------- non-finite
+NAN_PLUGIN = '''
+import torch
+from graft_cli.algorithms.losses import POLICY_LOSSES, register_loss
+
+
+@register_loss("nan_first_step")
+def nan_first_step(inp):
+    """The PPO token loss, made NaN on the first step (a stand-in for an overflow)."""
+    loss, st = POLICY_LOSSES.get("ppo_token")(inp)
+    return (loss * float("nan") if inp.step == 0 else loss), st
+'''
+
+
+@pytest.mark.parametrize("mode", ["stop", "skip"])
+def test_a_nonfinite_loss_stops_or_is_skipped_and_counted(setup, tmp_path, mode):
+    plugin = tmp_path / "nan_plugin.py"
+    plugin.write_text(NAN_PLUGIN)
+    out = str(tmp_path / "runs")
+    extra = [f"plugins=[{plugin}]", "algo.loss=nan_first_step", f"optim.on_nonfinite={mode}"]
+    res = run(args(setup, out, mode, steps=2, extra=extra))
+    d = os.path.join(out, mode)
+    if mode == "stop":
+        one_line_error(res, "step 1", "policy 'a'", "non-finite loss")
+        assert not os.path.exists(os.path.join(d, "checkpoints", "step_000002"))
+        return
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in _rows(d) if "train/nonfinite_skipped" in r]
+    assert [r["train/nonfinite_skipped"] for r in rows] == [2, 0]  # both minibatches of step 1, none of step 2
+    assert rows[0]["num_minibatches"] == 0 and rows[1]["num_minibatches"] == 2
+    import torch
+    from safetensors.torch import load_file
+
+    w = load_file(os.path.join(d, "checkpoints", "step_000002", "a", "model.safetensors"))
+    assert all(torch.isfinite(t).all() for t in w.values())
+
+
+def test_a_checkpoint_is_never_written_from_nonfinite_weights(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from graft_cli.errors import GraftError
+    from graft_cli.train import checkpoint as ckpt
+
+    path = make_random_model(str(tmp_path / "m"), "qwen3", 0)
+    m = AutoModelForCausalLM.from_pretrained(path)
+    with torch.no_grad():
+        next(m.parameters())[0, 0] = float("inf")
+
+    class P:
+        model, tokenizer, optimizer = m, None, None
+
+    with pytest.raises(GraftError, match="non-finite values; no checkpoint written"):
+        ckpt.save(str(tmp_path / "ck"), 1, {"a": P()}, {"step": 1})
+    assert not os.path.exists(tmp_path / "ck")
+
+
+@pytest.mark.slow
+def test_kill_during_the_run_resumes_to_identical_weights(setup, reference, tmp_path):
+    out = str(tmp_path / "runs")
+    marker = os.path.join(out, "killed", "checkpoints", "step_000002", "COMPLETE")
+    kill_after(GRAFT + args(setup, out, "killed"), marker, _env())
+    res = run(args(setup, out, "killed"))
+    assert res.returncode == 0 and "resumed from step 2" in res.stderr, res.stderr[-3000:]
+    assert _rows(os.path.join(out, "killed")) == _rows(reference)
+    w = os.path.join("checkpoints", "step_000004", "a", "model.safetensors")
+    assert _sha(os.path.join(out, "killed", w)) == _sha(os.path.join(reference, w))
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_last_one(tmp_path, monkeypatch):
+    """ENOSPC while the step-4 checkpoint is written: one line, no half-written folder, step 2 intact."""
+    import errno
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from conftest import make_char_tokenizer
+    from graft_cli.errors import GraftError
+    from graft_cli.train import checkpoint as ckpt
+
+    path = make_random_model(str(tmp_path / "m"), "qwen3", 0)
+    m = AutoModelForCausalLM.from_pretrained(path)
+
+    class P:
+        model, tokenizer = m, make_char_tokenizer()
+        optimizer = torch.optim.AdamW(m.parameters())
+
+    root = str(tmp_path / "ck")
+    ckpt.save(root, 2, {"a": P()}, {"step": 2})
+    real = torch.save
+
+    def full(obj, f, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(f))
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(GraftError, match="checkpoint not written .No space left on device.; the last complete"):
+        ckpt.save(root, 4, {"a": P()}, {"step": 4})
+    monkeypatch.setattr(torch, "save", real)
+    assert sorted(os.listdir(root)) == ["step_000002"] and ckpt.verify(os.path.join(root, "step_000002")) is None
