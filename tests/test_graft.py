@@ -644,7 +644,8 @@ def test_params_validation_is_one_line():
 def _write_partner_log(run_dir, st: PolicyStep, step: int, seed: int = 0):
     from graft_cli.train.loop import Trainer
 
-    fake = SimpleNamespace(step=step, out=str(run_dir), cfg=SimpleNamespace(run=SimpleNamespace(seed=seed)))
+    fake = SimpleNamespace(step=step, out=str(run_dir),
+                           cfg=SimpleNamespace(run=SimpleNamespace(seed=seed, keep_rollouts=0)))
     st.rollouts.meta["extracted"] = [None] * len(st.rollouts)
     Trainer.log_rollouts(fake, st)
 

@@ -98,14 +98,22 @@ def _truncate_to_step(run_dir, step):
     open(os.path.join(run_dir, "metrics.jsonl"), "w").write("".join(rows))  # a partial step after it
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "state", "manifest"])
-def test_a_damaged_last_checkpoint_falls_back_to_the_previous_one(setup, reference, tmp_path, damage):
-    """The step-4 checkpoint of a run extended to 6 steps is damaged; resuming skips it with one warning naming
-    the file and redoes steps 3-6 from step 2: the metrics equal the uninterrupted 6-step run's."""
+@pytest.fixture(scope="module")
+def full6(setup):
+    out = str(setup["root"] / "full6")
+    res = run(args(setup, out, "full", steps=6))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return os.path.join(out, "full")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", pytest.param("state", marks=pytest.mark.slow),
+                                    pytest.param("manifest", marks=pytest.mark.slow)])
+def test_a_damaged_last_checkpoint_falls_back_to_the_previous_one(setup, full6, tmp_path, damage):
+    """The step-4 checkpoint of a 6-step run is damaged and the later ones removed (a run killed after step 4);
+    resuming skips it with one warning naming the file and redoes steps 3-6 from step 2: the metrics equal the
+    uninterrupted run's."""
     out = str(tmp_path / "runs")
-    full = run(args(setup, out, "full", steps=6))
-    assert full.returncode == 0, full.stderr[-3000:]
-    d = _copy_run(os.path.join(out, "full"), out, "hurt")
+    d = _copy_run(full6, out, "full")
     _truncate_to_step(d, 4)
     ck = os.path.join(d, "checkpoints", "step_000004")
     w = os.path.join(ck, "a", "model.safetensors")
@@ -119,10 +127,10 @@ def test_a_damaged_last_checkpoint_falls_back_to_the_previous_one(setup, referen
         open(os.path.join(ck, "state.json"), "w").write("{garbled")
     else:
         os.remove(os.path.join(ck, "MANIFEST.json"))
-    res = run(args(setup, out, "hurt", steps=6))
+    res = run(args(setup, out, "full", steps=6))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "checkpoint step 4 skipped" in res.stderr and "resumed from step 2" in res.stderr
-    assert _rows(d) == _rows(os.path.join(out, "full"))
+    assert _rows(d) == _rows(full6)
 
 
 def test_all_checkpoints_damaged_stops_with_one_line(setup, reference, tmp_path):
