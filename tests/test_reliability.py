@@ -185,8 +185,22 @@ def test_a_failed_start_writes_nothing_and_the_corrected_command_runs(setup, tmp
     res = run(args(setup, out, "x", steps=2, extra=[f"data.train={tmp_path / 'none.jsonl'}"]))
     one_line_error(res, "data.train", "file not found")
     assert not os.path.exists(os.path.join(out, "x"))
-    res = run(args(setup, out, "x", steps=2))
+    res = run(args(setup, out, "x", steps=3, extra=["run.keep_rollouts=2"]))
     assert res.returncode == 0, res.stderr[-3000:]
+    assert sorted(os.listdir(os.path.join(out, "x", "rollouts", "a"))) == ["step_000002.parquet", "step_000003.parquet"]
+    assert "MiB on disk" in res.stderr  # the run says how much it wrote
+
+
+def test_graft_eval_skips_a_damaged_checkpoint(setup, reference, tmp_path):
+    out = str(tmp_path / "runs")
+    d = _copy_run(reference, out, "ref")
+    open(os.path.join(d, "checkpoints", "step_000004", "a", "model.safetensors"), "r+b").truncate(100)
+    res = run(["eval", "--run", d, "--steps", "last", "--runs", "1", "--samples", "2", "--data", setup["data"],
+               "--no-progress", "--workers", "1"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "checkpoint step 4 skipped" in res.stderr
+    assert os.listdir(os.path.join(d, "eval", "a")) and os.path.isdir(os.path.join(d, "eval", "a", "step_000002"))
+    assert not os.path.exists(os.path.join(d, "eval", "a", "step_000004"))
 
 
 def test_a_moved_run_directory_resumes(setup, reference, tmp_path):

@@ -74,8 +74,8 @@ class DynamicSampling:
                 if count[name] >= B:
                     continue
                 ps, t = trainer.rollout_policy(i, pol, problems, rounds)
-                for k, v in t.items():
-                    times[name][k] += v
+                for k, v in t.items():  # times and counts add up over the rounds
+                    times[name][k] = times[name].get(k, 0) + v
                 keep = informative_groups(ps.rewards, self.metric)
                 evicted[name] += len(problems) - len(keep)
                 kept[name].append((ps, keep))

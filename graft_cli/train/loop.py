@@ -571,7 +571,7 @@ class Trainer:
         }
         write_parquet(rollout_log_path(self.out, st.name, self.step), cols)
         keep = self.cfg.run.keep_rollouts
-        if keep > 0 and self.step > keep:  # rotate: only the last `keep` steps' logs of this policy stay
+        if keep > 0 and self.step >= keep:  # rotate: only the last `keep` steps' logs of this policy stay
             old = rollout_log_path(self.out, st.name, self.step - keep)
             if os.path.exists(old):
                 os.remove(old)
@@ -746,7 +746,7 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> 
     finally:
         trainer.close()
     if is_main:
-        console.print(f"run directory: {out} ({disk_use(out) / 2**20:.1f} MiB on disk)")
+        console.print(f"run directory: {out} ({disk_use(out) / 2**20:.1f} MiB on disk)", soft_wrap=True)
     return out
 
 
