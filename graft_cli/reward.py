@@ -422,6 +422,18 @@ def _cap_memory(memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
 
 
+def _vm_peak() -> int:
+    """This process's peak virtual memory in bytes (``VmPeak``; 0 where /proc is not there)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def _worker_main(conn, options: dict | None = None) -> None:
     """Worker loop: ``("grade", [(idx, response, gold), ...])`` -> one ``("r", idx, reward, extracted, status)``
     message per item, sent as soon as the item is done (the parent times each item from the previous
@@ -430,6 +442,7 @@ def _worker_main(conn, options: dict | None = None) -> None:
     OPTIONS["sci_notation"] = bool(options.get("sci_notation", True))
     _ensure_math_verify()
     grade_one("\\boxed{\\frac{1}{2}}", "0.5")  # warm regex/parser caches before the clock starts
+    cap = int(options.get("memory_mb", 0)) * 2**20
     _cap_memory(int(options.get("memory_mb", 0)))
     conn.send(("ready", os.getpid()))
     while True:
@@ -440,7 +453,11 @@ def _worker_main(conn, options: dict | None = None) -> None:
         if msg[0] != "grade":
             return
         for idx, response, gold in msg[1]:
-            conn.send(("r", idx, *grade_status(response, gold)))
+            reward, extracted, status = grade_status(response, gold)
+            near_cap = cap > 0 and _vm_peak() >= 0.9 * cap
+            conn.send(("r", idx, 0.0 if near_cap else reward, extracted, "memory" if near_cap else status))
+            if near_cap:  # math-verify swallows the MemoryError: the peak tells; a fresh worker takes over
+                return
 
 
 def _mp_context():

@@ -216,3 +216,17 @@ def test_fuzz_the_grader_with_a_thousand_adversarial_answers():
     assert not any(_alive(p) for p in pids)
     print(f"fuzz: {len(answers)} answers in {wall:.1f} s; statuses "
           f"{ {s: res.status.count(s) for s in set(res.status)} }")
+
+
+@pytest.mark.slow
+def test_an_answer_over_the_memory_cap_scores_0_and_is_counted():
+    """2^(2^40) needs 128 GiB: under a 700 MiB cap sympy's allocation fails (math-verify swallows the
+    MemoryError); the worker's peak tells, the answer scores 0 as memory_capped, and a fresh worker grades the
+    rest of the chunk."""
+    g = MathVerifyGrader(num_workers=1, timeout_s=60, memory_mb=700)
+    try:
+        res = g.grade(["\\boxed{2}", "\\boxed{2^{2^{40}}}", "\\boxed{3}"], ["2", "1", "3"])
+    finally:
+        g.close()
+    assert list(res.rewards) == [1.0, 0.0, 1.0] and res.status == ["ok", "memory", "ok"]
+    assert res.counts()["reward/memory_capped"] == 1
