@@ -33,7 +33,8 @@ def one_line_errors(fn):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="graft")
-def main():
+@click.option("--verbose", is_flag=True, help="keep the libraries' own progress bars and warnings (transformers, ...)")
+def main(verbose):
     """graft: cross-model RLVR (GRAFT, GRPO and baselines) for LLMs on math.
 
     \b
@@ -41,6 +42,9 @@ def main():
       graft tiny build --check
       graft train --pair tiny --method grpo --steps 20
     """
+    from graft_cli.console import quiet_libraries
+
+    quiet_libraries(verbose)
 
 
 def _train_overrides(pair, method, steps, out, seed, name, overrides):
@@ -78,7 +82,23 @@ def train(pair, method, steps, out, seed, name, no_progress, overrides):
     from graft_cli.train.loop import train as run_train
 
     cfg = compose(_train_overrides(pair, method, steps, out, seed, name, overrides))
-    run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
+    run_dir = run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
+    _print_summary(run_dir)
+
+
+def _print_summary(run_dir: str) -> None:
+    """What the run did (reward first -> last, exchange counts, clipping of grafted tokens) and its picture."""
+    from graft_cli.console import make_console
+    from graft_cli.report.run_summary import run_summary, summary_markdown, summary_plot
+
+    console = make_console(stderr=True)
+    summary = run_summary(run_dir)
+    if not summary:
+        return
+    console.print(summary_markdown(summary), soft_wrap=True, highlight=False, markup=False)
+    png = summary_plot(run_dir)
+    if png:
+        console.print(f"summary plot: {png}", soft_wrap=True)
 
 
 @main.group()

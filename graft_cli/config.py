@@ -80,6 +80,10 @@ class RunConfig:
     device: str = "auto"
     dtype: str = "float32"
     threads: Optional[int] = None  # torch CPU threads
+    loggers: list = field(default_factory=lambda: ["jsonl"])  # + tensorboard, wandb (graft_cli/train/trackers.py)
+    wandb_project: str = "graft"
+    wandb_mode: str = "online"  # online | offline (no network; `wandb sync` later) | disabled
+    log_every: int = 1  # without a terminal: one plain progress line every N steps
 
 
 @dataclass
@@ -478,6 +482,9 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(cfg.run.steps is None or cfg.run.steps >= 1, "run.steps", "must be >= 1")
     _check(cfg.run.save_every >= 1, "run.save_every", "must be >= 1")
     _check(cfg.run.keep_rollouts >= 0, "run.keep_rollouts", "must be >= 0 (0 = keep all)")
+    _check(cfg.run.wandb_mode in ("online", "offline", "disabled"), "run.wandb_mode",
+           "must be online, offline or disabled")
+    _check(cfg.run.log_every >= 1, "run.log_every", "must be >= 1")
     _check(cfg.reward.timeout_s > 0, "reward.timeout_s", "must be > 0")
     _check(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")
     _check(cfg.reward.memory_mb == 0 or cfg.reward.memory_mb >= 512, "reward.memory_mb",

@@ -45,6 +45,7 @@ from graft_cli.train import dist as D
 from graft_cli.train.batch import minibatch_schedule
 from graft_cli.train.collect import collector_for
 from graft_cli.train.sources import STEP_SOURCES
+from graft_cli.train.trackers import TRACKERS, Trackers
 
 
 @dataclass
@@ -643,6 +644,7 @@ def run_dir_for(cfg: C.Config) -> str:
 
 
 RESUME_MAY_DIFFER = {"run.steps", "run.resume", "run.keep_checkpoints", "run.save_every", "run.log_rollouts",
+                     "run.loggers", "run.wandb_project", "run.wandb_mode", "run.log_every",
                      "reward.num_workers", "reward.memory_mb", "run.threads", "run.device", "run.keep_rollouts",
                      "optim.on_nonfinite", "run.out", "run.name"}  # run.out, run.name: the run itself (it may move)
 RESUME_MAY_DIFFER |= {f"eval.{k}" for k in ("every", "benchmarks", "data_dir", "samples", "runs", "max_new_tokens",
@@ -702,6 +704,8 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> 
     progress = progress and is_main
     if cfg.run.resume:
         check_resumable(cfg, out)  # read-only: refuse a different config before loading anything
+    for name in cfg.run.loggers:  # an unknown tracker: one line before anything is loaded
+        TRACKERS.get(name)
     # every input (models, tokenizers, data, rewards) is loaded and checked before the run directory is touched
     trainer = Trainer(cfg, out, progress, console)
     try:
@@ -726,28 +730,52 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> 
                 console.print(f"{out}: no complete checkpoint; starting at step 0 (metrics.jsonl of the earlier "
                               f"attempt is cleared)")
             trainer.metrics.truncate_after(0)
+        trackers = Trackers(cfg, out, trainer.step) if is_main else None
+        # a terminal gets rich's live bar; a log (CI, nohup, a cluster job) one plain line every run.log_every steps
+        live = progress and console.is_terminal
         cols = [TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                 TextColumn("{task.fields[info]}")]
-        with Progress(*cols, console=console, disable=not progress, transient=False) as bar:
-            task = bar.add_task("train", total=trainer.total_steps, completed=trainer.step, info="")
-            while trainer.step < trainer.total_steps:
-                rows = trainer.train_step()
-                if is_main:
-                    trainer.metrics.write(rows)
-                for hook in after_step:  # e.g. validation (eval.every > 0): eval/<policy>/step_N/, best.json
-                    val = hook(trainer, cfg, out, None)
-                    if is_main and val:
-                        trainer.metrics.write(val)
-                if trainer.step % cfg.run.save_every == 0 or trainer.step == trainer.total_steps:
-                    trainer.save()
-                info = " ".join(f"{r['policy']}:r={r['reward']:.3f}" for r in rows)
-                info = f"step {trainer.step} {info} {rows[0]['time/step']:.1f}s/step"
-                bar.update(task, completed=trainer.step, info=info)
+        try:
+            with Progress(*cols, console=console, disable=not live, transient=False) as bar:
+                task = bar.add_task("train", total=trainer.total_steps, completed=trainer.step, info="")
+                while trainer.step < trainer.total_steps:
+                    rows = trainer.train_step()
+                    if is_main:
+                        trainer.metrics.write(rows)
+                        trackers.log(rows)
+                    for hook in after_step:  # e.g. validation (eval.every > 0): eval/<policy>/step_N/, best.json
+                        val = hook(trainer, cfg, out, None)
+                        if is_main and val:
+                            trainer.metrics.write(val)
+                            trackers.log(val)
+                    if trainer.step % cfg.run.save_every == 0 or trainer.step == trainer.total_steps:
+                        trainer.save()
+                    info = step_line(rows)
+                    bar.update(task, completed=trainer.step, info=info)
+                    if progress and not live and (trainer.step % cfg.run.log_every == 0
+                                                  or trainer.step == trainer.total_steps):
+                        console.print(f"step {trainer.step}/{trainer.total_steps} {info}", soft_wrap=True,
+                                      highlight=False)
+        finally:
+            if trackers is not None:
+                trackers.close()
     finally:
         trainer.close()
     if is_main:
         console.print(f"run directory: {out} ({disk_use(out) / 2**20:.1f} MiB on disk)", soft_wrap=True)
     return out
+
+
+def step_line(rows: list[dict]) -> str:
+    """One step in a line: per policy the reward (and, when it exchanged, groups from the peer / responses
+    admitted), then seconds per step."""
+    parts = []
+    for r in rows:
+        p = f"{r['policy']}: r={r.get('reward', float('nan')):.3f}"
+        if r.get("graft/selected") is not None:
+            p += f" peer groups {r['graft/selected']} admitted {r.get('graft/admitted', 0)}"
+        parts.append(p)
+    return " | ".join(parts) + f" | {rows[0]['time/step']:.1f} s/step"
 
 
 def disk_use(path: str) -> int:
