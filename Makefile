@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: setup demo test test-fast test-vllm lint clean
+.PHONY: setup demo test test-fast test-vllm lint clean publish reproduce
 
 setup: $(VENV)/.installed
 
@@ -32,6 +32,19 @@ endif
 demo: setup
 	$(VENV)/bin/graft tiny build
 	$(VENV)/bin/graft train --pair tiny --method graft --steps $(STEPS)
+
+# The miniature study, published into results/tiny/ (report, tables, claims, plots, provenance) and quoted by the
+# README (finished runs in .cache/reproduce_tiny are reused: remove it for a fresh measurement).
+publish: setup
+	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair tiny --out .cache/reproduce_tiny && \
+	$(PY) -m graft_cli.report.publish copy .cache/reproduce_tiny --dest results/tiny --command "make publish" \
+		--wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
+	$(PY) -m graft_cli.report.publish readme --dest results/tiny
+
+# The weekly reproduction (.github/workflows/reproduce.yml): the study afresh, its verdicts against the published.
+reproduce: setup
+	$(VENV)/bin/graft reproduce --pair tiny --out .cache/reproduce_check
+	$(PY) -m graft_cli.report.publish compare results/tiny/claims.json .cache/reproduce_check/report/claims.json
 
 # Everything CI runs: the fast suite, then the slow group (process kills, full builds).
 test: setup

@@ -1,0 +1,156 @@
+"""Published results: the measured output of a miniature study, kept in the repository (``results/<name>/``), and
+the README block that quotes it, so the two cannot drift apart.
+
+    python -m graft_cli.report.publish copy OUT [--dest results/tiny] [--command CMD] [--wall-min M]
+    python -m graft_cli.report.publish readme [--dest results/tiny] [--readme README.md] [--check]
+    python -m graft_cli.report.publish compare PUBLISHED_CLAIMS NEW_CLAIMS
+
+``copy`` takes a finished `graft reproduce --out OUT` folder: ``report.md``, ``tables.tex``, ``claims.json``,
+``plots/*.png``, the plan's results table, plus ``PROVENANCE.json`` (the command, the commit and whether the tree
+was clean, the machine, the date, the wall time). ``readme`` rewrites the README block between
+``<!-- published: DEST -->`` and ``<!-- /published -->`` from those files (``--check``: exit 1 when it differs:
+the test suite runs this). ``compare`` lists the claims whose verdict changed (exit 1 if any): the weekly
+reproduction workflow fails on a changed verdict. ``make publish`` runs the study and the first two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+from graft_cli.rundir import atomic_write_json, read_json
+
+FILES = ("report.md", "tables.tex", "claims.json")
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def machine() -> dict:
+    import torch
+
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+            "torch": torch.__version__, "cuda": torch.cuda.is_available()}
+
+
+def copy(out: str, dest: str, command: str, wall_min: float | None = None) -> dict:
+    """Copy a finished study's report into ``dest`` (replacing it) with its provenance; returns the provenance."""
+    rep = os.path.join(out, "report")
+    missing = [f for f in FILES if not os.path.exists(os.path.join(rep, f))]
+    if missing:
+        raise SystemExit(f"{rep}: no {', '.join(missing)} (run `graft reproduce --out {out}` first)")
+    tmp = f"{dest}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, "plots"))
+    for f in FILES:
+        shutil.copy2(os.path.join(rep, f), os.path.join(tmp, f))
+    for png in glob.glob(os.path.join(rep, "plots", "*.png")):
+        shutil.copy2(png, os.path.join(tmp, "plots", os.path.basename(png)))
+    for f in glob.glob(os.path.join(out, "plan_*.md")) + glob.glob(os.path.join(out, "plan_*.json")):
+        shutil.copy2(f, os.path.join(tmp, os.path.basename(f)))
+    prov = {"command": command, "commit": _git("rev-parse", "HEAD"), "clean_tree": _git("status", "--porcelain") == "",
+            "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_min": wall_min}
+    atomic_write_json(os.path.join(tmp, "PROVENANCE.json"), prov)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(tmp, dest)
+    return prov
+
+
+def claims_section(dest: str) -> str:
+    """The claims section of the published report.md (between graft's claims markers)."""
+    from graft_cli.report.claims import BEGIN, END
+
+    text = open(os.path.join(dest, "report.md"), encoding="utf-8").read()
+    if BEGIN not in text or END not in text:
+        return ""
+    body = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    lines = body.splitlines()
+    if lines and lines[0].startswith("## "):  # the README gives its own heading
+        lines = lines[1:]
+    return "\n".join(lines).strip()
+
+
+def readme_block(dest: str) -> str:
+    prov = read_json(os.path.join(dest, "PROVENANCE.json"))
+    m = prov.get("machine") or {}
+    wall = f", {prov['wall_min']:.1f} min" if prov.get("wall_min") is not None else ""
+    head = (f"Published in [`{dest}/`]({dest}/report.md) by `{prov.get('command')}` on {prov.get('date')}, commit "
+            f"`{(prov.get('commit') or '?')[:10]}`{'' if prov.get('clean_tree') else ' (uncommitted changes)'}, "
+            f"{m.get('cpus')} CPUs, torch {m.get('torch')}{wall}:")
+    return f"{head}\n\n{claims_section(dest)}"
+
+
+def update_readme(readme: str, dest: str, check: bool = False) -> bool:
+    """Rewrite (or, with ``check``, compare) the README's block for ``dest``; True when it is up to date."""
+    begin, end = f"<!-- published: {dest} -->", "<!-- /published -->"
+    text = open(readme, encoding="utf-8").read()
+    if begin not in text or end not in text.split(begin, 1)[1]:
+        raise SystemExit(f"{readme}: no block {begin} ... {end}")
+    head, rest = text.split(begin, 1)
+    old, tail = rest.split(end, 1)
+    new = f"\n{readme_block(dest)}\n"
+    if check:
+        return old == new
+    with open(readme, "w", encoding="utf-8") as f:
+        f.write(head + begin + new + end + tail)
+    return True
+
+
+def verdicts(claims_json: str) -> dict[str, str]:
+    return {c["key"]: c["verdict"] for c in read_json(claims_json).get("claims", [])}
+
+
+def changed_verdicts(published: str, new: str) -> list[str]:
+    a, b = verdicts(published), verdicts(new)
+    return [f"{k}: {a.get(k, 'absent')} -> {b.get(k, 'absent')}" for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m graft_cli.report.publish", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("copy")
+    c.add_argument("out")
+    c.add_argument("--dest", default="results/tiny")
+    c.add_argument("--command", default="make publish")
+    c.add_argument("--wall-min", type=float, default=None)
+    r = sub.add_parser("readme")
+    r.add_argument("--dest", default="results/tiny")
+    r.add_argument("--readme", default="README.md")
+    r.add_argument("--check", action="store_true")
+    k = sub.add_parser("compare")
+    k.add_argument("published")
+    k.add_argument("new")
+    a = ap.parse_args(argv)
+    if a.cmd == "copy":
+        prov = copy(a.out, a.dest, a.command, a.wall_min)
+        print(f"published {a.out}/report into {a.dest}/ (commit {prov['commit'][:10]})")
+        return 0
+    if a.cmd == "readme":
+        ok = update_readme(a.readme, a.dest, a.check)
+        if a.check and not ok:
+            print(f"{a.readme}: the block of {a.dest} differs from the published files "
+                  f"(python -m graft_cli.report.publish readme --dest {a.dest})")
+            return 1
+        if not a.check:
+            print(f"{a.readme}: block of {a.dest} rewritten")
+        return 0
+    changes = changed_verdicts(a.published, a.new)
+    for line in changes:
+        print(f"verdict changed: {line}")
+    print("verdicts unchanged" if not changes else f"{len(changes)} verdict(s) changed")
+    return 1 if changes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
