@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: setup demo test test-fast test-vllm lint clean publish reproduce
+.PHONY: setup demo test test-fast test-vllm lint clean publish reproduce gpu-deps
 
 setup: $(VENV)/.installed
 
@@ -45,6 +45,12 @@ publish: setup
 reproduce: setup
 	$(VENV)/bin/graft reproduce --pair tiny --out .cache/reproduce_check
 	$(PY) -m graft_cli.report.publish compare results/tiny/claims.json .cache/reproduce_check/report/claims.json
+
+# The pure-Python packages graft needs that a bare torch + transformers GPU machine lacks, for
+# benchmarks/gpu_proof.sh (carried there as .gpu_deps; the script puts it on PYTHONPATH).
+gpu-deps: setup
+	$(PY) -m pip install -q --target .gpu_deps --no-deps omegaconf hydra-core "antlr4-python3-runtime==4.9.3" \
+		click rich markdown-it-py mdurl pygments
 
 # Everything CI runs: the fast suite, then the slow group (process kills, full builds).
 test: setup

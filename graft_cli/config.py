@@ -84,6 +84,8 @@ class RunConfig:
     wandb_project: str = "graft"
     wandb_mode: str = "online"  # online | offline (no network; `wandb sync` later) | disabled
     log_every: int = 1  # without a terminal: one plain progress line every N steps
+    model_init: str = "pretrained"  # random: the published shapes with random weights (graft_cli/models/shapes.py)
+    random_shrink: bool = False  # with model_init=random: the same configs at hidden 64 / 2 layers (CPU tests)
 
 
 @dataclass
@@ -485,6 +487,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(cfg.run.wandb_mode in ("online", "offline", "disabled"), "run.wandb_mode",
            "must be online, offline or disabled")
     _check(cfg.run.log_every >= 1, "run.log_every", "must be >= 1")
+    _check(cfg.run.model_init in ("pretrained", "random"), "run.model_init", "must be pretrained or random")
     _check(cfg.reward.timeout_s > 0, "reward.timeout_s", "must be > 0")
     _check(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")
     _check(cfg.reward.memory_mb == 0 or cfg.reward.memory_mb >= 512, "reward.memory_mb",

@@ -716,3 +716,28 @@ def make_math_verify(num_workers: int = 2, timeout_s: float = 5.0, chunk_size: i
     ``memory_mb`` MiB of address space; 0 = no cap)."""
     return MathVerifyGrader(num_workers=num_workers, timeout_s=timeout_s, chunk_size=chunk_size,
                             sci_notation=sci_notation, memory_mb=memory_mb)
+
+
+class CoinFlipGrader:
+    """A benchmark-only reward: 1.0 for about half the responses, decided by a hash of (response, gold), so
+    random-weight models (``run.model_init: random``) still give mixed groups and every exchange path runs. Never a
+    measure of anything."""
+
+    def __init__(self, p: float = 0.5, **_):
+        self.p = float(p)
+
+    def grade(self, responses: list[str], golds: list[str]) -> Grades:
+        import hashlib
+
+        r = np.array([float(int(hashlib.sha256(f"{a}\x00{g}".encode()).hexdigest()[:8], 16) / 2**32 < self.p)
+                      for a, g in zip(responses, golds)], dtype=np.float32)
+        return Grades(r, np.zeros(len(r), dtype=bool), [last_boxed(a) for a in responses], ["ok"] * len(r))
+
+    def close(self) -> None:
+        pass
+
+
+@REWARDS.register("coinflip")
+def make_coinflip(**kwargs) -> CoinFlipGrader:
+    """Benchmark-only: a hashed coin flip per response (:class:`CoinFlipGrader`)."""
+    return CoinFlipGrader()

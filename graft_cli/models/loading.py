@@ -115,3 +115,18 @@ def vocab_difference(tok_a, tok_b) -> str | None:
         if ia.get(i) != ib.get(i):
             return f"token id {i} is {ia.get(i)!r} vs {ib.get(i)!r}"
     return None
+
+
+def load_role(model: str, tokenizer: str | None, dtype: str, device: str, keys: tuple[str, str] = (None, None),
+              trust_remote_code: bool = False, init: str = "pretrained", shrink: bool = False):
+    """``(model, tokenizer)`` of one model of a run: from its folder or hub id (``init: pretrained``), or with
+    random weights in its published shape and a synthetic tokenizer (``init: random``,
+    :mod:`graft_cli.models.shapes`; no download)."""
+    if init == "random":
+        from graft_cli.models.shapes import random_model
+
+        m, tok = random_model(model, DTYPES[dtype], shrink)
+        return m.to(resolve_device(device)), tok
+    tok = load_tokenizer(resolve_path(tokenizer or model), keys[1], trust_remote_code)
+    m = load_model(resolve_path(model), dtype, device, key=keys[0], trust_remote_code=trust_remote_code)
+    return m, tok

@@ -35,7 +35,7 @@ from graft_cli.data.problems import Problem, load_problems, split_holdout
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
-from graft_cli.models.loading import load_model, load_tokenizer, resolve_path, weights_sha256
+from graft_cli.models.loading import load_role, load_tokenizer, resolve_path, weights_sha256
 from graft_cli.models.logprobs import pack, response_logprobs, to_padded
 from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
 from graft_cli.rollout import ENGINES, SamplingParams
@@ -69,6 +69,27 @@ class Frozen:
     sha256: str
 
 
+class PhaseMemory:
+    """Peak CUDA memory per phase of a step (``memory/<phase>_peak_gib``: rollout, score, update; the peak since
+    the previous mark); nothing on CPU."""
+
+    def __init__(self, model):
+        self.dev = next(model.parameters()).device
+        self.on = self.dev.type == "cuda"
+        self.peaks: dict[str, float] = {}
+        if self.on:
+            torch.cuda.reset_peak_memory_stats(self.dev)
+
+    def mark(self, phase: str) -> None:
+        if self.on:
+            gib = torch.cuda.max_memory_allocated(self.dev) / 2**30
+            self.peaks[phase] = max(self.peaks.get(phase, 0.0), gib)
+            torch.cuda.reset_peak_memory_stats(self.dev)
+
+    def metrics(self) -> dict:
+        return {f"memory/{k}_peak_gib": v for k, v in self.peaks.items()}
+
+
 def sampling_seed(run_seed: int, step: int, policy_index: int) -> int:
     """One seed per (run, step, policy): sampling never depends on RNG state, so resume is exact."""
     return (run_seed * 1_000_003 + step * 7919 + policy_index * 104_729) % (2**31 - 1)
@@ -95,10 +116,8 @@ def _keys(pc: C.PolicyConfig, cfg: C.Config) -> tuple[str, str]:
 
 
 def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None, frozen: dict | None = None) -> Policy:
-    mkey, tkey = _keys(pc, cfg)
-    model_path = resolve_path(pc.model)
-    tok = load_tokenizer(resolve_path(pc.tokenizer or pc.model), tkey, pc.trust_remote_code)
-    model = load_model(model_path, cfg.run.dtype, cfg.run.device, key=mkey, trust_remote_code=pc.trust_remote_code)
+    model, tok = load_role(pc.model, pc.tokenizer, cfg.run.dtype, cfg.run.device, _keys(pc, cfg), pc.trust_remote_code,
+                           cfg.run.model_init, cfg.run.random_shrink)
     if cfg.optim.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.config.use_cache = True
@@ -115,10 +134,8 @@ def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None, 
 def build_frozen(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None) -> Frozen:
     """Load a frozen model once in the run's dtype and device (FSDP-sharded like the policies), in eval mode
     with gradients off; its weight hash is recorded in every checkpoint."""
-    mkey, tkey = _keys(pc, cfg)
-    tok = load_tokenizer(resolve_path(pc.tokenizer or pc.model), tkey, pc.trust_remote_code)
-    model = load_model(resolve_path(pc.model), cfg.run.dtype, cfg.run.device, key=mkey,
-                       trust_remote_code=pc.trust_remote_code)
+    model, tok = load_role(pc.model, pc.tokenizer, cfg.run.dtype, cfg.run.device, _keys(pc, cfg), pc.trust_remote_code,
+                           cfg.run.model_init, cfg.run.random_shrink)
     model.requires_grad_(False)
     digest = weights_sha256(model)
     if dist is not None:
@@ -491,7 +508,9 @@ class Trainer:
     def train_step(self) -> list[dict]:
         cfg = self.cfg
         t_start = time.perf_counter()
+        mem = PhaseMemory(next(iter(self.policies.values())).model)
         steps, rows = self.collector.collect(self)
+        mem.mark("rollout")
         for name in self.policies:
             rows[name].update(rollout_metrics(steps[name]))
         source_metrics: dict = {}
@@ -520,6 +539,7 @@ class Trainer:
             else:
                 b.old_logprobs = [list(x) for x in b.sampler_logprobs]
             faults.point("score", self.step + 1)
+            mem.mark("score")
             t1 = time.perf_counter()
             rows[name].update(logprob_gap(b))
             b, amet = self.exchange.admit(name, b, ctx)
@@ -532,6 +552,7 @@ class Trainer:
             rows[name].update(self.token_signals(name, b, coefs))
             rows[name].update(update_policy(pol, b, cfg, rng, cfg.exchange.ordering, self.dist, self.step, coefs))
             pol.engine.sync_weights(pol.model)
+            mem.mark("update")
             t3 = time.perf_counter()
             rows[name].update({"time/old_logprob": t1 - t0, "time/update": t3 - t2, "time/exchange": t_x,
                                "train_rows": len(b)})
@@ -543,7 +564,7 @@ class Trainer:
         dt = time.perf_counter() - t_start
         out = []
         for name in self.policies:
-            out.append({"step": self.step, "policy": name, **rows[name], "time/step": dt})
+            out.append({"step": self.step, "policy": name, **rows[name], "time/step": dt, **mem.metrics()})
         for _n, c in self.controllers:  # controllers see the finished step; their metrics go on every row
             cm = c.observe(self.step - 1, out)
             for r in out:
@@ -601,13 +622,25 @@ def preflight(cfg: C.Config) -> None:
     trained = {p.name: p for p in cfg.policies if p.role == "train"}
     toks: dict = {}
 
+    random = cfg.run.model_init == "random"
+
     def tok(pc):
-        spec = resolve_path(pc.tokenizer or pc.model)
+        spec = pc.model if random else resolve_path(pc.tokenizer or pc.model)
         if spec not in toks:
-            toks[spec] = load_tokenizer(spec, _keys(pc, cfg)[1], pc.trust_remote_code)
+            if random:
+                from graft_cli.models.shapes import shape_config, synthetic_tokenizer
+
+                toks[spec] = synthetic_tokenizer(shape_config(pc.model, cfg.run.random_shrink))
+            else:
+                toks[spec] = load_tokenizer(spec, _keys(pc, cfg)[1], pc.trust_remote_code)
         return toks[spec]
 
     for i, pc in enumerate(cfg.policies):  # local folders that do not exist: one line naming the key
+        if random:
+            from graft_cli.models.shapes import shape_config
+
+            shape_config(pc.model)  # a model without a published config here: one line
+            continue
         check_model_path(resolve_path(pc.model), f"policies.{i}.model")
         if pc.tokenizer:
             check_model_path(resolve_path(pc.tokenizer), f"policies.{i}.tokenizer", "tokenizer")

@@ -1,0 +1,71 @@
+"""run.model_init=random: the paper's models in their published shapes with random weights and a synthetic
+tokenizer of their vocabulary (no download), tested here with the shrunk versions of the same configs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from graft_cli.models.shapes import SHAPES, random_model, shape_config, synthetic_tokenizer
+
+PUBLISHED = {  # hub id: (vocab, hidden, layers, heads, kv heads, MLP, eos)
+    "HuggingFaceTB/SmolLM3-3B-Base": (128256, 2048, 36, 16, 4, 11008, 128012),
+    "Qwen/Qwen3-1.7B-Base": (151936, 2048, 28, 16, 8, 6144, 151643),
+    "Qwen/Qwen3-4B-Instruct-2507": (151936, 2560, 36, 32, 8, 9728, 151645),
+    "OctoThinker/OctoThinker-3B-Hybrid-Base": (128256, 3072, 28, 24, 8, 8192, 128001),
+}
+
+
+@pytest.mark.parametrize("model", sorted(PUBLISHED))
+def test_published_dimensions_and_the_shrunk_twin(model):
+    c = shape_config(model)
+    got = (c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
+           c.intermediate_size, c.eos_token_id)
+    assert got == PUBLISHED[model]
+    s = shape_config(model, shrink=True)
+    assert type(s) is type(c) and s.vocab_size == c.vocab_size and s.eos_token_id == c.eos_token_id
+    assert (s.hidden_size, s.num_hidden_layers) == (64, 2)
+
+
+def test_synthetic_tokenizer_round_trips_and_puts_eos_at_the_configs_id():
+    c = shape_config("HuggingFaceTB/SmolLM3-3B-Base", shrink=True)
+    tok = synthetic_tokenizer(c)
+    assert len(tok) == c.vocab_size and tok.eos_token_id == 128012 and tok.pad_token_id == 128004
+    ids = tok("7*6=42, so \\boxed{42}\n")["input_ids"]
+    assert tok.decode(ids) == "7*6=42, so \\boxed{42}\n" and max(ids) < 100
+
+
+def test_random_model_forward_has_the_vocabulary_width():
+    import torch
+
+    m, tok = random_model("Qwen/Qwen3-1.7B-Base", torch.float32, shrink=True)
+    out = m(torch.tensor([tok("1+1=")["input_ids"]])).logits
+    assert out.shape[-1] == 151936 and sum(p.numel() for p in m.parameters()) < 12e6
+
+
+def test_unknown_model_is_one_line():
+    from graft_cli.errors import GraftError
+
+    with pytest.raises(GraftError, match="no published config for 'org/none'"):
+        shape_config("org/none")
+    assert "Qwen/Qwen3-1.7B-Base" in SHAPES
+
+
+@pytest.mark.slow
+def test_gpu_proof_script_runs_on_a_cpu(tmp_path):
+    """benchmarks/gpu_proof.sh in its CPU smoke mode: gpu_bench (tiny), two GRPO and two GRAFT steps of pair 1's
+    shrunk shapes through graft train, and proof.json."""
+    env = {**os.environ, "GPU_PROOF_SMOKE": "1", "OUT": str(tmp_path / "proof"), "PY": sys.executable,
+           "OMP_NUM_THREADS": "2"}
+    res = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_proof.sh")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    import json
+
+    proof = json.load(open(tmp_path / "proof" / "proof.json"))
+    assert proof["grpo"]["s_per_step"] > 0 and proof["graft"]["s_per_step"] > 0 and proof["graft_over_grpo"] > 0
+    assert "GRAFT / GRPO step time" in res.stdout
