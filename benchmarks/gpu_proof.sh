@@ -20,7 +20,7 @@ if [ -d .gpu_deps ]; then export PYTHONPATH="$PWD/.gpu_deps:$PWD${PYTHONPATH:+:$
 PY="${PY:-python3}"
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 if [ -n "${GPU_PROOF_SMOKE:-}" ]; then
-  BENCH=(--tiny); SHAPE=(run.random_shrink=true run.dtype=float32 run.device=cpu); B=4; N=4; T=16; PRE=4
+  BENCH=(--tiny); SHAPE=(run.random_shrink=true run.dtype=float32 run.device=cpu); B=4; N=2; T=8; PRE=2
 else
   BENCH=(); SHAPE=(run.dtype=bfloat16 run.device=cuda); B=16; N=8; T=512; PRE=12
 fi
