@@ -15,21 +15,16 @@ Bit-identical on CPU is the expectation (same torch, same threads).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from graft_cli.rundir import sha256_file  # noqa: E402
+
 METHODS = ("grpo", "graft", "graft_hacpo_update")
-
-
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def train(method: str, out: str, steps: int, extra: list[str]) -> str:
@@ -51,7 +46,7 @@ def snapshot(run: str) -> dict:
         if os.path.isdir(d):
             for fn in sorted(os.listdir(d)):
                 if fn.endswith((".safetensors", "optimizer.pt")):
-                    files[f"{pol}/{fn}"] = sha256(os.path.join(d, fn))
+                    files[f"{pol}/{fn}"] = sha256_file(os.path.join(d, fn))
     return {"metrics": rows, "weights": files, "checkpoint": last}
 
 

@@ -80,6 +80,17 @@ def read_json_or_none(path: str):
         return None
 
 
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def read_jsonl(path: str) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]

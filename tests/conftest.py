@@ -146,3 +146,14 @@ def kill_after(cmd: list, marker, env: dict, timeout_s: float = 300.0) -> None:
     assert os.path.exists(marker), f"{marker} did not appear before the run ended"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def proc_env(**extra) -> dict:
+    """Environment of a `graft` subprocess in the tests: unbuffered output, one torch thread."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **extra}
+
+
+def metric_rows(run: str) -> list[dict]:
+    """A run's metrics.jsonl rows without the ``time/*`` values (what an exact resume must reproduce)."""
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in f if line.strip()]

@@ -12,8 +12,6 @@
 from __future__ import annotations
 
 import ast
-import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -21,7 +19,9 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, kill_after, make_char_tokenizer, write_problems
+from conftest import metric_rows, proc_env, ROOT, kill_after, make_char_tokenizer, write_problems
+
+from graft_cli.rundir import sha256_file
 
 PKG = os.path.join(ROOT, "graft_cli")
 GRAFT = [sys.executable, "-m", "graft_cli.cli"]
@@ -228,25 +228,12 @@ def toy_args(s, out, name, steps=4):
             "algo.token_advantages=[is_correction,toy_kl_shaped]", "algo.controllers=[{name: toy_beta, base: 0.01}]"]
 
 
-def _env():
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-
-
-def _rows(run):
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in f if line.strip()]
-
-
-def _sha(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
-
-
 @pytest.mark.slow
 def test_toy_method_trains_and_resumes_exactly_after_a_kill(toy_setup, tmp_path):
     s, out = toy_setup, str(tmp_path / "runs")
-    ref = subprocess.run(GRAFT + toy_args(s, out, "ref"), cwd=ROOT, env=_env(), capture_output=True, text=True)
+    ref = subprocess.run(GRAFT + toy_args(s, out, "ref"), cwd=ROOT, env=proc_env(), capture_output=True, text=True)
     assert ref.returncode == 0, ref.stderr[-3000:]
-    want = _rows(os.path.join(out, "ref"))
+    want = metric_rows(os.path.join(out, "ref"))
     assert [r["step"] for r in want] == [1, 2, 3, 4]
     # the controller's state moves the coefficient the token-advantage function used: beta = 0.01 · (1 + seen)
     assert [r["toy/beta_used"] for r in want] == pytest.approx([0.01, 0.02, 0.03, 0.04])
@@ -258,14 +245,15 @@ def test_toy_method_trains_and_resumes_exactly_after_a_kill(toy_setup, tmp_path)
     assert sorted(os.listdir(ck)) == ["COMPLETE", "MANIFEST.json", "a", "state.json"]  # the frozen model is not copied
 
     marker = os.path.join(out, "killed", "checkpoints", "step_000002", "COMPLETE")
-    kill_after(GRAFT + toy_args(s, out, "killed"), marker, _env())
-    assert len(_rows(os.path.join(out, "killed"))) < 4
-    res = subprocess.run(GRAFT + toy_args(s, out, "killed"), cwd=ROOT, env=_env(), capture_output=True, text=True)
+    kill_after(GRAFT + toy_args(s, out, "killed"), marker, proc_env())
+    assert len(metric_rows(os.path.join(out, "killed"))) < 4
+    res = subprocess.run(GRAFT + toy_args(s, out, "killed"), cwd=ROOT, env=proc_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resumed from step" in res.stderr
-    assert _rows(os.path.join(out, "killed")) == want
+    assert metric_rows(os.path.join(out, "killed")) == want
     w = "model.safetensors"
-    assert _sha(os.path.join(ck, "a", w)) == _sha(os.path.join(out, "killed", "checkpoints", "step_000004", "a", w))
+    killed = os.path.join(out, "killed", "checkpoints", "step_000004", "a", w)
+    assert sha256_file(os.path.join(ck, "a", w)) == sha256_file(killed)
 
     # changed frozen weights: the resume (two more steps) is refused with one line, nothing trained
     from transformers import AutoModelForCausalLM
@@ -278,11 +266,11 @@ def test_toy_method_trains_and_resumes_exactly_after_a_kill(toy_setup, tmp_path)
     m.save_pretrained(changed)
     shutil.rmtree(s["ref"])
     shutil.copytree(changed, s["ref"])
-    bad = subprocess.run(GRAFT + toy_args(s, out, "ref", steps=6), cwd=ROOT, env=_env(), capture_output=True,
+    bad = subprocess.run(GRAFT + toy_args(s, out, "ref", steps=6), cwd=ROOT, env=proc_env(), capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "frozen model 'ref' differs" in bad.stderr
     assert len(bad.stderr.strip().splitlines()[-1]) > 0 and "Traceback" not in bad.stderr
-    assert _rows(os.path.join(out, "ref")) == want
+    assert metric_rows(os.path.join(out, "ref")) == want
 
 
 # ----------------------------------------------------------------------------------------- config level

@@ -6,7 +6,6 @@ Each test runs real `graft train` processes on random tiny models (conftest) and
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -14,22 +13,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, kill_after, make_random_model, write_problems
+from conftest import metric_rows, proc_env, ROOT, kill_after, make_random_model, write_problems
+
+from graft_cli.rundir import sha256_file
 
 GRAFT = [sys.executable, "-m", "graft_cli.cli"]
-
-
-def _env():
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-
-
-def _rows(run):
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in f if line.strip()]
-
-
-def _sha(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +35,7 @@ def args(s, out, name, steps=4, extra=(), model=None):
 
 
 def run(cmd):
-    return subprocess.run(GRAFT + cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
+    return subprocess.run(GRAFT + cmd, cwd=ROOT, env=proc_env(), capture_output=True, text=True)
 
 
 def one_line_error(res, *needles):
@@ -74,7 +62,7 @@ def test_checkpoints_are_json_safetensors_and_a_manifest(reference):
     man = json.load(open(os.path.join(ck, "MANIFEST.json")))
     assert set(man["files"]) >= {"state.json", "a/model.safetensors", "a/optimizer.pt", "a/config.json"}
     for rel, meta in man["files"].items():
-        assert _sha(os.path.join(ck, rel)) == meta["sha256"]
+        assert sha256_file(os.path.join(ck, rel)) == meta["sha256"]
     st = json.load(open(os.path.join(ck, "state.json")))
     assert st["step"] == 4 and len(st["rng"]["torch"]) > 0
     import torch
@@ -130,7 +118,7 @@ def test_a_damaged_last_checkpoint_falls_back_to_the_previous_one(setup, full6, 
     res = run(args(setup, out, "full", steps=6))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "checkpoint step 4 skipped" in res.stderr and "resumed from step 2" in res.stderr
-    assert _rows(d) == _rows(full6)
+    assert metric_rows(d) == metric_rows(full6)
 
 
 def test_all_checkpoints_damaged_stops_with_one_line(setup, reference, tmp_path):
@@ -208,7 +196,7 @@ def test_a_moved_run_directory_resumes(setup, reference, tmp_path):
     d = _copy_run(reference, moved, "renamed")
     res = run(args(setup, moved, "renamed", steps=6))
     assert res.returncode == 0 and "resumed from step 4" in res.stderr, res.stderr[-3000:]
-    assert [r["step"] for r in _rows(d) if "time/step" not in r][:4] == [1, 2, 3, 4]
+    assert [r["step"] for r in metric_rows(d) if "time/step" not in r][:4] == [1, 2, 3, 4]
 
 
 def test_temperature_zero_is_refused_for_training(setup, tmp_path):
@@ -244,7 +232,7 @@ def test_a_nonfinite_loss_stops_or_is_skipped_and_counted(setup, tmp_path, mode)
         assert not os.path.exists(os.path.join(d, "checkpoints", "step_000002"))
         return
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = [r for r in _rows(d) if "train/nonfinite_skipped" in r]
+    rows = [r for r in metric_rows(d) if "train/nonfinite_skipped" in r]
     assert [r["train/nonfinite_skipped"] for r in rows] == [2, 0]  # both minibatches of step 1, none of step 2
     assert rows[0]["num_minibatches"] == 0 and rows[1]["num_minibatches"] == 2
     import torch
@@ -278,12 +266,12 @@ def test_a_checkpoint_is_never_written_from_nonfinite_weights(tmp_path):
 def test_kill_during_the_run_resumes_to_identical_weights(setup, reference, tmp_path):
     out = str(tmp_path / "runs")
     marker = os.path.join(out, "killed", "checkpoints", "step_000002", "COMPLETE")
-    kill_after(GRAFT + args(setup, out, "killed"), marker, _env())
+    kill_after(GRAFT + args(setup, out, "killed"), marker, proc_env())
     res = run(args(setup, out, "killed"))
     assert res.returncode == 0 and "resumed from step 2" in res.stderr, res.stderr[-3000:]
-    assert _rows(os.path.join(out, "killed")) == _rows(reference)
+    assert metric_rows(os.path.join(out, "killed")) == metric_rows(reference)
     w = os.path.join("checkpoints", "step_000004", "a", "model.safetensors")
-    assert _sha(os.path.join(out, "killed", w)) == _sha(os.path.join(reference, w))
+    assert sha256_file(os.path.join(out, "killed", w)) == sha256_file(os.path.join(reference, w))
 
 
 def test_a_full_disk_during_a_checkpoint_keeps_the_last_one(tmp_path, monkeypatch):

@@ -14,9 +14,9 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, make_char_tokenizer, make_random_model, write_problems
+from conftest import ROOT, metric_rows, proc_env, make_char_tokenizer, make_random_model, write_problems
 
-from graft_cli.algorithms.handoff import (HANDOFFS, HandoffContext, initial_state, row_uniforms,
+from graft_cli.rollout.handoff import (HANDOFFS, HandoffContext, initial_state, row_uniforms,
                                           suffix_boundary_ids, word_boundary_ids)
 
 V = 128
@@ -251,7 +251,7 @@ GRAFT = [sys.executable, "-m", "graft_cli.cli"]
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    return proc_env(PYTHONPATH=ROOT)
 
 
 def _tandem_args(models, data, out, name, steps=2, extra=()):
@@ -282,11 +282,6 @@ def test_vocabulary_mismatch_is_one_line_and_writes_nothing(models, tmp_path):
     assert not os.path.exists(os.path.join(out, "bad"))
 
 
-def _rows(run):
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in f if line.strip()]
-
-
 @pytest.mark.slow
 def test_tandem_trains_resumes_exactly_and_evaluates(models, tmp_path):
     """`graft train --method tandem`: the author column reaches the batch (mask), the rollout logs and the metrics;
@@ -304,7 +299,7 @@ def test_tandem_trains_resumes_exactly_and_evaluates(models, tmp_path):
     ref = subprocess.run(GRAFT + _tandem_args(models, data, out, "ref", steps=4, extra=val), cwd=ROOT, env=_env(),
                          capture_output=True, text=True)
     assert ref.returncode == 0, ref.stderr[-3000:]
-    want = _rows(os.path.join(out, "ref"))
+    want = metric_rows(os.path.join(out, "ref"))
     train = [r for r in want if "tandem/senior_token_frac" in r]
     assert [r["step"] for r in train] == [1, 2, 3, 4]
     assert all(0.0 < r["tandem/senior_token_frac"] < 1.0 and r["tandem/redraws_per_response"] >= 0 for r in train)
@@ -322,7 +317,7 @@ def test_tandem_trains_resumes_exactly_and_evaluates(models, tmp_path):
     res = subprocess.run(GRAFT + _tandem_args(models, data, out, "killed", steps=4, extra=val), cwd=ROOT, env=_env(),
                          capture_output=True, text=True)
     assert res.returncode == 0 and "resumed from step" in res.stderr, res.stderr[-3000:]
-    assert _rows(os.path.join(out, "killed")) == want
+    assert metric_rows(os.path.join(out, "killed")) == want
     w = ["checkpoints", "step_000004", "a", "model.safetensors"]
     assert (hashlib.sha256(open(os.path.join(out, "ref", *w), "rb").read()).hexdigest()
             == hashlib.sha256(open(os.path.join(out, "killed", *w), "rb").read()).hexdigest())

@@ -8,10 +8,9 @@ Importing this package registers every built-in piece (each module registers its
 * :mod:`.correction` — truncated importance sampling of the sampler/trainer mismatch (``IS_CORRECTIONS``)
 * :mod:`.controllers` — stateful coefficient schedules saved in checkpoints (``CONTROLLERS``)
 * :mod:`.exchange` — cross-model exchange steps (``EXCHANGES``) and their parts
-* :mod:`.handoff` — tandem co-generation handoff schedules (``HANDOFFS``)
 """
 
 from graft_cli.algorithms import advantages, controllers, correction, losses, peer_losses, signals  # noqa: F401
-from graft_cli.algorithms import exchange, handoff, opd  # noqa: F401
+from graft_cli.algorithms import exchange, opd  # noqa: F401
 from graft_cli.algorithms.controllers import CONTROLLERS  # noqa: E402,F401
 from graft_cli.algorithms.signals import LOSS_MASKS, TOKEN_ADVANTAGES  # noqa: E402,F401

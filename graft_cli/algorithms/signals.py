@@ -39,16 +39,21 @@ class SignalContext:
     params: dict = field(default_factory=dict)  # the function's validated parameters (algo.token_adv_params)
 
 
-def register_token_advantage(name: str, **defaults):
-    """Register ``fn(batch, ctx)`` as token-advantage function ``name`` with its parameters' defaults (read from
-    ``algo.token_adv_params``, validated; a tuple default is a choice)."""
+def _register_with_defaults(registry: Registry, name: str, defaults: dict):
+    """Register ``fn`` in ``registry`` under ``name`` with its parameters' defaults (``fn.defaults``)."""
 
     def deco(fn):
         fn.defaults = dict(defaults)
-        TOKEN_ADVANTAGES.register(name)(fn)
+        registry.register(name)(fn)
         return fn
 
     return deco
+
+
+def register_token_advantage(name: str, **defaults):
+    """Register ``fn(batch, ctx)`` as token-advantage function ``name`` with its parameters' defaults (read from
+    ``algo.token_adv_params``, validated; a tuple default is a choice)."""
+    return _register_with_defaults(TOKEN_ADVANTAGES, name, defaults)
 
 
 def token_adv_params(names: list, params: dict | None) -> dict:
@@ -68,13 +73,7 @@ def token_adv_params(names: list, params: dict | None) -> dict:
 def register_loss_mask(name: str, **defaults):
     """Register ``fn(batch, ctx)`` as loss mask ``name`` with its parameters' defaults (``algo.loss_mask_params``,
     validated; ``ctx.params`` holds them)."""
-
-    def deco(fn):
-        fn.defaults = dict(defaults)
-        LOSS_MASKS.register(name)(fn)
-        return fn
-
-    return deco
+    return _register_with_defaults(LOSS_MASKS, name, defaults)
 
 
 def loss_mask_params(name: str, params: dict | None) -> dict:

@@ -288,6 +288,16 @@ def insert_section(text: str, md: str) -> str:
     return text[: i + 1] + block + text[i + 1:]
 
 
+def write_section(report_dir: str, md: str) -> str:
+    """Insert (or replace) the claims section ``md`` in ``<report_dir>/report.md``; returns the file's path."""
+    os.makedirs(report_dir, exist_ok=True)
+    path = os.path.join(report_dir, "report.md")
+    text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# graft report\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(insert_section(text, md))
+    return path
+
+
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[Claim]]:
     """Judge the claims from ``records``, append the section to ``<report_dir>/report.md`` (replacing an
     earlier claims section) and write ``<report_dir>/claims.json``. Returns (markdown, claims)."""
@@ -296,12 +306,7 @@ def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)
     md = claims_markdown(claims, records, cfg)
-    os.makedirs(report_dir, exist_ok=True)
-    path = os.path.join(report_dir, "report.md")
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# graft report\n"
-    text = insert_section(text, md)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    write_section(report_dir, md)
     atomic_write_json(os.path.join(report_dir, "claims.json"),
                       {"settings": settings(cfg), "measured": measured, "claims": [asdict(c) for c in claims]})
     return md, claims

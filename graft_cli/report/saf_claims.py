@@ -191,7 +191,7 @@ def plot(measured: dict, cfg: dict | None, path: str) -> str | None:
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
     """The SAF section (table, plot, claims) into ``<report_dir>/report.md`` and ``claims.json``."""
-    from graft_cli.report.claims import insert_section
+    from graft_cli.report.claims import write_section
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)
@@ -201,11 +201,7 @@ def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) 
                     "### Claims", "", claims_markdown(claims), "",
                     "Verdicts: `held` when the 95% interval excludes 0 in the paper's direction, `not significant` "
                     "when it straddles 0, `did not hold` when it excludes 0 the other way.", ""])
-    os.makedirs(report_dir, exist_ok=True)
-    path = os.path.join(report_dir, "report.md")
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# graft report\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(insert_section(text, md))
+    write_section(report_dir, md)
     atomic_write_json(os.path.join(report_dir, "claims.json"),
                       {"settings": settings(cfg), "measured": {k: v for k, v in measured.items() if k != "curves"},
                        "claims": claims})

@@ -333,17 +333,13 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, png: 
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
     """The Tandem section (table, plot, claims) into ``<report_dir>/report.md`` and ``claims.json``."""
-    from graft_cli.report.claims import insert_section
+    from graft_cli.report.claims import write_section
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)
     png = plot(measured, cfg, os.path.join(report_dir, "plots", "tandem_pass_at_k.png"))
     md = section_markdown(measured, claims, cfg, png, report_dir)
-    os.makedirs(report_dir, exist_ok=True)
-    path = os.path.join(report_dir, "report.md")
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# graft report\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(insert_section(text, md))
+    write_section(report_dir, md)
     atomic_write_json(os.path.join(report_dir, "claims.json"),
                       {"settings": settings(cfg), "measured": {"arms": measured["arms"]}, "claims": claims})
     return md, claims

@@ -6,7 +6,7 @@ transformers cache classes through :class:`graft_cli.rollout.hf.Decoder`: a ``Dy
 CUDA the static-cache compiled path of the HF engine). Each samples a candidate from its own logits with
 the same sampling parameters, ``chosen = where(senior, senior_token, junior_token)``, and the chosen token is
 fed to both caches. Who writes the next token is a registered handoff schedule
-(:mod:`graft_cli.algorithms.handoff`; default ``word``: Bernoulli(p = 0.5) at the start and after every
+(:mod:`graft_cli.rollout.handoff`; default ``word``: Bernoulli(p = 0.5) at the start and after every
 word-opening token or 32 tokens without a redraw), with one row of seeded draws per sequence, so a resumed
 run co-generates exactly what the uninterrupted one did.
 
@@ -34,7 +34,7 @@ import warnings
 
 import torch
 
-from graft_cli.algorithms.handoff import HANDOFFS, HandoffContext, boundary_for, initial_state, row_uniforms
+from graft_cli.rollout.handoff import HANDOFFS, HandoffContext, boundary_for, initial_state, row_uniforms
 from graft_cli.rollout.base import ENGINES, Rollouts, SamplingParams
 from graft_cli.rollout.hf import HFEngine, sample_next, unpad
 

@@ -17,7 +17,6 @@ A checkpoint is never written from non-finite weights.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -29,6 +28,7 @@ import torch
 
 from graft_cli import faults
 from graft_cli.errors import GraftError
+from graft_cli.rundir import sha256_file
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
 FORMAT = 2
@@ -58,14 +58,6 @@ def set_rng_state(st: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- write
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _files(root: str) -> list[str]:
     out = []
     for d, _, names in os.walk(root):
@@ -77,7 +69,7 @@ def _files(root: str) -> list[str]:
 
 
 def write_manifest(root: str) -> dict:
-    man = {"format": FORMAT, "files": {rel: {"sha256": _sha256(os.path.join(root, rel)),
+    man = {"format": FORMAT, "files": {rel: {"sha256": sha256_file(os.path.join(root, rel)),
                                              "bytes": os.path.getsize(os.path.join(root, rel))}
                                        for rel in _files(root)}}
     with open(os.path.join(root, MANIFEST), "w", encoding="utf-8") as f:
@@ -167,7 +159,7 @@ def verify(path: str) -> str | None:
             return f"{p}: missing"
         if os.path.getsize(p) != meta.get("bytes"):
             return f"{p}: size {os.path.getsize(p)} != {meta.get('bytes')} in the manifest"
-        if _sha256(p) != meta.get("sha256"):
+        if sha256_file(p) != meta.get("sha256"):
             return f"{p}: sha256 differs from the manifest"
     return None
 
