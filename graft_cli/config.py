@@ -202,6 +202,8 @@ class EvalConfig:
     tandem: bool = False  # `graft eval --run` also runs handoff robustness and legibility (tandem.md §2.10)
     junior: Optional[str] = None  # their junior model (default: the run's tandem junior, else tandem.junior)
     handoff_delimiter: str = "\n\n"  # the handoff evaluation's step end (strict alternation after it)
+    rescue: bool = False  # `graft eval --run` also re-draws the run's all-fail prompts at the last step (eval/rescue.py)
+    rescue_cap: int = 128  # at most this many prompts per subset (admitted / not admitted); 0 = all
 
 
 @dataclass
@@ -497,6 +499,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(e.every >= 0, "eval.every", "must be >= 0 (0 = no validation)")
     _check(e.samples >= 1, "eval.samples", "must be >= 1")
     _check(e.runs >= 1, "eval.runs", "must be >= 1")
+    _check(e.rescue_cap >= 0, "eval.rescue_cap", "must be >= 0 (0 = every event)")
     _check(e.max_new_tokens is None or e.max_new_tokens >= 1, "eval.max_new_tokens", "must be >= 1")
     _check(e.temperature >= 0, "eval.temperature", "must be >= 0")
     _check(0 < e.top_p <= 1, "eval.top_p", "must be in (0, 1]")

@@ -263,12 +263,19 @@ def test_order_runs_moves_stored_after_partner():
 
 # ------------------------------------------------------------------------------------------- claims
 def numbers(**kw):
+    base = [0.2, 0.4, 0.6, 0.8]
+    arr = lambda d: {str(s): {"math500": [x + d for x in base]} for s in range(3)}
     m = {"policies": ["a", "b"],
-         "scores": {"grpo": {"a": {"0": 30.0, "1": 32.0, "2": 31.0}, "b": {"0": 20.0, "1": 21.0, "2": 22.0}},
-                    "graft": {"a": {"0": 35.0, "1": 33.0, "2": 34.0}, "b": {"0": 23.0, "1": 22.0, "2": 24.0}},
-                    "graft_nogate": {"a": {"0": 25.0}, "b": {"0": 21.0}}},
-         "complementarity": {"a": [0.40, 0.50], "b": [0.10, 0.20]},
-         "clip_peer": {"graft": {"a": 0.003, "b": 0.004}, "graft_first": {"a": 0.0, "b": 0.00002}}}
+         # a: GRAFT is +0.10 on every problem of every seed -> every bootstrap replicate is +10 points;
+         # b: GRAFT is -0.05 everywhere -> -5 points; w/o gate is 0.3 below GRAFT for both
+         "problems": {"grpo": {"a": arr(0.0), "b": arr(0.0)}, "graft": {"a": arr(0.1), "b": arr(-0.05)},
+                      "graft_nogate": {"a": arr(-0.2), "b": arr(-0.35)}},
+         # seed means 0.5, 0.5, 0.4: mean 0.4667, sd 0.05774, t(2) = 4.303 -> ±0.1434
+         "complementarity": {"a": {"0": [0.4, 0.6], "1": [0.5, 0.5], "2": [0.3, 0.5]},
+                             "b": {"0": [0.0, 0.0], "1": [0.0, 0.0]}},
+         # one seed each: peer-last step means resample to {0.01, 0.02, 0.03}, peer-first is always 0
+         "clip_peer": {"graft": {"a": {"0": [0.01, 0.03]}, "b": {"0": [0.0, 0.0]}},
+                       "graft_first": {"a": {"0": [0.0, 0.0]}, "b": {"0": [0.01, 0.01]}}}}
     m.update(kw)
     return m
 
@@ -277,32 +284,47 @@ def verdicts(m, cfg=None):
     return {c.key: c.verdict for c in CL.judge(m, cfg)}
 
 
-def test_claims_all_held():
+def test_claims_intervals_and_verdicts():
     cl = {c.key: c for c in CL.judge(numbers())}
-    assert {k: c.verdict for k, c in cl.items()} == {"complementarity": "held", "graft_beats_grpo": "held",
-                                                     "gate_matters": "held", "peer_last_clips": "held"}
-    assert cl["graft_beats_grpo"].per_model["a"]["diff"] == pytest.approx(3.0)  # 34 - 31 (means over 3 seeds)
-    assert cl["gate_matters"].per_model["a"]["diff"] == pytest.approx(-10.0)  # seed 0 only: 25 - 35
-    assert cl["complementarity"].per_model["a"]["value"] == pytest.approx(0.45)
-    assert "45.0%" in cl["complementarity"].evidence
+    g = cl["graft_beats_grpo"].per_model
+    assert g["a"]["interval"] == pytest.approx((10.0, 10.0, 10.0)) and g["a"]["verdict"] == "held"
+    assert g["b"]["interval"] == pytest.approx((-5.0, -5.0, -5.0)) and g["b"]["verdict"] == "did not hold"
+    assert cl["graft_beats_grpo"].verdict == "mixed"
+    assert cl["gate_matters"].verdict == "held"
+    assert cl["gate_matters"].per_model["a"]["interval"][0] == pytest.approx(30.0)
+    c = cl["complementarity"].per_model
+    assert c["a"]["interval"] == pytest.approx((46.667, 32.32, 61.01), abs=0.01) and c["a"]["verdict"] == "held"
+    assert c["a"]["method"] == "t over 3 seeds"
+    # b: zero share in both seeds, sd 0 -> interval [0, 0] straddles (touches) zero: not significant
+    assert c["b"]["interval"] == pytest.approx((0.0, 0.0, 0.0)) and c["b"]["verdict"] == "not significant"
+    k = cl["peer_last_clips"].per_model
+    assert k["a"]["interval"] == pytest.approx((2.0, 1.0, 3.0)) and k["a"]["verdict"] == "held"
+    assert k["b"]["interval"] == pytest.approx((-1.0, -1.0, -1.0)) and k["b"]["verdict"] == "did not hold"
+    assert "bootstrap over 2 vs 2 steps" == k["a"]["method"]
+    assert "+10.00 pts [+10.00, +10.00]" in cl["graft_beats_grpo"].evidence
 
 
-def test_claims_mixed_and_missing():
-    m = numbers(scores={"grpo": {"a": {"0": 30.0}, "b": {"0": 25.0}},
-                        "graft": {"a": {"0": 31.0}, "b": {"0": 24.0}},
-                        "graft_nogate": {"a": {"0": 32.0}, "b": {"0": 26.0}}},
-                complementarity={"a": [0.3], "b": [0.0]},
-                clip_peer={"graft": {"a": 0.001, "b": 0.002}})
-    v = verdicts(m)
-    assert v == {"complementarity": "partly held", "graft_beats_grpo": "partly held",
-                 "gate_matters": "did not hold", "peer_last_clips": "not measured"}
-    assert verdicts(numbers(), {"complementarity_min": 0.16})["complementarity"] == "partly held"  # b: 15% < 16%
+def test_claims_straddling_and_missing():
+    # Δ = 0 with per-problem differences of ±0.4: 1/16 of the resamples are all +0.4 (> 2.5%), so the interval
+    # is [-40, +40] points: not significant
+    probs = {"grpo": {"a": {"0": {"math500": [0.5] * 4}}}, "graft": {"a": {"0": {"math500": [0.9, 0.1, 0.9, 0.1]}}}}
+    cl = {c.key: c for c in CL.judge(numbers(policies=["a"], problems=probs))}
+    assert cl["graft_beats_grpo"].per_model["a"]["interval"] == pytest.approx((0.0, -40.0, 40.0))
+    assert cl["graft_beats_grpo"].verdict == "not significant"
+    assert cl["gate_matters"].verdict == "not measured"  # no w/o-gate run
     assert set(verdicts({"policies": ["a", "b"]}).values()) == {"not measured"}
-    # the gate comparison uses the seeds both runs have
-    m = numbers(scores={**numbers()["scores"], "graft_nogate": {"a": {"1": 34.0}, "b": {"1": 21.0}}})
-    cl = {c.key: c for c in CL.judge(m)}
-    assert cl["gate_matters"].per_model["a"]["diff"] == pytest.approx(1.0)  # 34 vs graft seed 1 = 33
-    assert cl["gate_matters"].verdict == "partly held"
+    assert verdicts(numbers(), {"complementarity_min": 0.7})["complementarity"] == "did not hold"
+
+
+def test_interval_helpers_by_hand():
+    from graft_cli.report.stats import diff_interval, mean_interval
+
+    iv = mean_interval({"0": [1.0, 3.0], "1": [2.0, 4.0]}, offset=1.0)  # means 2, 3: mean 2.5, sd 0.7071
+    se = 0.70711 / 2 ** 0.5
+    assert iv[:3] == pytest.approx((1.5, 1.5 - 12.706 * se, 1.5 + 12.706 * se), abs=1e-3)
+    iv = diff_interval({"0": [1.0], "1": [3.0]}, {"0": [0.0], "1": [0.0]})  # Welch: 2 ± 12.706 * 1.0
+    assert iv[:3] == pytest.approx((2.0, 2.0 - 12.706, 2.0 + 12.706), abs=1e-3) and iv[3].startswith("Welch")
+    assert mean_interval({}) is None and diff_interval({"0": [1.0]}, {}) is None
 
 
 def test_claims_measure_and_write(tmp_path):
@@ -324,7 +346,9 @@ def test_claims_measure_and_write(tmp_path):
             {"name": "graft_first", "method": "graft_first", "seed": 0, "dir": d_first,
              "scores": {"a": {"avg": 38.0}, "b": {"avg": 31.0}}}]
     m = CL.measure(recs)
-    assert m["policies"] == ["a", "b"] and m["clip_peer"]["graft_first"] == {"a": 0.0, "b": 0.0}
+    assert m["policies"] == ["a", "b"] and m["clip_peer"]["graft_first"] == {"a": {"0": [0.0, 0.0, 0.0]},
+                                                                            "b": {"0": [0.0, 0.0, 0.0]}}
+    assert m["clip_peer"]["graft"]["a"] == {"0": [0.01, 0.03]}
     assert m["scores"]["graft"]["a"] == {"0": 40.0}
     rdir = tmp_path / "report"
     rdir.mkdir()
@@ -336,6 +360,7 @@ def test_claims_measure_and_write(tmp_path):
     CL.write_claims(str(rdir), recs)  # rewriting replaces the section
     assert (rdir / "report.md").read_text().count("Claims of the paper") == 1
     saved = json.load(open(rdir / "claims.json"))
+    # peer-last 0.01/0.03 vs peer-first 0: bootstrap over steps [1, 3] points -> held
     assert [c["verdict"] for c in saved["claims"]][-1] == "held"
 
 

@@ -507,7 +507,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                  temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
                  seed: int | None = None, device: str | None = None, workers: int | None = None,
                  force: bool = False, progress: bool = True, console=None, tandem: bool | None = None,
-                 junior: str | None = None) -> dict:
+                 junior: str | None = None, rescue: bool | None = None) -> dict:
     """``graft eval --run DIR``: evaluate the run's checkpoints (every policy; ``steps``: ``all`` complete
     checkpoints and the kept best weights (default), ``last``, ``best`` or a list) into
     ``<run>/eval/<policy>/step_NNNNNN/``; then the policy summaries and ``best.json``.
@@ -516,7 +516,9 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     tokens; the latter falls back to the training ``rollout.max_new_tokens``, graft.md §1 "same length
     limits as training"); ``runs`` defaults to 5. With ``tandem`` (default: the run's ``eval.tandem``) each
     checkpoint also gets the handoff and legibility evaluations of :mod:`graft_cli.eval.tandem` with the
-    ``junior`` (default :func:`run_junior`) and a pass@k plot per policy. Returns policy -> step -> summary."""
+    ``junior`` (default :func:`run_junior`) and a pass@k plot per policy. With ``rescue`` (default: the
+    run's ``eval.rescue``) each policy's last evaluated step also re-draws the run's all-fail prompts
+    (:mod:`graft_cli.eval.rescue`) into ``step_N/rescue/`` (``rescue.json``). Returns policy -> step -> summary."""
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.models.loading import load_model, load_tokenizer, resolve_path
     from graft_cli.rollout import solo_engine
@@ -576,6 +578,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
             prepare_folder(os.path.join(run_dir, "eval", p, f"step_{s:06d}", TE.HANDOFF_DIR), hsettings, spec,
                            benches, force)
     jmodel = load_model(resolve_path(junior), cfg.run.dtype, device or cfg.run.device) if tandem else None
+    rescue = ec.rescue if rescue is None else rescue
+    rescue_step = {p: max(s for q, s, _ in jobs if q == p) for p, _, _ in jobs} if rescue else {}
     rc = cfg.reward
     grader = _make_grader(rc.num_workers if workers is None else workers, rc.timeout_s,
                           sci_notation=rc.sci_notation, memory_mb=rc.memory_mb)
@@ -609,6 +613,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                     _print_result(console, f"{p} step {s} handoff", hsum)
                     console.print(f"{p} step {s} legibility: junior CE {leg['macro_ce']:.4f} nats/token"
                                   if leg["macro_ce"] is not None else f"{p} step {s} legibility: no tokens")
+                if rescue_step.get(p) == s:
+                    _evaluate_rescue(run_dir, cfg, p, out_dir, model, tok, spec, grader, bar, console, force)
                 del model, ev
     finally:
         grader.close()
@@ -626,6 +632,44 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
             console.print(f"{p}: best step {b['step']} (avg {100 * b['score']:.2f})")
     console.print(f"eval results: {os.path.join(run_dir, 'eval')} (best steps: {os.path.join(run_dir, 'best.json')})")
     return results
+
+
+def _evaluate_rescue(run_dir: str, cfg, policy: str, step_dir: str, model, tok, spec, grader, bar, console,
+                     force: bool) -> dict | None:
+    """Re-draw the run's all-fail prompts of ``policy`` (capped, :func:`graft_cli.eval.rescue.capped`) with
+    the training sampling and write ``<step_dir>/rescue/rescue.json`` (:func:`rescue_summary`)."""
+    from graft_cli.data.problems import load_problems
+    from graft_cli.eval import rescue as R
+    from graft_cli.models.loading import resolve_path
+    from graft_cli.rollout import solo_engine
+
+    events = R.capped(R.rescue_events(R.read_logs(run_dir, policy)), cfg.eval.rescue_cap, cfg.eval.seed)
+    if not events:
+        console.print(f"{policy}: no all-fail prompt in the rollout logs: no rescue evaluation")
+        return None
+    by_id = {p.id: p for p in load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)}
+    missing = [e["prompt_id"] for e in events if e["prompt_id"] not in by_id]
+    if missing:
+        raise GraftError(f"{run_dir}: rollout logs name prompt {missing[0]!r}, which {cfg.data.train} does not hold")
+    probs = [by_id[e["prompt_id"]] for e in events]
+    rdir = os.path.join(step_dir, R.RESCUE_DIR)
+    ro = cfg.rollout
+    settings = EvalSettings(runs=1, samples=ro.n, temperature=ro.temperature, top_p=ro.top_p,
+                            max_new_tokens=ro.max_new_tokens, seed=cfg.eval.seed)
+    bench = [(BenchmarkSource(R.BENCH, "rescue", f"{cfg.data.train}: all-fail prompts of the rollout logs"), probs)]
+    prepare_folder(rdir, settings, spec, bench, force)
+    ev = Evaluator(_make_engine(model, tok, *solo_engine(ro.engine, ro.engine_kwargs), max_batch=ro.max_batch), tok,
+                   spec, settings, grader, bar, context_len=context_length(model), console=console)
+    task = bar.add_task(f"{policy} rescue ", total=ev.todo(rdir, bench))
+    ev.evaluate(rdir, bench, task=task, label=f"{policy} rescue ")
+    correct = load_correct(rdir, R.BENCH, len(probs), ro.n)[0]
+    summary = {"policy": policy, "events": events, **R.rescue_summary(events, correct),
+               "settings": settings.identity(), "cap": cfg.eval.rescue_cap}
+    atomic_write_json(os.path.join(rdir, "rescue.json"), summary)
+    rates = ", ".join(f"{k} {v['rescued']}/{v['events']}" for k, v in summary.items()
+                      if k in ("admitted", "not_admitted") and v["events"])
+    console.print(f"{policy} rescue (>= 1 of {ro.n} correct on a re-draw of its all-fail prompts): {rates}")
+    return summary
 
 
 # --------------------------------------------------------------------------- validation in training

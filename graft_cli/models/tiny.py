@@ -73,15 +73,15 @@ import torch
 from graft_cli.console import make_console
 from graft_cli.rundir import read_jsonl
 
-TINY_VERSION = 1
+TINY_VERSION = 2
 ROLES = ("a", "b", "teacher", "junior")
 EOS_A, PAD_A = "<|endoftext|>", "<|pad|>"
-BOS_B, EOS_B, PAD_B, UNK_B = "<s>", "</s>", "<pad>", "<unk>"
+BOS_B, EOS_B, PAD_B = "<s>", "</s>", "<pad>"
 
-# The character-level tokenizer adds the constant part of the raw prompt template, " Let's think step
-# by step and output the final answer within \boxed{}.\n", as ONE added, non-special token: a prompt
-# costs ~9 tokens under ``b`` instead of ~85 characters (RL step time is proportional to sequence
-# length), while everything a model writes — including ``\boxed{`` — stays one token per character.
+# ``b``'s tokenizer adds the constant part of the raw prompt template, " Let's think step by step and
+# output the final answer within \boxed{}.\n", as ONE added, non-special token: its regex pre-tokenizer
+# would otherwise spend ~17 tokens on it in every prompt (RL step time is proportional to sequence length).
+# Prompts are never exchanged between the models (each encodes its own), so this changes no response.
 def _suffix_tokens_b() -> tuple[str, ...]:
     from graft_cli.data.prompts import RAW_TEMPLATE, SUFFIX
 
@@ -111,50 +111,60 @@ def _prompt_text(problem: str) -> str:
     return PromptSpec().text(problem, _Raw())
 
 
-def build_tokenizer_a(seed: int = 0, vocab_size: int = 384):
-    """Byte-level BPE with individually split digits (``tokenizers`` BPE trainer, ~0.2 s).
-
-    The pre-tokenizer is ``Digits(individual_digits=True)`` followed by ``ByteLevel(use_regex=False)``:
-    digits are always single tokens, and all other text between digits is one pre-token that the
-    BPE merges freely — the constant prompt suffix is learned as a single token. Specials:
-    ``<|endoftext|>`` (EOS) and ``<|pad|>``; no BOS, no chat template."""
+def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str]):
+    """A byte-level BPE (``tokenizers`` trainer, ~0.2 s) over the task's text: prompt + worked solution
+    pairs drawn from :func:`graft_cli.data.synthetic.corpus` with ``corpus_seed``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     from graft_cli.data.synthetic import corpus
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([_prompt_text(p) + s for p, s in corpus(corpus_seed, 4000)], trainer)
+    return tok
+
+
+def build_tokenizer_a(seed: int = 0, vocab_size: int = 384):
+    """``a``: byte-level BPE in the Qwen style (digits always single tokens), merges free across
+    punctuation. Pre-tokenizer: ``Digits(individual_digits=True)``, then a split isolating a LaTeX
+    command with its leading space (``" \\boxed"``), then ``ByteLevel(use_regex=False)``: all other text
+    between digits is one pre-token that BPE merges freely (``"x+"``, ``"{}.\\n"``). ``\\boxed{`` is 2
+    tokens. Specials: ``<|endoftext|>`` (EOS) and ``<|pad|>``; no BOS, no chat template."""
+    from tokenizers import Regex, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    pre = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.Split(Regex(r" ?\\[A-Za-z]+"), "isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_A, PAD_A], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    texts = [_prompt_text(p) + s for p, s in corpus(seed, 4000)]
-    tok.train_from_iterator(texts, trainer)
+    tok = _bpe(pre, seed, vocab_size, [EOS_A, PAD_A])
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_A, pad_token=PAD_A, padding_side="left",
                                    clean_up_tokenization_spaces=False)
 
 
-def build_tokenizer_b():
-    """Character-level tokenizer: one token per printable ASCII character (and newline), plus the
-    constant prompt suffix as one added non-special token (:func:`_suffix_tokens_b`). Implemented as a
-    merge-free BPE over a character vocabulary with a ``Fuse`` decoder, so decoding concatenates
-    characters exactly (no spaces inserted, no clean-up). Specials ``<s>`` (unused BOS), ``</s>``
-    (EOS), ``<pad>``, ``<unk>``."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models
+def build_tokenizer_b(seed: int = 0, vocab_size: int = 512):
+    """``b``: byte-level BPE in the GPT-2 / Llama-3 style: ``Digits(individual_digits=True)`` then
+    ``ByteLevel(use_regex=True)`` (the GPT-2 split: letters, digits and punctuation runs never merge
+    with each other), trained on a differently seeded corpus with its own vocabulary size, so ids and
+    merges differ from ``a``'s throughout. ``\\boxed{`` is 3 tokens (``" \\"``, ``"boxed"``, ``"{"``, as
+    in Llama 3). The constant prompt suffix is one added non-special token (:func:`_suffix_tokens_b`).
+    Re-tokenized lengths of reference responses: b/a 1.07 (a/b 0.94); the README's table has the
+    measured figures. Specials ``<s>`` (unused BOS), ``</s>`` (EOS), ``<pad>``."""
+    from tokenizers import AddedToken, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    specials = [BOS_B, EOS_B, PAD_B, UNK_B]
-    chars = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
-    vocab = {t: i for i, t in enumerate(specials + chars)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_B))
-    tok.decoder = decoders.Fuse()
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    pre = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok = _bpe(pre, seed + 7919, vocab_size, [BOS_B, EOS_B, PAD_B])
     tok.add_tokens([AddedToken(w, normalized=False, lstrip=False, rstrip=False, single_word=False)
                     for w in _suffix_tokens_b()])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_B, pad_token=PAD_B, unk_token=UNK_B,
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_B, pad_token=PAD_B, bos_token=BOS_B,
                                    padding_side="left", clean_up_tokenization_spaces=False)
 
 
@@ -188,8 +198,8 @@ class Stage:
     clip: float = 1.0
 
 
-_A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.4, "two": 0.4, "frac": 0.4}
-_B_FAMS = {"add": 0.4, "sub": 0.4, "lin": 0.4, "mul": 1.0, "two": 1.0, "frac": 1.0}
+_A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.01}
+_B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.01, "mul": 1.0, "two": 1.0, "frac": 1.6}
 _ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
 _LEVELS = {1: 2.0, 2: 2.0, 3: 1.0}
 _TEACHER_LEVELS = {1: 1.0, 2: 2.0, 3: 2.0}
@@ -215,6 +225,7 @@ class Recipe:
     junior_step: int = 400  # snapshot of a's run
     train_size: int = 8192
     bpe_vocab: int = 384
+    bpe_vocab_b: int = 512
 
     @classmethod
     def full(cls) -> Recipe:
@@ -242,7 +253,8 @@ class Recipe:
 
         return cls(shape_a=Shape(**d["shape_a"]), shape_b=Shape(**d["shape_b"]), stage_a=stage(d["stage_a"]),
                    stage_b=stage(d["stage_b"]), stage_teacher=stage(d["stage_teacher"]),
-                   junior_step=d["junior_step"], train_size=d["train_size"], bpe_vocab=d["bpe_vocab"])
+                   junior_step=d["junior_step"], train_size=d["train_size"], bpe_vocab=d["bpe_vocab"],
+                   bpe_vocab_b=d.get("bpe_vocab_b", 512))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -439,7 +451,7 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
                               "final_loss": sum(lt[-10:]) / len(lt[-10:]), "arch": recipe.shape_a.arch,
                               "tokenizer": "a", "params": num_params(teacher), "seconds": time.time() - t0}
         elif kind == "b":
-            tok = build_tokenizer_b()
+            tok = build_tokenizer_b(seed, recipe.bpe_vocab_b)
             model = make_model(recipe.shape_b, tok, seed * 1000 + 2)
             t0 = time.time()
             lb = sft(model, tok, recipe.stage_b, f"graft-tiny-sft:{seed}:b",
@@ -763,7 +775,31 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
     if "a" in ks and "b" in ks:
         out["comp_a_fail_b_mixed"] = _comp(ks["a"], ks["b"], n)
         out["comp_b_fail_a_mixed"] = _comp(ks["b"], ks["a"], n)
+        out["families"] = family_complementarity([r["family"] for r in recs], ks["a"], ks["b"], n)
     return out
+
+
+def family_complementarity(families: list[str], k_a: list[int], k_b: list[int], n: int) -> dict:
+    """Per skill family: each model's all-fail rate and, on its all-fail prompts, the share on which
+    the peer's group is mixed (1 <= k < n): the prompts GRAFT can graft on. ``k_*`` are the per-prompt
+    success counts of groups of ``n``; returns family -> {n_prompts, all_fail_a, all_fail_b,
+    peer_mixed_a (b mixed on a's all-fail), peer_mixed_b}."""
+    out = {}
+    for fam in sorted(set(families)):
+        idx = [i for i, f in enumerate(families) if f == fam]
+        ka, kb = [k_a[i] for i in idx], [k_b[i] for i in idx]
+        out[fam] = {"n_prompts": len(idx),
+                    "all_fail_a": sum(k == 0 for k in ka) / len(idx),
+                    "all_fail_b": sum(k == 0 for k in kb) / len(idx),
+                    "peer_mixed_a": _comp(ka, kb, n), "peer_mixed_b": _comp(kb, ka, n)}
+    return out
+
+
+def blind_spots(families: dict, all_fail_min: float = 0.6, peer_mixed_min: float = 0.4) -> dict:
+    """Per model, the families that are structural blind spots: all-fail rate >= ``all_fail_min`` and the
+    peer's group mixed on >= ``peer_mixed_min`` of those prompts (the issue's targets)."""
+    return {r: [f for f, v in families.items() if v[f"all_fail_{r}"] >= all_fail_min
+                and v[f"peer_mixed_{r}"] >= peer_mixed_min] for r in ("a", "b")}
 
 
 def _comp(k_fail: list[int], k_other: list[int], n: int) -> float:
@@ -773,12 +809,14 @@ def _comp(k_fail: list[int], k_other: list[int], n: int) -> float:
     return sum(1 <= k_other[i] < n for i in idx) / len(idx)
 
 
-TARGETS = {"pass1": (0.15, 0.60), "all_fail": (0.15, 0.60), "comp": 0.10}
+TARGETS = {"pass1": (0.15, 0.60), "all_fail": (0.15, 0.60), "comp": 0.10, "comp_one_way": 0.20,
+           "blind_all_fail": 0.60, "blind_peer_mixed": 0.40}
 
 
 def targets_met(props: dict) -> dict:
-    """Which of the issue's targets hold for measured ``props`` (pass@1 and all-fail bands for a and
-    b, complementarity >= 10 % both ways)."""
+    """Which of the pair's targets hold for measured ``props``: pass@1 and all-fail bands for a and b;
+    complementarity >= 10 % both ways and >= 20 % one way; for each model a structural blind spot (a
+    family with all-fail >= 60 % on which the peer's group is mixed on >= 40 % of those prompts)."""
     lo, hi = TARGETS["pass1"]
     flo, fhi = TARGETS["all_fail"]
     met = {}
@@ -786,9 +824,16 @@ def targets_met(props: dict) -> dict:
         if r in props:
             met[f"{r}_pass1"] = lo <= props[r]["pass1"] <= hi
             met[f"{r}_all_fail"] = flo <= props[r]["all_fail"] <= fhi
+    comps = [props[k] for k in ("comp_a_fail_b_mixed", "comp_b_fail_a_mixed") if k in props]
     for key in ("comp_a_fail_b_mixed", "comp_b_fail_a_mixed"):
         if key in props:
             met[key] = props[key] >= TARGETS["comp"]
+    if len(comps) == 2:
+        met["comp_one_way_20"] = max(comps) >= TARGETS["comp_one_way"]
+    if "families" in props:
+        spots = blind_spots(props["families"], TARGETS["blind_all_fail"], TARGETS["blind_peer_mixed"])
+        for r, fams in spots.items():
+            met[f"{r}_blind_spot"] = bool(fams)
     return met
 
 
@@ -824,6 +869,20 @@ def _props_table(props: dict):
     return t
 
 
+def _families_table(props: dict):
+    from rich.table import Table
+
+    t = Table(title="per skill family: all-fail share, and the peer's group mixed on those prompts")
+    for c in ("family", "prompts", "a pass@1", "b pass@1", "a all-fail", "b mixed | a all-fail", "b all-fail",
+              "a mixed | b all-fail"):
+        t.add_column(c)
+    for f, v in props["families"].items():
+        t.add_row(f, str(v["n_prompts"]), f"{props['a']['family_pass1'][f]:.3f}", f"{props['b']['family_pass1'][f]:.3f}",
+                  f"{v['all_fail_a']:.3f}", f"{v['peer_mixed_a']:.3f}", f"{v['all_fail_b']:.3f}",
+                  f"{v['peer_mixed_b']:.3f}")
+    return t
+
+
 def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, force: bool = False, *,
               recipe: Recipe | None = None, num_prompts: int = 256, n: int = 8, heldout: int = 500) -> dict:
     """``graft tiny build [--check]``: build or reuse the cache, print a summary table; with
@@ -851,6 +910,10 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
         console.print(_props_table(props))
         console.print(f"complementarity: a all-fail -> b mixed {props['comp_a_fail_b_mixed']:.3f}; "
                       f"b all-fail -> a mixed {props['comp_b_fail_a_mixed']:.3f}")
+        console.print(_families_table(props))
+        props["blind_spots"] = blind_spots(props["families"])
+        console.print("structural blind spots (all-fail >= 60 %, peer mixed on >= 40 % of them): "
+                      + "; ".join(f"{r}: {', '.join(v) or 'none'}" for r, v in props["blind_spots"].items()))
         met = targets_met(props)
         props["targets_met"] = met
         props["token_stats"] = ts

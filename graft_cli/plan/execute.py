@@ -33,8 +33,8 @@ def describe(plan: Plan, out: str, check_configs: bool = True) -> list[dict]:
         row = {"index": i, "run": plan.run_name(r), "name": r.name, "method": r.method, "seed": r.seed,
                "overrides": list(r.overrides), "partner": f"{r.partner_key()}:{r.partner[1]}" if r.partner else "",
                "steps": plan.steps, "status": st.label(), "dir": d, "config": "ok"}
-        if plan.eval.enabled and st.finished and S.eval_done(d, plan.eval.steps, plan.eval.runs, plan.eval.samples,
-                                                             plan.eval.benchmarks):
+        ev = plan.eval_for(r)
+        if ev.enabled and st.finished and S.eval_done(d, ev.steps, ev.runs, ev.samples, ev.benchmarks):
             row["status"] += ", evaluated"
         partner_ready = True
         if r.partner:
@@ -172,14 +172,14 @@ def check_tiny(expected: dict | None) -> None:
 
 def run_scores(run_dir: str, steps_spec: str) -> dict:
     """policy -> {step, avg, std, num_runs, benchmarks} (pass@1 in %) of the evaluated step that stands for
-    the run: the last checkpoint for ``last``; the selected (best.json) step otherwise, else the latest."""
+    the run: the selected (best.json) step for ``best``; otherwise the latest evaluated step of the spec."""
     out = {}
     targets = S.eval_targets(run_dir, steps_spec) or {}
     best = read_json_or_none(os.path.join(run_dir, "best.json")) or {}
     for pol in S.run_policies(run_dir):
         cands = targets.get(pol) or []
         step = None
-        if steps_spec not in ("last",) and pol in (best.get("policies") or {}):
+        if steps_spec == "best" and pol in (best.get("policies") or {}):
             step = int(best["policies"][pol]["step"])
         if step is None or S.eval_summary(run_dir, pol, step) is None:
             done = [s for s in cands if S.eval_summary(run_dir, pol, s) is not None]
@@ -209,8 +209,8 @@ def train_seconds(run_dir: str) -> float:
 
 
 # ------------------------------------------------------------------------------------------ the plan
-def _eval_dict(plan: Plan) -> dict | None:
-    ev = plan.eval
+def _eval_dict(plan: Plan, r: PlanRun | None = None) -> dict | None:
+    ev = plan.eval_for(r) if r is not None else plan.eval
     if not ev.enabled:
         return None
     return {k: getattr(ev, k) for k in ev.__dataclass_fields__}
@@ -231,15 +231,15 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
     for r in runs:
         d = plan.run_dir(r, out)
         st = S.run_status(d, plan.steps)
-        ev_done = (not plan.eval.enabled) or (st.finished and S.eval_done(d, plan.eval.steps, plan.eval.runs,
-                                                                           plan.eval.samples, plan.eval.benchmarks))
+        ev = plan.eval_for(r)
+        ev_done = (not ev.enabled) or (st.finished and S.eval_done(d, ev.steps, ev.runs, ev.samples, ev.benchmarks))
         records[r.key] = {"key": r.key, "name": r.name, "method": r.method, "seed": r.seed, "run": plan.run_name(r),
                           "dir": d, "overrides": list(r.overrides), "partner": r.partner_key(),
                           "status_before": st.label(), "trained": None, "evaluated": None, "error": None,
                           "train_s": 0.0, "eval_s": 0.0, "_finished": st.finished}
         if st.finished and ev_done:
             records[r.key]["trained"] = "skipped (finished)"
-            records[r.key]["evaluated"] = "skipped (done)" if plan.eval.enabled else "off"
+            records[r.key]["evaluated"] = "skipped (done)" if ev.enabled else "off"
         else:
             todo.append(r)
     tiny = None
@@ -256,7 +256,7 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
     def job_for(r: PlanRun, in_process: bool) -> dict:
         d = plan.run_dir(r, out)
         return {"overrides": plan.compose_overrides(r, out), "run_dir": d,
-                "finished": records[r.key]["_finished"], "eval": _eval_dict(plan),
+                "finished": records[r.key]["_finished"], "eval": _eval_dict(plan, r),
                 "threads": None if in_process and jobs == 1 else threads,
                 "log": None if in_process else os.path.join(out, "logs", f"{plan.run_name(r)}.log"),
                 "progress": progress and in_process, "tiny": tiny}
@@ -349,7 +349,8 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
         R.pop("_finished", None)
         st = S.run_status(R["dir"], plan.steps)
         R["status"] = st.label()
-        R["scores"] = run_scores(R["dir"], plan.eval.steps) if plan.eval.enabled else {}
+        ev = plan.eval_for(r)
+        R["scores"] = run_scores(R["dir"], ev.steps) if ev.enabled else {}
         R["train_time_s"] = train_seconds(R["dir"])
         out_records.append(R)
     write_results(plan, out, out_records, time.time() - t_start, tiny)

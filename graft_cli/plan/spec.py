@@ -44,7 +44,7 @@ from graft_cli.errors import GraftError
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 EVAL_KEYS = ("steps", "runs", "samples", "benchmarks", "temperature", "top_p", "max_new_tokens", "seed")
 PLAN_KEYS = ("name", "description", "pair", "seeds", "steps", "overrides", "eval", "jobs", "claims", "runs")
-RUN_KEYS = ("name", "method", "seeds", "overrides", "partner", "note")
+RUN_KEYS = ("name", "method", "seeds", "overrides", "partner", "note", "eval")
 
 
 @dataclass
@@ -76,6 +76,7 @@ class PlanRun:
     overrides: tuple = ()  # key=value strings of this entry
     partner: tuple | None = None  # (partner entry name, partner policy): same seed
     note: str = ""
+    eval_over: tuple = ()  # (key, value) pairs of the entry's `eval:` mapping, refining the plan's eval
 
     @property
     def key(self) -> str:
@@ -97,6 +98,12 @@ class Plan:
     claims: dict = field(default_factory=dict)
     description: str = ""
     source: str = ""
+
+    def eval_for(self, r: PlanRun) -> EvalPlan:
+        """How run ``r`` is evaluated: the plan's ``eval`` refined by the entry's own ``eval:`` keys."""
+        if not r.eval_over:
+            return self.eval
+        return parse_eval({k: (list(v) if isinstance(v, tuple) else v) for k, v in r.eval_over}, base=self.eval)
 
     def run_name(self, r: PlanRun) -> str:
         return f"{self.pair}-{r.name}-s{r.seed}"
@@ -249,13 +256,20 @@ def build_plan(raw: dict, pair: str | None = None, source: str = "", seeds=None,
         # command-line seeds replace every entry's seeds; else the entry's, else the plan's
         run_seeds = default_seeds if seeds else (parse_seeds(e["seeds"], f"{w}: seeds") if "seeds" in e
                                                  else default_seeds)
+        ev_raw = e.get("eval")
+        if ev_raw is not None:
+            if not isinstance(ev_raw, dict):
+                raise GraftError(f"{w}: eval must be a mapping (keys {', '.join(EVAL_KEYS)})")
+            parse_eval(ev_raw, where=f"{w}: eval")  # validated here, applied on top of the plan's eval
+        ev_over = tuple((str(k), tuple(v) if isinstance(v, list) else v) for k, v in (ev_raw or {}).items())
         for s in run_seeds:
-            r = PlanRun(rname, method, s, ov, partner, str(e.get("note") or ""))
+            r = PlanRun(rname, method, s, ov, partner, str(e.get("note") or ""), ev_over)
             if r.key in seen:
                 raise GraftError(f"{w}: run {rname!r} seed {s} is listed twice")
             same = next((x for x in seen.values() if x.name == rname), None)
-            if same is not None and (same.method, same.overrides, same.partner) != (method, ov, partner):
-                raise GraftError(f"{w}: run name {rname!r} is used with different method/overrides/partner")
+            if same is not None and (same.method, same.overrides, same.partner, same.eval_over) != (
+                    method, ov, partner, ev_over):
+                raise GraftError(f"{w}: run name {rname!r} is used with different method/overrides/partner/eval")
             seen[r.key] = r
             expanded.append(r)
     ordered = order_runs(expanded, where)

@@ -3,18 +3,21 @@
 Claims (graft.md §2.7, §6.1/§6.8, §6.4, §6.7):
 
 1. **complementarity** — in independent GRPO n=8 training each model solves a share of the other's
-   all-fail prompts (paper: Smol solves 47.9% of Qwen's, Qwen 18.7% of Smol's). Held when, for both
-   models, the mean over seeds of the share the *other* model solves exceeds ``complementarity_min``.
+   all-fail prompts (paper: Smol solves 47.9% of Qwen's, Qwen 18.7% of Smol's). Δ = share −
+   ``complementarity_min`` (per step from the rollout logs, mean over steps, then over seeds).
 2. **graft_beats_grpo** — GRAFT improves over GRPO n=8 for both models of a pair (Table 1, and over 3 runs in
-   Table 4). Held when, for both models, the mean over seeds of GRAFT's eval average exceeds GRPO n=8's.
-3. **gate_matters** — removing the compatibility gate (w = 1) hurts (Table 2a: −8.36 / −2.51). Held when,
-   for both models, w/o gate scores below full GRAFT (means over the seeds both have).
+   Table 4). Δ = GRAFT − GRPO eval pass@1 (points, macro over benchmarks).
+3. **gate_matters** — removing the compatibility gate (w = 1) hurts (Table 2a: −8.36 / −2.51).
+   Δ = GRAFT − w/o gate.
 4. **peer_last_clips** — with peer-last ordering the PPO clip acts on grafted tokens, with peer-first it
-   almost never does (Table 9: 0.277/0.440% vs 0.004/0.002%). Held when, for both receivers, the mean
-   ``clip_ratio/peer`` over steps 1..``clip_steps`` is larger in the peer-last run than in the peer-first run.
+   almost never does (Table 9: 0.277/0.440% vs 0.004/0.002%). Δ = mean ``clip_ratio/peer`` over steps
+   1..``clip_steps``, peer-last − peer-first.
 
-Verdicts: ``held`` (every model), ``partly held`` (some), ``did not hold`` (none), ``not measured``
-(the runs/evals are missing). :func:`judge` is pure (numbers in, verdicts out); :func:`measure` reads the
+Every Δ gets a 95% interval (claims 2-3: the paired hierarchical bootstrap over seeds and problems; 1 and 4:
+a t-interval over seeds, or with one seed the bootstrap over steps; see :func:`judge`). Per model the verdict
+is ``held`` (interval above zero), ``not significant`` (straddles zero), ``did not hold`` (below zero) or
+``not measured``; a claim's verdict is the models' common one, else ``mixed``.
+:func:`judge` is pure (numbers in, verdicts out); :func:`measure` reads the
 numbers from a plan's run directories; :func:`claims_markdown` renders the section, :func:`write_claims`
 appends it to ``report.md`` and writes ``claims.json``.
 """
@@ -27,9 +30,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from graft_cli.report.stats import verdict
+
 DEFAULTS = {"baseline": "grpo", "method": "graft", "no_gate": "graft_nogate", "peer_first": "graft_first",
-            "peer_last": None, "complementarity_min": 0.0, "clip_steps": 48}
-VERDICTS = ("held", "partly held", "did not hold", "not measured")
+            "peer_last": None, "complementarity_min": 0.0, "clip_steps": 48, "n_boot": 2000,
+            "family_benchmark": "math500"}
+VERDICTS = ("held", "not significant", "did not hold", "mixed", "not measured")
 
 
 @dataclass
@@ -54,15 +60,6 @@ def _mean(xs):
     return float(np.mean(xs)) if xs else None
 
 
-def _verdict(holds: dict) -> str:
-    vals = [v for v in holds.values() if v is not None]
-    if not vals or len(vals) < len(holds):
-        return "not measured" if not vals else ("partly held" if any(vals) else "did not hold")
-    if all(vals):
-        return "held"
-    return "partly held" if any(vals) else "did not hold"
-
-
 def _f(x, digits=2, pct=False):
     if x is None:
         return "—"
@@ -70,82 +67,109 @@ def _f(x, digits=2, pct=False):
 
 
 # ----------------------------------------------------------------------------------------------- pure
+N_BOOT, BOOT_SEED = 2000, 0
+
+
+def _iv_points(iv, scale: float = 1.0):
+    return None if iv is None else tuple(scale * float(v) for v in iv[:3])
+
+
+def _overall(per: dict) -> str:
+    """One claim's verdict from the per-model verdicts: the common label when every model has the same one,
+    ``not measured`` when none was measured, else ``mixed`` (the per-model verdicts are in the evidence)."""
+    vs = [v["verdict"] for v in per.values()]
+    if not vs or all(v == "not measured" for v in vs):
+        return "not measured"
+    return vs[0] if len(set(vs)) == 1 else "mixed"
+
+
+def _fmt_iv(iv, digits=2, unit=""):
+    if iv is None:
+        return "no interval"
+    d, lo, hi = iv
+    return f"{d:+.{digits}f}{unit} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+def _compare_scores(problems: dict, x: str, y: str, policy: str, n_boot: int) -> dict:
+    """Δ = run x − run y (pass@1 points, macro over the benchmarks both have) for ``policy``, with the paired
+    hierarchical bootstrap (seeds, then problems; :func:`graft_cli.report.stats.hierarchical_bootstrap`) and,
+    alongside, the Welch t-interval over seeds."""
+    from graft_cli.report.stats import compare
+
+    px = {s: v for s, v in ((problems.get(x) or {}).get(policy) or {}).items()}
+    py = {s: v for s, v in ((problems.get(y) or {}).get(policy) or {}).items()}
+    c = compare({"x": px, "y": py}, "x", "y", n_boot)
+    return {"interval": c["bootstrap"], "welch": c["welch"], "seeds": c["seeds"], "benchmarks": c["benchmarks"],
+            "verdict": verdict(c["bootstrap"])}
+
+
 def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
-    """Verdicts from measured numbers. ``measured``::
+    """Verdicts with 95% intervals from measured numbers. ``measured``::
 
         {"policies": ["a", "b"],
-         "scores": {run name: {policy: {seed: eval average (pass@1 %)}}},
-         "complementarity": {policy: [per seed: share of this policy's all-fail prompts the other solves]},
-         "clip_peer": {run name: {policy: mean clip_ratio/peer (fraction)}}}
-    """
+         "scores": {run name: {policy: {seed: eval average (pass@1 %)}}},          # the headline table
+         "problems": {run name: {policy: {seed: {benchmark: per-problem pass@1 array (0..1)}}}},
+         "complementarity": {policy: {seed: [per step: share of this policy's all-fail prompts the other
+                                                solves]}},
+         "clip_peer": {run name: {policy: {seed: [per step clip_ratio/peer (fraction)]}}}}
+
+    Each claim, per model: the measured difference Δ in the paper's direction's sign convention and its 95%
+    interval; ``held`` when the interval excludes zero in the paper's direction, ``not significant`` when it
+    straddles zero, ``did not hold`` when it excludes zero the other way (:func:`graft_cli.report.stats.verdict`).
+    Intervals: claims 2 and 3, the paired hierarchical bootstrap over seeds and held-out problems; claims 1
+    and 4, the t-interval over seeds when both sides have ≥ 2 seeds, else the percentile bootstrap over
+    training steps (:func:`graft_cli.report.stats.mean_interval` / ``diff_interval``)."""
+    from graft_cli.report.stats import diff_interval, mean_interval
+
     s = settings(cfg)
+    n_boot = int(s.get("n_boot", N_BOOT))
     pols = list(measured.get("policies") or [])
-    scores = measured.get("scores") or {}
+    probs = measured.get("problems") or {}
     out = []
 
-    # 1. complementarity
+    # 1. complementarity: share − min > 0
     comp = measured.get("complementarity") or {}
+    cmin = float(s["complementarity_min"])
     per = {}
     for p in pols:
-        m = _mean(comp.get(p) or [])
-        per[p] = {"value": m, "seeds": len(comp.get(p) or []),
-                  "holds": None if m is None else m > float(s["complementarity_min"])}
+        iv = mean_interval(comp.get(p) or {}, offset=cmin, n_boot=n_boot, seed=BOOT_SEED)
+        per[p] = {"value": None if iv is None else iv[0] + cmin, "seeds": len(comp.get(p) or {}),
+                  "interval": _iv_points(iv, 100.0), "verdict": verdict(iv), "method": None if iv is None else iv[3]}
     others = {p: ", ".join(q for q in pols if q != p) for p in pols}
-    ev = "; ".join(f"{others[p]} solves {_f(per[p]['value'], 1, True)} of {p}'s all-fail prompts"
-                   f" ({per[p]['seeds']} GRPO n=8 run{'s' if per[p]['seeds'] != 1 else ''})" for p in pols)
-    out.append(Claim("complementarity", f"Complementarity both ways (each model solves > "
-                                        f"{100 * float(s['complementarity_min']):.0f}% of the other's all-fail prompts "
-                                        f"in independent GRPO n=8 training)",
-                     "Smol solves 47.9% of Qwen's all-fail prompts, Qwen 18.7% of Smol's", _verdict(
-                         {p: per[p]["holds"] for p in pols}), per, ev))
+    ev = "; ".join(f"{others[p]} solves {_f(per[p]['value'], 1, True)} of {p}'s all-fail prompts, "
+                   f"Δ vs {100 * cmin:.0f}%: {_fmt_iv(per[p]['interval'], 1, ' pts')} "
+                   f"({per[p]['seeds']} GRPO n=8 run{'s' if per[p]['seeds'] != 1 else ''}, {per[p]['method'] or '—'}; "
+                   f"{per[p]['verdict']})" for p in pols)
+    out.append(Claim("complementarity", f"Complementarity both ways (each model solves > {100 * cmin:.0f}% of the "
+                                        "other's all-fail prompts in independent GRPO n=8 training)",
+                     "Smol solves 47.9% of Qwen's all-fail prompts, Qwen 18.7% of Smol's", _overall(per), per, ev))
 
-    # 2. GRAFT > GRPO n=8 (means over seeds)
-    base, meth = scores.get(s["baseline"]) or {}, scores.get(s["method"]) or {}
-    per = {}
-    for p in pols:
-        a = _mean((meth.get(p) or {}).values())
-        b = _mean((base.get(p) or {}).values())
-        per[p] = {"method": a, "baseline": b, "method_seeds": len(meth.get(p) or {}),
-                  "baseline_seeds": len(base.get(p) or {}),
-                  "diff": None if a is None or b is None else a - b,
-                  "holds": None if a is None or b is None else a > b}
-    ev = "; ".join(f"{p}: GRAFT {_f(per[p]['method'])} ({per[p]['method_seeds']} seeds) vs GRPO n=8 "
-                   f"{_f(per[p]['baseline'])} ({per[p]['baseline_seeds']} seeds), Δ {_sig(per[p]['diff'])}"
-                   for p in pols)
-    out.append(Claim("graft_beats_grpo", "GRAFT > GRPO n=8 for both models (mean over seeds)",
-                     "Pair 1 over 3 runs: +3.97 (Smol), +1.86 (Qwen); Table 1 mean Δ +2.1",
-                     _verdict({p: per[p]["holds"] for p in pols}), per, ev))
+    # 2. GRAFT > GRPO n=8
+    per = {p: _compare_scores(probs, s["method"], s["baseline"], p, n_boot) for p in pols}
+    ev = "; ".join(f"{p}: Δ GRAFT − GRPO n=8 {_fmt_iv(per[p]['interval'], 2, ' pts')} (seeds {per[p]['seeds'][0]} vs "
+                   f"{per[p]['seeds'][1]}; {per[p]['verdict']})" for p in pols)
+    out.append(Claim("graft_beats_grpo", "GRAFT > GRPO n=8 for both models",
+                     "Pair 1 over 3 runs: +3.97 (Smol), +1.86 (Qwen); Table 1 mean Δ +2.1", _overall(per), per, ev))
 
-    # 3. removing the gate hurts (same seeds)
-    ng = scores.get(s["no_gate"]) or {}
-    per = {}
-    for p in pols:
-        full, nog = meth.get(p) or {}, ng.get(p) or {}
-        common = sorted(set(full) & set(nog), key=str)
-        a = _mean([nog[k] for k in common])
-        b = _mean([full[k] for k in common])
-        per[p] = {"no_gate": a, "method": b, "seeds": len(common),
-                  "diff": None if a is None or b is None else a - b,
-                  "holds": None if a is None or b is None else a < b}
-    ev = "; ".join(f"{p}: w/o gate {_f(per[p]['no_gate'])} vs GRAFT {_f(per[p]['method'])} "
-                   f"(Δ {_sig(per[p]['diff'])}, {per[p]['seeds']} common seed{'s' if per[p]['seeds'] != 1 else ''})"
-                   for p in pols)
+    # 3. removing the gate hurts: Δ = GRAFT − w/o gate > 0
+    per = {p: _compare_scores(probs, s["method"], s["no_gate"], p, n_boot) for p in pols}
+    ev = "; ".join(f"{p}: Δ GRAFT − w/o gate {_fmt_iv(per[p]['interval'], 2, ' pts')} (seeds {per[p]['seeds'][0]} vs "
+                   f"{per[p]['seeds'][1]}; {per[p]['verdict']})" for p in pols)
     out.append(Claim("gate_matters", "Removing the compatibility gate hurts (both models)",
-                     "w/o gate: −8.36 (Smol), −2.51 (Qwen) vs full GRAFT", _verdict({p: per[p]["holds"] for p in pols}),
-                     per, ev))
+                     "w/o gate: −8.36 (Smol), −2.51 (Qwen) vs full GRAFT", _overall(per), per, ev))
 
-    # 4. peer-last clips more grafted tokens than peer-first
+    # 4. peer-last clips more grafted tokens than peer-first: Δ = last − first > 0
     clip = measured.get("clip_peer") or {}
     last, first = clip.get(s["peer_last"]) or {}, clip.get(s["peer_first"]) or {}
     per = {}
     for p in pols:
-        a, b = last.get(p), first.get(p)
-        per[p] = {"last": a, "first": b, "holds": None if a is None or b is None else a > b}
-    ev = "; ".join(f"{p} (grafted tokens): last {_f(per[p]['last'], 3, True)} vs first {_f(per[p]['first'], 3, True)}"
-                   for p in pols) + f" (clip_ratio/peer, mean over steps 1-{s['clip_steps']})"
+        iv = diff_interval(last.get(p) or {}, first.get(p) or {}, n_boot=n_boot, seed=BOOT_SEED)
+        per[p] = {"interval": _iv_points(iv, 100.0), "verdict": verdict(iv), "method": None if iv is None else iv[3]}
+    ev = "; ".join(f"{p}: Δ clip_ratio/peer last − first {_fmt_iv(per[p]['interval'], 3, ' pts')} "
+                   f"({per[p]['method'] or '—'}; {per[p]['verdict']})" for p in pols) + \
+        f" (mean over steps 1-{s['clip_steps']})"
     out.append(Claim("peer_last_clips", "Peer-last ordering clips more grafted tokens than peer-first (Table 9)",
-                     "Smol←Qwen 0.277% vs 0.004%; Qwen←Smol 0.440% vs 0.002%",
-                     _verdict({p: per[p]["holds"] for p in pols}), per, ev))
+                     "Smol←Qwen 0.277% vs 0.004%; Qwen←Smol 0.440% vs 0.002%", _overall(per), per, ev))
     return out
 
 
@@ -154,8 +178,8 @@ def _sig(x):
 
 
 # -------------------------------------------------------------------------------------------- measure
-def mean_peer_clip(run_dir: str, clip_steps: int | None) -> dict:
-    """policy -> mean over steps 1..clip_steps of ``clip_ratio/peer`` (steps with grafted tokens only)."""
+def peer_clip_steps(run_dir: str, clip_steps: int | None) -> dict:
+    """policy -> [``clip_ratio/peer`` of each step 1..clip_steps that has grafted tokens]."""
     from graft_cli.rundir import read_metrics, training_rows
 
     vals: dict[str, list] = {}
@@ -165,20 +189,33 @@ def mean_peer_clip(run_dir: str, clip_steps: int | None) -> dict:
         v = m.get("clip_ratio/peer")
         if v is not None:
             vals.setdefault(str(m.get("policy")), []).append(float(v))
-    return {p: float(np.mean(v)) for p, v in vals.items() if v}
+    return vals
+
+
+def mean_peer_clip(run_dir: str, clip_steps: int | None) -> dict:
+    """policy -> mean over steps 1..clip_steps of ``clip_ratio/peer`` (steps with grafted tokens only)."""
+    return {p: float(np.mean(v)) for p, v in peer_clip_steps(run_dir, clip_steps).items() if v}
 
 
 def measure(records: list[dict], cfg: dict | None = None) -> dict:
     """The numbers :func:`judge` needs, from plan records (``graft_cli.plan.execute.execute``: name, seed,
-    dir, scores)."""
+    dir, scores): eval averages, per-problem pass@1 of the scored step (``eval/<policy>/step_N/``), per-step
+    complementarity of the baseline runs and per-step peer clip ratios."""
+    from graft_cli.report.tandem_claims import eval_dir, read_problems
+
     s = settings(cfg)
     pols: list[str] = []
     scores: dict = {}
+    problems: dict = {}
     for r in records:
         for p, sc in (r.get("scores") or {}).items():
             if sc.get("avg") is None:
                 continue
             scores.setdefault(r["name"], {}).setdefault(p, {})[str(r["seed"])] = float(sc["avg"])
+            if r["name"] in (s["baseline"], s["method"], s["no_gate"]) and sc.get("step") is not None:
+                arrays = read_problems(eval_dir(r["dir"], p, sc["step"]))[0]
+                if arrays:
+                    problems.setdefault(r["name"], {}).setdefault(p, {})[str(r["seed"])] = arrays
     for name in (s["baseline"], s["method"]):
         for r in records:
             if r["name"] == name:
@@ -196,18 +233,18 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
         except Exception:
             continue
         x, y = res["x"]["policy"], res["y"]["policy"]
-        comp.setdefault(x, []).append(res["mean"]["y_solves_x"])  # y solves x's all-fail prompts
-        comp.setdefault(y, []).append(res["mean"]["x_solves_y"])
+        for pol, key in ((x, "y_solves_x"), (y, "x_solves_y")):  # the other solves pol's all-fail prompts
+            vals = [float(st[key]) for st in res["steps"] if st[key] is not None and not math.isnan(st[key])]
+            if vals:
+                comp.setdefault(pol, {})[str(r["seed"])] = vals
     clip: dict = {}
     for name in (s["peer_last"], s["peer_first"]):
-        per_seed: dict[str, list] = {}
         for r in records:
             if r["name"] == name:
-                for p, v in mean_peer_clip(r["dir"], s["clip_steps"]).items():
-                    per_seed.setdefault(p, []).append(v)
-        if per_seed:
-            clip[name] = {p: float(np.mean(v)) for p, v in per_seed.items()}
-    return {"policies": pols, "scores": scores, "complementarity": comp, "clip_peer": clip}
+                for p, v in peer_clip_steps(r["dir"], s["clip_steps"]).items():
+                    if v:
+                        clip.setdefault(name, {}).setdefault(p, {})[str(r["seed"])] = v
+    return {"policies": pols, "scores": scores, "problems": problems, "complementarity": comp, "clip_peer": clip}
 
 
 def _policies(run_dir: str) -> list[str]:
@@ -254,7 +291,8 @@ def headline_rows(records: list[dict], baseline: str = "grpo") -> tuple[list[str
 
 
 def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg: dict | None = None,
-                    title: str = "Claims of the paper on this pair (from the measured numbers)") -> str:
+                    title: str = "Claims of the paper on this pair (from the measured numbers)",
+                    report_dir: str | None = None) -> str:
     from graft_cli.report.markdown import md_table
 
     s = settings(cfg)
@@ -263,13 +301,22 @@ def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg:
                         [[i, c.claim, f"**{c.verdict}**", c.evidence, c.paper] for i, c in enumerate(claims, 1)]))
     out.append("")
     out.append(f"Runs compared: baseline `{s['baseline']}`, method `{s['method']}`, w/o gate `{s['no_gate']}`, "
-               f"peer-last `{s['peer_last']}`, peer-first `{s['peer_first']}` (names in the plan). Verdicts use the "
-               "signs of the measured differences only; with few seeds and small eval sets a difference within "
-               "the seed-to-seed spread is weak evidence.")
+               f"peer-last `{s['peer_last']}`, peer-first `{s['peer_first']}` (names in the plan). Each claim "
+               "states Δ and its 95% interval: claims 2-3 a paired hierarchical bootstrap over seeds and held-out "
+               "problems (macro over benchmarks); claims 1 and 4 a t-interval over seeds (one seed: a bootstrap "
+               "over training steps). `held`: the interval excludes zero in the paper's direction; `not "
+               "significant`: it straddles zero; `did not hold`: it excludes zero the other way; `mixed`: the "
+               "models differ.")
     if records:
         cols, rows = headline_rows(records, s["baseline"])
         out += ["", "### Headline: eval average pass@1 (%) per model, mean ± sample std over seeds", "",
                 md_table(cols, rows)]
+    if records and report_dir:
+        from graft_cli.report.mechanism import mechanism_markdown
+
+        mech = mechanism_markdown(records, report_dir, s["baseline"], s["method"], s.get("family_benchmark", "math500"))
+        if mech:
+            out += ["", mech]
     return "\n".join(out) + "\n"
 
 
@@ -305,7 +352,7 @@ def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) 
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)
-    md = claims_markdown(claims, records, cfg)
+    md = claims_markdown(claims, records, cfg, report_dir=report_dir)
     write_section(report_dir, md)
     atomic_write_json(os.path.join(report_dir, "claims.json"),
                       {"settings": settings(cfg), "measured": measured, "claims": [asdict(c) for c in claims]})

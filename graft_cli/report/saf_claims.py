@@ -56,7 +56,7 @@ def welch_interval(x: list[float], y: list[float]) -> tuple[float, float, float]
 def verdict(iv) -> str:
     if iv is None:
         return "not measured"
-    _, lo, hi = iv
+    lo, hi = iv[1], iv[2]
     if lo > 0:
         return "held"
     if hi < 0:

@@ -5,6 +5,9 @@
 - :func:`welch_interval` and :func:`verdict` (re-exported from :mod:`graft_cli.report.saf_claims`, where they
   are defined): the 95% Welch t-interval over seeds and the directional verdict.
 - :func:`equivalence_verdict`: the verdict of a "matches" claim against an equivalence margin.
+- :func:`compare`: Δ of two arms' per-problem scores (bootstrap and Welch intervals, per benchmark too).
+- :func:`mean_interval` / :func:`diff_interval`: intervals of per-step quantities (t / Welch over seeds with
+  ≥ 2 seeds, else the percentile bootstrap over steps).
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import numpy as np
 
 from graft_cli.report.saf_claims import verdict, welch_interval
 
-__all__ = ["as_benchmarks", "equivalence_verdict", "hierarchical_bootstrap", "macro_mean", "verdict",
-           "welch_interval"]
+__all__ = ["as_benchmarks", "common_benchmarks", "compare", "diff_interval", "equivalence_verdict",
+           "hierarchical_bootstrap", "macro_mean", "mean_interval", "paired", "verdict", "welch_interval"]
 
 Arm = Mapping  # seed -> np.ndarray (one benchmark) or a sequence of np.ndarray (one per benchmark)
 
@@ -103,3 +106,88 @@ def equivalence_verdict(iv, margin: float) -> str:
     if lo > margin or hi < -margin:
         return "did not hold"
     return "inconclusive"
+
+
+def common_benchmarks(*arms_: dict) -> list[str]:
+    """The benchmarks every seed of every given arm (seed -> bench -> per-problem array) has, sorted."""
+    sets = [set(b) for arm in arms_ for b in arm.values()]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def paired(problems: dict, a: str, b: str) -> tuple[dict, dict, list[str]]:
+    """Arms ``a`` and ``b`` of ``problems`` (name -> seed -> bench -> array) as seed -> [array per common bench]."""
+    xa, xb = problems.get(a) or {}, problems.get(b) or {}
+    benches = common_benchmarks(xa, xb) if xa and xb else []
+    if not benches:
+        return {}, {}, []
+    pick = lambda arm: {s: [np.asarray(v[bn], dtype=np.float64) for bn in benches] for s, v in arm.items()}
+    return pick(xa), pick(xb), benches
+
+
+def _points(iv):
+    return None if iv is None else tuple(100.0 * float(v) for v in iv)
+
+
+def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Δ = a − b in points (%): the bootstrap interval, the Welch interval over seeds of each seed's macro
+    pass@1 (1/B Σ_b mean_p), the benchmarks used, seeds per arm and each benchmark's own bootstrap Δ."""
+    x, y, benches = paired(problems, a, b)
+    if not benches:
+        return {"bootstrap": None, "welch": None, "benchmarks": [], "seeds": [len(x), len(y)], "per_benchmark": {}}
+    boot = _points(hierarchical_bootstrap(x, y, n_boot=n_boot, seed=seed))
+    welch = welch_interval([100 * macro_mean(v) for v in x.values()], [100 * macro_mean(v) for v in y.values()])
+    per = {bn: _points(hierarchical_bootstrap({s: v[i] for s, v in x.items()}, {s: v[i] for s, v in y.items()},
+                                              n_boot=n_boot, seed=seed))
+           for i, bn in enumerate(benches)}
+    return {"bootstrap": boot, "welch": welch, "benchmarks": benches, "seeds": [len(x), len(y)],
+            "per_benchmark": per}
+
+
+def _percentile_boot(values: list[np.ndarray], n_boot: int, seed: int, alpha: float = 0.05):
+    rng = np.random.default_rng(seed)
+    reps = np.zeros(n_boot)
+    for sign, v in values:
+        idx = rng.integers(0, len(v), (n_boot, len(v)))
+        reps += sign * v[idx].mean(axis=1)
+    lo, hi = np.quantile(reps, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+def mean_interval(per_seed: Mapping, offset: float = 0.0, n_boot: int = 2000, seed: int = 0,
+                  alpha: float = 0.05):
+    """Δ = mean − ``offset`` of a quantity measured per training step in each seed (``seed -> [values]``),
+    the mean being over seeds of each seed's mean over steps. With ≥ 2 seeds the interval is the one-sample
+    95% t-interval over the seeds' means (df = seeds − 1); with one seed, the percentile bootstrap over its
+    steps. Returns (Δ, lo, hi, method) or None without values."""
+    means = [float(np.mean(v)) for v in per_seed.values() if len(v)]
+    if not means:
+        return None
+    d = float(np.mean(means)) - offset
+    if len(means) >= 2:
+        from graft_cli.report.saf_claims import T975
+
+        se = float(np.std(means, ddof=1)) / np.sqrt(len(means))
+        t = T975.get(len(means) - 1, 1.96)
+        return d, d - t * se, d + t * se, f"t over {len(means)} seeds"
+    v = np.asarray(next(iter(x for x in per_seed.values() if len(x))), dtype=np.float64)
+    lo, hi = _percentile_boot([(1.0, v)], n_boot, seed, alpha)
+    return d, lo - offset, hi - offset, f"bootstrap over {len(v)} steps"
+
+
+def diff_interval(x: Mapping, y: Mapping, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05):
+    """Δ = mean(x) − mean(y) of per-step quantities (``seed -> [values]`` per arm; each arm's mean is over
+    its seeds of each seed's mean over steps). With ≥ 2 seeds on both sides: the Welch t-interval over the
+    seeds' means; otherwise the percentile bootstrap over the steps of each arm, pooled over its seeds
+    (independent resamples per arm). Returns (Δ, lo, hi, method) or None when an arm is empty."""
+    mx = [float(np.mean(v)) for v in x.values() if len(v)]
+    my = [float(np.mean(v)) for v in y.values() if len(v)]
+    if not mx or not my:
+        return None
+    d = float(np.mean(mx)) - float(np.mean(my))
+    if len(mx) >= 2 and len(my) >= 2:
+        iv = welch_interval(mx, my)
+        return iv[0], iv[1], iv[2], f"Welch over {len(mx)} vs {len(my)} seeds"
+    vx = np.concatenate([np.asarray(v, dtype=np.float64) for v in x.values() if len(v)])
+    vy = np.concatenate([np.asarray(v, dtype=np.float64) for v in y.values() if len(v)])
+    lo, hi = _percentile_boot([(1.0, vx), (-1.0, vy)], n_boot, seed, alpha)
+    return d, lo, hi, f"bootstrap over {len(vx)} vs {len(vy)} steps"

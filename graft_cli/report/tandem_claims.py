@@ -31,7 +31,7 @@ import os
 import numpy as np
 
 from graft_cli.eval.files import RUN_FILE_RE
-from graft_cli.report.stats import equivalence_verdict, hierarchical_bootstrap, macro_mean, verdict, welch_interval
+from graft_cli.report.stats import compare, equivalence_verdict, verdict
 from graft_cli.rundir import atomic_write_json, read_json_or_none, read_jsonl
 
 DEFAULTS = {"kind": "tandem", "tandem": "tandem", "grpo": "grpo", "kl": "grpo_kl", "n16": "grpo_n16",
@@ -55,41 +55,6 @@ def arms(cfg: dict | None) -> list[tuple[str, str]]:
 
 
 # ----------------------------------------------------------------------------------------------- pure
-def common_benchmarks(*arms_: dict) -> list[str]:
-    """The benchmarks every seed of every given arm (seed -> bench -> per-problem array) has, sorted."""
-    sets = [set(b) for arm in arms_ for b in arm.values()]
-    return sorted(set.intersection(*sets)) if sets else []
-
-
-def paired(problems: dict, a: str, b: str) -> tuple[dict, dict, list[str]]:
-    """Arms ``a`` and ``b`` of ``problems`` (name -> seed -> bench -> array) as seed -> [array per common bench]."""
-    xa, xb = problems.get(a) or {}, problems.get(b) or {}
-    benches = common_benchmarks(xa, xb) if xa and xb else []
-    if not benches:
-        return {}, {}, []
-    pick = lambda arm: {s: [np.asarray(v[bn], dtype=np.float64) for bn in benches] for s, v in arm.items()}
-    return pick(xa), pick(xb), benches
-
-
-def _points(iv):
-    return None if iv is None else tuple(100.0 * float(v) for v in iv)
-
-
-def compare(problems: dict, a: str, b: str, n_boot: int) -> dict:
-    """Δ = a − b in points (%): the bootstrap interval, the Welch interval over seeds of each seed's macro
-    pass@1 (1/B Σ_b mean_p), the benchmarks used, seeds per arm and each benchmark's own bootstrap Δ."""
-    x, y, benches = paired(problems, a, b)
-    if not benches:
-        return {"bootstrap": None, "welch": None, "benchmarks": [], "seeds": [len(x), len(y)], "per_benchmark": {}}
-    boot = _points(hierarchical_bootstrap(x, y, n_boot=n_boot, seed=BOOT_SEED))
-    welch = welch_interval([100 * macro_mean(v) for v in x.values()], [100 * macro_mean(v) for v in y.values()])
-    per = {bn: _points(hierarchical_bootstrap({s: v[i] for s, v in x.items()}, {s: v[i] for s, v in y.items()},
-                                              n_boot=n_boot, seed=BOOT_SEED))
-           for i, bn in enumerate(benches)}
-    return {"bootstrap": boot, "welch": welch, "benchmarks": benches, "seeds": [len(x), len(y)],
-            "per_benchmark": per}
-
-
 def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
     """The two claims from ``measured["problems"][mode][run name][seed][bench]`` (per-problem pass@1, 0..1)."""
     s = settings(cfg)

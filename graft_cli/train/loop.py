@@ -333,6 +333,15 @@ def rollout_metrics(step: PolicyStep) -> dict:
     }
 
 
+def peer_rows_per_prompt(batch: TrainBatch, num_prompts: int) -> list[int]:
+    """Per prompt index, the rows of ``batch`` that are not the policy's own samples (``source != 'self'``)."""
+    out = [0] * num_prompts
+    for g, s in zip(batch.group, batch.source):
+        if s != "self" and g is not None and 0 <= int(g) < num_prompts:
+            out[int(g)] += 1
+    return out
+
+
 def logprob_gap(batch: TrainBatch) -> dict:
     """Sampler-vs-trainer log-prob gap on the policy's own rows (TRL ``sampling/*`` names)."""
     diffs = []
@@ -559,7 +568,7 @@ class Trainer:
             if self.frozen:
                 rows[name]["time/score_frozen"] = t2 - t_f
             if cfg.run.log_rollouts and self.dist.is_main:
-                self.log_rollouts(steps[name])
+                self.log_rollouts(steps[name], peer_rows_per_prompt(b, len(steps[name].problems)))
         self.step += 1
         dt = time.perf_counter() - t_start
         out = []
@@ -571,7 +580,11 @@ class Trainer:
                 r.update(cm)
         return out
 
-    def log_rollouts(self, st: PolicyStep) -> None:
+    def log_rollouts(self, st: PolicyStep, peer_rows: list[int] | None = None) -> None:
+        """``rollouts/<policy>/step_N.parquet``: the policy's own samples of the step, one row each, with
+        ``peer_rows``: how many rows of another policy's responses the update used on that prompt (after
+        the exchange's admission; 0 without exchange). The rescue analysis (graft_cli/eval/rescue.py)
+        reads it."""
         n = st.n
         B = len(st.problems)
         ro = st.rollouts
@@ -589,6 +602,7 @@ class Trainer:
             "advantage": st.advantages.flatten().tolist(),
             "extracted": ro.meta.get("extracted", [None] * (B * n)),
             "data_seed": [self.cfg.run.seed] * (B * n),
+            "peer_rows": [int((peer_rows or [0] * B)[i]) for i in range(B) for _ in range(n)],
             **ro.token_columns,  # engine columns (tandem: author, 1 = senior)
         }
         write_parquet(rollout_log_path(self.out, st.name, self.step), cols)

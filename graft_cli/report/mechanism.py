@@ -1,0 +1,257 @@
+"""How GRAFT acts, beyond the headline: per-family held-out curves, rescue rates and admitted shares.
+
+* **Per-family pass@1 over steps** (:func:`family_curves`, :func:`plot_family_curves`): for the baseline and
+  method runs of a plan, every evaluated checkpoint's per-problem grades on one benchmark
+  (``eval/<policy>/step_N/<bench>_run<k>.jsonl``), grouped by the problem's family. The family comes from the
+  benchmark's own file (the ``source`` recorded in the folder's ``meta.json``), from the first of the fields
+  :data:`FAMILY_KEYS` a record has (the tiny task's ``family``; MATH's ``subject`` or ``type``). One PNG per
+  model: a panel per family, GRPO and GRAFT as mean ± min/max over seeds.
+* **Rescue rate** (:func:`rescue_table`): the ``rescue.json`` of each run's scored step
+  (:mod:`graft_cli.eval.rescue`), pooled over seeds: rescued / events per subset.
+* **Admitted share** (:func:`admitted_curves`): ``graft/frac_admitted`` per step from ``metrics.jsonl``
+  (share of grafted responses the gate admits; mean over seeds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+
+from graft_cli.rundir import read_json_or_none, read_jsonl
+
+FAMILY_KEYS = ("family", "subject", "type")
+STEP_RE = re.compile(r"^step_(\d{6})$")
+
+
+def family_map(source: str) -> dict[str, str]:
+    """problem id -> family for a local JSONL benchmark file (``{}`` when unreadable or without a family)."""
+    if not source or not os.path.isfile(source) or not source.endswith(".jsonl"):
+        return {}
+    out = {}
+    try:
+        with open(source, encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                r = json.loads(line)
+                fam = next((r[k] for k in FAMILY_KEYS if r.get(k) is not None), None)
+                if fam is not None and r.get("id") is not None:
+                    out[str(r["id"])] = str(fam)
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def step_family_pass1(folder: str, bench: str) -> dict[str, float]:
+    """family -> mean grade over the problems of that family, every run and sample, in one eval folder."""
+    meta = read_json_or_none(os.path.join(folder, "meta.json")) or {}
+    src = ((meta.get("benchmarks") or {}).get(bench) or {}).get("source", "")
+    fam = family_map(src)
+    if not fam:
+        return {}
+    grades: dict[str, list[float]] = {}
+    k = 1
+    while os.path.exists(p := os.path.join(folder, f"{bench}_run{k}.jsonl")):
+        for r in read_jsonl(p):
+            f = fam.get(str(r.get("problem_id")))
+            if f is not None:
+                grades.setdefault(f, []).append(float(r["grade"]))
+        k += 1
+    return {f: float(np.mean(v)) for f, v in sorted(grades.items())}
+
+
+def family_curves(records: list[dict], names: tuple[str, ...], bench: str = "math500") -> dict:
+    """``{policy: {run name: {family: {step: [per-seed pass@1]}}}}`` over every evaluated step of the runs
+    named ``names``."""
+    out: dict = {}
+    for r in records:
+        if r["name"] not in names:
+            continue
+        root = os.path.join(r["dir"], "eval")
+        if not os.path.isdir(root):
+            continue
+        for pol in sorted(os.listdir(root)):
+            pdir = os.path.join(root, pol)
+            for d in sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []:
+                m = STEP_RE.match(d)
+                if not m:
+                    continue
+                for fam, v in step_family_pass1(os.path.join(pdir, d), bench).items():
+                    (out.setdefault(pol, {}).setdefault(r["name"], {}).setdefault(fam, {})
+                     .setdefault(int(m.group(1)), []).append(v))
+    return out
+
+
+def plot_family_curves(curves: dict, out_dir: str, labels: dict | None = None) -> dict[str, str]:
+    """One PNG per policy (``family_<policy>.png``): a panel per family, pass@1 (%) over steps per run, mean
+    over seeds with the min-max band. Returns policy -> path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = labels or {}
+    paths = {}
+    for pol, runs in curves.items():
+        fams = sorted({f for r in runs.values() for f in r})
+        if not fams:
+            continue
+        cols = min(3, len(fams))
+        rows = (len(fams) + cols - 1) // cols
+        fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False, sharex=True)
+        for i, fam in enumerate(fams):
+            ax = axes[i // cols][i % cols]
+            for name, fr in runs.items():
+                pts = sorted((fr.get(fam) or {}).items())
+                if not pts:
+                    continue
+                x = [s for s, _ in pts]
+                m = [100 * np.mean(v) for _, v in pts]
+                ax.plot(x, m, marker="o", label=labels.get(name, name))
+                ax.fill_between(x, [100 * min(v) for _, v in pts], [100 * max(v) for _, v in pts], alpha=0.2)
+            ax.set_title(fam)
+            ax.set_ylabel("pass@1 (%)")
+            ax.grid(alpha=0.3)
+        for j in range(len(fams), rows * cols):
+            axes[j // cols][j % cols].axis("off")
+        axes[0][0].legend(fontsize=8)
+        for ax in axes[-1]:
+            ax.set_xlabel("step")
+        fig.suptitle(f"policy {pol}: held-out pass@1 per skill family (mean, min-max over seeds)")
+        fig.tight_layout()
+        os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, f"family_{pol}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths[pol] = path
+    return paths
+
+
+def rescue_table(records: list[dict], names: tuple[str, ...]) -> list[dict]:
+    """Per (run name, policy): seeds, and per subset (admitted / not_admitted) the events and rescued prompts
+    summed over seeds, the pooled rate and the per-seed rates."""
+    acc: dict = {}
+    for r in records:
+        if r["name"] not in names:
+            continue
+        for pol, sc in (r.get("scores") or {}).items():
+            if sc.get("step") is None:
+                continue
+            path = os.path.join(r["dir"], "eval", pol, f"step_{int(sc['step']):06d}", "rescue", "rescue.json")
+            js = read_json_or_none(path)
+            if not js:
+                continue
+            a = acc.setdefault((r["name"], pol), {"run": r["name"], "policy": pol, "seeds": 0,
+                                                   "admitted": [0, 0, []], "not_admitted": [0, 0, []]})
+            a["seeds"] += 1
+            for sub in ("admitted", "not_admitted"):
+                v = js.get(sub) or {}
+                a[sub][0] += int(v.get("events") or 0)
+                a[sub][1] += int(v.get("rescued") or 0)
+                if v.get("rate") is not None:
+                    a[sub][2].append(float(v["rate"]))
+    out = []
+    for (name, pol), a in sorted(acc.items(), key=lambda kv: (kv[0][1], names.index(kv[0][0]))):
+        row = {"run": name, "policy": pol, "seeds": a["seeds"]}
+        for sub in ("admitted", "not_admitted"):
+            ev, res, rates = a[sub]
+            row[sub] = {"events": ev, "rescued": res, "rate": res / ev if ev else None, "per_seed": rates}
+        out.append(row)
+    return out
+
+
+def admitted_curves(records: list[dict], name: str) -> dict:
+    """policy -> {step: mean over seeds of ``graft/frac_admitted``} for the runs named ``name``."""
+    from graft_cli.rundir import read_metrics, training_rows
+
+    acc: dict = {}
+    for r in records:
+        if r["name"] != name:
+            continue
+        for m in training_rows(read_metrics(r["dir"])):
+            v = m.get("graft/frac_admitted")
+            if v is not None:
+                acc.setdefault(str(m.get("policy")), {}).setdefault(int(m["step"]), []).append(float(v))
+    return {p: {s: float(np.mean(v)) for s, v in sorted(d.items())} for p, d in acc.items()}
+
+
+def plot_admitted(curves: dict, path: str) -> str | None:
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3))
+    for pol, c in curves.items():
+        ax.plot(list(c), [100 * v for v in c.values()], label=f"receiver {pol}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("grafted responses admitted (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _rate(v: dict) -> str:
+    if not v["events"]:
+        return "—"
+    return f"{100 * v['rate']:.1f}% ({v['rescued']}/{v['events']})"
+
+
+def mechanism_markdown(records: list[dict], report_dir: str, baseline: str, method: str,
+                       bench: str = "math500") -> str:
+    """The report's mechanism subsection: per-family plots (written into ``report_dir``), the rescue table and
+    the mean admitted share."""
+    from graft_cli.report.markdown import md_table
+
+    out = ["### Mechanism", ""]
+    curves = family_curves(records, (baseline, method), bench)
+    pngs = plot_family_curves(curves, report_dir, {baseline: f"{baseline} (GRPO n=8)", method: method})
+    if pngs:
+        out.append(f"Held-out pass@1 per skill family over training steps ({bench}; mean and min-max over seeds):")
+        out.append("")
+        out += [f"![family curves {p}]({os.path.basename(x)})" for p, x in pngs.items()]
+        out.append("")
+        last_rows = []
+        for pol, runs in curves.items():
+            for fam in sorted({f for r in runs.values() for f in r}):
+                cells = []
+                for name in (baseline, method):
+                    pts = (runs.get(name) or {}).get(fam) or {}
+                    if pts:
+                        s = max(pts)
+                        cells.append(f"{100 * np.mean(pts[s]):.1f}")
+                    else:
+                        cells.append("—")
+                last_rows.append([pol, fam, *cells])
+        out += [md_table(["Policy", "Family", f"{baseline} last step", f"{method} last step"], last_rows), ""]
+    rows = rescue_table(records, (baseline, method))
+    if rows:
+        out.append("Rescue rate: of the prompts a receiver all-failed in training, the share it solves at least "
+                   "once when drawn again at the last checkpoint (training sampling, n samples); `admitted`: a "
+                   "grafted group was admitted on the prompt (graft_cli/eval/rescue.py).")
+        out.append("")
+        out.append(md_table(["Run", "Policy", "Seeds", "admitted: rescued", "not admitted: rescued"],
+                            [[r["run"], r["policy"], r["seeds"], _rate(r["admitted"]), _rate(r["not_admitted"])]
+                             for r in rows]))
+        out.append("")
+    adm = admitted_curves(records, method)
+    if adm:
+        png = plot_admitted(adm, os.path.join(report_dir, "admitted.png"))
+        means = "; ".join(f"{p}: {100 * np.mean(list(c.values())):.1f}%" for p, c in adm.items())
+        out.append(f"Grafted responses admitted by the gate, mean over steps: {means}.")
+        out.append("")
+        if png:
+            out += [f"![admitted share]({os.path.basename(png)})", ""]
+    return "\n".join(out) if len(out) > 2 else ""
+
+
+__all__ = ["family_curves", "plot_family_curves", "rescue_table", "admitted_curves", "mechanism_markdown",
+           "family_map", "step_family_pass1"]
