@@ -93,21 +93,27 @@ def toks():
 def test_tokenizers_differ_and_round_trip(toks):
     ta, tb = toks
     recs = syn.build_task(0, train_size=300)["train"]
-    differ = 0
+    na_tot = nb_tot = 0
     for r in recs:
         for tk in (ta, tb):
             ids = tk(r["solution"], add_special_tokens=False)["input_ids"]
             assert tk.decode(ids + [tk.eos_token_id], skip_special_tokens=True) == r["solution"]
-        la = len(ta(r["solution"], add_special_tokens=False)["input_ids"])
-        lb = len(tb(r["solution"], add_special_tokens=False)["input_ids"])
-        differ += la != lb
-    assert differ == len(recs)  # every response string has a different token count under each
+        na_tot += len(ta(r["solution"], add_special_tokens=False)["input_ids"])
+        nb_tot += len(tb(r["solution"], add_special_tokens=False)["input_ids"])
+    # two subword tokenizers of comparable granularity: the re-tokenized length ratio of the reference responses
+    # lies in [0.85, 1.18] both ways (DeepSeek's vs SmolLM2's tokenizer on MATH500 solutions: 0.86)
+    assert 0.85 <= nb_tot / na_tot <= 1.18 and 0.85 <= na_tot / nb_tot <= 1.18, nb_tot / na_tot
+    # different vocabularies and merges: the same string gets different ids, the vocabularies differ in content
+    sol = recs[0]["solution"]
+    assert ta(sol, add_special_tokens=False)["input_ids"] != tb(sol, add_special_tokens=False)["input_ids"]
+    assert set(ta.get_vocab()) != set(tb.get_vocab()) and len(ta) != len(tb)
     prompt = PromptSpec().text("8*9+4=?", ta)
     assert prompt.endswith("within \\boxed{}.\n") and "8*9+4=?" in prompt
     na, nb = len(PromptSpec().encode("8*9+4=?", ta)), len(PromptSpec().encode("8*9+4=?", tb))
-    assert na <= 7 and nb <= 11, (na, nb)  # the suffix: learned BPE merge (a), one added token (b)
-    assert len(ta("\\boxed{12}", add_special_tokens=False)["input_ids"]) < 6
-    assert len(tb("\\boxed{12}", add_special_tokens=False)["input_ids"]) == 10  # one per character
+    assert na <= 10 and nb <= 10, (na, nb)  # the suffix: two learned merges (a), one added token (b)
+    # \boxed{ is split comparably: a keeps the command whole (" \boxed", "{"), b splits at punctuation
+    assert ta.tokenize(" \\boxed{") == ["Ġ\\boxed", "{"]
+    assert tb.tokenize(" \\boxed{") == ["Ġ\\", "boxed", "{"]
     for tk in (ta, tb):
         assert tk.eos_token and tk.pad_token and tk.padding_side == "left"
         assert not getattr(tk, "chat_template", None)
@@ -197,8 +203,8 @@ def test_sft_lowers_loss_and_mixes_specialise(built):
 
     _, paths = built
     rec = tiny.Recipe.reduced()
-    fam_a = {f: 1.0 for f, w in rec.stage_a.families.items() if w == 1.0}
-    fam_b = {f: 1.0 for f, w in rec.stage_b.families.items() if w == 1.0}
+    fam_a = {f: 1.0 for f, w in rec.stage_a.families.items() if w >= 1.0}
+    fam_b = {f: 1.0 for f, w in rec.stage_b.families.items() if w >= 1.0}
     assert not set(fam_a) & set(fam_b)
     lv = {1: 1.0, 2: 1.0, 3: 1.0}
     loss = {}
@@ -221,12 +227,16 @@ def test_check_and_main_json_last_line(built, capsys):
         assert 0.0 <= props[r]["pass1"] <= 1.0 and 0.0 <= props[r]["all_fail"] <= 1.0
     assert 0.0 <= props["comp_a_fail_b_mixed"] <= 1.0
     assert set(tiny.targets_met(props)) == {"a_pass1", "a_all_fail", "b_pass1", "b_all_fail",
-                                            "comp_a_fail_b_mixed", "comp_b_fail_a_mixed"}
+                                            "comp_a_fail_b_mixed", "comp_b_fail_a_mixed", "comp_one_way_20",
+                                            "a_blind_spot", "b_blind_spot"}
+    fams = props["families"]  # per family, recomputed here from the per-family all-fail shares
+    assert set(fams) <= set(syn.FAMILIES) and sum(v["n_prompts"] for v in fams.values()) == 16
     capsys.readouterr()
     tiny.tiny_main(check=True, cache_dir=d, seed=0, recipe=tiny.Recipe.reduced(), num_prompts=8, n=2, heldout=0)
     out = capsys.readouterr().out.strip().splitlines()
     last = json.loads(out[-1])
     assert "comp_a_fail_b_mixed" in last and "a" in last and "targets_met" in last
+    assert set(last["blind_spots"]) == {"a", "b"} and "families" in last
 
 
 # ----------------------------------------------------------------------------------------------------

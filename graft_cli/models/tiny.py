@@ -4,14 +4,16 @@
 3B models on MATH; here :func:`build_tiny` builds, in a few minutes on 2 CPU cores,
 
 * ``a``: a ``Qwen3ForCausalLM`` (hidden 192, 4 layers, 4 query / 2 KV heads, MLP 576, tied
-  embeddings; 1.83M parameters) with a **byte-level BPE** tokenizer whose pre-tokenizer isolates
-  every digit (arithmetic needs digit-aligned tokens) but merges everything else freely, so the
-  constant prompt suffix collapses into one learned token;
-* ``b``: a ``LlamaForCausalLM`` (hidden 192, 4 layers, 4/4 heads, MLP 512, tied; 1.79M) with a
-  **character-level** tokenizer (printable ASCII, one token per character) plus the constant prompt
-  suffix as one added (non-special) token, so prompts stay short, while every response string gets
-  a different (longer) token count and entirely different ids than under ``a``'s tokenizer
-  (``\\boxed{`` alone is 1 token under ``a``, 7 under ``b``);
+  embeddings; 1.83M parameters) with a Qwen-style **byte-level BPE** (single digits, merges free across
+  punctuation, a LaTeX command kept whole: ``\\boxed{`` is 2 tokens; vocabulary 324);
+* ``b``: a ``LlamaForCausalLM`` (hidden 192, 4 layers, 4/4 heads, MLP 512, tied; 1.83M) with a GPT-2 /
+  Llama-3-style **byte-level BPE** (single digits, the GPT-2 pre-tokenizer regex: ``\\boxed{`` is 3
+  tokens; vocabulary 308), trained on a differently seeded corpus, plus the constant prompt suffix as
+  one added token. The two vocabularies and merge lists differ, but the granularity is that of two real
+  subword tokenizers: a reference response re-tokenized from ``a`` to ``b`` is ~1.06x as long
+  (DeepSeek's vs SmolLM2's tokenizer on MATH500 solutions: 0.86x), so GRAFT's per-token compatibility
+  score compares like with like (a character-level ``b``, this pair's first version, made it 1.5x
+  and pulled ``a``'s scores down);
 * ``teacher``: model ``a`` trained longer (continued SFT on a balanced, harder mix) — same
   architecture and tokenizer as ``a``, stronger everywhere: the on-policy distillation teacher;
 * ``junior``: an early snapshot of ``a``'s SFT run — same tokenizer as ``a``, clearly weaker but
@@ -22,20 +24,23 @@ workers, under 5 minutes), so model size trades against SFT steps. In calibratio
 time (~270 s), a 3.2M model (hidden 256) reached pass@1 0.13-0.16 after 560 steps while the 1.8M
 model (hidden 192) reached 0.33-0.37 after 840 steps; smaller models also make RL steps cheaper.
 
-Complementarity by construction, properties by measurement
------------------------------------------------------------
+Structural complementarity by construction, properties by measurement
+---------------------------------------------------------------------
 The two bases are pretrained (SFT on worked solutions, loss on response tokens + EOS only) with
-*different skill mixes* over the synthetic task's six families (:mod:`graft_cli.data.synthetic`):
-``a`` mostly sees the additive families, ``b`` mostly the multiplicative ones. Each model then
-partly solves the other's strong families, which is what cross-model exchange needs: prompts on
-which one model never succeeds but the other sometimes does. :func:`check_tiny` measures it
-(pass@1, all-fail share, complementarity both ways) with the project's own rollout engine and
-math-verify reward on the training distribution; ``graft tiny build --check`` prints it.
+*different skill mixes* over the synthetic task's six families (:mod:`graft_cli.data.synthetic`), and
+each has a **structural blind spot**, as the paper's pairs do (SmolLM3 solves 47.9% of Qwen3's all-fail
+prompts): ``a`` almost never sees fractions (``frac`` weight 0.01) and ``b`` almost never sees linear
+equations (``lin`` 0.01), while each is trained hard on the other's blind family (``b``: ``frac`` 1.6;
+``a``: ``lin`` 1.0). At the start of RL each model all-fails most prompts of its blind family and the
+peer's group is mixed on a large share of them: exactly the prompts GRAFT grafts on. :func:`check_tiny`
+measures it (pass@1, all-fail share, complementarity both ways, and per family:
+:func:`family_complementarity`, :func:`blind_spots`) with the project's own rollout engine and math-verify
+reward on the training distribution; ``graft tiny build --check`` prints it.
 
 Speed and determinism
 ---------------------
-* Sequences are kept short (prompt + response + EOS: ~21 tokens on average under ``a``, ~31 under
-  ``b``; at most 33 / 42) because RL step time on a CPU is proportional to tokens.
+* Sequences are kept short (prompt + response + EOS: ~24 tokens on average under ``a`` and ``b``; at
+  most 36) because RL step time on a CPU is proportional to tokens.
 * The two tokenizer families train in two worker processes (``a`` then ``teacher``; ``b``), each
   pinned to **one thread** with deterministic ops, fixed ``torch.manual_seed`` and a data stream
   seeded from ``(seed, role)``: the same seed gives the same weight hashes whether the jobs run in
@@ -198,6 +203,7 @@ class Stage:
     clip: float = 1.0
 
 
+# The skill mixes (module docstring, "Structural complementarity"): each model's blind family at 0.01.
 _A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.01}
 _B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.01, "mul": 1.0, "two": 1.0, "frac": 1.6}
 _ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
@@ -212,9 +218,11 @@ class Recipe:
 
     Calibration (single-threaded SFT, pass@1 at T=1 on the training distribution): batch 32 beat 16
     and 64 per CPU-second; peak lr 3e-3 fell to pass@1 0.07 where 2e-3 gave 0.15 (3.2M model);
-    level weights 2:2:1 (facts first) and favoured:other family weights 1:0.4 keep both models in
-    the useful band with complementarity well above 10 % both ways. ``a`` then ``teacher`` (one
-    worker) and ``b`` (the other, longer sequences) take about the same CPU time."""
+    level weights 2:2:1 (facts first). Skill mixes (v2, one build each, measured with
+    ``check_tiny`` on 256-512 prompts): blind weights 0.03 left ``b`` solving linear equations too
+    often (all-fail 24%) and ``b``'s fractions at weight 1.0 too rarely mixed on ``a``'s all-fail
+    fraction prompts (29%); 0.01 and ``frac`` 1.6 gave both blind spots (README table). ``a`` then
+    ``teacher`` (one worker) and ``b`` (the other) take about the same CPU time."""
 
     shape_a: Shape = Shape("qwen3", 192, 4, 4, 2, 576)
     shape_b: Shape = Shape("llama", 192, 4, 4, 4, 512)
