@@ -202,7 +202,7 @@ class EvalConfig:
     tandem: bool = False  # `graft eval --run` also runs handoff robustness and legibility (tandem.md §2.10)
     junior: Optional[str] = None  # their junior model (default: the run's tandem junior, else tandem.junior)
     handoff_delimiter: str = "\n\n"  # the handoff evaluation's step end (strict alternation after it)
-    rescue: bool = False  # `graft eval --run` also re-draws the run's all-fail prompts at the last step (eval/rescue.py)
+    rescue: bool = False  # `graft eval --run` also re-draws the run's all-fail prompts at its last step (eval/rescue)
     rescue_cap: int = 128  # at most this many prompts per subset (admitted / not admitted); 0 = all
 
 

@@ -68,7 +68,6 @@ import math
 import os
 import random
 import shutil
-import string
 import sys
 import time
 from dataclasses import dataclass
@@ -885,7 +884,8 @@ def _families_table(props: dict):
               "a mixed | b all-fail"):
         t.add_column(c)
     for f, v in props["families"].items():
-        t.add_row(f, str(v["n_prompts"]), f"{props['a']['family_pass1'][f]:.3f}", f"{props['b']['family_pass1'][f]:.3f}",
+        fp = (props["a"]["family_pass1"][f], props["b"]["family_pass1"][f])
+        t.add_row(f, str(v["n_prompts"]), f"{fp[0]:.3f}", f"{fp[1]:.3f}",
                   f"{v['all_fail_a']:.3f}", f"{v['peer_mixed_a']:.3f}", f"{v['all_fail_b']:.3f}",
                   f"{v['peer_mixed_b']:.3f}")
     return t
