@@ -15,6 +15,7 @@ from conftest import ROOT
 from graft_cli.report import publish as PB
 
 CLAIMS_BODY = "### Claims\n\n| # | claim | verdict |\n|---|---|---|\n| 1 | GRAFT > GRPO | held |"
+FIGURE = "![family curves a](family_a.png)"
 
 
 def fake_study(root, verdict="held"):
@@ -23,7 +24,8 @@ def fake_study(root, verdict="held"):
     from graft_cli.report.claims import BEGIN, END
 
     open(os.path.join(rep, "report.md"), "w").write(f"# graft report\n\n{BEGIN}\n## Claims on this pair\n\n"
-                                                    f"{CLAIMS_BODY}\n{END}\n\n## Runs\n")
+                                                    f"{CLAIMS_BODY}\n\n{FIGURE}\n{END}\n\n## Runs\n")
+    open(os.path.join(rep, "family_a.png"), "wb").write(b"\x89PNG")
     open(os.path.join(rep, "tables.tex"), "w").write("\\begin{tabular}\\end{tabular}\n")
     json.dump({"claims": [{"key": "graft_beats_grpo", "verdict": verdict}, {"key": "gate", "verdict": "held"}]},
               open(os.path.join(rep, "claims.json"), "w"))
@@ -36,8 +38,8 @@ def test_copy_writes_the_report_and_its_provenance(tmp_path):
     out = fake_study(str(tmp_path / "study"))
     dest = str(tmp_path / "results" / "tiny")
     prov = PB.copy(out, dest, "make publish", 12.5)
-    assert sorted(os.listdir(dest)) == ["PROVENANCE.json", "claims.json", "plan_tiny.md", "plots", "report.md",
-                                        "tables.tex"]
+    assert sorted(os.listdir(dest)) == ["PROVENANCE.json", "claims.json", "family_a.png", "plan_tiny.md", "plots",
+                                        "report.md", "tables.tex"]
     got = json.load(open(os.path.join(dest, "PROVENANCE.json")))
     assert got == prov and got["command"] == "make publish" and got["wall_min"] == 12.5
     assert got["machine"]["cpus"] == os.cpu_count() and "torch" in got["machine"]
@@ -56,6 +58,14 @@ def test_readme_block_is_rendered_from_the_published_files(tmp_path):
     assert PB.update_readme(str(readme), dest, check=True)
     assert CLAIMS_BODY in text and "3.0 min" in text and "`make publish`" in text and text.endswith("\nrest\n")
     assert "## Claims on this pair" not in text  # the README gives its own heading
+    assert f"![family curves a]({dest}/family_a.png)" in text  # figures linked from the README's folder
+
+
+def test_relink_images_table():
+    for md, want in (("![a](x.png)", "![a](R/x.png)"), ("![b](plots/y.png)", "![b](R/plots/y.png)"),
+                     ("![c](https://h/z.png)", "![c](https://h/z.png)"), ("![d](/abs/z.png)", "![d](/abs/z.png)"),
+                     ("[link](x.png)", "[link](x.png)"), ("![e](doc.md)", "![e](doc.md)")):
+        assert PB.relink_images(md, "R") == want, md
 
 
 def test_compare_lists_changed_verdicts(tmp_path):

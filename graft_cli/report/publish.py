@@ -6,7 +6,7 @@ the README block that quotes it, so the two cannot drift apart.
     python -m graft_cli.report.publish compare PUBLISHED_CLAIMS NEW_CLAIMS
 
 ``copy`` takes a finished `graft reproduce --out OUT` folder: ``report.md``, ``tables.tex``, ``claims.json``,
-``plots/*.png``, the plan's results table, plus ``PROVENANCE.json`` (the command, the commit and whether the tree
+``plots/*.png`` and the report's own ``*.png`` (the mechanism plots), the plan's results table, plus ``PROVENANCE.json`` (the command, the commit and whether the tree
 was clean, the machine, the date, the wall time). ``readme`` rewrites the README block between
 ``<!-- published: DEST -->`` and ``<!-- /published -->`` from those files (``--check``: exit 1 when it differs:
 the test suite runs this). ``compare`` lists the claims whose verdict changed (exit 1 if any): the weekly
@@ -56,6 +56,8 @@ def copy(out: str, dest: str, command: str, wall_min: float | None = None) -> di
         shutil.copy2(os.path.join(rep, f), os.path.join(tmp, f))
     for png in glob.glob(os.path.join(rep, "plots", "*.png")):
         shutil.copy2(png, os.path.join(tmp, "plots", os.path.basename(png)))
+    for png in glob.glob(os.path.join(rep, "*.png")):  # the mechanism plots the claims section links to
+        shutil.copy2(png, os.path.join(tmp, os.path.basename(png)))
     for f in glob.glob(os.path.join(out, "plan_*.md")) + glob.glob(os.path.join(out, "plan_*.json")):
         shutil.copy2(f, os.path.join(tmp, os.path.basename(f)))
     prov = {"command": command, "commit": _git("rev-parse", "HEAD"), "clean_tree": _git("status", "--porcelain") == "",
@@ -80,6 +82,14 @@ def claims_section(dest: str) -> str:
     return "\n".join(lines).strip()
 
 
+def relink_images(md: str, dest: str) -> str:
+    """Image links of the report (relative to its folder) made relative to the README: ``](x.png)`` ->
+    ``](DEST/x.png)``; absolute and external links are left alone."""
+    import re
+
+    return re.sub(r"(!\[[^\]]*\]\()(?![a-z]+://|/)([^)]+\.png\))", lambda m: f"{m.group(1)}{dest}/{m.group(2)}", md)
+
+
 def readme_block(dest: str) -> str:
     prov = read_json(os.path.join(dest, "PROVENANCE.json"))
     m = prov.get("machine") or {}
@@ -87,7 +97,7 @@ def readme_block(dest: str) -> str:
     head = (f"Published in [`{dest}/`]({dest}/report.md) by `{prov.get('command')}` on {prov.get('date')}, commit "
             f"`{(prov.get('commit') or '?')[:10]}`{'' if prov.get('clean_tree') else ' (uncommitted changes)'}, "
             f"{m.get('cpus')} CPUs, torch {m.get('torch')}{wall}:")
-    return f"{head}\n\n{claims_section(dest)}"
+    return f"{head}\n\n{relink_images(claims_section(dest), dest)}"
 
 
 def update_readme(readme: str, dest: str, check: bool = False) -> bool:
