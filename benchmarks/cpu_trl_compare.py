@@ -1,16 +1,22 @@
-"""Seconds per GRPO step on CPU: graft's trainer vs TRL's ``GRPOTrainer``, same tiny model, batch and loss.
+"""GRPO step throughput on CPU: graft's trainer vs TRL's ``GRPOTrainer``, same tiny model, batch and loss.
 
-    pip install trl          # only for this benchmark (into .venv it adds trl alone; nothing else changes)
-    OMP_NUM_THREADS=2 python benchmarks/cpu_trl_compare.py [--prompts 16 --n 8 --new-tokens 48 --steps 3]
+    pip install trl          # only for this benchmark
+    python benchmarks/cpu_trl_compare.py --threads 2 --steps 3 --repeat 3
 
-Both sides run one full step per rollout batch: sample ``n`` completions for each of ``--prompts`` prompts
-(temperature 1, top-p 1, exactly ``--new-tokens`` tokens: the random model practically never emits EOS),
-grade them with graft's math-verify grader in-process, GRPO advantages (group mean/std), the DAPO token-mean
-PPO-clip loss (ε_low 0.2, ε_high 0.28, no KL: ``beta=0``), one AdamW step on the whole batch in one
-micro-batch. graft: ``Trainer.train_step`` (HF engine, trainer-recomputed old log-probs, update).
-TRL: ``GRPOTrainer.train`` with ``num_generations=n``, ``per_device_train_batch_size=prompts·n``,
-``gradient_accumulation_steps=1``, ``loss_type="dapo"``; time between ``on_step_begin`` and ``on_step_end``.
-The first step of each is a warm-up and is not counted.
+Both sides run full steps: sample ``n`` completions for each of ``--prompts`` prompts (temperature 1, top-p 1,
+at most ``--new-tokens`` new tokens), grade them with graft's math-verify grader in-process, GRPO advantages
+(group mean/std), the DAPO token-mean PPO-clip loss (ε_low 0.2, ε_high 0.28, no KL), one AdamW step on the
+whole batch. graft: ``Trainer.train_step`` (HF engine, trainer-recomputed old log-probs, update). TRL:
+``GRPOTrainer.train`` with ``num_generations=n``, ``per_device_train_batch_size=prompts·n``,
+``gradient_accumulation_steps=1``, ``loss_type="dapo"``.
+
+Fair comparison: the two sides may generate different numbers of tokens (EOS ends a completion early), so the
+figure of merit is **generated tokens per second of step time**; the printout has, per side and repeat, the
+generated tokens, the seconds of rollout / scoring / update (graft: its ``time/*`` metrics; TRL: wall time of
+``_generate_and_score_completions`` (rollout + reward + old log-probs) and of the optimisation part of the step
+(the rest)), tokens per second, and the ratio. ``--repeat K`` runs the sides alternately K times (fresh
+trainers, same seeds) and prints the min and median of each. The first step of every run is a warm-up and not
+counted. The versions of torch, transformers and TRL are printed with the figures.
 """
 
 from __future__ import annotations
@@ -36,27 +42,29 @@ def build(tmp: str, hidden: int, layers: int) -> tuple[str, str]:
     return model, data
 
 
-def graft_steps(model: str, data: str, out: str, a) -> list[float]:
+def graft_steps(model: str, data: str, out: str, a) -> list[dict]:
     from graft_cli import config as C
     from graft_cli.train.loop import Trainer
 
     cfg = C.compose(["pair=tiny", "method=grpo", f"policies=[{{name: a, model: '{model}'}}]", f"data.train={data}",
                      f"run.out={out}", f"data.prompt_batch={a.prompts}", f"algo.minibatch_prompts={a.prompts}",
                      f"rollout.n={a.n}", f"rollout.max_new_tokens={a.new_tokens}", "rollout.temperature=1.0",
-                     "rollout.top_p=1.0", "reward.num_workers=0", "optim.lr=1e-4", "optim.micro_batch_tokens=1000000",
-                     "run.device=cpu", "run.dtype=float32", "run.log_rollouts=false",
-                     f"rollout.max_batch={a.prompts * a.n}", "algo.log_entropy=true", "prompt.chat_template=none"])
+                     "rollout.top_p=1.0", "reward.num_workers=0", "optim.lr=1e-4", "run.device=cpu",
+                     "run.dtype=float32", "run.log_rollouts=false", f"rollout.max_batch={a.prompts * a.n}",
+                     "algo.log_entropy=true", "prompt.chat_template=none", *a.graft_override])
     tr = Trainer(cfg, out, progress=False)
-    times = []
+    steps = []
     for _ in range(a.steps + 1):
         t = time.perf_counter()
-        tr.train_step()
-        times.append(time.perf_counter() - t)
+        row = tr.train_step()[0]
+        dt = time.perf_counter() - t
+        steps.append({"s": dt, "tokens": int(row["num_tokens"]), "rollout_s": row["time/rollout"] + row["time/reward"],
+                      "score_s": row["time/old_logprob"], "update_s": row["time/update"]})
     tr.close()
-    return times[1:]
+    return steps[1:]
 
 
-def trl_steps(model: str, data: str, out: str, a) -> list[float]:
+def trl_steps(model: str, data: str, out: str, a) -> list[dict]:
     import json as _json
 
     from datasets import Dataset
@@ -72,18 +80,23 @@ def trl_steps(model: str, data: str, out: str, a) -> list[float]:
     rows = [_json.loads(x) for x in open(data)]
     ds = Dataset.from_list([{"prompt": spec.text(r["problem"], tok), "answer": r["answer"]} for r in rows])
     grader = MathVerifyGrader(num_workers=0)
+    gen = {"s": 0.0, "tokens": 0}
 
     def reward(completions, answer, **_):
         return [float(x) for x in grader.grade(list(completions), list(answer)).rewards]
 
     class Timer(TrainerCallback):
-        times: list[float] = []
+        def __init__(self):
+            self.steps: list[dict] = []
 
         def on_step_begin(self, args, state, control, **kw):
+            gen["s"], gen["tokens"] = 0.0, 0
             self.t = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
-            self.times.append(time.perf_counter() - self.t)
+            dt = time.perf_counter() - self.t
+            self.steps.append({"s": dt, "tokens": gen["tokens"], "rollout_s": gen["s"], "score_s": None,
+                               "update_s": dt - gen["s"]})
 
     cfg = GRPOConfig(output_dir=out, per_device_train_batch_size=a.prompts * a.n, gradient_accumulation_steps=1,
                      num_generations=a.n, max_completion_length=a.new_tokens, temperature=1.0, top_p=1.0,
@@ -94,9 +107,28 @@ def trl_steps(model: str, data: str, out: str, a) -> list[float]:
     timer = Timer()
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model), reward_funcs=reward, args=cfg,
                           train_dataset=ds, processing_class=tok, callbacks=[timer])
+    inner = trainer._generate_and_score_completions  # rollout + reward + old log-probs of one step
+
+    def timed(*args, **kw):
+        t = time.perf_counter()
+        out_ = inner(*args, **kw)
+        gen["s"] += time.perf_counter() - t
+        mask = out_.get("completion_mask") if isinstance(out_, dict) else None
+        gen["tokens"] += int(mask.sum()) if mask is not None else 0
+        return out_
+
+    trainer._generate_and_score_completions = timed
     trainer.train()
     grader.close()
-    return timer.times[1:]
+    return timer.steps[1:]
+
+
+def summary(steps: list[dict]) -> dict:
+    tok = sum(s["tokens"] for s in steps)
+    sec = sum(s["s"] for s in steps)
+    return {"s_per_step": sec / len(steps), "tokens_per_step": tok / len(steps), "tokens_per_s": tok / sec,
+            "rollout_s": statistics.mean(s["rollout_s"] for s in steps),
+            "update_s": statistics.mean(s["update_s"] for s in steps)}
 
 
 def main(argv=None):
@@ -108,6 +140,8 @@ def main(argv=None):
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "2")))
+    ap.add_argument("--repeat", type=int, default=1, help="alternate the two sides this many times")
+    ap.add_argument("--graft-override", action="append", default=[], help="extra graft config key=value")
     a = ap.parse_args(argv)
     import torch
     import transformers
@@ -117,20 +151,40 @@ def main(argv=None):
         import trl
     except ImportError:
         sys.exit("this benchmark needs TRL: pip install trl")
+    runs = {"graft": [], "trl": []}
     with tempfile.TemporaryDirectory() as tmp:
         model, data = build(tmp, a.hidden, a.layers)
         from transformers import AutoModelForCausalLM
 
         nparam = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model).parameters())
-        print(f"torch {torch.__version__}  transformers {transformers.__version__}  trl {trl.__version__}  "
-              f"threads {a.threads}  model {nparam / 1e6:.2f}M params (Qwen3, hidden {a.hidden}, {a.layers} layers)")
-        print(f"batch: {a.prompts} prompts x {a.n} samples x {a.new_tokens} new tokens; {a.steps} timed steps")
-        g = graft_steps(model, data, os.path.join(tmp, "graft"), a)
-        t = trl_steps(model, data, os.path.join(tmp, "trl"), a)
-    res = {"graft_s_per_step": statistics.mean(g), "trl_s_per_step": statistics.mean(t), "graft_steps": g,
-           "trl_steps": t}
-    print(f"graft  {res['graft_s_per_step']:.2f} s/step  ({', '.join(f'{x:.2f}' for x in g)})")
-    print(f"TRL    {res['trl_s_per_step']:.2f} s/step  ({', '.join(f'{x:.2f}' for x in t)})")
+        head = (f"torch {torch.__version__}  transformers {transformers.__version__}  trl {trl.__version__}  "
+                f"threads {a.threads}  model {nparam / 1e6:.2f}M params (Qwen3, hidden {a.hidden}, "
+                f"{a.layers} layers)\n"
+                f"batch: {a.prompts} prompts x {a.n} samples x <= {a.new_tokens} new tokens; {a.steps} timed steps "
+                f"after one warm-up, {a.repeat} repeat(s), sides alternating")
+        print(head, flush=True)
+        for k in range(a.repeat):
+            runs["graft"].append(summary(graft_steps(model, data, os.path.join(tmp, f"graft{k}"), a)))
+            runs["trl"].append(summary(trl_steps(model, data, os.path.join(tmp, f"trl{k}"), a)))
+            g, t = runs["graft"][-1], runs["trl"][-1]
+            print(f"repeat {k + 1}: graft {g['tokens_per_step']:.0f} tok/step {g['s_per_step']:.2f} s/step "
+                  f"{g['tokens_per_s']:.0f} tok/s | TRL {t['tokens_per_step']:.0f} tok/step {t['s_per_step']:.2f} "
+                  f"s/step {t['tokens_per_s']:.0f} tok/s | ratio {g['tokens_per_s'] / t['tokens_per_s']:.2f}",
+                  flush=True)
+    print("| side | generated tokens / step | s / step (min, median) | rollout s | update s "
+          "| tokens / s (min, median) |")
+    print("|---|---|---|---|---|---|")
+    for side, rs in runs.items():
+        tps = [r["tokens_per_s"] for r in rs]
+        sps = [r["s_per_step"] for r in rs]
+        print(f"| {side} | {statistics.median(r['tokens_per_step'] for r in rs):.0f} | {min(sps):.2f}, "
+              f"{statistics.median(sps):.2f} | {statistics.median(r['rollout_s'] for r in rs):.2f} | "
+              f"{statistics.median(r['update_s'] for r in rs):.2f} | {min(tps):.0f}, {statistics.median(tps):.0f} |")
+    ratio = statistics.median(runs["graft"][i]["tokens_per_s"] / runs["trl"][i]["tokens_per_s"]
+                              for i in range(a.repeat))
+    print(f"graft / TRL generated tokens per second (median over repeats): {ratio:.2f}")
+    res = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
+           "threads": a.threads, "runs": runs, "ratio_tokens_per_s": ratio}
     print("JSON " + json.dumps(res))
     return res
 

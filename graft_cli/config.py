@@ -80,6 +80,7 @@ class RunConfig:
     device: str = "auto"
     dtype: str = "float32"
     threads: Optional[int] = None  # torch CPU threads
+    policy_workers: int = 0  # policies stepped in parallel threads (1: one after the other; 0: auto, train/parallel)
     loggers: list = field(default_factory=lambda: ["jsonl"])  # + tensorboard, wandb (graft_cli/train/trackers.py)
     wandb_project: str = "graft"
     wandb_mode: str = "online"  # online | offline (no network; `wandb sync` later) | disabled
@@ -174,6 +175,7 @@ class OptimConfig:
     eps: float = 1e-8
     max_grad_norm: float = 1.0
     micro_batch_tokens: int = 16384  # token budget per forward/backward micro-batch
+    sort_micro_batches: bool = False  # update: rows of a minibatch sorted by length into micro-batches (less padding)
     chunk_tokens: int = 4096  # LM-head rows per chunk in the log-prob computation
     gradient_checkpointing: bool = False
     on_nonfinite: str = "stop"  # a non-finite log-prob, loss or gradient norm: stop (one line) | skip the update
@@ -499,6 +501,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(e.every >= 0, "eval.every", "must be >= 0 (0 = no validation)")
     _check(e.samples >= 1, "eval.samples", "must be >= 1")
     _check(e.runs >= 1, "eval.runs", "must be >= 1")
+    _check(cfg.run.policy_workers >= 0, "run.policy_workers", "must be >= 0 (0 = auto, 1 = sequential)")
     _check(e.rescue_cap >= 0, "eval.rescue_cap", "must be >= 0 (0 = every event)")
     _check(e.max_new_tokens is None or e.max_new_tokens >= 1, "eval.max_new_tokens", "must be >= 1")
     _check(e.temperature >= 0, "eval.temperature", "must be >= 0")

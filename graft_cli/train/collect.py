@@ -6,7 +6,8 @@ the trainer's data cursor and samples through ``trainer.rollout_policy(i, policy
 seeds depend on (run seed, step, policy, round) only, so a resumed run collects exactly what the
 uninterrupted one would.
 
-- ``single``: one prompt batch, every policy samples it (GRPO, GRAFT: the policies share the prompts).
+- ``single``: one prompt batch, every policy samples it (GRPO, GRAFT: the policies share the prompts); the
+  policies sample in parallel threads when the trainer has a pool of them (``run.policy_workers``).
 - ``dynamic``: DAPO's dynamic sampling (verl ``algorithm.filter_groups``; baselines.md §4): groups whose
   rewards are all equal (the ``acc`` metric: all correct or all wrong) are dropped, and further prompt
   batches are drawn and sampled until every policy holds ``data.prompt_batch`` informative groups or
@@ -45,10 +46,11 @@ class SingleRound:
     def collect(self, trainer):
         idx = trainer.sampler.next()
         problems = [trainer.problems[i] for i in idx]
-        steps, rows = {}, {}
-        for i, (name, pol) in enumerate(trainer.policies.items()):
-            steps[name], rows[name] = trainer.rollout_policy(i, pol, problems)
-        return steps, rows
+        items = list(trainer.policies.items())
+        pool = getattr(trainer, "pool", None)  # policies in parallel threads (train/parallel.py)
+        run = lambda i: trainer.rollout_policy(i, items[i][1], problems)
+        out = pool.map(run, range(len(items))) if pool is not None else [run(i) for i in range(len(items))]
+        return {n: o[0] for (n, _), o in zip(items, out)}, {n: o[1] for (n, _), o in zip(items, out)}
 
 
 @COLLECTORS.register("dynamic")

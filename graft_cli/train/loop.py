@@ -44,6 +44,7 @@ from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.batch import minibatch_schedule
 from graft_cli.train.collect import collector_for
+from graft_cli.train.parallel import LockedGrader, PolicyPool, resolve_workers
 from graft_cli.train.sources import STEP_SOURCES
 from graft_cli.train.trackers import TRACKERS, Trackers
 
@@ -238,7 +239,9 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
             local = d.shard(mb)
             lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in local]
             total = 0.0
-            micros = micro_batches(lengths, o.micro_batch_tokens)
+            order = sorted(range(len(local)), key=lambda i: lengths[i]) if o.sort_micro_batches else \
+                list(range(len(local)))  # sorted: each micro-batch pads to a length close to its rows'
+            micros = [[order[i] for i in m] for m in micro_batches([lengths[i] for i in order], o.micro_batch_tokens)]
             micros += [None] * ((d.max_int(len(micros)) if d.fsdp else len(micros)) - len(micros))
             for micro in micros:
                 dummy = micro is None  # FSDP: ranks with fewer micro-batches run zero-weight passes
@@ -383,6 +386,13 @@ class Trainer:
         rc = cfg.reward
         self.grader = REWARDS.get(rc.name)(num_workers=rc.num_workers, timeout_s=rc.timeout_s, chunk_size=rc.chunk_size,
                                            sci_notation=rc.sci_notation, memory_mb=rc.memory_mb)
+        first = next(iter(self.policies.values()))
+        self.policy_workers = resolve_workers(cfg.run.policy_workers, len(self.policies), torch.get_num_threads(),
+                                              next(first.model.parameters()).device.type, self.dist.enabled)
+        if self.policy_workers > 1:  # train/parallel.py: one policy per thread, the cores split between them
+            torch.set_num_threads(max(1, torch.get_num_threads() // self.policy_workers))
+            self.grader = LockedGrader(self.grader)
+        self.pool = PolicyPool(self.policy_workers)
         self.sources = {sc.name: STEP_SOURCES.get(sc.kind)(sc, self.grader, self.adv_fn, cfg.algo, cfg.run.seed)
                         for sc in cfg.sources}
         self.total_steps = cfg.run.steps or cfg.run.epochs * self.sampler.steps_per_epoch
@@ -536,9 +546,12 @@ class Trainer:
         t0 = time.perf_counter()
         batches, xmetrics = self.exchange.select(steps, ctx)
         t_x = time.perf_counter() - t0
-        rng = np.random.default_rng(step_seed(cfg.run.seed, self.step))
-        for name, pol in self.policies.items():
-            b = batches[name]
+        names = list(self.policies)
+
+        def train_one(i: int) -> None:  # one receiver: score, admit, frozen columns, token signals, update
+            name = names[i]
+            pol, b = self.policies[name], batches[name]
+            rng = np.random.default_rng([step_seed(cfg.run.seed, self.step), i])  # per policy (train/parallel.py)
             t0 = time.perf_counter()
             if cfg.algo.old_logprobs == "trainer" or any(s != "self" for s in b.source):
                 b.old_logprobs = score_logprobs(pol, b, cfg, self.dist)
@@ -569,6 +582,8 @@ class Trainer:
                 rows[name]["time/score_frozen"] = t2 - t_f
             if cfg.run.log_rollouts and self.dist.is_main:
                 self.log_rollouts(steps[name], peer_rows_per_prompt(b, len(steps[name].problems)))
+
+        self.pool.map(train_one, range(len(names)))
         self.step += 1
         dt = time.perf_counter() - t_start
         out = []
@@ -622,6 +637,7 @@ class Trainer:
                          protect)
 
     def close(self) -> None:
+        self.pool.close()
         close = getattr(self.grader, "close", None)
         if close:
             close()
@@ -693,7 +709,8 @@ def run_dir_for(cfg: C.Config) -> str:
 RESUME_MAY_DIFFER = {"run.steps", "run.resume", "run.keep_checkpoints", "run.save_every", "run.log_rollouts",
                      "run.loggers", "run.wandb_project", "run.wandb_mode", "run.log_every",
                      "reward.num_workers", "reward.memory_mb", "run.threads", "run.device", "run.keep_rollouts",
-                     "optim.on_nonfinite", "run.out", "run.name"}  # run.out, run.name: the run itself (it may move)
+                     "optim.on_nonfinite", "run.out", "run.name",  # run.out, run.name: the run itself (it may move)
+                     "run.policy_workers"}  # identical results (train/parallel.py)
 RESUME_MAY_DIFFER |= {f"eval.{k}" for k in ("every", "benchmarks", "data_dir", "samples", "runs", "max_new_tokens",
                                               "temperature", "top_p", "seed", "save_best")}  # validation only
 
