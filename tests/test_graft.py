@@ -370,6 +370,7 @@ def test_dropped_responses_leave_numerator_and_denominator(tok_char):
     assert len(out) == 3 and out.advantages == [1.0, -1.0, 0.5]
     assert out.weights[2] == pytest.approx(0.9048374180)
     assert met["graft/admitted"] == 1 and met["graft/dropped"] == 1
+    assert met["graft/grafted_share"] == pytest.approx(1 / 3)  # 1 admitted row of the 3 left in the batch
     assert met["graft/s_mean"] == pytest.approx((0.9048374180 + 0.6065306597) / 2)
     assert met["graft/w_mean"] == pytest.approx(0.9048374180)
     rows = [(o, [0.0] * len(o), a) for o, a in zip(out.old_logprobs, out.advantages)]

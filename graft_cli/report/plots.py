@@ -9,7 +9,10 @@
   ``graft/complementarity`` metric);
 * ``compat_hist.png`` — compatibility scores per direction (receiver ← peer). Per-response scores are not
   logged, so this is the distribution over steps of the per-step mean ``graft/s_mean`` (with the per-step
-  10th/90th percentiles ``graft/s_p10``/``graft/s_p90`` overlaid) and the gate floor δ as a line.
+  10th/90th percentiles ``graft/s_p10``/``graft/s_p90`` overlaid) and the gate floor δ as a line;
+* ``transfer_<run>.png`` — runs with three or more policies: the transfer matrix, grafted responses admitted
+  per step from each source (row) to each receiver (column), mean over steps (``graft/admitted/<source>``
+  on the receiver's metrics rows; :func:`transfer_matrix`).
 """
 
 from __future__ import annotations
@@ -193,6 +196,46 @@ def _delta_of(run) -> float | None:
         return None
 
 
+def transfer_matrix(rows: list[dict], names: list[str], key: str = "graft/admitted") -> np.ndarray:
+    """``M[s, r]`` = mean over the receiver's steps of ``<key>/<source>`` (0 where never logged)."""
+    idx = {n: i for i, n in enumerate(names)}
+    tot = np.zeros((len(names), len(names)))
+    cnt = np.zeros((len(names), len(names)))
+    for m in rows:
+        r = idx.get(str(m.get("policy")))
+        if r is None:
+            continue
+        for sname, s in idx.items():
+            v = m.get(f"{key}/{sname}")
+            if v is not None and s != r:
+                tot[s, r] += float(v)
+                cnt[s, r] += 1
+    return np.divide(tot, cnt, out=np.zeros_like(tot), where=cnt > 0)
+
+
+def plot_transfer(run, path) -> str | None:
+    names = [p["name"] for p in run.policies]
+    if len(names) < 3:
+        return None
+    M = transfer_matrix(run.train_rows(), names)
+    if not M.any():
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(1.2 * len(names) + 2.5, 1.2 * len(names) + 1.5))
+    im = ax.imshow(M, cmap="viridis")
+    ax.set_xticks(range(len(names)), names)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("receiver")
+    ax.set_ylabel("source")
+    for s in range(len(names)):
+        for r in range(len(names)):
+            ax.text(r, s, "—" if s == r else f"{M[s, r]:.1f}", ha="center", va="center",
+                    color="white" if M[s, r] < M.max() / 2 else "black")
+    fig.colorbar(im, ax=ax, label="admitted grafted responses per step")
+    ax.set_title(f"{run.name}: transfer matrix")
+    return _save(fig, path)
+
+
 def make_plots(runs, comp, out_dir: str, clip_steps: int = 48) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     made = [
@@ -202,6 +245,8 @@ def make_plots(runs, comp, out_dir: str, clip_steps: int = 48) -> list[str]:
         plot_complementarity(runs, comp, os.path.join(out_dir, "complementarity.png")),
         plot_compat_hist(runs, os.path.join(out_dir, "compat_hist.png")),
     ]
+    made += [plot_transfer(r, os.path.join(out_dir, f"transfer_{os.path.basename(r.path.rstrip('/'))}.png"))
+             for r in runs]
     return [p for p in made if p]
 
 

@@ -755,6 +755,13 @@ def _lock_run_dir(out: str) -> None:
     _LOCKS[out] = f
 
 
+def _unlock_run_dir(out: str) -> None:
+    """Release this process's lock of ``out`` (a run that ended: the same process may train it again)."""
+    f = _LOCKS.pop(out, None)
+    if f is not None:
+        f.close()
+
+
 def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> str:
     """Run (or resume) a training run; returns the run directory. ``after_step`` hooks are called as
     ``hook(trainer, cfg, run_dir, console)`` after every step and may return metrics rows to log (the CLI
@@ -825,6 +832,7 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> 
                 trackers.close()
     finally:
         trainer.close()
+        _unlock_run_dir(out)
     if is_main:
         console.print(f"run directory: {out} ({disk_use(out) / 2**20:.1f} MiB on disk)", soft_wrap=True)
     return out

@@ -55,8 +55,10 @@ source the trainer owns (graft_cli/train/sources.py).
 **N ≥ 2 policies** (:func:`plan_exchange`). Every ordered pair (S, R) has its candidate set; balancing is
 per unordered pair, ``m_{SR} = min(|C_{S→R}|, |C_{R→S}|)``, each direction selecting with ties as above.
 A receiver prompt offered by several sources takes the group of the source with the most successes
-``k_S(q)``, ties to the lower policy index (config order). With exactly two policies this is the pair
-algorithm.
+``k_S(q)``, ties to the lower policy index (config order): the default N-peer rule ``n_peer: best_source``;
+``round_robin`` deals contested prompts to the sources in turn and ``pooled_donor`` balances each
+receiver's intake against its total outflow instead of per pair (:mod:`~graft_cli.algorithms.exchange.selection`).
+With exactly two policies every rule is the pair algorithm.
 
 **Design variants** (graft.md §3) are ``exchange.params`` keys (see :data:`DEFAULTS`):
 
@@ -94,7 +96,7 @@ from graft_cli.algorithms.exchange.gates import (ADMISSIONS, GATES, compatibilit
 from graft_cli.algorithms.exchange.replacement import (REPLACEMENTS, ReceiverContext,  # noqa: F401
                                                        hacpo_advantages, hacpo_capability, own_group_rows,
                                                        peer_group_rows, pooled_advantages)
-from graft_cli.algorithms.exchange.selection import (SELECTIONS, Plan, balanced_pair,  # noqa: F401
+from graft_cli.algorithms.exchange.selection import (N_PEER_RULES, SELECTIONS, Plan, balanced_pair,  # noqa: F401
                                                      complementarity, plan_exchange, select_with_ties, trigger,
                                                      trigger_sgt)
 from graft_cli.batch import PolicyStep, TrainBatch
@@ -107,6 +109,7 @@ DEFAULTS: dict = {
     "gate": "floor",  # registered gate: floor | none
     "cap": True,  # min(s, 1) in w
     "selection": "balanced",  # registered selection rule: balanced | unbalanced | sgt | random | all
+    "n_peer": "best_source",  # N >= 3 policies: best_source | round_robin | pooled_donor (selection.py)
     "admission": "gate",  # registered admission: gate | random
     "mode": "replace",  # registered replacement mode: replace | pooled | sft | hacpo
     "peer_responses": "all",  # all | success
@@ -124,7 +127,8 @@ CHOICES = {
     "peer_logprobs": ("sampler", "recompute"),
     "hacpo_peer_elsewhere": ("zero", "drop"),
 }
-REGISTERED = {"gate": GATES, "selection": SELECTIONS, "admission": ADMISSIONS, "mode": REPLACEMENTS}
+REGISTERED = {"gate": GATES, "selection": SELECTIONS, "admission": ADMISSIONS, "mode": REPLACEMENTS,
+              "n_peer": N_PEER_RULES}
 MODE_LOSSES = {"sft": ("ppo_token_nll",), "hacpo": ("hacpo_peer",)}
 
 
@@ -147,6 +151,9 @@ def options(params: dict, extra_keys: tuple = (), defaults: dict | None = None) 
         out[k] = v
     if out["hacpo_window"] < 1:
         raise GraftError("config key 'exchange.params.hacpo_window': must be >= 1")
+    if out.get("n_peer") == "pooled_donor" and out.get("selection") != "balanced":
+        raise GraftError("config key 'exchange.params.n_peer': pooled_donor balances each receiver's intake against "
+                         f"its outflow and needs selection balanced, got {out.get('selection')!r}")
     if not 0 < out["hacpo_c_min"] <= out["hacpo_c_max"]:
         raise GraftError("config key 'exchange.params.hacpo_c_min': need 0 < hacpo_c_min <= hacpo_c_max")
     return out
@@ -247,7 +254,7 @@ class GraftExchange(Exchange):
         names = list(steps)
         B = len(steps[names[0]].problems)
         return plan_exchange([steps[nm].k for nm in names], [steps[nm].n for nm in names], self.opts["selection"],
-                             ctx.seed, B, directions)
+                             ctx.seed, B, directions, self.opts["n_peer"])
 
     def select(self, steps: dict[str, PolicyStep], ctx: ExchangeContext):
         """Every receiver's batch; the receivers are ``ctx.receivers`` (the trained policies; default every
@@ -326,12 +333,13 @@ class GraftExchange(Exchange):
         Dropped rows leave the batch (loss numerator and denominator)."""
         o = self.opts
         peer = [i for i, s in enumerate(batch.source) if s == "peer"]
+        names = list(ctx.tokenizers)
+        per_source = {f"graft/admitted/{sn}": 0 for sn in names if sn != name} if len(names) > 2 else {}
         if not peer:
-            return batch, {"graft/admitted": 0, "graft/dropped": 0}
+            return batch, {"graft/admitted": 0, "graft/dropped": 0, "graft/grafted_share": 0.0, **per_source}
         nsc = batch.extra.get("n_scored", [None] * len(batch))
         s = [compatibility(batch.old_logprobs[i], nsc[i] if nsc[i] is not None else len(batch.response_ids[i]),
                            batch.source_logp_mean[i]) for i in peer]
-        names = list(ctx.tokenizers)
         idx = 1 + (names.index(name) if name in names else 0)
         w, keep = ADMISSIONS.get(o["admission"])(s, o, lambda: self._rng(ctx, idx, 7))
         weights = list(batch.weights)
@@ -355,5 +363,10 @@ class GraftExchange(Exchange):
             "graft/s_p90": _pct(fin, 90),
             "graft/w_mean": float(np.mean(adm_w)) if adm_w else math.nan,
             "graft/frac_admitted": float(sum(keep)) / len(keep),
+            "graft/grafted_share": float(sum(keep)) / max(len(out), 1),  # of the receiver's batch rows
         }
+        srcs = batch.extra.get("src_policy", [None] * len(batch))
+        for key in per_source:  # per source: the transfer matrix of the report (row: source, column: receiver)
+            sn = key.rsplit("/", 1)[1]
+            met[key] = int(sum(1 for i, ki in zip(peer, keep) if ki and srcs[i] == sn))
         return out, met

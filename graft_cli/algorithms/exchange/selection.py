@@ -15,8 +15,23 @@ i's success counts per prompt and ``ns[i]`` its group size (``m`` is None for un
 - ``random`` ("random prompts"): as many prompts as ``balanced`` selects, uniformly without replacement over
   the whole batch, from ``np.random.default_rng([seed, s, r])``.
 
-:func:`plan_exchange` applies a rule to every direction and resolves a receiver prompt offered by several
-sources (N ≥ 2 policies): the source with the most successes k_S(q), ties to the lower policy index.
+:func:`plan_exchange` applies a rule to every direction and, with N ≥ 3 policies, the **N-peer rule**
+(registry ``N_PEER_RULES``, ``exchange.params.n_peer``) decides how a receiver's prompts are shared among
+several sources. The GRAFT paper has two models only and leaves N > 2 to future work; these rules are this
+project's, each documented here and worked by hand in tests/test_npeer.py. With two policies all three are
+the pair algorithm.
+
+- ``best_source`` (default): every ordered pair is balanced on its own (``m_{SR} = min(|C_{S→R}|, |C_{R→S}|)``,
+  SelectWithTies); a receiver prompt offered by several sources takes the source with the most successes
+  k_S(q), ties to the lower policy index.
+- ``round_robin``: the same pairwise selection; contested prompts (offered by ≥ 2 sources) are dealt in
+  prompt order to the offering sources in turn: a cursor runs over the other policies in index order, each
+  contested prompt goes to the first offering source at or after the cursor, which then moves past it.
+  Uncontested prompts go to their only source.
+- ``pooled_donor``: one balance per receiver instead of per pair, so that no model takes in more than it gives
+  out: intake I_R = {q : k_R(q) = 0 ∧ some S has 1 ≤ k_S(q) < n_S}, outflow O_R = {q : 1 ≤ k_R(q) < n_R ∧
+  some T has k_T(q) = 0}, ``m_R = min(|I_R|, |O_R|)``, SelectWithTies over I_R by the best offering source's
+  k, each prompt from that best source (ties to the lower index). Only with ``selection: balanced``.
 """
 
 from __future__ import annotations
@@ -118,9 +133,89 @@ class Plan:
     m: dict = field(default_factory=dict)  # (s, r) -> m of the pair (None when not balanced)
 
 
+N_PEER_RULES: Registry = Registry("N-peer rule")  # (ks, ns, selection, seed, B, dirs, plan) -> plan
+
+
+def _best(srcs: list[int], ks: list, q: int) -> int:
+    return min(srcs, key=lambda s: (-int(_ints(ks[s])[q]), s))
+
+
+def assign_best_source(offers: dict[int, list[int]], ks: list, r: int) -> dict[int, int]:
+    """Each offered prompt from the offering source with the most successes, ties to the lower index."""
+    return {q: _best(srcs, ks, q) for q, srcs in sorted(offers.items())}
+
+
+def assign_round_robin(offers: dict[int, list[int]], ks: list, r: int) -> dict[int, int]:
+    """Contested prompts dealt to the offering sources in turn (module docstring); uncontested ones to their
+    only source."""
+    others = [s for s in range(len(ks)) if s != r]
+    cursor, out = 0, {}
+    for q, srcs in sorted(offers.items()):
+        if len(srcs) == 1:
+            out[q] = srcs[0]
+            continue
+        for j in range(len(others)):
+            s = others[(cursor + j) % len(others)]
+            if s in srcs:
+                out[q] = s
+                cursor = (others.index(s) + 1) % len(others)
+                break
+    return out
+
+
+def _pairwise(assign, ks, ns, selection, seed, B, dirs, plan: Plan) -> Plan:
+    """Every direction selects with ``selection`` on its own; ``assign`` resolves prompts offered by several."""
+    offers: dict[int, dict[int, list[int]]] = {r: {} for r in plan.assign}
+    rule = SELECTIONS.get(selection)
+    for s, r in dirs:
+        cand, sel, m = rule(ks, ns, s, r, seed, B)
+        plan.candidates[(s, r)], plan.selected[(s, r)], plan.m[(s, r)] = cand, sel, m
+        for q in sel:
+            offers[r].setdefault(q, []).append(s)
+    for r in plan.assign:
+        plan.assign[r] = assign({q: sorted(v) for q, v in offers[r].items()}, ks, r)
+    return plan
+
+
+@N_PEER_RULES.register("best_source")
+def plan_best_source(ks, ns, selection, seed, B, dirs, plan: Plan) -> Plan:
+    return _pairwise(assign_best_source, ks, ns, selection, seed, B, dirs, plan)
+
+
+@N_PEER_RULES.register("round_robin")
+def plan_round_robin(ks, ns, selection, seed, B, dirs, plan: Plan) -> Plan:
+    return _pairwise(assign_round_robin, ks, ns, selection, seed, B, dirs, plan)
+
+
+@N_PEER_RULES.register("pooled_donor")
+def plan_pooled_donor(ks, ns, selection, seed, B, dirs, plan: Plan) -> Plan:
+    """``pooled_donor`` (module docstring): one balance per receiver against its total outflow."""
+    if selection != "balanced":
+        raise ValueError(f"n_peer pooled_donor balances intake against outflow; it needs selection balanced, "
+                         f"not {selection!r}")
+    N = len(ks)
+    K = [_ints(k) for k in ks]
+    for s, r in dirs:
+        plan.candidates[(s, r)] = trigger(ks[r], ks[s], ns[s])
+    for r in sorted({r for _, r in dirs}):
+        srcs = [s for s, rr in dirs if rr == r]
+        intake = sorted(set().union(*[set(plan.candidates[(s, r)]) for s in srcs]))
+        outflow = {q for q in range(len(K[r]))
+                   if 1 <= K[r][q] < ns[r] and any(K[t][q] == 0 for t in range(N) if t != r)}
+        m = min(len(intake), len(outflow))
+        best = {q: _best([s for s in srcs if q in plan.candidates[(s, r)]], ks, q) for q in intake}
+        k_best = [K[best[q]][q] if q in best else 0 for q in range(len(K[r]))]
+        for q in select_with_ties(intake, k_best, m):
+            plan.assign[r][q] = best[q]
+        for s in srcs:
+            plan.m[(s, r)] = m
+            plan.selected[(s, r)] = sorted(q for q, src in plan.assign[r].items() if src == s)
+    return plan
+
+
 def plan_exchange(ks: list, ns: list[int], selection: str = "balanced", seed: int = 0, batch_size: int | None = None,
-                  directions: list[tuple[int, int]] | None = None) -> Plan:
-    """The N-policy exchange plan (module docstring, "N ≥ 2 policies"). ``ks[i]`` are policy i's success
+                  directions: list[tuple[int, int]] | None = None, n_peer: str = "best_source") -> Plan:
+    """The N-policy exchange plan (module docstring, the N-peer rules). ``ks[i]`` are policy i's success
     counts per prompt, ``ns[i]`` its group size. ``directions`` restricts the (source, receiver) pairs that
     receive (default: every ordered pair); balancing still uses both directions' candidate counts.
     ``random`` draws, per direction, as many prompts as ``balanced`` selects, uniformly without
@@ -128,18 +223,7 @@ def plan_exchange(ks: list, ns: list[int], selection: str = "balanced", seed: in
     N = len(ks)
     B = batch_size if batch_size is not None else (len(_ints(ks[0])) if N else 0)
     dirs = directions if directions is not None else [(s, r) for r in range(N) for s in range(N) if s != r]
-    plan = Plan(assign={r: {} for r in range(N)})
-    offers: dict[int, dict[int, list[int]]] = {r: {} for r in range(N)}
-    rule = SELECTIONS.get(selection)
-    for s, r in dirs:
-        cand, sel, m = rule(ks, ns, s, r, seed, B)
-        plan.candidates[(s, r)], plan.selected[(s, r)], plan.m[(s, r)] = cand, sel, m
-        for q in sel:
-            offers[r].setdefault(q, []).append(s)
-    for r in range(N):
-        for q, srcs in sorted(offers[r].items()):
-            plan.assign[r][q] = min(srcs, key=lambda s: (-int(_ints(ks[s])[q]), s))
-    return plan
+    return N_PEER_RULES.get(n_peer)(ks, ns, selection, seed, B, dirs, Plan(assign={r: {} for r in range(N)}))
 
 
 def complementarity(k_recv, k_peers: list) -> float:
