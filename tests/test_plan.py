@@ -121,13 +121,14 @@ def test_ablate_unknown_sweep_is_one_line():
 def test_reproduce_dry_run_lists_plan(tmp_path):
     res = CliRunner().invoke(main, ["reproduce", "--pair", "tiny", "--dry-run", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    assert "tiny-grpo-s2" in res.output and "tiny-graft_stored-a-s0" in res.output
-    assert "checked when its partner has run" in res.output  # stored runs wait for their partner's logs
+    assert "tiny-grpo-s2" in res.output and "tiny-graft_nogate-s2" in res.output
     # the 60-minute plan names what it leaves out; the full plan runs every method config
     assert "method configs not in the plan: " in res.output and "graft_delta0p7" in res.output
     assert "--pair tiny_full" in res.output
     full = CliRunner().invoke(main, ["reproduce", "--pair", "tiny_full", "--dry-run", "--out", str(tmp_path)])
     assert full.exit_code == 0 and "tiny-graft_delta0p7-s0" in full.output
+    assert "tiny-graft_stored-a-s0" in full.output
+    assert "checked when its partner has run" in full.output  # stored runs wait for their partner's logs
     assert "method configs not in the plan" not in full.output
 
 
@@ -221,32 +222,33 @@ def test_execute_skips_finished_and_resumes_partial(tmp_path, monkeypatch):
 
 # -------------------------------------------------------------------------------------- reproduce plan
 def test_reproduce_plan_orders_partners_first_and_covers_the_study(tmp_path):
-    plan = P.load_reproduce("tiny")
-    keys = [r.key for r in plan.runs]
-    stored = [r for r in plan.runs if r.method == "graft_stored"]
+    full = P.load_reproduce("tiny_full")
+    keys = [r.key for r in full.runs]
+    stored = [r for r in full.runs if r.method == "graft_stored"]
     assert {r.name for r in stored} == {"graft_stored-a", "graft_stored-b"}
     for r in stored:
         assert r.partner[0] == "grpo" and r.partner_key() == f"grpo-s{r.seed}"
         assert keys.index(r.partner_key()) < keys.index(r.key)
-        ov = plan.compose_overrides(r, str(tmp_path))
+        ov = full.compose_overrides(r, str(tmp_path))
         assert f"exchange.params.partner_run={tmp_path}/tiny-grpo-s{r.seed}" in ov
         assert f"exchange.params.partner_policy={r.partner[1]}" in ov
     assert {r.partner[1] for r in stored} == {"a", "b"}
+    # the 60-minute plan is the four claims: GRPO, GRAFT and w/o gate on 3 seeds, peer-first on one
+    plan = P.load_reproduce("tiny")
     seeds = {}
     for r in plan.runs:
         seeds.setdefault(r.name, []).append(r.seed)
-    assert sorted(seeds["grpo"]) == [0, 1, 2] and sorted(seeds["graft"]) == [0, 1, 2]
-    for name in ("grpo_n32", "graft_nogate", "graft_nofloor", "graft_first", "graft_uniform"):
-        assert name in seeds
-    # the 60-minute plan leaves out only GRAFT design variants and n=16; the full plan runs every registered
-    # method config (a new baseline joins with one line)
+    assert seeds == {"grpo": [0, 1, 2], "graft": [0, 1, 2], "graft_nogate": [0, 1, 2], "graft_first": [0]}
+    # the claims runs are evaluated at every kept checkpoint (the per-family curves) with the rescue re-draw
+    for r in plan.runs:
+        ev = plan.eval_for(r)
+        assert ev.steps == ("all" if r.name in ("grpo", "graft") else "last")
+        assert ("eval.rescue=true" in r.overrides) == (r.name in ("grpo", "graft"))
+    # the full plan runs every registered method config (a new baseline joins with one line)
     from graft_cli.plan.commands import unplanned_methods
 
-    others = ("grpo_n16", "grpo_kl", "grpo_dapo", "grpo_opd", "saf", "opd_only", "tandem")  # tiny_full, _saf, _tandem
-    assert all(m.startswith("graft_") or m in others for m in unplanned_methods(plan))
-    assert {"hacpo", "sgt"} <= {r.method for r in plan.runs}  # Table 1's baselines are in the 60-minute plan
-    full = P.load_reproduce("tiny_full")
     assert unplanned_methods(full) == [] and full.pair == "tiny" and full.name == "tiny_full"
+    assert {"hacpo", "sgt", "grpo_n32"} <= {r.method for r in full.runs}
     assert {r.key for r in plan.runs} <= {r.key for r in full.runs}
     assert (full.steps, full.overrides, full.eval) == (plan.steps, plan.overrides, plan.eval)
     assert plan.claims["baseline"] == "grpo" and plan.claims["no_gate"] == "graft_nogate"
@@ -409,3 +411,18 @@ def test_tiny_pair_is_pinned_for_a_plan(monkeypatch, tmp_path):
     plan = P.build_plan({"name": "p", "steps": 1, "runs": [{"name": "g", "method": "grpo"}]})
     with pytest.raises(GraftError, match="another build of the tiny pair"):
         X.execute(plan, str(tmp_path), progress=False)
+
+
+def test_per_run_eval_refines_the_plan_eval():
+    raw = {"name": "x", "pair": "tiny", "eval": {"steps": "last", "runs": 2, "samples": 4},
+           "runs": [{"name": "g", "method": "grpo", "eval": {"steps": "all", "samples": 8}},
+                    {"name": "h", "method": "graft"}]}
+    plan = P.build_plan(raw)
+    g, h = plan.runs
+    assert (plan.eval_for(g).steps, plan.eval_for(g).samples, plan.eval_for(g).runs) == ("all", 8, 2)
+    assert plan.eval_for(h) is plan.eval
+    bad = {**raw, "runs": [{"name": "g", "method": "grpo", "eval": {"stepz": 1}}]}
+    with pytest.raises(GraftError, match=r"runs\[0\]: eval: unknown key 'stepz'"):
+        P.build_plan(bad)
+    with pytest.raises(GraftError, match="eval must be a mapping"):
+        P.build_plan({**raw, "runs": [{"name": "g", "method": "grpo", "eval": "all"}]})

@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 import re
 
+import numpy as np
+
+from graft_cli.rundir import read_jsonl
+
 RUN_FILE_RE = re.compile(r"^(?P<bench>.+)_run(?P<run>\d+)\.jsonl$")
 STEP_DIR_RE = re.compile(r"^step_(\d{6,})$")
 
@@ -21,3 +25,47 @@ def step_dirs(policy_dir: str) -> dict[int, str]:
             if m and os.path.exists(os.path.join(policy_dir, d, "summary.json")):
                 out[int(m.group(1))] = os.path.join(policy_dir, d)
     return dict(sorted(out.items()))
+
+
+def eval_dir(run_dir: str, policy: str, step: int) -> str:
+    return os.path.join(run_dir, "eval", policy, f"step_{int(step):06d}")
+
+
+def _read_rows(path: str) -> list[dict] | None:
+    try:
+        return read_jsonl(path)
+    except (OSError, ValueError):
+        return None
+
+
+def read_problems(folder: str) -> tuple[dict[str, np.ndarray], list[float]]:
+    """Per benchmark the per-problem pass@1 (mean grade over every run and sample of problem ``problem_index``),
+    from ``<folder>/<bench>_run<k>.jsonl``; and the ``senior_frac`` of every row that has one. A benchmark
+    with an unreadable file, a malformed row or a problem index without rows is left out."""
+    if not os.path.isdir(folder):
+        return {}, []
+    files: dict[str, list[str]] = {}
+    for f in sorted(os.listdir(folder)):
+        m = RUN_FILE_RE.match(f)
+        if m:
+            files.setdefault(m["bench"], []).append(os.path.join(folder, f))
+    out, fracs = {}, []
+    for bench, paths in files.items():
+        grades: dict[int, list[float]] = {}
+        bench_fracs: list[float] = []
+        try:
+            for p in paths:
+                rows = _read_rows(p)
+                if rows is None:
+                    raise ValueError(p)
+                for r in rows:
+                    grades.setdefault(int(r["problem_index"]), []).append(float(r["grade"]))
+                    if r.get("senior_frac") is not None:
+                        bench_fracs.append(float(r["senior_frac"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not grades or min(grades) < 0 or sorted(grades) != list(range(max(grades) + 1)):
+            continue
+        out[bench] = np.array([np.mean(grades[i]) for i in range(len(grades))])
+        fracs += bench_fracs
+    return out, fracs

@@ -201,7 +201,7 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
     """The numbers :func:`judge` needs, from plan records (``graft_cli.plan.execute.execute``: name, seed,
     dir, scores): eval averages, per-problem pass@1 of the scored step (``eval/<policy>/step_N/``), per-step
     complementarity of the baseline runs and per-step peer clip ratios."""
-    from graft_cli.report.tandem_claims import eval_dir, read_problems
+    from graft_cli.eval.files import eval_dir, read_problems
 
     s = settings(cfg)
     pols: list[str] = []

@@ -6,8 +6,9 @@ the README block that quotes it, so the two cannot drift apart.
     python -m graft_cli.report.publish compare PUBLISHED_CLAIMS NEW_CLAIMS
 
 ``copy`` takes a finished `graft reproduce --out OUT` folder: ``report.md``, ``tables.tex``, ``claims.json``,
-``plots/*.png`` and the report's own ``*.png`` (the mechanism plots), the plan's results table, plus ``PROVENANCE.json`` (the command, the commit and whether the tree
-was clean, the machine, the date, the wall time). ``readme`` rewrites the README block between
+``plots/*.png`` and the report's own ``*.png`` (the mechanism plots), the plan's results table, plus
+``PROVENANCE.json`` (the command, the commit and whether the tree was clean, the machine, the date, the wall
+time). ``readme`` rewrites the README block between
 ``<!-- published: DEST -->`` and ``<!-- /published -->`` from those files (``--check``: exit 1 when it differs:
 the test suite runs this). ``compare`` lists the claims whose verdict changed (exit 1 if any): the weekly
 reproduction workflow fails on a changed verdict. ``make publish`` runs the study and the first two.

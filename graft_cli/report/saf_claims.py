@@ -17,11 +17,11 @@ with fewer than 2 seeds on a side. :func:`judge` is pure; :func:`measure` reads 
 
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
 
+from graft_cli.report.stats import T975, verdict, welch_interval  # noqa: F401 (re-exported)
 from graft_cli.rundir import atomic_write_json, read_metrics
 
 DEFAULTS = {"kind": "saf", "grpo": "grpo", "fixed": "grpo_opd", "saf": "saf", "opd_only": "opd_only",
@@ -30,38 +30,10 @@ PAPER = {"saf_beats_fixed": "SAF > fixed fusion in 6/6 settings, +0.51 to +2.70 
                             "[U]); 4B ablation: magnitude control alone 44.35% vs fixed fusion 44.38%",
          "fixed_collapses_entropy": "fixed fusion's entropy collapses early; SAF keeps entropy and response length "
                                     "higher (curves only, no numbers)"}
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
 def settings(cfg: dict | None) -> dict:
     return {**DEFAULTS, **(cfg or {})}
-
-
-def welch_interval(x: list[float], y: list[float]) -> tuple[float, float, float] | None:
-    """mean(x) − mean(y) and its 95% Welch t-interval (Welch–Satterthwaite df, t from a table, df rounded
-    down); None with fewer than 2 values on a side."""
-    if len(x) < 2 or len(y) < 2:
-        return None
-    mx, my = float(np.mean(x)), float(np.mean(y))
-    vx, vy = float(np.var(x, ddof=1)) / len(x), float(np.var(y, ddof=1)) / len(y)
-    d = mx - my
-    se = math.sqrt(vx + vy)
-    if se == 0:
-        return d, d, d
-    df = (vx + vy) ** 2 / ((vx ** 2) / (len(x) - 1) + (vy ** 2) / (len(y) - 1))
-    t = T975.get(max(1, int(df)), 1.96 if df > 30 else T975[10])
-    return d, d - t * se, d + t * se
-
-
-def verdict(iv) -> str:
-    if iv is None:
-        return "not measured"
-    lo, hi = iv[1], iv[2]
-    if lo > 0:
-        return "held"
-    if hi < 0:
-        return "did not hold"
-    return "not significant"
 
 
 def entropy_drop(curve: dict[int, float], early_steps: int) -> float | None:

@@ -2,8 +2,8 @@
 
 - :func:`hierarchical_bootstrap`: a paired two-level bootstrap of a difference of means (training seeds, then
   problems shared by both arms), macro-averaged over benchmarks.
-- :func:`welch_interval` and :func:`verdict` (re-exported from :mod:`graft_cli.report.saf_claims`, where they
-  are defined): the 95% Welch t-interval over seeds and the directional verdict.
+- :func:`welch_interval` and :func:`verdict`: the 95% Welch t-interval over seeds and the directional verdict
+  (``held`` / ``not significant`` / ``did not hold`` from an interval's sign).
 - :func:`equivalence_verdict`: the verdict of a "matches" claim against an equivalence margin.
 - :func:`compare`: Δ of two arms' per-problem scores (bootstrap and Welch intervals, per benchmark too).
 - :func:`mean_interval` / :func:`diff_interval`: intervals of per-step quantities (t / Welch over seeds with
@@ -16,7 +16,36 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from graft_cli.report.saf_claims import verdict, welch_interval
+import math
+
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def welch_interval(x: list[float], y: list[float]) -> tuple[float, float, float] | None:
+    """mean(x) − mean(y) and its 95% Welch t-interval (Welch–Satterthwaite df, t from a table, df rounded
+    down); None with fewer than 2 values on a side."""
+    if len(x) < 2 or len(y) < 2:
+        return None
+    mx, my = float(np.mean(x)), float(np.mean(y))
+    vx, vy = float(np.var(x, ddof=1)) / len(x), float(np.var(y, ddof=1)) / len(y)
+    d = mx - my
+    se = math.sqrt(vx + vy)
+    if se == 0:
+        return d, d, d
+    df = (vx + vy) ** 2 / ((vx ** 2) / (len(x) - 1) + (vy ** 2) / (len(y) - 1))
+    t = T975.get(max(1, int(df)), 1.96 if df > 30 else T975[10])
+    return d, d - t * se, d + t * se
+
+
+def verdict(iv) -> str:
+    if iv is None:
+        return "not measured"
+    lo, hi = iv[1], iv[2]
+    if lo > 0:
+        return "held"
+    if hi < 0:
+        return "did not hold"
+    return "not significant"
 
 __all__ = ["as_benchmarks", "common_benchmarks", "compare", "diff_interval", "equivalence_verdict",
            "hierarchical_bootstrap", "macro_mean", "mean_interval", "paired", "verdict", "welch_interval"]
@@ -164,8 +193,6 @@ def mean_interval(per_seed: Mapping, offset: float = 0.0, n_boot: int = 2000, se
         return None
     d = float(np.mean(means)) - offset
     if len(means) >= 2:
-        from graft_cli.report.saf_claims import T975
-
         se = float(np.std(means, ddof=1)) / np.sqrt(len(means))
         t = T975.get(len(means) - 1, 1.96)
         return d, d - t * se, d + t * se, f"t over {len(means)} seeds"

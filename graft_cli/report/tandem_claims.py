@@ -30,9 +30,9 @@ import os
 
 import numpy as np
 
-from graft_cli.eval.files import RUN_FILE_RE
+from graft_cli.eval.files import eval_dir, read_problems  # noqa: F401 (re-exported)
 from graft_cli.report.stats import compare, equivalence_verdict, verdict
-from graft_cli.rundir import atomic_write_json, read_json_or_none, read_jsonl
+from graft_cli.rundir import atomic_write_json, read_json_or_none
 
 DEFAULTS = {"kind": "tandem", "tandem": "tandem", "grpo": "grpo", "kl": "grpo_kl", "n16": "grpo_n16",
             "policy": "a", "margin": 2.0, "n_boot": 2000}
@@ -79,50 +79,6 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------- measure
-def eval_dir(run_dir: str, policy: str, step: int) -> str:
-    return os.path.join(run_dir, "eval", policy, f"step_{int(step):06d}")
-
-
-def _read_rows(path: str) -> list[dict] | None:
-    try:
-        return read_jsonl(path)
-    except (OSError, ValueError):
-        return None
-
-
-def read_problems(folder: str) -> tuple[dict[str, np.ndarray], list[float]]:
-    """Per benchmark the per-problem pass@1 (mean grade over every run and sample of problem ``problem_index``),
-    from ``<folder>/<bench>_run<k>.jsonl``; and the ``senior_frac`` of every row that has one. A benchmark
-    with an unreadable file, a malformed row or a problem index without rows is left out."""
-    if not os.path.isdir(folder):
-        return {}, []
-    files: dict[str, list[str]] = {}
-    for f in sorted(os.listdir(folder)):
-        m = RUN_FILE_RE.match(f)
-        if m:
-            files.setdefault(m["bench"], []).append(os.path.join(folder, f))
-    out, fracs = {}, []
-    for bench, paths in files.items():
-        grades: dict[int, list[float]] = {}
-        bench_fracs: list[float] = []
-        try:
-            for p in paths:
-                rows = _read_rows(p)
-                if rows is None:
-                    raise ValueError(p)
-                for r in rows:
-                    grades.setdefault(int(r["problem_index"]), []).append(float(r["grade"]))
-                    if r.get("senior_frac") is not None:
-                        bench_fracs.append(float(r["senior_frac"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-        if not grades or min(grades) < 0 or sorted(grades) != list(range(max(grades) + 1)):
-            continue
-        out[bench] = np.array([np.mean(grades[i]) for i in range(len(grades))])
-        fracs += bench_fracs
-    return out, fracs
-
-
 def macro_pass_at_k(summary: dict | None) -> dict[str, float]:
     """k -> (1/B) Σ_b summary pass@k mean of benchmark b, in %, over every benchmark of the summary; a k that
     some benchmark lacks is left out."""
