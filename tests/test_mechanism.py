@@ -14,6 +14,7 @@ from graft_cli.batch import TrainBatch
 from graft_cli.eval import rescue as R
 from graft_cli.models import tiny
 from graft_cli.report import mechanism as M
+from graft_cli.rundir import read_jsonl
 from graft_cli.train.loop import peer_rows_per_prompt
 
 
@@ -132,3 +133,37 @@ def test_family_complementarity_and_blind_spots_by_hand():
     assert f["lin"]["all_fail_b"] == 1.0 and f["lin"]["peer_mixed_b"] == 0.5  # a: k = 8 (all-pass), 3 (mixed)
     assert tiny.blind_spots(f) == {"a": [], "b": ["lin"]}  # frac: b mixed on 33% < 40%
     assert tiny.blind_spots(f, peer_mixed_min=0.3) == {"a": ["frac"], "b": ["lin"]}
+
+
+def test_rescue_evaluation_end_to_end(tiny_models, problems_file, tmp_path):
+    """`graft eval --run` with eval.rescue re-draws every all-fail prompt of the rollout logs (counted here from
+    the parquet files directly) with the training sampling, n samples each, and writes rescue.json."""
+    from conftest import train_overrides
+
+    from graft_cli.config import compose
+    from graft_cli.eval.runner import evaluate_run
+    from graft_cli.rundir import read_json
+    from graft_cli.train.loop import train
+
+    cfg = compose(["method=graft", *train_overrides(tiny_models, problems_file, str(tmp_path), [
+        "run.name=r", "run.steps=2", "eval.rescue=true", "run.threads=1"])])
+    run = train(cfg, progress=False)
+    evaluate_run(run, steps="last", runs=1, samples=2, benchmarks=f"toy={problems_file}", progress=False)
+    for pol in ("a", "b"):
+        fail, admitted = set(), set()
+        for step in (1, 2):
+            df = pd.read_parquet(os.path.join(run, "rollouts", pol, f"step_{step:06d}.parquet"))
+            for pid, g in df.groupby("prompt_id"):
+                if g["reward"].max() <= 0:
+                    fail.add(pid)
+                    if g["peer_rows"].max() > 0:
+                        admitted.add(pid)
+        assert fail  # random tiny models all-fail most prompts: the re-draw has work to do
+        js = read_json(os.path.join(run, "eval", pol, "step_000002", "rescue", "rescue.json"))
+        assert {e["prompt_id"] for e in js["events"]} == fail
+        assert js["admitted"]["events"] == len(admitted) and js["all"]["events"] == len(fail)
+        assert 0 <= js["all"]["rescued"] <= len(fail) and js["settings"]["samples"] == 4  # rollout.n
+        rows = read_jsonl(os.path.join(run, "eval", pol, "step_000002", "rescue", "rescue_run1.jsonl"))
+        assert len(rows) == 4 * len(fail)
+        solved = {r["problem_id"] for r in rows if r["grade"] > 0}
+        assert js["all"]["rescued"] == len(solved)

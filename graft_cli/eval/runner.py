@@ -590,9 +590,10 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                 out_dir = os.path.join(run_dir, "eval", p, f"step_{s:06d}")
                 tok = load_tokenizer(folder)
                 model = load_model(folder, cfg.run.dtype, device or cfg.run.device)
-                ev = Evaluator(_make_engine(model, tok, *solo_engine(cfg.rollout.engine, cfg.rollout.engine_kwargs),
-                                            max_batch=cfg.rollout.max_batch), tok, spec, settings, grader, bar,
-                               context_len=context_length(model), console=console)
+                engine = _make_engine(model, tok, *solo_engine(cfg.rollout.engine, cfg.rollout.engine_kwargs),
+                                      max_batch=cfg.rollout.max_batch)
+                ev = Evaluator(engine, tok, spec, settings, grader, bar, context_len=context_length(model),
+                               console=console)
                 label = f"{p} step {s} "
                 task = bar.add_task(label, total=ev.todo(out_dir, benches))
                 ev.evaluate(out_dir, benches, task=task, label=label)
@@ -614,8 +615,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                     console.print(f"{p} step {s} legibility: junior CE {leg['macro_ce']:.4f} nats/token"
                                   if leg["macro_ce"] is not None else f"{p} step {s} legibility: no tokens")
                 if rescue_step.get(p) == s:
-                    _evaluate_rescue(run_dir, cfg, p, out_dir, model, tok, spec, grader, bar, console, force)
-                del model, ev
+                    _evaluate_rescue(run_dir, cfg, p, out_dir, engine, model, tok, spec, grader, bar, console, force)
+                del model, ev, engine
     finally:
         grader.close()
     best = update_best(run_dir, sorted(set(names) & set(os.listdir(os.path.join(run_dir, "eval")))))
@@ -634,14 +635,13 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     return results
 
 
-def _evaluate_rescue(run_dir: str, cfg, policy: str, step_dir: str, model, tok, spec, grader, bar, console,
-                     force: bool) -> dict | None:
+def _evaluate_rescue(run_dir: str, cfg, policy: str, step_dir: str, engine, model, tok, spec, grader, bar,
+                     console, force: bool) -> dict | None:
     """Re-draw the run's all-fail prompts of ``policy`` (capped, :func:`graft_cli.eval.rescue.capped`) with
     the training sampling and write ``<step_dir>/rescue/rescue.json`` (:func:`rescue_summary`)."""
     from graft_cli.data.problems import load_problems
     from graft_cli.eval import rescue as R
     from graft_cli.models.loading import resolve_path
-    from graft_cli.rollout import solo_engine
 
     events = R.capped(R.rescue_events(R.read_logs(run_dir, policy)), cfg.eval.rescue_cap, cfg.eval.seed)
     if not events:
@@ -658,8 +658,7 @@ def _evaluate_rescue(run_dir: str, cfg, policy: str, step_dir: str, model, tok, 
                             max_new_tokens=ro.max_new_tokens, seed=cfg.eval.seed)
     bench = [(BenchmarkSource(R.BENCH, "rescue", f"{cfg.data.train}: all-fail prompts of the rollout logs"), probs)]
     prepare_folder(rdir, settings, spec, bench, force)
-    ev = Evaluator(_make_engine(model, tok, *solo_engine(ro.engine, ro.engine_kwargs), max_batch=ro.max_batch), tok,
-                   spec, settings, grader, bar, context_len=context_length(model), console=console)
+    ev = Evaluator(engine, tok, spec, settings, grader, bar, context_len=context_length(model), console=console)
     task = bar.add_task(f"{policy} rescue ", total=ev.todo(rdir, bench))
     ev.evaluate(rdir, bench, task=task, label=f"{policy} rescue ")
     correct = load_correct(rdir, R.BENCH, len(probs), ro.n)[0]

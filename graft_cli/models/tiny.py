@@ -802,9 +802,11 @@ def family_complementarity(families: list[str], k_a: list[int], k_b: list[int], 
     return out
 
 
-def blind_spots(families: dict, all_fail_min: float = 0.6, peer_mixed_min: float = 0.4) -> dict:
+def blind_spots(families: dict, all_fail_min: float | None = None, peer_mixed_min: float | None = None) -> dict:
     """Per model, the families that are structural blind spots: all-fail rate >= ``all_fail_min`` and the
-    peer's group mixed on >= ``peer_mixed_min`` of those prompts (the issue's targets)."""
+    peer's group mixed on >= ``peer_mixed_min`` of those prompts (defaults: :data:`TARGETS`, 60% and 40%)."""
+    all_fail_min = TARGETS["blind_all_fail"] if all_fail_min is None else all_fail_min
+    peer_mixed_min = TARGETS["blind_peer_mixed"] if peer_mixed_min is None else peer_mixed_min
     return {r: [f for f, v in families.items() if v[f"all_fail_{r}"] >= all_fail_min
                 and v[f"peer_mixed_{r}"] >= peer_mixed_min] for r in ("a", "b")}
 
@@ -838,7 +840,7 @@ def targets_met(props: dict) -> dict:
     if len(comps) == 2:
         met["comp_one_way_20"] = max(comps) >= TARGETS["comp_one_way"]
     if "families" in props:
-        spots = blind_spots(props["families"], TARGETS["blind_all_fail"], TARGETS["blind_peer_mixed"])
+        spots = blind_spots(props["families"])
         for r, fams in spots.items():
             met[f"{r}_blind_spot"] = bool(fams)
     return met

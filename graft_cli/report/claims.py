@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from graft_cli.report.stats import verdict
+from graft_cli.report.stats import points, verdict
 
 DEFAULTS = {"baseline": "grpo", "method": "graft", "no_gate": "graft_nogate", "peer_first": "graft_first",
             "peer_last": None, "complementarity_min": 0.0, "clip_steps": 48, "n_boot": 2000,
@@ -70,10 +70,6 @@ def _f(x, digits=2, pct=False):
 N_BOOT, BOOT_SEED = 2000, 0
 
 
-def _iv_points(iv, scale: float = 1.0):
-    return None if iv is None else tuple(scale * float(v) for v in iv[:3])
-
-
 def _overall(per: dict) -> str:
     """One claim's verdict from the per-model verdicts: the common label when every model has the same one,
     ``not measured`` when none was measured, else ``mixed`` (the per-model verdicts are in the evidence)."""
@@ -96,9 +92,8 @@ def _compare_scores(problems: dict, x: str, y: str, policy: str, n_boot: int) ->
     alongside, the Welch t-interval over seeds."""
     from graft_cli.report.stats import compare
 
-    px = {s: v for s, v in ((problems.get(x) or {}).get(policy) or {}).items()}
-    py = {s: v for s, v in ((problems.get(y) or {}).get(policy) or {}).items()}
-    c = compare({"x": px, "y": py}, "x", "y", n_boot)
+    arm = lambda run: (problems.get(run) or {}).get(policy) or {}
+    c = compare({"x": arm(x), "y": arm(y)}, "x", "y", n_boot)
     return {"interval": c["bootstrap"], "welch": c["welch"], "seeds": c["seeds"], "benchmarks": c["benchmarks"],
             "verdict": verdict(c["bootstrap"])}
 
@@ -134,7 +129,7 @@ def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
     for p in pols:
         iv = mean_interval(comp.get(p) or {}, offset=cmin, n_boot=n_boot, seed=BOOT_SEED)
         per[p] = {"value": None if iv is None else iv[0] + cmin, "seeds": len(comp.get(p) or {}),
-                  "interval": _iv_points(iv, 100.0), "verdict": verdict(iv), "method": None if iv is None else iv[3]}
+                  "interval": points(iv), "verdict": verdict(iv), "method": None if iv is None else iv[3]}
     others = {p: ", ".join(q for q in pols if q != p) for p in pols}
     ev = "; ".join(f"{others[p]} solves {_f(per[p]['value'], 1, True)} of {p}'s all-fail prompts, "
                    f"Δ vs {100 * cmin:.0f}%: {_fmt_iv(per[p]['interval'], 1, ' pts')} "
@@ -164,7 +159,7 @@ def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
     per = {}
     for p in pols:
         iv = diff_interval(last.get(p) or {}, first.get(p) or {}, n_boot=n_boot, seed=BOOT_SEED)
-        per[p] = {"interval": _iv_points(iv, 100.0), "verdict": verdict(iv), "method": None if iv is None else iv[3]}
+        per[p] = {"interval": points(iv), "verdict": verdict(iv), "method": None if iv is None else iv[3]}
     ev = "; ".join(f"{p}: Δ clip_ratio/peer last − first {_fmt_iv(per[p]['interval'], 3, ' pts')} "
                    f"({per[p]['method'] or '—'}; {per[p]['verdict']})" for p in pols) + \
         f" (mean over steps 1-{s['clip_steps']})"

@@ -14,34 +14,31 @@
 
 from __future__ import annotations
 
-import json
 import os
-import re
 
 import numpy as np
 
+from graft_cli.eval.files import STEP_DIR_RE, eval_dir, run_file
+from graft_cli.eval.rescue import RESCUE_DIR
+from graft_cli.report.plots import _plt, _save
 from graft_cli.rundir import read_json_or_none, read_jsonl
 
 FAMILY_KEYS = ("family", "subject", "type")
-STEP_RE = re.compile(r"^step_(\d{6})$")
 
 
 def family_map(source: str) -> dict[str, str]:
     """problem id -> family for a local JSONL benchmark file (``{}`` when unreadable or without a family)."""
     if not source or not os.path.isfile(source) or not source.endswith(".jsonl"):
         return {}
-    out = {}
     try:
-        with open(source, encoding="utf-8") as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                r = json.loads(line)
-                fam = next((r[k] for k in FAMILY_KEYS if r.get(k) is not None), None)
-                if fam is not None and r.get("id") is not None:
-                    out[str(r["id"])] = str(fam)
+        rows = read_jsonl(source)
     except (OSError, ValueError):
         return {}
+    out = {}
+    for r in rows:
+        fam = next((r[k] for k in FAMILY_KEYS if r.get(k) is not None), None)
+        if fam is not None and r.get("id") is not None:
+            out[str(r["id"])] = str(fam)
     return out
 
 
@@ -54,7 +51,7 @@ def step_family_pass1(folder: str, bench: str) -> dict[str, float]:
         return {}
     grades: dict[str, list[float]] = {}
     k = 1
-    while os.path.exists(p := os.path.join(folder, f"{bench}_run{k}.jsonl")):
+    while os.path.exists(p := run_file(folder, bench, k)):
         for r in read_jsonl(p):
             f = fam.get(str(r.get("problem_id")))
             if f is not None:
@@ -76,7 +73,7 @@ def family_curves(records: list[dict], names: tuple[str, ...], bench: str = "mat
         for pol in sorted(os.listdir(root)):
             pdir = os.path.join(root, pol)
             for d in sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []:
-                m = STEP_RE.match(d)
+                m = STEP_DIR_RE.match(d)
                 if not m:
                     continue
                 for fam, v in step_family_pass1(os.path.join(pdir, d), bench).items():
@@ -88,11 +85,7 @@ def family_curves(records: list[dict], names: tuple[str, ...], bench: str = "mat
 def plot_family_curves(curves: dict, out_dir: str, labels: dict | None = None) -> dict[str, str]:
     """One PNG per policy (``family_<policy>.png``): a panel per family, pass@1 (%) over steps per run, mean
     over seeds with the min-max band. Returns policy -> path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _plt()
     labels = labels or {}
     paths = {}
     for pol, runs in curves.items():
@@ -121,12 +114,8 @@ def plot_family_curves(curves: dict, out_dir: str, labels: dict | None = None) -
         for ax in axes[-1]:
             ax.set_xlabel("step")
         fig.suptitle(f"policy {pol}: held-out pass@1 per skill family (mean, min-max over seeds)")
-        fig.tight_layout()
         os.makedirs(out_dir, exist_ok=True)
-        path = os.path.join(out_dir, f"family_{pol}.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths[pol] = path
+        paths[pol] = _save(fig, os.path.join(out_dir, f"family_{pol}.png"))
     return paths
 
 
@@ -140,7 +129,7 @@ def rescue_table(records: list[dict], names: tuple[str, ...]) -> list[dict]:
         for pol, sc in (r.get("scores") or {}).items():
             if sc.get("step") is None:
                 continue
-            path = os.path.join(r["dir"], "eval", pol, f"step_{int(sc['step']):06d}", "rescue", "rescue.json")
+            path = os.path.join(eval_dir(r["dir"], pol, sc["step"]), RESCUE_DIR, "rescue.json")
             js = read_json_or_none(path)
             if not js:
                 continue
@@ -181,22 +170,14 @@ def admitted_curves(records: list[dict], name: str) -> dict:
 def plot_admitted(curves: dict, path: str) -> str | None:
     if not curves:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3))
+    fig, ax = _plt().subplots(figsize=(5, 3))
     for pol, c in curves.items():
         ax.plot(list(c), [100 * v for v in c.values()], label=f"receiver {pol}")
     ax.set_xlabel("step")
     ax.set_ylabel("grafted responses admitted (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _rate(v: dict) -> str:

@@ -12,11 +12,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-
-import math
 
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
@@ -47,8 +46,10 @@ def verdict(iv) -> str:
         return "did not hold"
     return "not significant"
 
+
 __all__ = ["as_benchmarks", "common_benchmarks", "compare", "diff_interval", "equivalence_verdict",
-           "hierarchical_bootstrap", "macro_mean", "mean_interval", "paired", "verdict", "welch_interval"]
+           "hierarchical_bootstrap", "macro_mean", "mean_interval", "paired", "points", "verdict",
+           "welch_interval"]
 
 Arm = Mapping  # seed -> np.ndarray (one benchmark) or a sequence of np.ndarray (one per benchmark)
 
@@ -153,8 +154,9 @@ def paired(problems: dict, a: str, b: str) -> tuple[dict, dict, list[str]]:
     return pick(xa), pick(xb), benches
 
 
-def _points(iv):
-    return None if iv is None else tuple(100.0 * float(v) for v in iv)
+def points(iv, scale: float = 100.0):
+    """(Δ, lo, hi) of an interval (extra entries, e.g. a method label, dropped) scaled, e.g. to points (%)."""
+    return None if iv is None else tuple(scale * float(v) for v in iv[:3])
 
 
 def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0) -> dict:
@@ -163,9 +165,9 @@ def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0) -
     x, y, benches = paired(problems, a, b)
     if not benches:
         return {"bootstrap": None, "welch": None, "benchmarks": [], "seeds": [len(x), len(y)], "per_benchmark": {}}
-    boot = _points(hierarchical_bootstrap(x, y, n_boot=n_boot, seed=seed))
+    boot = points(hierarchical_bootstrap(x, y, n_boot=n_boot, seed=seed))
     welch = welch_interval([100 * macro_mean(v) for v in x.values()], [100 * macro_mean(v) for v in y.values()])
-    per = {bn: _points(hierarchical_bootstrap({s: v[i] for s, v in x.items()}, {s: v[i] for s, v in y.items()},
+    per = {bn: points(hierarchical_bootstrap({s: v[i] for s, v in x.items()}, {s: v[i] for s, v in y.items()},
                                               n_boot=n_boot, seed=seed))
            for i, bn in enumerate(benches)}
     return {"bootstrap": boot, "welch": welch, "benchmarks": benches, "seeds": [len(x), len(y)],
