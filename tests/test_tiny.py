@@ -123,6 +123,31 @@ def test_tokenizers_differ_and_round_trip(toks):
         assert tk.decode(tk(text, add_special_tokens=False)["input_ids"], skip_special_tokens=True) == text
 
 
+def test_third_tokenizer_sentencepiece_style(toks):
+    """c (pair=tiny3): Gemma-style SentencePiece BPE (spaces as "▁", no dummy prefix, pieces within words),
+    a third vocabulary of the same granularity as a's and b's."""
+    ta, tb = toks
+    tc = tiny.build_tokenizer_c(0)
+    recs = syn.build_task(0, train_size=300)["train"]
+    n = {k: sum(len(t(r["solution"], add_special_tokens=False)["input_ids"]) for r in recs)
+         for k, t in (("a", ta), ("b", tb), ("c", tc))}
+    for x in ("a", "b"):
+        assert 0.85 <= n["c"] / n[x] <= 1.18 and 0.85 <= n[x] / n["c"] <= 1.18, (x, n)
+    for r in recs:
+        ids = tc(r["solution"], add_special_tokens=False)["input_ids"]
+        assert tc.decode(ids + [tc.eos_token_id], skip_special_tokens=True) == r["solution"]
+    assert tc.tokenize(" \\boxed{") == ["\u2581\\boxed{"]  # merged across the space marker and punctuation
+    assert tc.tokenize("6, x=?") == ["6", ",", "\u2581x=?"]  # no dummy prefix; "▁" opens a word
+    assert "\u2581" not in "".join(ta.get_vocab()) + "".join(tb.get_vocab())  # a different family of vocabularies
+    assert (tc.pad_token_id, tc.eos_token_id, tc.bos_token_id, tc.unk_token_id) == (0, 1, 2, 3)  # Gemma's order
+    assert len(tc.convert_ids_to_tokens(tc("1234+5678=6912", add_special_tokens=False)["input_ids"])) == 14
+    assert len(PromptSpec().encode("8*9+4=?", tc)) <= 10  # the constant suffix is one added token, as in b
+    # a peer's text round-trips through c's tokenizer; a character outside its alphabet becomes <unk>
+    text = "12*3=36, so x = 7/2  \\boxed{\\frac{7}{2}}\nLet's think"
+    assert tc.decode(tc(text, add_special_tokens=False)["input_ids"], skip_special_tokens=True) == text
+    assert tc.unk_token_id in tc("7\u00e9", add_special_tokens=False)["input_ids"]
+
+
 def test_digits_are_single_tokens(toks):
     ta, tb = toks
     for tk in (ta, tb):

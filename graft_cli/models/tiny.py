@@ -14,13 +14,18 @@
   (DeepSeek's vs SmolLM2's tokenizer on MATH500 solutions: 0.86x), so GRAFT's per-token compatibility
   score compares like with like (a character-level ``b``, this pair's first version, made it 1.5x
   and pulled ``a``'s scores down);
+* ``c`` (``pair=tiny3``, the three-model miniature): a ``GPTNeoXForCausalLM`` (hidden 192, 4 layers, 4 heads,
+  MLP 640, parallel attention + MLP residual, LayerNorm, rotary on a quarter of each head, untied embeddings;
+  1.61M) with a Gemma-style **SentencePiece BPE** (``"▁"`` for spaces, no dummy prefix, pieces within words,
+  single digits, a character alphabet with ``<unk>``: :func:`build_tokenizer_c`), blind on multiplication;
+  the weakest of the three, as Qwen3-1.7B is the weaker model of the paper's first pair;
 * ``teacher``: model ``a`` trained longer (continued SFT on a balanced, harder mix) — same
   architecture and tokenizer as ``a``, stronger everywhere: the on-policy distillation teacher;
 * ``junior``: an early snapshot of ``a``'s SFT run — same tokenizer as ``a``, clearly weaker but
   not useless: the junior of tandem training.
 
-Why ~1.8M rather than ~3M parameters: the build has a fixed CPU budget (two single-threaded
-workers, under 5 minutes), so model size trades against SFT steps. In calibration runs at equal CPU
+Why ~1.8M rather than ~3M parameters: the build has a fixed CPU budget (single-threaded workers,
+~800-960 SFT steps per model, under 5 minutes), so model size trades against SFT steps. In calibration runs at equal CPU
 time (~270 s), a 3.2M model (hidden 256) reached pass@1 0.13-0.16 after 560 steps while the 1.8M
 model (hidden 192) reached 0.33-0.37 after 840 steps; smaller models also make RL steps cheaper.
 
@@ -41,7 +46,7 @@ Speed and determinism
 ---------------------
 * Sequences are kept short (prompt + response + EOS: ~24 tokens on average under ``a`` and ``b``; at
   most 36) because RL step time on a CPU is proportional to tokens.
-* The two tokenizer families train in two worker processes (``a`` then ``teacher``; ``b``), each
+* The three tokenizer families train in three worker processes (``a`` then ``teacher``; ``b``; ``c``), each
   pinned to **one thread** with deterministic ops, fixed ``torch.manual_seed`` and a data stream
   seeded from ``(seed, role)``: the same seed gives the same weight hashes whether the jobs run in
   parallel processes or one after the other in-process (the hashes go into ``manifest.json``).
@@ -51,7 +56,7 @@ Speed and determinism
   gets the most out of a few hundred steps; the final learning rate is kept well above zero so the
   models stay plastic for RL at lr ~1e-4.
 
-Cache layout (``$GRAFT_CACHE`` or ``~/.cache/graft/tiny``): ``a/ b/ teacher/ junior/`` (each a
+Cache layout (``$GRAFT_CACHE`` or ``~/.cache/graft/tiny``): ``a/ b/ c/ teacher/ junior/`` (each a
 ``save_pretrained`` model + tokenizer folder, loadable offline with the Auto classes), ``task/``
 (:func:`graft_cli.data.synthetic.write_task` output) and ``manifest.json`` (recipe, seed, hashes,
 measured token statistics), written last and atomically: a cache without a valid manifest is
@@ -78,9 +83,11 @@ from graft_cli.console import make_console
 from graft_cli.rundir import read_jsonl
 
 TINY_VERSION = 2
-ROLES = ("a", "b", "teacher", "junior")
+ROLES = ("a", "b", "c", "teacher", "junior")
+POLICY_ROLES = ("a", "b", "c")  # the peers (tiny pair a, b; pair=tiny3 adds c)
 EOS_A, PAD_A = "<|endoftext|>", "<|pad|>"
 BOS_B, EOS_B, PAD_B = "<s>", "</s>", "<pad>"
+PAD_C, EOS_C, BOS_C, UNK_C = "<pad>", "<eos>", "<bos>", "<unk>"  # Gemma's specials, in Gemma's id order
 
 # ``b``'s tokenizer adds the constant part of the raw prompt template, " Let's think step by step and
 # output the final answer within \boxed{}.\n", as ONE added, non-special token: its regex pre-tokenizer
@@ -172,13 +179,45 @@ def build_tokenizer_b(seed: int = 0, vocab_size: int = 512):
                                    padding_side="left", clean_up_tokenization_spaces=False)
 
 
+def build_tokenizer_c(seed: int = 0, vocab_size: int = 384):
+    """``c``: a SentencePiece-style BPE in the Gemma manner: spaces become ``"▁"`` (``Metaspace`` with no
+    dummy prefix, as Gemma's ``add_dummy_prefix=False``), pieces never span a word boundary (SentencePiece's
+    ``split_by_whitespace``) but merge freely across punctuation (``"▁\\boxed{"`` is one token), digits
+    always single tokens, a character (not byte) alphabet with ``<unk>`` (a peer's text outside it, e.g. a
+    stray byte a byte-level model sampled, re-tokenizes to ``<unk>``, as in a SentencePiece model without
+    byte fallback). Trained on a third corpus seed (``seed + 15485``), so its ids and merges differ from
+    ``a``'s and ``b``'s; the constant prompt suffix is one added token, as in ``b``. Specials ``<pad>``
+    ``<eos>`` ``<bos>`` (unused) ``<unk>``, as Gemma numbers them."""
+    import string
+
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from graft_cli.data.synthetic import corpus
+
+    tok = Tokenizer(models.BPE(unk_token=UNK_C))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="never", split=True),
+    ])
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="never", split=False)
+    alphabet = sorted(set(string.printable) - set(" \t\r\x0b\x0c") | {"\u2581"})
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[PAD_C, EOS_C, BOS_C, UNK_C],
+                                  show_progress=False, initial_alphabet=alphabet)
+    tok.train_from_iterator([_prompt_text(p) + s for p, s in corpus(seed + 15485, 4000)], trainer)
+    tok.add_tokens([AddedToken(w, normalized=False, lstrip=False, rstrip=False, single_word=False)
+                    for w in _suffix_tokens_b()])  # as b's: the constant prompt suffix is one token
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_C, pad_token=PAD_C, bos_token=BOS_C,
+                                   unk_token=UNK_C, padding_side="left", clean_up_tokenization_spaces=False)
+
+
 # ----------------------------------------------------------------------------------------------------
 # Recipe
 
 
 @dataclass(frozen=True)
 class Shape:
-    arch: str  # qwen3 | llama
+    arch: str  # qwen3 | llama | gpt_neox
     hidden: int = 256
     layers: int = 4
     heads: int = 4
@@ -205,6 +244,10 @@ class Stage:
 # The skill mixes (module docstring, "Structural complementarity"): each model's blind family at 0.01.
 _A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.01}
 _B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.01, "mul": 1.0, "two": 1.0, "frac": 1.6}
+# c (pair=tiny3): blind on multiplication (both a and b solve it), trained hard on subtraction (b's weakest
+# family after its blind one) and well on fractions (a's blind family), so each model's all-fail prompts are
+# filled by two peers, some by one of them only
+_C_FAMS = {"add": 1.0, "sub": 1.6, "lin": 0.6, "mul": 0.01, "two": 0.6, "frac": 1.0}
 _ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
 _LEVELS = {1: 2.0, 2: 2.0, 3: 1.0}
 _TEACHER_LEVELS = {1: 1.0, 2: 2.0, 3: 2.0}
@@ -215,6 +258,8 @@ class Recipe:
     """Everything that determines the built models (with the seed). :meth:`full` is the default;
     :meth:`reduced` is a seconds-long build with the same code path, for tests.
 
+    ``c`` (v2, two builds): MLP 640 with rotary on a quarter of each head (Pythia's) reached pass@1
+    0.168 in 120 CPU-s; MLP 768 with full rotary 0.181 in 152 CPU-s: the first was kept.
     Calibration (single-threaded SFT, pass@1 at T=1 on the training distribution): batch 32 beat 16
     and 64 per CPU-second; peak lr 3e-3 fell to pass@1 0.07 where 2e-3 gave 0.15 (3.2M model);
     level weights 2:2:1 (facts first). Skill mixes (v2, one build each, measured with
@@ -225,14 +270,17 @@ class Recipe:
 
     shape_a: Shape = Shape("qwen3", 192, 4, 4, 2, 576)
     shape_b: Shape = Shape("llama", 192, 4, 4, 4, 512)
+    shape_c: Shape = Shape("gpt_neox", 192, 4, 4, 4, 640)
     stage_a: Stage = Stage(steps=740, lr=2e-3, batch=32, families=_A_FAMS, levels=_LEVELS, warmup=30)
     stage_b: Stage = Stage(steps=780, lr=2e-3, batch=32, families=_B_FAMS, levels=_LEVELS, warmup=30)
+    stage_c: Stage = Stage(steps=780, lr=2e-3, batch=32, families=_C_FAMS, levels=_LEVELS, warmup=30)
     stage_teacher: Stage = Stage(steps=220, lr=1.5e-3, batch=32, families=_ALL_FAMS, levels=_TEACHER_LEVELS,
                                  warmup=10)
     junior_step: int = 400  # snapshot of a's run
     train_size: int = 8192
     bpe_vocab: int = 384
     bpe_vocab_b: int = 512
+    bpe_vocab_c: int = 384
 
     @classmethod
     def full(cls) -> Recipe:
@@ -242,9 +290,11 @@ class Recipe:
     def reduced(cls, steps: int = 30) -> Recipe:
         small_a = Shape("qwen3", 64, 2, 2, 1, 128)
         small_b = Shape("llama", 64, 2, 2, 2, 128)
-        return cls(shape_a=small_a, shape_b=small_b,
+        small_c = Shape("gpt_neox", 64, 2, 2, 2, 128)
+        return cls(shape_a=small_a, shape_b=small_b, shape_c=small_c,
                    stage_a=dataclasses.replace(cls.stage_a, steps=steps, batch=16, warmup=3),
                    stage_b=dataclasses.replace(cls.stage_b, steps=steps, batch=16, warmup=3),
+                   stage_c=dataclasses.replace(cls.stage_c, steps=steps, batch=16, warmup=3),
                    stage_teacher=dataclasses.replace(cls.stage_teacher, steps=max(2, steps // 3), batch=16,
                                                                      warmup=2),
                    junior_step=max(1, steps // 3), train_size=512)
@@ -258,10 +308,11 @@ class Recipe:
         def stage(x):
             return Stage(**{**x, "levels": {int(k): v for k, v in x["levels"].items()}})
 
-        return cls(shape_a=Shape(**d["shape_a"]), shape_b=Shape(**d["shape_b"]), stage_a=stage(d["stage_a"]),
-                   stage_b=stage(d["stage_b"]), stage_teacher=stage(d["stage_teacher"]),
-                   junior_step=d["junior_step"], train_size=d["train_size"], bpe_vocab=d["bpe_vocab"],
-                   bpe_vocab_b=d.get("bpe_vocab_b", 512))
+        return cls(shape_a=Shape(**d["shape_a"]), shape_b=Shape(**d["shape_b"]), shape_c=Shape(**d["shape_c"]),
+                   stage_a=stage(d["stage_a"]), stage_b=stage(d["stage_b"]), stage_c=stage(d["stage_c"]),
+                   stage_teacher=stage(d["stage_teacher"]), junior_step=d["junior_step"],
+                   train_size=d["train_size"], bpe_vocab=d["bpe_vocab"], bpe_vocab_b=d["bpe_vocab_b"],
+                   bpe_vocab_c=d["bpe_vocab_c"])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -269,7 +320,7 @@ class Recipe:
 
 
 def make_config(shape: Shape, tokenizer):
-    from transformers import LlamaConfig, Qwen3Config
+    from transformers import GPTNeoXConfig, LlamaConfig, Qwen3Config
 
     common = dict(vocab_size=len(tokenizer), hidden_size=shape.hidden, intermediate_size=shape.mlp,
                   num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
@@ -280,6 +331,11 @@ def make_config(shape: Shape, tokenizer):
         return Qwen3Config(head_dim=shape.hidden // shape.heads, **common)
     if shape.arch == "llama":
         return LlamaConfig(**common)
+    if shape.arch == "gpt_neox":  # parallel attention + MLP residual, LayerNorm, rotary on a quarter of each head
+        common.pop("num_key_value_heads")
+        common.pop("rope_theta")
+        return GPTNeoXConfig(rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                              "partial_rotary_factor": 0.25}, **common)
     raise ValueError(f"unknown tiny architecture {shape.arch!r}")
 
 
@@ -457,15 +513,18 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
                               "steps": recipe.stage_a.steps + recipe.stage_teacher.steps,
                               "final_loss": sum(lt[-10:]) / len(lt[-10:]), "arch": recipe.shape_a.arch,
                               "tokenizer": "a", "params": num_params(teacher), "seconds": time.time() - t0}
-        elif kind == "b":
-            tok = build_tokenizer_b(seed, recipe.bpe_vocab_b)
-            model = make_model(recipe.shape_b, tok, seed * 1000 + 2)
+        elif kind in ("b", "c"):
+            build_tok, vocab, shape, stage, salt = {
+                "b": (build_tokenizer_b, recipe.bpe_vocab_b, recipe.shape_b, recipe.stage_b, 2),
+                "c": (build_tokenizer_c, recipe.bpe_vocab_c, recipe.shape_c, recipe.stage_c, 3)}[kind]
+            tok = build_tok(seed, vocab)
+            model = make_model(shape, tok, seed * 1000 + salt)
             t0 = time.time()
-            lb = sft(model, tok, recipe.stage_b, f"graft-tiny-sft:{seed}:b",
-                     on_step=lambda s, n, loss: report("b", s, n, loss))
-            out["b"] = {"hash": _save(model, tok, os.path.join(cache_dir, "b")), "steps": recipe.stage_b.steps,
-                        "final_loss": sum(lb[-10:]) / len(lb[-10:]), "arch": recipe.shape_b.arch, "tokenizer": "b",
-                        "params": num_params(model), "seconds": time.time() - t0}
+            lb = sft(model, tok, stage, f"graft-tiny-sft:{seed}:{kind}",
+                     on_step=lambda s, n, loss: report(kind, s, n, loss))
+            out[kind] = {"hash": _save(model, tok, os.path.join(cache_dir, kind)), "steps": stage.steps,
+                         "final_loss": sum(lb[-10:]) / len(lb[-10:]), "arch": shape.arch, "tokenizer": kind,
+                         "params": num_params(model), "seconds": time.time() - t0}
         else:
             raise ValueError(kind)
     for info in out.values():
@@ -501,7 +560,8 @@ def _worker_main(argv: list[str]) -> None:
 
 
 def _stage_totals(recipe: Recipe) -> dict:
-    return {"a": recipe.stage_a.steps, "b": recipe.stage_b.steps, "teacher": recipe.stage_teacher.steps}
+    return {"a": recipe.stage_a.steps, "b": recipe.stage_b.steps, "c": recipe.stage_c.steps,
+            "teacher": recipe.stage_teacher.steps}
 
 
 @contextlib.contextmanager
@@ -572,7 +632,7 @@ def token_stats(paths: dict, n: int = 512, seed: int = 0) -> dict:
     recs = read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:n]
     out: dict = {}
     counts = {}
-    for tk in ("a", "b"):
+    for tk in POLICY_ROLES:
         tok = AutoTokenizer.from_pretrained(paths[tk])
         p = [len(x) for x in tok([_prompt_text(r["problem"]) for r in recs], add_special_tokens=False)["input_ids"]]
         s = [len(x) + 1 for x in tok([r["solution"] for r in recs], add_special_tokens=False)["input_ids"]]
@@ -582,17 +642,21 @@ def token_stats(paths: dict, n: int = 512, seed: int = 0) -> dict:
         out[f"tokens_total_max_{tk}"] = max(a + b for a, b in zip(p, s))
         out[f"vocab_{tk}"] = len(tok)
     out["response_len_differs"] = sum(x != y for x, y in zip(counts["a"], counts["b"])) / len(recs)
+    for x in POLICY_ROLES:  # re-tokenized length ratios: the same responses under y's tokenizer over x's
+        for y in POLICY_ROLES:
+            if x != y:
+                out[f"ratio_{y}_over_{x}"] = sum(counts[y]) / sum(counts[x])
     return out
 
 
 def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False, progress: bool = True,
                recipe: Recipe | None = None, workers: int = 2) -> dict[str, str]:
-    """Build (or reuse) the tiny pair, teacher, junior and task under ``cache_dir``.
+    """Build (or reuse) the tiny models (a, b, c, teacher, junior) and task under ``cache_dir``.
 
-    Returns role -> folder for ``a``, ``b``, ``teacher``, ``junior`` and ``task``. An existing cache
-    whose manifest matches (version, seed, recipe) is reused unless ``force``. ``workers=2`` trains
-    the two tokenizer families in two single-threaded spawned processes; ``workers=1`` runs the same
-    jobs in-process (identical weights)."""
+    Returns role -> folder for each of :data:`ROLES` and ``task``. An existing cache whose manifest
+    matches (version, seed, recipe) is reused unless ``force``. ``workers >= 2`` trains the three
+    tokenizer families (:data:`JOBS`) in single-threaded spawned processes at once; ``workers=1`` runs
+    the same jobs in-process (identical weights)."""
     from graft_cli.data.synthetic import write_task
 
     cache_dir = os.path.abspath(cache_dir or default_cache_dir())
@@ -609,7 +673,7 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
         results: dict = {}
         with _progress(progress, recipe) as update:
             if workers <= 1:
-                for kind in ("a", "b"):
+                for kind in JOBS:
                     results.update(_job(kind, recipe, seed, cache_dir, update))
             else:
                 results.update(_run_parallel(recipe, seed, cache_dir, update))
@@ -632,8 +696,13 @@ def _suggest_max_new_tokens(stats: dict) -> int:
     return 48
 
 
+# The build's jobs: 'a' (a, its junior snapshot, then the teacher), 'b', 'c'. Each is ~780-960 single-threaded
+# SFT steps; on 2 cores the three workers share the cores (the build's wall time is ~their CPU time / 2).
+JOBS = ("a", "b", "c")
+
+
 def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update) -> dict:
-    """Run the 'a' and 'b' jobs in two single-threaded worker interpreters; relay progress."""
+    """Run the build's jobs (:data:`JOBS`) in single-threaded worker interpreters at once; relay progress."""
     import selectors
     import subprocess
     import tempfile
@@ -646,7 +715,7 @@ def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update) -> dict:
     sel = selectors.DefaultSelector()
     errs = {}
     try:
-        for kind in ("a", "b"):
+        for kind in JOBS:
             errs[kind] = tempfile.TemporaryFile()
             p = subprocess.Popen([sys.executable, "-m", "graft_cli.models.tiny", "_worker", kind, str(seed), cache_dir,
                                   json.dumps(recipe.to_dict())], stdout=subprocess.PIPE, stderr=errs[kind], env=env,
@@ -654,7 +723,7 @@ def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update) -> dict:
             procs[kind] = p
             sel.register(p.stdout, selectors.EVENT_READ, kind)
         results: dict = {}
-        open_streams = 2
+        open_streams = len(procs)
         while open_streams:
             for key, _ in sel.select(timeout=1.0):
                 line = key.fileobj.readline()
@@ -675,7 +744,7 @@ def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update) -> dict:
                 errs[kind].seek(0)
                 tail = errs[kind].read().decode(errors="replace")[-3000:]
                 raise RuntimeError(f"tiny build worker {kind!r} failed (exit code {p.returncode}):\n{tail}")
-        return {role: info for kind in ("a", "b") for role, info in results[kind].items()}
+        return {role: info for kind in JOBS for role, info in results[kind].items()}
     finally:
         for p in procs.values():
             if p.poll() is None:
@@ -783,6 +852,32 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
         out["comp_a_fail_b_mixed"] = _comp(ks["a"], ks["b"], n)
         out["comp_b_fail_a_mixed"] = _comp(ks["b"], ks["a"], n)
         out["families"] = family_complementarity([r["family"] for r in recs], ks["a"], ks["b"], n)
+    peers = {r: ks[r] for r in POLICY_ROLES if r in ks}
+    if len(peers) >= 3:
+        fams = [r["family"] for r in recs]
+        out["peer_fills"] = peer_fills(peers, n)
+        out["peer_fills_by_family"] = {f: peer_fills(peers, n, [i for i, x in enumerate(fams) if x == f])
+                                       for f in sorted(set(fams))}
+    return out
+
+
+def peer_fills(ks: dict, n: int, index: list[int] | None = None) -> dict:
+    """Who can fill whose all-fail prompts, among N >= 2 models. ``ks`` maps a model to its per-prompt success
+    counts in groups of ``n`` (``index``: the prompts counted, default all). Per receiver X: ``all_fail`` (share
+    of the prompts), and on X's all-fail prompts ``any`` (some peer's group mixed, 1 <= k < n), ``mixed[Y]``
+    (Y's group mixed) and ``only[Y]`` (Y's mixed and no other peer's): the prompts only Y can fill."""
+    index = list(range(len(next(iter(ks.values()))))) if index is None else index
+    out = {}
+    for x, kx in ks.items():
+        fail = [i for i in index if kx[i] == 0]
+        others = [y for y in ks if y != x]
+        mixed = {y: [1 <= ks[y][i] < n for i in fail] for y in others}
+        share = (lambda flags: sum(flags) / len(flags) if flags else 0.0)
+        out[x] = {"n_prompts": len(index), "all_fail": len(fail) / len(index) if index else 0.0,
+                  "any": share([any(mixed[y][j] for y in others) for j in range(len(fail))]),
+                  "mixed": {y: share(mixed[y]) for y in others},
+                  "only": {y: share([mixed[y][j] and not any(mixed[z][j] for z in others if z != y)
+                                     for j in range(len(fail))]) for y in others}}
     return out
 
 
@@ -819,7 +914,7 @@ def _comp(k_fail: list[int], k_other: list[int], n: int) -> float:
 
 
 TARGETS = {"pass1": (0.15, 0.60), "all_fail": (0.15, 0.60), "comp": 0.10, "comp_one_way": 0.20,
-           "blind_all_fail": 0.60, "blind_peer_mixed": 0.40}
+           "blind_all_fail": 0.60, "blind_peer_mixed": 0.40, "only_fill": 0.05}
 
 
 def targets_met(props: dict) -> dict:
@@ -829,7 +924,7 @@ def targets_met(props: dict) -> dict:
     lo, hi = TARGETS["pass1"]
     flo, fhi = TARGETS["all_fail"]
     met = {}
-    for r in ("a", "b"):
+    for r in POLICY_ROLES:
         if r in props:
             met[f"{r}_pass1"] = lo <= props[r]["pass1"] <= hi
             met[f"{r}_all_fail"] = flo <= props[r]["all_fail"] <= fhi
@@ -843,6 +938,9 @@ def targets_met(props: dict) -> dict:
         spots = blind_spots(props["families"])
         for r, fams in spots.items():
             met[f"{r}_blind_spot"] = bool(fams)
+    for x, v in props.get("peer_fills", {}).items():  # three models: each peer alone fills some of x's prompts
+        for y, share in v["only"].items():
+            met[f"{x}_only_{y}_fills"] = share >= TARGETS["only_fill"]
     return met
 
 
@@ -893,6 +991,20 @@ def _families_table(props: dict):
     return t
 
 
+def _fills_table(props: dict):
+    from rich.table import Table
+
+    fills = props["peer_fills"]
+    t = Table(title="three models: on each model's all-fail prompts, the share each peer's group is mixed on "
+                    "(only: and no other peer's)")
+    for c in ("model", "all-fail", "some peer mixed", *(f"{y} mixed (only {y})" for y in fills)):
+        t.add_column(c)
+    for x, v in fills.items():
+        t.add_row(x, f"{v['all_fail']:.3f}", f"{v['any']:.3f}",
+                  *(f"{v['mixed'][y]:.3f} ({v['only'][y]:.3f})" if y in v["mixed"] else "—" for y in fills))
+    return t
+
+
 def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, force: bool = False, *,
               recipe: Recipe | None = None, num_prompts: int = 256, n: int = 8, heldout: int = 500) -> dict:
     """``graft tiny build [--check]``: build or reuse the cache, print a summary table; with
@@ -908,7 +1020,7 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
     tt = Table(title="tokens per sequence (training split, reference responses + EOS)")
     for c in ("tokenizer", "vocab", "prompt (mean)", "response (mean)", "prompt+response (max)"):
         tt.add_column(c)
-    for k in ("a", "b"):
+    for k in POLICY_ROLES:
         tt.add_row(k, str(ts[f"vocab_{k}"]), f"{ts[f'tokens_prompt_{k}']:.1f}", f"{ts[f'tokens_response_{k}']:.1f}",
                    str(ts[f"tokens_total_max_{k}"]))
     console.print(tt)
@@ -918,9 +1030,13 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
         props = check_tiny(paths, num_prompts=num_prompts, n=n, seed=seed, heldout=heldout,
                            max_new_tokens=man.get("max_new_tokens", 48))
         console.print(_props_table(props))
+        console.print("re-tokenized length ratios: " + ", ".join(
+            f"{y}/{x} {ts[f'ratio_{y}_over_{x}']:.2f}" for x in POLICY_ROLES for y in POLICY_ROLES if x < y))
         console.print(f"complementarity: a all-fail -> b mixed {props['comp_a_fail_b_mixed']:.3f}; "
                       f"b all-fail -> a mixed {props['comp_b_fail_a_mixed']:.3f}")
         console.print(_families_table(props))
+        if "peer_fills" in props:
+            console.print(_fills_table(props))
         props["blind_spots"] = blind_spots(props["families"])
         console.print("structural blind spots (all-fail >= 60 %, peer mixed on >= 40 % of them): "
                       + "; ".join(f"{r}: {', '.join(v) or 'none'}" for r, v in props["blind_spots"].items()))

@@ -83,12 +83,12 @@ def reproduce_main(pair: str = "tiny", out: str | None = None, dry_run: bool = F
 
 
 CLAIM_KINDS = {"graft": "graft_cli.report.claims", "saf": "graft_cli.report.saf_claims",
-               "tandem": "graft_cli.report.tandem_claims"}
+               "tandem": "graft_cli.report.tandem_claims", "npeer": "graft_cli.report.npeer_claims"}
 
 
 def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> dict:
     """``graft report`` on the plan's folder, then the claims of the plan's paper (``claims.kind``: graft | saf |
-    tandem)."""
+    tandem | npeer)."""
     import importlib
 
     kind = str((plan.claims or {}).get("kind", "graft"))

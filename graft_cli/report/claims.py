@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from graft_cli.report.stats import points, verdict
+from graft_cli.report.stats import overall_verdict, points, verdict
 
 DEFAULTS = {"baseline": "grpo", "method": "graft", "no_gate": "graft_nogate", "peer_first": "graft_first",
             "peer_last": None, "complementarity_min": 0.0, "clip_steps": 48, "n_boot": 2000,
@@ -71,12 +71,8 @@ N_BOOT, BOOT_SEED = 2000, 0
 
 
 def _overall(per: dict) -> str:
-    """One claim's verdict from the per-model verdicts: the common label when every model has the same one,
-    ``not measured`` when none was measured, else ``mixed`` (the per-model verdicts are in the evidence)."""
-    vs = [v["verdict"] for v in per.values()]
-    if not vs or all(v == "not measured" for v in vs):
-        return "not measured"
-    return vs[0] if len(set(vs)) == 1 else "mixed"
+    """One claim's verdict from the per-model verdicts (:func:`~graft_cli.report.stats.overall_verdict`)."""
+    return overall_verdict(v["verdict"] for v in per.values())
 
 
 def _fmt_iv(iv, digits=2, unit=""):

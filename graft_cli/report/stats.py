@@ -47,8 +47,17 @@ def verdict(iv) -> str:
     return "not significant"
 
 
+def overall_verdict(verdicts) -> str:
+    """One claim's verdict from its per-model verdicts: the common label when every model has the same one,
+    ``not measured`` when none was measured, else ``mixed`` (the per-model verdicts stay in the evidence)."""
+    vs = list(verdicts)
+    if not vs or all(v == "not measured" for v in vs):
+        return "not measured"
+    return vs[0] if len(set(vs)) == 1 else "mixed"
+
+
 __all__ = ["as_benchmarks", "common_benchmarks", "compare", "diff_interval", "equivalence_verdict",
-           "hierarchical_bootstrap", "macro_mean", "mean_interval", "paired", "points", "verdict",
+           "hierarchical_bootstrap", "macro_mean", "mean_interval", "overall_verdict", "paired", "points", "verdict",
            "welch_interval"]
 
 Arm = Mapping  # seed -> np.ndarray (one benchmark) or a sequence of np.ndarray (one per benchmark)
