@@ -133,6 +133,12 @@ def test_resolve_benchmarks(tmp_path, monkeypatch):
     monkeypatch.setattr(B, "tiny_task_dir", lambda: str(task))
     tiny = B.resolve_benchmarks(None, pair="tiny")
     assert [b.source for b in tiny] == [str(task / f"eval_{n}.jsonl") for n in B.FIVE]
+    # a run of any pair on the tiny task (pair=tiny3) is scored on the synthetic sets, not the hub's
+    from graft_cli import config as C
+    from graft_cli.eval.runner import run_benches
+
+    got = run_benches(C.compose(["pair=tiny3"]), "aime24,amc23")
+    assert [(b.name, b.source) for b, _ in got] == [(n, str(task / f"eval_{n}.jsonl")) for n in ("aime24", "amc23")]
     for bad in ("nosuch", "x=/nonexistent/file.jsonl"):
         with pytest.raises(GraftError):
             B.resolve_benchmarks(bad)

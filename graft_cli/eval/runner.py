@@ -385,7 +385,9 @@ def run_benches(cfg, benchmarks, data=None, eval_dir=None, held_out=None) -> lis
     (``data.holdout`` problems, seed ``data.holdout_seed``; ``held_out``: the trainer's copy, else rebuilt)."""
     names = [b for b in (benchmarks.split(",") if isinstance(benchmarks, str) else (benchmarks or [])) if b.strip()]
     rest = [b for b in names if b.strip() != HELDOUT]
-    out = [] if names and not rest and not data else _load_benches(resolve_benchmarks(rest or None, data, cfg.pair,
+    # a run on the tiny task (pair=tiny, tiny3, ...: data.train is a tiny: name) is scored on its synthetic sets
+    pair = "tiny" if str(cfg.data.train).startswith("tiny:") else cfg.pair
+    out = [] if names and not rest and not data else _load_benches(resolve_benchmarks(rest or None, data, pair,
                                                                                         eval_dir))
     if len(rest) < len(names):
         if held_out is None:
