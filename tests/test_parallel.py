@@ -147,3 +147,47 @@ def test_scoring_budget_changes_only_float_order():
     small = score_rows(m, tok.pad_token_id, b, ScoreSettings(token_budget=64))
     assert [len(x) for x in big] == [len(x) for x in small] == [len(r) for r in b.response_ids]
     assert max(abs(u - v) for x, y in zip(big, small) for u, v in zip(x, y)) < 1e-4
+
+
+def test_sampler_old_logprobs_score_only_foreign_rows():
+    """algo.old_logprobs=sampler: the policy's own rows keep the engine's log-probs as they are, the rows another
+    policy generated are scored, and only those enter the forward pass (the speed lever); trainer mode rescores
+    every row."""
+    from types import SimpleNamespace
+
+    from conftest import make_char_tokenizer
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from graft_cli import config as C
+    from graft_cli.batch import TrainBatch
+    from graft_cli.models.scoring import ScoreSettings, score_rows
+    from graft_cli.train.loop import old_logprobs
+
+    tok = make_char_tokenizer()
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=2, num_key_value_heads=2)).eval()
+    b = TrainBatch()
+    g = torch.Generator().manual_seed(2)
+    for i in range(10):
+        n = int(torch.randint(1, 12, (1,), generator=g))
+        src = "b" if i in (2, 5, 6) else "self"
+        b.append(prompt_ids=[3, 4, 5], response_ids=torch.randint(3, len(tok), (n,), generator=g).tolist(),
+                 advantages=0.0, weights=1.0, source=src, group=i // 2, sampler_logprobs=[-0.5 - i] * n)
+    seen = []
+    hook = m.model.embed_tokens.register_forward_hook(lambda mod, args, out: seen.append(out.shape[0]))
+    pol = SimpleNamespace(model=m, tokenizer=tok)
+    full = score_rows(m, tok.pad_token_id, b, ScoreSettings(token_budget=100000))
+    seen.clear()
+    got = old_logprobs(pol, b, C.compose(["algo.old_logprobs=sampler"]))
+    assert sum(seen) == 3  # the three grafted rows, nothing else
+    for i in range(10):
+        if b.source[i] == "self":
+            assert got[i] == [-0.5 - i] * len(b.response_ids[i])
+        else:
+            assert max(abs(u - v) for u, v in zip(got[i], full[i])) < 1e-5
+    seen.clear()
+    trainer = old_logprobs(pol, b, C.compose(["algo.old_logprobs=trainer"]))
+    hook.remove()
+    assert sum(seen) == 10
+    assert all(max(abs(u - v) for u, v in zip(x, y)) < 1e-5 for x, y in zip(trainer, full))

@@ -42,14 +42,17 @@ class ScoreSettings:
 
 
 @torch.no_grad()
-def score_rows(model, pad_id: int, batch: TrainBatch, settings: ScoreSettings) -> list[list[float]]:
-    """Per-token log-probs of every row's response tokens under ``model`` (module docstring)."""
+def score_rows(model, pad_id: int, batch: TrainBatch, settings: ScoreSettings,
+               only: list[int] | None = None) -> list[list[float] | None]:
+    """Per-token log-probs of every row's response tokens under ``model`` (module docstring); with ``only``,
+    of those rows alone (the others are None)."""
     d = settings.dist or _NoDist()
     was_training = model.training
     model.eval()
     dev = next(model.parameters()).device
     lengths = [len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
-    order = sorted(d.shard(list(range(len(batch)))), key=lambda i: lengths[i])  # length-sorted: less padding
+    wanted = list(range(len(batch))) if only is None else sorted(set(only))
+    order = sorted(d.shard(wanted), key=lambda i: lengths[i])  # length-sorted: less padding
     out: list[list[float] | None] = [None] * len(batch)
     mbs = micro_batches([lengths[i] for i in order], settings.token_budget)
     mbs += [None] * ((d.max_int(len(mbs)) if d.fsdp else len(mbs)) - len(mbs))  # FSDP: same forward count

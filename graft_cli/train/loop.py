@@ -159,10 +159,22 @@ def score_settings(cfg: C.Config, dist: D.Dist | None = None) -> ScoreSettings:
                          chunk_tokens=cfg.optim.chunk_tokens, dist=dist)
 
 
-def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist | None = None) -> list[list[float]]:
-    """Old log-probs of every row under the policy's current weights: one batched no-grad pass
-    (data-parallel: each rank scores a shard of the rows, then the results are all-gathered)."""
-    return score_rows(pol.model, pol.tokenizer.pad_token_id, batch, score_settings(cfg, dist))
+def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist | None = None,
+                   only: list[int] | None = None) -> list[list[float] | None]:
+    """Old log-probs of every row (``only``: of those rows) under the policy's current weights: one batched
+    no-grad pass (data-parallel: each rank scores a shard of the rows, then the results are all-gathered)."""
+    return score_rows(pol.model, pol.tokenizer.pad_token_id, batch, score_settings(cfg, dist), only)
+
+
+def old_logprobs(pol: Policy, b: TrainBatch, cfg: C.Config, dist: D.Dist | None = None) -> list[list[float]]:
+    """The old log-probs of the update (``algo.old_logprobs``): ``trainer`` rescores every row under the current
+    weights (verl's convention); ``sampler`` keeps the engine's log-probs on the policy's own rows and scores
+    only the rows another policy generated (GRAFT's grafted rows, stored trajectories), which have none."""
+    if cfg.algo.old_logprobs == "trainer":
+        return score_logprobs(pol, b, cfg, dist)
+    foreign = [i for i, s in enumerate(b.source) if s != "self"]
+    scored = score_logprobs(pol, b, cfg, dist, only=foreign) if foreign else [None] * len(b)
+    return [list(samp) if s == "self" else lp for s, samp, lp in zip(b.source, b.sampler_logprobs, scored)]
 
 
 def _rows_with(col, rows) -> bool:
@@ -553,13 +565,7 @@ class Trainer:
             pol, b = self.policies[name], batches[name]
             rng = np.random.default_rng([step_seed(cfg.run.seed, self.step), i])  # per policy (train/parallel.py)
             t0 = time.perf_counter()
-            if cfg.algo.old_logprobs == "trainer" or any(s != "self" for s in b.source):
-                b.old_logprobs = score_logprobs(pol, b, cfg, self.dist)
-                if cfg.algo.old_logprobs == "sampler":  # keep the engine's log-probs on self rows
-                    b.old_logprobs = [samp if s == "self" else old for s, samp, old in
-                                      zip(b.source, b.sampler_logprobs, b.old_logprobs)]
-            else:
-                b.old_logprobs = [list(x) for x in b.sampler_logprobs]
+            b.old_logprobs = old_logprobs(pol, b, cfg, self.dist)
             faults.point("score", self.step + 1)
             mem.mark("score")
             t1 = time.perf_counter()
