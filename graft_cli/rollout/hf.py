@@ -15,6 +15,18 @@ use it is switched off with a warning and the batch is redone on the dynamic-cac
 
 Under FSDP (data-parallel training, train/dist.py) every rank must run the same number of forward passes:
 the decode loop then stops only when all ranks' rows are done.
+
+Two speed options (``rollout.engine_kwargs``, off by default because they change which samples a seed gives):
+
+* ``sampler: per_row``: each response row draws from its own stream, uniforms u_{r,t} from a generator seeded
+  with (seed, r) where r is the row's index in the prompt-major flat list, and takes the token by inverse CDF,
+  o_t = min{v : Σ_{w ≤ v} p(w) > u_{r,t} Σ_w p(w)}. A row's samples then depend on its own logits only, not on
+  which other rows share its batch (``max_batch`` no longer changes the samples either). The default
+  (``sampler: batch``) is one ``torch.multinomial`` stream over the batch.
+* ``compact: true`` (needs ``sampler: per_row`` and the dynamic cache): rows that ended on EOS leave the
+  decode batch (their KV cache rows, mask and positions are dropped) once a quarter of the live rows have
+  ended, so the remaining steps cost only what the unfinished rows need. With per-row streams the samples
+  are those of the uncompacted loop up to float summation order (tested).
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ import inspect
 import math
 import warnings
 
+import numpy as np
 import torch
 
 from graft_cli.rollout.base import ENGINES, Rollouts, SamplingParams
@@ -58,7 +71,8 @@ def eos_ids_of(tokenizer, model=None) -> list[int]:
 @ENGINES.register("hf")
 class HFEngine:
     def __init__(self, model, tokenizer, max_batch: int = 256, cache: str = "auto", compile: bool | str = "auto",
-                 compile_mode: str = "reduce-overhead", cache_bucket: int = 256, **_):
+                 compile_mode: str = "reduce-overhead", cache_bucket: int = 256, sampler: str = "batch",
+                 compact: bool = False, **_):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
@@ -68,6 +82,14 @@ class HFEngine:
         self.static = cache == "static" or (cache == "auto" and on_cuda)
         self.compile = (compile is True or compile == "true" or (compile == "auto" and on_cuda)) and self.static
         self.compile_mode, self.cache_bucket = compile_mode, max(1, int(cache_bucket))
+        if sampler not in ("batch", "per_row"):
+            raise ValueError(f"rollout.engine_kwargs.sampler: {sampler!r}; known: batch, per_row")
+        self.per_row, self.compact = sampler == "per_row", bool(compact)
+        if self.compact and not self.per_row:
+            raise ValueError("rollout.engine_kwargs.compact: needs sampler: per_row (with the batch stream, dropping "
+                             "finished rows would change every later sample)")
+        if self.compact and self.static:
+            raise ValueError("rollout.engine_kwargs.compact: needs the dynamic cache (cache: dynamic)")
         self._compiled = None
         self.eos_ids = eos_ids_of(tokenizer, model)
         pad = tokenizer.pad_token_id
@@ -105,7 +127,7 @@ class HFEngine:
         return Decoder(self, prompts, max_new_tokens)
 
     @torch.no_grad()
-    def _sample_batch(self, prompts: list[list[int]], p: SamplingParams, gen: torch.Generator):
+    def _sample_batch(self, prompts: list[list[int]], p: SamplingParams, gen: torch.Generator, first_row: int = 0):
         dec = self.decoder(prompts, p.max_new_tokens)
         B, dev = len(prompts), dec.dev
         lockstep = self._lockstep()
@@ -114,30 +136,39 @@ class HFEngine:
         out_lp = torch.zeros((B, p.max_new_tokens), dtype=torch.float32, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         lengths = torch.full((B,), p.max_new_tokens, dtype=torch.long, device=dev)
+        u = row_uniforms(p.seed, first_row, B, p.max_new_tokens, dev) if self.per_row else None
+        live = torch.arange(B, device=dev)  # the original row of each row of the decode batch (compaction)
         logits = dec.prefill()
         for t in range(p.max_new_tokens):
-            tok, lp = sample_next(logits, p, gen)
-            tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
-            out_tok[:, t] = tok
-            out_lp[:, t] = torch.where(done, torch.zeros_like(lp), lp)
-            hit = (~done) & torch.isin(tok, eos)
-            lengths = torch.where(hit, torch.full_like(lengths, t + 1), lengths)
-            done |= hit
+            tok, lp = sample_next(logits, p, gen) if u is None else sample_inverse_cdf(logits, p, u[live, t])
+            was_done = done[live]
+            tok = torch.where(was_done, torch.full_like(tok, self.pad_id), tok)
+            out_tok[live, t] = tok
+            out_lp[live, t] = torch.where(was_done, torch.zeros_like(lp), lp)
+            hit = (~was_done) & torch.isin(tok, eos)
+            lengths[live] = torch.where(hit, torch.full_like(tok, t + 1), lengths[live])
+            done[live] = was_done | hit
             finished = bool(done.all())
             if lockstep:
                 finished = self._all_done(finished, dev)
             if finished or t == p.max_new_tokens - 1:
                 break
+            ended = done[live]
+            n_ended = int(ended.sum())
+            if self.compact and n_ended * 4 >= len(live) and n_ended < len(live):  # (lock-step: keep >= 1 row)
+                keep = (~ended).nonzero().squeeze(1)
+                dec.select(keep)
+                live, tok = live[keep], tok[keep]
             logits = dec.step(tok)
         return unpad(out_tok, out_lp, lengths, done)
 
-    def _sample_fallback(self, prompts, p, gen):
+    def _sample_fallback(self, prompts, p, gen, first_row: int = 0):
         """The fast path, or (if it fails the first time it is used) the dynamic path, same generator state."""
         if not self.static:
-            return self._sample_batch(prompts, p, gen)
+            return self._sample_batch(prompts, p, gen, first_row)
         state = gen.get_state()
         try:
-            return self._sample_batch(prompts, p, gen)
+            return self._sample_batch(prompts, p, gen, first_row)
         except Exception as e:  # an unsupported model/transformers combination: never fail a run for speed
             if self._lockstep():
                 raise
@@ -146,7 +177,7 @@ class HFEngine:
                           "using the dynamic cache", stacklevel=2)
             self.static = self.compile = False
             gen.set_state(state)
-            return self._sample_batch(prompts, p, gen)
+            return self._sample_batch(prompts, p, gen, first_row)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
         was_training = self.model.training
@@ -157,7 +188,7 @@ class HFEngine:
         ids, lps, trunc = [], [], []
         # sort by prompt length inside each chunk is unnecessary for equal-format prompts; keep order
         for s in range(0, len(flat), self.max_batch):
-            a, b, c = self._sample_fallback(flat[s : s + self.max_batch], params, gen)
+            a, b, c = self._sample_fallback(flat[s : s + self.max_batch], params, gen, s)
             ids += a
             lps += b
             trunc += c
@@ -176,6 +207,28 @@ def sample_next(logits: torch.Tensor, p: SamplingParams, gen: torch.Generator) -
         return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
     logp = torch.log_softmax(top_p_filter(logits / p.temperature, p.top_p), -1)
     tok = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+def row_uniforms(seed: int, first_row: int, rows: int, steps: int, dev) -> torch.Tensor:
+    """(rows, steps) uniforms in [0, 1): row j's from a CPU generator seeded with the 63-bit draw of
+    ``SeedSequence([seed, first_row + j])`` (one stream per response row, whatever its batch)."""
+    out = torch.empty((rows, steps), dtype=torch.float64)
+    for j in range(rows):
+        s = int(np.random.SeedSequence([int(seed) & (2**63 - 1), first_row + j]).generate_state(1, np.uint64)[0])
+        out[j] = torch.rand(steps, generator=torch.Generator().manual_seed(s >> 1), dtype=torch.float64)
+    return out.to(dev)
+
+
+def sample_inverse_cdf(logits: torch.Tensor, p: SamplingParams, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sample_next` with the row's own uniform ``u`` (B,): the first token whose cumulative probability
+    exceeds u × total (a zero-probability token is never taken); greedy at temperature 0."""
+    logits = logits[:, -1, :].float()
+    if p.temperature <= 0:
+        return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
+    logp = torch.log_softmax(top_p_filter(logits / p.temperature, p.top_p), -1)
+    cdf = logp.double().exp().cumsum(-1)
+    tok = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 
@@ -227,6 +280,11 @@ class Decoder:
                       position_ids=self.pos, use_cache=True, logits_to_keep=1, **{e._cache_kw: self.cache}).logits
         self.next_pos = self.pos[:, -1] + 1
         return out
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep only the batch rows ``keep`` (dynamic cache): their KV cache rows, mask and next positions."""
+        self.cache.batch_select_indices(keep)
+        self.mask, self.next_pos = self.mask[keep], self.next_pos[keep]
 
     def step(self, tok: torch.Tensor) -> torch.Tensor:
         e = self.engine
