@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: setup demo test test-fast test-vllm lint clean publish reproduce gpu-deps
+.PHONY: setup demo test test-fast test-vllm lint clean publish publish-tiny3 reproduce gpu-deps
 
 setup: $(VENV)/.installed
 
@@ -40,6 +40,13 @@ publish: setup
 	$(PY) -m graft_cli.report.publish copy .cache/reproduce_tiny --dest results/tiny --command "make publish" \
 		--wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
 	$(PY) -m graft_cli.report.publish readme --dest results/tiny
+
+# The three-peer miniature (experiments/reproduce/tiny3.yaml), published into results/tiny3/ the same way.
+publish-tiny3: setup
+	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair tiny3 --out .cache/reproduce_tiny3 && \
+	$(PY) -m graft_cli.report.publish copy .cache/reproduce_tiny3 --dest results/tiny3 --command "make publish-tiny3" \
+		--wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
+	$(PY) -m graft_cli.report.publish readme --dest results/tiny3
 
 # The weekly reproduction (.github/workflows/reproduce.yml): the study afresh, its verdicts against the published.
 reproduce: setup

@@ -103,3 +103,22 @@ def test_best_rule_pooled_over_models():
 def test_claims_not_measured_without_files():
     claims = NC.judge({"problems": {}, "models": ["a"], "peers": {}}, None)
     assert {c["verdict"] for c in claims} == {"not measured"}
+
+
+def test_exchange_volume_from_metrics(tmp_path):
+    import json
+
+    rows = [{"step": 1, "policy": "a", "graft/admitted": 6, "graft/grafted_share": 0.10, "graft/admitted/b": 4,
+             "graft/admitted/c": 2},
+            {"step": 2, "policy": "a", "graft/admitted": 2, "graft/grafted_share": 0.04, "graft/admitted/b": 2,
+             "graft/admitted/c": 0},
+            {"step": 1, "policy": "b", "graft/admitted": 3, "graft/grafted_share": 0.05},
+            {"step": 1, "policy": "c", "loss": 0.1}]  # no exchange metrics: c is left out
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    v = NC.exchange_volume(str(tmp_path))
+    assert set(v) == {"a", "b"}
+    assert v["a"]["admitted"] == 4.0 and v["a"]["share"] == pytest.approx(0.07)
+    assert v["a"]["from"] == {"b": 3.0, "c": 1.0} and v["b"]["from"] == {}
+    md = NC.exchange_markdown({"models": ["a", "b"], "peers": {}, "exchange": {"graft3": {0: v, 1: v}}})
+    assert "4.0 (7.0%) = 3.0 from b + 1.0 from c" in md and "3.0 (5.0%)" in md
+    assert NC.exchange_volume(str(tmp_path / "missing")) == {}

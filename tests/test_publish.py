@@ -77,13 +77,14 @@ def test_compare_lists_changed_verdicts(tmp_path):
     assert PB.main(["compare", ca, cb]) == 1
 
 
-def test_the_readme_quotes_the_published_miniature():
-    """results/tiny/ is in the tree and the README's block is exactly what its files render."""
-    dest = "results/tiny"
+@pytest.mark.parametrize("dest", ["results/tiny", "results/tiny3"])
+def test_the_readme_quotes_the_published_miniature(dest):
+    """results/tiny/ (the pair) and results/tiny3/ (three peers) are in the tree and the README's blocks are
+    exactly what their files render."""
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        assert os.path.exists(os.path.join(dest, "PROVENANCE.json")), "results/tiny/ is not published (make publish)"
+        assert os.path.exists(os.path.join(dest, "PROVENANCE.json")), f"{dest}/ is not published (make publish)"
         assert PB.update_readme("README.md", dest, check=True), "README block differs (publish readme)"
     finally:
         os.chdir(cwd)

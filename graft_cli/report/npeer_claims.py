@@ -29,7 +29,7 @@ import numpy as np
 
 from graft_cli.eval.files import eval_dir, read_problems
 from graft_cli.report.stats import compare, macro_mean, overall_verdict, verdict
-from graft_cli.rundir import atomic_write_json
+from graft_cli.rundir import atomic_write_json, read_jsonl
 
 RULES = ("best_source", "round_robin", "pooled_donor")
 DEFAULTS = {"kind": "npeer", "grpo": "grpo", "pairwise": ["graft_ab", "graft_ac", "graft_bc"],
@@ -45,11 +45,14 @@ def settings(cfg: dict | None) -> dict:
 def measure(records: list[dict], cfg: dict | None = None) -> dict:
     """``{"problems": model -> run name -> seed -> bench -> per-problem pass@1 (0..1)}, "models": [...],
     "peers": run name -> [models it trains]}`` from the records' evaluated steps."""
-    out: dict = {"problems": {}, "models": [], "peers": {}}
+    out: dict = {"problems": {}, "models": [], "peers": {}, "exchange": {}}
     for r in records:
         name, seed, rd = r.get("name"), r.get("seed"), r.get("dir") or ""
         if name is None or not os.path.isdir(rd):
             continue
+        ex = exchange_volume(rd)
+        if ex:
+            out["exchange"].setdefault(name, {})[seed] = ex
         for pol, sc in sorted((r.get("scores") or {}).items()):
             if not isinstance(sc, dict) or sc.get("step") is None:
                 continue
@@ -64,6 +67,28 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
                 peers.append(pol)
     out["models"].sort()
     return out
+
+
+def exchange_volume(run_dir: str) -> dict:
+    """receiver -> {admitted: mean admitted grafted responses per step, share: mean ``graft/grafted_share``,
+    from: {source: mean ``graft/admitted/<source>``} (runs of 3+ policies)} from ``metrics.jsonl``."""
+    try:
+        rows = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+    except (OSError, ValueError):
+        return {}
+    acc: dict = {}
+    for m in rows:
+        pol = m.get("policy")
+        if pol is None or "graft/admitted" not in m:
+            continue
+        a = acc.setdefault(str(pol), {"admitted": [], "share": [], "from": {}})
+        a["admitted"].append(float(m["graft/admitted"]))
+        a["share"].append(float(m.get("graft/grafted_share", 0.0)))
+        for k, v in m.items():
+            if k.startswith("graft/admitted/"):
+                a["from"].setdefault(k.split("/", 2)[2], []).append(float(v))
+    return {p: {"admitted": float(np.mean(a["admitted"])), "share": float(np.mean(a["share"])),
+                "from": {s: float(np.mean(v)) for s, v in a["from"].items()}} for p, a in acc.items()}
 
 
 # ----------------------------------------------------------------------------------------------- pure
@@ -194,6 +219,35 @@ def table_markdown(measured: dict, cfg: dict | None = None) -> str:
     return md_table(["Arm", "Run", *[f"{m} pass@1 % (seeds)" for m in models]], rows)
 
 
+def exchange_markdown(measured: dict, cfg: dict | None = None) -> str:
+    """Per arm and receiver: admitted grafted responses per step and the grafted share of its update batch
+    (mean over steps and seeds); for three peers, per source."""
+    from graft_cli.report.markdown import md_table
+
+    models = measured.get("models") or []
+    rows = []
+    for name, label in arm_order(measured, cfg):
+        seeds = (measured.get("exchange") or {}).get(name) or {}
+        if not seeds:
+            continue
+        cells = []
+        for m in models:
+            per = [v[m] for v in seeds.values() if m in v]
+            if not per:
+                cells.append("—")
+                continue
+            cell = f"{np.mean([p['admitted'] for p in per]):.1f} ({100 * np.mean([p['share'] for p in per]):.1f}%)"
+            srcs = sorted({s for p in per for s in p["from"]})
+            if srcs:
+                cell += " = " + " + ".join(f"{np.mean([p['from'].get(s, 0.0) for p in per]):.1f} from {s}"
+                                           for s in srcs)
+            cells.append(cell)
+        rows.append([label, name, *cells])
+    if not rows:
+        return ""
+    return md_table(["Arm", "Run", *[f"{m} receives / step (grafted share)" for m in models]], rows)
+
+
 def claims_markdown(claims: list[dict], models: list[str]) -> str:
     from graft_cli.report.markdown import md_table
 
@@ -227,6 +281,9 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, repor
         "Held-out pass@1 (%, macro over the benchmarks, mean ± std over seeds; the number of seeds in brackets):", "",
         table_markdown(measured, cfg), "",
         "### Claims", "", claims_markdown(claims, models), "",
+        *(["Exchange volume (admitted grafted responses per step, mean over steps and seeds; the share of the "
+           "receiver's update batch that is grafted):", "", exchange_markdown(measured, cfg), ""]
+          if exchange_markdown(measured, cfg) else []),
         "Each arm against GRPO (Δ pass@1 points [95% CI], no verdict):", "",
         md_table(["Run", *models], grpo_rows), "",
         *(["Transfer matrices (responses admitted per step, source → receiver): "
@@ -248,5 +305,6 @@ def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) 
     write_section(report_dir, md)
     atomic_write_json(os.path.join(report_dir, "claims.json"),
                       {"settings": settings(cfg), "models": measured["models"], "peers": measured["peers"],
+                       "exchange": measured["exchange"],
                        "versus_grpo": versus_grpo(measured, cfg), "claims": claims})
     return md, claims
