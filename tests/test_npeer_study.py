@@ -122,3 +122,9 @@ def test_exchange_volume_from_metrics(tmp_path):
     md = NC.exchange_markdown({"models": ["a", "b"], "peers": {}, "exchange": {"graft3": {0: v, 1: v}}})
     assert "4.0 (7.0%) = 3.0 from b + 1.0 from c" in md and "3.0 (5.0%)" in md
     assert NC.exchange_volume(str(tmp_path / "missing")) == {}
+
+
+def test_first_seed_of_each_transfer_plot():
+    pngs = ["transfer_tiny3-graft3-s1.png", "transfer_tiny3-graft3-s0.png", "transfer_tiny3-graft3_rr-s2.png",
+            "transfer_tiny3-graft3_rr-s10.png", "other.png"]
+    assert NC.first_seed(pngs) == ["transfer_tiny3-graft3-s0.png", "transfer_tiny3-graft3_rr-s2.png"]

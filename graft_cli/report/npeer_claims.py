@@ -248,6 +248,18 @@ def exchange_markdown(measured: dict, cfg: dict | None = None) -> str:
     return md_table(["Arm", "Run", *[f"{m} receives / step (grafted share)" for m in models]], rows)
 
 
+def first_seed(pngs: list[str]) -> list[str]:
+    """Of ``transfer_<pair>-<name>-s<seed>.png`` files, the lowest seed of each run name (sorted by name)."""
+    import re
+
+    best: dict = {}
+    for p in pngs:
+        m = re.fullmatch(r"transfer_(.+)-s(\d+)\.png", p)
+        if m and (m[1] not in best or int(m[2]) < best[m[1]][0]):
+            best[m[1]] = (int(m[2]), p)
+    return [best[k][1] for k in sorted(best)]
+
+
 def claims_markdown(claims: list[dict], models: list[str]) -> str:
     from graft_cli.report.markdown import md_table
 
@@ -286,8 +298,9 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, repor
           if exchange_markdown(measured, cfg) else []),
         "Each arm against GRPO (Δ pass@1 points [95% CI], no verdict):", "",
         md_table(["Run", *models], grpo_rows), "",
-        *(["Transfer matrices (responses admitted per step, source → receiver): "
-           + ", ".join(f"[{p[len('transfer_'):-4]}](plots/{p})" for p in plots), ""] if plots else []),
+        *(["Transfer matrices (admitted grafted responses per step, source → receiver), the first seed of each "
+           "three-peer run (every run's is `plots/transfer_<run>.png`):", "",
+           *[f"![transfer {p[len('transfer_'):-4]}](plots/{p})" for p in first_seed(plots)], ""] if plots else []),
         f"Intervals: 95% paired hierarchical bootstrap ({int(s['n_boot'])} replicates: seeds resampled within each "
         "arm, held-out problems resampled once per replicate for both arms, Δ macro-averaged over the benchmarks "
         "both have). The best single peer is chosen per model as the pairwise run with the higher mean, on the "
