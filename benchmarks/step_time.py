@@ -84,6 +84,7 @@ def main() -> int:
     ap.add_argument("--solo-grpo", action="store_true",
                     help="the GRPO baseline trains policy a alone (the reference for the OPD methods' student)")
     ap.add_argument("--pair", default="tiny")
+    ap.add_argument("--override", action="append", default=[], help="a config key=value for every run")
     ap.add_argument("--independent", action="store_true",
                     help="also time one GRPO run per policy, all at once as separate processes")
     args = ap.parse_args()
@@ -94,6 +95,7 @@ def main() -> int:
     res = {}
     for m in methods:
         extra = ["policies=[{name: a, model: 'tiny:a'}]"] if (m == "grpo" and args.solo_grpo) else []
+        extra = [*extra, *args.override]
         res[m] = measure(m, args.steps, args.threads, out, extra, pair=args.pair)
         print(f"{m}: {res[m]['step_s']:.1f} s/step", flush=True)
     if args.independent:
@@ -108,8 +110,8 @@ def main() -> int:
     table = "\n".join(lines)
     print(table)
     with open(os.path.join(out, "step_time.json"), "w") as f:
-        json.dump({"pair": args.pair, "steps": args.steps, "threads": args.threads, "results": res, "table": table},
-                  f, indent=1)
+        json.dump({"pair": args.pair, "overrides": args.override, "steps": args.steps, "threads": args.threads,
+                   "results": res, "table": table}, f, indent=1)
     print(f"written to {os.path.join(out, 'step_time.json')}")
     return 0
 

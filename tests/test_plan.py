@@ -207,6 +207,8 @@ def test_execute_skips_finished_and_resumes_partial(tmp_path, monkeypatch):
                 "eval_s": 1.0, "error": None}
 
     monkeypatch.setattr(X, "run_job", fake_job)
+    # the plan pins the tiny pair's identity; faked here (the real one builds the full tiny models: minutes)
+    monkeypatch.setattr(X, "tiny_identity", lambda progress=True: {"cache": "c", "hashes": {"a": "1"}, "version": 2})
     recs = {r["name"]: r for r in X.execute(plan, out, jobs=1, progress=False)}
     # finished + evaluated: nothing; finished: eval only; partial and new: train; a failed partner: dependent skipped
     assert calls == [("tiny-noeval-s0", True), ("tiny-half-s0", False), ("tiny-fresh-s0", False)]

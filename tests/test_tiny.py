@@ -170,7 +170,7 @@ def test_build_outputs_and_auto_round_trip(built):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     d, paths = built
-    assert set(paths) == {"a", "b", "teacher", "junior", "task"}
+    assert set(paths) == {"a", "b", "c", "teacher", "junior", "task"}
     man = tiny.read_manifest(d)
     assert man["version"] == tiny.TINY_VERSION and set(man["hashes"]) == set(tiny.ROLES)
     arch = {}
@@ -184,11 +184,11 @@ def test_build_outputs_and_auto_round_trip(built):
         ids = tk(PromptSpec().text("3+4=?", tk), add_special_tokens=False, return_tensors="pt")["input_ids"]
         with torch.no_grad():
             assert torch.isfinite(m(input_ids=ids).logits).all()
-    assert arch == {"a": "Qwen3ForCausalLM", "b": "LlamaForCausalLM", "teacher": "Qwen3ForCausalLM",
-                    "junior": "Qwen3ForCausalLM"}
-    # teacher and junior share a's tokenizer; b's differs
+    assert arch == {"a": "Qwen3ForCausalLM", "b": "LlamaForCausalLM", "c": "GPTNeoXForCausalLM",
+                    "teacher": "Qwen3ForCausalLM", "junior": "Qwen3ForCausalLM"}
+    # teacher and junior share a's tokenizer; b's and c's differ
     tj = {r: open(os.path.join(paths[r], "tokenizer.json")).read() for r in tiny.ROLES}
-    assert tj["a"] == tj["teacher"] == tj["junior"] != tj["b"]
+    assert tj["a"] == tj["teacher"] == tj["junior"] != tj["b"] != tj["c"] != tj["a"]
     assert os.path.isfile(os.path.join(paths["task"], "eval_minerva.jsonl"))
 
 
