@@ -28,7 +28,7 @@ endif
 	$(PY) -m pip install -q "gguf==0.19.0"
 	touch $@
 
-# The main job on the embedded tiny pair: build the pair (first time, ~5 min), then GRAFT training.
+# The main job on the embedded tiny pair: build the tiny models (first time, ~5 min), then GRAFT training.
 demo: setup
 	$(VENV)/bin/graft tiny build
 	$(VENV)/bin/graft train --pair tiny --method graft --steps $(STEPS)

@@ -464,7 +464,14 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(cfg.exchange.ordering in ("last", "first", "uniform"), "exchange.ordering", "must be last, first or uniform")
     hint = " (vLLM is not installed: pip install -e '.[vllm]')" if r.engine == "vllm" else ""
     _check(r.engine in ENGINES, "rollout.engine", f"unknown; known: {', '.join(ENGINES.names())}{hint}")
-    if r.engine in ENGINES:  # engine options that name a frozen model of the run (tandem: junior)
+    if r.engine in ENGINES:  # the engine's own option check; then options that name a frozen model (tandem)
+        check = getattr(ENGINES.get(r.engine), "check_kwargs", None)
+        if check is not None:
+            try:
+                check(**dict(r.engine_kwargs))
+            except ValueError as e:
+                key, _, why = str(e).partition(": ")
+                _check(False, key, why)
         frozen = [p.name for p in cfg.policies if p.role == "frozen"]
         for k in getattr(ENGINES.get(r.engine), "frozen_kwargs", ()):
             v = r.engine_kwargs.get(k)

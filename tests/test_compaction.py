@@ -92,3 +92,15 @@ def test_option_errors(model_tok):
         HFEngine(model, tok, compact=True)
     with pytest.raises(ValueError, match="dynamic"):
         HFEngine(model, tok, sampler="per_row", compact=True, cache="static")
+
+
+def test_config_names_the_bad_engine_option():
+    from graft_cli import config as C
+    from graft_cli.errors import GraftError
+
+    with pytest.raises(GraftError, match="config key 'rollout.engine_kwargs.compact': needs sampler: per_row"):
+        C.compose(["rollout.engine_kwargs={compact: true}"])
+    with pytest.raises(GraftError, match="'rollout.engine_kwargs.sampler'"):
+        C.compose(["rollout.engine_kwargs={sampler: fast}"])
+    cfg = C.compose(["rollout.engine_kwargs={sampler: per_row, compact: true}"])
+    assert cfg.rollout.engine_kwargs == {"sampler": "per_row", "compact": True}

@@ -77,18 +77,12 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         on_cuda = next(model.parameters()).device.type == "cuda"
-        if cache not in ("auto", "dynamic", "static"):
-            raise ValueError(f"rollout.engine_kwargs.cache: {cache!r}; known: auto, dynamic, static")
+        self.check_kwargs(cache=cache, sampler=sampler, compact=compact)
         self.static = cache == "static" or (cache == "auto" and on_cuda)
         self.compile = (compile is True or compile == "true" or (compile == "auto" and on_cuda)) and self.static
         self.compile_mode, self.cache_bucket = compile_mode, max(1, int(cache_bucket))
-        if sampler not in ("batch", "per_row"):
-            raise ValueError(f"rollout.engine_kwargs.sampler: {sampler!r}; known: batch, per_row")
         self.per_row, self.compact = sampler == "per_row", bool(compact)
-        if self.compact and not self.per_row:
-            raise ValueError("rollout.engine_kwargs.compact: needs sampler: per_row (with the batch stream, dropping "
-                             "finished rows would change every later sample)")
-        if self.compact and self.static:
+        if self.compact and self.static:  # cache auto on CUDA
             raise ValueError("rollout.engine_kwargs.compact: needs the dynamic cache (cache: dynamic)")
         self._compiled = None
         self.eos_ids = eos_ids_of(tokenizer, model)
@@ -97,6 +91,20 @@ class HFEngine:
         # transformers >= 5.2x renamed ``past_key_values`` to ``cache``; support both
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    @staticmethod
+    def check_kwargs(cache: str = "auto", sampler: str = "batch", compact: bool = False, **_) -> None:
+        """Raise ``ValueError("rollout.engine_kwargs.<key>: <why>")`` for options that cannot work together
+        (config validation calls it before anything is loaded or written)."""
+        if cache not in ("auto", "dynamic", "static"):
+            raise ValueError(f"rollout.engine_kwargs.cache: {cache!r}; known: auto, dynamic, static")
+        if sampler not in ("batch", "per_row"):
+            raise ValueError(f"rollout.engine_kwargs.sampler: {sampler!r}; known: batch, per_row")
+        if compact and sampler != "per_row":
+            raise ValueError("rollout.engine_kwargs.compact: needs sampler: per_row (with the batch stream, dropping "
+                             "finished rows would change every later sample)")
+        if compact and cache == "static":
+            raise ValueError("rollout.engine_kwargs.compact: needs the dynamic cache (cache: dynamic)")
 
     def sync_weights(self, model) -> None:
         self.model = model  # same process, same parameters: nothing to copy
