@@ -44,6 +44,7 @@ def main(argv=None) -> dict:
 
     torch.set_num_threads(a.threads)
     out = a.out or tempfile.mkdtemp(prefix="graft_profile_")
+    os.makedirs(out, exist_ok=True)
     cfg = C.compose([f"pair={a.pair}", f"method={a.method}", f"run.out={out}", "run.name=p", f"run.threads={a.threads}",
                      "run.policy_workers=1", "run.log_rollouts=false", "run.save_every=1000", *a.overrides])
     tr = Trainer(cfg, os.path.join(out, "p"), progress=False)

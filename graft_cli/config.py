@@ -472,6 +472,9 @@ def validate(cfg: Config, registries: bool = True) -> None:
             except ValueError as e:
                 key, _, why = str(e).partition(": ")
                 _check(False, key, why)
+        _check(a.old_logprobs != "sampler" or getattr(ENGINES.get(r.engine), "policy_logprobs", True),
+               "algo.old_logprobs", f"sampler: engine {r.engine!r} returns the log-probs of the model that wrote each "
+               "token, not the policy's; use trainer")
         frozen = [p.name for p in cfg.policies if p.role == "frozen"]
         for k in getattr(ENGINES.get(r.engine), "frozen_kwargs", ()):
             v = r.engine_kwargs.get(k)

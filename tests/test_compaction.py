@@ -104,3 +104,30 @@ def test_config_names_the_bad_engine_option():
         C.compose(["rollout.engine_kwargs={sampler: fast}"])
     cfg = C.compose(["rollout.engine_kwargs={sampler: per_row, compact: true}"])
     assert cfg.rollout.engine_kwargs == {"sampler": "per_row", "compact": True}
+
+
+def test_sampler_logprobs_equal_the_trainers_on_cpu(model_tok):
+    """scale=cpu_fast's algo.old_logprobs=sampler rests on this: the HF engine's log-probs of the sampled tokens
+    (KV-cached decode, compacted batch) equal the trainer's recomputation (one padded forward) to float order."""
+    from graft_cli.batch import TrainBatch
+    from graft_cli.models.scoring import ScoreSettings, score_rows
+
+    model, tok = model_tok
+    sp = SamplingParams(n=4, temperature=1.0, top_p=1.0, max_new_tokens=16, seed=9)
+    ro = HFEngine(model, tok, sampler="per_row", compact=True).generate(_prompts(tok), sp)
+    b = TrainBatch()
+    for i, (ids, lp) in enumerate(zip(ro.response_ids, ro.logprobs)):
+        b.append(prompt_ids=ro.prompt_ids[i // 4], response_ids=ids, advantages=0.0, weights=1.0, source="self",
+                 group=i // 4, sampler_logprobs=lp)
+    trainer = score_rows(model, tok.pad_token_id, b, ScoreSettings())
+    assert max(abs(x - y) for s, t in zip(b.sampler_logprobs, trainer) for x, y in zip(s, t)) < 1e-4
+
+
+def test_cpu_fast_overlay_and_its_guard():
+    from graft_cli import config as C
+    from graft_cli.errors import GraftError
+
+    cfg = C.compose(["pair=tiny", "method=graft", "scale=cpu_fast"])
+    assert cfg.algo.old_logprobs == "sampler" and cfg.rollout.engine_kwargs == {"sampler": "per_row", "compact": True}
+    with pytest.raises(GraftError, match="config key 'algo.old_logprobs'"):  # tandem's log-probs are the writer's
+        C.compose(["pair=tiny", "method=tandem", "scale=cpu_fast"])

@@ -42,6 +42,7 @@ from graft_cli.rollout.hf import HFEngine, sample_next, unpad
 @ENGINES.register("tandem")
 class TandemEngine:
     frozen_kwargs = ("junior",)  # engine options that name a frozen model of the run (the trainer resolves them)
+    policy_logprobs = False  # its log-probs are the writer's (senior or junior): never the policy's old log-probs
     own_kwargs = ("junior", "schedule", "p_senior", "max_gap_tokens", "chunk_size", "delimiter")
     solo_engine = "hf"  # a checkpoint evaluated alone samples with the HF engine (the other options kept)
 
