@@ -124,19 +124,24 @@ def test_sorted_micro_batches_match_unsorted(tiny_models, problems_file, tmp_pat
         assert all(torch.allclose(w1[p][k], w2[p][k], rtol=1e-4, atol=1e-6) for k in w1[p])
 
 
+def _small_llama():
+    """The char tokenizer and a seeded 2-layer Llama in eval mode (the scoring tests' model)."""
+    from conftest import make_char_tokenizer
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = make_char_tokenizer()
+    torch.manual_seed(0)
+    return tok, LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                             num_hidden_layers=2, num_attention_heads=2,
+                                             num_key_value_heads=2)).eval()
+
+
 def test_scoring_budget_changes_only_float_order():
     """A smaller scoring token budget (more, length-sorted micro-batches) gives the same log-probs to ~1e-5."""
-    from conftest import make_char_tokenizer
-
     from graft_cli.batch import TrainBatch
     from graft_cli.models.scoring import ScoreSettings, score_rows
 
-    tok = make_char_tokenizer()
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    m = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                     num_attention_heads=2, num_key_value_heads=2)).eval()
+    tok, m = _small_llama()
     b = TrainBatch()
     g = torch.Generator().manual_seed(1)
     for i in range(24):
@@ -155,18 +160,12 @@ def test_sampler_old_logprobs_score_only_foreign_rows():
     every row."""
     from types import SimpleNamespace
 
-    from conftest import make_char_tokenizer
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from graft_cli import config as C
     from graft_cli.batch import TrainBatch
     from graft_cli.models.scoring import ScoreSettings, score_rows
     from graft_cli.train.loop import old_logprobs
 
-    tok = make_char_tokenizer()
-    torch.manual_seed(0)
-    m = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                     num_attention_heads=2, num_key_value_heads=2)).eval()
+    tok, m = _small_llama()
     b = TrainBatch()
     g = torch.Generator().manual_seed(2)
     for i in range(10):

@@ -854,11 +854,18 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
         out["families"] = family_complementarity([r["family"] for r in recs], ks["a"], ks["b"], n)
     peers = {r: ks[r] for r in POLICY_ROLES if r in ks}
     if len(peers) >= 3:
-        fams = [r["family"] for r in recs]
         out["peer_fills"] = peer_fills(peers, n)
-        out["peer_fills_by_family"] = {f: peer_fills(peers, n, [i for i, x in enumerate(fams) if x == f])
-                                       for f in sorted(set(fams))}
+        out["peer_fills_by_family"] = {f: peer_fills(peers, n, idx)
+                                       for f, idx in _family_index([r["family"] for r in recs]).items()}
     return out
+
+
+def _family_index(families: list[str]) -> dict[str, list[int]]:
+    """family -> the indices of its prompts, families in sorted order."""
+    out: dict[str, list[int]] = {}
+    for i, f in enumerate(families):
+        out.setdefault(f, []).append(i)
+    return dict(sorted(out.items()))
 
 
 def peer_fills(ks: dict, n: int, index: list[int] | None = None) -> dict:
@@ -887,13 +894,10 @@ def family_complementarity(families: list[str], k_a: list[int], k_b: list[int], 
     success counts of groups of ``n``; returns family -> {n_prompts, all_fail_a, all_fail_b,
     peer_mixed_a (b mixed on a's all-fail), peer_mixed_b}."""
     out = {}
-    for fam in sorted(set(families)):
-        idx = [i for i, f in enumerate(families) if f == fam]
-        ka, kb = [k_a[i] for i in idx], [k_b[i] for i in idx]
-        out[fam] = {"n_prompts": len(idx),
-                    "all_fail_a": sum(k == 0 for k in ka) / len(idx),
-                    "all_fail_b": sum(k == 0 for k in kb) / len(idx),
-                    "peer_mixed_a": _comp(ka, kb, n), "peer_mixed_b": _comp(kb, ka, n)}
+    for fam, idx in _family_index(families).items():
+        f = peer_fills({"a": k_a, "b": k_b}, n, idx)
+        out[fam] = {"n_prompts": len(idx), "all_fail_a": f["a"]["all_fail"], "all_fail_b": f["b"]["all_fail"],
+                    "peer_mixed_a": f["a"]["mixed"]["b"], "peer_mixed_b": f["b"]["mixed"]["a"]}
     return out
 
 
@@ -907,10 +911,8 @@ def blind_spots(families: dict, all_fail_min: float | None = None, peer_mixed_mi
 
 
 def _comp(k_fail: list[int], k_other: list[int], n: int) -> float:
-    idx = [i for i, k in enumerate(k_fail) if k == 0]
-    if not idx:
-        return 0.0
-    return sum(1 <= k_other[i] < n for i in idx) / len(idx)
+    """Share of the first model's all-fail prompts on which the other's group is mixed (:func:`peer_fills`)."""
+    return peer_fills({"x": k_fail, "y": k_other}, n)["x"]["mixed"]["y"]
 
 
 TARGETS = {"pass1": (0.15, 0.60), "all_fail": (0.15, 0.60), "comp": 0.10, "comp_one_way": 0.20,

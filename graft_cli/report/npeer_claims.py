@@ -92,14 +92,18 @@ def exchange_volume(run_dir: str) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- pure
-def arm_mean(arm: dict | None) -> float | None:
-    """Mean over seeds of each seed's macro pass@1 (%), over the benchmarks every seed has; None if empty."""
+def seed_means(arm: dict | None) -> list[float]:
+    """Each seed's macro pass@1 (%) over the benchmarks every seed of ``arm`` has (seed order); [] if none."""
     if not arm:
-        return None
+        return []
     benches = sorted(set.intersection(*(set(v) for v in arm.values())))
-    if not benches:
-        return None
-    return float(np.mean([100 * macro_mean([np.asarray(v[b], float) for b in benches]) for v in arm.values()]))
+    return [100 * macro_mean([np.asarray(v[b], float) for b in benches]) for v in arm.values()] if benches else []
+
+
+def arm_mean(arm: dict | None) -> float | None:
+    """Mean over seeds of :func:`seed_means`; None if empty."""
+    xs = seed_means(arm)
+    return float(np.mean(xs)) if xs else None
 
 
 def best_single(problems: dict, model: str, pairwise: list[str]) -> tuple[str | None, float | None]:
@@ -196,10 +200,7 @@ def arm_order(measured: dict, cfg: dict | None = None) -> list[tuple[str, str]]:
 
 
 def _fmt(arm: dict | None) -> str:
-    if not arm:
-        return "—"
-    benches = sorted(set.intersection(*(set(v) for v in arm.values())))
-    xs = [100 * macro_mean([np.asarray(v[b], float) for b in benches]) for v in arm.values()] if benches else []
+    xs = seed_means(arm)
     if not xs:
         return "—"
     return f"{np.mean(xs):.2f}" + (f" ± {np.std(xs, ddof=1):.2f}" if len(xs) > 1 else "") + f" ({len(xs)})"
@@ -286,6 +287,7 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, repor
     names = [n for n, _ in arm_order(measured, cfg) if n != s["grpo"]]
     grpo_rows = [[n, *[_iv((vg.get(m) or {}).get(n)) if n in (vg.get(m) or {}) else "—" for m in models]]
                  for n in names]
+    exchange = exchange_markdown(measured, cfg)
     plots = sorted(f for f in os.listdir(os.path.join(report_dir, "plots"))
                    if f.startswith("transfer_")) if os.path.isdir(os.path.join(report_dir, "plots")) else []
     return "\n".join([
@@ -294,8 +296,7 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, repor
         table_markdown(measured, cfg), "",
         "### Claims", "", claims_markdown(claims, models), "",
         *(["Exchange volume (admitted grafted responses per step, mean over steps and seeds; the share of the "
-           "receiver's update batch that is grafted):", "", exchange_markdown(measured, cfg), ""]
-          if exchange_markdown(measured, cfg) else []),
+           "receiver's update batch that is grafted):", "", exchange, ""] if exchange else []),
         "Each arm against GRPO (Δ pass@1 points [95% CI], no verdict):", "",
         md_table(["Run", *models], grpo_rows), "",
         *(["Transfer matrices (admitted grafted responses per step, source → receiver), the first seed of each "

@@ -155,13 +155,13 @@ class HFEngine:
             out_lp[live, t] = torch.where(was_done, torch.zeros_like(lp), lp)
             hit = (~was_done) & torch.isin(tok, eos)
             lengths[live] = torch.where(hit, torch.full_like(tok, t + 1), lengths[live])
-            done[live] = was_done | hit
+            ended = was_done | hit
+            done[live] = ended
             finished = bool(done.all())
             if lockstep:
                 finished = self._all_done(finished, dev)
             if finished or t == p.max_new_tokens - 1:
                 break
-            ended = done[live]
             n_ended = int(ended.sum())
             if self.compact and n_ended * 4 >= len(live) and n_ended < len(live):  # (lock-step: keep >= 1 row)
                 keep = (~ended).nonzero().squeeze(1)
