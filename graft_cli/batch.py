@@ -156,6 +156,51 @@ def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
     return out
 
 
+def prefix_micro_batches(prompt_keys: list, prompt_lens: list[int], response_lens: list[int],
+                         token_budget: int) -> list[list[int]]:
+    """Micro-batches of row indices for the shared-prompt forward (``optim.shared_prefix``,
+    :func:`graft_cli.models.logprobs.shared_prefix_hidden`): rows with the same prompt stay together, so
+    each prompt runs once per micro-batch. Prompt groups are taken in order of their longest response (less
+    padding), rows within a group by response length; a row joins the current micro-batch while its padded
+    cost, ``distinct prompts x longest prompt + rows x (longest response - 1)``, stays within
+    ``token_budget`` (at least one row per micro-batch; a group larger than the budget is split)."""
+    groups: dict = {}
+    for i, k in enumerate(prompt_keys):
+        groups.setdefault(k, []).append(i)
+    order = sorted(groups.values(), key=lambda rows: max(response_lens[i] for i in rows))
+    out: list[list[int]] = []
+    cur: list[int] = []
+    keys: set = set()
+    plong = rlong = 0
+    for rows in order:
+        for i in sorted(rows, key=lambda i: response_lens[i]):
+            k = prompt_keys[i]
+            nk = len(keys | {k})
+            np_, nr = max(plong, prompt_lens[i]), max(rlong, response_lens[i])
+            if cur and nk * np_ + (len(cur) + 1) * max(nr - 1, 0) > token_budget:
+                out.append(cur)
+                cur, keys, np_, nr = [], set(), prompt_lens[i], response_lens[i]
+            cur.append(i)
+            keys.add(k)
+            plong, rlong = np_, nr
+    if cur:
+        out.append(cur)
+    return out
+
+
+def plan_micro_batches(prompts: list[list[int]], responses: list[list[int]], token_budget: int,
+                       shared_prefix: bool = False, sort: bool = True) -> list[list[int]]:
+    """Row indices split into forward micro-batches within ``token_budget`` padded tokens: rows of one prompt
+    together (``shared_prefix``, :func:`prefix_micro_batches`), else length-sorted (``sort``: each
+    micro-batch pads to a length close to its rows'), else in order (:func:`micro_batches`)."""
+    if shared_prefix:
+        return prefix_micro_batches([tuple(p) for p in prompts], [len(p) for p in prompts],
+                                    [len(r) for r in responses], token_budget)
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i]) if sort else list(range(len(lengths)))
+    return [[order[i] for i in m] for m in micro_batches([lengths[i] for i in order], token_budget)]
+
+
 def cat_groups(parts: list[tuple[PolicyStep, list[int]]], limit: int | None = None) -> PolicyStep:
     """Concatenate chosen prompt groups of several PolicySteps of one policy (rounds of dynamic sampling),
     in order, keeping at most ``limit`` groups: problems, prompt ids, rollouts, rewards, advantages."""

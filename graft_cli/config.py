@@ -178,6 +178,8 @@ class OptimConfig:
     sort_micro_batches: bool = False  # update: rows of a minibatch sorted by length into micro-batches (less padding)
     chunk_tokens: int = 4096  # LM-head rows per chunk in the log-prob computation
     gradient_checkpointing: bool = False
+    shared_prefix: bool = False  # each distinct prompt's forward runs once per micro-batch, its KV cache indexed
+    # to the group's rows (update and scoring; float order only: graft_cli/models/logprobs.py)
     on_nonfinite: str = "stop"  # a non-finite log-prob, loss or gradient norm: stop (one line) | skip the update
 
 
@@ -493,6 +495,8 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", "must be two numbers in [0, 1)")
     _check(o.max_grad_norm > 0, "optim.max_grad_norm", "must be > 0")
     _check(o.micro_batch_tokens >= 1, "optim.micro_batch_tokens", "must be >= 1")
+    _check(not (o.shared_prefix and o.gradient_checkpointing), "optim.shared_prefix",
+           "needs the KV cache, which gradient checkpointing turns off (set one of the two to false)")
     _check(o.on_nonfinite in ("stop", "skip"), "optim.on_nonfinite", f"must be stop or skip, got {o.on_nonfinite!r}")
     _check(cfg.run.dtype in DTYPES, "run.dtype", f"must be one of {', '.join(DTYPES)}")
     _check(cfg.run.steps is None or cfg.run.steps >= 1, "run.steps", "must be >= 1")

@@ -4,9 +4,20 @@ Only positions that predict a response token go through the LM head, in chunks o
 rows; with gradients on, each chunk is recomputed in backward (activation checkpointing), so the fp32
 full-vocabulary logits of the whole batch are never held at once. ``naive_logprobs`` is the reference
 implementation (full logits, log_softmax, gather) used by tests.
+
+Shared prompts (``optim.shared_prefix``): the rows of a GRPO group share one prompt, so the prompt's forward
+can run once per distinct prompt and its KV cache be indexed out to the group's rows
+(:func:`shared_prefix_hidden`); the response tokens then run against that cache. It is the same function
+(the attention of a response token over ``prompt + response`` keys is unchanged), so log-probs and gradients
+agree with the full pass to float order (``tests/test_shared_prefix.py``), and the prompt's matmuls are paid
+once instead of ``n`` times. Gradients flow through the indexed cache into the prompt's forward (its backward
+sums the rows' contributions), as in Prefix Grouper (Liu et al. 2025, arXiv:2506.05433).
 """
 
 from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -58,20 +69,111 @@ def hidden_via_root(model, base, input_ids, attention_mask):
     return captured["h"]
 
 
+@dataclass
+class PrefixGroups:
+    """A micro-batch laid out for :func:`shared_prefix_hidden`: its ``U`` distinct prompts left-padded
+    (``prompt_ids``, ``prompt_mask``: (U, P)), which prompt each of the ``B`` rows has (``row_prompt``: (B,)),
+    and the responses right-padded (``response_ids``, ``response_mask``: (B, R))."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    row_prompt: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+
+    @property
+    def padded_tokens(self) -> int:
+        """Tokens the two passes run (the response pass drops the last response column)."""
+        U, P = self.prompt_ids.shape
+        B, R = self.response_ids.shape
+        return U * P + B * max(R - 1, 0)
+
+
+def prefix_groups(prompts: list[list[int]], responses: list[list[int]], pad_id: int, device=None) -> PrefixGroups:
+    """Group the rows by identical prompt token ids (in order of first appearance)."""
+    index: dict[tuple, int] = {}
+    row_prompt = [index.setdefault(tuple(p), len(index)) for p in prompts]
+    uniq = list(index)
+    U, P = len(uniq), max(len(x) for x in uniq)
+    pid = torch.full((U, P), pad_id, dtype=torch.long)
+    pm = torch.zeros((U, P), dtype=torch.long)
+    for i, x in enumerate(uniq):
+        pid[i, P - len(x):] = torch.tensor(x, dtype=torch.long)
+        pm[i, P - len(x):] = 1
+    B, R = len(responses), max([len(r) for r in responses] + [0])
+    rid = torch.full((B, R), pad_id, dtype=torch.long)
+    rm = torch.zeros((B, R), dtype=torch.long)
+    for i, r in enumerate(responses):
+        rid[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+        rm[i, : len(r)] = 1
+    return PrefixGroups(pid.to(device), pm.to(device), torch.tensor(row_prompt, device=device), rid.to(device),
+                        rm.to(device))
+
+
+def _cache_kwarg(module) -> str:
+    """transformers >= 5.2x renamed the forward's ``past_key_values`` to ``cache``; support both."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
+def shared_prefix_hidden(base, g: PrefixGroups) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backbone's hidden states that predict each row's response tokens, and those tokens, flattened
+    row-major over (row, response position) — the order of ``hidden[:, :-1][response_mask[:, 1:]]`` in a
+    ``pack``ed batch. Pass 1 runs the U prompts (left-padded, positions from the mask) into a KV cache;
+    the cache is indexed to the B rows; pass 2 runs the responses (but their last token) at positions
+    ``len(prompt) + t`` against it. The last prompt position predicts response token 0, response position
+    ``t`` predicts token ``t + 1``."""
+    from transformers import DynamicCache
+
+    ckpt = getattr(base, "is_activation_checkpointing", None)  # transformers >= 5.2x; earlier: is_gradient_...
+    if ckpt is None:
+        ckpt = getattr(base, "is_gradient_checkpointing", False)
+    if ckpt and base.training:
+        raise ValueError("optim.shared_prefix needs the KV cache, which gradient checkpointing turns off "
+                         "(optim.gradient_checkpointing: false, or optim.shared_prefix: false)")
+    kw = _cache_kwarg(base)
+    cache = DynamicCache()
+    pm = g.prompt_mask
+    U, P = pm.shape
+    hp = base(input_ids=g.prompt_ids, attention_mask=pm, position_ids=(pm.cumsum(-1) - 1).clamp(min=0),
+              use_cache=True, **{kw: cache}).last_hidden_state
+    if cache.get_seq_length() != P:
+        raise ValueError(f"optim.shared_prefix: the model {type(base).__name__} kept no KV cache of the prompts")
+    first = hp[g.row_prompt, -1:]  # (B, 1, H): predicts response token 0
+    R = g.response_ids.shape[1]
+    if R > 1:
+        cache.batch_select_indices(g.row_prompt)
+        plen = pm.sum(-1)[g.row_prompt]
+        rin = g.response_ids[:, :-1]
+        att = torch.cat([pm[g.row_prompt], g.response_mask[:, :-1]], 1)
+        pos = plen[:, None] + torch.arange(R - 1, device=rin.device)[None]
+        hr = base(input_ids=rin, attention_mask=att, position_ids=pos, use_cache=True,
+                  cache_position=torch.arange(P, P + R - 1, device=rin.device), **{kw: cache}).last_hidden_state
+        hidden = torch.cat([first, hr], 1)
+    else:
+        hidden = first[:, :R]
+    sel = g.response_mask.bool()
+    return hidden[sel], g.response_ids[sel]
+
+
 def response_logprobs(model, input_ids, attention_mask, response_mask, temperature: float = 1.0,
-                      chunk_tokens: int = 4096, with_entropy: bool = False):
+                      chunk_tokens: int = 4096, with_entropy: bool = False, groups: PrefixGroups | None = None):
     """Returns ``(logp, entropy)`` of shape ``(B, L-1)``: entry ``t`` scores ``input_ids[:, t+1]``;
-    zero where ``response_mask[:, 1:]`` is 0. ``entropy`` is zeros unless ``with_entropy``."""
+    zero where ``response_mask[:, 1:]`` is 0. ``entropy`` is zeros unless ``with_entropy``. With ``groups``
+    (the same rows, :func:`prefix_groups`), the prompts run once each (:func:`shared_prefix_hidden`);
+    under FSDP the full pass is used."""
     base, head = _backbone(model), model.get_output_embeddings()
     if base is None or head is None:
         return naive_logprobs(model, input_ids, attention_mask, response_mask, temperature, with_entropy)
-    if _is_fsdp(model):
-        hidden = hidden_via_root(model, base, input_ids, attention_mask)
-    else:
-        hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     sel = response_mask[:, 1:].bool()
-    h = hidden[:, :-1][sel]
-    tgt = input_ids[:, 1:][sel]
+    if groups is not None and not _is_fsdp(model):
+        h, tgt = shared_prefix_hidden(base, groups)
+    else:
+        if _is_fsdp(model):
+            hidden = hidden_via_root(model, base, input_ids, attention_mask)
+        else:
+            hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        h = hidden[:, :-1][sel]
+        tgt = input_ids[:, 1:][sel]
     lps, ents = [], []
     for s in range(0, h.shape[0], chunk_tokens):
         args = (head, h[s : s + chunk_tokens], tgt[s : s + chunk_tokens], temperature, with_entropy)

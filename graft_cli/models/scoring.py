@@ -1,9 +1,10 @@
 """Scoring rows of a TrainBatch under a model: one batched no-grad pass, and the registry of scorers.
 
 :func:`score_rows` is the trainer's old-log-prob pass (every row under the policy's current weights) and
-the pass every scorer uses: rows sorted by length, packed into micro-batches of ``token_budget`` padded
-tokens, chunked LM head (:func:`graft_cli.models.logprobs.response_logprobs`); data-parallel, each rank
-scores a shard of the rows and the results are all-gathered.
+the pass every scorer uses: rows sorted by length (with ``shared_prefix``: rows of one prompt together, each
+prompt run once), packed into micro-batches of ``token_budget`` padded tokens, chunked LM head
+(:func:`graft_cli.models.logprobs.response_logprobs`); data-parallel, each rank scores a shard of the rows and
+the results are all-gathered.
 
 A scorer (registry ``SCORERS``) turns a TrainBatch and a *frozen* model (a model with ``role: frozen``:
 a KL reference, an OPD teacher, a tandem junior) into one per-row column, stored as
@@ -19,8 +20,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from graft_cli.batch import TrainBatch, micro_batches
-from graft_cli.models.logprobs import pack, response_logprobs
+from graft_cli.batch import TrainBatch, plan_micro_batches
+from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs
 from graft_cli.registry import Registry
 
 SCORERS: Registry = Registry("scorer")
@@ -39,6 +40,7 @@ class ScoreSettings:
     token_budget: int = 32768  # padded tokens per scoring micro-batch
     chunk_tokens: int = 4096
     dist: object = None  # a graft_cli.train.dist.Dist, or None (one process)
+    shared_prefix: bool = False  # each distinct prompt runs once per micro-batch (models/logprobs.py)
 
 
 @torch.no_grad()
@@ -50,16 +52,18 @@ def score_rows(model, pad_id: int, batch: TrainBatch, settings: ScoreSettings,
     was_training = model.training
     model.eval()
     dev = next(model.parameters()).device
-    lengths = [len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
     wanted = list(range(len(batch))) if only is None else sorted(set(only))
-    order = sorted(d.shard(wanted), key=lambda i: lengths[i])  # length-sorted: less padding
+    order = d.shard(wanted)
     out: list[list[float] | None] = [None] * len(batch)
-    mbs = micro_batches([lengths[i] for i in order], settings.token_budget)
+    mbs = plan_micro_batches([batch.prompt_ids[i] for i in order], [batch.response_ids[i] for i in order],
+                             settings.token_budget, shared_prefix=settings.shared_prefix)  # sorted: less padding
     mbs += [None] * ((d.max_int(len(mbs)) if d.fsdp else len(mbs)) - len(mbs))  # FSDP: same forward count
     for mb in mbs:
         rows = [order[i] for i in mb] if mb is not None else [0]
-        ids, att, resp = pack([batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows], pad_id, dev)
-        lp, _ = response_logprobs(model, ids, att, resp, settings.temperature, settings.chunk_tokens)
+        prompts, responses = [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows]
+        ids, att, resp = pack(prompts, responses, pad_id, dev)
+        groups = prefix_groups(prompts, responses, pad_id, dev) if settings.shared_prefix else None
+        lp, _ = response_logprobs(model, ids, att, resp, settings.temperature, settings.chunk_tokens, groups=groups)
         if mb is None:  # a dummy pass that keeps FSDP ranks in lock-step
             continue
         lp = lp.cpu()

@@ -27,6 +27,10 @@ Two speed options (``rollout.engine_kwargs``, off by default because they change
   decode batch (their KV cache rows, mask and positions are dropped) once a quarter of the live rows have
   ended, so the remaining steps cost only what the unfinished rows need. With per-row streams the samples
   are those of the uncompacted loop up to float summation order (tested).
+* ``share_prompts: true`` (the dynamic cache): the rows of one prompt (its ``n`` samples) share one prefill.
+  The batch's distinct prompts run once and their KV cache, mask and positions are indexed out to the rows,
+  so prefill costs ``distinct prompts x prompt length`` instead of ``rows x prompt length`` (float order only:
+  the rows' first logits are the distinct prompt's; tested).
 """
 
 from __future__ import annotations
@@ -72,18 +76,20 @@ def eos_ids_of(tokenizer, model=None) -> list[int]:
 class HFEngine:
     def __init__(self, model, tokenizer, max_batch: int = 256, cache: str = "auto", compile: bool | str = "auto",
                  compile_mode: str = "reduce-overhead", cache_bucket: int = 256, sampler: str = "batch",
-                 compact: bool = False, **_):
+                 compact: bool = False, share_prompts: bool = False, **_):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         on_cuda = next(model.parameters()).device.type == "cuda"
-        self.check_kwargs(cache=cache, sampler=sampler, compact=compact)
+        self.check_kwargs(cache=cache, sampler=sampler, compact=compact, share_prompts=share_prompts)
         self.static = cache == "static" or (cache == "auto" and on_cuda)
         self.compile = (compile is True or compile == "true" or (compile == "auto" and on_cuda)) and self.static
         self.compile_mode, self.cache_bucket = compile_mode, max(1, int(cache_bucket))
         self.per_row, self.compact = sampler == "per_row", bool(compact)
-        if self.compact and self.static:  # cache auto on CUDA
-            raise ValueError("rollout.engine_kwargs.compact: needs the dynamic cache (cache: dynamic)")
+        self.share_prompts = bool(share_prompts)
+        for key in ("compact", "share_prompts"):
+            if getattr(self, key) and self.static:  # cache auto on CUDA
+                raise ValueError(f"rollout.engine_kwargs.{key}: needs the dynamic cache (cache: dynamic)")
         self._compiled = None
         self.eos_ids = eos_ids_of(tokenizer, model)
         pad = tokenizer.pad_token_id
@@ -93,7 +99,8 @@ class HFEngine:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     @staticmethod
-    def check_kwargs(cache: str = "auto", sampler: str = "batch", compact: bool = False, **_) -> None:
+    def check_kwargs(cache: str = "auto", sampler: str = "batch", compact: bool = False, share_prompts: bool = False,
+                     **_) -> None:
         """Raise ``ValueError("rollout.engine_kwargs.<key>: <why>")`` for options that cannot work together
         (config validation calls it before anything is loaded or written)."""
         if cache not in ("auto", "dynamic", "static"):
@@ -103,8 +110,9 @@ class HFEngine:
         if compact and sampler != "per_row":
             raise ValueError("rollout.engine_kwargs.compact: needs sampler: per_row (with the batch stream, dropping "
                              "finished rows would change every later sample)")
-        if compact and cache == "static":
-            raise ValueError("rollout.engine_kwargs.compact: needs the dynamic cache (cache: dynamic)")
+        for key, on in (("compact", compact), ("share_prompts", share_prompts)):
+            if on and cache == "static":
+                raise ValueError(f"rollout.engine_kwargs.{key}: needs the dynamic cache (cache: dynamic)")
 
     def sync_weights(self, model) -> None:
         self.model = model  # same process, same parameters: nothing to copy
@@ -260,6 +268,13 @@ class Decoder:
         self.engine = engine
         model = engine.model
         self.dev = dev = next(model.parameters()).device
+        self.row_prompt = None  # share_prompts: which distinct prompt each row has
+        if getattr(engine, "share_prompts", False) and not engine.static:
+            index: dict[tuple, int] = {}
+            rows = [index.setdefault(tuple(x), len(index)) for x in prompts]
+            if len(index) < len(prompts):
+                self.row_prompt = torch.tensor(rows, device=dev)
+                prompts = [list(k) for k in index]
         B, L = len(prompts), max(len(x) for x in prompts)
         ids = torch.full((B, L), engine.pad_id, dtype=torch.long)
         mask = torch.zeros((B, L), dtype=torch.long)
@@ -286,6 +301,11 @@ class Decoder:
         e = self.engine
         out = e.model(input_ids=self.ids, attention_mask=self.mask if self.full_mask is None else self.full_mask,
                       position_ids=self.pos, use_cache=True, logits_to_keep=1, **{e._cache_kw: self.cache}).logits
+        if self.row_prompt is not None:  # from the distinct prompts to the rows
+            self.cache.batch_select_indices(self.row_prompt)
+            r = self.row_prompt
+            self.ids, self.mask, self.pos = self.ids[r], self.mask[r], self.pos[r]
+            out = out[self.row_prompt]
         self.next_pos = self.pos[:, -1] + 1
         return out
 

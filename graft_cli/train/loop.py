@@ -29,14 +29,14 @@ from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
 from graft_cli.algorithms.losses import POLICY_LOSSES, LossInputs, Normaliser, compute_loss
 from graft_cli.algorithms.signals import (LOSS_MASKS, TOKEN_ADVANTAGES, SignalContext, scalar_broadcast,
                                           token_adv_params)
-from graft_cli.batch import PolicyStep, TrainBatch, micro_batches
+from graft_cli.batch import PolicyStep, TrainBatch, plan_micro_batches
 from graft_cli.console import make_console
 from graft_cli.data.problems import Problem, load_problems, split_holdout
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
 from graft_cli.models.loading import load_role, load_tokenizer, resolve_path, weights_sha256
-from graft_cli.models.logprobs import pack, response_logprobs, to_padded
+from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs, to_padded
 from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
 from graft_cli.rollout import ENGINES, SamplingParams
 from graft_cli.rundir import MetricsLog, atomic_write_text, read_json_or_none, rollout_log_path, write_parquet
@@ -156,7 +156,7 @@ def encode_prompt(pol: Policy, problem: str, spec: PromptSpec) -> list[int]:
 # --------------------------------------------------------------------------------------- core helpers
 def score_settings(cfg: C.Config, dist: D.Dist | None = None) -> ScoreSettings:
     return ScoreSettings(temperature=cfg.rollout.temperature, token_budget=cfg.optim.micro_batch_tokens * 2,
-                         chunk_tokens=cfg.optim.chunk_tokens, dist=dist)
+                         chunk_tokens=cfg.optim.chunk_tokens, shared_prefix=cfg.optim.shared_prefix, dist=dist)
 
 
 def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist | None = None,
@@ -249,19 +249,19 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
                               loss_scale_factor=a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
                               aux_seqs=float(len(mb) - len(pg)))
             local = d.shard(mb)
-            lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in local]
             total = 0.0
-            order = sorted(range(len(local)), key=lambda i: lengths[i]) if o.sort_micro_batches else \
-                list(range(len(local)))  # sorted: each micro-batch pads to a length close to its rows'
-            micros = [[order[i] for i in m] for m in micro_batches([lengths[i] for i in order], o.micro_batch_tokens)]
+            micros = plan_micro_batches([batch.prompt_ids[i] for i in local], [batch.response_ids[i] for i in local],
+                                        o.micro_batch_tokens, shared_prefix=o.shared_prefix,
+                                        sort=o.sort_micro_batches)
             micros += [None] * ((d.max_int(len(micros)) if d.fsdp else len(micros)) - len(micros))
             for micro in micros:
                 dummy = micro is None  # FSDP: ranks with fewer micro-batches run zero-weight passes
                 rows = [local[i] for i in micro] if not dummy else [mb[0]]
-                ids, att, resp = pack([batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows], pad,
-                                      dev)
+                prompts, responses = [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows]
+                ids, att, resp = pack(prompts, responses, pad, dev)
+                groups = prefix_groups(prompts, responses, pad, dev) if o.shared_prefix else None
                 logp, ent = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, o.chunk_tokens,
-                                              with_entropy=a.log_entropy)
+                                              with_entropy=a.log_entropy, groups=groups)
                 inp = loss_inputs(batch, rows, logp, ids.shape[1], dev, norm, resp, cfg, spec, mb_idx, step, coefs)
                 loss, st = compute_loss(spec, inp, a.kl_coef, a.kl_type)
                 if not dummy and bad is None:
