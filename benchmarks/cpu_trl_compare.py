@@ -6,7 +6,9 @@
 Both sides run full steps: sample ``n`` completions for each of ``--prompts`` prompts (temperature 1, top-p 1,
 at most ``--new-tokens`` new tokens), grade them with graft's math-verify grader in-process, GRPO advantages
 (group mean/std), the DAPO token-mean PPO-clip loss (ε_low 0.2, ε_high 0.28, no KL), one AdamW step on the
-whole batch. graft: ``Trainer.train_step`` (HF engine, trainer-recomputed old log-probs, update). TRL:
+whole batch. graft: ``Trainer.train_step`` (HF engine, update), once per ``--graft-configs`` entry: ``default``
+(the shipped defaults: trainer-recomputed old log-probs, one sampling stream) and ``cpu_fast`` (the CPU speed
+overlay ``scale=cpu_fast``: sampler log-probs, per-row streams, compaction, shared prompts). TRL:
 ``GRPOTrainer.train`` with ``num_generations=n``, ``per_device_train_batch_size=prompts·n``,
 ``gradient_accumulation_steps=1``, ``loss_type="dapo"``.
 
@@ -42,7 +44,7 @@ def build(tmp: str, hidden: int, layers: int) -> tuple[str, str]:
     return model, data
 
 
-def graft_steps(model: str, data: str, out: str, a) -> list[dict]:
+def graft_steps(model: str, data: str, out: str, a, scale: str = "default") -> list[dict]:
     from graft_cli import config as C
     from graft_cli.train.loop import Trainer
 
@@ -51,7 +53,8 @@ def graft_steps(model: str, data: str, out: str, a) -> list[dict]:
                      f"rollout.n={a.n}", f"rollout.max_new_tokens={a.new_tokens}", "rollout.temperature=1.0",
                      "rollout.top_p=1.0", "reward.num_workers=0", "optim.lr=1e-4", "run.device=cpu",
                      "run.dtype=float32", "run.log_rollouts=false", f"rollout.max_batch={a.prompts * a.n}",
-                     "algo.log_entropy=true", "prompt.chat_template=none", *a.graft_override])
+                     "algo.log_entropy=true", "prompt.chat_template=none",
+                     *([f"scale={scale}"] if scale != "default" else []), *a.graft_override])
     tr = Trainer(cfg, out, progress=False)
     steps = []
     for _ in range(a.steps + 1):
@@ -142,6 +145,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "2")))
     ap.add_argument("--repeat", type=int, default=1, help="alternate the two sides this many times")
     ap.add_argument("--graft-override", action="append", default=[], help="extra graft config key=value")
+    ap.add_argument("--graft-configs", default="default,cpu_fast",
+                    help="graft sides, comma-separated: default (the shipped defaults) and/or a scale overlay's name "
+                         "(cpu_fast: experiments/scale/cpu_fast.yaml)")
     a = ap.parse_args(argv)
     import torch
     import transformers
@@ -151,7 +157,8 @@ def main(argv=None):
         import trl
     except ImportError:
         sys.exit("this benchmark needs TRL: pip install trl")
-    runs = {"graft": [], "trl": []}
+    sides = [f"graft:{c}" for c in a.graft_configs.split(",")] + ["trl"]
+    runs: dict[str, list] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as tmp:
         model, data = build(tmp, a.hidden, a.layers)
         from transformers import AutoModelForCausalLM
@@ -161,30 +168,40 @@ def main(argv=None):
                 f"threads {a.threads}  model {nparam / 1e6:.2f}M params (Qwen3, hidden {a.hidden}, "
                 f"{a.layers} layers)\n"
                 f"batch: {a.prompts} prompts x {a.n} samples x <= {a.new_tokens} new tokens; {a.steps} timed steps "
-                f"after one warm-up, {a.repeat} repeat(s), sides alternating")
+                f"after one warm-up, {a.repeat} repeat(s), sides alternating; graft configs: {a.graft_configs} "
+                f"(scale=<name>, experiments/scale/)")
         print(head, flush=True)
         for k in range(a.repeat):
-            runs["graft"].append(summary(graft_steps(model, data, os.path.join(tmp, f"graft{k}"), a)))
-            runs["trl"].append(summary(trl_steps(model, data, os.path.join(tmp, f"trl{k}"), a)))
-            g, t = runs["graft"][-1], runs["trl"][-1]
-            print(f"repeat {k + 1}: graft {g['tokens_per_step']:.0f} tok/step {g['s_per_step']:.2f} s/step "
-                  f"{g['tokens_per_s']:.0f} tok/s | TRL {t['tokens_per_step']:.0f} tok/step {t['s_per_step']:.2f} "
-                  f"s/step {t['tokens_per_s']:.0f} tok/s | ratio {g['tokens_per_s'] / t['tokens_per_s']:.2f}",
-                  flush=True)
+            for side in sides:
+                out = os.path.join(tmp, f"{side.replace(':', '-')}{k}")
+                steps = trl_steps(model, data, out, a) if side == "trl" else graft_steps(model, data, out, a,
+                                                                                       side.split(":", 1)[1])
+                runs[side].append(summary(steps))
+            t = runs["trl"][-1]
+            line = " | ".join(f"{side} {runs[side][-1]['tokens_per_step']:.0f} tok/step "
+                              f"{runs[side][-1]['s_per_step']:.2f} s/step {runs[side][-1]['tokens_per_s']:.0f} tok/s"
+                              + ("" if side == "trl" else
+                                 f" (x{runs[side][-1]['tokens_per_s'] / t['tokens_per_s']:.2f})") for side in sides)
+            print(f"repeat {k + 1}: {line}", flush=True)
     print("| side | generated tokens / step | s / step (min, median) | rollout s | update s "
-          "| tokens / s (min, median) |")
-    print("|---|---|---|---|---|---|")
+          "| tokens / s (min, median) | tokens / s vs TRL (median of repeats) |")
+    print("|---|---|---|---|---|---|---|")
+    ratios = {}
     for side, rs in runs.items():
         tps = [r["tokens_per_s"] for r in rs]
         sps = [r["s_per_step"] for r in rs]
+        ratios[side] = statistics.median(rs[i]["tokens_per_s"] / runs["trl"][i]["tokens_per_s"]
+                                         for i in range(a.repeat))
         print(f"| {side} | {statistics.median(r['tokens_per_step'] for r in rs):.0f} | {min(sps):.2f}, "
               f"{statistics.median(sps):.2f} | {statistics.median(r['rollout_s'] for r in rs):.2f} | "
-              f"{statistics.median(r['update_s'] for r in rs):.2f} | {min(tps):.0f}, {statistics.median(tps):.0f} |")
-    ratio = statistics.median(runs["graft"][i]["tokens_per_s"] / runs["trl"][i]["tokens_per_s"]
-                              for i in range(a.repeat))
-    print(f"graft / TRL generated tokens per second (median over repeats): {ratio:.2f}")
+              f"{statistics.median(r['update_s'] for r in rs):.2f} | {min(tps):.0f}, {statistics.median(tps):.0f} | "
+              f"{ratios[side]:.2f} |")
+    for side in sides[:-1]:
+        print(f"{side} / TRL generated tokens per second (median over repeats): {ratios[side]:.2f}")
+    ratio = ratios[sides[0]]
     res = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
-           "threads": a.threads, "runs": runs, "ratio_tokens_per_s": ratio}
+           "threads": a.threads, "runs": runs, "ratio_tokens_per_s": ratio,
+           "ratios_tokens_per_s": {s: r for s, r in ratios.items() if s != "trl"}}
     print("JSON " + json.dumps(res))
     return res
 

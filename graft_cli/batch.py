@@ -156,36 +156,52 @@ def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
     return out
 
 
+def prefix_cost(prompt_keys: list, prompt_lens: list[int], response_lens: list[int], rows: list[int]) -> int:
+    """Padded tokens of one shared-prompt micro-batch: ``distinct prompts x longest prompt + rows x (longest
+    response - 1)`` (the prompt pass and the response pass of :func:`graft_cli.models.logprobs.shared_prefix_hidden`)."""
+    u = len({prompt_keys[i] for i in rows})
+    return u * max(prompt_lens[i] for i in rows) + len(rows) * max(max(response_lens[i] for i in rows) - 1, 0)
+
+
 def prefix_micro_batches(prompt_keys: list, prompt_lens: list[int], response_lens: list[int],
                          token_budget: int) -> list[list[int]]:
-    """Micro-batches of row indices for the shared-prompt forward (``optim.shared_prefix``,
-    :func:`graft_cli.models.logprobs.shared_prefix_hidden`): rows with the same prompt stay together, so
-    each prompt runs once per micro-batch. Prompt groups are taken in order of their longest response (less
-    padding), rows within a group by response length; a row joins the current micro-batch while its padded
-    cost, ``distinct prompts x longest prompt + rows x (longest response - 1)``, stays within
-    ``token_budget`` (at least one row per micro-batch; a group larger than the budget is split)."""
+    """Micro-batches of row indices for the shared-prompt forward (``optim.shared_prefix``): each micro-batch
+    runs its distinct prompts once. Two row orders are split greedily (a row joins the current micro-batch
+    while :func:`prefix_cost` stays within ``token_budget``; at least one row each), and the plan with fewer
+    padded tokens in all is kept (ties: the first):
+
+    1. group-major: a prompt's rows together (each prompt runs once), prompt groups in order of their longest
+       response, rows within a group by response length — best when a group's responses are of like length;
+    2. by response length across groups (a prompt runs once per micro-batch it has rows in) — best when the
+       lengths within a group spread, as padding to the group's longest response would cost more than the
+       prompts saved."""
     groups: dict = {}
     for i, k in enumerate(prompt_keys):
         groups.setdefault(k, []).append(i)
-    order = sorted(groups.values(), key=lambda rows: max(response_lens[i] for i in rows))
-    out: list[list[int]] = []
-    cur: list[int] = []
-    keys: set = set()
-    plong = rlong = 0
-    for rows in order:
-        for i in sorted(rows, key=lambda i: response_lens[i]):
-            k = prompt_keys[i]
-            nk = len(keys | {k})
-            np_, nr = max(plong, prompt_lens[i]), max(rlong, response_lens[i])
-            if cur and nk * np_ + (len(cur) + 1) * max(nr - 1, 0) > token_budget:
-                out.append(cur)
-                cur, keys, np_, nr = [], set(), prompt_lens[i], response_lens[i]
-            cur.append(i)
+    group_major = [i for rows in sorted(groups.values(), key=lambda rows: max(response_lens[i] for i in rows))
+                   for i in sorted(rows, key=lambda i: response_lens[i])]
+    by_length = sorted(range(len(prompt_keys)), key=lambda i: response_lens[i])
+
+    def greedy(order: list[int]) -> tuple[int, list[list[int]]]:
+        out: list[list[int]] = []
+        total = cost = 0
+        keys: set = set()
+        plong = rlong = 0
+        for i in order:  # prefix_cost of out[-1] + [i], kept incrementally
+            k, p, r = prompt_keys[i], max(plong, prompt_lens[i]), max(rlong, response_lens[i])
+            new = (len(keys) + (k not in keys)) * p + (len(out[-1]) + 1 if out else 1) * max(r - 1, 0)
+            if out and new <= token_budget:
+                out[-1].append(i)
+            else:
+                total += cost
+                out.append([i])
+                keys, p, r = set(), prompt_lens[i], response_lens[i]
+                new = p + max(r - 1, 0)
             keys.add(k)
-            plong, rlong = np_, nr
-    if cur:
-        out.append(cur)
-    return out
+            plong, rlong, cost = p, r, new
+        return total + cost, out
+
+    return min(greedy(group_major), greedy(by_length), key=lambda plan: plan[0])[1]
 
 
 def plan_micro_batches(prompts: list[list[int]], responses: list[list[int]], token_budget: int,

@@ -128,6 +128,7 @@ def test_cpu_fast_overlay_and_its_guard():
     from graft_cli.errors import GraftError
 
     cfg = C.compose(["pair=tiny", "method=graft", "scale=cpu_fast"])
-    assert cfg.algo.old_logprobs == "sampler" and cfg.rollout.engine_kwargs == {"sampler": "per_row", "compact": True}
+    assert cfg.algo.old_logprobs == "sampler" and cfg.optim.shared_prefix is True
+    assert cfg.rollout.engine_kwargs == {"sampler": "per_row", "compact": True, "share_prompts": True}
     with pytest.raises(GraftError, match="config key 'algo.old_logprobs'"):  # tandem's log-probs are the writer's
         C.compose(["pair=tiny", "method=tandem", "scale=cpu_fast"])

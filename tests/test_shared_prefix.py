@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import make_char_tokenizer, metric_rows, train_overrides
 
-from graft_cli.batch import TrainBatch, plan_micro_batches, prefix_micro_batches
+from graft_cli.batch import TrainBatch, plan_micro_batches, prefix_cost, prefix_micro_batches
 from graft_cli.config import compose
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs
 
@@ -76,14 +76,22 @@ def test_shared_prefix_equals_the_full_pass(arch):
 def test_prefix_micro_batches_by_hand():
     # rows: 0 A, 1 B, 2 A, 3 B, 4 C; prompt lengths A 4, B 6, C 2; response lengths below
     keys, plen, rlen = ["A", "B", "A", "B", "C"], [4, 6, 4, 6, 2], [5, 3, 2, 9, 4]
-    # groups by their longest response: C (4), A (5), B (9); rows in a group by response length: C 4; A 2, 0; B 1, 3
-    # budget 100: everything fits: cost 3 prompts x 6 + 5 rows x 8 = 58
+    assert prefix_cost(keys, plen, rlen, [0, 1, 2]) == 2 * 6 + 3 * 4
+    # group-major order: groups by their longest response, C (4), A (5), B (9); rows by response length:
+    # 4; 2, 0; 1, 3. By-length order: 2, 1, 4, 0, 3.
+    # budget 100: everything fits in both: 3 prompts x 6 + 5 rows x 8 = 58; a tie keeps group-major
     assert prefix_micro_batches(keys, plen, rlen, 100) == [[4, 2, 0, 1, 3]]
-    # budget 20: [4] 2 + 3 = 5; + row 2: 2 x 4 + 2 x 3 = 14; + row 0: 2 x 4 + 3 x 4 = 20 fits;
-    # + row 1 (B): 3 x 6 + 4 x 4 = 34 > 20 -> new; [1] 6 + 2 = 8; + row 3: 6 + 2 x 8 = 22 > 20 -> new
+    # budget 20, group-major: [4] 2 + 3 = 5; + row 2: 2 x 4 + 2 x 3 = 14; + row 0: 2 x 4 + 3 x 4 = 20 fits;
+    # + row 1 (B): 3 x 6 + 4 x 4 = 34 > 20 -> new; [1] 6 + 2 = 8; + row 3: 6 + 2 x 8 = 22 > 20 -> new [3] 14:
+    # 20 + 8 + 14 = 42 in all. By length: [2, 1] 2 x 6 + 2 x 2 = 16; + 4: 27 -> [4, 0] 2 x 4 + 2 x 4 = 16;
+    # + 3: 42 -> [3] 14: 46 in all. Group-major wins.
     assert prefix_micro_batches(keys, plen, rlen, 20) == [[4, 2, 0], [1], [3]]
-    # budget 1: one row each (at least one row per micro-batch)
+    # budget 1: one row each (at least one row per micro-batch), group-major order (a tie)
     assert prefix_micro_batches(keys, plen, rlen, 1) == [[4], [2], [0], [1], [3]]
+    # spread lengths within each group: A = rows 0, 1, B = rows 2, 3, prompts of 2, responses 1 and 9, budget 20.
+    # group-major [0, 1] 2 + 2 x 8 = 18, [2, 3] 18: 36. By length [0, 2] 2 x 2 + 0 = 4, + 1: 2 x 2 + 3 x 8 = 28
+    # -> [1, 3] 2 x 2 + 2 x 8 = 20: 24. By length wins: each prompt runs twice, no short row pads to 9.
+    assert prefix_micro_batches(["A", "A", "B", "B"], [2] * 4, [1, 9, 1, 9], 20) == [[0, 2], [1, 3]]
     # the planner: shared -> the table above; otherwise length-sorted by prompt + response
     prompts = [[1] * n for n in plen]
     prompts[4] = [2, 2]
@@ -171,3 +179,17 @@ def test_shared_options_refused_where_they_cannot_work():
         HFEngine.check_kwargs(cache="static", share_prompts=True)
     with pytest.raises(GraftError, match="config key 'optim.shared_prefix': needs the KV cache"):
         C.compose(["optim.shared_prefix=true", "optim.gradient_checkpointing=true"])
+
+
+def test_prefix_micro_batches_cover_every_row_within_the_budget():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.randint(1, 40)
+        keys = [rng.randrange(6) for _ in range(n)]
+        by_key = {k: rng.randint(1, 9) for k in range(6)}
+        plen, rlen, budget = [by_key[k] for k in keys], [rng.randint(0, 12) for _ in range(n)], rng.randint(1, 80)
+        plan = prefix_micro_batches(keys, plen, rlen, budget)
+        assert sorted(i for m in plan for i in m) == list(range(n))
+        assert all(len(m) == 1 or prefix_cost(keys, plen, rlen, m) <= budget for m in plan)

@@ -457,3 +457,15 @@ def test_the_static_cache_path_gives_the_same_co_generation(models, prompts):
     p = SamplingParams(n=2, temperature=1.0, max_new_tokens=20, seed=4)
     a, b = dyn.generate(prompts, p), sta.generate(prompts, p)
     assert a.response_ids == b.response_ids and a.token_columns == b.token_columns
+
+
+def test_shared_prefill_gives_the_same_tandem_samples(models, prompts):
+    """rollout.engine_kwargs.share_prompts reaches both decoders (senior, junior): the same co-written samples."""
+    from graft_cli.rollout import SamplingParams
+
+    p = SamplingParams(n=4, temperature=1.0, max_new_tokens=16, seed=5)
+    _, td, _ = _engines(models, models["j"])
+    _, shared, _ = _engines(models, models["j"], share_prompts=True)
+    assert shared.senior.share_prompts and shared.junior.share_prompts
+    a, b = td.generate(prompts, p), shared.generate(prompts, p)
+    assert b.response_ids == a.response_ids and b.token_columns == a.token_columns

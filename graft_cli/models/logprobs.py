@@ -111,8 +111,14 @@ def prefix_groups(prompts: list[list[int]], responses: list[list[int]], pad_id: 
 
 
 def _cache_kwarg(module) -> str:
-    """transformers >= 5.2x renamed the forward's ``past_key_values`` to ``cache``; support both."""
-    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+    """transformers >= 5.2x renamed the forward's ``past_key_values`` to ``cache``; support both (a wrapper
+    whose forward takes ``**kwargs``, e.g. PEFT's, is looked through to its ``model``)."""
+    for m in (module, getattr(module, "model", None)):
+        params = inspect.signature(m.forward).parameters if m is not None else {}
+        for name in ("cache", "past_key_values"):
+            if name in params:
+                return name
+    return "past_key_values"
 
 
 def shared_prefix_hidden(base, g: PrefixGroups) -> tuple[torch.Tensor, torch.Tensor]:
