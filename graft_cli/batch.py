@@ -158,7 +158,8 @@ def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
 
 def prefix_cost(prompt_keys: list, prompt_lens: list[int], response_lens: list[int], rows: list[int]) -> int:
     """Padded tokens of one shared-prompt micro-batch: ``distinct prompts x longest prompt + rows x (longest
-    response - 1)`` (the prompt pass and the response pass of :func:`graft_cli.models.logprobs.shared_prefix_hidden`)."""
+    response - 1)``, the prompt pass and the response pass of
+    :func:`graft_cli.models.logprobs.shared_prefix_hidden`."""
     u = len({prompt_keys[i] for i in rows})
     return u * max(prompt_lens[i] for i in rows) + len(rows) * max(max(response_lens[i] for i in rows) - 1, 0)
 
