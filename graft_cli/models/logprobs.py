@@ -79,14 +79,7 @@ class PrefixGroups:
     prompt_mask: torch.Tensor
     row_prompt: torch.Tensor
     response_ids: torch.Tensor
-    response_mask: torch.Tensor
-
-    @property
-    def padded_tokens(self) -> int:
-        """Tokens the two passes run (the response pass drops the last response column)."""
-        U, P = self.prompt_ids.shape
-        B, R = self.response_ids.shape
-        return U * P + B * max(R - 1, 0)
+    response_mask: torch.Tensor  # (its padded cost: graft_cli.batch.prefix_cost)
 
 
 def prefix_groups(prompts: list[list[int]], responses: list[list[int]], pad_id: int, device=None) -> PrefixGroups:
@@ -139,7 +132,7 @@ def shared_prefix_hidden(base, g: PrefixGroups) -> tuple[torch.Tensor, torch.Ten
     kw = _cache_kwarg(base)
     cache = DynamicCache()
     pm = g.prompt_mask
-    U, P = pm.shape
+    P = pm.shape[1]
     hp = base(input_ids=g.prompt_ids, attention_mask=pm, position_ids=(pm.cumsum(-1) - 1).clamp(min=0),
               use_cache=True, **{kw: cache}).last_hidden_state
     if cache.get_seq_length() != P:
