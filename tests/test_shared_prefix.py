@@ -26,6 +26,12 @@ def _model(arch: str):
                   num_attention_heads=4, num_key_value_heads=2, pad_token_id=tok.pad_token_id)
     if arch == "qwen3":
         return tok, Qwen3ForCausalLM(Qwen3Config(head_dim=16, **common))
+    if arch == "gpt_neox":  # the tiny c's family: parallel residual, rotary on a quarter of each head
+        from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+        common.pop("num_key_value_heads")
+        return tok, GPTNeoXForCausalLM(GPTNeoXConfig(rotary_pct=0.25, use_parallel_residual=True,
+                                                     tie_word_embeddings=False, **common))
     return tok, LlamaForCausalLM(LlamaConfig(**common))
 
 
@@ -44,7 +50,7 @@ def _rows(V: int, seed: int = 0):
     return [prompts[i] for i in perm], [responses[i] for i in perm]
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "gpt_neox"])
 def test_shared_prefix_equals_the_full_pass(arch):
     tok, m = _model(arch)
     m.train()
