@@ -102,23 +102,31 @@ def test_parallel_policies_equal_sequential(tiny_models, problems_file, tmp_path
         assert rows and json.dumps(rows[0], sort_keys=True)
 
 
-def test_sorted_micro_batches_match_unsorted(tiny_models, problems_file, tmp_path):
-    """optim.sort_micro_batches: the same rows, gradient and normaliser, split by length into micro-batches:
-    the update equals the unsorted one up to float summation order."""
+def float_order_runs(tiny_models, problems_file, tmp_path, key: str, extra: list[str], tag: str):
+    """Two 3-step GRAFT runs on one thread, ``key`` false then true, otherwise the same; asserts that their
+    metric rows agree to float summation order (the same steps and policies, losses and gradient norms to
+    1e-4 relative) and returns ``(dirs, rows_off, rows_on)``, ``dirs`` keyed by False / True."""
     from graft_cli.train.loop import train
 
     dirs = {}
-    for sort in (False, True):
+    for on in (False, True):
         cfg = compose(["method=graft", *train_overrides(
-            tiny_models, problems_file, str(tmp_path), [f"optim.sort_micro_batches={sort}", "run.steps=3",
-                                                        "optim.micro_batch_tokens=64", f"run.name=s{int(sort)}",
-                                                        "run.threads=1"])])
-        dirs[sort] = train(cfg, progress=False)
+            tiny_models, problems_file, str(tmp_path), [f"{key}={on}", "run.steps=3", *extra,
+                                                        f"run.name={tag}{int(on)}", "run.threads=1"])])
+        dirs[on] = train(cfg, progress=False)
     ra, rb = metric_rows(dirs[False]), metric_rows(dirs[True])
     assert [(r["step"], r["policy"]) for r in ra] == [(r["step"], r["policy"]) for r in rb]
     for x, y in zip(ra, rb):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-4, abs=1e-6)
         assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4)
+    return dirs, ra, rb
+
+
+def test_sorted_micro_batches_match_unsorted(tiny_models, problems_file, tmp_path):
+    """optim.sort_micro_batches: the same rows, gradient and normaliser, split by length into micro-batches:
+    the update equals the unsorted one up to float summation order."""
+    dirs, _, _ = float_order_runs(tiny_models, problems_file, tmp_path, "optim.sort_micro_batches",
+                                  ["optim.micro_batch_tokens=64"], "s")
     w1, w2 = _weights(dirs[False]), _weights(dirs[True])
     for p in ("a", "b"):
         assert all(torch.allclose(w1[p][k], w2[p][k], rtol=1e-4, atol=1e-6) for k in w1[p])

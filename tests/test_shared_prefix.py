@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_char_tokenizer, metric_rows, train_overrides
+from conftest import make_char_tokenizer
 
 from graft_cli.batch import TrainBatch, plan_micro_batches, prefix_cost, prefix_micro_batches
-from graft_cli.config import compose
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs
 
 
@@ -127,24 +126,12 @@ def test_shared_prefix_scoring_matches():
 def test_shared_prefix_training_equals_the_full_pass(tiny_models, problems_file, tmp_path):
     """A GRAFT run (grafted rows in the receiver's groups) with optim.shared_prefix equals one without, up to
     float order: the same metric rows, losses, gradient norms and weights."""
-    from test_parallel import _weights
+    from test_parallel import _weights, float_order_runs
 
-    from graft_cli.train.loop import train
-
-    dirs = {}
-    for shared in (False, True):
-        cfg = compose(["method=graft", *train_overrides(
-            tiny_models, problems_file, str(tmp_path), [f"optim.shared_prefix={shared}", "run.steps=3",
-                                                        "optim.micro_batch_tokens=96", f"run.name=p{int(shared)}",
-                                                        "run.threads=1"])])
-        dirs[shared] = train(cfg, progress=False)
-    ra, rb = metric_rows(dirs[False]), metric_rows(dirs[True])
-    assert [(r["step"], r["policy"]) for r in ra] == [(r["step"], r["policy"]) for r in rb]
+    dirs, ra, rb = float_order_runs(tiny_models, problems_file, tmp_path, "optim.shared_prefix",
+                                    ["optim.micro_batch_tokens=96"], "p")
     assert any(r.get("graft/transferred", 0) > 0 for r in ra)  # the exchange put peer rows into the update
-    for x, y in zip(ra, rb):
-        assert x["num_tokens"] == y["num_tokens"]
-        assert x["loss"] == pytest.approx(y["loss"], rel=1e-4, abs=1e-6)
-        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4)
+    assert [x["num_tokens"] for x in ra] == [y["num_tokens"] for y in rb]
     # Adam divides by sqrt(v): on entries whose gradient is ~0, float-order noise moves the step by a fraction
     # of lr (1e-3 here); measured 2.6e-5 after 3 steps. A tenth of one step's lr is the bound.
     w1, w2 = _weights(dirs[False]), _weights(dirs[True])

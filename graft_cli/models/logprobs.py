@@ -82,28 +82,39 @@ class PrefixGroups:
     response_mask: torch.Tensor  # (its padded cost: graft_cli.batch.prefix_cost)
 
 
+def distinct(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """The distinct prompts (in order of first appearance) and, per row, the index of its prompt among them."""
+    index: dict[tuple, int] = {}
+    rows = [index.setdefault(tuple(p), len(index)) for p in prompts]
+    return [list(k) for k in index], rows
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded prompts: ``ids``, ``mask`` and the positions the mask gives (0 on padding), all ``(B, L)``."""
+    B, L = len(prompts), max(len(x) for x in prompts)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, L), dtype=torch.long)
+    for i, x in enumerate(prompts):
+        ids[i, L - len(x):] = torch.tensor(x, dtype=torch.long)
+        mask[i, L - len(x):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
 def prefix_groups(prompts: list[list[int]], responses: list[list[int]], pad_id: int, device=None) -> PrefixGroups:
     """Group the rows by identical prompt token ids (in order of first appearance)."""
-    index: dict[tuple, int] = {}
-    row_prompt = [index.setdefault(tuple(p), len(index)) for p in prompts]
-    uniq = list(index)
-    U, P = len(uniq), max(len(x) for x in uniq)
-    pid = torch.full((U, P), pad_id, dtype=torch.long)
-    pm = torch.zeros((U, P), dtype=torch.long)
-    for i, x in enumerate(uniq):
-        pid[i, P - len(x):] = torch.tensor(x, dtype=torch.long)
-        pm[i, P - len(x):] = 1
+    uniq, row_prompt = distinct(prompts)
+    pid, pm, _ = left_pad(uniq, pad_id, device)
     B, R = len(responses), max([len(r) for r in responses] + [0])
     rid = torch.full((B, R), pad_id, dtype=torch.long)
     rm = torch.zeros((B, R), dtype=torch.long)
     for i, r in enumerate(responses):
         rid[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
         rm[i, : len(r)] = 1
-    return PrefixGroups(pid.to(device), pm.to(device), torch.tensor(row_prompt, device=device), rid.to(device),
-                        rm.to(device))
+    return PrefixGroups(pid, pm, torch.tensor(row_prompt, device=device), rid.to(device), rm.to(device))
 
 
-def _cache_kwarg(module) -> str:
+def cache_kwarg(module) -> str:
     """transformers >= 5.2x renamed the forward's ``past_key_values`` to ``cache``; support both (a wrapper
     whose forward takes ``**kwargs``, e.g. PEFT's, is looked through to its ``model``)."""
     for m in (module, getattr(module, "model", None)):
@@ -123,20 +134,16 @@ def shared_prefix_hidden(base, g: PrefixGroups) -> tuple[torch.Tensor, torch.Ten
     ``t`` predicts token ``t + 1``."""
     from transformers import DynamicCache
 
-    ckpt = getattr(base, "is_activation_checkpointing", None)  # transformers >= 5.2x; earlier: is_gradient_...
-    if ckpt is None:
-        ckpt = getattr(base, "is_gradient_checkpointing", False)
-    if ckpt and base.training:
-        raise ValueError("optim.shared_prefix needs the KV cache, which gradient checkpointing turns off "
-                         "(optim.gradient_checkpointing: false, or optim.shared_prefix: false)")
-    kw = _cache_kwarg(base)
+    kw = cache_kwarg(base)
     cache = DynamicCache()
     pm = g.prompt_mask
     P = pm.shape[1]
     hp = base(input_ids=g.prompt_ids, attention_mask=pm, position_ids=(pm.cumsum(-1) - 1).clamp(min=0),
               use_cache=True, **{kw: cache}).last_hidden_state
-    if cache.get_seq_length() != P:
-        raise ValueError(f"optim.shared_prefix: the model {type(base).__name__} kept no KV cache of the prompts")
+    if cache.get_seq_length() != P:  # e.g. gradient checkpointing, which turns the cache off in training
+        raise ValueError(f"optim.shared_prefix: the model {type(base).__name__} kept no KV cache of the prompts "
+                         "(gradient checkpointing turns it off: optim.gradient_checkpointing: false, or "
+                         "optim.shared_prefix: false)")
     first = hp[g.row_prompt, -1:]  # (B, 1, H): predicts response token 0
     R = g.response_ids.shape[1]
     if R > 1:

@@ -35,13 +35,13 @@ Two speed options (``rollout.engine_kwargs``, off by default because they change
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
 
 import numpy as np
 import torch
 
+from graft_cli.models.logprobs import _is_fsdp, cache_kwarg, distinct, left_pad
 from graft_cli.rollout.base import ENGINES, Rollouts, SamplingParams
 
 
@@ -94,9 +94,7 @@ class HFEngine:
         self.eos_ids = eos_ids_of(tokenizer, model)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eos_ids[0])
-        # transformers >= 5.2x renamed ``past_key_values`` to ``cache``; support both
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cache_kw = cache_kwarg(model)  # transformers >= 5.2x renamed past_key_values to cache
 
     @staticmethod
     def check_kwargs(cache: str = "auto", sampler: str = "batch", compact: bool = False, share_prompts: bool = False,
@@ -119,8 +117,6 @@ class HFEngine:
 
     def _lockstep(self) -> bool:
         """FSDP-sharded model in a multi-process run: forwards are collective, ranks stop together."""
-        from graft_cli.models.logprobs import _is_fsdp
-
         return _is_fsdp(self.model) and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
 
     def _all_done(self, done: bool, dev) -> bool:
@@ -270,19 +266,12 @@ class Decoder:
         self.dev = dev = next(model.parameters()).device
         self.row_prompt = None  # share_prompts: which distinct prompt each row has
         if getattr(engine, "share_prompts", False) and not engine.static:
-            index: dict[tuple, int] = {}
-            rows = [index.setdefault(tuple(x), len(index)) for x in prompts]
-            if len(index) < len(prompts):
+            uniq, rows = distinct(prompts)
+            if len(uniq) < len(prompts):
                 self.row_prompt = torch.tensor(rows, device=dev)
-                prompts = [list(k) for k in index]
-        B, L = len(prompts), max(len(x) for x in prompts)
-        ids = torch.full((B, L), engine.pad_id, dtype=torch.long)
-        mask = torch.zeros((B, L), dtype=torch.long)
-        for i, x in enumerate(prompts):
-            ids[i, L - len(x):] = torch.tensor(x, dtype=torch.long)
-            mask[i, L - len(x):] = 1
-        self.ids, self.mask = ids.to(dev), mask.to(dev)
-        self.pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
+                prompts = uniq
+        self.ids, self.mask, self.pos = left_pad(prompts, engine.pad_id, dev)
+        B, L = self.ids.shape
         self.L, self.t = L, 0
         if engine.static:  # fixed shapes: cache and mask span the bucketed maximum length
             from transformers import StaticCache
@@ -305,7 +294,7 @@ class Decoder:
             self.cache.batch_select_indices(self.row_prompt)
             r = self.row_prompt
             self.ids, self.mask, self.pos = self.ids[r], self.mask[r], self.pos[r]
-            out = out[self.row_prompt]
+            out = out[r]
         self.next_pos = self.pos[:, -1] + 1
         return out
 
