@@ -149,7 +149,9 @@ class AlgoConfig:
     clip_high: float = 0.28
     minibatch_prompts: int = 32
     ppo_epochs: int = 1
-    old_logprobs: str = "trainer"  # trainer: recompute before the first update | sampler: use the engine's
+    old_logprobs: str = "auto"  # trainer: recompute before the first update (verl) | sampler: use the engine's
+    # | auto: sampler where it is exact (an engine with exact_logprobs, the HF one; run.dtype float32; ppo_epochs 1;
+    # rollout.top_p 1), else trainer; resolved at validation, so the run's config.yaml records which
     loss_scale_factor: Optional[float] = None
     log_entropy: bool = True
     is_correction: str = "none"  # truncated IS of the sampler-vs-trainer mismatch: none | token | sequence
@@ -178,8 +180,11 @@ class OptimConfig:
     sort_micro_batches: bool = False  # update: rows of a minibatch sorted by length into micro-batches (less padding)
     chunk_tokens: int = 4096  # LM-head rows per chunk in the log-prob computation
     gradient_checkpointing: bool = False
-    shared_prefix: bool = False  # each distinct prompt's forward runs once per micro-batch, its KV cache indexed
-    # to the group's rows (update and scoring; float order only: graft_cli/models/logprobs.py)
+    shared_prefix: Any = "auto"  # each distinct prompt's forward runs once per micro-batch, its KV cache indexed
+    # to the group's rows (update and scoring; float order only: graft_cli/models/logprobs.py); auto: on unless
+    # gradient_checkpointing (which keeps no KV cache); resolved to true/false at validation
+    autocast: str = "none"  # none | bfloat16: the update's and the trainer's scoring forwards under torch.autocast
+    # (bf16 matmuls, fp32 log-softmax; docs/performance.md has its speed and log-prob error on CPU)
     on_nonfinite: str = "stop"  # a non-finite log-prob, loss or gradient norm: stop (one line) | skip the update
 
 
@@ -382,6 +387,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     from graft_cli.algorithms.exchange import EXCHANGES
     from graft_cli.algorithms.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
     from graft_cli.models.loading import DTYPES
+    from graft_cli.models.logprobs import AUTOCAST
     from graft_cli.models.scoring import SCORERS
     from graft_cli.rollout import ENGINES
 
@@ -455,7 +461,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(a.adv_eps > 0, "algo.adv_eps", "must be > 0")
     _check(a.ppo_epochs >= 1, "algo.ppo_epochs", "must be >= 1")
     _check(a.agg in AGG_MODES, "algo.agg", f"must be one of {', '.join(AGG_MODES)}")
-    _check(a.old_logprobs in ("trainer", "sampler"), "algo.old_logprobs", "must be trainer or sampler")
+    _check(a.old_logprobs in ("auto", "trainer", "sampler"), "algo.old_logprobs", "must be auto, trainer or sampler")
     _check(a.is_correction in ("none", "token", "sequence"), "algo.is_correction", "must be none, token or sequence")
     _check(a.is_threshold > 0, "algo.is_threshold", "must be > 0")
     _known(a.advantage, ADVANTAGES, "algo.advantage")
@@ -477,6 +483,13 @@ def validate(cfg: Config, registries: bool = True) -> None:
         _check(a.old_logprobs != "sampler" or getattr(ENGINES.get(r.engine), "policy_logprobs", True),
                "algo.old_logprobs", f"sampler: engine {r.engine!r} returns the log-probs of the model that wrote each "
                "token, not the policy's; use trainer")
+        _check(a.old_logprobs != "sampler" or r.top_p >= 1.0, "algo.old_logprobs",
+               f"sampler with rollout.top_p={r.top_p}: the engine's log-probs are of the top-p truncated distribution "
+               "and the trainer's are not; use trainer (or auto)")
+        if a.old_logprobs == "auto":
+            exact = (bool(getattr(ENGINES.get(r.engine), "exact_logprobs", False)) and cfg.run.dtype == "float32"
+                     and o.autocast == "none" and r.engine_kwargs.get("autocast", "none") == "none")
+            a.old_logprobs = "sampler" if exact and a.ppo_epochs == 1 and r.top_p >= 1.0 else "trainer"
         frozen = [p.name for p in cfg.policies if p.role == "frozen"]
         for k in getattr(ENGINES.get(r.engine), "frozen_kwargs", ()):
             v = r.engine_kwargs.get(k)
@@ -495,8 +508,13 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", "must be two numbers in [0, 1)")
     _check(o.max_grad_norm > 0, "optim.max_grad_norm", "must be > 0")
     _check(o.micro_batch_tokens >= 1, "optim.micro_batch_tokens", "must be >= 1")
+    _check(o.shared_prefix in ("auto", True, False), "optim.shared_prefix",
+           f"must be auto, true or false, got {o.shared_prefix!r}")
+    if o.shared_prefix == "auto":
+        o.shared_prefix = not o.gradient_checkpointing
     _check(not (o.shared_prefix and o.gradient_checkpointing), "optim.shared_prefix",
            "needs the KV cache, which gradient checkpointing turns off (set one of the two to false)")
+    _check(o.autocast in AUTOCAST, "optim.autocast", f"must be one of {', '.join(AUTOCAST)}, got {o.autocast!r}")
     _check(o.on_nonfinite in ("stop", "skip"), "optim.on_nonfinite", f"must be stop or skip, got {o.on_nonfinite!r}")
     _check(cfg.run.dtype in DTYPES, "run.dtype", f"must be one of {', '.join(DTYPES)}")
     _check(cfg.run.steps is None or cfg.run.steps >= 1, "run.steps", "must be >= 1")

@@ -59,9 +59,9 @@ def test_per_row_samples_do_not_depend_on_the_batch(model_tok):
     big = HFEngine(model, tok, sampler="per_row", max_batch=64).generate(_prompts(tok), sp)
     small = HFEngine(model, tok, sampler="per_row", max_batch=3).generate(_prompts(tok), sp)
     assert big.response_ids == small.response_ids and big.truncated == small.truncated
-    # the default batch stream does depend on it (why per_row is its own option)
-    b1 = HFEngine(model, tok, max_batch=64).generate(_prompts(tok), sp)
-    b2 = HFEngine(model, tok, max_batch=3).generate(_prompts(tok), sp)
+    # the batch-wide stream does depend on it (why per_row is the default)
+    b1 = HFEngine(model, tok, sampler="batch", max_batch=64).generate(_prompts(tok), sp)
+    b2 = HFEngine(model, tok, sampler="batch", max_batch=3).generate(_prompts(tok), sp)
     assert b1.response_ids != b2.response_ids
 
 
@@ -71,7 +71,7 @@ def test_compaction_gives_the_same_samples_with_fewer_rows(model_tok):
     rows = []
     hook = model.model.embed_tokens.register_forward_hook(lambda m, a, out: rows.append(out.shape[0]))
     try:
-        full = HFEngine(model, tok, sampler="per_row").generate(_prompts(tok), sp)
+        full = HFEngine(model, tok, sampler="per_row", compact=False).generate(_prompts(tok), sp)
         full_rows, rows[:] = sum(rows), []
         comp = HFEngine(model, tok, sampler="per_row", compact=True).generate(_prompts(tok), sp)
         comp_rows = sum(rows)
@@ -89,7 +89,9 @@ def test_option_errors(model_tok):
     with pytest.raises(ValueError, match="sampler"):
         HFEngine(model, tok, sampler="fast")
     with pytest.raises(ValueError, match="per_row"):
-        HFEngine(model, tok, compact=True)
+        HFEngine(model, tok, sampler="batch", compact=True)
+    with pytest.raises(ValueError, match="known: auto, true, false"):
+        HFEngine(model, tok, compact="yes")
     with pytest.raises(ValueError, match="dynamic"):
         HFEngine(model, tok, sampler="per_row", compact=True, cache="static")
 
@@ -99,11 +101,43 @@ def test_config_names_the_bad_engine_option():
     from graft_cli.errors import GraftError
 
     with pytest.raises(GraftError, match="config key 'rollout.engine_kwargs.compact': needs sampler: per_row"):
-        C.compose(["rollout.engine_kwargs={compact: true}"])
+        C.compose(["rollout.engine_kwargs={sampler: batch, compact: true}"])
     with pytest.raises(GraftError, match="'rollout.engine_kwargs.sampler'"):
         C.compose(["rollout.engine_kwargs={sampler: fast}"])
     cfg = C.compose(["rollout.engine_kwargs={sampler: per_row, compact: true}"])
     assert cfg.rollout.engine_kwargs == {"sampler": "per_row", "compact": True}
+
+
+def test_engine_defaults_are_the_fast_path(model_tok):
+    """The HF engine's defaults (no engine_kwargs): per-row streams, compaction and shared prefill on the dynamic
+    cache; on the static cache (CUDA's auto) compaction and shared prefill stay off without an error; compact auto
+    follows the sampler."""
+    model, tok = model_tok
+    cases = [  # (kwargs, per_row, compact, share_prompts)
+        ({}, True, True, True),
+        ({"cache": "static"}, True, False, False),
+        ({"sampler": "batch"}, False, False, True),
+        ({"compact": False}, True, False, True),
+        ({"share_prompts": False}, True, True, False),
+        ({"sampler": "batch", "share_prompts": False}, False, False, False),
+    ]
+    for kw, per_row, compact, share in cases:
+        e = HFEngine(model, tok, **kw)
+        assert (e.per_row, e.compact, e.share_prompts) == (per_row, compact, share), kw
+
+
+def test_ignore_eos_runs_every_row_to_the_maximum(model_tok):
+    """rollout.engine_kwargs.ignore_eos (vLLM's name; the benchmarks' equal-work mode): no row stops at EOS."""
+    model, tok = model_tok
+    sp = SamplingParams(n=8, temperature=1.0, top_p=1.0, max_new_tokens=24, seed=5)
+    free = HFEngine(model, tok).generate(_prompts(tok), sp)
+    assert any(len(r) < 24 for r in free.response_ids), "the fixture model must end some rows early"
+    fixed = HFEngine(model, tok, ignore_eos=True).generate(_prompts(tok), sp)
+    assert [len(r) for r in fixed.response_ids] == [24] * len(fixed.response_ids)
+    assert all(fixed.truncated)
+    # up to each row's first EOS the samples are the same draws (per-row streams)
+    for a, b in zip(free.response_ids, fixed.response_ids):
+        assert b[: len(a)] == a
 
 
 def test_sampler_logprobs_equal_the_trainers_on_cpu(model_tok):
@@ -132,3 +166,26 @@ def test_cpu_fast_overlay_and_its_guard():
     assert cfg.rollout.engine_kwargs == {"sampler": "per_row", "compact": True, "share_prompts": True}
     with pytest.raises(GraftError, match="config key 'algo.old_logprobs'"):  # tandem's log-probs are the writer's
         C.compose(["pair=tiny", "method=tandem", "scale=cpu_fast"])
+
+
+def test_bf16_autocast_logprobs_are_close_to_fp32_and_not_equal(model_tok):
+    """optim.autocast / rollout.engine_kwargs.autocast = bfloat16: the forwards run their matmuls in bf16 (so the
+    log-probs move, by bf16 rounding: < 0.1 nats per token on this model) and the engine still samples valid rows."""
+    from graft_cli.models.logprobs import pack, response_logprobs
+
+    model, tok = model_tok
+    sp = SamplingParams(n=4, temperature=1.0, top_p=1.0, max_new_tokens=16, seed=1)
+    prompts = _prompts(tok)
+    ro = HFEngine(model, tok, autocast="bfloat16").generate(prompts, sp)
+    assert all(0 < len(r) <= 16 for r in ro.response_ids)
+    P = [p for p in prompts for _ in range(sp.n)]
+    ids, att, resp = pack(P, ro.response_ids, tok.pad_token_id, "cpu")
+    with torch.no_grad():
+        fp, _ = response_logprobs(model, ids, att, resp)
+        bf, _ = response_logprobs(model, ids, att, resp, autocast_dtype="bfloat16")
+    m = resp[:, 1:].bool()
+    d = (fp - bf)[m].abs()
+    assert fp.dtype == bf.dtype == torch.float32
+    assert 0 < float(d.max()) < 0.1
+    with pytest.raises(ValueError, match="rollout.engine_kwargs.autocast"):
+        HFEngine(model, tok, autocast="float16")

@@ -158,3 +158,64 @@ def test_unknown_pair_and_method_name_the_value_and_known_ones():
     with pytest.raises(GraftError) as ei:
         compose(["method=zzz"])
     assert "'zzz'" in str(ei.value) and "grpo" in str(ei.value)
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ([], "sampler"),                                          # tiny pair: HF engine, fp32, one epoch, top-p 1
+    (["run.dtype=bfloat16"], "trainer"),                      # bf16 decode and full forward differ past float order
+    (["algo.ppo_epochs=2"], "trainer"),
+    (["rollout.top_p=0.9"], "trainer"),                       # the engine's log-probs are of the truncated dist.
+    (["optim.autocast=bfloat16"], "trainer"),
+    (["+rollout.engine_kwargs.autocast=bfloat16"], "trainer"),
+    (["algo.old_logprobs=trainer"], "trainer"),               # explicit choices are kept
+    (["algo.old_logprobs=sampler"], "sampler"),
+])
+def test_old_logprobs_auto_is_sampler_only_where_exact(overrides, expected):
+    assert compose(overrides).algo.old_logprobs == expected
+
+
+@pytest.mark.parametrize("pair", ["1", "2", "3", "saf_qwen3_4b"])
+def test_real_pairs_keep_verls_recompute_and_the_full_forward(pair):
+    """The GPU pairs (bf16, gradient checkpointing): auto resolves to verl's recompute and no shared prefix."""
+    cfg = compose([f"pair={pair}", "method=grpo"])
+    assert (cfg.algo.old_logprobs, cfg.optim.shared_prefix) == ("trainer", False)
+
+
+def test_tandem_engine_resolves_to_trainer():
+    assert compose(["method=tandem"]).algo.old_logprobs == "trainer"
+
+
+def test_sampler_with_top_p_is_refused_in_one_line():
+    with pytest.raises(GraftError, match=r"config key 'algo.old_logprobs': sampler with rollout.top_p=0.9"):
+        compose(["algo.old_logprobs=sampler", "rollout.top_p=0.9"])
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ([], True),
+    (["optim.gradient_checkpointing=true"], False),
+    (["optim.shared_prefix=false"], False),
+    (["optim.shared_prefix=true"], True),
+])
+def test_shared_prefix_auto(overrides, expected):
+    assert compose(overrides).optim.shared_prefix is expected
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["optim.shared_prefix=maybe"], "optim.shared_prefix"),
+    (["optim.autocast=float16"], "optim.autocast"),
+    (["+rollout.engine_kwargs.autocast=float16"], "rollout.engine_kwargs.autocast"),
+])
+def test_speed_option_errors_name_the_key(overrides, key):
+    with pytest.raises(GraftError, match=f"config key '{key}'"):
+        compose(overrides)
+
+
+def test_resolved_choices_round_trip_through_the_run_config(tmp_path):
+    """The run directory's config.yaml records what auto resolved to, and reads back the same."""
+    from graft_cli.config import load_yaml, to_yaml
+
+    cfg = compose([])
+    p = tmp_path / "config.yaml"
+    p.write_text(to_yaml(cfg))
+    back = load_yaml(str(p))
+    assert (back.algo.old_logprobs, back.optim.shared_prefix) == ("sampler", True)

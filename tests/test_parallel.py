@@ -186,7 +186,7 @@ def test_sampler_old_logprobs_score_only_foreign_rows():
     pol = SimpleNamespace(model=m, tokenizer=tok)
     full = score_rows(m, tok.pad_token_id, b, ScoreSettings(token_budget=100000))
     seen.clear()
-    got = old_logprobs(pol, b, C.compose(["algo.old_logprobs=sampler"]))
+    got = old_logprobs(pol, b, C.compose(["algo.old_logprobs=sampler", "optim.shared_prefix=false"]))
     assert sum(seen) == 3  # the three grafted rows, nothing else
     for i in range(10):
         if b.source[i] == "self":
@@ -194,7 +194,7 @@ def test_sampler_old_logprobs_score_only_foreign_rows():
         else:
             assert max(abs(u - v) for u, v in zip(got[i], full[i])) < 1e-5
     seen.clear()
-    trainer = old_logprobs(pol, b, C.compose(["algo.old_logprobs=trainer"]))
+    trainer = old_logprobs(pol, b, C.compose(["algo.old_logprobs=trainer", "optim.shared_prefix=false"]))
     hook.remove()
     assert sum(seen) == 10
     assert all(max(abs(u - v) for u, v in zip(x, y)) < 1e-5 for x, y in zip(trainer, full))

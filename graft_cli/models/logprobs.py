@@ -16,6 +16,7 @@ sums the rows' contributions), as in Prefix Grouper (Liu et al. 2025, arXiv:2506
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass
 
@@ -161,8 +162,30 @@ def shared_prefix_hidden(base, g: PrefixGroups) -> tuple[torch.Tensor, torch.Ten
     return hidden[sel], g.response_ids[sel]
 
 
+AUTOCAST = {"none": None, "bfloat16": torch.bfloat16}
+
+
+def autocast(kind: str, device) -> "contextlib.AbstractContextManager":
+    """``torch.autocast`` to ``kind`` (``optim.autocast`` / ``rollout.engine_kwargs.autocast``: none | bfloat16) on
+    ``device``'s type, or a null context for ``none``. Matmuls run in bf16 (AVX512-BF16 / AMX on CPUs that have
+    them), reductions and the log-softmax stay fp32 (the LM head's logits are cast up in :func:`_head_chunk`)."""
+    dtype = AUTOCAST[kind]
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+
+
 def response_logprobs(model, input_ids, attention_mask, response_mask, temperature: float = 1.0,
-                      chunk_tokens: int = 4096, with_entropy: bool = False, groups: PrefixGroups | None = None):
+                      chunk_tokens: int = 4096, with_entropy: bool = False, groups: PrefixGroups | None = None,
+                      autocast_dtype: str = "none"):
+    """:func:`_response_logprobs` under :func:`autocast` (``autocast_dtype``)."""
+    with autocast(autocast_dtype, input_ids.device):
+        return _response_logprobs(model, input_ids, attention_mask, response_mask, temperature, chunk_tokens,
+                                  with_entropy, groups)
+
+
+def _response_logprobs(model, input_ids, attention_mask, response_mask, temperature: float = 1.0,
+                       chunk_tokens: int = 4096, with_entropy: bool = False, groups: PrefixGroups | None = None):
     """Returns ``(logp, entropy)`` of shape ``(B, L-1)``: entry ``t`` scores ``input_ids[:, t+1]``;
     zero where ``response_mask[:, 1:]`` is 0. ``entropy`` is zeros unless ``with_entropy``. With ``groups``
     (the same rows, :func:`prefix_groups`), the prompts run once each (:func:`shared_prefix_hidden`);

@@ -41,6 +41,7 @@ class ScoreSettings:
     chunk_tokens: int = 4096
     dist: object = None  # a graft_cli.train.dist.Dist, or None (one process)
     shared_prefix: bool = False  # each distinct prompt runs once per micro-batch (models/logprobs.py)
+    autocast: str = "none"  # none | bfloat16: the forward under torch.autocast (optim.autocast)
 
 
 @torch.no_grad()
@@ -63,7 +64,8 @@ def score_rows(model, pad_id: int, batch: TrainBatch, settings: ScoreSettings,
         prompts, responses = [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows]
         ids, att, resp = pack(prompts, responses, pad_id, dev)
         groups = prefix_groups(prompts, responses, pad_id, dev) if settings.shared_prefix else None
-        lp, _ = response_logprobs(model, ids, att, resp, settings.temperature, settings.chunk_tokens, groups=groups)
+        lp, _ = response_logprobs(model, ids, att, resp, settings.temperature, settings.chunk_tokens, groups=groups,
+                                  autocast_dtype=settings.autocast)
         if mb is None:  # a dummy pass that keeps FSDP ranks in lock-step
             continue
         lp = lp.cpu()

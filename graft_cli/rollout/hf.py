@@ -16,21 +16,22 @@ use it is switched off with a warning and the batch is redone on the dynamic-cac
 Under FSDP (data-parallel training, train/dist.py) every rank must run the same number of forward passes:
 the decode loop then stops only when all ranks' rows are done.
 
-Two speed options (``rollout.engine_kwargs``, off by default because they change which samples a seed gives):
+Three speed options (``rollout.engine_kwargs``), on by default where they change float summation order only
+(``auto``: on with the dynamic cache, i.e. the CPU path; the static-cache CUDA path keeps its fixed shapes):
 
-* ``sampler: per_row``: each response row draws from its own stream, uniforms u_{r,t} from a generator seeded
-  with (seed, r) where r is the row's index in the prompt-major flat list, and takes the token by inverse CDF,
-  o_t = min{v : Σ_{w ≤ v} p(w) > u_{r,t} Σ_w p(w)}. A row's samples then depend on its own logits only, not on
-  which other rows share its batch (``max_batch`` no longer changes the samples either). The default
-  (``sampler: batch``) is one ``torch.multinomial`` stream over the batch.
-* ``compact: true`` (needs ``sampler: per_row`` and the dynamic cache): rows that ended on EOS leave the
-  decode batch (their KV cache rows, mask and positions are dropped) once a quarter of the live rows have
-  ended, so the remaining steps cost only what the unfinished rows need. With per-row streams the samples
+* ``sampler: per_row`` (the default): each response row draws from its own stream, uniforms u_{r,t} from a
+  generator seeded with (seed, r) where r is the row's index in the prompt-major flat list, and takes the token
+  by inverse CDF, o_t = min{v : Σ_{w ≤ v} p(w) > u_{r,t} Σ_w p(w)}. A row's samples then depend on its own
+  logits only, not on which other rows share its batch (``max_batch`` no longer changes the samples either).
+  ``sampler: batch`` is one ``torch.multinomial`` stream over the batch (graft before 2026-12-02).
+* ``compact`` (``auto`` = on with per-row streams and the dynamic cache; needs both): rows that ended on EOS
+  leave the decode batch (their KV cache rows, mask and positions are dropped) once a quarter of the live rows
+  have ended, so the remaining steps cost only what the unfinished rows need. With per-row streams the samples
   are those of the uncompacted loop up to float summation order (tested).
-* ``share_prompts: true`` (the dynamic cache): the rows of one prompt (its ``n`` samples) share one prefill.
-  The batch's distinct prompts run once and their KV cache, mask and positions are indexed out to the rows,
-  so prefill costs ``distinct prompts x prompt length`` instead of ``rows x prompt length`` (float order only:
-  the rows' first logits are the distinct prompt's; tested).
+* ``share_prompts`` (``auto`` = on with the dynamic cache): the rows of one prompt (its ``n`` samples) share one
+  prefill. The batch's distinct prompts run once and their KV cache, mask and positions are indexed out to the
+  rows, so prefill costs ``distinct prompts x prompt length`` instead of ``rows x prompt length`` (float order
+  only: the rows' first logits are the distinct prompt's; tested).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import warnings
 import numpy as np
 import torch
 
-from graft_cli.models.logprobs import _is_fsdp, cache_kwarg, distinct, left_pad
+from graft_cli.models.logprobs import AUTOCAST, _is_fsdp, autocast, cache_kwarg, distinct, left_pad
 from graft_cli.rollout.base import ENGINES, Rollouts, SamplingParams
 
 
@@ -74,42 +75,56 @@ def eos_ids_of(tokenizer, model=None) -> list[int]:
 
 @ENGINES.register("hf")
 class HFEngine:
+    # its log-probs are the policy's own, of the distribution the trainer scores (logits / T, same weights, same
+    # forward): algo.old_logprobs=auto keeps them when the run is fp32, single-epoch and top-p 1 (config.py)
+    exact_logprobs = True
+
     def __init__(self, model, tokenizer, max_batch: int = 256, cache: str = "auto", compile: bool | str = "auto",
-                 compile_mode: str = "reduce-overhead", cache_bucket: int = 256, sampler: str = "batch",
-                 compact: bool = False, share_prompts: bool = False, **_):
+                 compile_mode: str = "reduce-overhead", cache_bucket: int = 256, sampler: str = "per_row",
+                 compact: bool | str = "auto", share_prompts: bool | str = "auto", ignore_eos: bool = False,
+                 autocast: str = "none", **_):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         on_cuda = next(model.parameters()).device.type == "cuda"
-        self.check_kwargs(cache=cache, sampler=sampler, compact=compact, share_prompts=share_prompts)
+        self.check_kwargs(cache=cache, sampler=sampler, compact=compact, share_prompts=share_prompts,
+                          autocast=autocast)
         self.static = cache == "static" or (cache == "auto" and on_cuda)
         self.compile = (compile is True or compile == "true" or (compile == "auto" and on_cuda)) and self.static
         self.compile_mode, self.cache_bucket = compile_mode, max(1, int(cache_bucket))
-        self.per_row, self.compact = sampler == "per_row", bool(compact)
-        self.share_prompts = bool(share_prompts)
+        self.per_row = sampler == "per_row"
+        self.compact = _on(compact, self.per_row and not self.static)
+        self.share_prompts = _on(share_prompts, not self.static)
         for key in ("compact", "share_prompts"):
             if getattr(self, key) and self.static:  # cache auto on CUDA
                 raise ValueError(f"rollout.engine_kwargs.{key}: needs the dynamic cache (cache: dynamic)")
         self._compiled = None
         self.eos_ids = eos_ids_of(tokenizer, model)
+        self.ignore_eos = bool(ignore_eos)  # vLLM's ignore_eos: every row runs to max_new_tokens (benchmarks)
+        self.autocast = autocast  # none | bfloat16: prefill and decode steps under torch.autocast
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eos_ids[0])
         self._cache_kw = cache_kwarg(model)  # transformers >= 5.2x renamed past_key_values to cache
 
     @staticmethod
-    def check_kwargs(cache: str = "auto", sampler: str = "batch", compact: bool = False, share_prompts: bool = False,
-                     **_) -> None:
+    def check_kwargs(cache: str = "auto", sampler: str = "per_row", compact: bool | str = "auto",
+                     share_prompts: bool | str = "auto", autocast: str = "none", **_) -> None:
         """Raise ``ValueError("rollout.engine_kwargs.<key>: <why>")`` for options that cannot work together
         (config validation calls it before anything is loaded or written)."""
+        if autocast not in AUTOCAST:
+            raise ValueError(f"rollout.engine_kwargs.autocast: {autocast!r}; known: {', '.join(AUTOCAST)}")
         if cache not in ("auto", "dynamic", "static"):
             raise ValueError(f"rollout.engine_kwargs.cache: {cache!r}; known: auto, dynamic, static")
         if sampler not in ("batch", "per_row"):
             raise ValueError(f"rollout.engine_kwargs.sampler: {sampler!r}; known: batch, per_row")
-        if compact and sampler != "per_row":
+        for key, v in (("compact", compact), ("share_prompts", share_prompts)):
+            if not (isinstance(v, bool) or v == "auto"):
+                raise ValueError(f"rollout.engine_kwargs.{key}: {v!r}; known: auto, true, false")
+        if compact is True and sampler != "per_row":
             raise ValueError("rollout.engine_kwargs.compact: needs sampler: per_row (with the batch stream, dropping "
                              "finished rows would change every later sample)")
         for key, on in (("compact", compact), ("share_prompts", share_prompts)):
-            if on and cache == "static":
+            if on is True and cache == "static":
                 raise ValueError(f"rollout.engine_kwargs.{key}: needs the dynamic cache (cache: dynamic)")
 
     def sync_weights(self, model) -> None:
@@ -126,6 +141,12 @@ class HFEngine:
 
     def _step(self, **kw):
         """One decode step (the compiled one on the fast path)."""
+        if self.autocast == "none":
+            return self._step_logits(**kw)
+        with autocast(self.autocast, next(self.model.parameters()).device):
+            return self._step_logits(**kw)
+
+    def _step_logits(self, **kw):
         if self.compile:
             if self._compiled is None:
                 self._compiled = torch.compile(lambda **k: self.model(**k).logits, mode=self.compile_mode)
@@ -143,7 +164,7 @@ class HFEngine:
         dec = self.decoder(prompts, p.max_new_tokens)
         B, dev = len(prompts), dec.dev
         lockstep = self._lockstep()
-        eos = torch.tensor(self.eos_ids, device=dev)
+        eos = torch.tensor([] if self.ignore_eos else self.eos_ids, dtype=torch.long, device=dev)
         out_tok = torch.full((B, p.max_new_tokens), self.pad_id, dtype=torch.long, device=dev)
         out_lp = torch.zeros((B, p.max_new_tokens), dtype=torch.float32, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
@@ -209,6 +230,11 @@ class HFEngine:
         texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         return Rollouts(prompt_ids=[list(x) for x in prompt_ids], response_ids=ids, texts=texts,
                         logprobs=lps, truncated=trunc, n=params.n)
+
+
+def _on(value: bool | str, auto: bool) -> bool:
+    """An engine switch: ``True`` / ``False`` as given, ``"auto"`` as the engine's default ``auto``."""
+    return auto if value == "auto" else bool(value)
 
 
 def sample_next(logits: torch.Tensor, p: SamplingParams, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -288,8 +314,9 @@ class Decoder:
 
     def prefill(self) -> torch.Tensor:
         e = self.engine
-        out = e.model(input_ids=self.ids, attention_mask=self.mask if self.full_mask is None else self.full_mask,
-                      position_ids=self.pos, use_cache=True, logits_to_keep=1, **{e._cache_kw: self.cache}).logits
+        with autocast(getattr(e, "autocast", "none"), self.dev):
+            out = e.model(input_ids=self.ids, attention_mask=self.mask if self.full_mask is None else self.full_mask,
+                          position_ids=self.pos, use_cache=True, logits_to_keep=1, **{e._cache_kw: self.cache}).logits
         if self.row_prompt is not None:  # from the distinct prompts to the rows
             self.cache.batch_select_indices(self.row_prompt)
             r = self.row_prompt

@@ -156,7 +156,8 @@ def encode_prompt(pol: Policy, problem: str, spec: PromptSpec) -> list[int]:
 # --------------------------------------------------------------------------------------- core helpers
 def score_settings(cfg: C.Config, dist: D.Dist | None = None) -> ScoreSettings:
     return ScoreSettings(temperature=cfg.rollout.temperature, token_budget=cfg.optim.micro_batch_tokens * 2,
-                         chunk_tokens=cfg.optim.chunk_tokens, shared_prefix=cfg.optim.shared_prefix, dist=dist)
+                         chunk_tokens=cfg.optim.chunk_tokens, shared_prefix=cfg.optim.shared_prefix, dist=dist,
+                         autocast=cfg.optim.autocast)
 
 
 def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist | None = None,
@@ -261,7 +262,7 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
                 ids, att, resp = pack(prompts, responses, pad, dev)
                 groups = prefix_groups(prompts, responses, pad, dev) if o.shared_prefix else None
                 logp, ent = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, o.chunk_tokens,
-                                              with_entropy=a.log_entropy, groups=groups)
+                                              with_entropy=a.log_entropy, groups=groups, autocast_dtype=o.autocast)
                 inp = loss_inputs(batch, rows, logp, ids.shape[1], dev, norm, resp, cfg, spec, mb_idx, step, coefs)
                 loss, st = compute_loss(spec, inp, a.kl_coef, a.kl_type)
                 if not dummy and bad is None:
