@@ -39,6 +39,14 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
+# bf16 keeps the sampler's log-probs explicitly (auto would add the trainer's scoring pass under autocast), so the
+# two rows do the same work
+TAGS = {"fp32": [], "bf16": ["optim.autocast=bfloat16", "+rollout.engine_kwargs.autocast=bfloat16",
+                             "algo.old_logprobs=sampler"],
+        "before": ["algo.old_logprobs=trainer", "optim.shared_prefix=false", "+rollout.engine_kwargs.sampler=batch",
+                   "+rollout.engine_kwargs.compact=false", "+rollout.engine_kwargs.share_prompts=false"]}
+
+
 def cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
@@ -186,11 +194,10 @@ def decode_bound(model_path: str, w: dict) -> dict:
 
 def bf16_logprob_error(model_path: str, w: dict, data: str) -> dict:
     """Max / mean |log p_bf16-autocast - log p_fp32| per response token on sampled rows of the workload."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from graft_cli.data.prompts import PromptSpec
-    from graft_cli.models.logprobs import pack, response_logprobs
+    from graft_cli.models.logprobs import autocast_gap
     from graft_cli.rollout.base import SamplingParams
     from graft_cli.rollout.hf import HFEngine
 
@@ -202,15 +209,9 @@ def bf16_logprob_error(model_path: str, w: dict, data: str) -> dict:
     ro = HFEngine(model, tok).generate(prompts, SamplingParams(n=w["n"], temperature=1.0, top_p=1.0,
                                                                max_new_tokens=w["new_tokens"], seed=0))
     P = [p for p in prompts for _ in range(w["n"])]
-    ids, att, resp = pack(P, ro.response_ids, tok.pad_token_id, "cpu")
-    with torch.no_grad():
-        fp, _ = response_logprobs(model, ids, att, resp)
-        bf, _ = response_logprobs(model, ids, att, resp, autocast_dtype="bfloat16")
-    m = resp[:, 1:].bool()
-    d = (fp - bf)[m].abs()
-    ratio = (bf[m] - fp[m]).exp()
-    return {"tokens": int(m.sum()), "max_abs": round(float(d.max()), 5), "mean_abs": round(float(d.mean()), 6),
-            "ratio_min": round(float(ratio.min()), 4), "ratio_max": round(float(ratio.max()), 4)}
+    d = autocast_gap(model, P, ro.response_ids, tok.pad_token_id)
+    return {"tokens": int(d.numel()), "max_abs": round(float(d.max()), 5), "mean_abs": round(float(d.mean()), 6),
+            "ratio_bounds": [round(float((-d.max()).exp()), 4), round(float(d.max().exp()), 4)]}
 
 
 def main(argv=None):
@@ -219,6 +220,9 @@ def main(argv=None):
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--no-bf16", action="store_true", help="skip the bf16 autocast runs")
+    ap.add_argument("--tags", default="fp32,bf16", help="step variants: fp32 (the defaults), bf16 (autocast), "
+                    "before (the defaults before 2026-12-02: trainer-recomputed old log-probs, one batch stream, "
+                    "no compaction, no shared prompts)")
     a = ap.parse_args(argv)
     import torch
 
@@ -242,13 +246,13 @@ def main(argv=None):
                   (f"; bf16 {r['peak']['bfloat16']['peak_gflops']} GFLOP/s {r['peak']['bfloat16']['gflops_by_size']}"
                    if bf16 else "") + f"; copy {r['peak']['copy_GBps']} GB/s", flush=True)
             torch.set_num_threads(th)
-            bf = ["optim.autocast=bfloat16", "+rollout.engine_kwargs.autocast=bfloat16"]
-            for tag, extra in [("fp32", [])] + ([("bf16", bf)] if bf16 else []):
+            for tag in [t for t in a.tags.split(",") if t != "bf16" or bf16]:
+                extra = TAGS[tag]
                 ts = timed_steps(model, data, tmp, w, a.steps, extra, f"{tag}{th}")
                 cs = counted_steps(model, data, tmp, w, a.steps, extra, f"{tag}{th}")
                 ro_s, up_s = sum(x["rollout_s"] for x in ts), sum(x["update_s"] for x in ts)
                 ro_f, up_f = sum(x["rollout_flops"] for x in cs), sum(x["update_flops"] for x in cs)
-                ref = r["peak"]["bfloat16" if tag == "bf16" else "float32"]["peak_gflops"]
+                ref = r["peak"]["bfloat16" if tag == "bf16" else "float32"]["peak_gflops"]  # the dtype's own
                 ph = {"s_per_step": round(statistics.mean(x["s"] for x in ts), 3),
                       "rollout_s": round(ro_s / len(ts), 3), "update_s": round(up_s / len(ts), 3),
                       "rollout_gflop_per_step": round(ro_f / len(cs) / 1e9, 2),

@@ -18,7 +18,7 @@ def one_line_errors(fn):
             return fn(*a, **kw)
         except GraftError as e:
             click.echo(f"error: {e}", err=True)
-            sys.exit(2)
+            sys.exit(getattr(e, "exit_code", 2))
         except OSError as e:  # a full, read-only or unwritable disk: one line (writes are atomic, nothing is torn)
             import errno
 

@@ -7,6 +7,7 @@ name, and :func:`validate` checks ranges and cross-field rules. Every failure is
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -73,6 +74,8 @@ class RunConfig:
     steps: Optional[int] = None  # default: epochs x steps per epoch
     epochs: int = 3
     save_every: int = 10
+    save_on_signal: bool = False  # on SIGTERM: finish the step, write its checkpoint, then exit 143 (else the step
+    # is abandoned at once, nothing half-written, and the run resumes from its last checkpoint)
     keep_checkpoints: int = 2  # last k complete checkpoints (the best by validation is kept too)
     resume: bool = True
     log_rollouts: bool = True
@@ -379,6 +382,25 @@ def _check(cond: bool, key: str, msg: str) -> None:
         raise GraftError(f"config key {key!r}: {msg}")
 
 
+def _float_fields(obj, prefix: str = ""):
+    """(dotted key, value) of every float option of the schema's dataclasses (lists of them included)."""
+    import dataclasses
+
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        key = f"{prefix}{f.name}"
+        if isinstance(v, float):
+            yield key, v
+        elif dataclasses.is_dataclass(v):
+            yield from _float_fields(v, key + ".")
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                if isinstance(x, float):
+                    yield f"{key}.{i}", x
+                elif dataclasses.is_dataclass(x):
+                    yield from _float_fields(x, f"{key}.{i}.")
+
+
 def validate(cfg: Config, registries: bool = True) -> None:
     """Ranges and cross-field rules. ``registries=False`` (a config read back from a run directory, whose
     plugins were not imported) skips the checks that a registered name exists."""
@@ -396,6 +418,8 @@ def validate(cfg: Config, registries: bool = True) -> None:
             _check(name in reg, key, f"unknown {reg.kind} {name!r}; known: {', '.join(reg.names())}")
 
     a, r, o = cfg.algo, cfg.rollout, cfg.optim
+    for key, v in _float_fields(cfg):  # inf / nan pass every range check below (inf > 0): refuse them first
+        _check(math.isfinite(v), key, f"must be a finite number, got {v}")
     _check(len(cfg.policies) >= 1, "policies", "at least one policy is needed")
     names = [p.name for p in cfg.policies] + [s.name for s in cfg.sources]
     _check(len(set(names)) == len(names), "policies", f"policy names must be unique, got {names}")

@@ -3,3 +3,10 @@
 
 class GraftError(Exception):
     """A bad input (config key, file line, option) described in one line."""
+
+
+class Stopped(GraftError):
+    """A run or plan stopped by a signal (a scheduler's preemption): the CLI exits with ``exit_code`` (143, the
+    shell's code for SIGTERM, so a scheduler reads it as the preemption it sent) after one line."""
+
+    exit_code = 143

@@ -141,8 +141,9 @@ def test_ignore_eos_runs_every_row_to_the_maximum(model_tok):
 
 
 def test_sampler_logprobs_equal_the_trainers_on_cpu(model_tok):
-    """scale=cpu_fast's algo.old_logprobs=sampler rests on this: the HF engine's log-probs of the sampled tokens
-    (KV-cached decode, compacted batch) equal the trainer's recomputation (one padded forward) to float order."""
+    """algo.old_logprobs=auto's choice of sampler on the HF engine rests on this: the engine's log-probs of the
+    sampled tokens (KV-cached decode, compacted batch) equal the trainer's recomputation (one padded forward) to
+    float order."""
     from graft_cli.batch import TrainBatch
     from graft_cli.models.scoring import ScoreSettings, score_rows
 
@@ -157,21 +158,26 @@ def test_sampler_logprobs_equal_the_trainers_on_cpu(model_tok):
     assert max(abs(x - y) for s, t in zip(b.sampler_logprobs, trainer) for x, y in zip(s, t)) < 1e-4
 
 
-def test_cpu_fast_overlay_and_its_guard():
+def test_the_tiny_pair_runs_the_fast_path_by_default_and_tandem_guards_it():
+    """What the removed scale=cpu_fast overlay turned on is the default (the engine's options are its own
+    defaults, so the config carries none); tandem resolves auto to trainer and refuses an explicit sampler."""
     from graft_cli import config as C
     from graft_cli.errors import GraftError
 
-    cfg = C.compose(["pair=tiny", "method=graft", "scale=cpu_fast"])
+    cfg = C.compose(["pair=tiny", "method=graft"])
     assert cfg.algo.old_logprobs == "sampler" and cfg.optim.shared_prefix is True
-    assert cfg.rollout.engine_kwargs == {"sampler": "per_row", "compact": True, "share_prompts": True}
+    assert cfg.rollout.engine_kwargs == {}
+    assert C.compose(["pair=tiny", "method=tandem"]).algo.old_logprobs == "trainer"
     with pytest.raises(GraftError, match="config key 'algo.old_logprobs'"):  # tandem's log-probs are the writer's
-        C.compose(["pair=tiny", "method=tandem", "scale=cpu_fast"])
+        C.compose(["pair=tiny", "method=tandem", "algo.old_logprobs=sampler"])
+    with pytest.raises(GraftError, match="scale 'cpu_fast': no scale/cpu_fast.yaml"):
+        C.compose(["pair=tiny", "scale=cpu_fast"])
 
 
 def test_bf16_autocast_logprobs_are_close_to_fp32_and_not_equal(model_tok):
     """optim.autocast / rollout.engine_kwargs.autocast = bfloat16: the forwards run their matmuls in bf16 (so the
     log-probs move, by bf16 rounding: < 0.1 nats per token on this model) and the engine still samples valid rows."""
-    from graft_cli.models.logprobs import pack, response_logprobs
+    from graft_cli.models.logprobs import autocast_gap, pack, response_logprobs
 
     model, tok = model_tok
     sp = SamplingParams(n=4, temperature=1.0, top_p=1.0, max_new_tokens=16, seed=1)
@@ -179,13 +185,11 @@ def test_bf16_autocast_logprobs_are_close_to_fp32_and_not_equal(model_tok):
     ro = HFEngine(model, tok, autocast="bfloat16").generate(prompts, sp)
     assert all(0 < len(r) <= 16 for r in ro.response_ids)
     P = [p for p in prompts for _ in range(sp.n)]
-    ids, att, resp = pack(P, ro.response_ids, tok.pad_token_id, "cpu")
-    with torch.no_grad():
-        fp, _ = response_logprobs(model, ids, att, resp)
-        bf, _ = response_logprobs(model, ids, att, resp, autocast_dtype="bfloat16")
-    m = resp[:, 1:].bool()
-    d = (fp - bf)[m].abs()
-    assert fp.dtype == bf.dtype == torch.float32
+    d = autocast_gap(model, P, ro.response_ids, tok.pad_token_id)
+    assert d.numel() == sum(len(r) for r in ro.response_ids)
     assert 0 < float(d.max()) < 0.1
+    ids, att, resp = pack(P, ro.response_ids, tok.pad_token_id, "cpu")
+    with torch.no_grad():  # the loss sees fp32 log-probs either way
+        assert response_logprobs(model, ids, att, resp, autocast_dtype="bfloat16")[0].dtype == torch.float32
     with pytest.raises(ValueError, match="rollout.engine_kwargs.autocast"):
         HFEngine(model, tok, autocast="float16")

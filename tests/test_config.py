@@ -219,3 +219,14 @@ def test_resolved_choices_round_trip_through_the_run_config(tmp_path):
     p.write_text(to_yaml(cfg))
     back = load_yaml(str(p))
     assert (back.algo.old_logprobs, back.optim.shared_prefix) == ("sampler", True)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("optim.lr=inf", "optim.lr"), ("optim.lr=.nan", "optim.lr"), ("rollout.temperature=inf", "rollout.temperature"),
+    ("algo.clip_high=inf", "algo.clip_high"), ("eval.top_p=.nan", "eval.top_p"), ("reward.timeout_s=inf",
+                                                                                  "reward.timeout_s"),
+])
+def test_non_finite_floats_are_refused_at_validation(override, key):
+    """inf passes every `> 0` range check: each float option is checked to be finite first (issue 29 item 6)."""
+    with pytest.raises(GraftError, match=f"config key '{key}': must be a finite number"):
+        compose([override])

@@ -206,3 +206,19 @@ def test_chat_template_none_forces_raw():
     spec = PromptSpec(chat_template="none")
     assert spec.text("2+3", tok) == "2+3 " + PAPER_SUFFIX + "\n"
     assert spec.encode("2+3", tok) == tok("2+3 " + PAPER_SUFFIX + "\n")["input_ids"]
+
+
+def test_a_folder_a_non_utf8_byte_and_a_10mb_line(tmp_path):
+    """A data path that is a folder, a byte that is not UTF-8, and a 10 MB line (issue 29 item 6): the first two
+    are one line naming the path (file:line for the byte), the long line loads."""
+    with pytest.raises(GraftError, match=f"{tmp_path}: is a folder; expected a .jsonl"):
+        load_problems(str(tmp_path))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(GOOD.encode() + b'\n{"problem": "1+1\xff", "answer": "2", "id": "b"}\n')
+    with pytest.raises(GraftError) as ei:
+        load_problems(str(bad))
+    assert str(ei.value) == f"{bad}:2: not UTF-8 (byte 0xff at column 17)"
+    big = tmp_path / "big.jsonl"
+    big.write_text(json.dumps({"id": "x", "problem": "1+" * 5_000_000 + "1", "answer": "5000001"}) + "\n")
+    (p,) = load_problems(str(big))
+    assert len(p.problem) == 10_000_001 and p.answer == "5000001"

@@ -341,3 +341,61 @@ def test_lm_eval_process_results_hand_example():
     assert out == {"pass_at_1": 0.5, "pass_at_k": 1.0}
     assert utils.process_results({"answer": "7"}, ["\\boxed{7}"]) == {"pass_at_1": 1.0, "pass_at_k": 1.0}
     assert utils.process_results({"answer": "7"}, [["\\boxed{8}", "7"]]) == {"pass_at_1": 0.0, "pass_at_k": 0.0}
+
+
+def test_checkpoint_before_validation_and_resume_into_validation(tiny_models, problems_file, tmp_path):
+    """A step's checkpoint is complete before its validation starts (also when the step is no scheduled save),
+    so a failing validation costs no training; the rerun resumes into that validation, then trains on
+    (issue 29 item 5)."""
+    from graft_cli.config import compose
+    from graft_cli.eval.runner import ValidationHook
+    from graft_cli.train import checkpoint as ckpt
+    from graft_cli.train.loop import train
+
+    seen = []
+
+    class Dying(ValidationHook):
+        def __init__(self, fail: bool):
+            super().__init__()
+            self.fail = fail
+
+        def __call__(self, trainer, cfg, run_dir, console=None):
+            seen.append((trainer.step, ckpt.complete_steps(trainer.ckpt_root)))
+            if self.fail and trainer.step == 2:
+                raise RuntimeError("validation died")
+            return super().__call__(trainer, cfg, run_dir, console)
+
+    out = tmp_path / "runs"
+    cfg = compose(train_overrides(tiny_models, problems_file, str(out),
+                                  ["run.steps=3", "run.name=v", "eval.every=2", "eval.samples=2",
+                                   f"eval.benchmarks=[arith={problems_file}]", "eval.max_new_tokens=6",
+                                   "run.save_every=10", "run.keep_checkpoints=5"]))
+    with pytest.raises(RuntimeError, match="validation died"):
+        train(cfg, progress=False, after_step=(Dying(fail=True),))
+    assert seen == [(2, [2])]  # step 2 was on disk, complete, when its validation began
+    run = os.path.join(str(out), "v")
+    assert not os.path.exists(os.path.join(run, "eval", "a", "step_000002", "summary.json"))
+    train(cfg, progress=False, after_step=(Dying(fail=False),))
+    assert seen[1:] == [(2, [2]), (3, [2, 3])]  # resumed into step 2's validation, then step 3 and its own
+    rows = [json.loads(x) for x in open(os.path.join(run, "metrics.jsonl"))]
+    assert sorted((r["step"], r["policy"]) for r in rows if "reward" in r) == \
+        [(s, p) for s in (1, 2, 3) for p in ("a", "b")]  # no step trained twice
+    assert sorted((r["step"], r["policy"]) for r in rows if "validation/score" in r) == \
+        [(2, "a"), (2, "b"), (3, "a"), (3, "b")]
+
+
+def test_a_validation_set_that_cannot_load_stops_the_run_before_it_trains(tiny_models, problems_file, tmp_path):
+    """The validation benchmarks are loaded with the other inputs, before the run directory exists (issue 29
+    item 3): one line naming the file, no step trained, nothing written."""
+    from graft_cli.config import compose
+    from graft_cli.errors import GraftError
+    from graft_cli.eval.runner import ValidationHook
+    from graft_cli.train.loop import train
+
+    out = tmp_path / "runs"
+    missing = tmp_path / "no_such_bench.jsonl"
+    cfg = compose(train_overrides(tiny_models, problems_file, str(out),
+                                  ["run.steps=2", "run.name=v", "eval.every=2", f"eval.benchmarks=[b={missing}]"]))
+    with pytest.raises(GraftError, match="no_such_bench.jsonl"):
+        train(cfg, progress=False, after_step=(ValidationHook(),))
+    assert not os.path.exists(out / "v")

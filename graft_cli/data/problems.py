@@ -50,11 +50,15 @@ def _normalise(row: dict, where: str, fields: dict | None = None) -> Problem:
 
 def _load_jsonl(path: str, fields) -> list[Problem]:
     out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise GraftError(f"{where}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})") from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
@@ -96,6 +100,9 @@ def _load_hub(spec: str, fields) -> list[Problem]:
 
 def load_problems(source: str, fields: dict | None = None) -> list[Problem]:
     """Load a problem set from a local ``.jsonl``/``.json``/``.parquet`` file or a hub id ``name[:split]``."""
+    if os.path.isdir(source):
+        raise GraftError(f"{source}: is a folder; expected a .jsonl, .json or .parquet file (or a hub id "
+                         "name[:split])")
     if os.path.exists(source):
         if source.endswith(".parquet"):
             probs = _load_parquet(source, fields)

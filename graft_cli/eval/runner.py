@@ -40,6 +40,7 @@ from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, BenchmarkSource, resolve_benchmarks
 from graft_cli.eval.metrics import average_over_benchmarks, summarize_benchmark
 from graft_cli.rundir import atomic_write_json, read_json, read_jsonl, write_jsonl_atomic
+from graft_cli.train.hooks import AfterStep
 
 from graft_cli.eval.files import RUN_FILE_RE, STEP_DIR_RE, run_file, step_dirs  # noqa: E402,F401  (re-exported)
 CHUNK_PROMPTS = 32  # prompts per generate call (progress granularity; each chunk has its own seed)
@@ -684,12 +685,28 @@ def validation_due(step: int, total_steps: int, every: int) -> bool:
     return every > 0 and (step % every == 0 or step == total_steps)
 
 
-class ValidationHook:
+class ValidationHook(AfterStep):
     """The training loop's after-step hook for validation (``train(..., after_step=(ValidationHook(),))``);
-    holds the loaded benchmarks across steps."""
+    holds the loaded benchmarks across steps. Due at every ``eval.every``-th step and the last; done when every
+    policy's ``eval/<policy>/step_N/summary.json`` is on disk (the evaluator writes it last)."""
 
     def __init__(self):
         self.state = _ValidationState()
+
+    def prepare(self, trainer, cfg) -> None:
+        """The validation benchmarks, loaded before step 1 (a set that cannot be loaded stops the run before it
+        trains, in one line naming it, instead of at the first validation)."""
+        dist = getattr(trainer, "dist", None)
+        if cfg.eval.every > 0 and self.state.benches is None and not (dist is not None and dist.enabled):
+            self.state.benches = run_benches(cfg, list(cfg.eval.benchmarks), None, cfg.eval.data_dir,
+                                             getattr(trainer, "held_out", None))
+
+    def due(self, trainer, cfg) -> bool:
+        return validation_due(trainer.step, trainer.total_steps, cfg.eval.every)
+
+    def done(self, trainer, cfg, run_dir: str) -> bool:
+        return all(os.path.exists(os.path.join(run_dir, "eval", name, f"step_{trainer.step:06d}", "summary.json"))
+                   for name in trainer.policies)
 
     def __call__(self, trainer, cfg, run_dir: str, console=None) -> list[dict]:
         return validate_in_training(trainer, cfg, run_dir, console, self.state)

@@ -253,3 +253,16 @@ def to_padded(rows: list[list[float]], prompts: list[list[int]], L: int, device=
         if len(v):
             out[i, len(p) - 1 : len(p) - 1 + len(v)] = torch.tensor(v, dtype=torch.float32)
     return out.to(device)
+
+
+@torch.no_grad()
+def autocast_gap(model, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+                 kind: str = "bfloat16") -> torch.Tensor:
+    """|log p_autocast - log p_fp32| of every response token (one flat tensor): how far ``optim.autocast=kind``
+    moves the log-probs the loss and the ratio see (benchmarks/cpu_peak.py reports it; tested)."""
+    dev = next(model.parameters()).device
+    ids, att, resp = pack(prompts, responses, pad_id, dev)
+    fp, _ = response_logprobs(model, ids, att, resp)
+    low, _ = response_logprobs(model, ids, att, resp, autocast_dtype=kind)
+    m = resp[:, 1:].bool()
+    return (fp - low)[m].abs()

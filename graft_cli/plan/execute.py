@@ -3,6 +3,13 @@ done), in plan order; one run at a time in this process, or ``jobs`` runs at a t
 (each with ``cpu_count // jobs`` torch threads and its output in ``<out>/logs/<run>.log``). A run whose
 partner failed is skipped; any other failure is recorded and the plan goes on.
 
+Stopping (a scheduler's SIGTERM, or Ctrl-C): with ``jobs`` > 1 every worker runs in its own process group; the
+parent signals each group (the worker, its reward processes) with SIGTERM, waits up to ``STOP_GRACE_S`` for them
+to leave (each ``graft train`` abandons its step: nothing is half-written, every run resumes from its last
+checkpoint), SIGKILLs what is left, and exits 143 with one line; the same command continues the plan. A worker
+whose parent dies (SIGKILL) notices within a second and stops its own group the same way. With ``jobs`` = 1 the
+run in this process stops the plan (:class:`~graft_cli.train.loop.SignalStop`).
+
 Results: one record per run (:func:`execute`), written with the plan to ``<out>/plan_<name>.json`` and as a
 markdown table to ``<out>/plan_<name>.md``.
 """
@@ -10,12 +17,14 @@ markdown table to ``<out>/plan_<name>.md``.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 
 from graft_cli.console import make_console
-from graft_cli.errors import GraftError
+from graft_cli.errors import GraftError, Stopped
 from graft_cli.plan import status as S
 from graft_cli.report.markdown import md_table
 from graft_cli.rundir import read_json_or_none, read_metrics, training_rows
@@ -71,6 +80,9 @@ def run_job(job: dict) -> dict:
     eval (EvalPlan fields or None), threads, log (a file path: output goes there), progress.
     Returns {trained, train_s, evaluated, eval_s, error}; never raises."""
     rec = {"trained": None, "train_s": 0.0, "evaluated": None, "eval_s": 0.0, "error": None}
+    if job.get("parent_pid"):  # a worker process: its own process group, gone with its parent
+        os.setpgrp()
+        _exit_with_parent(int(job["parent_pid"]))
     log = None
     if job.get("log"):
         os.makedirs(os.path.dirname(job["log"]), exist_ok=True)
@@ -114,8 +126,8 @@ def run_job(job: dict) -> dict:
                 rec["evaluated"] = "evaluated"
                 rec["eval_s"] = time.perf_counter() - t0
     except BaseException as e:  # noqa: B036 — recorded, the plan goes on (KeyboardInterrupt re-raised)
-        if isinstance(e, KeyboardInterrupt):
-            raise
+        if isinstance(e, KeyboardInterrupt) or (isinstance(e, Stopped) and not job.get("parent_pid")):
+            raise  # in this process: a signal stops the whole plan, not just this run
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         rec["error"] = msg if isinstance(e, GraftError) else f"{type(e).__name__}: {msg}"
         if not isinstance(e, GraftError):
@@ -125,6 +137,64 @@ def run_job(job: dict) -> dict:
             sys.stdout.flush()
             log.flush()
     return rec
+
+
+STOP_GRACE_S = 8.0  # after SIGTERM to the workers' groups, this long before SIGKILL (the whole stop: < 10 s)
+
+
+def _exit_with_parent(ppid: int) -> None:
+    """A daemon thread that stops this worker's process group (this process, its reward processes) once its
+    parent is gone: SIGTERM (the run abandons its step cleanly), then SIGKILL after a few seconds."""
+    def watch():
+        while os.getppid() == ppid:
+            time.sleep(0.5)
+        for sig, wait_s in ((signal.SIGTERM, 4.0), (signal.SIGKILL, 0.0)):
+            try:
+                os.killpg(os.getpgrp(), sig)
+            except OSError:
+                return
+            time.sleep(wait_s)
+
+    threading.Thread(target=watch, name="graft-parent-watch", daemon=True).start()
+
+
+class _PlanStop(BaseException):
+    """Raised in the plan's main thread by its SIGTERM / SIGINT handler."""
+
+
+def _alive(pid: int, proc=None) -> bool:
+    """The worker lives (``proc.is_alive()`` also reaps it once it has ended), or its process group still has a
+    member (its reward processes)."""
+    if proc is not None and proc.is_alive():
+        return True
+    try:
+        os.killpg(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def _signal(pid: int, sig: int) -> None:
+    """``sig`` to the worker's group, and to the worker itself (in case it has not made its group yet)."""
+    for send in (os.killpg, os.kill):
+        try:
+            send(pid, sig)
+        except OSError:
+            pass
+
+
+def stop_workers(procs: dict, grace_s: float = STOP_GRACE_S) -> list[int]:
+    """SIGTERM each worker's process group (``procs``: pid -> its ``multiprocessing.Process``; a worker leads its
+    own group), wait up to ``grace_s`` for them all to end, SIGKILL the groups still there; returns those."""
+    for pid in procs:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.time() + grace_s
+    while time.time() < deadline and any(_alive(p, q) for p, q in procs.items()):
+        time.sleep(0.1)
+    killed = [p for p, q in procs.items() if _alive(p, q)]
+    for pid in killed:
+        _signal(pid, signal.SIGKILL)
+    return killed
 
 
 # ------------------------------------------------------------------------------------ tiny pair pin
@@ -259,7 +329,8 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
                 "finished": records[r.key]["_finished"], "eval": _eval_dict(plan, r),
                 "threads": None if in_process and jobs == 1 else threads,
                 "log": None if in_process else os.path.join(out, "logs", f"{plan.run_name(r)}.log"),
-                "progress": progress and in_process, "tiny": tiny}
+                "progress": progress and in_process, "tiny": tiny,
+                "parent_pid": None if in_process else os.getpid()}
 
     def partner_state(r: PlanRun) -> str:
         """ready: the partner run is finished on disk; wait: it is still to run; failed: neither."""
@@ -308,7 +379,15 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         running: dict = {}
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1) as pool:
+
+        def on_signal(signum, frame):
+            raise _PlanStop(signum)
+
+        old_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)} \
+            if threading.current_thread() is threading.main_thread() else {}
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1)
+        stopping = False
+        try:
             while pending or running:
                 for r in list(pending):
                     if len(running) >= jobs:
@@ -343,6 +422,21 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
                         rec = {"trained": None, "train_s": 0.0, "evaluated": None, "eval_s": 0.0,
                                "error": f"worker died: {type(e).__name__}: {e}"}
                     finish(r, rec, t0)
+        except _PlanStop as e:
+            stopping = True
+            procs = dict(getattr(pool, "_processes", None) or {})  # the workers (private, but the only handle)
+            killed = stop_workers(procs)
+            pool.shutdown(wait=False, cancel_futures=True)
+            name = signal.Signals(e.args[0]).name if e.args else "a signal"
+            raise Stopped(f"plan {plan.name} stopped by {name}: {len(running)} running run(s) interrupted"
+                          + (f" ({len(killed)} needed SIGKILL)" if killed else "")
+                          + f", {len(pending)} not started; each resumes from its last checkpoint: rerun the same "
+                            f"command to continue") from None
+        finally:
+            for sig, h in old_handlers.items():
+                signal.signal(sig, h)
+            if not stopping:
+                pool.shutdown(wait=True)
     out_records = []
     for r in runs:
         R = records[r.key]

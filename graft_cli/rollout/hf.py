@@ -32,6 +32,10 @@ Three speed options (``rollout.engine_kwargs``), on by default where they change
   prefill. The batch's distinct prompts run once and their KV cache, mask and positions are indexed out to the
   rows, so prefill costs ``distinct prompts x prompt length`` instead of ``rows x prompt length`` (float order
   only: the rows' first logits are the distinct prompt's; tested).
+
+Two more options, off by default: ``ignore_eos: true`` (vLLM's name) runs every row to ``max_new_tokens`` (the
+benchmarks' equal-work mode), and ``autocast: bfloat16`` runs prefill and decode under ``torch.autocast``
+(sampling stays fp32; ``algo.old_logprobs: auto`` then recomputes with the trainer).
 """
 
 from __future__ import annotations

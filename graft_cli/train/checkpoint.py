@@ -203,6 +203,18 @@ def load_state(path: str) -> dict:
         return json.load(f)
 
 
+class RefusedCheckpoint(ValueError):
+    """An ``optimizer.pt`` holding anything but tensors and plain values: refused, its code never runs."""
+
+
 def load_optimizer_state(path: str) -> dict:
-    """An ``optimizer.pt`` read with ``weights_only=True``: tensors and plain values only, never a pickle."""
-    return torch.load(path, weights_only=True, map_location="cpu")
+    """An ``optimizer.pt`` read with ``weights_only=True``: tensors and plain values only, never a pickle. A file
+    that needs more (a crafted pickle) raises :class:`RefusedCheckpoint` in graft's words (torch's message ends
+    on advice to load it with ``weights_only=False``, which is exactly what must not be done)."""
+    import pickle
+
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError:
+        raise RefusedCheckpoint(f"{path}: refused as unsafe: it holds objects other than tensors and plain values, "
+                               "which graft never unpickles") from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import time
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from graft_cli.console import make_console
 from graft_cli.data.problems import Problem, load_problems, split_holdout
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
-from graft_cli.errors import GraftError
+from graft_cli.errors import GraftError, Stopped
 from graft_cli.models.loading import load_role, load_tokenizer, resolve_path, weights_sha256
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs, to_padded
 from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
@@ -44,6 +45,7 @@ from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.batch import minibatch_schedule
 from graft_cli.train.collect import collector_for
+from graft_cli.train.hooks import AfterStep
 from graft_cli.train.parallel import LockedGrader, PolicyPool, resolve_workers
 from graft_cli.train.sources import STEP_SOURCES
 from graft_cli.train.trackers import TRACKERS, Trackers
@@ -284,8 +286,8 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
             if bad is not None:
                 if o.on_nonfinite == "stop":
                     raise GraftError(f"step {step + 1}, policy {pol.name!r}: non-finite {bad} in minibatch {mb_idx}; "
-                                     f"stopped before the optimizer step (the last checkpoint is intact; "
-                                     f"optim.on_nonfinite=skip skips such updates)")
+                                     f"stopped before the optimizer step (optim.on_nonfinite=skip skips such "
+                                     f"updates)")
                 pol.optimizer.zero_grad(set_to_none=True)  # skipped and counted, weights unchanged
                 skipped += 1
                 bad = None
@@ -383,6 +385,7 @@ class Trainer:
             torch.set_num_threads(cfg.run.threads)
         torch.manual_seed(cfg.run.seed)
         np.random.seed(cfg.run.seed)
+        random.seed(cfg.run.seed)  # recorded in each checkpoint's state.json (rng.python): identical runs, same file
         self.dist = D.setup(cfg)  # data-parallel processes (torchrun / accelerate launch); a no-op alone
         self.spec = PromptSpec.from_config(cfg.prompt)
         self.problems: list[Problem] = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)
@@ -461,6 +464,9 @@ class Trainer:
                     loaded[name] = (model.state_dict(), ckpt.load_optimizer_state(os.path.join(d, "optimizer.pt")))
             except GraftError:
                 raise
+            except ckpt.RefusedCheckpoint as e:  # a crafted pickle behind a matching manifest
+                self.warn(f"checkpoint step {s} skipped: {e}")
+                continue
             except Exception as e:  # verified but unloadable (e.g. a manifest rewritten over damaged files)
                 self.warn(f"checkpoint step {s} skipped: {path}: {type(e).__name__}: "
                           f"{(str(e).splitlines() or [''])[0][:200]}")
@@ -713,7 +719,8 @@ def run_dir_for(cfg: C.Config) -> str:
     return os.path.join(cfg.run.out, name)
 
 
-RESUME_MAY_DIFFER = {"run.steps", "run.resume", "run.keep_checkpoints", "run.save_every", "run.log_rollouts",
+RESUME_MAY_DIFFER = {"run.steps", "run.resume", "run.keep_checkpoints", "run.save_every", "run.save_on_signal",
+                     "run.log_rollouts",
                      "run.loggers", "run.wandb_project", "run.wandb_mode", "run.log_every",
                      "reward.num_workers", "reward.memory_mb", "run.threads", "run.device", "run.keep_rollouts",
                      "optim.on_nonfinite", "run.out", "run.name",  # run.out, run.name: the run itself (it may move)
@@ -769,10 +776,44 @@ def _unlock_run_dir(out: str) -> None:
         f.close()
 
 
-def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> str:
-    """Run (or resume) a training run; returns the run directory. ``after_step`` hooks are called as
-    ``hook(trainer, cfg, run_dir, console)`` after every step and may return metrics rows to log (the CLI
-    wires validation, :func:`graft_cli.eval.runner.validate_in_training`, so this layer imports no eval)."""
+class _Preempt(BaseException):
+    """Raised by the SIGTERM handler where the main thread is (the step is abandoned; every write is atomic)."""
+
+
+class SignalStop:
+    """SIGTERM during :func:`train` (a scheduler's preemption; installed in the main thread only). By default the
+    step in progress is **abandoned** at once: the handler raises where the main thread is, every file write is
+    atomic (a temporary name, then a rename), so nothing half-written is left and the run resumes from its last
+    checkpoint. With ``run.save_on_signal`` the step is **finished**, its checkpoint written, and the run stops
+    at that step boundary (a second SIGTERM abandons it). Either way the run ends with :class:`Stopped` (exit
+    143) and one line."""
+
+    def __init__(self, save_on_signal: bool):
+        import signal
+        import threading
+
+        self.save, self.requested, self._old = save_on_signal, False, None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.save and not self.requested:
+            self.requested = True  # finish the step, checkpoint it, stop (train() checks at the boundary)
+            return
+        raise _Preempt()
+
+    def restore(self) -> None:
+        import signal
+
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+            self._old = None
+
+
+def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[AfterStep, ...] = ()) -> str:
+    """Run (or resume) a training run; returns the run directory. Each :class:`AfterStep` hook that is due is
+    called as ``hook(trainer, cfg, run_dir, console)`` after the step's checkpoint and may return metrics rows
+    to log."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = console or make_console(stderr=True)
@@ -786,7 +827,10 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> 
         TRACKERS.get(name)
     # every input (models, tokenizers, data, rewards) is loaded and checked before the run directory is touched
     trainer = Trainer(cfg, out, progress, console)
+    stop = SignalStop(cfg.run.save_on_signal)
     try:
+        for hook in after_step:  # the hooks' inputs too (validation benchmarks), before anything is written
+            hook.prepare(trainer, cfg)
         if is_main:
             os.makedirs(out, exist_ok=True)
             _lock_run_dir(out)
@@ -800,8 +844,12 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> 
             if cfg.run.resume:
                 check_resumable(cfg, out)  # again under the lock
             atomic_write_text(os.path.join(out, "config.yaml"), C.to_yaml(cfg))
-        if cfg.run.resume and trainer.resume():
+        resumed = cfg.run.resume and trainer.resume()
+        if resumed:
             console.print(f"resumed from step {trainer.step} in {out}")
+            if trainer.step >= trainer.total_steps:  # e.g. --steps below the checkpoint's step: nothing is undone
+                console.print(f"the checkpoint's step {trainer.step} is at or past this run's {trainer.total_steps} "
+                              f"steps: nothing to train (raise --steps to continue; the checkpoint is unchanged)")
         elif is_main:
             mpath = trainer.metrics.path
             if os.path.exists(mpath) and os.path.getsize(mpath) > 0:
@@ -816,18 +864,35 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> 
         try:
             with Progress(*cols, console=console, disable=not live, transient=False) as bar:
                 task = bar.add_task("train", total=trainer.total_steps, completed=trainer.step, info="")
+
+                def run_hooks(pending: bool) -> None:  # e.g. validation: eval/<policy>/step_N/, best.json
+                    for hook in after_step:
+                        if hook.due(trainer, cfg) and not (pending and hook.done(trainer, cfg, out)):
+                            val = hook(trainer, cfg, out, None)
+                            if is_main and val:
+                                trainer.metrics.write(val)
+                                trackers.log(val)
+
+                if resumed:  # the hooks of the step it resumed at, if they had not finished (killed in validation)
+                    run_hooks(pending=True)
                 while trainer.step < trainer.total_steps:
-                    rows = trainer.train_step()
+                    try:
+                        rows = trainer.train_step()
+                    except GraftError as e:  # say what is on disk: the checkpoint a rerun resumes from, if any
+                        last = ckpt.valid_steps(trainer.ckpt_root)
+                        raise GraftError(f"{e}; " + (f"the last checkpoint (step {last[-1]}) is intact" if last else
+                                                     "no checkpoint was written yet (a rerun starts at step 0)")
+                                         ) from None
                     if is_main:
                         trainer.metrics.write(rows)
                         trackers.log(rows)
-                    for hook in after_step:  # e.g. validation (eval.every > 0): eval/<policy>/step_N/, best.json
-                        val = hook(trainer, cfg, out, None)
-                        if is_main and val:
-                            trainer.metrics.write(val)
-                            trackers.log(val)
-                    if trainer.step % cfg.run.save_every == 0 or trainer.step == trainer.total_steps:
-                        trainer.save()
+                    if (trainer.step % cfg.run.save_every == 0 or trainer.step == trainer.total_steps
+                            or any(h.due(trainer, cfg) for h in after_step) or stop.requested):
+                        trainer.save()  # complete on disk before any hook runs
+                    if stop.requested:  # run.save_on_signal: the step is finished and checkpointed
+                        raise Stopped(f"stopped by SIGTERM after step {trainer.step}; its checkpoint is written "
+                                      f"(run.save_on_signal); rerun the same command to continue")
+                    run_hooks(pending=False)
                     info = step_line(rows)
                     bar.update(task, completed=trainer.step, info=info)
                     if progress and not live and (trainer.step % cfg.run.log_every == 0
@@ -837,7 +902,13 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step=()) -> 
         finally:
             if trackers is not None:
                 trackers.close()
+    except _Preempt:
+        last = ckpt.valid_steps(trainer.ckpt_root)
+        raise Stopped(f"stopped by SIGTERM during step {trainer.step + 1}, which was abandoned; "
+                      + (f"the last checkpoint (step {last[-1]}) is intact; " if last else "no checkpoint yet; ")
+                      + "rerun the same command to continue") from None
     finally:
+        stop.restore()
         trainer.close()
         _unlock_run_dir(out)
     if is_main:
