@@ -43,7 +43,8 @@ def test_two_processes_equal_one(tmp_path, method):
     b = make_random_model(str(tmp_path / "b"), "llama", 1)
     data = write_problems(str(tmp_path / "train.jsonl"))
     extra = [f"method={method}", "algo.is_correction=token", "optim.micro_batch_tokens=60",
-             "optim.sort_micro_batches=false"]  # the same accumulation order in one process and in the shards
+             "optim.sort_micro_batches=false",  # the same accumulation order in one process and in the shards
+             "optim.shared_prefix=false"]  # FSDP runs the full pass: the one-process run must too (float order)
     one = _run([sys.executable, WORKER, str(tmp_path / "one"), a, b, data, *extra], tmp_path / "one")
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
               "--master_port", str(_free_port())]
@@ -93,7 +94,8 @@ def test_frozen_reference_and_kl_two_processes_equal_one(tmp_path):
     # unsorted micro-batches: the rows then accumulate in the same order in one process and in the two shards
     # (sorting each shard by length changes only the float order, but Adam turns ~1e-9 gradient noise on
     # unused embedding rows into lr-sized sign flips, beyond this test's tolerance)
-    extra = ["method=grpo_kl", "algo.kl_coef=0.5", "optim.micro_batch_tokens=60", "optim.sort_micro_batches=false"]
+    extra = ["method=grpo_kl", "algo.kl_coef=0.5", "optim.micro_batch_tokens=60", "optim.sort_micro_batches=false",
+             "optim.shared_prefix=false"]  # FSDP's full pass in every run (the shared prefix reorders sums)
     one = _run([sys.executable, WORKER, str(tmp_path / "one"), a, b, data, *extra], tmp_path / "one")
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
               "--master_port", str(_free_port())]
