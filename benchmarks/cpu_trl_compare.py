@@ -2,7 +2,7 @@
 
     pip install "trl==1.16.0"      # only for this benchmark
     python benchmarks/cpu_trl_compare.py                 # both workloads, 1 and 2 threads (~1.5 h on 2 cores)
-    python benchmarks/cpu_trl_compare.py --quick         # 3 repeats, 1 thread, both workloads (< 20 min)
+    python benchmarks/cpu_trl_compare.py --quick         # 3 repeats, 1 thread, both workloads (~17 min, estimated)
 
 Both sides run the same GRPO step on the same random Qwen3 and the same distinct prompts: sample ``n``
 completions per prompt (temperature 1, top-p 1, no top-k), grade them with graft's math-verify grader
@@ -341,6 +341,8 @@ def run_workload(a, name: str, threads: int, model: str, data: str) -> dict:
     rng = random.Random(f"{a.seed}-{name}-{threads}")
     r = Runner(a, model, data, name, threads)
     trl = trl_sides(w) if not a.trl_sides else a.trl_sides.split(",")
+    if a.no_cb:
+        trl = [t for t in trl if t != "trl:cb"]
     graft = list(ATTRIBUTION) if not a.no_attribution else ["graft:default"]
     print(f"== {name}: {w['prompts']} prompts x {w['n']} x <= {w['new_tokens']} tokens, {threads} thread(s); "
           f"sweep ({a.sweep_repeats} each)", flush=True)
@@ -415,14 +417,18 @@ def main(argv=None):
     ap.add_argument("--fixed-steps", type=int, default=1, help="timed steps per equal-work run (after one warm-up)")
     ap.add_argument("--trl-sides", default="", help="comma-separated TRL sides instead of the sweep")
     ap.add_argument("--no-attribution", action="store_true", help="graft:default only (no attribution rows)")
+    ap.add_argument("--no-cb", action="store_true", help="leave out TRL's continuous-batching side")
     ap.add_argument("--seed", type=int, default=0, help="seed of the side order")
-    ap.add_argument("--quick", action="store_true", help="3 repeats at 1 thread on both workloads")
+    ap.add_argument("--quick", action="store_true",
+                    help="3 repeats at 1 thread on both workloads, TRL sweep without continuous batching, no "
+                         "attribution or equal-work runs (~17 min on 2 cores, estimated)")
     a = ap.parse_args(argv)
     if a.worker:
         return worker(json.loads(a.worker))
     if a.quick:
-        a.threads, a.repeat, a.sweep_repeats, a.fixed_repeats, a.steps = "1", 3, 1, 1, 2
-        a.no_attribution = True
+        # < 20 min on 2 cores: no attribution rows, no equal-work runs, no continuous-batching side (the slowest)
+        a.threads, a.repeat, a.sweep_repeats, a.fixed_repeats, a.steps = "1", 3, 1, 0, 2
+        a.no_attribution, a.no_cb = True, True
     import platform
 
     import torch
