@@ -680,6 +680,13 @@ class _ValidationState:
         self.benches = None
         self.warned = False
 
+    def load(self, cfg, trainer) -> list:
+        """The validation benchmarks, loaded once (before step 1 by :meth:`ValidationHook.prepare`)."""
+        if self.benches is None:
+            self.benches = run_benches(cfg, list(cfg.eval.benchmarks), None, cfg.eval.data_dir,
+                                       getattr(trainer, "held_out", None))
+        return self.benches
+
 
 def validation_due(step: int, total_steps: int, every: int) -> bool:
     return every > 0 and (step % every == 0 or step == total_steps)
@@ -697,9 +704,8 @@ class ValidationHook(AfterStep):
         """The validation benchmarks, loaded before step 1 (a set that cannot be loaded stops the run before it
         trains, in one line naming it, instead of at the first validation)."""
         dist = getattr(trainer, "dist", None)
-        if cfg.eval.every > 0 and self.state.benches is None and not (dist is not None and dist.enabled):
-            self.state.benches = run_benches(cfg, list(cfg.eval.benchmarks), None, cfg.eval.data_dir,
-                                             getattr(trainer, "held_out", None))
+        if cfg.eval.every > 0 and not (dist is not None and dist.enabled):
+            self.state.load(cfg, trainer)
 
     def due(self, trainer, cfg) -> bool:
         return validation_due(trainer.step, trainer.total_steps, cfg.eval.every)
@@ -733,8 +739,7 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
             warnings.warn("eval.every is ignored in data-parallel training; run `graft eval --run DIR` on the "
                           "checkpoints instead", stacklevel=2)
         return []
-    if st.benches is None:
-        st.benches = run_benches(cfg, list(ec.benchmarks), None, ec.data_dir, getattr(trainer, "held_out", None))
+    st.load(cfg, trainer)
     settings = EvalSettings(runs=ec.runs, samples=ec.samples, temperature=ec.temperature, top_p=ec.top_p,
                             max_new_tokens=ec.max_new_tokens or cfg.rollout.max_new_tokens, seed=ec.seed)
     rows = []
