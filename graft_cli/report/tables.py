@@ -8,9 +8,12 @@ holding run directories is searched (three levels). A standalone ``graft eval --
 
 Which numbers. A policy's result is the eval summary of its selected step (``best.json``; without it, the
 same rule recomputed from the eval summaries, :func:`graft_cli.eval.runner.select_best`): per benchmark
-pass@1 mean ± std over eval runs, in percent. Runs are identified by ``method`` (the method config name)
-plus any exchange setting that differs from that method's own config (e.g. ``graft[delta=0.7]``), ``pair``
-and ``seed``; the main tables use the lowest seed ("training run #1", as the paper), Table 4 all seeds.
+pass@1 mean ± std over eval runs, in percent. Runs are identified by their *variant*, read from the
+resolved settings in ``config.yaml`` rather than the method name they were started with (:func:`identify`):
+the method config whose composed settings the run's equal (``graft`` with ``exchange.params.delta=0.7`` is
+``graft_delta0p7``, with ``exchange.ordering=first`` it is ``graft_first``), plus any setting it still differs
+in (``graft[delta=0.5]``); then ``pair`` and ``seed``. The main tables use the lowest seed ("training run
+#1", as the paper), Table 4 all seeds.
 
 Tables (graft.md §6), each rendered only when its runs exist:
 
@@ -66,7 +69,7 @@ METHOD_NAMES = {
 T1_METHODS = ("grpo", "grpo_n16", "grpo_n32", "grpo_dapo", "hacpo", "sgt", "graft")
 ABLATIONS = ("graft", "graft_nogate", "graft_nofloor", "graft_nobalance", "graft_seqratio", "graft_randprompts",
              "graft_randadmit", "graft_first", "graft_uniform", "graft_pooled", "grpo")
-SWEEP = (("graft_nofloor", "0 (no floor)"), ("graft_delta0p7", "0.7"), ("graft", "0.8"), ("graft_delta0p9", "0.9"))
+SWEEP = (("graft_nofloor", 0.0), ("graft_delta0p7", 0.7), ("graft", 0.8), ("graft_delta0p9", 0.9))  # Table 7's δ
 DESIGNS = ("graft", "graft_pooled", "graft_successonly", "graft_successonly_nofloor", "graft_hacpo_update",
            "graft_sft_update", "graft_luffy", "hacpo", "sgt")
 ORDERINGS = ("first", "uniform", "last")
@@ -96,6 +99,8 @@ class Run:
     exchange: str
     ordering: str
     policies: list  # [{"name", "model", "key"}]
+    base: str = ""  # the method config the run's settings equal (identify); variant = base + residual
+    residual: list = field(default_factory=list)  # [(key, value)] settings still differing from base
     metrics: list = field(default_factory=list)
     evals: dict = field(default_factory=dict)  # policy -> {step: summary}
     best: dict = field(default_factory=dict)  # policy -> step
@@ -160,32 +165,168 @@ def find_dirs(paths: list[str]) -> tuple[list[str], list[str]]:
     return runs, evals
 
 
-_VARIANT_CACHE: dict = {}
+# ------------------------------------------------------------------------------------ run identity
+# A run's variant is read from its resolved settings (config.yaml), not from its method name: `graft` with
+# `exchange.params.delta=0.0` *is* `graft_nofloor`, `graft` with `exchange.ordering=first` is `graft_first`, and
+# `graft_nofloor` with `delta=0.8` is full GRAFT. The settings compared are every key some method config sets
+# (experiments/method/*.yaml, their defaults chains merged); each candidate method's value is its composed config
+# for the run's pair (`compose(pair=P, method=M)`), so the pair's own settings count as they do in training.
+# keys some method sets that are the run's set-up rather than its design (which models, batch shape, evaluation):
+# not compared (the design keys tell every method apart: a reference model is algo.reference, a teacher
+# algo.token_advantages, a junior rollout.engine) and never in a label
+SETUP_KEYS = ("policies", "data.", "eval.", "run.", "algo.minibatch_prompts")
+_MISSING = object()
+_COMPOSED: dict = {}  # (experiments dir, pair, method) -> composed config (asdict), or None when it fails
+_METHOD_FILES: dict = {}  # experiments dir -> {method: flattened settings of its file chain (raw values)}
 
 
-def variant_of(raw: dict) -> str:
-    """The method name, plus the exchange settings of the run that differ from the method's own config."""
-    method = str(raw.get("method", "?"))
-    ex = raw.get("exchange") or {}
-    params = ex.get("params") or {}
-    if not params and "ordering" not in ex:
-        return method
-    key = (str(raw.get("pair")), method)
-    if key not in _VARIANT_CACHE:
+def _flatten(d, prefix: str = "", out: dict | None = None) -> dict:
+    """Nested mapping -> {dotted key: leaf}; lists are leaves, empty mappings contribute nothing."""
+    out = {} if out is None else out
+    for k, v in (d or {}).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            _flatten(v, key + ".", out)
+        else:
+            out[key] = v
+    return out
+
+
+def _method_files(exp_dir: str | None = None) -> dict:
+    """Each method config's own settings: its file merged over its ``defaults`` chain (values as written,
+    interpolations kept as strings), flattened, ``method`` left out; with the chain's depth (0: no parent).
+    Returns {method: (settings, depth)}."""
+    import yaml
+
+    from graft_cli.config import EXPERIMENTS_DIR
+
+    exp_dir = exp_dir or EXPERIMENTS_DIR
+    if exp_dir in _METHOD_FILES:
+        return _METHOD_FILES[exp_dir]
+    folder = os.path.join(exp_dir, "method")
+    raw: dict = {}
+    for f in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if f.endswith(".yaml") and not f.startswith("_"):
+            try:
+                with open(os.path.join(folder, f), encoding="utf-8") as fh:
+                    raw[f[:-5]] = yaml.safe_load(fh) or {}
+            except (OSError, yaml.YAMLError):
+                continue
+
+    def merged(name: str, seen: tuple = ()) -> tuple[dict, int]:
+        d = raw.get(name) or {}
+        out: dict = {}
+        depth = 0
+        for dep in d.get("defaults") or []:
+            if isinstance(dep, str) and dep != "_self_" and dep in raw and dep not in seen:
+                sub, sub_depth = merged(dep, seen + (name,))
+                out.update(sub)
+                depth = max(depth, sub_depth + 1)
+        out.update(_flatten({k: v for k, v in d.items() if k not in ("defaults", "method")}))
+        return out, depth
+
+    _METHOD_FILES[exp_dir] = {m: merged(m) for m in raw}
+    return _METHOD_FILES[exp_dir]
+
+
+def composed_config(pair: str, method: str, exp_dir: str | None = None) -> dict | None:
+    """``asdict(compose(pair=P, method=M))`` (cached per experiments folder, pair and method); None when it
+    does not compose (an unknown pair or method; a method that needs a key only its runs set, e.g.
+    graft_stored's partner)."""
+    from graft_cli.config import EXPERIMENTS_DIR
+
+    key = (exp_dir or EXPERIMENTS_DIR, str(pair), str(method))
+    if key not in _COMPOSED:
         try:
             from graft_cli.config import asdict, compose
 
-            d = asdict(compose([f"pair={key[0]}", f"method={method}"]))["exchange"]
-            _VARIANT_CACHE[key] = d
-        except Exception:  # unknown pair/method config (e.g. a run made elsewhere): take the name as is
-            _VARIANT_CACHE[key] = None
-    ref = _VARIANT_CACHE[key]
-    if ref is None:
-        return method
-    diff = [f"{k}={v}" for k, v in sorted(params.items()) if k in ref.get("params", {}) and ref["params"][k] != v]
-    if "ordering" in ex and ex["ordering"] != ref.get("ordering"):
-        diff.append(f"ordering={ex['ordering']}")
-    return f"{method}[{','.join(diff)}]" if diff else method
+            _COMPOSED[key] = asdict(compose([f"pair={pair}", f"method={method}"], config_dir=key[0]))
+        except Exception:  # a run made elsewhere (pair/method configs not here): named as written
+            _COMPOSED[key] = None
+    return _COMPOSED[key]
+
+
+def _composed(pair: str, method: str, exp_dir: str | None = None) -> dict | None:
+    d = composed_config(pair, method, exp_dir)
+    return None if d is None else _flatten(d)
+
+
+def _setup(k: str) -> bool:
+    return any(k == s or k.startswith(s) for s in SETUP_KEYS)
+
+
+def _label_key(k: str) -> str:
+    if k.startswith("exchange.params."):
+        return k[len("exchange.params."):]
+    return "ordering" if k == "exchange.ordering" else k
+
+
+def _label_value(v) -> str:
+    if v is _MISSING:
+        return "unset"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, (list, dict)):
+        import json
+
+        return json.dumps(v, separators=(",", ":"))
+    return str(v)
+
+
+def identify(raw: dict, exp_dir: str | None = None) -> tuple[str, list[tuple[str, str]]]:
+    """``(variant, residual)`` of a run's config mapping: the method config whose composed settings are
+    nearest the run's, and the (key, value) settings in which the run still differs from it. A function of
+    the settings, not of the method name the run was started with.
+
+    Compared: every key some method config sets, except the set-up keys (``SETUP_KEYS``). With ``Δ_M`` the
+    compared keys where the run differs from ``compose(pair, M)``, the variant is the ``M`` with the smallest
+    ``Δ_M``; on ties the more general config (fewer ``defaults`` levels: ``graft`` before ``graft_nofloor``),
+    then the name. Only methods whose own file settings could reach the best so far are composed (``Δ_M``
+    holds every key the file sets and the run does not have). Keys a hand-written config.yaml lacks take the
+    run's method's value; a run whose pair or method is not here is named by its method."""
+    method = str(raw.get("method", "?"))
+    pair = str(raw.get("pair", "?"))
+    files = _method_files(exp_dir)
+    own = _composed(pair, method, exp_dir) if method in files else None
+    if own is None:
+        return method, []
+    keys = sorted({k for f, _ in files.values() for k in f if not _setup(k)})
+    run = dict(own)
+    run.update(_flatten({k: v for k, v in raw.items() if k != "method"}))
+
+    def delta(ref: dict) -> set:
+        return {k for k in keys if run.get(k, _MISSING) != ref.get(k, _MISSING)}
+
+    d_own = delta(own)
+    best = (len(d_own), files[method][1], method, d_own)
+    for m, (fset, depth) in sorted(files.items()):
+        if m == method:
+            continue
+        bound = sum(run.get(k, _MISSING) != v for k, v in fset.items()
+                    if not _setup(k) and not (isinstance(v, str) and "${" in v))
+        if (bound, depth, m) >= best[:3]:
+            continue
+        ref = _composed(pair, m, exp_dir)
+        if ref is None:
+            continue
+        d = delta(ref)
+        if (len(d), depth, m) < best[:3]:
+            best = (len(d), depth, m, d)
+    _, _, variant, d = best
+    residual = [(_label_key(k), _label_value(run.get(k, _MISSING))) for k in sorted(d)]
+    return variant, residual
+
+
+def variant_label(base: str, residual) -> str:
+    return f"{base}[{','.join(f'{k}={v}' for k, v in residual)}]" if residual else base
+
+
+def variant_of(raw: dict) -> str:
+    """The run's variant name (:func:`identify`): a method config name, plus the settings in which the run
+    still differs from it, e.g. ``graft[delta=0.5]``."""
+    return variant_label(*identify(raw))
 
 
 def _model_key(model: str) -> str:
@@ -225,8 +366,10 @@ def load_run(path: str) -> Run:
     pols = [{"name": str(p["name"]), "model": str(p.get("model", p["name"])),
              "key": _model_key(str(p.get("model", p["name"])))} for p in raw.get("policies") or []
             if "name" in p and p.get("role", "train") == "train"]  # frozen models are not the run's policies
+    base, residual = identify(raw)
     run = Run(path=path, name=os.path.basename(path.rstrip("/")), method=str(raw.get("method", "?")),
-              variant=variant_of(raw), pair=str(raw.get("pair", "?")), seed=int((raw.get("run") or {}).get("seed", 0)),
+              variant=variant_label(base, residual), base=base, residual=residual, pair=str(raw.get("pair", "?")),
+              seed=int((raw.get("run") or {}).get("seed", 0)),
               exchange=str(ex.get("name", "none")), ordering=str(ex.get("ordering", "last")), policies=pols)
     run.metrics.extend(read_metrics(path))
     from graft_cli.eval.runner import step_dirs
@@ -243,6 +386,28 @@ def load_run(path: str) -> Run:
         if r is not None:
             run.results[p["name"]] = r
     return run
+
+
+def shared_settings(runs: list[Run]) -> list[tuple[str, str]]:
+    """Residual settings every run has, when the runs are of two or more variants: a plan-wide override
+    (e.g. ``exchange.params.peer_logprobs=recompute`` on every run of a sweep) rather than one run's variant."""
+    if len({r.base for r in runs}) < 2:
+        return []
+    common = set(runs[0].residual)
+    for r in runs[1:]:
+        common &= set(r.residual)
+    return sorted(common)
+
+
+def load_runs(dirs: list[str]) -> tuple[list[Run], list[tuple[str, str]]]:
+    """:func:`load_run` of each directory, the settings all of them share (:func:`shared_settings`) taken out
+    of their variant names; returns (runs, shared settings)."""
+    runs = [load_run(d) for d in dirs]
+    shared = shared_settings(runs)
+    for r in runs:
+        r.residual = [kv for kv in r.residual if kv not in shared]
+        r.variant = variant_label(r.base, r.residual)
+    return runs, shared
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -398,6 +563,20 @@ def ablation_table(idx: Index, key: str, title: str, methods, labels: dict | Non
                 t.add([f"{label} (paper)", *_paper_cells(prow, idx), "—" if m == "graft" else fdelta(prow["delta"])],
                       "paper")
     return t
+
+
+def delta_sweep(runs: list[Run]) -> tuple[list[str], dict[str, str]]:
+    """Table 7's rows (variants, labels): the δ variants (``SWEEP``: no floor, 0.7, full GRAFT = 0.8, 0.9) and
+    every run that is full GRAFT but for δ (``graft[delta=X]``, e.g. the threshold sweep's 0.5), by δ."""
+    rows = dict(SWEEP)
+    for r in runs:
+        if r.base == "graft" and len(r.residual) == 1 and r.residual[0][0] == "delta":
+            try:
+                rows.setdefault(r.variant, float(r.residual[0][1]))
+            except ValueError:
+                continue
+    order = sorted(rows, key=lambda m: rows[m])
+    return order, {m: "0 (no floor)" if rows[m] == 0 else f"{rows[m]:g}" for m in order}
 
 
 def table9(idx: Index, clip_steps: int) -> Table | None:
@@ -597,7 +776,7 @@ def table4(idx: Index) -> Table | None:
 
 
 def table6(idx: Index) -> Table | None:
-    runs = [r for r in idx.runs if r.method == "graft_stored" and r.results]
+    runs = [r for r in idx.runs if r.base == "graft_stored" and r.results]
     if not runs:
         return None
     t = Table("table6", "Table 6: stored-trajectory GRAFT (Δ vs GRPO n=8)",
@@ -653,7 +832,7 @@ def complementarity_table(idx: Index, rows: list[dict]) -> Table | None:
         r = e["run"]
         for solver, failer, val in ((e["y"], e["x"], e["y_solves_x"]), (e["x"], e["y"], e["x_solves_y"])):
             t.add([r.name, method_label(r.variant), solver, failer, pct(val), e["source"]])
-            if r.pair == "1" and r.method == "grpo":
+            if r.pair == "1" and r.variant == "grpo":
                 sk, fk = P.model_key(r.policy(solver)["model"]), P.model_key(r.policy(failer)["model"])
                 if (sk, fk) in P.COMPLEMENTARITY:
                     t.add(["", "paper (GRPO n=8)", solver, failer, f"{P.COMPLEMENTARITY[(sk, fk)]:.1f}", "paper"],
@@ -681,8 +860,7 @@ def build_tables(runs: list[Run], eval_dirs: list[str] | None = None, devices: i
     tables: list[Table | None] = [
         table1(idx),
         ablation_table(idx, "table7", "Tables 2a / 7: ablations (Δ vs full GRAFT)", ABLATIONS),
-        ablation_table(idx, "table7_delta", "Table 7: gate floor δ sweep (Δ vs δ = 0.8)", [m for m, _ in SWEEP],
-                       {m: lab for m, lab in SWEEP}),
+        ablation_table(idx, "table7_delta", "Table 7: gate floor δ sweep (Δ vs δ = 0.8)", *delta_sweep(runs)),
         ablation_table(idx, "table8", "Tables 2b / 8: alternative designs (Δ vs full GRAFT)", DESIGNS),
         table9(idx, clip_steps),
     ]
@@ -724,7 +902,7 @@ def tandem_table(runs: list[Run]) -> Table | None:
     return t
 
 
-def runs_table(runs: list[Run]) -> Table:
+def runs_table(runs: list[Run], shared: list | None = None) -> Table:
     t = Table("runs", "Runs", ["Run", "Method", "Pair", "Seed", "Steps", "Policy", "Selected step", "Eval runs", "Avg"])
     for r in runs:
         steps = max((int(m["step"]) for m in r.train_rows()), default=0)
@@ -732,6 +910,12 @@ def runs_table(runs: list[Run]) -> Table:
             res = r.results.get(p["name"])
             t.add([r.name, method_label(r.variant), r.pair, r.seed, steps, p["name"],
                    res.step if res else "—", res.num_runs if res else 0, fmt(res.avg) if res else "—"])
+    t.notes.append("Method: the variant the run's resolved settings (config.yaml) are, whatever method name it was "
+                   "started with (e.g. graft with exchange.params.delta=0.0 is 'w/o floor (δ=0)'); [k=v]: settings "
+                   "in which it still differs from that method's config.")
+    if shared:
+        t.notes.append("Settings every run shares, left out of the method labels: "
+                       + ", ".join(f"{k}={v}" for k, v in shared) + ".")
     return t
 
 
@@ -802,9 +986,9 @@ def report_main(paths: list[str], out: str | None = None, devices: int | None = 
     run_dirs, eval_dirs = find_dirs(paths)
     if not run_dirs and not eval_dirs:
         raise GraftError(f"no run directory (config.yaml) or eval folder (summary.json) under {', '.join(paths)}")
-    runs = [load_run(d) for d in run_dirs]
+    runs, shared = load_runs(run_dirs)
     tables, comp = build_tables(runs, eval_dirs, devices, clip_steps)
-    tables = [runs_table(runs)] + tables if runs else tables
+    tables = [runs_table(runs, shared)] + tables if runs else tables
     out = out or os.path.join("results", "report")
     os.makedirs(out, exist_ok=True)
     images = []
