@@ -150,6 +150,11 @@ def rollout_log_path(run_dir: str, policy: str, step: int) -> str:
     return os.path.join(run_dir, "rollouts", policy, f"step_{step + 1:06d}.parquet")
 
 
+def exchange_log_path(run_dir: str, policy: str, step: int) -> str:
+    """The exchange (admission) log of receiver ``policy`` for 0-based step ``step``."""
+    return os.path.join(run_dir, "rollouts", policy, f"exchange_step_{step + 1:06d}.parquet")
+
+
 # ------------------------------------------------------------------------------------------ metrics log
 def clean_value(v):
     """A JSON-safe scalar: numpy/torch scalars unwrapped, nan → null, ±inf → ±1e308."""

@@ -251,9 +251,14 @@ def test_check_and_main_json_last_line(built, capsys):
     for r in ("a", "b"):
         assert 0.0 <= props[r]["pass1"] <= 1.0 and 0.0 <= props[r]["all_fail"] <= 1.0
     assert 0.0 <= props["comp_a_fail_b_mixed"] <= 1.0
+    from graft_cli.models.tiny_regime import REGIME_TARGETS
+
     assert set(tiny.targets_met(props)) == {"a_pass1", "a_all_fail", "b_pass1", "b_all_fail",
                                             "comp_a_fail_b_mixed", "comp_b_fail_a_mixed", "comp_one_way_20",
-                                            "a_blind_spot", "b_blind_spot"}
+                                            *(f"{r}_{k}" for r in "ab" for k in REGIME_TARGETS)}
+    reg = props["regime"]  # declared weak families: the smallest weights of the reduced recipe's mixes
+    assert (reg["a"]["weak_family"], reg["b"]["weak_family"]) == ("frac", "lin")
+    assert reg["a"]["grafted"] % 4 == 0 and reg["b"]["grafted"] % 4 == 0  # whole groups of n = 4 are grafted
     fams = props["families"]  # per family, recomputed here from the per-family all-fail shares
     assert set(fams) <= set(syn.FAMILIES) and sum(v["n_prompts"] for v in fams.values()) == 16
     capsys.readouterr()
@@ -262,6 +267,7 @@ def test_check_and_main_json_last_line(built, capsys):
     last = json.loads(out[-1])
     assert "comp_a_fail_b_mixed" in last and "a" in last and "targets_met" in last
     assert set(last["blind_spots"]) == {"a", "b"} and "families" in last
+    assert set(last["regime"]["a"]["met"]) == set(REGIME_TARGETS) and "s" not in last["regime"]["a"]
 
 
 # ----------------------------------------------------------------------------------------------------

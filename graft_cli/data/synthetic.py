@@ -54,8 +54,10 @@ def _frac_gold(f: Fraction) -> str:
     return f"\\frac{{{f.numerator}}}{{{f.denominator}}}"
 
 
-def _boxed(chain: str, ans: str) -> str:
-    return f"{chain} \\boxed{{{ans}}}"
+def _worked(*steps: tuple[str, str], ans: str) -> tuple[tuple[tuple[str, str], ...], str]:
+    """A worked solution as data: its steps ``(expression, value)`` in order and the boxed answer; a style
+    (:data:`STYLES`) renders it as text."""
+    return tuple(steps), ans
 
 
 def gen_add(rng: random.Random, level: int):
@@ -66,7 +68,7 @@ def gen_add(rng: random.Random, level: int):
     else:
         a, b = rng.randint(10, 99), rng.randint(10, 99)
     c = a + b
-    return f"{a}+{b}=?", str(c), _boxed(f"{a}+{b}={c}", str(c))
+    return f"{a}+{b}=?", str(c), _worked((f"{a}+{b}", f"{c}"), ans=str(c))
 
 
 def gen_sub(rng: random.Random, level: int):
@@ -79,13 +81,13 @@ def gen_sub(rng: random.Random, level: int):
         a = rng.randint(20, 99)
         b = rng.randint(10, a)
     c = a - b
-    return f"{a}-{b}=?", str(c), _boxed(f"{a}-{b}={c}", str(c))
+    return f"{a}-{b}=?", str(c), _worked((f"{a}-{b}", f"{c}"), ans=str(c))
 
 
 def gen_mul(rng: random.Random, level: int):
     if level == 1:
         a, b = rng.randint(2, 9), rng.randint(2, 9)
-        return f"{a}*{b}=?", str(a * b), _boxed(f"{a}*{b}={a * b}", str(a * b))
+        return f"{a}*{b}=?", str(a * b), _worked((f"{a}*{b}", f"{a * b}"), ans=str(a * b))
     if level == 2:
         a, b = rng.randint(11, 19), rng.randint(2, 9)
     else:
@@ -93,8 +95,8 @@ def gen_mul(rng: random.Random, level: int):
     t, u = a - a % 10, a % 10
     c = a * b
     # partial products: 47*6 -> 240+42=282
-    chain = f"{t * b}+{u * b}={c}" if u else f"{a}*{b}={c}"
-    return f"{a}*{b}=?", str(c), _boxed(chain, str(c))
+    step = (f"{t * b}+{u * b}", f"{c}") if u else (f"{a}*{b}", f"{c}")
+    return f"{a}*{b}=?", str(c), _worked(step, ans=str(c))
 
 
 def gen_two(rng: random.Random, level: int):
@@ -103,16 +105,16 @@ def gen_two(rng: random.Random, level: int):
         b = rng.randint(1, 9 - a)
         c = rng.randint(1, 9)
         s = a + b
-        return f"{a}+{b}+{c}=?", str(s + c), _boxed(f"{a}+{b}={s},{s}+{c}={s + c}", str(s + c))
+        return f"{a}+{b}+{c}=?", str(s + c), _worked((f"{a}+{b}", f"{s}"), (f"{s}+{c}", f"{s + c}"), ans=str(s + c))
     a, b, c = rng.randint(2, 9), rng.randint(2, 9), rng.randint(1, 9)
     if level == 2:  # c+a*b or a*b-c (precedence)
         p = a * b
         if rng.random() < 0.5:
-            return f"{c}+{a}*{b}=?", str(c + p), _boxed(f"{a}*{b}={p},{c}+{p}={c + p}", str(c + p))
-        return f"{a}*{b}-{c}=?", str(p - c), _boxed(f"{a}*{b}={p},{p}-{c}={p - c}", str(p - c))
+            return f"{c}+{a}*{b}=?", str(c + p), _worked((f"{a}*{b}", f"{p}"), (f"{c}+{p}", f"{c + p}"), ans=str(c + p))
+        return f"{a}*{b}-{c}=?", str(p - c), _worked((f"{a}*{b}", f"{p}"), (f"{p}-{c}", f"{p - c}"), ans=str(p - c))
     # level 3: brackets (a+c)*b
     s = a + c
-    return f"({a}+{c})*{b}=?", str(s * b), _boxed(f"{a}+{c}={s},{s}*{b}={s * b}", str(s * b))
+    return f"({a}+{c})*{b}=?", str(s * b), _worked((f"{a}+{c}", f"{s}"), (f"{s}*{b}", f"{s * b}"), ans=str(s * b))
 
 
 def gen_lin(rng: random.Random, level: int):
@@ -120,14 +122,14 @@ def gen_lin(rng: random.Random, level: int):
     if level == 1:  # x+a=b
         a = rng.randint(1, 9)
         b = x + a
-        return f"x+{a}={b}, x=?", str(x), _boxed(f"{b}-{a}={x}", str(x))
+        return f"x+{a}={b}, x=?", str(x), _worked((f"{b}-{a}", f"{x}"), ans=str(x))
     if level == 2:  # ax=b
         a = rng.randint(2, 9)
         b = a * x
-        return f"{a}x={b}, x=?", str(x), _boxed(f"{b}/{a}={x}", str(x))
+        return f"{a}x={b}, x=?", str(x), _worked((f"{b}/{a}", f"{x}"), ans=str(x))
     a, c = rng.randint(2, 9), rng.randint(1, 9)  # ax+c=d
     d = a * x + c
-    return f"{a}x+{c}={d}, x=?", str(x), _boxed(f"{d}-{c}={a * x},{a * x}/{a}={x}", str(x))
+    return f"{a}x+{c}={d}, x=?", str(x), _worked((f"{d}-{c}", f"{a * x}"), (f"{a * x}/{a}", f"{x}"), ans=str(x))
 
 
 def gen_frac(rng: random.Random, level: int):
@@ -136,20 +138,20 @@ def gen_frac(rng: random.Random, level: int):
         a = rng.randint(1, d - 2)
         b = rng.randint(1, d - 1 - a)
         f = Fraction(a + b, d)
-        return f"{a}/{d}+{b}/{d}=?", _frac_gold(f), _boxed(f"{a}/{d}+{b}/{d}={a + b}/{d}", f"{a + b}/{d}")
+        return f"{a}/{d}+{b}/{d}=?", _frac_gold(f), _worked((f"{a}/{d}+{b}/{d}", f"{a + b}/{d}"), ans=f"{a + b}/{d}")
     if level == 2:  # fraction times integer
         d = rng.randint(2, 9)
         a = rng.randint(1, d - 1)
         k = rng.randint(2, 9)
         f = Fraction(a * k, d)
-        return f"{a}/{d}*{k}=?", _frac_gold(f), _boxed(f"{a}/{d}*{k}={a * k}/{d}", f"{a * k}/{d}")
+        return f"{a}/{d}*{k}=?", _frac_gold(f), _worked((f"{a}/{d}*{k}", f"{a * k}/{d}"), ans=f"{a * k}/{d}")
     # level 3: different denominators, cross multiplication
     b, d = rng.sample(range(2, 10), 2)
     a, c = rng.randint(1, b - 1), rng.randint(1, d - 1)
     n, m = a * d + c * b, b * d
     f = Fraction(n, m)
     return (f"{a}/{b}+{c}/{d}=?", _frac_gold(f),
-            _boxed(f"{a * d}/{m}+{c * b}/{m}={n}/{m}", f"{n}/{m}"))
+            _worked((f"{a * d}/{m}+{c * b}/{m}", f"{n}/{m}"), ans=f"{n}/{m}"))
 
 
 FAMILIES = {"add": gen_add, "sub": gen_sub, "mul": gen_mul, "two": gen_two, "lin": gen_lin, "frac": gen_frac}
@@ -176,10 +178,45 @@ def _pick(rng: random.Random, weights: dict):
     return rng.choices(keys, weights=[weights[k] for k in keys], k=1)[0]
 
 
-def make_problem(rng: random.Random, family: str, level: int) -> dict:
-    """One problem of ``family`` at ``level`` as a record without ``id``."""
-    problem, answer, solution = FAMILIES[family](rng, level)
-    return {"problem": problem, "answer": answer, "solution": solution, "family": family, "level": level}
+# ----------------------------------------------------------------------------------------------------
+# Solution styles: how a model writes the same worked solution (tiny pair v3: each model is trained mostly on its
+# own style, a little on its peer's, so a peer's response is foreign in *form* as real heterogeneous pairs' are)
+
+
+def style_terse(steps, ans: str) -> str:
+    """``a``'s style (and the records' ``solution``): left-to-right equalities, no spaces, comma-separated:
+    ``7*6=42,42-9=33 \\boxed{33}``."""
+    return ",".join(f"{e}={v}" for e, v in steps) + f" \\boxed{{{ans}}}"
+
+
+def style_spaced(steps, ans: str) -> str:
+    """``b``'s style: spaced equalities, semicolon-separated, then ``so``: ``7*6 = 42; 42-9 = 33; so \\boxed{33}``
+    (the same steps in the same order: the arithmetic is as hard to write as in ``terse``)."""
+    return "; ".join(f"{e} = {v}" for e, v in steps) + f"; so \\boxed{{{ans}}}"
+
+
+def style_words(steps, ans: str) -> str:
+    """``c``'s style (pair=tiny3): ``is`` for equality, spaced commas, a closing word:
+    ``7*6 is 42, 42-9 is 33, answer \\boxed{33}``."""
+    return ", ".join(f"{e} is {v}" for e, v in steps) + f", answer \\boxed{{{ans}}}"
+
+
+STYLES = {"terse": style_terse, "spaced": style_spaced, "words": style_words}
+CANONICAL_STYLE = "terse"  # the records' ``solution`` field
+
+
+def render(worked, style: str = CANONICAL_STYLE) -> str:
+    """The text of a worked solution ``(steps, answer)`` in ``style`` (:data:`STYLES`)."""
+    steps, ans = worked
+    return STYLES[style](steps, ans)
+
+
+def make_problem(rng: random.Random, family: str, level: int, style: str = CANONICAL_STYLE) -> dict:
+    """One problem of ``family`` at ``level`` as a record without ``id``; ``solution`` is written in ``style``
+    and ``worked`` holds the solution as data (steps, answer) for other styles."""
+    problem, answer, worked = FAMILIES[family](rng, level)
+    return {"problem": problem, "answer": answer, "solution": render(worked, style), "family": family,
+            "level": level, "worked": worked}
 
 
 def sample_problem(rng: random.Random, families: dict | None = None, levels: dict | None = None) -> dict:
@@ -189,11 +226,18 @@ def sample_problem(rng: random.Random, families: dict | None = None, levels: dic
     return make_problem(rng, fam, int(lvl))
 
 
-def sft_example(rng: random.Random, families: dict, levels: dict | None = None) -> tuple[str, str]:
+def sft_example(rng: random.Random, families: dict, levels: dict | None = None,
+                styles: dict | None = None) -> tuple[str, str]:
     """``(problem, worked solution)`` for supervised pretraining; ``families`` weights define the
-    model's skill mix (this is where the pair's complementarity comes from)."""
+    model's skill mix (this is where the pair's complementarity comes from) and ``styles`` (style -> weight,
+    default the canonical style only) how the solution is written. With one style no extra random draw is
+    made, so a single-style stream is the stream of v2."""
     rec = sample_problem(rng, families, levels)
-    return rec["problem"], rec["solution"]
+    if not styles or len(styles) == 1:
+        style = next(iter(styles)) if styles else CANONICAL_STYLE
+    else:
+        style = _pick(rng, styles)
+    return rec["problem"], render(rec["worked"], style)
 
 
 def _rng(seed: int, split: str) -> random.Random:
@@ -217,6 +261,7 @@ def generate_split(name: str, size: int, families: dict, levels: dict, seed: int
             continue
         if unique:
             seen.add(rec["problem"])
+        rec.pop("worked")
         out.append({"id": f"tiny-{name}-{len(out):05d}", **rec})
     return out
 
@@ -249,15 +294,17 @@ def write_task(out_dir: str, seed: int = 0, train_size: int = TRAIN_SIZE) -> dic
     return paths
 
 
-def corpus(seed: int = 0, size: int = 4000) -> list[tuple[str, str]]:
-    """A sample of ``(problem, solution)`` pairs over all families and levels (tokenizer training)."""
+def corpus(seed: int = 0, size: int = 4000, style: str = CANONICAL_STYLE) -> list[tuple[str, str]]:
+    """A sample of ``(problem, solution)`` pairs over all families and levels, solutions in ``style``
+    (tokenizer training: each tiny tokenizer learns its own model's writing)."""
     rng = _rng(seed, "corpus")
     out = []
     for _ in range(size):
         r = sample_problem(rng, {f: 1.0 for f in FAMILIES}, {lv: 1.0 for lv in LEVELS})
-        out.append((r["problem"], r["solution"]))
+        out.append((r["problem"], render(r["worked"], style)))
     return out
 
 
-__all__ = ["FAMILIES", "LEVELS", "TRAIN_MIX", "EVAL_SETS", "BENCHMARK_NAMES", "make_problem", "sample_problem",
+__all__ = ["FAMILIES", "LEVELS", "STYLES", "CANONICAL_STYLE", "render",
+           "TRAIN_MIX", "EVAL_SETS", "BENCHMARK_NAMES", "make_problem", "sample_problem",
            "sft_example", "generate_split", "build_task", "write_task", "corpus"]

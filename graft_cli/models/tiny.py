@@ -82,7 +82,7 @@ import torch
 from graft_cli.console import make_console
 from graft_cli.rundir import read_jsonl
 
-TINY_VERSION = 2
+TINY_VERSION = 3
 ROLES = ("a", "b", "c", "teacher", "junior")
 POLICY_ROLES = ("a", "b", "c")  # the peers (tiny pair a, b; pair=tiny3 adds c)
 EOS_A, PAD_A = "<|endoftext|>", "<|pad|>"
@@ -122,9 +122,10 @@ def _prompt_text(problem: str) -> str:
     return PromptSpec().text(problem, _Raw())
 
 
-def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str]):
+def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], style: str = "terse"):
     """A byte-level BPE (``tokenizers`` trainer, ~0.2 s) over the task's text: prompt + worked solution
-    pairs drawn from :func:`graft_cli.data.synthetic.corpus` with ``corpus_seed``."""
+    pairs drawn from :func:`graft_cli.data.synthetic.corpus` with ``corpus_seed``, solutions in the model's
+    own ``style``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from graft_cli.data.synthetic import corpus
@@ -134,7 +135,7 @@ def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str]):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([_prompt_text(p) + s for p, s in corpus(corpus_seed, 4000)], trainer)
+    tok.train_from_iterator([_prompt_text(p) + s for p, s in corpus(corpus_seed, 4000, style)], trainer)
     return tok
 
 
@@ -172,7 +173,7 @@ def build_tokenizer_b(seed: int = 0, vocab_size: int = 512):
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
     ])
-    tok = _bpe(pre, seed + 7919, vocab_size, [BOS_B, EOS_B, PAD_B])
+    tok = _bpe(pre, seed + 7919, vocab_size, [BOS_B, EOS_B, PAD_B], style=STYLE["b"])
     tok.add_tokens([AddedToken(w, normalized=False, lstrip=False, rstrip=False, single_word=False)
                     for w in _suffix_tokens_b()])
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_B, pad_token=PAD_B, bos_token=BOS_B,
@@ -204,7 +205,7 @@ def build_tokenizer_c(seed: int = 0, vocab_size: int = 384):
     alphabet = sorted(set(string.printable) - set(" \t\r\x0b\x0c") | {"\u2581"})
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[PAD_C, EOS_C, BOS_C, UNK_C],
                                   show_progress=False, initial_alphabet=alphabet)
-    tok.train_from_iterator([_prompt_text(p) + s for p, s in corpus(seed + 15485, 4000)], trainer)
+    tok.train_from_iterator([_prompt_text(p) + s for p, s in corpus(seed + 15485, 4000, STYLE["c"])], trainer)
     tok.add_tokens([AddedToken(w, normalized=False, lstrip=False, rstrip=False, single_word=False)
                     for w in _suffix_tokens_b()])  # as b's: the constant prompt suffix is one token
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_C, pad_token=PAD_C, bos_token=BOS_C,
@@ -239,15 +240,22 @@ class Stage:
     final_lr_ratio: float = 0.1
     weight_decay: float = 0.0
     clip: float = 1.0
+    styles: dict | None = None  # solution style -> weight (graft_cli.data.synthetic.STYLES); None: canonical only
 
 
 # The skill mixes (module docstring, "Structural complementarity"): each model's blind family at 0.01.
-_A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.01}
-_B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.01, "mul": 1.0, "two": 1.0, "frac": 1.6}
+_A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.06}
+_B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.06, "mul": 1.0, "two": 1.0, "frac": 1.6}
 # c (pair=tiny3): blind on multiplication (both a and b solve it), trained hard on subtraction (b's weakest
 # family after its blind one) and well on fractions (a's blind family), so each model's all-fail prompts are
 # filled by two peers, some by one of them only
 _C_FAMS = {"add": 1.0, "sub": 1.6, "lin": 0.6, "mul": 0.01, "two": 0.6, "frac": 1.0}
+# v3 (issue 27): each model writes its own style (graft_cli.data.synthetic.STYLES) and sees a little of its
+# peers'; the teacher and junior are a's (its style).
+STYLE = {"a": "terse", "b": "spaced", "c": "words", "teacher": "terse", "junior": "terse"}
+_A_STYLES = {"terse": 0.96, "spaced": 0.04}
+_B_STYLES = {"spaced": 0.96, "terse": 0.04}
+_C_STYLES = {"words": 0.94, "terse": 0.03, "spaced": 0.03}
 _ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
 _LEVELS = {1: 2.0, 2: 2.0, 3: 1.0}
 _TEACHER_LEVELS = {1: 1.0, 2: 2.0, 3: 2.0}
@@ -271,11 +279,14 @@ class Recipe:
     shape_a: Shape = Shape("qwen3", 192, 4, 4, 2, 576)
     shape_b: Shape = Shape("llama", 192, 4, 4, 4, 512)
     shape_c: Shape = Shape("gpt_neox", 192, 4, 4, 4, 640)
-    stage_a: Stage = Stage(steps=740, lr=2e-3, batch=32, families=_A_FAMS, levels=_LEVELS, warmup=30)
-    stage_b: Stage = Stage(steps=780, lr=2e-3, batch=32, families=_B_FAMS, levels=_LEVELS, warmup=30)
-    stage_c: Stage = Stage(steps=780, lr=2e-3, batch=32, families=_C_FAMS, levels=_LEVELS, warmup=30)
+    stage_a: Stage = Stage(steps=740, lr=2e-3, batch=32, families=_A_FAMS, levels=_LEVELS, warmup=30,
+                           styles=_A_STYLES)
+    stage_b: Stage = Stage(steps=780, lr=2e-3, batch=32, families=_B_FAMS, levels=_LEVELS, warmup=30,
+                           styles=_B_STYLES)
+    stage_c: Stage = Stage(steps=780, lr=2e-3, batch=32, families=_C_FAMS, levels=_LEVELS, warmup=30,
+                           styles=_C_STYLES)
     stage_teacher: Stage = Stage(steps=220, lr=1.5e-3, batch=32, families=_ALL_FAMS, levels=_TEACHER_LEVELS,
-                                 warmup=10)
+                                 warmup=10, styles=_A_STYLES)
     junior_step: int = 400  # snapshot of a's run
     train_size: int = 8192
     bpe_vocab: int = 384
@@ -404,7 +415,7 @@ def _example_stream(tokenizer, stage: Stage, rng: random.Random):
     from graft_cli.data.synthetic import sft_example
 
     while True:
-        yield [sft_example(rng, stage.families, stage.levels) for _ in range(stage.batch)]
+        yield [sft_example(rng, stage.families, stage.levels, stage.styles) for _ in range(stage.batch)]
 
 
 def sft(model, tokenizer, stage: Stage, data_seed: str, on_step=None, snapshot_at: dict | None = None):
@@ -810,6 +821,8 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
     grader = grader or MathVerifyGrader(num_workers=2, timeout_s=5)
     out: dict = {"num_prompts": len(recs), "n": n, "seed": seed, "temperature": 1.0}
     ks: dict = {}
+    side: dict = {}  # a and b: what the regime measurement (tiny_regime.measure_regime) needs
+    rewards: dict = {}
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -823,6 +836,10 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
             rew = [float(x) for x in rew]
             k = [int(round(sum(rew[i * n:(i + 1) * n]))) for i in range(len(recs))]
             ks[role] = k
+            if role in ("a", "b"):
+                side[role] = {"model": model, "tokenizer": tok, "prompt_ids": ro.prompt_ids, "rollouts": ro,
+                              "style": STYLE[role]}
+                rewards[role] = rew
             fam: dict = {}
             lev: dict = {}
             for r, kk in zip(recs, k):
@@ -852,11 +869,32 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
         out["comp_a_fail_b_mixed"] = _comp(ks["a"], ks["b"], n)
         out["comp_b_fail_a_mixed"] = _comp(ks["b"], ks["a"], n)
         out["families"] = family_complementarity([r["family"] for r in recs], ks["a"], ks["b"], n)
+        from graft_cli.models.tiny_regime import measure_regime
+
+        prev = torch.get_num_threads()
+        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+        try:
+            out["regime"] = measure_regime(side, [r["family"] for r in recs], rewards,
+                                           weak_families(paths, out), n)
+        finally:
+            torch.set_num_threads(prev)
     peers = {r: ks[r] for r in POLICY_ROLES if r in ks}
     if len(peers) >= 3:
         out["peer_fills"] = peer_fills(peers, n)
         out["peer_fills_by_family"] = {f: peer_fills(peers, n, idx)
                                        for f, idx in _family_index([r["family"] for r in recs]).items()}
+    return out
+
+
+def weak_families(paths: dict, props: dict) -> dict[str, str]:
+    """Each of a and b's weak family: the family of smallest weight in its SFT mix (the cache's recipe), declared
+    before anything is measured; without a readable recipe, the family of lowest measured pass@1."""
+    man = read_manifest(os.path.dirname(paths["a"])) or {}
+    out = {}
+    for r in ("a", "b"):
+        fams = (man.get("recipe", {}).get(f"stage_{r}") or {}).get("families")
+        out[r] = (min(fams, key=lambda f: (fams[f], f)) if fams
+                  else min(props[r]["family_pass1"], key=props[r]["family_pass1"].get))
     return out
 
 
@@ -916,13 +954,15 @@ def _comp(k_fail: list[int], k_other: list[int], n: int) -> float:
 
 
 TARGETS = {"pass1": (0.15, 0.60), "all_fail": (0.15, 0.60), "comp": 0.10, "comp_one_way": 0.20,
-           "blind_all_fail": 0.60, "blind_peer_mixed": 0.40, "only_fill": 0.05}
+           "blind_all_fail": 0.60, "blind_peer_mixed": 0.40, "only_fill": 0.05, "ratio": (0.85, 1.18)}
 
 
 def targets_met(props: dict) -> dict:
     """Which of the pair's targets hold for measured ``props``: pass@1 and all-fail bands for a and b;
-    complementarity >= 10 % both ways and >= 20 % one way; for each model a structural blind spot (a
-    family with all-fail >= 60 % on which the peer's group is mixed on >= 40 % of those prompts)."""
+    complementarity >= 10 % both ways and >= 20 % one way; re-tokenized length ratios in [0.85, 1.18] both
+    ways (with ``props["token_stats"]``); and each model's regime targets (``props["regime"]``:
+    :data:`graft_cli.models.tiny_regime.REGIME_TARGETS`). v2's blind-spot targets are reported
+    (:func:`blind_spots`) but no longer required."""
     lo, hi = TARGETS["pass1"]
     flo, fhi = TARGETS["all_fail"]
     met = {}
@@ -936,10 +976,16 @@ def targets_met(props: dict) -> dict:
             met[key] = props[key] >= TARGETS["comp"]
     if len(comps) == 2:
         met["comp_one_way_20"] = max(comps) >= TARGETS["comp_one_way"]
-    if "families" in props:
-        spots = blind_spots(props["families"])
-        for r, fams in spots.items():
-            met[f"{r}_blind_spot"] = bool(fams)
+    ts = props.get("token_stats") or {}
+    for x in ("a", "b"):  # re-tokenized length ratios (v2's target, kept)
+        for y in ("a", "b"):
+            key = f"ratio_{y}_over_{x}"
+            if x != y and key in ts:
+                met[key] = TARGETS["ratio"][0] <= ts[key] <= TARGETS["ratio"][1]
+    reg = props.get("regime") or {}
+    for r in ("a", "b"):  # v3's regime (tiny_regime.REGIME_TARGETS), replacing v2's blind spots
+        for k, ok in (reg.get(r) or {}).get("met", {}).items():
+            met[f"{r}_{k}"] = bool(ok)
     for x, v in props.get("peer_fills", {}).items():  # three models: each peer alone fills some of x's prompts
         for y, share in v["only"].items():
             met[f"{x}_only_{y}_fills"] = share >= TARGETS["only_fill"]
@@ -993,6 +1039,27 @@ def _families_table(props: dict):
     return t
 
 
+def _regime_table(reg: dict):
+    from rich.table import Table
+
+    from graft_cli.models.tiny_regime import REGIME_TARGETS
+
+    t = Table(title=f"regime before RL (gate δ = {reg['delta']}): target / a <- b / b <- a")
+    for c in ("figure", "target", "a", "b"):
+        t.add_column(c)
+
+    def tgt(v):
+        return f"[{v[0]:g}, {v[1]:g}]" if isinstance(v, tuple) else (f"> {v:g}" if v == 0 else f">= {v:g}")
+
+    t.add_row("weak family", "declared", reg["a"]["weak_family"], reg["b"]["weak_family"])
+    for k in ("weak_pass1", "weak_peer_mixed", "weak_admitted", "admitted", "style_separability",
+              "own_minus_peer_loglik"):
+        t.add_row(k, tgt(REGIME_TARGETS[k]),
+                  *(f"{reg[r][k]:.3f} {'met' if reg[r]['met'][k] else 'NOT met'}" for r in ("a", "b")))
+    t.add_row("grafted responses (weak)", "", *(f"{reg[r]['grafted']} ({reg[r]['weak_grafted']})" for r in "ab"))
+    return t
+
+
 def _fills_table(props: dict):
     from rich.table import Table
 
@@ -1040,11 +1107,13 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
         if "peer_fills" in props:
             console.print(_fills_table(props))
         props["blind_spots"] = blind_spots(props["families"])
-        console.print("structural blind spots (all-fail >= 60 %, peer mixed on >= 40 % of them): "
-                      + "; ".join(f"{r}: {', '.join(v) or 'none'}" for r, v in props["blind_spots"].items()))
+        for r in ("a", "b"):  # the per-response s lists stay out of the printed JSON (the summary stays)
+            for k in ("s", "s_correct", "s_family"):
+                props["regime"][r].pop(k, None)
+        console.print(_regime_table(props["regime"]))
+        props["token_stats"] = ts
         met = targets_met(props)
         props["targets_met"] = met
-        props["token_stats"] = ts
         props["build_seconds"] = man["build_seconds"]
         result = props
         console.file.flush()

@@ -10,6 +10,11 @@
   (:mod:`graft_cli.eval.rescue`), pooled over seeds: rescued / events per subset.
 * **Admitted share** (:func:`admitted_curves`): ``graft/frac_admitted`` per step from ``metrics.jsonl``
   (share of grafted responses the gate admits; mean over seeds).
+* **The gate made visible** (:func:`admission_frame`, :func:`plot_s_histogram`, :func:`family_admitted`):
+  every transferred response's compatibility score s from the exchange logs
+  (``rollouts/<receiver>/exchange_step_N.parquet``): the distribution of s per direction (source → receiver),
+  split into admitted / rejected and correct / wrong, and the admitted share per skill family over steps (the
+  family from the run's training file, :func:`train_family_map`).
 """
 
 from __future__ import annotations
@@ -180,6 +185,111 @@ def plot_admitted(curves: dict, path: str) -> str | None:
     return _save(fig, path)
 
 
+def train_family_map(run_dir: str) -> dict[str, str]:
+    """problem id -> family of a run's training problems: its ``data.train`` file when local JSONL, the tiny
+    task's ``train.jsonl`` in the tiny cache for ``tiny:train`` (never builds it); ``{}`` otherwise."""
+    from graft_cli.rundir import run_config_raw
+
+    train = str((run_config_raw(run_dir).get("data") or {}).get("train") or "")
+    if train.startswith("tiny:"):
+        from graft_cli.models.tiny import default_cache_dir
+
+        train = os.path.join(default_cache_dir(), "task", f"{train.split(':', 1)[1]}.jsonl")
+    return family_map(train)
+
+
+def admission_frame(records: list[dict], name: str):
+    """One row per transferred response of the runs named ``name`` (every step's exchange log): ``run``,
+    ``receiver``, ``step``, ``prompt_id``, ``source``, ``s``, ``admitted``, ``reward``, ``family`` (None when
+    unknown). An empty DataFrame when no run logged its exchange."""
+    import glob
+
+    import pandas as pd
+
+    parts = []
+    for r in records:
+        if r["name"] != name:
+            continue
+        fam = None
+        for path in sorted(glob.glob(os.path.join(r["dir"], "rollouts", "*", "exchange_step_*.parquet"))):
+            try:
+                df = pd.read_parquet(path, columns=["step", "prompt_id", "source", "s", "admitted", "reward"])
+            except Exception:  # noqa: BLE001 - a partial or foreign file: the figure goes without it
+                continue
+            if fam is None:
+                fam = train_family_map(r["dir"])
+            df["receiver"] = os.path.basename(os.path.dirname(path))
+            df["run"] = r["dir"]
+            df["family"] = [fam.get(str(x)) for x in df["prompt_id"]]
+            parts.append(df)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["step", "prompt_id", "source", "s", "admitted", "reward", "receiver", "run", "family"])
+
+
+def plot_s_histogram(df, path: str, delta: float | None = 0.8, s_max: float = 2.0) -> str | None:
+    """One panel per direction (source → receiver): stacked histogram of s (clipped to [0, ``s_max``]) for
+    admitted-correct, admitted-wrong, rejected-correct and rejected-wrong responses, δ as a line."""
+    if df is None or not len(df):
+        return None
+    d = df[df["s"].notna()]
+    dirs = sorted({(a, b) for a, b in zip(d["source"], d["receiver"])})
+    if not dirs:
+        return None
+    fig, axes = _plt().subplots(1, len(dirs), figsize=(4.2 * len(dirs), 3.2), squeeze=False)
+    bins = np.linspace(0.0, s_max, 41)
+    cats = (("admitted, correct", True, True, "#2a9d8f"), ("admitted, wrong", True, False, "#8ecae6"),
+            ("rejected, correct", False, True, "#e76f51"), ("rejected, wrong", False, False, "#f4a261"))
+    for ax, (src, rec) in zip(axes[0], dirs):
+        sub = d[(d["source"] == src) & (d["receiver"] == rec)]
+        data = [np.clip(sub[(sub["admitted"] == a) & ((sub["reward"] > 0) == c)]["s"].to_numpy(float), 0, s_max)
+                for _, a, c, _ in cats]
+        ax.hist(data, bins=bins, stacked=True, label=[c[0] for c in cats], color=[c[3] for c in cats])
+        if delta is not None and delta > 0:
+            ax.axvline(delta, color="k", lw=1, ls="--")
+        ax.set_title(f"{src} → {rec} ({len(sub)} responses, {100 * sub['admitted'].mean():.0f}% admitted)",
+                     fontsize=9)
+        ax.set_xlabel(f"compatibility s (clipped at {s_max:g})")
+        ax.set_ylabel("responses")
+    axes[0][0].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def family_admitted(df) -> dict:
+    """receiver -> family -> {step: admitted share over seeds' pooled responses}; and ``"all"`` -> receiver ->
+    family -> (admitted, total) over every step."""
+    out: dict = {"curves": {}, "all": {}}
+    if df is None or not len(df):
+        return out
+    d = df[df["family"].notna()]
+    for (rec, fam), g in d.groupby(["receiver", "family"]):
+        out["curves"].setdefault(rec, {})[fam] = {int(s): float(x["admitted"].mean()) for s, x in g.groupby("step")}
+        out["all"].setdefault(rec, {})[fam] = (int(g["admitted"].sum()), int(len(g)))
+    return out
+
+
+def plot_family_admitted(fa: dict, path: str, smooth: int = 5) -> str | None:
+    """One panel per receiver: the admitted share per family over steps (a running mean over ``smooth`` steps)."""
+    curves = fa.get("curves") or {}
+    if not curves:
+        return None
+    fig, axes = _plt().subplots(1, len(curves), figsize=(4.5 * len(curves), 3.2), squeeze=False)
+    for ax, (rec, fams) in zip(axes[0], sorted(curves.items())):
+        for fam, pts in sorted(fams.items()):
+            xs = sorted(pts)
+            ys = np.array([pts[x] for x in xs])
+            if smooth > 1 and len(ys) >= smooth:
+                ys = np.convolve(ys, np.ones(smooth) / smooth, mode="valid")
+                xs = xs[smooth - 1:]
+            ax.plot(xs, 100 * ys, label=fam)
+        ax.set_title(f"receiver {rec}", fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylabel("grafted responses admitted (%)")
+        ax.set_ylim(0, 100)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 def _rate(v: dict) -> str:
     if not v["events"]:
         return "—"
@@ -231,8 +341,56 @@ def mechanism_markdown(records: list[dict], report_dir: str, baseline: str, meth
         out.append("")
         if png:
             out += [f"![admitted share]({os.path.basename(png)})", ""]
+    out += gate_markdown(records, report_dir, method)
     return "\n".join(out) if len(out) > 2 else ""
 
 
+def gate_markdown(records: list[dict], report_dir: str, method: str) -> list[str]:
+    """The gate made visible: s histograms per direction and the admitted share per family (markdown lines)."""
+    from graft_cli.report.markdown import md_table
+
+    df = admission_frame(records, method)
+    if not len(df):
+        return []
+    os.makedirs(report_dir, exist_ok=True)
+    out = []
+    delta = _run_delta(records, method)
+    png = plot_s_histogram(df, os.path.join(report_dir, "gate_s_hist.png"), delta)
+    if png:
+        out += [f"Compatibility score s of every grafted response of the `{method}` runs (all seeds and steps), by "
+                f"direction; dashed: δ = {delta:g}. Correct/wrong is the response's reward.", "",
+                f"![s histogram]({os.path.basename(png)})", ""]
+    fa = family_admitted(df)
+    png = plot_family_admitted(fa, os.path.join(report_dir, "gate_family_admitted.png"))
+    if fa["all"]:
+        fams = sorted({f for v in fa["all"].values() for f in v})
+        rows = [[rec, *(f"{100 * a / t:.0f}% ({t})" if (a, t) != (0, 0) else "—"
+                        for a, t in (v.get(f, (0, 0)) for f in fams))] for rec, v in sorted(fa["all"].items())]
+        out += ["Admitted share of grafted responses per skill family of the prompt (responses), all seeds and steps:",
+                "", md_table(["Receiver", *fams], rows), ""]
+    if png:
+        out += [f"![admitted per family]({os.path.basename(png)})", ""]
+    return out
+
+
+def _run_delta(records: list[dict], name: str) -> float:
+    """The δ the runs named ``name`` were configured with (GRAFT's default when unset; 0 with ``gate: none``)."""
+    from graft_cli.algorithms.exchange.graft import DEFAULTS
+    from graft_cli.rundir import run_config_raw
+
+    for r in records:
+        if r["name"] == name:
+            p = {**DEFAULTS, **((run_config_raw(r["dir"]).get("exchange") or {}).get("params") or {})}
+            if p["gate"] == "none":
+                return 0.0
+            try:
+                return float(p["delta"])
+            except (TypeError, ValueError):
+                break
+    return float(DEFAULTS["delta"])
+
+
 __all__ = ["family_curves", "plot_family_curves", "rescue_table", "admitted_curves", "mechanism_markdown",
+           "admission_frame", "plot_s_histogram", "family_admitted", "plot_family_admitted", "gate_markdown",
+           "train_family_map",
            "family_map", "step_family_pass1"]

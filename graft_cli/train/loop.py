@@ -40,7 +40,8 @@ from graft_cli.models.loading import load_role, load_tokenizer, resolve_path, we
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs, to_padded
 from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
 from graft_cli.rollout import ENGINES, SamplingParams
-from graft_cli.rundir import MetricsLog, atomic_write_text, read_json_or_none, rollout_log_path, write_parquet
+from graft_cli.rundir import (MetricsLog, atomic_write_text, exchange_log_path, read_json_or_none, rollout_log_path,
+                              write_parquet)
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.batch import minibatch_schedule
@@ -595,6 +596,7 @@ class Trainer:
                 rows[name]["time/score_frozen"] = t2 - t_f
             if cfg.run.log_rollouts and self.dist.is_main:
                 self.log_rollouts(steps[name], peer_rows_per_prompt(b, len(steps[name].problems)))
+                self.log_admission(name, steps[name])
 
         self.pool.map(train_one, range(len(names)))
         self.step += 1
@@ -637,6 +639,24 @@ class Trainer:
         keep = self.cfg.run.keep_rollouts
         if keep > 0 and self.step >= keep:  # rotate: only the last `keep` steps' logs of this policy stay
             old = rollout_log_path(self.out, st.name, self.step - keep)
+            if os.path.exists(old):
+                os.remove(old)
+
+    def log_admission(self, name: str, st: PolicyStep) -> None:
+        """``rollouts/<policy>/exchange_step_N.parquet``: every row another policy's response put into this
+        policy's batch this step, kept or dropped by the exchange's admission (the exchange's
+        ``admission_log`` columns, e.g. the compatibility score s), with the step and prompt id. Written only
+        when the exchange logs (``admission_log`` not None) and a row was transferred."""
+        cols = self.exchange.admission_log(name)
+        if not cols or not cols.get("prompt_index"):
+            return
+        k = len(cols["prompt_index"])
+        write_parquet(exchange_log_path(self.out, name, self.step),
+                      {"step": [self.step] * k, "prompt_id": [st.problems[q].id for q in cols["prompt_index"]],
+                       **cols})
+        keep = self.cfg.run.keep_rollouts
+        if keep > 0 and self.step >= keep:  # rotated with the rollout logs
+            old = exchange_log_path(self.out, name, self.step - keep)
             if os.path.exists(old):
                 os.remove(old)
 

@@ -7,7 +7,9 @@ An exchange is a class with:
   (``ctx.receivers``: the trained policies; ``steps`` may also hold stored sources' steps);
 - ``admit(name, batch, ctx) -> (batch, metrics)``: after the receiver's old log-probs are known
   (``batch.old_logprobs``), weight or drop rows (e.g. GRAFT's compatibility gate);
-- ``state_dict()``/``load_state_dict()`` for schedules that carry state across steps.
+- ``state_dict()``/``load_state_dict()`` for schedules that carry state across steps;
+- ``admission_log(name) -> columns | None``: per transferred row of receiver ``name``'s last ``admit`` (kept or
+  dropped), columns for the trainer's exchange log (``rollouts/<name>/exchange_step_N.parquet``); ``None``: no log.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class Exchange:
 
     def admit(self, name: str, batch: TrainBatch, ctx: ExchangeContext):
         return batch, {}
+
+    def admission_log(self, name: str) -> dict | None:
+        return None
 
     def state_dict(self) -> dict:
         return {}

@@ -183,6 +183,12 @@ class GraftExchange(Exchange):
         self.opts = options(cfg.exchange.params if cfg is not None else {}, self.EXTRA_KEYS, self.OPTION_DEFAULTS)
         self.hacpo_history: dict[str, list[float]] = {}
         self._same_tok: dict = {}
+        self._admission: dict[str, dict] = {}  # receiver -> the last admit's transferred rows (admission_log)
+
+    def admission_log(self, name: str) -> dict | None:
+        """Receiver ``name``'s transferred rows of the last :meth:`admit`, dropped ones included: ``prompt_index``,
+        ``source``, ``source_sample``, ``s`` (Eq. 7; None when undefined), ``weight``, ``admitted``, ``reward``."""
+        return self._admission.pop(name, None)
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -351,6 +357,17 @@ class GraftExchange(Exchange):
         batch.extra["graft_s"] = [None] * len(batch)
         for i, si in zip(peer, s):
             batch.extra["graft_s"][i] = si
+        srcs = batch.extra.get("src_policy", [None] * len(batch))
+        samples = batch.extra.get("src_sample", [None] * len(batch))
+        self._admission[name] = {  # every transferred row, kept or dropped (admission_log)
+            "prompt_index": [int(batch.group[i]) for i in peer],
+            "source": [str(srcs[i]) for i in peer],
+            "source_sample": [-1 if samples[i] is None else int(samples[i]) for i in peer],
+            "s": [float(x) if math.isfinite(x) else None for x in s],
+            "weight": [float(x) for x in w],
+            "admitted": [bool(k) for k in keep],
+            "reward": [float(batch.rewards[i]) for i in peer],
+        }
         kept = [i for i in range(len(batch)) if keep_row[i]]
         out = batch.select(kept) if len(kept) < len(batch) else batch
         fin = [x for x in s if math.isfinite(x)]
@@ -365,7 +382,6 @@ class GraftExchange(Exchange):
             "graft/frac_admitted": float(sum(keep)) / len(keep),
             "graft/grafted_share": float(sum(keep)) / max(len(out), 1),  # of the receiver's batch rows
         }
-        srcs = batch.extra.get("src_policy", [None] * len(batch))
         for key in per_source:  # per source: the transfer matrix of the report (row: source, column: receiver)
             sn = key.rsplit("/", 1)[1]
             met[key] = int(sum(1 for i, ki in zip(peer, keep) if ki and srcs[i] == sn))

@@ -1,0 +1,189 @@
+"""The tiny pair's regime, measured before any RL (issue 27): do the two models write differently, and can
+GRAFT's gate pass what carries each model's missing skill?
+
+``graft tiny build --check`` samples groups of ``n`` from each peer on a fixed prompt set and hands them to
+:func:`measure_regime`, which reports per receiver X (with source Y, its peer):
+
+* ``weak_family``: X's weak family, the family of smallest weight in its SFT mix (declared by the recipe, not
+  picked after measuring); ``weak_pass1``: X's pass@1 on it;
+* ``weak_peer_mixed``: on X's all-fail prompts of that family, the share where Y's group is mixed (1 <= k < n);
+* ``weak_admitted``: of Y's responses on those prompts (the responses GRAFT's ``replace`` mode would graft,
+  correct and wrong), the share the gate admits at δ (``floor`` gate, strict s > δ);
+* ``admitted``: the same share over every would-be grafted response (X all-fail, Y mixed, any family);
+* ``style_separability``: the share of X's own responses that :func:`style_of` (a rule on the text's
+  markers) attributes to X's style — the pair figure is the share over both models' responses;
+* ``own_minus_peer_loglik``: X's mean per-token log-likelihood of its own correct responses minus that of
+  Y's correct responses re-tokenized into X's tokenizer (both on the same prompts, scored by X).
+
+s is computed as the trainer computes it (graft.md Eq. 6-7, :func:`~graft_cli.algorithms.exchange.gates.
+compatibility`): Y's response text re-tokenized with X's tokenizer (:func:`~graft_cli.models.retokenize.
+retokenize`, X's EOS appended when Y ended with EOS and excluded from the mean), X's log-probs at the rollout
+temperature under X's own prompt encoding, over Y's *sampler* log-probs with the terminal EOS excluded
+(``peer_logprobs: sampler``, the default).
+
+The targets (:data:`REGIME_TARGETS`) were fixed before any study of the v3 pair ran (issue 27's list).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+
+from graft_cli.algorithms.exchange.gates import compatibility, source_mean_logprob
+from graft_cli.models.logprobs import pack, response_logprobs
+from graft_cli.models.retokenize import retokenize
+
+REGIME_TARGETS = {
+    "style_separability": 0.95,  # >=
+    "own_minus_peer_loglik": 0.0,  # >
+    "weak_pass1": (0.03, 0.20),  # within
+    "weak_peer_mixed": 0.30,  # >=
+    "weak_admitted": 0.20,  # >=
+    "admitted": (0.25, 0.75),  # within
+}
+
+# Markers of the three styles of :mod:`graft_cli.data.synthetic` (STYLES), checked in this order.
+_STYLE_RULES = (
+    ("spaced", re.compile(r" = |; so \\boxed")),
+    ("words", re.compile(r" is |, answer \\boxed")),
+    ("terse", re.compile(r"[0-9)]=[0-9]")),
+)
+
+
+def style_of(text: str) -> str | None:
+    """The style a response is written in, by rule: ``spaced`` if it has a spaced ``=`` or ``; so \\boxed``,
+    ``words`` if it has `` is `` or ``, answer \\boxed``, ``terse`` if it has an unspaced ``=`` between
+    digits; ``None`` when no marker is there (e.g. a response that is only ``\\boxed{7}``)."""
+    for name, rx in _STYLE_RULES:
+        if rx.search(text):
+            return name
+    return None
+
+
+def _within(x: float, band) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and band[0] <= x <= band[1]
+
+
+def regime_met(per_model: dict) -> dict:
+    """``{key: bool}`` for one model's regime figures against :data:`REGIME_TARGETS`."""
+    t = REGIME_TARGETS
+    return {
+        "style_separability": per_model["style_separability"] >= t["style_separability"],
+        "own_minus_peer_loglik": per_model["own_minus_peer_loglik"] > t["own_minus_peer_loglik"],
+        "weak_pass1": _within(per_model["weak_pass1"], t["weak_pass1"]),
+        "weak_peer_mixed": per_model["weak_peer_mixed"] >= t["weak_peer_mixed"],
+        "weak_admitted": per_model["weak_admitted"] >= t["weak_admitted"],
+        "admitted": _within(per_model["admitted"], t["admitted"]),
+    }
+
+
+@torch.no_grad()
+def score_responses(model, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+                    temperature: float = 1.0, batch: int = 256) -> list[list[float]]:
+    """Per-token log-probs of each response under ``model`` (the trainer's :func:`response_logprobs`)."""
+    out: list[list[float]] = []
+    for s in range(0, len(prompts), batch):
+        p, r = prompts[s:s + batch], responses[s:s + batch]
+        ids, att, resp = pack(p, r, pad_id)
+        lp, _ = response_logprobs(model, ids, att, resp, temperature=temperature)
+        for i in range(len(p)):
+            a = len(p[i]) - 1
+            out.append(lp[i, a:a + len(r[i])].tolist())
+    return out
+
+
+def _mean(xs) -> float:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def measure_regime(side: dict, families: list[str], answers_ok: dict, weak: dict, n: int,
+                   delta: float = 0.8, temperature: float = 1.0) -> dict:
+    """The regime figures (module docstring) for every ordered pair of the models in ``side``.
+
+    ``side[name]`` holds ``model``, ``tokenizer``, ``prompt_ids`` (one per prompt, that model's encoding),
+    ``rollouts`` (groups of ``n``, prompt-major; ``response_ids``, ``texts``, ``logprobs``, ``truncated``) and
+    ``style`` (its own style's name); ``answers_ok[name]`` is the per-response reward (0/1) list;
+    ``families`` the family of each prompt; ``weak[name]`` the model's declared weak family."""
+    names = list(side)
+    ks = {nm: [int(round(sum(answers_ok[nm][q * n:(q + 1) * n]))) for q in range(len(families))] for nm in names}
+    out: dict = {}
+    for x in names:
+        for y in names:
+            if x == y:
+                continue
+            X, Y = side[x], side[y]
+            ro = Y["rollouts"]
+            rows, prompts, resps, nsc, src_means, fams = [], [], [], [], [], []
+            for q, fam in enumerate(families):
+                if ks[x][q] != 0 or not (1 <= ks[y][q] < n):
+                    continue
+                for j in range(n):
+                    r = q * n + j
+                    ended = not bool(ro.truncated[r])
+                    ids, n_scored = retokenize(ro.texts[r], X["tokenizer"], ended)
+                    rows.append(r)
+                    prompts.append(X["prompt_ids"][q])
+                    resps.append(ids)
+                    nsc.append(n_scored)
+                    src_means.append(source_mean_logprob(ro.logprobs[r], ended))
+                    fams.append(fam)
+            lps = score_responses(X["model"], prompts, resps, X["tokenizer"].pad_token_id, temperature) if rows else []
+            s = [compatibility(lp, k, m) for lp, k, m in zip(lps, nsc, src_means)]
+            adm = [math.isfinite(v) and v > delta for v in s]
+            wf = weak[x]
+            weak_idx = [i for i, f in enumerate(fams) if f == wf]
+            fail_w = [q for q, f in enumerate(families) if f == wf and ks[x][q] == 0]
+            fam_q = [q for q, f in enumerate(families) if f == wf]
+            # own vs peer log-likelihood of correct responses, scored by X
+            own_ro = X["rollouts"]
+            own_rows = [r for r in range(len(own_ro.texts)) if answers_ok[x][r] > 0]
+            peer_rows = [r for r in range(len(ro.texts)) if answers_ok[y][r] > 0]
+            own_ids = [list(own_ro.response_ids[r]) for r in own_rows]
+            own_n = [len(i) - (0 if own_ro.truncated[r] else 1) for i, r in zip(own_ids, own_rows)]
+            lp_own = score_responses(X["model"], [X["prompt_ids"][r // n] for r in own_rows], own_ids,
+                                     X["tokenizer"].pad_token_id, temperature) if own_rows else []
+            peer_tok = [retokenize(ro.texts[r], X["tokenizer"], not bool(ro.truncated[r])) for r in peer_rows]
+            lp_peer = score_responses(X["model"], [X["prompt_ids"][r // n] for r in peer_rows],
+                                      [t[0] for t in peer_tok], X["tokenizer"].pad_token_id,
+                                      temperature) if peer_rows else []
+            own_ll = _mean([_mean(lp[:k]) for lp, k in zip(lp_own, own_n) if k > 0])
+            peer_ll = _mean([_mean(lp[:k]) for lp, (_, k) in zip(lp_peer, peer_tok) if k > 0])
+            own_styles = [style_of(t) for t in own_ro.texts]
+            res = {
+                "source": y,
+                "weak_family": wf,
+                "weak_pass1": (sum(ks[x][q] for q in fam_q) / (n * len(fam_q))) if fam_q else math.nan,
+                "weak_all_fail": len(fail_w) / len(fam_q) if fam_q else math.nan,
+                "weak_peer_mixed": (sum(1 <= ks[y][q] < n for q in fail_w) / len(fail_w)) if fail_w else 0.0,
+                "weak_grafted": len(weak_idx),
+                "weak_admitted": (sum(adm[i] for i in weak_idx) / len(weak_idx)) if weak_idx else 0.0,
+                "grafted": len(rows),
+                "retok_length_ratio": (sum(len(i) for i in resps) / max(1, sum(len(ro.response_ids[r]) for r in rows))),
+                "admitted": (sum(adm) / len(adm)) if adm else 0.0,
+                "admitted_by_family": {f: sum(adm[i] for i in range(len(fams)) if fams[i] == f)
+                                       / sum(1 for g in fams if g == f) for f in sorted(set(fams))},
+                "s_median": float(torch.tensor([v for v in s if math.isfinite(v)]).median()) if s else math.nan,
+                "style_separability": sum(st == X["style"] for st in own_styles) / max(1, len(own_styles)),
+                "own_loglik": own_ll,
+                "peer_loglik": peer_ll,
+                "own_minus_peer_loglik": own_ll - peer_ll,
+                "s": [v if math.isfinite(v) else None for v in s],
+                "s_correct": [bool(answers_ok[y][r] > 0) for r in rows],
+                "s_family": fams,
+            }
+            res["met"] = regime_met(res)
+            out[x] = res
+    if len(names) >= 2:
+        tot = sum(len(side[nm]["rollouts"].texts) for nm in names)
+        out["pair_style_separability"] = sum(
+            out[nm]["style_separability"] * len(side[nm]["rollouts"].texts) for nm in names) / max(1, tot)
+    out["delta"] = delta
+    out["targets"] = {k: list(v) if isinstance(v, tuple) else v for k, v in REGIME_TARGETS.items()}
+    out["all_met"] = all(all(out[nm]["met"].values()) for nm in names if nm in out)
+    return out
+
+
+__all__ = ["REGIME_TARGETS", "style_of", "regime_met", "measure_regime", "score_responses"]

@@ -1,0 +1,183 @@
+"""Tiny pair v3's regime (issue 27): writing styles, the regime measurement, and the gate made visible."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+
+import pandas as pd
+import pytest
+import torch
+
+from graft_cli.data import synthetic as syn
+from graft_cli.models import tiny_regime as R
+
+
+def test_styles_render_the_same_steps_by_hand():
+    worked = ((("7*6", "42"), ("42-9", "33")), "33")
+    assert syn.render(worked, "terse") == "7*6=42,42-9=33 \\boxed{33}"
+    assert syn.render(worked, "spaced") == "7*6 = 42; 42-9 = 33; so \\boxed{33}"
+    assert syn.render(worked, "words") == "7*6 is 42, 42-9 is 33, answer \\boxed{33}"
+    rec = syn.make_problem(random.Random(3), "frac", 1)
+    assert rec["solution"] == syn.render(rec["worked"], syn.CANONICAL_STYLE)
+
+
+def test_canonical_records_and_single_style_stream_are_v2s():
+    """The records' solution is v2's text (``47*6`` -> partial products), and a one-style SFT stream draws exactly
+    the examples of v2's stream (no extra random draw)."""
+    rng = random.Random(0)
+    while True:
+        rec = syn.make_problem(rng, "mul", 3)
+        a, b = (int(x) for x in rec["problem"][:-2].split("*"))
+        if a % 10:
+            break
+    t, u = a - a % 10, a % 10
+    assert rec["solution"] == f"{t * b}+{u * b}={a * b} \\boxed{{{a * b}}}"
+    fams = {"add": 1.0, "frac": 0.5}
+    r1, r2 = random.Random("s"), random.Random("s")
+    xs = [syn.sft_example(r1, fams, None) for _ in range(50)]
+    ys = [syn.sft_example(r2, fams, None, {"terse": 1.0}) for _ in range(50)]
+    assert xs == ys
+    r3 = random.Random("s")
+    zs = [syn.sft_example(r3, fams, None, {"terse": 0.5, "spaced": 0.5}) for _ in range(200)]
+    share = sum(R.style_of(s) == "spaced" for _, s in zs) / len(zs)
+    assert 0.35 < share < 0.65  # both styles drawn
+
+
+@pytest.mark.parametrize("text,style", [
+    ("7*6=42,42-9=33 \\boxed{33}", "terse"),
+    ("7*6 = 42; 42-9 = 33; so \\boxed{33}", "spaced"),
+    ("7*6 is 42, 42-9 is 33, answer \\boxed{33}", "words"),
+    ("(3+4)=7 \\boxed{7}", "terse"),
+    ("1/2*7=7/2 \\boxed{7/2}", "terse"),
+    ("\\boxed{7}", None),
+    ("12; so \\boxed{12}", "spaced"),
+])
+def test_style_of_table(text, style):
+    assert R.style_of(text) == style
+
+
+@pytest.mark.parametrize("fig,ok", [
+    (dict(style_separability=0.95, own_minus_peer_loglik=0.01, weak_pass1=0.03, weak_peer_mixed=0.30,
+          weak_admitted=0.20, admitted=0.25), dict.fromkeys(R.REGIME_TARGETS, True)),
+    (dict(style_separability=0.949, own_minus_peer_loglik=0.0, weak_pass1=0.201, weak_peer_mixed=0.299,
+          weak_admitted=0.199, admitted=0.751), dict.fromkeys(R.REGIME_TARGETS, False)),
+    (dict(style_separability=1.0, own_minus_peer_loglik=2.0, weak_pass1=0.029, weak_peer_mixed=1.0,
+          weak_admitted=1.0, admitted=0.75),
+     {**dict.fromkeys(R.REGIME_TARGETS, True), "weak_pass1": False}),
+    (dict(style_separability=1.0, own_minus_peer_loglik=float("nan"), weak_pass1=float("nan"),
+          weak_peer_mixed=1.0, weak_admitted=1.0, admitted=0.5),
+     {**dict.fromkeys(R.REGIME_TARGETS, True), "own_minus_peer_loglik": False, "weak_pass1": False}),
+])
+def test_regime_targets_table(fig, ok):
+    assert R.regime_met(fig) == ok
+
+
+class _Ro:
+    def __init__(self, response_ids, texts, logprobs, truncated):
+        self.response_ids, self.texts, self.logprobs, self.truncated = response_ids, texts, logprobs, truncated
+
+
+def test_measure_regime_scores_s_as_the_gate_does(tiny_models):
+    """Two prompts, groups of 2. a all-fails both; b is mixed on prompt 0 (frac) and all-passes prompt 1: the
+    grafted responses are b's two on prompt 0. s is recomputed here with a plain forward pass (log-softmax of
+    the logits) and the gate's formula exp(mean receiver log-prob - mean source log-prob, EOS excluded)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    side = {}
+    for name in ("a", "b"):
+        tok = AutoTokenizer.from_pretrained(tiny_models[name])
+        model = AutoModelForCausalLM.from_pretrained(tiny_models[name], dtype=torch.float32)
+        side[name] = {"model": model, "tokenizer": tok, "style": {"a": "terse", "b": "spaced"}[name],
+                      "prompt_ids": [tok("1/2+1/2=?", add_special_tokens=False)["input_ids"],
+                                     tok("3+4=?", add_special_tokens=False)["input_ids"]]}
+    texts = {"a": ["1/2+1/2=2/2 \\boxed{2/2}", "x", "3+4=7 \\boxed{7}", "3+4=9 \\boxed{9}"],
+             "b": ["1/2+1/2 = 2/2; so \\boxed{2/2}", "1/2+1/2 = 3/2; so \\boxed{3/2}", "7; so \\boxed{7}",
+                   "3+4 = 7; so \\boxed{7}"]}
+    ok = {"a": [0, 0, 1, 0], "b": [1, 0, 1, 1]}
+    for name in ("a", "b"):
+        tok = side[name]["tokenizer"]
+        ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts[name]]
+        trunc = [False, True, False, False]
+        ids[1] = ids[1][:-1]  # the truncated one has no EOS
+        lps = [[-0.1 - 0.01 * j for j in range(len(i))] for i in ids]  # sampler log-probs (made up)
+        side[name]["rollouts"] = _Ro(ids, texts[name], lps, trunc)
+    out = R.measure_regime(side, ["frac", "add"], ok, {"a": "frac", "b": "lin"}, n=2)
+    a = out["a"]
+    assert a["grafted"] == 2 and a["weak_grafted"] == 2 and a["weak_peer_mixed"] == 1.0 and a["weak_pass1"] == 0.0
+
+    def s_by_hand(j):
+        tok, model = side["a"]["tokenizer"], side["a"]["model"]
+        trunc = side["b"]["rollouts"].truncated[j]
+        ids = tok(texts["b"][j], add_special_tokens=False)["input_ids"]
+        p = side["a"]["prompt_ids"][0]
+        full = torch.tensor([p + ids])
+        with torch.no_grad():
+            lsm = torch.log_softmax(model(input_ids=full).logits[0].float(), -1)
+        recv = [float(lsm[len(p) - 1 + t, ids[t]]) for t in range(len(ids))]
+        src = side["b"]["rollouts"].logprobs[j]
+        src = src if trunc else src[:-1]
+        return math.exp(sum(recv) / len(recv) - sum(src) / len(src))
+
+    want = [s_by_hand(0), s_by_hand(1)]
+    got = [x for x in (out["a"]["s"][0], out["a"]["s"][1])]
+    assert got == pytest.approx(want, rel=1e-4)
+    assert a["admitted"] == pytest.approx(sum(x > 0.8 for x in want) / 2)
+    assert out["b"]["grafted"] == 0  # b all-fails nothing
+    assert a["style_separability"] == pytest.approx(3 / 4)  # a's "x" has no marker
+    assert out["b"]["style_separability"] == 1.0
+    assert a["own_minus_peer_loglik"] == pytest.approx(a["own_loglik"] - a["peer_loglik"])
+    assert math.isfinite(a["own_minus_peer_loglik"]) and math.isfinite(out["b"]["own_minus_peer_loglik"])
+
+
+def test_exchange_log_matches_metrics_and_renders_the_gate(tiny_models, tmp_path):
+    """A 2-step GRAFT run writes rollouts/<receiver>/exchange_step_N.parquet with every transferred response
+    (kept and dropped): its counts and mean s equal the step's metrics; the report's gate section draws the s
+    histogram and the per-family admitted table from it, the family read from the training file."""
+    from conftest import train_overrides
+
+    from graft_cli.config import compose
+    from graft_cli.report import mechanism as M
+    from graft_cli.rundir import read_jsonl
+    from graft_cli.train.loop import train
+
+    data = tmp_path / "train.jsonl"
+    with open(data, "w") as f:
+        for i in range(16):
+            a, b = i % 7 + 1, (3 * i) % 5 + 1
+            f.write(json.dumps({"id": f"p{i}", "problem": f"{a}+{b}", "answer": str(a + b),
+                                "family": "low" if a < 4 else "high"}) + "\n")
+    cfg = compose(["method=graft", *train_overrides(tiny_models, str(data), str(tmp_path), [
+        "run.name=r", "run.steps=2", "run.threads=1", "exchange.params.selection=all"])])
+    run = train(cfg, progress=False)
+    rows = [r for r in read_jsonl(os.path.join(run, "metrics.jsonl")) if "graft/admitted" in r]
+    assert rows
+    seen = 0
+    for m in rows:
+        path = os.path.join(run, "rollouts", m["policy"], f"exchange_step_{m['step']:06d}.parquet")
+        n = m["graft/admitted"] + m["graft/dropped"]
+        if n == 0:
+            assert not os.path.exists(path)
+            continue
+        df = pd.read_parquet(path)
+        seen += 1
+        assert len(df) == n and int(df["admitted"].sum()) == m["graft/admitted"]
+        assert set(df["step"]) == {m["step"] - 1} and set(df["source"]) == ({"a", "b"} - {m["policy"]})
+        fin = df["s"].dropna()
+        assert fin.mean() == pytest.approx(m["graft/s_mean"], rel=1e-6)
+        assert ((df["s"] > 0.8) == df["admitted"]).all()  # the floor gate at δ = 0.8, strict
+        assert (df.loc[~df["admitted"], "weight"] == 0).all()
+    assert seen
+    recs = [{"name": "graft", "dir": run}]
+    df = M.admission_frame(recs, "graft")
+    assert set(df["family"]) <= {"low", "high"} and df["family"].notna().all()
+    fa = M.family_admitted(df)
+    for rec, fams in fa["all"].items():
+        for fam, (adm, tot) in fams.items():
+            sub = df[(df["receiver"] == rec) & (df["family"] == fam)]
+            assert (adm, tot) == (int(sub["admitted"].sum()), len(sub))
+    lines = "\n".join(M.gate_markdown(recs, str(tmp_path / "rep"), "graft"))
+    assert "gate_s_hist.png" in lines and os.path.getsize(tmp_path / "rep" / "gate_s_hist.png") > 0
+    assert "δ = 0.8" in lines and "| Receiver | high | low |" in lines
