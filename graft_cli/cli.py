@@ -89,12 +89,16 @@ def train(pair, method, steps, out, seed, name, no_progress, overrides):
 def _print_summary(run_dir: str) -> None:
     """What the run did (reward first -> last, exchange counts, clipping of grafted tokens) and its picture."""
     from graft_cli.console import make_console
-    from graft_cli.report.run_summary import run_summary, summary_markdown, summary_plot
+    from graft_cli.report.run_summary import run_summary, run_variant, summary_markdown, summary_plot
 
     console = make_console(stderr=True)
     summary = run_summary(run_dir)
     if not summary:
         return
+    variant = run_variant(run_dir)
+    if variant:
+        console.print(f"variant (as graft report files this run): {variant}", soft_wrap=True, highlight=False,
+                      markup=False)
     console.print(summary_markdown(summary), soft_wrap=True, highlight=False, markup=False)
     png = summary_plot(run_dir)
     if png:

@@ -234,3 +234,17 @@ def test_shared_override_left_out_of_labels(tmp_path):
     assert "peer_logprobs=recompute" in note
     raw = yaml.safe_load((tmp_path / "r1" / "config.yaml").read_text())
     assert T.identify(raw) == ("graft", [("delta", "0.5"), ("peer_logprobs", "recompute")])
+
+
+def test_run_summary_names_the_variant(tmp_path):
+    """The end-of-training summary prints the row the run will land in (run_summary.run_variant)."""
+    from graft_cli.report.run_summary import run_variant
+
+    for name, ov, want in (("nofloor", ["exchange.params.delta=0.0"], "w/o floor (δ=0) (graft_nofloor)"),
+                           ("d05", ["exchange.params.delta=0.5"], "GRAFT [delta=0.5] (graft[delta=0.5])"),
+                           ("first", ["exchange.ordering=first"], "peer first (graft_first)")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.yaml").write_text(_config_text(["pair=tiny", "method=graft", *ov]))
+        assert run_variant(str(d)) == want
+    assert run_variant(str(tmp_path / "no-such-run")) is None

@@ -6,7 +6,10 @@ Per trained policy, from ``metrics.jsonl``:
 - for cross-model runs (GRAFT and its relatives), summed over the steps: prompt groups the receiver got from its
   peer (``graft/selected``), grafted responses transferred (``graft/transferred``) and admitted by the gate
   (``graft/admitted``), and the mean clipped fraction of the grafted tokens (``clip_ratio/peer``);
-- seconds per step (median).
+- seconds per step (median);
+
+and the run's variant as ``graft report`` files it (:func:`run_variant`: read from its resolved settings, so
+``--method graft exchange.params.delta=0.0`` prints "w/o floor (δ=0)", the row of Table 2a/7 it lands in).
 
 ``<run>/summary.png``: reward over steps per policy and, when the run exchanged, the groups selected and responses
 admitted per step.
@@ -19,7 +22,19 @@ import os
 import numpy as np
 
 from graft_cli.report.markdown import md_table
-from graft_cli.rundir import read_metrics, training_rows
+from graft_cli.rundir import read_metrics, run_config_raw, training_rows
+
+
+def run_variant(run_dir: str) -> str | None:
+    """``"<label> (<variant>)"``: the variant :func:`graft_cli.report.tables.identify` reads from the run's
+    config.yaml and its table label; None without a config.yaml."""
+    from graft_cli.report.tables import identify, method_label, variant_label
+
+    raw = run_config_raw(run_dir)
+    if not raw.get("method"):
+        return None
+    variant = variant_label(*identify(raw))
+    return f"{method_label(variant)} ({variant})"
 
 
 def run_summary(run_dir: str) -> dict:
