@@ -308,3 +308,73 @@ def test_entropy_drop_over_the_early_window():
     # H(1) = 2.0, last step within the window (10) is 9: H = 0.5 → 1 − 0.5/2 = 0.75; later steps are ignored
     assert entropy_drop({1: 2.0, 5: 1.0, 9: 0.5, 20: 0.01}, 10) == pytest.approx(0.75)
     assert entropy_drop({1: 2.0}, 10) is None
+
+
+# ------------------------------------------------------------------ the IS weight covers the fused advantage
+def _opd_batch(a_grpo, teacher, old, sampler):
+    """A TrainBatch of the student's own rows: scalar GRPO advantages, the teacher column, old and sampler
+    log-probs (lists per row)."""
+    from graft_cli.batch import TrainBatch
+
+    b = TrainBatch()
+    for i, (a, te, o, s) in enumerate(zip(a_grpo, teacher, old, sampler)):
+        b.append(prompt_ids=[1, 2], response_ids=list(range(3, 3 + len(o))), advantages=float(a), weights=1.0,
+                 source="self", group=i, rewards=0.0, sampler_logprobs=list(s), texts="", ref_logprobs=list(te))
+    b.old_logprobs = [list(o) for o in old]
+    return b
+
+
+def _pipeline(method, batch, coefs=None, overrides=()):
+    """The trainer's own token-signal pipeline (Trainer.token_signals) for ``method``'s composed config."""
+    from types import SimpleNamespace
+
+    from graft_cli.algorithms.signals import token_adv_params
+    from graft_cli.config import compose
+    from graft_cli.train.loop import Trainer
+
+    cfg = compose([f"method={method}", "algo.is_correction=token", "algo.is_threshold=5.0", *overrides])
+    fake = SimpleNamespace(cfg=cfg, step=0, signal_params=token_adv_params(list(cfg.algo.token_advantages),
+                                                                           cfg.algo.token_adv_params))
+    Trainer.token_signals(fake, "a", batch, dict(coefs or {}))
+    return cfg, batch.token_adv
+
+
+def test_is_weight_multiplies_the_whole_fused_advantage_by_hand():
+    import math
+
+    # one row, A_GRPO = 0.5; teacher [-1, -2, -0.5], old [-1.5, -1, -1] → A_OPD = [0.5, -1, 0.5];
+    # sampler = old − [ln 2, 0, −ln 10, ln 8] → w = min(exp(old − samp), 5) = [2, 1, 0.1, 5 (8 truncated)]
+    teacher, old = [-1.0, -2.0, -0.5, -1.0], [-1.5, -1.0, -1.0, -2.0]  # 4th token: A_OPD = 1
+    samp = [o - d for o, d in zip(old, [math.log(2), 0.0, -math.log(10), math.log(8)])]
+    # fixed fusion: w·(A_GRPO + A_OPD) = [2·1, 1·(−0.5), 0.1·1, 5·1.5] (the old order gave A_GRPO·w + A_OPD =
+    # [1.5, −0.5, 0.55, 3.5])
+    cfg, got = _pipeline("grpo_opd", _opd_batch([0.5], [teacher], [old], [samp]))
+    assert list(cfg.algo.token_advantages) == ["opd_fusion", "is_correction"]
+    assert got[0] == pytest.approx([2.0, -0.5, 0.1, 7.5], abs=1e-6)
+    # OPD-only (g = 0): w·A_OPD = [1, −1, 0.05, 5]
+    _, got = _pipeline("opd_only", _opd_batch([0.5], [teacher], [old], [samp]))
+    assert got[0] == pytest.approx([1.0, -1.0, 0.05, 5.0], abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_is_weight_multiplies_saf_fused_advantage_on_random_inputs(seed):
+    # SAF at scale 0.3, anneal 0.8: w·(A_GRPO + 0.3·0.8·0.1·tanh(top20%(A_OPD))), the stages as in the snippet
+    g = torch.Generator().manual_seed(seed)
+    B, lens = 5, [7, 3, 9, 1, 6]
+    teacher = [(-torch.rand(n, generator=g, dtype=D) * 4).tolist() for n in lens]
+    old = [(-torch.rand(n, generator=g, dtype=D) * 4).tolist() for n in lens]
+    samp = [(torch.tensor(o, dtype=D) + torch.randn(n, generator=g, dtype=D) * 0.7).tolist() for o, n in zip(old, lens)]
+    a = torch.randn(B, generator=g, dtype=D).tolist()
+    _, got = _pipeline("saf", _opd_batch(a, teacher, old, samp), {"saf/scale": 0.3, "saf/anneal": 0.8})
+    T = max(lens)
+    # float32 as verl (and graft) hold the advantages: the snippet's float32 quantile then compares exactly
+    pad = lambda rows: torch.tensor([r + [0.0] * (T - len(r)) for r in rows], dtype=torch.float32)  # noqa: E731
+    mask, a32 = pad([[1.0] * n for n in lens]), torch.tensor(a, dtype=torch.float32)
+    st = _St()
+    st.done, st.frozen, st.t = True, 0.3, 0  # the snippet's state on a step with scale 0.3 and anneal 1 − 0/R
+    fused = snippet(a32, pad(teacher) * mask, pad(old) * mask, mask, 50, st, R=5)  # anneal(0) = 1
+    fused = a32[:, None] * mask + (fused - a32[:, None] * mask) * 0.8
+    w = torch.exp(pad(old) - pad(samp)).clamp(max=5.0) * mask
+    want = fused * w
+    for i, n in enumerate(lens):
+        assert got[i] == pytest.approx(want[i, :n].tolist(), abs=1e-5)

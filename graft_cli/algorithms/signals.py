@@ -10,7 +10,9 @@ these columns only).
   ``fn(batch, ctx) -> (token_adv | None, metrics)`` where ``token_adv`` has one entry per row (a list over
   its response tokens, or ``None`` for the row's scalar advantage broadcast). Each function sees the
   ``batch.token_adv`` the previous one left. ``is_correction`` (on by default; a no-op unless
-  ``algo.is_correction`` is ``token`` or ``sequence``) multiplies the advantages by the truncated IS weights.
+  ``algo.is_correction`` is ``token`` or ``sequence``) multiplies the advantages the functions before it left
+  by the truncated IS weights, so it goes last when the weight is to cover the whole advantage (verl multiplies
+  the whole per-token loss by it: ``grpo_opd``, ``saf`` and ``opd_only`` run ``[opd_fusion, is_correction]``).
 
 ``ctx`` is a :class:`SignalContext`: the step, the algorithm settings, the controllers' coefficients and
 the policy's name.
