@@ -2,7 +2,8 @@
 
 Hub datasets use common field names (``problem``/``question``/``prompt`` and
 ``answer``/``solution``/``final_answer``/``expected_answer``); a field map can be given explicitly as
-``name:split`` plus ``fields``. A malformed local line raises :class:`GraftError` naming file and line.
+``name:split`` plus ``fields``. An answer given as a list (OlympiadBench's ``final_answer``) is its items joined
+with ", ". A malformed local line raises :class:`GraftError` naming file and line.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def _normalise(row: dict, where: str, fields: dict | None = None) -> Problem:
     if ak is None or ak not in row:
         raise GraftError(f"{where}: no answer field (looked for {', '.join(ANSWER_KEYS)})")
     problem, answer = row[pk], row[ak]
+    if isinstance(answer, (list, tuple)) or type(answer).__name__ == "ndarray":  # e.g. OlympiadBench final_answer
+        parts = [str(a).strip() for a in answer if a is not None and str(a).strip()]
+        if not parts:
+            raise GraftError(f"{where}: field {ak!r} is an empty list")
+        answer = ", ".join(parts)
     if not isinstance(problem, str) or not problem.strip():
         raise GraftError(f"{where}: field {pk!r} must be a non-empty string")
     if answer is None or (isinstance(answer, str) and not answer.strip()):
@@ -81,21 +87,40 @@ def _load_parquet(path: str, fields) -> list[Problem]:
     return out
 
 
-def _load_hub(spec: str, fields) -> list[Problem]:
+def _load_hub(spec: str, fields, config: str | None = None, where: dict | None = None,
+              drop_answers=()) -> list[Problem]:
+    """A hub dataset ``name[:split]`` (config ``config``), its rows normalised; with ``where`` only the rows
+    whose fields equal those values, and without the rows whose raw answer is in ``drop_answers``."""
     name, _, split = spec.partition(":")
     try:
         import datasets
     except ImportError:  # pragma: no cover
         raise GraftError(f"{spec}: loading hub datasets needs the `datasets` package") from None
     try:
-        ds = datasets.load_dataset(name, split=split or "train")
+        ds = datasets.load_dataset(name, config, split=split or "train") if config else \
+            datasets.load_dataset(name, split=split or "train")
     except Exception as e:  # network, missing dataset, bad split
         raise GraftError(f"{spec}: could not load hub dataset ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    drop = {str(a) for a in drop_answers}
+    ak = (fields or {}).get("answer")
     out = []
     for i, row in enumerate(ds):
-        p = _normalise(dict(row), f"{spec}: row {i}", fields)
+        row = dict(row)
+        if where and any(row.get(k) != v for k, v in where.items()):
+            continue
+        if drop and str(row.get(ak or "answer")) in drop:
+            continue
+        p = _normalise(row, f"{spec}: row {i}", fields)
         out.append(p if p.id else Problem(f"{name}:{i}", p.problem, p.answer))
     return out
+
+
+def load_hub_subset(spec: str, fields: dict | None = None, config: str | None = None, where: dict | None = None,
+                    drop_answers=()) -> list[Problem]:
+    """Part of a hub dataset (a benchmark built from a selection, e.g. OlympiadBench's single-answer rows):
+    ``spec`` ``name[:split]``, its ``config``, the rows matching ``where`` minus those whose raw answer is in
+    ``drop_answers``, normalised with the ``fields`` map."""
+    return _load_hub(spec, fields, config, where, drop_answers)
 
 
 def load_problems(source: str, fields: dict | None = None) -> list[Problem]:

@@ -1,12 +1,17 @@
-"""The five evaluation benchmarks (graft.md §1) and how a benchmark list is resolved to problem files.
+"""The evaluation benchmarks and how a benchmark list is resolved to problem files.
 
-Registry: name -> display name, default hub source, local file name, paper size.
+Registry: name -> display name, default hub source (one dataset, or ``parts``: selections of one or several
+joined), local file name, paper size. The GRAFT paper's five (graft.md §1); Tandem RLVR's OlympiadBench
+(``olympiad``), AIME26 (``aime26``) and AMC 2023-25 (``amc23_25``) (tandem.md §2.10); SAF-OPD's HMMT 2025
+February and November (``hmmt25_feb``, ``hmmt25_nov``; opd_saf.md §5).
 
 Resolution of one entry of ``--benchmarks`` / ``eval.benchmarks`` (:func:`resolve_benchmarks`):
 
 * ``math500`` (a registry name): for the tiny pair, the tiny task's ``eval_math500.jsonl``
   (``ensure_tiny()["task"]``); otherwise ``<eval dir>/math500.jsonl`` when an eval data directory is
-  given (``--eval-dir``, ``eval.data_dir`` or ``$GRAFT_EVAL_DIR``) and holds it; otherwise the hub id.
+  given (``--eval-dir``, ``eval.data_dir`` or ``$GRAFT_EVAL_DIR``) and holds it (taken as it is: a
+  ``{id, problem, answer}`` file, e.g. SAF-OPD's released ``hmmt25_feb/test.jsonl`` copied to
+  ``hmmt25_feb.jsonl``); otherwise the hub id (with the registry's field map, selection and parts).
 * ``name=SOURCE``: benchmark ``name`` read from ``SOURCE`` (a local file or a hub ``id[:split]``).
 * a path to a ``.jsonl``/``.json``/``.parquet`` file: named after the file (``eval_`` prefix dropped).
 
@@ -23,15 +28,42 @@ from graft_cli.errors import GraftError
 
 
 @dataclass(frozen=True)
+class HubPart:
+    """One hub dataset (or a selection of it) that a benchmark is built from."""
+    hub: str  # "id[:split]"
+    config: str | None = None  # the dataset's config (subset) name
+    fields: dict = field(default_factory=dict)  # field map (problem / answer / id)
+    where: dict = field(default_factory=dict)  # keep only the rows whose fields equal these values
+    drop_answers: tuple = ()  # leave out rows with these raw answers (ones a boxed-answer grader cannot grade)
+    tag: str = ""  # id prefix of its rows when a benchmark joins several parts (ids stay unique)
+
+    def load(self):
+        from graft_cli.data.problems import Problem, load_hub_subset
+
+        probs = load_hub_subset(self.hub, self.fields or None, self.config, self.where or None, self.drop_answers)
+        return [Problem(f"{self.tag}-{p.id}", p.problem, p.answer) for p in probs] if self.tag else probs
+
+
+@dataclass(frozen=True)
 class Benchmark:
     name: str  # key used in file names and summaries
     display: str  # column header (paper spelling)
-    hub: str  # default hub source "id[:split]"
+    hub: str  # default hub source "id[:split]" (of the first part when ``parts`` is set)
     filename: str  # file name inside an eval data directory
-    size: int  # number of problems in the paper's version
+    size: int  # number of problems in the version the papers use
     fields: dict = field(default_factory=dict)  # explicit field map for the hub copy, if needed
+    parts: tuple = ()  # HubPart, ...: the hub copy is these parts joined in order (a selection, or several sets)
+    source: str = ""  # where the definition comes from
 
 
+# The GRAFT paper's five (graft.md §1), then the other seeds' sets: Tandem RLVR's OlympiadBench, AIME26 and
+# AMC 2023-25 (tandem.md §2.10; their data/build_evals.py: OlympiadBench's English text-only open-ended maths
+# competition problems with a single answer, 581 of 675; AMC 2023 (40) + AMC 12 2024 (45 less 4 whose answer a
+# boxed-answer grader cannot read: a letter, an interval, a free-variable expression) + AMC 12 2025 without
+# figures (42 less 2: a clock time, a free variable) = 121), and SAF-OPD's HMMT 2025 February and November
+# (opd_saf.md §5; 30 each, the released data/hmmt25_{feb,nov}/test.jsonl, the MathArena sets).
+_AMC24_UNGRADABLE = ("(0, \\frac{1}{2})", "[\\frac{3}{4}, \\frac{7}{8}]", "\\frac{\\pi}{2} - 2\\alpha", "D")
+_AMC25_UNGRADABLE = ("4{:}30", "k")
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
@@ -40,9 +72,31 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("aime25", "AIME25", "MathArena/aime_2025:train", "aime25.jsonl", 30),
         Benchmark("amc23", "AMC23", "math-ai/amc23:test", "amc23.jsonl", 40),
         Benchmark("minerva", "Minerva", "math-ai/minervamath:test", "minerva.jsonl", 272),
+        Benchmark("olympiad", "OlympiadBench", "Hothan/OlympiadBench:train", "olympiad.jsonl", 581,
+                  parts=(HubPart("Hothan/OlympiadBench:train", config="OE_TO_maths_en_COMP",
+                                 fields={"problem": "question", "answer": "final_answer"},
+                                 where={"is_multiple_answer": False}),),
+                  source="tandem.md §2.10 (Tandem RLVR data/eval/olympiad, 581 rows)"),
+        Benchmark("aime26", "AIME26", "MathArena/aime_2026:train", "aime26.jsonl", 30,
+                  fields={"problem": "problem", "answer": "answer"}, source="tandem.md §2.10"),
+        Benchmark("amc23_25", "AMC23-25", "math-ai/amc23:test", "amc23_25.jsonl", 121,
+                  parts=(HubPart("math-ai/amc23:test", fields={"problem": "question", "answer": "answer"},
+                                 tag="amc23"),
+                         HubPart("rawsh/2024_AMC12:train", fields={"problem": "problem", "answer": "answer"},
+                                 drop_answers=_AMC24_UNGRADABLE, tag="amc24"),
+                         HubPart("sonthenguyen/amc12-2025-non-figure:train",
+                                 fields={"problem": "question", "answer": "answer"},
+                                 drop_answers=_AMC25_UNGRADABLE, tag="amc25")),
+                  source="tandem.md §2.10 (Tandem RLVR data/eval/amc23_25, 121 rows)"),
+        Benchmark("hmmt25_feb", "HMMT25-Feb", "MathArena/hmmt_feb_2025:train", "hmmt25_feb.jsonl", 30,
+                  fields={"problem": "problem", "answer": "answer"}, source="opd_saf.md §5"),
+        Benchmark("hmmt25_nov", "HMMT25-Nov", "MathArena/hmmt_nov_2025:train", "hmmt25_nov.jsonl", 30,
+                  fields={"problem": "problem", "answer": "answer"}, source="opd_saf.md §5"),
     )
 }
 FIVE = ("math500", "aime24", "aime25", "amc23", "minerva")
+TANDEM = ("aime24", "aime25", "aime26", "amc23_25", "math500", "minerva", "olympiad")  # tandem.md §2.10
+SAF_FINAL = ("aime24", "aime25", "hmmt25_feb", "hmmt25_nov")  # opd_saf.md §5 (validation: aime24, aime25)
 EVAL_DIR_ENV = "GRAFT_EVAL_DIR"
 
 
@@ -52,11 +106,22 @@ class BenchmarkSource:
     display: str
     source: str  # local path or hub id[:split]
     fields: dict = field(default_factory=dict)
+    parts: tuple = ()  # HubPart, ...: a hub benchmark built from parts (``source`` then names the first)
 
     def load(self):
         from graft_cli.data.problems import load_problems
+        from graft_cli.errors import GraftError
 
-        return load_problems(self.source, self.fields or None)
+        if not self.parts:
+            return load_problems(self.source, self.fields or None)
+        probs = [p for part in self.parts for p in part.load()]
+        ids = [p.id for p in probs]
+        dup = next((i for i in ids if ids.count(i) > 1), None)
+        if dup is not None:
+            raise GraftError(f"benchmark {self.name}: duplicate id {dup!r} across its parts")
+        if not probs:
+            raise GraftError(f"benchmark {self.name}: no problems in {', '.join(p.hub for p in self.parts)}")
+        return probs
 
 
 def display_name(name: str) -> str:
@@ -126,14 +191,15 @@ def resolve_benchmarks(benchmarks=None, data: str | None = None, pair: str | Non
             elif eval_dir and os.path.exists(os.path.join(eval_dir, b.filename)):
                 out.append(BenchmarkSource(e, b.display, os.path.join(eval_dir, b.filename)))
             else:
-                out.append(BenchmarkSource(e, b.display, b.hub, dict(b.fields)))
+                out.append(BenchmarkSource(e, b.display, b.hub, dict(b.fields), tuple(b.parts)))
         elif _looks_like_file(e):
             if not os.path.exists(e):
                 raise GraftError(f"benchmark file {e}: not found")
             name = _name_from_path(e)
             out.append(BenchmarkSource(name, display_name(name), e))
         else:
-            raise GraftError(f"unknown benchmark {e!r}; known: {', '.join(FIVE)} (or NAME=FILE, or a file path)")
+            raise GraftError(f"unknown benchmark {e!r}; known: {', '.join(BENCHMARKS)} (or NAME=FILE, or a file "
+                             "path)")
     names = [b.name for b in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
