@@ -74,7 +74,7 @@ def _run(ctrl, kls, policy="a"):
     for j, kl in enumerate(kls):
         c = ctrl.coefs(j)
         out.append((round(c["saf/scale"], 12), round(c["saf/anneal"], 12)))
-        ctrl.observe(j, [{"policy": policy, "kl": kl}])
+        ctrl.observe(j, [{"policy": policy, "kl_seq_mean": kl}])
     return out
 
 
@@ -117,10 +117,65 @@ def test_controller_round_trips_through_a_checkpoint():
     b.load_state_dict(st)
     # KL_0 = 2.0; the 25% drop to 1.5 (observed after s = 3) stops the warm-up on s = 4, after the checkpoint
     assert st["kl0"] == 2.0 and st["prev_kl"] == 1.5 and st["done"] is False
-    rest_a = [(a.coefs(j), a.observe(j, [{"policy": "a", "kl": 1.0}])) for j in range(3, 6)]
-    rest_b = [(b.coefs(j), b.observe(j, [{"policy": "a", "kl": 1.0}])) for j in range(3, 6)]
+    rest_a = [(a.coefs(j), a.observe(j, [{"policy": "a", "kl_seq_mean": 1.0}])) for j in range(3, 6)]
+    rest_b = [(b.coefs(j), b.observe(j, [{"policy": "a", "kl_seq_mean": 1.0}])) for j in range(3, 6)]
     assert rest_a == rest_b
     assert rest_a[0][0] == {"saf/scale": 0.8, "saf/anneal": 1.0} and a.st["end"] == 4
+
+
+def test_anneal_spans_the_runs_steps_by_default_and_keeps_its_budget_on_resume():
+    # anneal_total_steps unset → S = the run's steps (10): warm-up ends naturally at s* = 2 → R = 8, so the OPD term
+    # reaches 0 at step 10, the run's last: anneal = [1, 1, 7/8, ..., 1/8, 0] over s = 1..10
+    p = {"warmup_steps": 2, "kl_delta": 0.2, "anneal_steps": 200}
+    a = SafSchedule(p, total_steps=10)
+    assert [x for _, x in _run(a, [1.0] * 10)] == pytest.approx([1.0, 1.0] + [1 - t / 8 for t in range(1, 9)])
+    assert a.st["R"] == 8
+    # anneal_total_steps: 0 → R = anneal_steps = 200 whatever the run's length (the released script's default)
+    b = SafSchedule({**p, "anneal_total_steps": 0}, total_steps=10)
+    assert [x for _, x in _run(b, [1.0] * 4)] == pytest.approx([1.0, 1.0, 0.995, 0.99])
+    # resumed with --steps 20 after step 4: R stays the 8 fixed when the anneal started (step 5: 1 − 3/8)
+    c = SafSchedule(p, total_steps=10)
+    _run(c, [1.0] * 4)
+    d = SafSchedule(p, total_steps=20)
+    d.load_state_dict(json.loads(json.dumps(c.state_dict())))
+    assert d.coefs(4)["saf/anneal"] == pytest.approx(1 - 3 / 8)
+    with pytest.raises(Exception, match="anneal_total_steps >= 0"):
+        SafSchedule({**p, "anneal_total_steps": -1}, 10)
+
+
+def test_warmup_reads_the_per_sequence_kl_statistic():
+    # a step's rows: kl (token mean over the step) falls 25%, kl_seq_mean (mean of per-sequence token means) 10%:
+    # the default statistic (the released runs') keeps warming up; kl_metric: kl stops at s = 3
+    rows = [{"policy": "a", "kl": 1.0, "kl_seq_mean": 1.0}, {"policy": "a", "kl": 0.75, "kl_seq_mean": 0.9}]
+    for metric, want in (("kl_seq_mean", [0.01, 0.02, 0.03]), ("kl", [0.01, 0.02, 0.03])):
+        ctrl = _schedule(kl_metric=metric)
+        got = []
+        for j in range(3):
+            got.append(round(ctrl.coefs(j)["saf/scale"], 12))
+            ctrl.observe(j, [rows[min(j, 1)]])
+        assert got == want and ctrl.st["done"] is (metric == "kl")
+
+
+def test_kl_seq_mean_statistic_by_hand():
+    from graft_cli.algorithms.losses import LossInputs, LossSpec, Normaliser, compute_loss, kl_penalty
+
+    # row 0: 3 tokens with d = log π_ref − log π = [ln 2, 0, −ln 2] → k3 = e^d − d − 1 = [1 − ln 2, 0, ln 2 − 1/2]
+    # (token mean (1/2)/3 = 1/6); row 1: 1 token, d = ln 3 → k3 = 2 − ln 3; row 2: no loss token (left out)
+    import math
+
+    logp = torch.zeros(3, 3)
+    ref = torch.tensor([[math.log(2), 0.0, -math.log(2)], [math.log(3), 0.0, 0.0], [1.0, 1.0, 1.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    k3 = kl_penalty(logp, ref, "low_var_kl")
+    assert k3[0].tolist() == pytest.approx([1 - math.log(2), 0.0, math.log(2) - 0.5], abs=1e-6)
+    spec = LossSpec("zero", lambda inp: (inp.logp.sum() * 0.0, {}), {})  # only the KL measurement is read
+    inp = LossInputs.of(logp, logp, torch.zeros(3, 3), mask, torch.ones(3), torch.zeros(3, dtype=torch.bool),
+                        norm=Normaliser(4.0, 2.0), extra={"ref_logprobs": ref})
+    _, st = compute_loss(spec, inp)
+    want_seq = (1 / 6 + 2 - math.log(3)) / 2  # mean over the 2 rows with tokens of their token means
+    want_tok = (0.5 + 2 - math.log(3)) / 4  # the step's token mean (the `kl` metric)
+    assert float(st["kl_seq_mean/sum"] / st["kl_seq_mean/n"]) == pytest.approx(want_seq, abs=1e-6)
+    assert float(st["kl_seq_mean/n"]) == 2.0 and float(st["kl/sum"] / st["kl/n"]) == pytest.approx(want_tok, abs=1e-6)
 
 
 # --------------------------------------------------------------------------- against the reference snippet
@@ -171,7 +226,7 @@ def test_fused_advantage_equals_the_reference_snippet(seed):
                                         tanh_coef=0.1, scale=c["saf/scale"], anneal=c["saf/anneal"])
         assert torch.allclose(got, want, atol=1e-6), s
         kl = float(1.0 / s if s % 4 else 2.0)  # a KL that falls (stopping the warm-up) and jumps
-        ctrl.observe(s - 1, [{"policy": "a", "kl": kl}])
+        ctrl.observe(s - 1, [{"policy": "a", "kl_seq_mean": kl}])
         prev = kl
     assert st.done and ctrl.st["done"] and st.end == ctrl.st["end"]
 
@@ -196,6 +251,14 @@ def test_method_configs():
         assert c.policies[1].model == "Qwen/Qwen3-30B-A3B-Instruct-2507" and c.rollout.max_new_tokens == 16384
         assert (c.data.prompt_batch, c.algo.minibatch_prompts, c.optim.lr, c.algo.clip_high) == (128, 128, 1e-6, 0.2)
         assert compose([f"pair=saf_qwen3_{s}", "method=opd_only"]).data.prompt_batch == 1024
+        # every arm aggregates as S0's one-sequence micro-batches do; 300 steps, OPD-only 100; SAF's anneal spans the
+        # run (anneal_total_steps unset → the run's steps) on the released runs' KL statistic
+        for m, steps in (("grpo", 300), ("grpo_opd", 300), ("saf", 300), ("opd_only", 100)):
+            c = compose([f"pair=saf_qwen3_{s}", f"method={m}"])
+            assert (c.algo.agg, c.run.steps) == ("seq-mean-token-mean", steps), (s, m)
+        ctrl = compose([f"pair=saf_qwen3_{s}", "method=saf"]).algo.controllers[0]
+        assert ctrl["anneal_total_steps"] is None and ctrl["kl_metric"] == "kl_seq_mean"
+    assert compose(["method=saf"]).algo.agg == compose(["method=grpo"]).algo.agg == "token-mean"  # tiny: the default
 
 
 def test_unknown_stage_parameter_is_one_line():

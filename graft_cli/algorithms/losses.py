@@ -239,7 +239,11 @@ def compute_loss(spec: LossSpec, inp: LossInputs, kl_coef: float = 0.0, kl_type:
     """The registered loss plus, when ``kl_coef`` > 0, a KL term to a frozen reference (verl's ``use_kl_loss``:
     L + β·agg(KL(π_θ ‖ π_ref)) with the loss's aggregation over the mask; column ``ref_logprobs``, filled by
     a frozen model's scorer). Whenever that column is there the KL is measured (with β = 0 only logged, as
-    verl's ``use_kl_loss=True, kl_loss_coef=0``): stats ``kl/sum`` and ``kl/n``, reported as ``kl``."""
+    verl's ``use_kl_loss=True, kl_loss_coef=0``): stats ``kl/sum`` and ``kl/n``, reported as ``kl`` (the token
+    mean over the step), and ``kl_seq_mean/sum`` and ``kl_seq_mean/n``, reported as ``kl_seq_mean``: the mean
+    over rows with loss tokens of each row's token-mean KL, which is verl's ``actor/kl_loss`` when every
+    micro-batch holds one sequence (the mean over micro-batches of the micro-batch's token mean; SAF-OPD's
+    released runs, ``ppo_micro_batch_size_per_gpu=1``; verl also scales it by 1/accumulation, a constant)."""
     loss, st = spec.fn(inp)
     ref = inp.columns.get("ref_logprobs")
     if kl_coef > 0 and not isinstance(ref, torch.Tensor):
@@ -248,6 +252,10 @@ def compute_loss(spec: LossSpec, inp: LossInputs, kl_coef: float = 0.0, kl_type:
         kl = kl_penalty(inp.logp, ref, kl_type)
         if kl_coef > 0:
             loss = loss + kl_coef * agg_loss(kl, inp.mask, inp.agg, inp.norm)
+        tok = inp.mask.sum(-1).detach()
+        seq = (kl.detach() * inp.mask).sum(-1) / tok.clamp(min=1e-12)
         st = {**st, "kl/sum": (kl.detach() * inp.mask).sum().to(torch.float64),
-              "kl/n": inp.mask.sum().detach().to(torch.float64)}
+              "kl/n": inp.mask.sum().detach().to(torch.float64),
+              "kl_seq_mean/sum": seq[tok > 0].sum().to(torch.float64),
+              "kl_seq_mean/n": (tok > 0).sum().to(torch.float64)}
     return loss, st

@@ -10,8 +10,9 @@ Pure functions over ``(B, T)`` tensors (response-token positions, float ``mask``
 - :class:`SafSchedule` (Stages 3–4, a registered controller ``saf_schedule``): the KL-triggered linear warm-up
   scale_w(s) = min(s/N_w, 1) over 1-based steps s, stopped (and frozen at its value) once the relative drop of
   the previous step's sampled k3 KL from KL_0 reaches δ, or at s ≥ N_w; then the linear anneal
-  anneal(t) = c_min + (1 − c_min)·max(0, 1 − t/R), t = 0 on the activation step, R = ``anneal_steps`` or the
-  remaining budget max(1, S − s*) when ``anneal_total_steps`` S > 0; N_w = 0 anneals from step 1 (the code);
+  anneal(t) = c_min + (1 − c_min)·max(0, 1 − t/R), t = 0 on the activation step, R = the remaining budget
+  max(1, S − s*) with S = ``anneal_total_steps`` (default: the run's steps, so the OPD term reaches c_min at
+  the run's end), or R = ``anneal_steps`` when S = 0; N_w = 0 anneals from step 1 (the code);
 - :func:`fused_advantages` (the fusion, §2–3.2): A_total = g·A_GRPO + o·anneal·scale·stages(A_OPD), registered as
   the token-advantage function ``opd_fusion``. Fixed fusion is every stage off (k = 100, no tanh, no
   controller); OPD-only is g = 0.
@@ -139,12 +140,22 @@ def opd_fusion(batch, ctx):
 @CONTROLLERS.register("saf_schedule")
 class SafSchedule(Controller):
     """SAF's Stage 3 (KL-triggered warm-up) and Stage 4 (linear anneal) as coefficients ``saf/scale`` and
-    ``saf/anneal`` (module docstring; opd_saf.md §3.2 and its reference snippet). The KL signal is the previous
-    step's ``kl`` metric (the token-mean clipped k3 of the student at update time against the teacher column;
-    verl's 1-step-lagged ``actor/kl_loss``) of policy ``policy`` (default: the first row)."""
+    ``saf/anneal`` (module docstring; opd_saf.md §3.2 and its reference snippet).
+
+    The KL signal is the previous step's ``kl_metric`` metric of policy ``policy`` (default: the first row),
+    verl's 1-step-lagged ``actor/kl_loss``: by default ``kl_seq_mean``, the mean over the step's sequences of
+    each sequence's token-mean clipped k3 of the student at update time against the teacher column, which is
+    what the released runs log (one sequence per micro-batch, the micro-batches' token means averaged; their
+    constant 1/accumulation factor cancels in the relative drop); ``kl`` is the token mean over the step.
+
+    ``anneal_total_steps`` S: ``None`` (default) is the run's steps (``total_steps``), so the anneal spans the
+    training budget left after the warm-up and reaches ``anneal_min`` at the run's last step (the paper's
+    "spans the full training budget"; S0's script takes ``ANNEAL_TOTAL_STEPS``, default 0); 0 uses
+    ``anneal_steps``. R is fixed when the anneal starts (the released ``_anneal_steps_dynamic``), so a run resumed
+    with another ``--steps`` keeps its anneal."""
 
     DEFAULTS = {"warmup_steps": 100, "kl_delta": 0.2, "warmup": True, "anneal": True, "anneal_steps": 200,
-                "anneal_min": 0.0, "anneal_total_steps": 0, "policy": None}
+                "anneal_min": 0.0, "anneal_total_steps": None, "policy": None, "kl_metric": "kl_seq_mean"}
 
     def __init__(self, params: dict | None = None, total_steps: int = 0):
         unknown = sorted(set(params or {}) - set(self.DEFAULTS))
@@ -156,7 +167,17 @@ class SafSchedule(Controller):
         if p["warmup_steps"] < 0 or p["anneal_steps"] < 1 or not 0 <= p["anneal_min"] <= 1:
             raise GraftError("config key 'algo.controllers': saf_schedule needs warmup_steps >= 0, anneal_steps >= 1 "
                              "and 0 <= anneal_min <= 1")
-        self.st = {"done": False, "frozen": None, "end": None, "kl0": None, "prev_kl": None, "t": 0}
+        if p["anneal_total_steps"] is not None and int(p["anneal_total_steps"]) < 0:
+            raise GraftError("config key 'algo.controllers': saf_schedule needs anneal_total_steps >= 0 (0: "
+                             "anneal_steps; null: the run's steps)")
+        self.st = {"done": False, "frozen": None, "end": None, "kl0": None, "prev_kl": None, "t": 0, "R": None}
+
+    def anneal_budget(self, end: int) -> int:
+        """R for an anneal that starts after warm-up end ``end``: max(1, S − end) with S = ``anneal_total_steps``
+        (None: the run's steps), or ``anneal_steps`` when S = 0 (or the run's length is unknown)."""
+        p = self.params
+        S = int(self.total_steps if p["anneal_total_steps"] is None else p["anneal_total_steps"])
+        return max(1, S - int(end)) if S > 0 else int(p["anneal_steps"])
 
     def _decide(self, s: int) -> tuple[dict, float, float]:
         """The state after step s (1-based) and that step's (scale, anneal); pure."""
@@ -174,9 +195,9 @@ class SafSchedule(Controller):
         scale = st["frozen"] if st["done"] else warmup_scale(s, nw)
         anneal = 1.0
         if st["done"] and p["anneal"]:
-            S = int(p["anneal_total_steps"])
-            R = max(1, S - int(st["end"])) if S > 0 else int(p["anneal_steps"])
-            anneal = anneal_factor(st["t"], R, float(p["anneal_min"]))
+            if st.get("R") is None:  # the anneal starts on this step: its budget is fixed now
+                st["R"] = self.anneal_budget(st["end"])
+            anneal = anneal_factor(st["t"], int(st["R"]), float(p["anneal_min"]))
             st["t"] += 1
         return st, float(scale), float(anneal)
 
@@ -187,7 +208,7 @@ class SafSchedule(Controller):
     def observe(self, step: int, rows: list[dict]) -> dict:
         st, scale, anneal = self._decide(step + 1)
         row = next((r for r in rows if self.params["policy"] in (None, r.get("policy"))), rows[0] if rows else {})
-        kl = row.get("kl")
+        kl = row.get(self.params["kl_metric"])
         st["prev_kl"] = float(kl) if kl is not None and math.isfinite(float(kl)) else st["prev_kl"]
         self.st = st
         return {"saf/warmup_scale": scale, "saf/anneal": anneal, "saf/warmup_done": float(st["done"]),
