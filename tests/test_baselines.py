@@ -152,6 +152,29 @@ def test_k3_kl_against_its_formula_and_in_the_loss():
     assert float(st["kl/sum"]) / float(st["kl/n"]) == pytest.approx(0.1065307 / 2, abs=1e-7)
 
 
+@pytest.mark.parametrize("temperature", [0.6])
+def test_kl_to_the_initial_weights_is_zero_at_step_one_at_the_rollout_temperature(tmp_path, problems_file,
+                                                                                  temperature):
+    """grpo_kl's reference is scored at the rollout temperature, as verl's reference worker: at step 1 the policy
+    still has its initial weights, so the k3 KL to their frozen copy is 0 at T = 0.6 as at T = 1 (scoring the
+    reference at T = 1 against a policy at T = 0.6 gave 0.0137 here)."""
+    from conftest import make_random_model
+
+    from graft_cli.config import compose
+    from graft_cli.train.loop import Trainer
+
+    model = make_random_model(str(tmp_path / "m"), "qwen3", 3)
+    cfg = compose(["method=grpo_kl", *train_overrides({"a": model}, problems_file, str(tmp_path / "run")),
+                   f"rollout.temperature={temperature}", "rollout.max_new_tokens=8", "run.device=cpu",
+                   "run.log_rollouts=false", "algo.minibatch_prompts=4"])  # one update: the initial policy
+    tr = Trainer(cfg, str(tmp_path / "run"), progress=False)
+    try:
+        row = tr.train_step()[0]
+    finally:
+        tr.close()
+    assert row["kl"] == pytest.approx(0.0, abs=1e-9) and row["kl_seq_mean"] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_kl_needs_a_reference_in_one_line():
     from graft_cli.config import compose
     from graft_cli.errors import GraftError

@@ -3,7 +3,8 @@
 Pure functions over ``(B, T)`` tensors (response-token positions, float ``mask``):
 
 - :func:`opd_advantage` (opd_saf.md §1.2, Stage 0): A_OPD,t = log π_T(y_t) − log π_S,old(y_t) on every
-  response token (the teacher's log-probs of the student's own tokens at temperature 1);
+  response token (the teacher's log-probs of the student's own tokens at the rollout temperature, as verl scores
+  its reference slot; 1 on the SAF pairs and tiny);
 - :func:`topk_sparsify` (Stage 1): per sequence τ_i = quantile(|A_i[valid]|, 1 − k/100) (torch's linear
   interpolation), keep = valid ∧ |A| ≥ τ_i (ties at τ kept); k = 100 keeps every response token;
 - :func:`tanh_compress` (Stage 2): A ← where(keep, c·tanh(A), A), bounded in (−c, c);

@@ -10,13 +10,16 @@ A scorer (registry ``SCORERS``) turns a TrainBatch and a *frozen* model (a model
 a KL reference, an OPD teacher, a tandem junior) into one per-row column, stored as
 ``batch.extra[<column>]``: ``scorer(model, tokenizer, batch, settings) -> list``.
 
-- ``logprobs``: per-token log π_frozen(o_t | ·) of each row's response tokens at temperature 1 (a KL
-  reference's or a teacher's log-probs), as a list per row.
+- ``logprobs``: per-token log π_frozen(o_t | ·) of each row's response tokens at the rollout temperature (a KL
+  reference's or a teacher's log-probs), as a list per row. verl's reference worker scores at
+  ``rollout.temperature`` as its actor does (``compute_ref_log_prob``: ``meta_info["temperature"]``), so the k3
+  KL to a frozen copy of the initial weights is 0 at step 1 whatever the temperature (tandem_qwen3_4b: 0.6);
+  an OPD teacher is scored the same way (S0 puts it in the reference slot; its rollouts are at T = 1).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -83,8 +86,9 @@ def score_rows(model, pad_id: int, batch: TrainBatch, settings: ScoreSettings,
 
 @SCORERS.register("logprobs")
 def logprob_scorer(model, tokenizer, batch: TrainBatch, settings: ScoreSettings) -> list[list[float]]:
-    """Per-token log-probs of the response tokens under the frozen model at temperature 1."""
-    return score_rows(model, tokenizer.pad_token_id, batch, replace(settings, temperature=1.0))
+    """Per-token log-probs of the response tokens under the frozen model at the settings' temperature (the
+    trainer passes the rollout temperature, as verl's reference worker)."""
+    return score_rows(model, tokenizer.pad_token_id, batch, settings)
 
 
 logprob_scorer.needs_shared_vocab = True  # it scores the policy's own token ids: the vocabularies must match
