@@ -255,7 +255,7 @@ def test_method_configs():
         # run (anneal_total_steps unset → the run's steps) on the released runs' KL statistic
         for m, steps in (("grpo", 300), ("grpo_opd", 300), ("saf", 300), ("opd_only", 100)):
             c = compose([f"pair=saf_qwen3_{s}", f"method={m}"])
-            assert (c.algo.agg, c.run.steps) == ("seq-mean-token-mean", steps), (s, m)
+            assert (c.algo.agg, c.run.steps, c.algo.clip_ratio_c) == ("seq-mean-token-mean", steps, 3.0), (s, m)
         ctrl = compose([f"pair=saf_qwen3_{s}", "method=saf"]).algo.controllers[0]
         assert ctrl["anneal_total_steps"] is None and ctrl["kl_metric"] == "kl_seq_mean"
     assert compose(["method=saf"]).algo.agg == compose(["method=grpo"]).algo.agg == "token-mean"  # tiny: the default
@@ -441,3 +441,31 @@ def test_is_weight_multiplies_saf_fused_advantage_on_random_inputs(seed):
     want = fused * w
     for i, n in enumerate(lens):
         assert got[i] == pytest.approx(want[i, :n].tolist(), abs=1e-5)
+
+
+# -------------------------------------------------- benchmarks/saf_compare.py: the released formulas, written out
+def _saf_compare():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("saf_compare", os.path.join(ROOT, "benchmarks", "saf_compare.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_saf_matches_the_released_formulas_on_random_inputs():
+    """graft's registered functions (composed saf on saf_qwen3_4b) against the script's independent re-implementation
+    of the released code: stages, schedule, IS placement, aggregation, KL statistic all within 1e-6; the settings
+    before issue 28 (IS before the fusion; token-mean) differ by far more, so the comparison can fail."""
+    S = _saf_compare()
+    diffs = S.compare(cases=3, steps=6, seed=1)
+    assert set(diffs) == {"grpo_advantage", "fused_advantage_with_is", "loss", "loss_gradient", "kl_statistic",
+                          "warmup_scale", "anneal"}
+    assert max(diffs.values()) <= 1e-6, diffs
+    assert S.compare(2, 4, overrides=["algo.token_advantages=[is_correction,opd_fusion]"])[
+        "fused_advantage_with_is"] > 1e-3
+    assert S.compare(2, 4, overrides=["algo.agg=token-mean"])["loss_gradient"] > 1e-3
+    # long answers (low KL per token) growing from 15% to 87% of the rows: the released per-sequence statistic and
+    # graft's kl_seq_mean stop the warm-up on the same step; the step's token mean would stop it earlier
+    stop = S.warmup_stop_scenario(seed=0, steps=30, rows=32)
+    assert stop["released"] == stop["graft (kl_seq_mean)"] > stop["graft (kl)"]
