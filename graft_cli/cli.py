@@ -179,15 +179,19 @@ def _not_yet(name: str, issue: str):
 @click.option("--policy", default=None, help="with --run: only these policies (comma-separated)")
 @click.option("--data", default=None, help="one problem file (JSONL/parquet) or hub id instead of the benchmarks")
 @click.option("--benchmarks", default=None,
-              help="comma-separated names (math500,aime24,aime25,amc23,minerva), NAME=FILE or files "
-                   "[default: the five; tiny pair: its five synthetic sets]")
+              help="comma-separated names (math500,aime24,aime25,amc23,minerva; olympiad,aime26,amc23_25; "
+                   "hmmt25_feb,hmmt25_nov), NAME=FILE or files [default: --run: its eval.final.benchmarks, else "
+                   "eval.benchmarks; else the five; tiny pair: its five synthetic sets]")
 @click.option("--eval-dir", default=None,
               help="folder with <benchmark>.jsonl files [default: $GRAFT_EVAL_DIR, else hub ids]")
 @click.option("--pair", default=None, help="with --model: 'tiny' uses the tiny pair's synthetic benchmarks")
-@click.option("--runs", type=int, default=5, show_default=True, help="independent eval runs (a seed each)")
-@click.option("--samples", type=int, default=None, help="samples per problem [default: 8]")
-@click.option("--temperature", type=float, default=None, help="sampling temperature [default: 0.6]")
-@click.option("--top-p", type=float, default=None, help="nucleus top-p [default: 0.95]")
+@click.option("--runs", type=int, default=None,
+              help="independent eval runs (a seed each) [default: 5; --run: its eval.final.runs, else 5]")
+@click.option("--samples", type=int, default=None,
+              help="samples per problem [default: 8; --run: its eval.final.samples, else eval.samples]")
+@click.option("--temperature", type=float, default=None,
+              help="sampling temperature [default: 0.6; --run: its eval.final / eval settings]")
+@click.option("--top-p", type=float, default=None, help="nucleus top-p [default: 0.95; --run: as --temperature]")
 @click.option("--max-new-tokens", type=int, default=None,
               help="response length limit [default: the run's rollout.max_new_tokens; 4096 with --model]")
 @click.option("--seed", type=int, default=None,

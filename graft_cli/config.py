@@ -199,6 +199,22 @@ class ExchangeConfig:
 
 
 @dataclass
+class FinalEvalConfig:
+    """The final evaluation (`graft eval --run` without the matching option) where it differs from validation:
+    every None key is the validation's (``eval.*``; runs: 5). E.g. SAF-OPD validates on AIME24/25 and reports
+    AIME24/25 + HMMT25 Feb/Nov at avg@32, one run (opd_saf.md §5). A validated step's folder already holds the
+    validation's samples: the final evaluation adds runs and benchmarks to it, and refuses other sampling
+    settings there (samples, temperature, top-p, seed, max new tokens must then equal the validation's)."""
+    benchmarks: Optional[list] = None
+    runs: Optional[int] = None
+    samples: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    seed: Optional[int] = None
+    max_new_tokens: Optional[int] = None
+
+
+@dataclass
 class EvalConfig:
     """Validation during training and defaults of `graft eval --run` (graft.md §1; graft_cli/eval/runner.py)."""
     every: int = 0  # validate every N steps (and at the last step); 0 = off (the CPU default); paper: 5
@@ -216,6 +232,9 @@ class EvalConfig:
     handoff_delimiter: str = "\n\n"  # the handoff evaluation's step end (strict alternation after it)
     rescue: bool = False  # `graft eval --run` also re-draws the run's all-fail prompts at its last step (eval/rescue)
     rescue_cap: int = 128  # at most this many prompts per subset (admitted / not admitted); 0 = all
+    prompt_suffix: Optional[str] = None  # the evaluation prompts' suffix (validation and final); None: prompt.suffix
+    prompt_separator: str = " "  # between problem and suffix in a chat-templated evaluation prompt (training: " ")
+    final: FinalEvalConfig = field(default_factory=FinalEvalConfig)  # `graft eval --run`'s own defaults
 
 
 @dataclass
@@ -557,6 +576,13 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(e.every >= 0, "eval.every", "must be >= 0 (0 = no validation)")
     _check(e.samples >= 1, "eval.samples", "must be >= 1")
     _check(e.runs >= 1, "eval.runs", "must be >= 1")
+    f = e.final
+    for key, val, ok in (("runs", f.runs, f.runs is None or f.runs >= 1),
+                         ("samples", f.samples, f.samples is None or f.samples >= 1),
+                         ("temperature", f.temperature, f.temperature is None or f.temperature >= 0),
+                         ("top_p", f.top_p, f.top_p is None or 0 < f.top_p <= 1),
+                         ("max_new_tokens", f.max_new_tokens, f.max_new_tokens is None or f.max_new_tokens >= 1)):
+        _check(ok, f"eval.final.{key}", f"out of range: {val!r}")
     _check(cfg.run.policy_workers >= 0, "run.policy_workers", "must be >= 0 (0 = auto, 1 = sequential)")
     _check(e.rescue_cap >= 0, "eval.rescue_cap", "must be >= 0 (0 = every event)")
     _check(e.max_new_tokens is None or e.max_new_tokens >= 1, "eval.max_new_tokens", "must be >= 1")

@@ -2,9 +2,9 @@
 
 The paper's prompt is one user message: the problem followed by the suffix
 ``Let's think step by step and output the final answer within \\boxed{}.``.
-``chat_template: auto`` wraps it in the tokenizer's chat template when the tokenizer defines one
-(``add_generation_prompt=True``; ``enable_thinking=False`` is passed for templates that read it),
-otherwise ``raw_template`` formats the text. ``chat_template: none`` always uses ``raw_template``.
+``chat_template: auto`` wraps it (problem, ``separator`` — a space —, suffix) in the tokenizer's chat template
+when the tokenizer defines one (``add_generation_prompt=True``; ``enable_thinking=False`` is passed for templates
+that read it), otherwise ``raw_template`` formats the text. ``chat_template: none`` always uses ``raw_template``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ class PromptSpec:
     suffix: str = SUFFIX
     chat_template: str = "auto"  # auto | none
     raw_template: str = RAW_TEMPLATE
+    separator: str = " "  # between problem and suffix in the chat message (SAF-OPD's evaluation: "\n")
 
     @classmethod
     def from_config(cls, prompt_cfg) -> "PromptSpec":
@@ -28,7 +29,7 @@ class PromptSpec:
 
     def text(self, problem: str, tokenizer) -> str:
         """The prompt string for ``problem`` under ``tokenizer``'s conventions."""
-        content = f"{problem} {self.suffix}" if self.suffix else problem
+        content = f"{problem}{self.separator}{self.suffix}" if self.suffix else problem
         if self.chat_template == "auto" and getattr(tokenizer, "chat_template", None):
             return tokenizer.apply_chat_template(
                 [{"role": "user", "content": content}],

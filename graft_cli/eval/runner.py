@@ -99,6 +99,8 @@ def prepare_folder(out_dir: str, settings: EvalSettings, spec, benches: list[tup
     path = os.path.join(out_dir, "meta.json")
     prompt = {"suffix": spec.suffix, "chat_template": spec.chat_template,
               "raw_template": spec.raw_template}
+    if getattr(spec, "separator", " ") != " ":  # folders made before the separator existed keep their identity
+        prompt["separator"] = spec.separator
     meta = {"settings": settings.identity(), "prompt": prompt, "benchmarks": {}}
     if os.path.exists(path) and not force:
         old = read_json(path)
@@ -496,6 +498,35 @@ def run_junior(cfg, junior: str | None = None) -> str:
                      "tandem.junior in the run's config")
 
 
+def eval_prompt_spec(cfg):
+    """The prompt of a run's evaluations (validation and ``graft eval --run``): the training prompt
+    (``prompt.*``) with ``eval.prompt_suffix`` (None: ``prompt.suffix``) and ``eval.prompt_separator`` between
+    problem and suffix (SAF-OPD's released evaluation: ``problem + "\n" + suffix``, math_eval/eval_math.py)."""
+    from graft_cli.data.prompts import PromptSpec
+
+    ec = cfg.eval
+    suffix = cfg.prompt.suffix if ec.prompt_suffix is None else ec.prompt_suffix
+    return PromptSpec(suffix, cfg.prompt.chat_template, cfg.prompt.raw_template, ec.prompt_separator)
+
+
+def final_settings(cfg, runs: int | None = None, samples: int | None = None, temperature: float | None = None,
+                   top_p: float | None = None, max_new_tokens: int | None = None,
+                   seed: int | None = None) -> EvalSettings:
+    """``graft eval --run``'s settings: each option given, else ``eval.final.<key>``, else the validation's
+    ``eval.<key>`` (runs: 5; max new tokens: the training ``rollout.max_new_tokens``)."""
+    ec, fc = cfg.eval, cfg.eval.final
+
+    def pick(given, final, validation):
+        return given if given is not None else (final if final is not None else validation)
+
+    return EvalSettings(runs=pick(runs, fc.runs, 5), samples=pick(samples, fc.samples, ec.samples),
+                        temperature=pick(temperature, fc.temperature, ec.temperature),
+                        top_p=pick(top_p, fc.top_p, ec.top_p),
+                        max_new_tokens=max_new_tokens or fc.max_new_tokens or ec.max_new_tokens
+                        or cfg.rollout.max_new_tokens,
+                        seed=pick(seed, fc.seed, ec.seed))
+
+
 def load_run_config(run_dir: str):
     from graft_cli import config as C
 
@@ -506,7 +537,7 @@ def load_run_config(run_dir: str):
 
 
 def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data: str | None = None,
-                 eval_dir: str | None = None, runs: int = 5, samples: int | None = None,
+                 eval_dir: str | None = None, runs: int | None = None, samples: int | None = None,
                  temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
                  seed: int | None = None, device: str | None = None, workers: int | None = None,
                  force: bool = False, progress: bool = True, console=None, tandem: bool | None = None,
@@ -515,11 +546,13 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     checkpoints and the kept best weights (default), ``last``, ``best`` or a list) into
     ``<run>/eval/<policy>/step_NNNNNN/``; then the policy summaries and ``best.json``.
 
-    Settings default to the run's ``eval`` section (temperature, top-p, samples, seed, benchmarks, max new
-    tokens; the latter falls back to the training ``rollout.max_new_tokens``, graft.md §1 "same length
-    limits as training"); ``runs`` defaults to 5. With ``tandem`` (default: the run's ``eval.tandem``) each
-    checkpoint also gets the handoff and legibility evaluations of :mod:`graft_cli.eval.tandem` with the
-    ``junior`` (default :func:`run_junior`) and a pass@k plot per policy. With ``rescue`` (default: the
+    Settings default to the run's ``eval.final`` section, then its ``eval`` section (temperature, top-p,
+    samples, seed, benchmarks, max new tokens; the latter falls back to the training
+    ``rollout.max_new_tokens``, graft.md §1 "same length limits as training"); ``runs`` defaults to
+    ``eval.final.runs``, else 5 (:func:`final_settings`). The prompt: :func:`eval_prompt_spec`. With
+    ``tandem`` (default: the run's ``eval.tandem``) each checkpoint also gets the handoff and legibility
+    evaluations of :mod:`graft_cli.eval.tandem` with the ``junior`` (default :func:`run_junior`) and a pass@k
+    plot per policy. With ``rescue`` (default: the
     run's ``eval.rescue``) each policy's last evaluated step also re-draws the run's all-fail prompts
     (:mod:`graft_cli.eval.rescue`) into ``step_N/rescue/`` (``rescue.json``). Returns policy -> step -> summary."""
     from graft_cli.data.prompts import PromptSpec
@@ -530,11 +563,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     console = console or make_console(stderr=True)
     cfg = load_run_config(run_dir)
     ec = cfg.eval
-    settings = EvalSettings(runs=runs, samples=samples or ec.samples,
-                            temperature=ec.temperature if temperature is None else temperature,
-                            top_p=ec.top_p if top_p is None else top_p,
-                            max_new_tokens=max_new_tokens or ec.max_new_tokens or cfg.rollout.max_new_tokens,
-                            seed=ec.seed if seed is None else seed)
+    settings = final_settings(cfg, runs, samples, temperature, top_p, max_new_tokens, seed)
     settings.check()
     names = [p.name for p in cfg.policies if p.role == "train"]  # frozen models have no checkpoints
     chosen = names if not policies else [p.strip() for p in (policies.split(",") if isinstance(policies, str)
@@ -543,9 +572,10 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
         if p not in names:
             raise GraftError(f"{run_dir}: no policy {p!r}; policies: {', '.join(names)}")
     if not benchmarks and not data:
-        benchmarks = list(ec.benchmarks) or None
+        benchmarks = list(ec.final.benchmarks if ec.final.benchmarks is not None else ec.benchmarks) or None
     benches = run_benches(cfg, benchmarks, data, eval_dir or ec.data_dir)
-    spec = PromptSpec.from_config(cfg.prompt)
+    spec = eval_prompt_spec(cfg)
+    train_spec = PromptSpec.from_config(cfg.prompt)  # the rescue re-draw samples training prompts
     from rich.markup import escape
 
     available = ckpt.valid_steps(os.path.join(run_dir, "checkpoints"),  # each damaged checkpoint named, skipped
@@ -618,7 +648,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                     console.print(f"{p} step {s} legibility: junior CE {leg['macro_ce']:.4f} nats/token"
                                   if leg["macro_ce"] is not None else f"{p} step {s} legibility: no tokens")
                 if rescue_step.get(p) == s:
-                    _evaluate_rescue(run_dir, cfg, p, out_dir, engine, model, tok, spec, grader, bar, console, force)
+                    _evaluate_rescue(run_dir, cfg, p, out_dir, engine, model, tok, train_spec, grader, bar, console,
+                                     force)
                 del model, ev, engine
     finally:
         grader.close()
@@ -739,7 +770,12 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
             warnings.warn("eval.every is ignored in data-parallel training; run `graft eval --run DIR` on the "
                           "checkpoints instead", stacklevel=2)
         return []
+    from graft_cli.data.prompts import PromptSpec
+
     st.load(cfg, trainer)
+    spec = eval_prompt_spec(cfg)
+    if spec == PromptSpec.from_config(cfg.prompt):
+        spec = trainer.spec  # the training prompt (no eval.prompt_* setting)
     settings = EvalSettings(runs=ec.runs, samples=ec.samples, temperature=ec.temperature, top_p=ec.top_p,
                             max_new_tokens=ec.max_new_tokens or cfg.rollout.max_new_tokens, seed=ec.seed)
     rows = []
@@ -747,7 +783,7 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
         t0 = time.perf_counter()
         out_dir = os.path.join(run_dir, "eval", name, f"step_{trainer.step:06d}")
         engine = pol.engine.eval_engine() if hasattr(pol.engine, "eval_engine") else pol.engine  # tandem: solo
-        ev = Evaluator(engine, pol.tokenizer, trainer.spec, settings, trainer.grader,
+        ev = Evaluator(engine, pol.tokenizer, spec, settings, trainer.grader,
                        context_len=context_length(pol.model), console=console)
         ev.evaluate(out_dir, st.benches)
         summary = write_summary(out_dir, {"model": "in-training", "policy": name, "step": trainer.step})
@@ -769,11 +805,13 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
 
 
 __all__ = ["EvalSettings", "Evaluator", "evaluate_model", "evaluate_run", "validate_in_training", "ValidationHook",
-           "update_best",           "write_policy_summary", "select_best", "run_seed", "summarize_dir"]
+           "update_best", "write_policy_summary", "select_best", "run_seed", "summarize_dir", "eval_prompt_spec",
+           "final_settings"]
 
 
 def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, policy=None, data=None,
-              benchmarks=None, eval_dir=None, pair=None, runs: int = 5, samples=None, temperature=None, top_p=None,
+              benchmarks=None, eval_dir=None, pair=None, runs: int | None = None, samples=None, temperature=None,
+              top_p=None,
               max_new_tokens=None, seed=None, out=None, dtype: str = "float32", device=None,
               chat_template: str = "auto", workers=None, force: bool = False, progress: bool = True,
               tandem: bool | None = None, junior: str | None = None):
@@ -795,7 +833,7 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
     from graft_cli.data.prompts import PromptSpec
 
     d = EvalSettings()
-    settings = EvalSettings(runs=runs, samples=samples or d.samples,
+    settings = EvalSettings(runs=d.runs if runs is None else runs, samples=samples or d.samples,
                             temperature=d.temperature if temperature is None else temperature,
                             top_p=d.top_p if top_p is None else top_p,
                             max_new_tokens=max_new_tokens or d.max_new_tokens,
