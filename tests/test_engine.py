@@ -14,7 +14,7 @@ from conftest import make_char_tokenizer, make_random_model
 
 from graft_cli.models.logprobs import naive_logprobs, pack, response_logprobs
 from graft_cli.rollout.base import SamplingParams
-from graft_cli.rollout.hf import HFEngine, top_p_filter
+from graft_cli.rollout.hf import HFEngine, processed_logprobs, top_k_filter, top_p_filter
 
 EOS = 1  # the char tokenizer's <eos>
 PAD = 0
@@ -157,6 +157,28 @@ def test_top_p_logprobs_are_of_the_renormalised_nucleus(model_paths, tok, prompt
         assert bool((diff >= -1e-5).all()) and bool((diff <= math.log(2) + 1e-5).all()), diff
 
 
+@pytest.mark.parametrize("sampler", ["per_row", "batch"])
+def test_top_k_samples_within_the_k_most_likely_with_renormalised_logprobs(model_paths, tok, prompts, sampler):
+    model = load(model_paths["qwen3"])
+    eng = HFEngine(model, tok, sampler=sampler)
+    ro = eng.generate(prompts, SamplingParams(n=3, temperature=0.7, top_k=3, max_new_tokens=6, seed=0))
+    for i, (r, lps) in enumerate(zip(ro.response_ids, ro.logprobs)):
+        p = prompts[i // 3]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([p + r])).logits[0, len(p) - 1 : -1].double() / 0.7
+        top3 = logits.topk(3, -1).indices
+        assert all(int(t) in top3[j].tolist() for j, t in enumerate(r))  # every token among the 3 most likely
+        # its log-prob is of the softmax over those 3 (not over the vocabulary)
+        want = torch.log_softmax(logits.gather(-1, top3), -1)
+        want = torch.stack([want[j][top3[j].tolist().index(t)] for j, t in enumerate(r)])
+        assert torch.allclose(torch.tensor(lps, dtype=torch.float64), want, atol=1e-4)
+    # top-k 1 is greedy decoding (each log-prob 0)
+    ro1 = eng.generate(prompts, SamplingParams(n=2, temperature=1.0, top_k=1, max_new_tokens=6, seed=1))
+    ro0 = eng.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=6, seed=1))
+    assert ro1.response_ids == [x for x in ro0.response_ids for _ in range(2)]
+    assert all(abs(v) < 1e-6 for lp in ro1.logprobs for v in lp)
+
+
 # --- EOS and truncation -----------------------------------------------------------------------------------
 def _check_eos_contract(ro, max_new):
     for ids, trunc in zip(ro.response_ids, ro.truncated):
@@ -218,6 +240,40 @@ def test_top_p_filter_hand():
     # the kept probabilities renormalise to 0.5/0.8 and 0.3/0.8
     probs = got[0].softmax(-1)
     assert torch.allclose(probs, torch.tensor([0.0, 0.625, 0.0, 0.375]), atol=1e-6)
+
+
+def test_top_k_filter_and_its_order_before_top_p_by_hand():
+    ninf = float("-inf")
+    # probabilities (0.15, 0.5, 0.05, 0.3): top-2 keeps t1, t3; ties with the k-th are kept (transformers, vLLM)
+    logits = torch.log(torch.tensor([[0.15, 0.5, 0.05, 0.3]]))
+    assert torch.isfinite(top_k_filter(logits, 2)).tolist() == [[False, True, False, True]]
+    assert torch.isfinite(top_k_filter(torch.tensor([[2.0, 1.0, 2.0, 0.0]]), 1)).tolist() == [[True, False, True,
+                                                                                              False]]
+    assert torch.equal(top_k_filter(logits, 0), logits) and torch.equal(top_k_filter(logits, 4), logits)
+    # top-k 3 then top-p 0.83: the top 3 renormalise to (0.5, 0.3, 0.15)/0.95 = 0.526, 0.316, 0.158; the mass before
+    # t0 is then 0.842 >= 0.83, so t0 goes (top-p alone keeps it: mass before it 0.8 < 0.83)
+    lp = processed_logprobs(logits, SamplingParams(temperature=1.0, top_p=0.83, top_k=3))
+    assert torch.allclose(lp.exp(), torch.tensor([[0.0, 0.625, 0.0, 0.375]]), atol=1e-6) and lp[0, 2] == ninf
+    only_p = processed_logprobs(logits, SamplingParams(temperature=1.0, top_p=0.83))
+    assert torch.allclose(only_p.exp(), torch.tensor([[0.15, 0.5, 0.0, 0.3]]) / 0.95, atol=1e-6)
+
+
+def test_vllm_sampling_params_carry_top_k(monkeypatch):
+    """The vLLM engine's SamplingParams (a stub ``vllm`` module records them; the real engine: test_vllm_engine.py):
+    top_k k >= 1 as given, 0 (off) as vLLM's -1, greedy rows -1."""
+    import sys
+    import types
+
+    from graft_cli.rollout.vllm import VLLMEngine
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **kw: kw))
+    eng = object.__new__(VLLMEngine)
+    eng.eos_ids = [EOS]
+    got = eng._params(SamplingParams(n=8, temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=30), seed=3)
+    assert (got["n"], got["temperature"], got["top_p"], got["top_k"], got["max_tokens"], got["seed"]) == (
+        8, 0.7, 0.8, 20, 30, 3)
+    assert eng._params(SamplingParams(temperature=0.7), None)["top_k"] == -1
+    assert eng._params(SamplingParams(temperature=0.0, top_k=20), None)["top_k"] == -1
 
 
 # --- response_logprobs (chunked, checkpointed) == naive_logprobs, values and gradients ----------------------

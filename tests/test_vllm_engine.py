@@ -132,6 +132,22 @@ def test_logprobs_match_trainer(setup, temperature):
     assert gap < TOL
 
 
+def test_top_k_samples_within_the_k_most_likely_with_renormalised_logprobs(setup):
+    """top_k reaches vLLM's SamplingParams: every token is among the 3 most likely and its processed log-prob is
+    the softmax over those 3 (the HF engine's tests/test_engine.py twin)."""
+    model, _, eng, prompts = setup
+    ro = eng.generate(prompts, SamplingParams(n=3, temperature=0.7, top_k=3, max_new_tokens=6, seed=0))
+    for i, (r, lps) in enumerate(zip(ro.response_ids, ro.logprobs)):
+        p = prompts[i // 3]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([p + r])).logits[0, len(p) - 1 : -1].double() / 0.7
+        top3 = logits.topk(3, -1).indices
+        assert all(int(t) in top3[j].tolist() for j, t in enumerate(r))
+        want = torch.log_softmax(logits.gather(-1, top3), -1)
+        want = torch.stack([want[j][top3[j].tolist().index(t)] for j, t in enumerate(r)])
+        assert torch.allclose(torch.tensor(lps, dtype=torch.float64), want, atol=TOL)
+
+
 def test_weight_push_changes_samples_eos_and_truncation(setup):
     model, _, eng, prompts = setup
     sp = SamplingParams(n=8, temperature=1.0, max_new_tokens=10, seed=5)

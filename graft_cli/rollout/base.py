@@ -2,7 +2,7 @@
 
 An engine samples ``n`` responses for each prompt (prompt-major order: responses of prompt ``i`` are
 rows ``i*n .. i*n+n-1``) and returns the response token ids, the decoded text, the per-token
-log-probabilities of the *processed* sampling distribution (after temperature and top-p), and whether
+log-probabilities of the *processed* sampling distribution (after temperature, top-k and top-p), and whether
 each response hit ``max_new_tokens`` without emitting EOS.
 """
 
@@ -23,6 +23,7 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 4096
     seed: int = 0
+    top_k: int = 0  # the k most likely tokens, before top-p (transformers' and vLLM's order); 0 = off (vLLM: -1)
 
 
 @dataclass

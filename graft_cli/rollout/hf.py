@@ -2,7 +2,8 @@
 
 A hand-written decode loop rather than ``model.generate`` so that (a) sampling is driven by a seeded
 ``torch.Generator`` (the global RNG is untouched), and (b) only the sampled token's log-probability of
-the *processed* distribution (logits / T, then top-p) is kept, never a B x T x V score tensor.
+the *processed* distribution (logits / T, then top-k, then top-p, as transformers' and vLLM's samplers order
+them) is kept, never a B x T x V score tensor.
 Responses that emit EOS stop there (the EOS id is kept in ``response_ids``); the rest are marked
 ``truncated`` at ``max_new_tokens``. Prompts are processed in micro-batches of ``max_batch`` sequences.
 
@@ -48,6 +49,21 @@ import torch
 
 from graft_cli.models.logprobs import AUTOCAST, _is_fsdp, autocast, cache_kwarg, distinct, left_pad
 from graft_cli.rollout.base import ENGINES, Rollouts, SamplingParams
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Keep the ``top_k`` largest logits of each row (ties with the k-th kept, as transformers' TopKLogitsWarper
+    and vLLM's top-k mask); the rest get -inf. ``top_k`` <= 0 or >= the vocabulary: unchanged."""
+    if top_k <= 0 or top_k >= logits.shape[-1]:
+        return logits
+    kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def processed_logprobs(logits: torch.Tensor, p: SamplingParams) -> torch.Tensor:
+    """log softmax(top_p(top_k(logits / T))): the distribution a token is drawn from (top-p over the top-k
+    tokens renormalised)."""
+    return torch.log_softmax(top_p_filter(top_k_filter(logits / p.temperature, p.top_k), p.top_p), -1)
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -243,11 +259,11 @@ def _on(value: bool | str, auto: bool) -> bool:
 
 def sample_next(logits: torch.Tensor, p: SamplingParams, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row from the last-position ``logits`` (B, 1, V): greedy at temperature 0 (log-prob 0),
-    else a draw from softmax(top_p(logits / T)) with its log-probability under that distribution."""
+    else a draw from softmax(top_p(top_k(logits / T))) with its log-probability under that distribution."""
     logits = logits[:, -1, :].float()
     if p.temperature <= 0:
         return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
-    logp = torch.log_softmax(top_p_filter(logits / p.temperature, p.top_p), -1)
+    logp = processed_logprobs(logits, p)
     tok = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(-1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
@@ -268,7 +284,7 @@ def sample_inverse_cdf(logits: torch.Tensor, p: SamplingParams, u: torch.Tensor)
     logits = logits[:, -1, :].float()
     if p.temperature <= 0:
         return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
-    logp = torch.log_softmax(top_p_filter(logits / p.temperature, p.top_p), -1)
+    logp = processed_logprobs(logits, p)
     cdf = logp.double().exp().cumsum(-1)
     tok = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)

