@@ -87,7 +87,7 @@ def test_judge_by_hand():
     # handoff: Tandem = GRPO + 0.1 → Δ = +10 pts: held
     up = lambda arm, c: {s: {b: v + c for b, v in d.items()} for s, d in arm.items()}
     solo_t = {s: {**d, "b3": A([1.0])} for s, d in up(grpo, 0.01).items()}
-    c1, c2 = judge(_problems(solo_t, grpo, up(grpo, 0.1), grpo), {"n_boot": 100})
+    c1, c2, *_ = judge(_problems(solo_t, grpo, up(grpo, 0.1), grpo), {"n_boot": 100})
     assert c1["key"] == "solo_matches_grpo" and c1["verdict"] == "held"
     assert c1["interval"] == pytest.approx((1.0, 1.0, 1.0)) and c1["welch"] == pytest.approx((1.0, 1.0, 1.0))
     assert c1["benchmarks"] == ["b1", "b2"] and c1["seeds"] == [2, 2]
@@ -95,15 +95,100 @@ def test_judge_by_hand():
     assert c2["interval"] == pytest.approx((10.0, 10.0, 10.0))
     assert c2["per_benchmark"]["b1"] == pytest.approx((10.0, 10.0, 10.0))
     # solo Δ = +5 pts (outside ±2) → did not hold; handoff Δ = −5 pts → did not hold
-    c1, c2 = judge(_problems(up(grpo, 0.05), grpo, up(grpo, -0.05), grpo), {"n_boot": 100})
+    c1, c2, *_ = judge(_problems(up(grpo, 0.05), grpo, up(grpo, -0.05), grpo), {"n_boot": 100})
     assert (c1["verdict"], c2["verdict"]) == ("did not hold", "did not hold")
     # a wider margin (6 pts) makes the same +5 pts a match
     assert judge(_problems(up(grpo, 0.05), grpo, {}, grpo), {"n_boot": 100, "margin": 6.0})[0]["verdict"] == "held"
     # no Tandem handoff files, no GRPO at all → not measured
-    c1, c2 = judge(_problems(grpo, {}, {}, grpo))
+    c1, c2, *_ = judge(_problems(grpo, {}, {}, grpo))
     assert (c1["verdict"], c2["verdict"]) == ("not measured", "not measured")
     assert c1["interval"] is None and c2["welch"] is None
-    assert [c["verdict"] for c in judge({})] == ["not measured", "not measured"]
+    assert [c["verdict"] for c in judge({})] == ["not measured"] * 4
+
+
+def test_judge_kl_and_legibility_by_hand():
+    b1, b2 = A([1.0, 0.5, 0.0]), A([0.5, 0.25])
+    kl = {0: {"b1": b1, "b2": b2}, 1: {"b1": b1, "b2": b2}}
+    up = lambda arm, c: {s: {b: v + c for b, v in d.items()} for s, d in arm.items()}
+    # claim 3: Tandem handoff = KL-Reg + 0.2 on every problem → Δ = +20 pts with a collapsed interval: held;
+    # the GRPO arm plays no part in it
+    m = {"problems": {"handoff": {"tandem": up(kl, 0.2), "grpo_kl": kl}}}
+    c3 = judge(m, {"n_boot": 100})[2]
+    assert c3["key"] == "handoff_beats_kl" and c3["verdict"] == "held"
+    assert c3["interval"] == pytest.approx((20.0, 20.0, 20.0)) and c3["welch"] == pytest.approx((20.0, 20.0, 20.0))
+    assert judge({"problems": {"handoff": {"tandem": up(kl, -0.2), "grpo_kl": kl}}}, {"n_boot": 100})[2][
+        "verdict"] == "did not hold"
+    # claim 4: per-problem CE; GRPO = Tandem + 0.05 nats on every finite problem → Δ = CE(GRPO) − CE(Tandem) =
+    # +0.05 (collapsed): held. Problem 1 of c1 has no scored token in Tandem's seed 1 (NaN): it is left out of
+    # every seed of both arms; c2 is all NaN in GRPO: dropped
+    ce_t = {0: {"c1": A([1.0, 2.0, 3.0]), "c2": A([1.0])}, 1: {"c1": A([1.0, np.nan, 3.0]), "c2": A([1.0])}}
+    ce_g = {0: {"c1": A([1.05, 2.05, 3.05]), "c2": A([np.nan])}}
+    c4 = judge({"problems": {"legibility": {"tandem": ce_t, "grpo": ce_g}}}, {"n_boot": 100})[3]
+    assert c4["verdict"] == "held" and c4["benchmarks"] == ["c1"] and c4["seeds"] == [1, 2]
+    assert c4["interval"] == pytest.approx((0.05, 0.05, 0.05))
+    # the other way (the tandem senior less legible) → did not hold
+    c4 = judge({"problems": {"legibility": {"tandem": ce_g, "grpo": ce_t}}}, {"n_boot": 100})[3]
+    assert c4["verdict"] == "did not hold" and c4["interval"] == pytest.approx((-0.05, -0.05, -0.05))
+
+
+def test_finite_common():
+    from graft_cli.report.tandem_claims import finite_common
+
+    got = finite_common({"x": {0: {"b": A([1.0, np.nan, 2.0]), "c": A([1.0])}},
+                         "y": {0: {"b": A([3.0, 4.0, np.nan])}, 1: {"b": A([5.0, 6.0, 7.0])}}}, "x", "y")
+    # b: only problem 0 is finite everywhere; c: y's seeds lack it
+    assert {n: {s: {b: v.tolist() for b, v in d.items()} for s, d in arm.items()} for n, arm in got.items()} == {
+        "x": {0: {"b": [1.0]}}, "y": {0: {"b": [3.0]}, 1: {"b": [5.0]}}}
+    assert finite_common({"x": {0: {"b": A([1.0])}}}, "x", "y") == {}
+
+
+def _write_run_file(folder, bench, run, counts, n):
+    """Problem i has ``counts[i]`` correct samples of ``n`` (the first ones)."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{bench}_run{run}.jsonl"), "w") as f:
+        for i, c in enumerate(counts):
+            for j in range(n):
+                row = {"problem_index": i, "sample": j, "run": run, "grade": 1.0 if j < c else 0.0}
+                f.write(json.dumps(row) + "\n")
+
+
+def test_pass_at_k_curve_by_hand(tmp_path):
+    from graft_cli.eval.tandem import pass_at_k_curve
+
+    d = str(tmp_path / "e")
+    # run 1, n = 4: problem 0 c = 1 → pass@k = 1 − C(3,k)/C(4,k) = .25, .5, .75, 1; problem 1 c = 2 →
+    # 1 − C(2,k)/C(4,k) = .5, 5/6, 1, 1 → run means .375, 2/3, .875, 1; run 2: every sample correct → 1
+    _write_run_file(d, "b1", 1, [1, 2], 4)
+    _write_run_file(d, "b1", 2, [4, 4], 4)
+    got = pass_at_k_curve(d)
+    want = [(0.375 + 1) / 2, (2 / 3 + 1) / 2, (0.875 + 1) / 2, 1.0]
+    assert sorted(got) == [1, 2, 3, 4] and [got[k] for k in (1, 2, 3, 4)] == pytest.approx(want)
+    # a second benchmark with 2 samples: k ≤ 2 only, macro over both; b2 c = [1, 0] of 2 → .25, .5
+    _write_run_file(d, "b2", 1, [1, 0], 2)
+    got = pass_at_k_curve(d)
+    assert sorted(got) == [1, 2]
+    assert got[1] == pytest.approx((want[0] + 0.25) / 2) and got[2] == pytest.approx((want[1] + 0.5) / 2)
+    # a malformed file leaves its benchmark out
+    with open(os.path.join(d, "b2_run1.jsonl"), "w") as f:
+        f.write('{"problem_index": 0')
+    assert sorted(pass_at_k_curve(d)) == [1, 2, 3, 4]
+    assert pass_at_k_curve(str(tmp_path / "none")) == {}
+
+
+def test_legibility_problems_by_hand(tmp_path):
+    from graft_cli.eval.tandem import legibility_problems
+
+    d = tmp_path / "leg"
+    d.mkdir()
+    rows = [{"problem_index": 0, "num_tokens": 4, "nll": 2.0}, {"problem_index": 0, "num_tokens": 4, "nll": 4.0},
+            {"problem_index": 1, "num_tokens": 0, "nll": -0.0},  # no scored token
+            {"problem_index": 2, "num_tokens": 2, "nll": 1.0}]
+    (d / "b1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "bad.jsonl").write_text('{"problem_index": ')
+    got = legibility_problems(str(d))
+    # problem 0: (2 + 4) / (4 + 4) = .75; problem 1: NaN; problem 2: 1 / 2 = .5
+    assert set(got) == {"b1"} and got["b1"][0] == pytest.approx(0.75) and np.isnan(got["b1"][1])
+    assert got["b1"][2] == pytest.approx(0.5)
 
 
 # ------------------------------------------------------------------------------------------ end to end
@@ -134,11 +219,17 @@ def write_eval(folder, problems: dict, pass_at_k: dict, senior_frac=None):
 
 
 def write_legibility(E, macro_ce):
+    """b1's two problems x two samples, every response 10 tokens at CE ``macro_ce``: per-problem CE = macro_ce."""
     os.makedirs(os.path.join(E, "legibility"), exist_ok=True)
     with open(os.path.join(E, "legibility", "summary.json"), "w") as f:
         json.dump({"junior": "tiny-junior", "benchmarks": {"b1": {"ce": macro_ce, "ce_response_mean": macro_ce,
                                                                    "num_tokens": 40, "num_responses": 4}},
                    "macro_ce": macro_ce}, f)
+    with open(os.path.join(E, "legibility", "b1.jsonl"), "w") as f:
+        for i in range(2):
+            for j in range(2):
+                f.write(json.dumps({"benchmark": "b1", "problem_index": i, "run": 1, "sample": j, "num_tokens": 10,
+                                    "nll": 10 * macro_ce, "ce": macro_ce}) + "\n")
 
 
 SOLO = {"b1": [1.0, 0.5], "b2": [0.5, 0.0]}
@@ -191,7 +282,7 @@ def test_write_claims_end_to_end(tmp_path):
     assert measured["problems"]["handoff"]["tandem"][1]["b1"] == pytest.approx([1.0, 0.5])
 
     md, claims = write_claims(str(report), records, {"n_boot": 2000})
-    c1, c2 = claims
+    c1, c2, c3, c4 = claims
     # solo: both arms, both seeds have the same per-problem scores → Δ = 0 with a collapsed interval: held;
     # Welch: equal seeds (se = 0) → (0, 0, 0)
     assert c1["verdict"] == "held" and c1["interval"] == pytest.approx((0.0, 0.0, 0.0))
@@ -207,11 +298,19 @@ def test_write_claims_end_to_end(tmp_path):
     # df = 195.3125² / (156.25² + 39.0625²) = 1.47 → t = 12.706: 68.75 ± 177.571748
     assert c2["welch"] == pytest.approx((68.75, -108.821748, 246.321748), abs=1e-5)
     assert c2["per_benchmark"]["b1"][0] == pytest.approx(75.0) and c2["per_benchmark"]["b2"][0] == pytest.approx(62.5)
+    # claim 3: the KL-Reg run's files are torn: not measured
+    assert c3["key"] == "handoff_beats_kl" and c3["verdict"] == "not measured" and c3["interval"] is None
+    # claim 4: CE(GRPO) − CE(Tandem) on b1's two problems: GRPO one seed at 2.0, Tandem seeds 1.2 and 1.4 → Δ = 0.7;
+    # a replicate draws Tandem's seeds with replacement: mean 1.2 (p 1/4), 1.3 (1/2), 1.4 (1/4) → Δ 0.8, 0.7, 0.6,
+    # so the 2.5% / 97.5% percentiles are 0.6 and 0.8: held. Welch needs 2 GRPO seeds: None
+    assert c4["key"] == "more_legible_than_grpo" and c4["verdict"] == "held"
+    assert c4["interval"] == pytest.approx((0.7, 0.6, 0.8)) and c4["welch"] is None and c4["benchmarks"] == ["b1"]
 
     text = (report / "report.md").read_text()
     assert "## Tandem RLVR on this pair (from the measured numbers)" in text
     assert text.index("intro") < text.index("## Tandem RLVR") < text.index("## Table 1")  # before the first table
-    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in text.splitlines()
+    main = text[text.index("## Tandem RLVR"):text.index("### Claims")]  # the arms' table (the curves come after)
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in main.splitlines()
             if line.startswith("| ") and " | " in line}
     # Method, Run, Seeds, Solo pass@1,2,4,8, Handoff pass@1,2,4,8, senior share, CE
     t = rows["Tandem RLVR"]
@@ -227,11 +326,22 @@ def test_write_claims_end_to_end(tmp_path):
     assert "| 1 | Tandem RLVR matches vanilla GRPO on solo pass@1 (±2 pts) | held | +0.00 [+0.00, +0.00]" in text
     assert "+6.6 pts on AIME" in text and "tiny-junior" in text
     assert "![solo and handoff pass@k](plots/tandem_pass_at_k.png)" in text
+    # pass@k curves k = 1..8 from the run files (two samples: k = 1, 2), not the summaries: solo b1 c = [2, 1] of 2
+    # → pass@1 .75, pass@2 1 (one correct of two is always in a pair); b2 c = [1, 0] → .25, .5: macro 50 %, 75 % in
+    # every seed; handoff Tandem seed 0: b1 [2, 2] → 1, 1; b2 [2, 1] → .75, 1: 87.5 %, 100 %; seed 1: b1 [2, 1] →
+    # .75, 1; b2 [1, 1] → .5, 1: 62.5 %, 100 % (its summary's pass@2 .5 for b2 is not what its files hold) → mean
+    # 75 %, 100 %; GRPO handoff seed 0: 0, 0; seed 1: b1 [1, 0] → .25, .5; b2 0 → 12.5 %, 25 % → 6.25 %, 12.5 %
+    assert "| Tandem RLVR | solo | 2 | 50.00 | 75.00 | — | — | — | — | — | — |" in text
+    assert "| Tandem RLVR | handoff | 2 | 75.00 | 100.00 | — |" in text
+    assert "| GRPO | handoff | 2 | 6.25 | 12.50 | — |" in text
+    assert "| 4 | Tandem RLVR is more legible to the junior than GRPO (lower legibility CE) | held | " \
+           "+0.7000 [+0.6000, +0.8000] nats" in text
     assert (report / "plots" / "tandem_pass_at_k.png").stat().st_size > 1000
 
     saved = json.loads((report / "claims.json").read_text())
     assert saved["settings"]["kind"] == "tandem" and saved["settings"]["n_boot"] == 2000
-    assert [c["verdict"] for c in saved["claims"]] == ["held", "held"]
+    assert [c["verdict"] for c in saved["claims"]] == ["held", "held", "not measured", "held"]
+    assert saved["measured"]["arms"]["tandem"]["curve"]["handoff"]["2"] == pytest.approx([100.0, 100.0])
     assert saved["claims"][1]["interval"][0] == pytest.approx(68.75)
     assert saved["measured"]["arms"]["tandem"]["legibility_ce"] == [1.2, 1.4]
     assert saved["measured"]["arms"]["grpo"]["senior_frac"] == [0.5, 0.5]

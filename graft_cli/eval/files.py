@@ -69,3 +69,35 @@ def read_problems(folder: str) -> tuple[dict[str, np.ndarray], list[float]]:
         out[bench] = np.array([np.mean(grades[i]) for i in range(len(grades))])
         fracs += bench_fracs
     return out, fracs
+
+
+def read_grades(folder: str) -> dict[str, np.ndarray]:
+    """Per benchmark the grades ``correct[run, problem, sample]`` (0/1) from ``<folder>/<bench>_run<k>.jsonl``
+    (runs in file order of k). A benchmark whose files are unreadable, malformed or incomplete (a run, problem
+    or sample missing; runs of different sizes) is left out."""
+    if not os.path.isdir(folder):
+        return {}
+    files: dict[str, list[tuple[int, str]]] = {}
+    for f in os.listdir(folder):
+        m = RUN_FILE_RE.match(f)
+        if m:
+            files.setdefault(m["bench"], []).append((int(m["run"]), os.path.join(folder, f)))
+    out = {}
+    for bench, paths in files.items():
+        runs = []
+        try:
+            for _, p in sorted(paths):
+                rows = _read_rows(p)
+                if not rows:
+                    raise ValueError(p)
+                cells = {(int(r["problem_index"]), int(r["sample"])): float(r["grade"]) for r in rows}
+                P = max(i for i, _ in cells) + 1
+                S = max(j for _, j in cells) + 1
+                if len(cells) != P * S or min(i for i, _ in cells) < 0 or min(j for _, j in cells) < 0:
+                    raise ValueError(p)
+                runs.append(np.array([[cells[i, j] for j in range(S)] for i in range(P)]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if runs and len({r.shape for r in runs}) == 1:
+            out[bench] = np.stack(runs)
+    return out

@@ -2,8 +2,9 @@
 :mod:`graft_cli.eval.runner`:
 
 1. **Solo pass@k** (k = 1, 2, 4, 8): the ordinary evaluation folder (its ``summary.json`` holds the unbiased
-   pass@k); :func:`plot_policy_pass_at_k` draws the pass@k curve of every evaluated checkpoint of a policy
-   into ``<run>/eval/<policy>/pass_at_k.png`` (solo solid, handoff dashed).
+   pass@k); :func:`pass_at_k_curve` computes every k = 1..8 from its run files, and
+   :func:`plot_policy_pass_at_k` draws that curve for every evaluated checkpoint of a policy into
+   ``<run>/eval/<policy>/pass_at_k.png`` (solo solid, handoff dashed).
 2. **Handoff robustness** (``<step folder>/handoff/``): the senior and the frozen junior write each answer
    in strict alternation at reasoning-step ends: the senior writes first, the author toggles after every
    token whose text ends with ``delimiter`` (``"\\n\\n"``; the tiny pair: ``","``), one shared token budget
@@ -17,7 +18,8 @@
    the same prompt: per response ``ce = −Σ_t log p_junior(y_t | x, y_<t) / |y|`` over the response re-tokenized
    from its text (the EOS is not scored). Per benchmark the pooled token mean ``Σ nll / Σ |y|`` (``ce``) and
    the mean of the responses' ``ce`` (``ce_response_mean``); ``macro_ce``: the unweighted mean over
-   benchmarks of ``ce``. Lower = more legible to the junior.
+   benchmarks of ``ce``. Lower = more legible to the junior. :func:`legibility_problems` reads it back per
+   problem (each problem's responses pooled) for the paired comparison of two arms.
 
 The junior must share the senior's vocabulary (checked before anything is generated).
 """
@@ -117,19 +119,71 @@ def summarize_legibility(rows: list[dict]) -> dict:
             "num_tokens": tokens, "num_responses": len(scored)}
 
 
+def legibility_problems(folder: str) -> dict[str, np.ndarray]:
+    """Per benchmark of a legibility folder (``<bench>.jsonl``) the per-problem CE (nats/token): each problem's
+    responses pooled, ``Σ nll / Σ |y|``; NaN for a problem none of whose responses has a scored token. A
+    benchmark with an unreadable or malformed file is left out."""
+    out = {}
+    if not os.path.isdir(folder):
+        return out
+    for f in sorted(os.listdir(folder)):
+        if not f.endswith(".jsonl"):
+            continue
+        try:
+            rows = read_jsonl(os.path.join(folder, f))
+            nll: dict[int, float] = {}
+            tok: dict[int, int] = {}
+            for r in rows:
+                i = int(r["problem_index"])
+                n = int(r.get("num_tokens") or 0)
+                nll[i] = nll.get(i, 0.0) + (float(r["nll"]) if n else 0.0)
+                tok[i] = tok.get(i, 0) + n
+        except (OSError, KeyError, TypeError, ValueError):
+            continue
+        if not tok or min(tok) < 0:
+            continue
+        out[f[: -len(".jsonl")]] = np.array([nll.get(i, 0.0) / tok[i] if tok.get(i) else np.nan
+                                             for i in range(max(tok) + 1)])
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ pass@k
+CURVE_KS = tuple(range(1, 9))  # the pass@k curves: k = 1..8 (the paper's n = 8 samples)
+
+
+def pass_at_k_curve(folder: str, ks=CURVE_KS) -> dict[int, float]:
+    """k -> macro pass@k (fraction) of an evaluation folder from its run files: per benchmark the unbiased
+    pass@k of each run (mean over problems of ``1 − C(n−c, k)/C(n, k)``) averaged over runs, then the
+    unweighted mean over benchmarks. k above a benchmark's samples is left out for all."""
+    from graft_cli.eval.files import read_grades
+    from graft_cli.eval.metrics import pass_at_k_run
+
+    grades = read_grades(folder)
+    if not grades:
+        return {}
+    S = min(g.shape[2] for g in grades.values())
+    return {k: float(np.mean([np.mean([pass_at_k_run(g[r], k) for r in range(g.shape[0])]) for g in grades.values()]))
+            for k in ks if 1 <= k <= S}
+
+
 # ------------------------------------------------------------------------------------------------ plot
 def plot_policy_pass_at_k(run_dir: str, policy: str) -> str | None:
-    """``<run>/eval/<policy>/pass_at_k.png``: solo (and handoff, dashed) pass@k of every evaluated step."""
+    """``<run>/eval/<policy>/pass_at_k.png``: solo (and handoff, dashed) pass@k, k = 1..8 (up to the samples),
+    of every evaluated step, from its run files (else the summary's k = 1, 2, 4, 8)."""
     from graft_cli.eval.files import step_dirs
     from graft_cli.report.plots import plot_pass_at_k
     from graft_cli.report.tandem_claims import macro_pass_at_k  # {"k": pass@k in %}
 
+    def curve(d: str, summary) -> dict[str, float]:
+        c = pass_at_k_curve(d)
+        return {str(k): 100.0 * v for k, v in c.items()} if c else macro_pass_at_k(summary)
+
     curves = {}
     for step, d in step_dirs(os.path.join(run_dir, "eval", policy)).items():
-        curves[f"step {step} solo"] = macro_pass_at_k(read_json(os.path.join(d, "summary.json")))
+        curves[f"step {step} solo"] = curve(d, read_json(os.path.join(d, "summary.json")))
         h = read_json_or_none(os.path.join(d, HANDOFF_DIR, "summary.json"))
         if h:
-            curves[f"step {step} handoff"] = macro_pass_at_k(h)
+            curves[f"step {step} handoff"] = curve(os.path.join(d, HANDOFF_DIR), h)
     curves = {label: {int(k): v / 100.0 for k, v in c.items()} for label, c in curves.items() if c}
     if not curves:
         return None

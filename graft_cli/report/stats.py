@@ -168,16 +168,17 @@ def points(iv, scale: float = 100.0):
     return None if iv is None else tuple(scale * float(v) for v in iv[:3])
 
 
-def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0) -> dict:
-    """Δ = a − b in points (%): the bootstrap interval, the Welch interval over seeds of each seed's macro
-    pass@1 (1/B Σ_b mean_p), the benchmarks used, seeds per arm and each benchmark's own bootstrap Δ."""
+def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0, scale: float = 100.0) -> dict:
+    """Δ = a − b in points (%; ``scale`` 1: in the scores' own unit, e.g. nats): the bootstrap interval, the
+    Welch interval over seeds of each seed's macro mean (1/B Σ_b mean_p), the benchmarks used, seeds per arm
+    and each benchmark's own bootstrap Δ."""
     x, y, benches = paired(problems, a, b)
     if not benches:
         return {"bootstrap": None, "welch": None, "benchmarks": [], "seeds": [len(x), len(y)], "per_benchmark": {}}
-    boot = points(hierarchical_bootstrap(x, y, n_boot=n_boot, seed=seed))
-    welch = welch_interval([100 * macro_mean(v) for v in x.values()], [100 * macro_mean(v) for v in y.values()])
+    boot = points(hierarchical_bootstrap(x, y, n_boot=n_boot, seed=seed), scale)
+    welch = welch_interval([scale * macro_mean(v) for v in x.values()], [scale * macro_mean(v) for v in y.values()])
     per = {bn: points(hierarchical_bootstrap({s: v[i] for s, v in x.items()}, {s: v[i] for s, v in y.items()},
-                                              n_boot=n_boot, seed=seed))
+                                              n_boot=n_boot, seed=seed), scale)
            for i, bn in enumerate(benches)}
     return {"bootstrap": boot, "welch": welch, "benchmarks": benches, "seeds": [len(x), len(y)],
             "per_benchmark": per}
