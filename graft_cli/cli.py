@@ -192,6 +192,8 @@ def _not_yet(name: str, issue: str):
 @click.option("--temperature", type=float, default=None,
               help="sampling temperature [default: 0.6; --run: its eval.final / eval settings]")
 @click.option("--top-p", type=float, default=None, help="nucleus top-p [default: 0.95; --run: as --temperature]")
+@click.option("--top-k", type=int, default=None,
+              help="sample among the k most likely tokens, before top-p; 0 = off [default: 0; --run: as --temperature]")
 @click.option("--max-new-tokens", type=int, default=None,
               help="response length limit [default: the run's rollout.max_new_tokens; 4096 with --model]")
 @click.option("--seed", type=int, default=None,
@@ -210,14 +212,16 @@ def _not_yet(name: str, issue: str):
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @one_line_errors
 def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, runs, samples, temperature, top_p,
-             max_new_tokens, seed, out, dtype, device, chat_template, workers, force, tandem, junior, no_progress):
+             top_k, max_new_tokens, seed, out, dtype, device, chat_template, workers, force, tandem, junior,
+             no_progress):
     """Evaluate a run's checkpoints or one model: 5 runs x 8 samples at T=0.6, top-p 0.95 on MATH500,
     AIME24, AIME25, AMC23 and Minerva; pass@1 mean ± std over runs, unbiased pass@k, per-sample JSONL.
     Resumable: finished (benchmark, run) files are kept.
 
     \b
     Writes <run>/eval/<policy>/step_NNNNNN/{<bench>_run<k>.jsonl, summary.json},
-    <run>/eval/<policy>/summary.json and <run>/best.json (--model: into --out). With --tandem also
+    <run>/eval/<policy>/summary.json and <run>/best.json (--model: into --out; best.json by the run's
+    eval.select_metric, from <run>/validation/ when its validation samples otherwise). With --tandem also
     step_NNNNNN/handoff/ (senior and junior alternating at eval.handoff_delimiter), step_NNNNNN/legibility/
     (the junior's cross-entropy on the solo answers) and <run>/eval/<policy>/pass_at_k.png.
 
@@ -232,7 +236,7 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
 
     eval_main(run_dir=run_dir, model=model, steps=steps, policy=policy, data=data, benchmarks=benchmarks,
               eval_dir=eval_dir, pair=pair, runs=runs, samples=samples, temperature=temperature, top_p=top_p,
-              max_new_tokens=max_new_tokens, seed=seed, out=out, dtype=dtype, device=device,
+              top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, out=out, dtype=dtype, device=device,
               chat_template=chat_template, workers=workers, force=force, progress=not no_progress, tandem=tandem,
               junior=junior)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -203,13 +204,16 @@ class FinalEvalConfig:
     """The final evaluation (`graft eval --run` without the matching option) where it differs from validation:
     every None key is the validation's (``eval.*``; runs: 5). E.g. SAF-OPD validates on AIME24/25 and reports
     AIME24/25 + HMMT25 Feb/Nov at avg@32, one run (opd_saf.md §5). A validated step's folder already holds the
-    validation's samples: the final evaluation adds runs and benchmarks to it, and refuses other sampling
-    settings there (samples, temperature, top-p, seed, max new tokens must then equal the validation's)."""
+    validation's samples: the final evaluation adds runs and benchmarks to it. Where the final sampling differs
+    from the validation's (Tandem RLVR: validation n = 4 at T 0.6 / top-p 0.95, the final evaluation n = 8 at
+    T 0.7 / top-p 0.8 / top-k 20), validation writes ``<run>/validation/`` instead and the final evaluation
+    ``<run>/eval/`` (graft_cli/eval/runner.py ``validation_root``)."""
     benchmarks: Optional[list] = None
     runs: Optional[int] = None
     samples: Optional[int] = None
     temperature: Optional[float] = None
     top_p: Optional[float] = None
+    top_k: Optional[int] = None
     seed: Optional[int] = None
     max_new_tokens: Optional[int] = None
 
@@ -225,8 +229,11 @@ class EvalConfig:
     max_new_tokens: Optional[int] = None  # default: rollout.max_new_tokens (same length limit as training)
     temperature: float = 0.6
     top_p: float = 0.95
+    top_k: int = 0  # the k most likely tokens before top-p; 0 = off (Tandem RLVR's evaluation: 20)
     seed: int = 0  # base of the per-run sampling seeds
     save_best: bool = True  # keep each policy's best weights at <run>/best/<policy>/
+    select_metric: str = "pass@1"  # checkpoint selection (best.json): pass@k averaged over select_benchmarks
+    select_benchmarks: list = field(default_factory=list)  # [] = the benchmark average's (the five when present)
     tandem: bool = False  # `graft eval --run` also runs handoff robustness and legibility (tandem.md §2.10)
     junior: Optional[str] = None  # their junior model (default: the run's tandem junior, else tandem.junior)
     handoff_delimiter: str = "\n\n"  # the handoff evaluation's step end (strict alternation after it)
@@ -581,6 +588,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
                          ("samples", f.samples, f.samples is None or f.samples >= 1),
                          ("temperature", f.temperature, f.temperature is None or f.temperature >= 0),
                          ("top_p", f.top_p, f.top_p is None or 0 < f.top_p <= 1),
+                         ("top_k", f.top_k, f.top_k is None or f.top_k >= 0),
                          ("max_new_tokens", f.max_new_tokens, f.max_new_tokens is None or f.max_new_tokens >= 1)):
         _check(ok, f"eval.final.{key}", f"out of range: {val!r}")
     _check(cfg.run.policy_workers >= 0, "run.policy_workers", "must be >= 0 (0 = auto, 1 = sequential)")
@@ -588,6 +596,12 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(e.max_new_tokens is None or e.max_new_tokens >= 1, "eval.max_new_tokens", "must be >= 1")
     _check(e.temperature >= 0, "eval.temperature", "must be >= 0")
     _check(0 < e.top_p <= 1, "eval.top_p", "must be in (0, 1]")
+    _check(e.top_k >= 0, "eval.top_k", "must be >= 0 (0 = off)")
+    m = re.fullmatch(r"pass@([1-9][0-9]*)", str(e.select_metric))
+    _check(m is not None, "eval.select_metric", f"must be pass@k (e.g. pass@1, pass@4), got {e.select_metric!r}")
+    _check(m is None or e.every == 0 or int(m.group(1)) <= e.samples, "eval.select_metric",
+           f"{e.select_metric} needs at least {m.group(1) if m else '?'} validation samples (eval.samples = "
+           f"{e.samples})")
     if cfg.exchange.name in EXCHANGES:
         for spec in EXCHANGES.get(cfg.exchange.name).validate(cfg) or []:  # step sources the exchange needs
             cfg.sources = [x for x in cfg.sources if x.name != spec["name"]] + [SourceConfig(**spec)]

@@ -20,8 +20,11 @@ A folder made with different settings (samples, temperature, top-p, max new toke
 different problem set is refused with one line (``--force`` starts that folder over).
 
 A run's evaluation also writes ``<run>/eval/<policy>/summary.json`` (every evaluated step) and
-``<run>/best.json`` (each policy's best step on the benchmark average; the two policies may pick
-different steps) — see :func:`write_policy_summary` and :func:`update_best`.
+``<run>/best.json`` (each policy's best step by ``eval.select_metric`` — pass@1 by default — on the benchmark
+average or ``eval.select_benchmarks``; the two policies may pick different steps) — see
+:func:`write_policy_summary` and :func:`update_best`. When a run's final sampling (``eval.final``) differs from
+its validation's, validation writes ``<run>/validation/<policy>/step_NNNNNN/`` (and selects from there) and
+``graft eval --run`` writes ``<run>/eval/`` (:func:`validation_root`).
 """
 
 from __future__ import annotations
@@ -55,11 +58,14 @@ class EvalSettings:
     max_new_tokens: int = 4096
     seed: int = 0
     extra: dict = field(default_factory=dict)  # further identity (a handoff folder: junior, schedule, delimiter)
+    top_k: int = 0  # 0 = off
 
     def identity(self) -> dict:
-        """What the files of a folder depend on (``runs`` only adds files)."""
+        """What the files of a folder depend on (``runs`` only adds files); ``top_k`` only when on, so folders
+        made before it existed keep their identity."""
         return {"samples": self.samples, "temperature": self.temperature, "top_p": self.top_p,
-                "max_new_tokens": self.max_new_tokens, "seed": self.seed, **self.extra}
+                "max_new_tokens": self.max_new_tokens, "seed": self.seed,
+                **({"top_k": self.top_k} if self.top_k > 0 else {}), **self.extra}
 
     def check(self) -> None:
         if self.runs < 1:
@@ -72,6 +78,8 @@ class EvalSettings:
             raise GraftError(f"--temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise GraftError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise GraftError(f"--top-k must be >= 0 (0 = off), got {self.top_k}")
 
 
 def run_seed(base: int, run: int) -> int:
@@ -163,7 +171,7 @@ class Evaluator:
             # would left-truncate it): it scores 0 and is counted (summary "skipped_long")
             fits = [i for i, ids in enumerate(prompt_ids)
                     if self.context_len is None or len(ids) + s.max_new_tokens <= self.context_len]
-            params = SamplingParams(n=s.samples, temperature=s.temperature, top_p=s.top_p,
+            params = SamplingParams(n=s.samples, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                                     max_new_tokens=s.max_new_tokens, seed=chunk_seed(seed, c))
             ro = self.engine.generate([prompt_ids[i] for i in fits], params) if fits else None
             golds = [chunk[i].answer for i in fits for _ in range(s.samples)]
@@ -271,9 +279,50 @@ def write_summary(out_dir: str, extra: dict | None = None) -> dict:
 
 
 # ------------------------------------------------------------------------------ run-level bookkeeping
-def write_policy_summary(run_dir: str, policy: str) -> dict:
-    """``<run>/eval/<policy>/summary.json``: every evaluated step's average and per-benchmark pass@1."""
-    pdir = os.path.join(run_dir, "eval", policy)
+@dataclass(frozen=True)
+class Selection:
+    """How ``best.json`` picks each policy's checkpoint: ``metric`` (pass@k) averaged over ``benchmarks`` (empty:
+    the benchmark average's, the five when present) of the step folders under ``<run>/<root>/<policy>/``."""
+
+    root: str = "eval"
+    metric: str = "pass@1"
+    benchmarks: tuple = ()
+
+    @property
+    def default(self) -> bool:
+        return self.metric == "pass@1" and not self.benchmarks
+
+    def criterion(self) -> str:
+        if self.default:
+            return ("unweighted benchmark average of pass@1 (five benchmarks when present), mean over the eval runs "
+                    "common to all compared steps; ties -> earlier step")
+        where = ", ".join(self.benchmarks) or "the benchmark average"
+        return (f"{self.metric} (unbiased) on {where}, mean over the eval runs common to all compared steps "
+                f"({self.root}/); ties -> earlier step")
+
+
+def selection_runs(summary: dict, metric: str = "pass@1", benchmarks=()) -> list[float] | None:
+    """Per eval run of one step's ``summary.json``: the mean over ``benchmarks`` (empty: the benchmark average's)
+    of ``metric`` (pass@k, the unbiased estimator); None when a benchmark or that k is missing."""
+    k = int(str(metric).split("@")[1])
+    names = list(benchmarks) or list((summary.get("average") or {}).get("benchmarks") or summary["benchmarks"])
+    per = []
+    for b in names:
+        v = summary["benchmarks"].get(b)
+        runs = None if v is None else (v["runs"] if k == 1 else ((v.get("pass@k") or {}).get(str(k)) or {}).get("runs"))
+        if not runs:
+            return None
+        per.append(runs)
+    if not per:
+        return None
+    return [float(np.mean([p[r] for p in per])) for r in range(min(len(p) for p in per))]
+
+
+def write_policy_summary(run_dir: str, policy: str, selection: Selection | None = None) -> dict:
+    """``<run>/<root>/<policy>/summary.json`` (root ``eval`` unless ``selection`` says otherwise): every evaluated
+    step's average and per-benchmark pass@1, and the best step by ``selection``."""
+    sel = selection or Selection()
+    pdir = os.path.join(run_dir, sel.root, policy)
     steps = {}
     for step, d in step_dirs(pdir).items():
         s = read_json(os.path.join(d, "summary.json"))
@@ -282,46 +331,51 @@ def write_policy_summary(run_dir: str, policy: str) -> dict:
             "average_runs": s["average"]["runs"], "five": s["average"].get("five", False),
             "benchmarks": {b: {"mean": v["mean"], "std": v["std"]} for b, v in s["benchmarks"].items()},
         }
-    best = select_best(steps)
-    out = {"policy": policy, "steps": steps, "best": best}
+        if not sel.default:
+            steps[str(step)]["select_runs"] = selection_runs(s, sel.metric, sel.benchmarks)
+    best = select_best(steps) if sel.default else select_best(steps, key="select_runs")
+    out = {"policy": policy, "steps": steps, "best": best, "criterion": sel.criterion()}
     atomic_write_json(os.path.join(pdir, "summary.json"), out)
     return out
 
 
-def select_best(steps: dict[str, dict]) -> dict | None:
+def select_best(steps: dict[str, dict], key: str = "average_runs") -> dict | None:
     """The best step on the benchmark average (graft.md §1 "Checkpoint selection").
 
     Candidates: steps scored on all five benchmarks when any is, else steps scored on the same benchmark
     set as the latest step. Steps are compared on the mean over the eval runs they all have (run 1 for
-    in-training validation; all five when every candidate was fully evaluated). Ties go to the earlier step."""
+    in-training validation; all five when every candidate was fully evaluated). Ties go to the earlier step.
+    With another ``key`` (a per-run score list of each step, e.g. ``select_runs`` of :func:`selection_runs`) the
+    candidates are the steps that have it, compared the same way."""
     if not steps:
         return None
     items = sorted(((int(k), v) for k, v in steps.items()), key=lambda kv: kv[0])
-    if any(v["five"] for _, v in items):
+    if key != "average_runs":
+        cands = [(k, v) for k, v in items if v.get(key)]
+    elif any(v["five"] for _, v in items):
         cands = [(k, v) for k, v in items if v["five"]]
     else:
         last = set(items[-1][1]["benchmarks"])
         cands = [(k, v) for k, v in items if set(v["benchmarks"]) == last]
-    cands = [(k, v) for k, v in cands if v["average_runs"]]
+    cands = [(k, v) for k, v in cands if v[key]]
     if not cands:
         return None
-    R = min(len(v["average_runs"]) for _, v in cands)
-    scored = [(float(np.mean(v["average_runs"][:R])), k) for k, v in cands]
+    R = min(len(v[key]) for _, v in cands)
+    scored = [(float(np.mean(v[key][:R])), k) for k, v in cands]
     score, step = max(scored, key=lambda t: (t[0], -t[1]))
     return {"step": step, "score": score, "runs_compared": R, "candidates": len(cands)}
 
 
-def update_best(run_dir: str, policies: list[str] | None = None) -> dict:
-    """Recompute ``<run>/best.json`` from the policies' eval summaries."""
-    eval_root = os.path.join(run_dir, "eval")
+def update_best(run_dir: str, policies: list[str] | None = None, selection: Selection | None = None) -> dict:
+    """Recompute ``<run>/best.json`` from the policies' summaries under ``selection.root`` (default ``eval``)."""
+    sel = selection or Selection()
+    eval_root = os.path.join(run_dir, sel.root)
     if policies is None:
         policies = sorted(d for d in os.listdir(eval_root) if os.path.isdir(os.path.join(eval_root, d))) \
             if os.path.isdir(eval_root) else []
-    out = {"criterion": "unweighted benchmark average of pass@1 (five benchmarks when present), "
-                        "mean over the eval runs common to all compared steps; ties -> earlier step",
-           "policies": {}}
+    out = {"criterion": sel.criterion(), "policies": {}}
     for pol in policies:
-        summ = write_policy_summary(run_dir, pol)
+        summ = write_policy_summary(run_dir, pol, sel)
         best = summ["best"]
         if best is None:
             continue
@@ -511,7 +565,7 @@ def eval_prompt_spec(cfg):
 
 def final_settings(cfg, runs: int | None = None, samples: int | None = None, temperature: float | None = None,
                    top_p: float | None = None, max_new_tokens: int | None = None,
-                   seed: int | None = None) -> EvalSettings:
+                   seed: int | None = None, top_k: int | None = None) -> EvalSettings:
     """``graft eval --run``'s settings: each option given, else ``eval.final.<key>``, else the validation's
     ``eval.<key>`` (runs: 5; max new tokens: the training ``rollout.max_new_tokens``)."""
     ec, fc = cfg.eval, cfg.eval.final
@@ -524,7 +578,32 @@ def final_settings(cfg, runs: int | None = None, samples: int | None = None, tem
                         top_p=pick(top_p, fc.top_p, ec.top_p),
                         max_new_tokens=max_new_tokens or fc.max_new_tokens or ec.max_new_tokens
                         or cfg.rollout.max_new_tokens,
-                        seed=pick(seed, fc.seed, ec.seed))
+                        seed=pick(seed, fc.seed, ec.seed), top_k=pick(top_k, fc.top_k, ec.top_k))
+
+
+def validation_settings(cfg) -> EvalSettings:
+    """The in-training validation's settings (``eval.*``; max new tokens: the training ``rollout.max_new_tokens``)."""
+    ec = cfg.eval
+    return EvalSettings(runs=ec.runs, samples=ec.samples, temperature=ec.temperature, top_p=ec.top_p,
+                        top_k=ec.top_k, max_new_tokens=ec.max_new_tokens or cfg.rollout.max_new_tokens, seed=ec.seed)
+
+
+def validation_root(cfg) -> str:
+    """Where the in-training validation writes its step folders: ``eval`` when the final evaluation samples as it
+    does (``graft eval --run`` then adds runs and benchmarks to the validated steps' folders), else ``validation``
+    (Tandem RLVR: validation n = 4 at T 0.6 / top-p 0.95 on the held-out slice, the final evaluation n = 8 at
+    T 0.7 / top-p 0.8 / top-k 20; a folder holds one sampling setting)."""
+    return "eval" if validation_settings(cfg).identity() == final_settings(cfg).identity() else "validation"
+
+
+def run_selection(cfg, run_dir: str | None = None) -> Selection:
+    """The run's checkpoint selection: ``eval.select_metric`` on ``eval.select_benchmarks`` over the validation's
+    folders (:func:`validation_root`); over ``eval/`` when a ``validation/`` root holds nothing (no validation
+    ran)."""
+    root = validation_root(cfg)
+    if root != "eval" and run_dir is not None and not os.path.isdir(os.path.join(run_dir, root)):
+        root = "eval"
+    return Selection(root, str(cfg.eval.select_metric), tuple(cfg.eval.select_benchmarks or ()))
 
 
 def load_run_config(run_dir: str):
@@ -541,20 +620,22 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                  temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
                  seed: int | None = None, device: str | None = None, workers: int | None = None,
                  force: bool = False, progress: bool = True, console=None, tandem: bool | None = None,
-                 junior: str | None = None, rescue: bool | None = None) -> dict:
+                 junior: str | None = None, rescue: bool | None = None, top_k: int | None = None) -> dict:
     """``graft eval --run DIR``: evaluate the run's checkpoints (every policy; ``steps``: ``all`` complete
     checkpoints and the kept best weights (default), ``last``, ``best`` or a list) into
     ``<run>/eval/<policy>/step_NNNNNN/``; then the policy summaries and ``best.json``.
 
     Settings default to the run's ``eval.final`` section, then its ``eval`` section (temperature, top-p,
-    samples, seed, benchmarks, max new tokens; the latter falls back to the training
+    top-k, samples, seed, benchmarks, max new tokens; the latter falls back to the training
     ``rollout.max_new_tokens``, graft.md §1 "same length limits as training"); ``runs`` defaults to
     ``eval.final.runs``, else 5 (:func:`final_settings`). The prompt: :func:`eval_prompt_spec`. With
     ``tandem`` (default: the run's ``eval.tandem``) each checkpoint also gets the handoff and legibility
     evaluations of :mod:`graft_cli.eval.tandem` with the ``junior`` (default :func:`run_junior`) and a pass@k
     plot per policy. With ``rescue`` (default: the
     run's ``eval.rescue``) each policy's last evaluated step also re-draws the run's all-fail prompts
-    (:mod:`graft_cli.eval.rescue`) into ``step_N/rescue/`` (``rescue.json``). Returns policy -> step -> summary."""
+    (:mod:`graft_cli.eval.rescue`) into ``step_N/rescue/`` (``rescue.json``). ``best.json`` is then recomputed
+    by the run's selection (:func:`run_selection`: the validation's folders when they sample otherwise, e.g.
+    Tandem RLVR's held-out pass@4). Returns policy -> step -> summary."""
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.models.loading import load_model, load_tokenizer, resolve_path
     from graft_cli.rollout import solo_engine
@@ -563,7 +644,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     console = console or make_console(stderr=True)
     cfg = load_run_config(run_dir)
     ec = cfg.eval
-    settings = final_settings(cfg, runs, samples, temperature, top_p, max_new_tokens, seed)
+    settings = final_settings(cfg, runs, samples, temperature, top_p, max_new_tokens, seed, top_k)
     settings.check()
     names = [p.name for p in cfg.policies if p.role == "train"]  # frozen models have no checkpoints
     chosen = names if not policies else [p.strip() for p in (policies.split(",") if isinstance(policies, str)
@@ -653,7 +734,10 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                 del model, ev, engine
     finally:
         grader.close()
-    best = update_best(run_dir, sorted(set(names) & set(os.listdir(os.path.join(run_dir, "eval")))))
+    sel = run_selection(cfg, run_dir)  # the validation's folders when it samples otherwise (validation_root)
+    sel_root = os.path.join(run_dir, sel.root)
+    best = update_best(run_dir, sorted(set(names) & set(os.listdir(sel_root) if os.path.isdir(sel_root) else [])),
+                       sel)
     if tandem:
         for p in results:
             png = TE.plot_policy_pass_at_k(run_dir, p)
@@ -664,7 +748,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
             _print_result(console, f"{p} step {s}", summary)
         if p in best["policies"]:
             b = best["policies"][p]
-            console.print(f"{p}: best step {b['step']} (avg {100 * b['score']:.2f})")
+            what = "avg" if sel.default else f"{sel.metric} on {', '.join(sel.benchmarks) or 'the average'}"
+            console.print(f"{p}: best step {b['step']} ({what} {100 * b['score']:.2f})")
     console.print(f"eval results: {os.path.join(run_dir, 'eval')} (best steps: {os.path.join(run_dir, 'best.json')})")
     return results
 
@@ -726,7 +811,8 @@ def validation_due(step: int, total_steps: int, every: int) -> bool:
 class ValidationHook(AfterStep):
     """The training loop's after-step hook for validation (``train(..., after_step=(ValidationHook(),))``);
     holds the loaded benchmarks across steps. Due at every ``eval.every``-th step and the last; done when every
-    policy's ``eval/<policy>/step_N/summary.json`` is on disk (the evaluator writes it last)."""
+    policy's ``<root>/<policy>/step_N/summary.json`` is on disk (the evaluator writes it last; root
+    :func:`validation_root`)."""
 
     def __init__(self):
         self.state = _ValidationState()
@@ -742,7 +828,8 @@ class ValidationHook(AfterStep):
         return validation_due(trainer.step, trainer.total_steps, cfg.eval.every)
 
     def done(self, trainer, cfg, run_dir: str) -> bool:
-        return all(os.path.exists(os.path.join(run_dir, "eval", name, f"step_{trainer.step:06d}", "summary.json"))
+        root = validation_root(cfg)
+        return all(os.path.exists(os.path.join(run_dir, root, name, f"step_{trainer.step:06d}", "summary.json"))
                    for name in trainer.policies)
 
     def __call__(self, trainer, cfg, run_dir: str, console=None) -> list[dict]:
@@ -752,11 +839,13 @@ class ValidationHook(AfterStep):
 def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _ValidationState | None = None) -> list[dict]:
     """Called by the training loop after each step: when ``eval.every`` > 0 and the step is a multiple of
     it (or the last step), score each policy's current weights with the eval protocol (``eval.runs``
-    runs, default 1; ``eval.samples`` at ``eval.temperature``/``eval.top_p``) into
-    ``<run>/eval/<policy>/step_NNNNNN/``, update ``best.json`` and, with ``eval.save_best``, keep a new
-    best policy's weights at ``<run>/best/<policy>/``. Returns ``validation/*`` metrics rows (one per
-    policy) for metrics.jsonl; ``[]`` when no validation is due. Sampling uses its own seeded generator,
-    so training is unaffected."""
+    runs, default 1; ``eval.samples`` at ``eval.temperature``/``eval.top_p``/``eval.top_k``) into
+    ``<run>/<root>/<policy>/step_NNNNNN/`` (root ``eval``, or ``validation`` where the final evaluation samples
+    otherwise: :func:`validation_root`), update ``best.json`` (:func:`run_selection`) and, with ``eval.save_best``,
+    keep a new best policy's weights at ``<run>/best/<policy>/``. Returns ``validation/*`` metrics rows (one per
+    policy; ``validation/selection``: the step's selection score when it is not the pass@1 average) for
+    metrics.jsonl; ``[]`` when no validation is due. Sampling uses its own seeded generator, so training is
+    unaffected."""
     ec = cfg.eval
     if not validation_due(trainer.step, trainer.total_steps, ec.every):
         return []
@@ -776,12 +865,12 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
     spec = eval_prompt_spec(cfg)
     if spec == PromptSpec.from_config(cfg.prompt):
         spec = trainer.spec  # the training prompt (no eval.prompt_* setting)
-    settings = EvalSettings(runs=ec.runs, samples=ec.samples, temperature=ec.temperature, top_p=ec.top_p,
-                            max_new_tokens=ec.max_new_tokens or cfg.rollout.max_new_tokens, seed=ec.seed)
+    settings = validation_settings(cfg)
+    root, sel = validation_root(cfg), run_selection(cfg)
     rows = []
     for name, pol in trainer.policies.items():
         t0 = time.perf_counter()
-        out_dir = os.path.join(run_dir, "eval", name, f"step_{trainer.step:06d}")
+        out_dir = os.path.join(run_dir, root, name, f"step_{trainer.step:06d}")
         engine = pol.engine.eval_engine() if hasattr(pol.engine, "eval_engine") else pol.engine  # tandem: solo
         ev = Evaluator(engine, pol.tokenizer, spec, settings, trainer.grader,
                        context_len=context_length(pol.model), console=console)
@@ -790,11 +879,14 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
         row = {"step": trainer.step, "policy": name, "validation/score": summary["average"]["mean"]}
         for b, v in summary["benchmarks"].items():
             row[f"validation/{b}"] = v["mean"]
-        best = update_best(run_dir)
+        if not sel.default:
+            runs = selection_runs(summary, sel.metric, sel.benchmarks)
+            row["validation/selection"] = float(np.mean(runs)) if runs else None
+        best = update_best(run_dir, selection=sel)
         b = best["policies"].get(name)
         if ec.save_best and b is not None and b["step"] == trainer.step:
             save_best_weights(run_dir, name, trainer.step, pol.model, pol.tokenizer)
-            best = update_best(run_dir)
+            best = update_best(run_dir, selection=sel)
         row["validation/best_step"] = best["policies"].get(name, {}).get("step")
         row["time/validation"] = time.perf_counter() - t0
         rows.append(row)
@@ -806,7 +898,8 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
 
 __all__ = ["EvalSettings", "Evaluator", "evaluate_model", "evaluate_run", "validate_in_training", "ValidationHook",
            "update_best", "write_policy_summary", "select_best", "run_seed", "summarize_dir", "eval_prompt_spec",
-           "final_settings"]
+           "final_settings", "validation_settings", "validation_root", "run_selection", "Selection",
+           "selection_runs"]
 
 
 def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, policy=None, data=None,
@@ -814,7 +907,7 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
               top_p=None,
               max_new_tokens=None, seed=None, out=None, dtype: str = "float32", device=None,
               chat_template: str = "auto", workers=None, force: bool = False, progress: bool = True,
-              tandem: bool | None = None, junior: str | None = None):
+              tandem: bool | None = None, junior: str | None = None, top_k: int | None = None):
     """The ``graft eval`` command: exactly one of ``run_dir`` / ``model``."""
     if bool(run_dir) == bool(model):
         raise GraftError("give exactly one of --run DIR or --model PATH")
@@ -826,7 +919,7 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
         return evaluate_run(run_dir, steps=steps, policies=policy, benchmarks=benchmarks, data=data, eval_dir=eval_dir,
                             runs=runs, samples=samples, temperature=temperature, top_p=top_p,
                             max_new_tokens=max_new_tokens, seed=seed, device=device, workers=workers, force=force,
-                            progress=progress, tandem=tandem, junior=junior)
+                            progress=progress, tandem=tandem, junior=junior, top_k=top_k)
     for opt, val in (("--steps", steps), ("--policy", policy), ("--tandem", tandem), ("--junior", junior)):
         if val:
             raise GraftError(f"{opt} applies to --run only")
@@ -837,7 +930,7 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
                             temperature=d.temperature if temperature is None else temperature,
                             top_p=d.top_p if top_p is None else top_p,
                             max_new_tokens=max_new_tokens or d.max_new_tokens,
-                            seed=d.seed if seed is None else seed)
+                            seed=d.seed if seed is None else seed, top_k=d.top_k if top_k is None else top_k)
     return evaluate_model(model, out, benchmarks, data, eval_dir, pair, settings,
                           PromptSpec(chat_template=chat_template), dtype, device or "auto",
                           workers=2 if workers is None else workers, force=force, progress=progress)

@@ -118,8 +118,8 @@ def run_job(job: dict) -> dict:
                 from graft_cli.eval.runner import evaluate_run
 
                 t0 = time.perf_counter()
-                kw = {k: ev.get(k) for k in ("steps", "runs", "samples", "temperature", "top_p", "max_new_tokens",
-                                             "seed")}
+                kw = {k: ev.get(k) for k in ("steps", "runs", "samples", "temperature", "top_p", "top_k",
+                                             "max_new_tokens", "seed")}
                 bench = ev.get("benchmarks")
                 evaluate_run(job["run_dir"], benchmarks=",".join(bench) if bench else None,
                              progress=job.get("progress", False), console=console, **kw)

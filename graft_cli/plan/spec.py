@@ -42,7 +42,7 @@ from graft_cli.config import EXPERIMENTS_DIR
 from graft_cli.errors import GraftError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-EVAL_KEYS = ("steps", "runs", "samples", "benchmarks", "temperature", "top_p", "max_new_tokens", "seed")
+EVAL_KEYS = ("steps", "runs", "samples", "benchmarks", "temperature", "top_p", "top_k", "max_new_tokens", "seed")
 PLAN_KEYS = ("name", "description", "pair", "seeds", "steps", "overrides", "eval", "jobs", "claims", "runs")
 RUN_KEYS = ("name", "method", "seeds", "overrides", "partner", "note", "eval")
 
@@ -59,12 +59,13 @@ class EvalPlan:
     max_new_tokens: int | None = None
     seed: int | None = None
     enabled: bool = True
+    top_k: int | None = None  # None: the run's eval.final.top_k / eval.top_k (0 = off)
 
     def kwargs(self) -> dict:
         return {"steps": self.steps, "runs": self.runs, "samples": self.samples,
                 "benchmarks": ",".join(self.benchmarks) if self.benchmarks else None,
-                "temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
-                "seed": self.seed}
+                "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                "max_new_tokens": self.max_new_tokens, "seed": self.seed}
 
 
 @dataclass(frozen=True)
