@@ -308,6 +308,24 @@ def test_claims_intervals_and_verdicts():
     assert "+10.00 pts [+10.00, +10.00]" in cl["graft_beats_grpo"].evidence
 
 
+def test_regime_figures_gain_over_base_and_half_widths():
+    """GRPO gains +0.1 on every problem of every seed over its step-0 evaluation -> gain +10 points, interval
+    [10, 10]; claim 2's interval for a is [10, 10] (half-width 0), claim 3's [30, 30]; with per-problem
+    differences ±0.4 on one seed the interval is [-40, 40] (half-width 40)."""
+    base = [0.2, 0.4, 0.6, 0.8]
+    step0 = {str(s): {"math500": [x - 0.1 for x in base]} for s in range(3)}
+    reg = CL.regime_figures(numbers(base={"a": step0}))
+    assert reg["a"]["baseline_gain"] == pytest.approx((10.0, 10.0, 10.0))
+    assert reg["a"]["graft_beats_grpo_half_width"] == pytest.approx(0.0)
+    assert "baseline_gain" not in reg["b"]  # no step-0 evaluation of b
+    probs = {"grpo": {"a": {"0": {"math500": [0.5] * 4}}}, "graft": {"a": {"0": {"math500": [0.9, 0.1, 0.9, 0.1]}}}}
+    reg = CL.regime_figures(numbers(policies=["a"], problems=probs))
+    assert reg["a"]["graft_beats_grpo_half_width"] == pytest.approx(40.0)
+    assert reg["a"]["gate_matters_half_width"] is None
+    md = CL.claims_markdown(CL.judge(numbers(base={"a": step0})), measured=numbers(base={"a": step0}))
+    assert "grpo gain over the base model +10.00 pts [+10.00, +10.00]" in md and "claim 2 0.00 pts" in md
+
+
 def test_claims_straddling_and_missing():
     # Δ = 0 with per-problem differences of ±0.4: 1/16 of the resamples are all +0.4 (> 2.5%), so the interval
     # is [-40, +40] points: not significant

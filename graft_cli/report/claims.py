@@ -198,6 +198,7 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
     pols: list[str] = []
     scores: dict = {}
     problems: dict = {}
+    base: dict = {}  # the baseline runs' step-0 evaluation (run.save_initial): the base models
     for r in records:
         for p, sc in (r.get("scores") or {}).items():
             if sc.get("avg") is None:
@@ -207,6 +208,10 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
                 arrays = read_problems(eval_dir(r["dir"], p, sc["step"]))[0]
                 if arrays:
                     problems.setdefault(r["name"], {}).setdefault(p, {})[str(r["seed"])] = arrays
+            if r["name"] == s["baseline"] and sc.get("step"):
+                arrays = read_problems(eval_dir(r["dir"], p, 0))[0]
+                if arrays:
+                    base.setdefault(p, {})[str(r["seed"])] = arrays
     for name in (s["baseline"], s["method"]):
         for r in records:
             if r["name"] == name:
@@ -235,7 +240,36 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
                 for p, v in peer_clip_steps(r["dir"], s["clip_steps"]).items():
                     if v:
                         clip.setdefault(name, {}).setdefault(p, {})[str(r["seed"])] = v
-    return {"policies": pols, "scores": scores, "problems": problems, "complementarity": comp, "clip_peer": clip}
+    return {"policies": pols, "scores": scores, "problems": problems, "complementarity": comp, "clip_peer": clip,
+            "base": base}
+
+
+def half_width(iv) -> float | None:
+    """Half the width of a 95% interval ``(Δ, lo, hi)`` (None without one)."""
+    return None if iv is None else (float(iv[2]) - float(iv[1])) / 2
+
+
+def regime_figures(measured: dict, cfg: dict | None = None) -> dict:
+    """The study's regime, reported beside the verdicts (issue 27): per model, the baseline's gain over the base
+    models (Δ = baseline at its scored step − the same runs' step-0 evaluation, paired bootstrap over seeds and
+    problems; needs ``run.save_initial``) and the half-widths of claims 2 and 3's intervals."""
+    s = settings(cfg)
+    n_boot = int(s.get("n_boot", N_BOOT))
+    probs = dict(measured.get("problems") or {})
+    base = measured.get("base") or {}
+    out = {}
+    for p in measured.get("policies") or []:
+        row: dict = {}
+        if base.get(p) and (probs.get(s["baseline"]) or {}).get(p):
+            tmp = {**probs, "__base__": {p: base[p]}}
+            g = _compare_scores(tmp, s["baseline"], "__base__", p, n_boot)
+            row["baseline_gain"] = g["interval"]
+            row["baseline_gain_seeds"] = g["seeds"]
+        for key, other in (("graft_beats_grpo", s["baseline"]), ("gate_matters", s["no_gate"])):
+            c = _compare_scores(probs, s["method"], other, p, n_boot)
+            row[f"{key}_half_width"] = half_width(c["interval"])
+        out[p] = row
+    return out
 
 
 def _policies(run_dir: str) -> list[str]:
@@ -283,7 +317,7 @@ def headline_rows(records: list[dict], baseline: str = "grpo") -> tuple[list[str
 
 def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg: dict | None = None,
                     title: str = "Claims of the paper on this pair (from the measured numbers)",
-                    report_dir: str | None = None) -> str:
+                    report_dir: str | None = None, measured: dict | None = None) -> str:
     from graft_cli.report.markdown import md_table
 
     s = settings(cfg)
@@ -298,6 +332,18 @@ def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg:
                "over training steps). `held`: the interval excludes zero in the paper's direction; `not "
                "significant`: it straddles zero; `did not hold`: it excludes zero the other way; `mixed`: the "
                "models differ.")
+    if measured is not None:
+        reg = regime_figures(measured, cfg)
+        lines = []
+        for p, row in reg.items():
+            g = row.get("baseline_gain")
+            hw = [row.get(f"{k}_half_width") for k in ("graft_beats_grpo", "gate_matters")]
+            lines.append(f"- `{p}`: {s['baseline']} gain over the base model "
+                         + (f"{_fmt_iv(g, 2, ' pts')}" if g is not None else "not measured (no step-0 evaluation)")
+                         + "; 95% half-width of claim 2 " + ("—" if hw[0] is None else f"{hw[0]:.2f}")
+                         + " pts, of claim 3 " + ("—" if hw[1] is None else f"{hw[1]:.2f}") + " pts")
+        if lines:
+            out += ["", "Regime of this study (measured, not tuned on the verdicts):", "", *lines]
     if records:
         cols, rows = headline_rows(records, s["baseline"])
         out += ["", "### Headline: eval average pass@1 (%) per model, mean ± sample std over seeds", "",
@@ -343,8 +389,9 @@ def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) 
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)
-    md = claims_markdown(claims, records, cfg, report_dir=report_dir)
+    md = claims_markdown(claims, records, cfg, report_dir=report_dir, measured=measured)
     write_section(report_dir, md)
     atomic_write_json(os.path.join(report_dir, "claims.json"),
-                      {"settings": settings(cfg), "measured": measured, "claims": [asdict(c) for c in claims]})
+                      {"settings": settings(cfg), "measured": measured, "claims": [asdict(c) for c in claims],
+                       "regime": regime_figures(measured, cfg)})
     return md, claims
