@@ -166,13 +166,33 @@ def pass_at_k_curve(folder: str, ks=CURVE_KS) -> dict[int, float]:
             for k in ks if 1 <= k <= S}
 
 
+SUMMARY_KS = (1, 2, 4, 8)  # the k of an eval summary's pass@k
+
+
+def macro_pass_at_k(summary: dict | None) -> dict[str, float]:
+    """k -> (1/B) Σ_b summary pass@k mean of benchmark b, in %, over every benchmark of the summary; a k that
+    some benchmark lacks is left out."""
+    benches = summary.get("benchmarks") if isinstance(summary, dict) else None
+    if not isinstance(benches, dict):
+        return {}
+    out = {}
+    for k in SUMMARY_KS:
+        try:
+            vals = [float(b["pass@k"][str(k)]["mean"]) for b in benches.values()]
+        except (KeyError, TypeError, ValueError):
+            continue
+        if vals and all(np.isfinite(vals)):
+            out[str(k)] = 100.0 * float(np.mean(vals))
+    return out
+
+
+
 # ------------------------------------------------------------------------------------------------ plot
 def plot_policy_pass_at_k(run_dir: str, policy: str) -> str | None:
     """``<run>/eval/<policy>/pass_at_k.png``: solo (and handoff, dashed) pass@k, k = 1..8 (up to the samples),
     of every evaluated step, from its run files (else the summary's k = 1, 2, 4, 8)."""
     from graft_cli.eval.files import step_dirs
     from graft_cli.report.plots import plot_pass_at_k
-    from graft_cli.report.tandem_claims import macro_pass_at_k  # {"k": pass@k in %}
 
     def curve(d: str, summary) -> dict[str, float]:
         c = pass_at_k_curve(d)

@@ -41,7 +41,7 @@ import os
 import numpy as np
 
 from graft_cli.eval.files import eval_dir, read_problems  # noqa: F401 (re-exported)
-from graft_cli.eval.tandem import CURVE_KS, legibility_problems, pass_at_k_curve
+from graft_cli.eval.tandem import CURVE_KS, legibility_problems, macro_pass_at_k, pass_at_k_curve  # noqa: F401
 from graft_cli.report.stats import compare, equivalence_verdict, verdict
 from graft_cli.rundir import atomic_write_json, read_json_or_none
 
@@ -135,23 +135,6 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------- measure
-def macro_pass_at_k(summary: dict | None) -> dict[str, float]:
-    """k -> (1/B) Σ_b summary pass@k mean of benchmark b, in %, over every benchmark of the summary; a k that
-    some benchmark lacks is left out."""
-    benches = summary.get("benchmarks") if isinstance(summary, dict) else None
-    if not isinstance(benches, dict):
-        return {}
-    out = {}
-    for k in KS:
-        try:
-            vals = [float(b["pass@k"][str(k)]["mean"]) for b in benches.values()]
-        except (KeyError, TypeError, ValueError):
-            continue
-        if vals and all(np.isfinite(vals)):
-            out[str(k)] = 100.0 * float(np.mean(vals))
-    return out
-
-
 def legibility_ce(summary: dict | None) -> float | None:
     """``macro_ce`` of a legibility summary (nats), None when absent or not a finite number."""
     try:
