@@ -163,6 +163,7 @@ class AlgoConfig:
     clip_ratio_c: float = 0.0  # dual-clip PPO constant (verl clip_ratio_c; 0 = off; the real pairs: 3.0)
     kl_coef: float = 0.0  # KL loss to a frozen reference (verl use_kl_loss + kl_loss_coef); 0 = none
     kl_type: str = "low_var_kl"  # KL estimator (verl kl_loss_type): low_var_kl (k3) | kl (k1) | mse (k2)
+    kl_rows: str = "all"  # rows the KL term covers: all | self (the policy's own samples; HACPO's released loss)
     reference: str = "none"  # none | initial: a frozen copy of each policy's initial weights, column ref_logprobs
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     loss_params: dict = field(default_factory=dict)  # the loss's parameters, validated against its defaults
@@ -195,7 +196,8 @@ class OptimConfig:
 @dataclass
 class ExchangeConfig:
     name: str = "none"  # registered exchange step: none | graft | ...
-    ordering: str = "last"  # minibatch placement of groups holding peer samples: last | first | uniform
+    ordering: str = "last"  # registered minibatch ordering (graft_cli/algorithms/minibatch.py): last | first |
+    # uniform (groups holding peer samples after / before the own groups / shuffled) | self_first_rows (HACPO)
     params: dict = field(default_factory=dict)  # exchange-specific options, validated by the exchange
 
 
@@ -433,7 +435,8 @@ def validate(cfg: Config, registries: bool = True) -> None:
     from graft_cli.algorithms import CONTROLLERS, LOSS_MASKS, TOKEN_ADVANTAGES
     from graft_cli.algorithms.advantages import ADVANTAGES
     from graft_cli.algorithms.exchange import EXCHANGES
-    from graft_cli.algorithms.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
+    from graft_cli.algorithms.losses import AGG_MODES, KL_KINDS, KL_ROWS, POLICY_LOSSES
+    from graft_cli.algorithms.minibatch import MINIBATCH_ORDERINGS
     from graft_cli.models.loading import DTYPES
     from graft_cli.models.logprobs import AUTOCAST
     from graft_cli.models.scoring import SCORERS
@@ -478,6 +481,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(a.clip_ratio_c == 0 or a.clip_ratio_c > 1, "algo.clip_ratio_c", "must be 0 (off) or > 1")
     _check(a.kl_coef >= 0, "algo.kl_coef", "must be >= 0")
     _check(a.kl_type in KL_KINDS, "algo.kl_type", f"must be one of {', '.join(KL_KINDS)}")
+    _check(a.kl_rows in KL_ROWS, "algo.kl_rows", f"must be one of {', '.join(KL_ROWS)}")
     _check(a.reference in ("none", "initial"), "algo.reference", "must be none or initial")
     fg = a.filter_groups
     _check(fg.metric == "acc", "algo.filter_groups.metric", f"must be acc, got {fg.metric!r}")
@@ -519,7 +523,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     if a.loss in POLICY_LOSSES:
         a.loss_params = POLICY_LOSSES.get(a.loss).validate(a.loss_params)
     _known(cfg.exchange.name, EXCHANGES, "exchange.name")
-    _check(cfg.exchange.ordering in ("last", "first", "uniform"), "exchange.ordering", "must be last, first or uniform")
+    _known(cfg.exchange.ordering, MINIBATCH_ORDERINGS, "exchange.ordering")
     hint = " (vLLM is not installed: pip install -e '.[vllm]')" if r.engine == "vllm" else ""
     _check(r.engine in ENGINES, "rollout.engine", f"unknown; known: {', '.join(ENGINES.names())}{hint}")
     if r.engine in ENGINES:  # the engine's own option check; then options that name a frozen model (tandem)

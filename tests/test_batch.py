@@ -120,6 +120,79 @@ def test_schedule_errors():
         minibatch_schedule(b, 2, "sideways")
 
 
+# --- registered orderings: the loop's minibatch_plan ---------------------------------------------------
+def hacpo_batch(B: int, n: int, peer_n: int | None = None) -> TrainBatch:
+    """B prompts, each group laid out as HACPO's joint group: n self rows then ``peer_n`` (default n) peer rows."""
+    b = TrainBatch()
+    for g in range(B):
+        for j in range(n + (n if peer_n is None else peer_n)):
+            b.append(prompt_ids=[g], response_ids=[g, j], advantages=0.0, weights=1.0,
+                     source="self" if j < n else "peer", group=g, rewards=0.0, sampler_logprobs=None,
+                     texts=f"g{g}{'s' if j < n else 'p'}{j if j < n else j - n}")
+    return b
+
+
+# self_first_rows (HACPO: self rows of all prompts, then peer rows, chunks of minibatch_prompts × n rows):
+#  4 prompts × (2 self + 2 peer), minibatch 2 prompts → 4 rows a chunk, 16 rows → 4 minibatches:
+#    m0 g0s0 g0s1 g1s0 g1s1 | m1 g2s0 g2s1 g3s0 g3s1 | m2 g0p0 g0p1 g1p0 g1p1 | m3 g2p0 g2p1 g3p0 g3p1
+#  the same with 1-prompt minibatches (2 rows): 8 minibatches, m0..m3 self, m4..m7 peer
+#  3 prompts × (2 + 2), minibatch 2 prompts (4 rows): 12 rows → 4 | 4 | 4, the second mixes g2's self rows
+#    with g0's peer rows (the row count, not the prompt count, sets the cut, as verl's minibatches)
+#  2 prompts × (2 self + 1 peer), minibatch 1 prompt (2 rows): g0s0 g0s1 | g1s0 g1s1 | g0p0 g1p0
+SELF_FIRST_TABLE = [
+    (4, 2, None, 2, [["g0s0", "g0s1", "g1s0", "g1s1"], ["g2s0", "g2s1", "g3s0", "g3s1"],
+                     ["g0p0", "g0p1", "g1p0", "g1p1"], ["g2p0", "g2p1", "g3p0", "g3p1"]]),
+    (4, 2, None, 1, [["g0s0", "g0s1"], ["g1s0", "g1s1"], ["g2s0", "g2s1"], ["g3s0", "g3s1"],
+                     ["g0p0", "g0p1"], ["g1p0", "g1p1"], ["g2p0", "g2p1"], ["g3p0", "g3p1"]]),
+    (3, 2, None, 2, [["g0s0", "g0s1", "g1s0", "g1s1"], ["g2s0", "g2s1", "g0p0", "g0p1"],
+                     ["g1p0", "g1p1", "g2p0", "g2p1"]]),
+    (2, 2, 1, 1, [["g0s0", "g0s1"], ["g1s0", "g1s1"], ["g0p0", "g1p0"]]),
+]
+
+
+@pytest.mark.parametrize("B,n,peer_n,prompts,want", SELF_FIRST_TABLE)
+def test_self_first_rows_table(B, n, peer_n, prompts, want):
+    from graft_cli.train.batch import minibatch_plan
+
+    b = hacpo_batch(B, n, peer_n)
+    mbs = minibatch_plan(b, "self_first_rows", prompts, n)
+    assert [[b.texts[i] for i in mb] for mb in mbs] == want
+    assert sorted(i for mb in mbs for i in mb) == list(range(len(b)))
+
+
+def test_hacpo_schedule_at_the_papers_size():
+    # 128 prompts × (8 self + 8 peer), 64-prompt minibatches: 2048 rows in 4 chunks of 512, m = 0, 1 self rows
+    # only and m = 2, 3 peer rows only (the group orderings would make 2 mixed minibatches of 1,024 rows)
+    from graft_cli.train.batch import minibatch_plan
+
+    b = hacpo_batch(128, 8)
+    mbs = minibatch_plan(b, "self_first_rows", 64, 8)
+    assert [len(mb) for mb in mbs] == [512] * 4
+    assert [sorted({b.source[i] for i in mb}) for mb in mbs] == [["self"], ["self"], ["peer"], ["peer"]]
+    assert [sorted({b.group[i] for i in mb}) for mb in mbs] == [list(range(64)), list(range(64, 128))] * 2
+    assert [len(mb) for mb in minibatch_plan(b, "last", 64, 8)] == [1024, 1024]
+
+
+@pytest.mark.parametrize("G,peers,k,ordering,want", SCHEDULE_TABLE[:6])
+def test_group_orderings_through_the_registry(G, peers, k, ordering, want):
+    # the registered group orderings take algo.minibatch_prompts: ⌈G / prompts⌉ minibatches (8 / 2 → 4)
+    from graft_cli.algorithms.minibatch import MINIBATCH_ORDERINGS
+    from graft_cli.train.batch import minibatch_plan
+
+    b = make_batch(G, 3, {g: [1] for g in peers})
+    assert groups_of(b, minibatch_plan(b, ordering, G // k, 3)) == want
+    assert set(MINIBATCH_ORDERINGS.names()) >= {"last", "first", "uniform", "self_first_rows"}
+
+
+def test_ordering_is_checked_at_compose():
+    from graft_cli.config import compose
+    from graft_cli.errors import GraftError
+
+    with pytest.raises(GraftError, match=r"exchange.ordering.*unknown minibatch ordering 'sideways'.*self_first_rows"):
+        compose(["method=graft", "exchange.ordering=sideways"])
+    assert compose(["method=hacpo"]).exchange.ordering == "self_first_rows"
+
+
 # --- micro_batches: greedy, in order, padded size rows x longest <= budget ----------------------------
 # lengths (3, 5, 2, 8, 1), budget 10:
 #   [0] longest 3; add 1 -> 5·2 = 10 <= 10 ok; add 2 -> 5·3 = 15 > 10 -> flush [0, 1]

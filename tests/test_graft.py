@@ -268,13 +268,21 @@ def test_success_only_pooled_sft_hacpo_modes(tok_char, tok_bpe):
     assert b.source[:5] == ["self"] * 4 + ["peer"] and b.advantages[:5] == [0.0] * 5
     assert b.rewards[4] == 1.0 and b.in_pg[4] is False  # λ (0.1) is the loss's parameter nll_coef
     assert b.in_pg[:4] == [True] * 4
-    # hacpo: joint group on q0 with capability-aware advantages (first step: P = 1 for both → c = 1):
-    # r = [0,0,0,0 | 1,1,1,0]: b = 3/8, unbiased std 0.517549 → self -0.724569, peer 1.207615 / -0.724569;
-    # q1 (not selected): own group + b's responses with zero advantage
+    # hacpo: joint group on q0 with capability-aware advantages. The capabilities include this step's rates
+    # (hacpo_capability: current, HACPO's code): P_a = 2/8, P_b = 3/8 → c(b→a) = 1.5, ω = 2/3;
+    # r = [0,0,0,0 | 1,1,1,0]: b = 3·(2/3)/8 = 0.25, unbiased std 0.517549 → self −0.25/0.517550 = −0.483045,
+    # peer 0.75/0.517550 = 1.449135 / −0.483045; q1 (not selected): own group + b's responses with zero advantage
     b = G.GraftExchange(cfg_for("graft_hacpo_update")).select(steps, ctx)[0]["a"]
+    assert b.advantages[:8] == pytest.approx([-0.483045] * 4 + [1.449135] * 3 + [-0.483045], abs=1e-5)
+    assert b.extra["hacpo_c"][4:8] == pytest.approx([1.5] * 4)
+    assert b.group[8:] == [1] * 8 and b.source[8:] == ["self"] * 4 + ["peer"] * 4 and b.advantages[12:] == [0.0] * 4
+    # every row carries n_scored, its tokens without the terminal EOS (all these responses ended with one)
+    assert b.extra["n_scored"] == [len(ids) - 1 for ids in b.response_ids]
+    # lagged (the window before this step; P = 1 at step 0 → c = 1): b = 3/8 → self −0.724569, peer 1.207615
+    b = G.GraftExchange(cfg_for("graft_hacpo_update", ["exchange.params.hacpo_capability=lagged"])).select(steps,
+                                                                                                      ctx)[0]["a"]
     assert b.advantages[:8] == pytest.approx([-0.724569] * 4 + [1.207615] * 3 + [-0.724569], abs=1e-5)
     assert b.extra["hacpo_c"][4:8] == [1.0] * 4
-    assert b.group[8:] == [1] * 8 and b.source[8:] == ["self"] * 4 + ["peer"] * 4 and b.advantages[12:] == [0.0] * 4
 
 
 def test_random_prompts_are_count_matched():

@@ -30,9 +30,22 @@ class Normaliser:
     ``agg_loss`` with a global token count)."""
 
     num_tokens: float  # Σ_j Σ_t mask_{j,t} over the minibatch's rows that count in the policy gradient
-    num_seqs: float  # number of rows of the minibatch that count in the policy gradient (``in_pg``)
+    num_seqs: float  # rows of the minibatch that count in the policy gradient (``in_pg``) and have loss tokens
     loss_scale_factor: float | None = None  # seq-mean-token-sum-norm constant (max response length)
-    aux_seqs: float = 0.0  # rows of the minibatch with ``in_pg`` false (e.g. SGT's NLL rows)
+    aux_seqs: float = 0.0  # rows of the minibatch with ``in_pg`` false (e.g. SGT's NLL rows) and loss tokens
+
+    @classmethod
+    def of_rows(cls, tokens, in_pg, loss_scale_factor: float | None = None) -> "Normaliser":
+        """The denominators of one minibatch from each row's loss-token count (the sum of its loss mask) and
+        its ``in_pg`` flag. A row with no loss tokens (a loss mask that zeroes the whole response: a tandem
+        response the junior wrote entirely, a masked-out row) is left out of the sequence counts, as verl's
+        ``agg_loss`` leaves it out of the ``seq-mean-*`` denominators (``seq_mask = (Σ_t mask > 0)``); it adds
+        nothing to the token count either."""
+        tokens, in_pg = [float(x) for x in tokens], [bool(x) for x in in_pg]
+        return cls(num_tokens=sum(t for t, p in zip(tokens, in_pg) if p),
+                   num_seqs=float(sum(1 for t, p in zip(tokens, in_pg) if p and t > 0)),
+                   loss_scale_factor=loss_scale_factor,
+                   aux_seqs=float(sum(1 for t, p in zip(tokens, in_pg) if not p and t > 0)))
 
 
 @dataclass
@@ -121,6 +134,9 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: Normal
     - ``token-mean`` (DAPO, TRL ``dapo``): Σ_{j,t} L_{j,t} / Σ_j |o_j|
     - ``seq-mean-token-mean`` (GRPO, TRL ``grpo``): (1/N) Σ_j (Σ_t L_{j,t} / |o_j|)
     - ``seq-mean-token-sum``: (1/N) Σ_j Σ_t L_{j,t}
+
+      (N = ``norm.num_seqs``: the minibatch's rows with |o_j| > 0, :meth:`Normaliser.of_rows`; a row with no
+      loss tokens adds 0 to the numerator, as in verl)
     - ``seq-mean-token-sum-norm`` (Dr. GRPO, verl's formula): Σ_j Σ_t L_{j,t} / C, C = ``loss_scale_factor``
       (default: the longest possible response), *not* divided by the number of sequences (verl's ``agg_loss``
       computes ``sum(loss·mask) / loss_scale_factor``; graft applies it to the whole minibatch, whose
@@ -130,7 +146,8 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: Normal
         return (loss_mat * mask).sum() / max(norm.num_tokens, 1.0)
     seq_sum = (loss_mat * mask).sum(-1)
     if mode == "seq-mean-token-mean":
-        return (seq_sum / mask.sum(-1).clamp(min=1.0)).sum() / max(norm.num_seqs, 1.0)
+        cnt = mask.sum(-1)
+        return (seq_sum / torch.where(cnt > 0, cnt, torch.ones_like(cnt))).sum() / max(norm.num_seqs, 1.0)
     if mode == "seq-mean-token-sum":
         return seq_sum.sum() / max(norm.num_seqs, 1.0)
     if mode == "seq-mean-token-sum-norm":
@@ -235,10 +252,17 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "low_var_
 KL_KINDS = ("low_var_kl", "k3", "kl", "k1", "mse", "k2")
 
 
-def compute_loss(spec: LossSpec, inp: LossInputs, kl_coef: float = 0.0, kl_type: str = "low_var_kl"):
+KL_ROWS = ("all", "self")
+
+
+def compute_loss(spec: LossSpec, inp: LossInputs, kl_coef: float = 0.0, kl_type: str = "low_var_kl",
+                 kl_rows: str = "all"):
     """The registered loss plus, when ``kl_coef`` > 0, a KL term to a frozen reference (verl's ``use_kl_loss``:
     L + β·agg(KL(π_θ ‖ π_ref)) with the loss's aggregation over the mask; column ``ref_logprobs``, filled by
-    a frozen model's scorer). Whenever that column is there the KL is measured (with β = 0 only logged, as
+    a frozen model's scorer). ``kl_rows`` (``algo.kl_rows``): ``all`` rows, or only the policy's ``self`` rows
+    (HACPO's released loss: the KL mask is ``response_mask & is_self``, aggregated with the minibatch's
+    denominators, so a peer row adds nothing to the KL term nor to its statistics). Whenever that column is
+    there the KL is measured (with β = 0 only logged, as
     verl's ``use_kl_loss=True, kl_loss_coef=0``): stats ``kl/sum`` and ``kl/n``, reported as ``kl`` (the token
     mean over the step), and ``kl_seq_mean/sum`` and ``kl_seq_mean/n``, reported as ``kl_seq_mean``: the mean
     over rows with loss tokens of each row's token-mean KL, which is verl's ``actor/kl_loss`` when every
@@ -248,14 +272,17 @@ def compute_loss(spec: LossSpec, inp: LossInputs, kl_coef: float = 0.0, kl_type:
     ref = inp.columns.get("ref_logprobs")
     if kl_coef > 0 and not isinstance(ref, torch.Tensor):
         raise ValueError("algo.kl_coef > 0 needs the column ref_logprobs (a frozen reference model)")
+    if kl_rows not in KL_ROWS:
+        raise ValueError(f"unknown kl_rows {kl_rows!r}; known: {', '.join(KL_ROWS)}")
     if isinstance(ref, torch.Tensor):
         kl = kl_penalty(inp.logp, ref, kl_type)
+        mask = inp.mask if kl_rows == "all" else inp.mask * (~inp.is_peer).to(inp.mask.dtype)[:, None]
         if kl_coef > 0:
-            loss = loss + kl_coef * agg_loss(kl, inp.mask, inp.agg, inp.norm)
-        tok = inp.mask.sum(-1).detach()
-        seq = (kl.detach() * inp.mask).sum(-1) / tok.clamp(min=1e-12)
-        st = {**st, "kl/sum": (kl.detach() * inp.mask).sum().to(torch.float64),
-              "kl/n": inp.mask.sum().detach().to(torch.float64),
+            loss = loss + kl_coef * agg_loss(kl, mask, inp.agg, inp.norm)
+        tok = mask.sum(-1).detach()
+        seq = (kl.detach() * mask).sum(-1) / tok.clamp(min=1e-12)
+        st = {**st, "kl/sum": (kl.detach() * mask).sum().to(torch.float64),
+              "kl/n": mask.sum().detach().to(torch.float64),
               "kl_seq_mean/sum": seq[tok > 0].sum().to(torch.float64),
               "kl_seq_mean/n": (tok > 0).sum().to(torch.float64)}
     return loss, st

@@ -12,7 +12,10 @@ Same signature as :mod:`graft_cli.algorithms.losses`: ``spec(LossInputs) -> (los
   unclipped term), L_m = min(1, L_0 + m·Δ) with m the minibatch index (``schedule: step``: the training
   step). Parameters ``lower_bound`` L_0 (0.8), ``lower_bound_step`` Δ (0.025), ``schedule``
   (minibatch | step), ``peer_coef`` (1.0). Per-row columns ``n_scored``, ``src_logp_mean``, ``hacpo_c``.
-  Use ``algo.agg=seq-mean-token-mean`` (HACPO).
+  Use ``algo.agg=seq-mean-token-mean`` (HACPO); HACPO's released schedule of m (self rows first, then peer
+  rows, in chunks of minibatch_prompts × n rows) is the minibatch ordering ``self_first_rows``, its EOS
+  contract the loss mask ``strip_eos`` and its KL scope ``algo.kl_rows: self``. Metric ``hacpo/L_m``: the
+  mean bound over the step's peer rows.
 - ``ppo_token_nll``: "SFT update" (SGT; baselines.md §2.3 defaults): the PPO token loss on the rows in the
   policy gradient plus λ·NLL on the rows that are not (``in_pg`` false), NLL = token-mean −log π_θ over the
   row's tokens, averaged over those rows of the minibatch (``norm.aux_seqs``); they enter neither the PPO
@@ -58,8 +61,9 @@ def hacpo_peer_loss(inp: LossInputs):
     lb0, inc, coef = float(p["lower_bound"]), float(p["lower_bound_step"]), float(p["peer_coef"])
     m, logp = inp.mask, inp.logp
     B, dev = m.shape[0], m.device
-    # self: GSPO sequence ratio, straight-through token form (every token carries s_j)
-    log_tok = sequence_log_ratio_tokens(logp, inp.old_logp, m)
+    # self: GSPO sequence ratio, straight-through token form (every token carries s_j); log s clamped to ±10 as
+    # HACPO's max_abs_log_ratio (verl's GSPO clamps above only)
+    log_tok = sequence_log_ratio_tokens(logp, inp.old_logp, m).clamp(min=-10.0)
     self_tok, ratio = ppo_surrogate(log_tok, torch.zeros_like(log_tok), inp.adv, inp.clip_low, inp.clip_high)
     # peer: exponential IS with stepwise clipping
     n_scored = inp.row("n_scored", float("inf"))
@@ -87,8 +91,9 @@ def hacpo_peer_loss(inp: LossInputs):
     st["clip_low"] = st["clip_low"] + f(low)
     st["clip_high"] = st["clip_high"] + f(high)
     st["clip_peer"] = f(low) + f(high)
-    st["hacpo/L_m/sum"] = lower.sum().detach().to(torch.float64)  # reported as hacpo/L_m (mean over rows)
-    st["hacpo/L_m/n"] = torch.tensor(float(B), dtype=torch.float64)
+    peer_rows = inp.is_peer.to(torch.float64)  # reported as hacpo/L_m: the mean bound over the step's peer rows
+    st["hacpo/L_m/sum"] = (lower.detach().to(torch.float64) * peer_rows).sum()
+    st["hacpo/L_m/n"] = peer_rows.sum()
     return loss, st
 
 

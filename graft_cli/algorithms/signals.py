@@ -5,7 +5,7 @@ these columns only).
   ``fn(batch, ctx) -> list | None`` gives each row a list of token weights over its response tokens (0/1 for a
   mask; ``None``: every response token). The weights multiply each token's loss and their sum is the row's
   token count in the loss denominators. ``response`` is the default; ``author`` (tandem RLVR) keeps the
-  senior's tokens.
+  senior's tokens; ``strip_eos`` (HACPO) leaves every row's terminal EOS out.
 - Token advantages (registry ``TOKEN_ADVANTAGES``, ``algo.token_advantages``, applied in order):
   ``fn(batch, ctx) -> (token_adv | None, metrics)`` where ``token_adv`` has one entry per row (a list over
   its response tokens, or ``None`` for the row's scalar advantage broadcast). Each function sees the
@@ -102,6 +102,25 @@ def author_mask(batch, ctx: SignalContext):
                          "(rollout.engine: tandem)")
     w = float(ctx.params.get("junior_weight", 0.0))
     return [None if a is None else [1.0 if x else w for x in a] for a in batch.extra["author"]]
+
+
+@register_loss_mask("strip_eos")
+def strip_eos_mask(batch, ctx: SignalContext):
+    """The terminal EOS of every row out of the loss (HACPO's released trainer strips it from each rollout before
+    the probability contract, self rows included, so neither the GSPO ratio, the peer ratio, the KL term nor the
+    denominators see it): row j keeps its first ``n_scored`` tokens (column ``n_scored``: the response without
+    the EOS it ended with; the exchange's ``hacpo`` mode sets it on every row, GRAFT's transfer on peer rows); an
+    EOS-only response (``n_scored`` 0) keeps its one token, as HACPO keeps that action. Masking the last token
+    equals removing it: it is the last position, so no other token's log-prob depends on it."""
+    col = batch.extra.get("n_scored")
+    if col is None or any(v is None for v in col):
+        raise GraftError("config key 'algo.loss_mask': mask 'strip_eos' needs the column n_scored on every row "
+                         "(exchange.params.mode: hacpo sets it)")
+    out = []
+    for ids, k in zip(batch.response_ids, col):
+        k = int(k)
+        out.append(None if k <= 0 or k >= len(ids) else [1.0] * k + [0.0] * (len(ids) - k))
+    return out
 
 
 def scalar_broadcast(batch, i: int) -> list[float]:

@@ -44,7 +44,7 @@ from graft_cli.rundir import (MetricsLog, atomic_write_text, exchange_log_path, 
                               write_parquet)
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
-from graft_cli.train.batch import minibatch_schedule
+from graft_cli.train.batch import minibatch_plan
 from graft_cli.train.collect import collector_for
 from graft_cli.train.hooks import AfterStep
 from graft_cli.train.parallel import LockedGrader, PolicyPool, resolve_workers
@@ -231,7 +231,8 @@ def nonfinite_quantity(logp: torch.Tensor, old: torch.Tensor, loss: torch.Tensor
 
 def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.Generator, ordering: str,
                   dist: D.Dist | None = None, step: int = 0, coefs: dict | None = None) -> dict:
-    """One optimisation epoch (``algo.ppo_epochs`` of them) over minibatches of whole prompt groups.
+    """One optimisation epoch (``algo.ppo_epochs`` of them) over the minibatches of the registered ``ordering``
+    (``exchange.ordering``: whole prompt groups, or HACPO's self-first row chunks).
     Data-parallel (``dist``): each rank runs its shard of every minibatch with the minibatch's global
     ``Normaliser``; gradients are averaged across ranks (train/dist.py)."""
     d = dist or D.Dist()
@@ -241,17 +242,14 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
     model.train()
     dev = next(model.parameters()).device
     pad = pol.tokenizer.pad_token_id
-    num_groups = len(set(batch.group))
-    num_mb = max(1, math.ceil(num_groups / a.minibatch_prompts))
     stats: dict[str, float] = {}
     losses, grad_norms, ent_sum, ent_n = [], [], 0.0, 0.0
     skipped, bad = 0, None
     for _epoch in range(a.ppo_epochs):
-        for mb_idx, mb in enumerate(minibatch_schedule(batch, num_mb, ordering, rng)):
-            pg = [i for i in mb if batch.in_pg[i]]  # rows outside the PG (auxiliary rows) stay out of its denominators
-            norm = Normaliser(num_tokens=float(sum(_row_tokens(batch, i) for i in pg)), num_seqs=float(len(pg)),
-                              loss_scale_factor=a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
-                              aux_seqs=float(len(mb) - len(pg)))
+        for mb_idx, mb in enumerate(minibatch_plan(batch, ordering, a.minibatch_prompts, cfg.rollout.n, rng)):
+            # rows outside the PG (auxiliary rows), and rows without loss tokens, stay out of its denominators
+            norm = Normaliser.of_rows([_row_tokens(batch, i) for i in mb], [batch.in_pg[i] for i in mb],
+                                      a.loss_scale_factor or float(cfg.rollout.max_new_tokens))
             local = d.shard(mb)
             total = 0.0
             micros = plan_micro_batches([batch.prompt_ids[i] for i in local], [batch.response_ids[i] for i in local],
@@ -267,7 +265,7 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
                 logp, ent = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, o.chunk_tokens,
                                               with_entropy=a.log_entropy, groups=groups, autocast_dtype=o.autocast)
                 inp = loss_inputs(batch, rows, logp, ids.shape[1], dev, norm, resp, cfg, spec, mb_idx, step, coefs)
-                loss, st = compute_loss(spec, inp, a.kl_coef, a.kl_type)
+                loss, st = compute_loss(spec, inp, a.kl_coef, a.kl_type, a.kl_rows)
                 if not dummy and bad is None:
                     bad = nonfinite_quantity(logp, inp.old_logp, loss)
                 (loss * (0.0 if dummy else d.loss_scale)).backward()

@@ -42,13 +42,15 @@ source the trainer owns (graft_cli/train/sources.py).
    ``s = exp(mean_t log π_old^R(o^R_t) − mean_t log π_S(o^S_t))`` and
    ``w = 1[s > δ] · min(s, 1)`` (δ = 0.8, strict >). Responses with ``s ≤ δ`` are **dropped** (they leave
    the loss numerator and the token-count denominator). ``δ ≤ 0`` means no floor (every response kept,
-   ``w = min(s, 1)``). The source log-probs are the sampler's (``peer_logprobs: sampler``, default;
-   the trainer's fp32 forward at T = 1 equals the sampler's) or recomputed by the source policy's
-   trainer forward before any update (``peer_logprobs: recompute``, via ``ctx.extra["score_logprobs"]``).
+   ``w = min(s, 1)``). The source log-probs are the sampler's (``peer_logprobs: sampler``, GRAFT's default;
+   exact where the engine's log-probs equal the trainer's fp32 forward, the HF engine in fp32) or recomputed
+   by the source policy's trainer forward at the rollout temperature before any update (``peer_logprobs:
+   recompute``, via ``ctx.extra["score_logprobs"]``; HACPO's default, as its released trainer scores the pool
+   with each source's actor, and the one to use with bf16 weights or vLLM, whose log-probs differ).
 6. **Objective**: the registered loss (``ppo_token``: token-level PPO ratio against the receiver's own
    old policy for self and grafted tokens, w per response, token-mean over retained responses; with no
    transfer it is GRPO exactly). Peer-last minibatch ordering lives in
-   :func:`graft_cli.train.batch.minibatch_schedule` (``exchange.ordering``): groups holding grafted rows
+   :mod:`graft_cli.algorithms.minibatch` (registered, ``exchange.ordering``): groups holding grafted rows
    are ordered after the receiver's own groups, then the ordered groups are chunked into equal prompt
    counts, so a boundary minibatch may mix own and grafted groups (graft.md §8 item 4).
 
@@ -76,7 +78,10 @@ With exactly two policies every rule is the pair algorithm.
   prompt, a row outside the policy gradient; the receiver keeps its own zero-advantage group; loss
   ``ppo_token_nll`` with λ = ``algo.loss_params.nll_coef``) |
   ``hacpo`` (HACPO update on GRAFT-selected prompts: joint group with HACPO's capability-aware
-  advantages; source responses on other prompts enter with zero advantage; loss ``hacpo_peer``);
+  advantages; source responses on other prompts enter with zero advantage; loss ``hacpo_peer``; every row
+  carries ``n_scored``, its tokens without a terminal EOS, for the loss mask ``strip_eos``); the capabilities
+  P_k include this step's success rates (``hacpo_capability: current``, HACPO's code) or only the steps
+  before it (``lagged``);
 - ``peer_responses: all | success`` — "success-only": only correct source responses are inserted
   (advantages still from the full source group);
 - loss-level variants: ``algo.loss=ppo_seq`` (sequence ratio), ``luffy``, ``hacpo_peer``,
@@ -117,6 +122,7 @@ DEFAULTS: dict = {
     "peer_logprobs": "sampler",  # sampler | recompute (graft.md §8 item 2)
     "direct_ids": False,  # identical tokenizers: transfer token ids (graft.md §8 item 10)
     "hacpo_window": 5,  # HACPO capability: rolling window of steps
+    "hacpo_capability": "current",  # current: the window includes this step's rates (HACPO's code) | lagged
     "hacpo_c_min": 0.1,
     "hacpo_c_max": 10.0,
     "hacpo_peer_elsewhere": "zero",  # zero: source responses on other prompts, advantage 0 | drop
@@ -126,6 +132,7 @@ CHOICES = {
     "peer_responses": ("all", "success"),
     "peer_logprobs": ("sampler", "recompute"),
     "hacpo_peer_elsewhere": ("zero", "drop"),
+    "hacpo_capability": ("current", "lagged"),
 }
 REGISTERED = {"gate": GATES, "selection": SELECTIONS, "admission": ADMISSIONS, "mode": REPLACEMENTS,
               "n_peer": N_PEER_RULES}
@@ -243,16 +250,24 @@ class GraftExchange(Exchange):
                 batch.extra["src_logp_mean"][i] = m
 
     def _capabilities(self, steps: dict[str, PolicyStep]) -> dict[str, float]:
-        """HACPO P_k: mean positive-reward rate of policy k over its last ``hacpo_window`` steps (before this
-        one; 1.0 without history), then this step's rate is appended."""
+        """HACPO P_k (baselines.md §1.2): the mean of policy k's positive-reward rates (each floored at 1e-8) over
+        its last ``hacpo_window`` steps. ``hacpo_capability: current`` (HACPO's ``CapabilityTracker.update``
+        before the advantages and the loss): this step's rate joins the window first, so the window holds this
+        step and the ones before it; ``lagged``: the window before this step (1.0 without history), then this
+        step's rate is appended."""
+        w = self.opts["hacpo_window"]
+        lagged = self.opts["hacpo_capability"] == "lagged"
         caps = {}
-        for name in steps:
-            h = self.hacpo_history.get(name, [])
-            caps[name] = float(np.mean(h[-self.opts["hacpo_window"]:])) if h else 1.0
+        if lagged:
+            for name in steps:
+                h = self.hacpo_history.get(name, [])
+                caps[name] = float(np.mean(h[-w:])) if h else 1.0
         for name, st in steps.items():
             h = self.hacpo_history.setdefault(name, [])
-            h.append(float((st.rewards > 0).float().mean()))
-            del h[: -self.opts["hacpo_window"]]
+            h.append(max(float((st.rewards > 0).float().mean()), 1e-8))
+            del h[:-w]
+            if not lagged:
+                caps[name] = float(np.mean(h))
         return caps
 
     # -- the exchange

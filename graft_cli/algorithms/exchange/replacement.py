@@ -13,7 +13,8 @@ group).
   correct source response as a row outside the policy gradient (``in_pg`` false) for an NLL term
   (loss ``ppo_token_nll``, λ = ``algo.loss_params.nll_coef``);
 - ``hacpo``: the joint group with HACPO's capability-aware advantages (column ``hacpo_c``); source responses
-  on prompts that were not selected enter with zero advantage (``hacpo_peer_elsewhere: zero``) or not at all.
+  on prompts that were not selected enter with zero advantage (``hacpo_peer_elsewhere: zero``) or not at all;
+  every row has ``n_scored`` (its tokens without the terminal EOS; loss mask ``strip_eos``).
 
 ``peer_responses: success`` keeps only the correct source responses (advantages still from the full group).
 """
@@ -193,11 +194,22 @@ def _hacpo_rows(rc: ReceiverContext, s: int, q: int, advantages, only=None) -> T
     return rows
 
 
+def _hacpo_own_rows(rc: ReceiverContext, q: int, advantages=None) -> TrainBatch:
+    """The receiver's own rows with ``n_scored``: the response without the terminal EOS it ended with (HACPO's
+    trajectory contract strips it from every row; an EOS-only response keeps its one action)."""
+    out = own_group_rows(rc.recv, q, advantages)
+    ro, n = rc.recv.rollouts, rc.recv.n
+    out.extra["n_scored"] = [len(ro.response_ids[q * n + j]) - (not bool(ro.truncated[q * n + j])
+                                                                and len(ro.response_ids[q * n + j]) > 1)
+                             for j in range(n)]
+    return out
+
+
 @REPLACEMENTS.register("hacpo")
 def hacpo_group(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
     o = rc.opts
     if s is None:
-        out = own_group_rows(rc.recv, q)
+        out = _hacpo_own_rows(rc, q)
         if o["hacpo_peer_elsewhere"] == "zero":
             for si, sname in enumerate(rc.names):
                 if si != rc.r:
@@ -206,7 +218,7 @@ def hacpo_group(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
     src = rc.steps[rc.names[s]]
     c = hacpo_capability(rc.caps[rc.names[s]], rc.caps[rc.name], o["hacpo_c_min"], o["hacpo_c_max"])
     a_self, a_peer = hacpo_advantages(rc.recv.rewards[q].tolist(), src.rewards[q].tolist(), c, rc.eps)
-    out = own_group_rows(rc.recv, q, a_self)
+    out = _hacpo_own_rows(rc, q, a_self)
     out.extend(_hacpo_rows(rc, s, q, a_peer, only=rc.success_only(s, q)))
     return out
 
