@@ -75,6 +75,8 @@ class RunConfig:
     steps: Optional[int] = None  # default: epochs x steps per epoch
     epochs: int = 3
     save_every: int = 10
+    save_initial: bool = False  # a checkpoint of the initial weights (step 0), kept through rotation: evaluation then
+    # scores the base models by the same code path (graft eval --run, steps all / 0), e.g. a study's gain over them
     save_on_signal: bool = False  # on SIGTERM: finish the step, write its checkpoint, then exit 143 (else the step
     # is abandoned at once, nothing half-written, and the run resumes from its last checkpoint)
     keep_checkpoints: int = 2  # last k complete checkpoints (the best by validation is kept too)

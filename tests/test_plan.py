@@ -235,17 +235,19 @@ def test_reproduce_plan_orders_partners_first_and_covers_the_study(tmp_path):
         assert f"exchange.params.partner_run={tmp_path}/tiny-grpo-s{r.seed}" in ov
         assert f"exchange.params.partner_policy={r.partner[1]}" in ov
     assert {r.partner[1] for r in stored} == {"a", "b"}
-    # the 60-minute plan is the four claims: GRPO, GRAFT and w/o gate on 3 seeds, peer-first on one
+    # the powered plan is the four claims: GRPO, GRAFT and w/o gate on 6 seeds, peer-first on two (issue 27)
     plan = P.load_reproduce("tiny")
     seeds = {}
     for r in plan.runs:
         seeds.setdefault(r.name, []).append(r.seed)
-    assert seeds == {"grpo": [0, 1, 2], "graft": [0, 1, 2], "graft_nogate": [0, 1, 2], "graft_first": [0]}
-    # the claims runs are evaluated at every kept checkpoint (the per-family curves) with the rescue re-draw
+    six = [0, 1, 2, 3, 4, 5]
+    assert seeds == {"grpo": six, "graft": six, "graft_nogate": six, "graft_first": [0, 1]}
+    # the claims runs are evaluated at every kept checkpoint, step 0 (the base) included, with the rescue re-draw
     for r in plan.runs:
         ev = plan.eval_for(r)
         assert ev.steps == ("all" if r.name in ("grpo", "graft") else "last")
         assert ("eval.rescue=true" in r.overrides) == (r.name in ("grpo", "graft"))
+        assert ("run.save_initial=true" in r.overrides) == (r.name in ("grpo", "graft"))
     # the full plan runs every registered method config (a new baseline joins with one line)
     from graft_cli.plan.commands import unplanned_methods
 

@@ -16,17 +16,18 @@ from graft_cli.models import tiny_regime as R
 
 
 def test_styles_render_the_same_steps_by_hand():
-    worked = ((("7*6", "42"), ("42-9", "33")), "33")
-    assert syn.render(worked, "terse") == "7*6=42,42-9=33 \\boxed{33}"
-    assert syn.render(worked, "spaced") == "7*6 = 42; 42-9 = 33; so \\boxed{33}"
-    assert syn.render(worked, "words") == "7*6 is 42, 42-9 is 33, answer \\boxed{33}"
+    worked = ("7*6-9=?", (("7*6", "42"), ("42-9", "33")), "33")
+    assert syn.render(worked, "terse") == "7*6-9: 7*6=42,42-9=33 \\boxed{33}"
+    assert syn.render(worked, "semicolon") == "7*6-9: 7*6=42; 42-9=33; so \\boxed{33}"
+    assert syn.render(worked, "words") == "7*6-9: 7*6 is 42, 42-9 is 33, answer \\boxed{33}"
+    assert syn.restate("3x+5=26, x=?") == "3x+5=26" and syn.restate("1/2*7=?") == "1/2*7"
     rec = syn.make_problem(random.Random(3), "frac", 1)
     assert rec["solution"] == syn.render(rec["worked"], syn.CANONICAL_STYLE)
 
 
-def test_canonical_records_and_single_style_stream_are_v2s():
-    """The records' solution is v2's text (``47*6`` -> partial products), and a one-style SFT stream draws exactly
-    the examples of v2's stream (no extra random draw)."""
+def test_canonical_records_and_single_style_stream():
+    """The records' solution is the terse style (``47*6`` -> partial products after the restated problem), and a
+    one-style SFT stream makes no extra random draw (the same examples as the default stream)."""
     rng = random.Random(0)
     while True:
         rec = syn.make_problem(rng, "mul", 3)
@@ -34,26 +35,28 @@ def test_canonical_records_and_single_style_stream_are_v2s():
         if a % 10:
             break
     t, u = a - a % 10, a % 10
-    assert rec["solution"] == f"{t * b}+{u * b}={a * b} \\boxed{{{a * b}}}"
+    assert rec["solution"] == f"{a}*{b}: {t * b}+{u * b}={a * b} \\boxed{{{a * b}}}"
     fams = {"add": 1.0, "frac": 0.5}
     r1, r2 = random.Random("s"), random.Random("s")
     xs = [syn.sft_example(r1, fams, None) for _ in range(50)]
     ys = [syn.sft_example(r2, fams, None, {"terse": 1.0}) for _ in range(50)]
     assert xs == ys
     r3 = random.Random("s")
-    zs = [syn.sft_example(r3, fams, None, {"terse": 0.5, "spaced": 0.5}) for _ in range(200)]
-    share = sum(R.style_of(s) == "spaced" for _, s in zs) / len(zs)
+    zs = [syn.sft_example(r3, fams, None, {"terse": 0.5, "semicolon": 0.5}) for _ in range(200)]
+    share = sum(R.style_of(s) == "semicolon" for _, s in zs) / len(zs)
     assert 0.35 < share < 0.65  # both styles drawn
 
 
 @pytest.mark.parametrize("text,style", [
-    ("7*6=42,42-9=33 \\boxed{33}", "terse"),
-    ("7*6 = 42; 42-9 = 33; so \\boxed{33}", "spaced"),
-    ("7*6 is 42, 42-9 is 33, answer \\boxed{33}", "words"),
+    ("7*6-9: 7*6=42,42-9=33 \\boxed{33}", "terse"),
+    ("7*6-9: 7*6=42; 42-9=33; so \\boxed{33}", "semicolon"),
+    ("7*6-9: 7*6 is 42, 42-9 is 33, answer \\boxed{33}", "words"),
+    ("x+5=8: 8-5=3; so \\boxed{3}", "semicolon"),
+    ("x+5=8: 8-5 is 3, answer \\boxed{3}", "words"),
     ("(3+4)=7 \\boxed{7}", "terse"),
     ("1/2*7=7/2 \\boxed{7/2}", "terse"),
     ("\\boxed{7}", None),
-    ("12; so \\boxed{12}", "spaced"),
+    ("12; so \\boxed{12}", "semicolon"),
 ])
 def test_style_of_table(text, style):
     assert R.style_of(text) == style
@@ -90,12 +93,12 @@ def test_measure_regime_scores_s_as_the_gate_does(tiny_models):
     for name in ("a", "b"):
         tok = AutoTokenizer.from_pretrained(tiny_models[name])
         model = AutoModelForCausalLM.from_pretrained(tiny_models[name], dtype=torch.float32)
-        side[name] = {"model": model, "tokenizer": tok, "style": {"a": "terse", "b": "spaced"}[name],
+        side[name] = {"model": model, "tokenizer": tok, "style": {"a": "terse", "b": "semicolon"}[name],
                       "prompt_ids": [tok("1/2+1/2=?", add_special_tokens=False)["input_ids"],
                                      tok("3+4=?", add_special_tokens=False)["input_ids"]]}
     texts = {"a": ["1/2+1/2=2/2 \\boxed{2/2}", "x", "3+4=7 \\boxed{7}", "3+4=9 \\boxed{9}"],
-             "b": ["1/2+1/2 = 2/2; so \\boxed{2/2}", "1/2+1/2 = 3/2; so \\boxed{3/2}", "7; so \\boxed{7}",
-                   "3+4 = 7; so \\boxed{7}"]}
+             "b": ["1/2+1/2=2/2; so \\boxed{2/2}", "1/2+1/2=3/2; so \\boxed{3/2}", "7; so \\boxed{7}",
+                   "3+4=7; so \\boxed{7}"]}
     ok = {"a": [0, 0, 1, 0], "b": [1, 0, 1, 1]}
     for name in ("a", "b"):
         tok = side[name]["tokenizer"]
@@ -181,3 +184,31 @@ def test_exchange_log_matches_metrics_and_renders_the_gate(tiny_models, tmp_path
     lines = "\n".join(M.gate_markdown(recs, str(tmp_path / "rep"), "graft"))
     assert "gate_s_hist.png" in lines and os.path.getsize(tmp_path / "rep" / "gate_s_hist.png") > 0
     assert "δ = 0.8" in lines and "| Receiver | high | low |" in lines
+
+
+def test_save_initial_checkpoints_the_base_weights_as_step_0(tiny_models, problems_file, tmp_path):
+    """run.save_initial: step_000000 holds the initial weights (equal to the model folder's), survives rotation
+    (keep_checkpoints 1), and `graft eval --run --steps 0` scores it."""
+    from conftest import train_overrides
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from graft_cli.config import compose
+    from graft_cli.eval.runner import evaluate_run
+    from graft_cli.train import checkpoint as ckpt
+    from graft_cli.train.loop import train
+
+    cfg = compose(["method=grpo", *train_overrides(tiny_models, problems_file, str(tmp_path), [
+        "run.name=r", "run.steps=2", "run.threads=1", "run.save_initial=true", "run.keep_checkpoints=1"])])
+    run = train(cfg, progress=False)
+    root = os.path.join(run, "checkpoints")
+    assert ckpt.valid_steps(root) == [0, 2]
+    base = AutoModelForCausalLM.from_pretrained(tiny_models["a"]).state_dict()
+    d = os.path.join(root, "step_000000", "a")
+    saved = {}
+    for f in os.listdir(d):
+        if f.endswith(".safetensors"):
+            saved.update(load_file(os.path.join(d, f)))
+    assert saved and all(torch.equal(saved[k], base[k]) for k in saved if k in base)
+    evaluate_run(run, steps="0", runs=1, samples=1, benchmarks=f"toy={problems_file}", progress=False)
+    assert os.path.isfile(os.path.join(run, "eval", "a", "step_000000", "summary.json"))

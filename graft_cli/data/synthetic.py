@@ -183,38 +183,47 @@ def _pick(rng: random.Random, weights: dict):
 # own style, a little on its peer's, so a peer's response is foreign in *form* as real heterogeneous pairs' are)
 
 
-def style_terse(steps, ans: str) -> str:
-    """``a``'s style (and the records' ``solution``): left-to-right equalities, no spaces, comma-separated:
-    ``7*6=42,42-9=33 \\boxed{33}``."""
-    return ",".join(f"{e}={v}" for e, v in steps) + f" \\boxed{{{ans}}}"
+def restate(problem: str) -> str:
+    """The problem's expression without its question: ``7*6-9=?`` -> ``7*6-9``, ``3x+5=26, x=?`` -> ``3x+5=26``.
+    Every v3 style opens with it: tokens both models copy from the prompt at almost no cost, as most tokens of
+    a real response are (the per-token mean of the gate's s is over the whole response)."""
+    return problem.split(", x=?")[0].removesuffix("=?")
 
 
-def style_spaced(steps, ans: str) -> str:
-    """``b``'s style: spaced equalities, semicolon-separated, then ``so``: ``7*6 = 42; 42-9 = 33; so \\boxed{33}``
-    (the same steps in the same order: the arithmetic is as hard to write as in ``terse``)."""
-    return "; ".join(f"{e} = {v}" for e, v in steps) + f"; so \\boxed{{{ans}}}"
+def style_terse(head: str, steps, ans: str) -> str:
+    """``a``'s style (and the records' ``solution``): the restated problem, then left-to-right equalities, no
+    spaces, comma-separated: ``7*6-9: 7*6=42,42-9=33 \\boxed{33}``."""
+    return f"{head}: " + ",".join(f"{e}={v}" for e, v in steps) + f" \\boxed{{{ans}}}"
 
 
-def style_words(steps, ans: str) -> str:
-    """``c``'s style (pair=tiny3): ``is`` for equality, spaced commas, a closing word:
-    ``7*6 is 42, 42-9 is 33, answer \\boxed{33}``."""
-    return ", ".join(f"{e} is {v}" for e, v in steps) + f", answer \\boxed{{{ans}}}"
+def style_semicolon(head: str, steps, ans: str) -> str:
+    """``b``'s style: the same equalities, semicolon-separated, then ``so``: ``7*6-9: 7*6=42; 42-9=33; so
+    \\boxed{33}``. The arithmetic is written in the same local context as ``terse`` (``=`` then the digits), so
+    the styles differ where a real pair's do — in the connective text — not in how a digit is computed."""
+    return f"{head}: " + "; ".join(f"{e}={v}" for e, v in steps) + f"; so \\boxed{{{ans}}}"
 
 
-STYLES = {"terse": style_terse, "spaced": style_spaced, "words": style_words}
+def style_words(head: str, steps, ans: str) -> str:
+    """``c``'s style (pair=tiny3): ``is`` for equality, a closing word:
+    ``7*6-9: 7*6 is 42, 42-9 is 33, answer \\boxed{33}``."""
+    return f"{head}: " + ", ".join(f"{e} is {v}" for e, v in steps) + f", answer \\boxed{{{ans}}}"
+
+
+STYLES = {"terse": style_terse, "semicolon": style_semicolon, "words": style_words}
 CANONICAL_STYLE = "terse"  # the records' ``solution`` field
 
 
 def render(worked, style: str = CANONICAL_STYLE) -> str:
-    """The text of a worked solution ``(steps, answer)`` in ``style`` (:data:`STYLES`)."""
-    steps, ans = worked
-    return STYLES[style](steps, ans)
+    """The text of a worked solution ``(problem, steps, answer)`` in ``style`` (:data:`STYLES`)."""
+    problem, steps, ans = worked
+    return STYLES[style](restate(problem), steps, ans)
 
 
 def make_problem(rng: random.Random, family: str, level: int, style: str = CANONICAL_STYLE) -> dict:
     """One problem of ``family`` at ``level`` as a record without ``id``; ``solution`` is written in ``style``
     and ``worked`` holds the solution as data (steps, answer) for other styles."""
-    problem, answer, worked = FAMILIES[family](rng, level)
+    problem, answer, (steps, ans) = FAMILIES[family](rng, level)
+    worked = (problem, steps, ans)
     return {"problem": problem, "answer": answer, "solution": render(worked, style), "family": family,
             "level": level, "worked": worked}
 

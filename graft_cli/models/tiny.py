@@ -244,18 +244,18 @@ class Stage:
 
 
 # The skill mixes (module docstring, "Structural complementarity"): each model's blind family at 0.01.
-_A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.06}
-_B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.06, "mul": 1.0, "two": 1.0, "frac": 1.6}
+_A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.16}
+_B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.11, "mul": 1.0, "two": 1.0, "frac": 2.0}
 # c (pair=tiny3): blind on multiplication (both a and b solve it), trained hard on subtraction (b's weakest
 # family after its blind one) and well on fractions (a's blind family), so each model's all-fail prompts are
 # filled by two peers, some by one of them only
 _C_FAMS = {"add": 1.0, "sub": 1.6, "lin": 0.6, "mul": 0.01, "two": 0.6, "frac": 1.0}
 # v3 (issue 27): each model writes its own style (graft_cli.data.synthetic.STYLES) and sees a little of its
 # peers'; the teacher and junior are a's (its style).
-STYLE = {"a": "terse", "b": "spaced", "c": "words", "teacher": "terse", "junior": "terse"}
-_A_STYLES = {"terse": 0.96, "spaced": 0.04}
-_B_STYLES = {"spaced": 0.96, "terse": 0.04}
-_C_STYLES = {"words": 0.94, "terse": 0.03, "spaced": 0.03}
+STYLE = {"a": "terse", "b": "semicolon", "c": "words", "teacher": "terse", "junior": "terse"}
+_A_STYLES = {"terse": 0.97, "semicolon": 0.03}
+_B_STYLES = {"semicolon": 0.96, "terse": 0.04}
+_C_STYLES = {"words": 0.95, "terse": 0.025, "semicolon": 0.025}
 _ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
 _LEVELS = {1: 2.0, 2: 2.0, 3: 1.0}
 _TEACHER_LEVELS = {1: 1.0, 2: 2.0, 3: 2.0}

@@ -46,16 +46,16 @@ REGIME_TARGETS = {
 
 # Markers of the three styles of :mod:`graft_cli.data.synthetic` (STYLES), checked in this order.
 _STYLE_RULES = (
-    ("spaced", re.compile(r" = |; so \\boxed")),
     ("words", re.compile(r" is |, answer \\boxed")),
+    ("semicolon", re.compile(r"; ")),
     ("terse", re.compile(r"[0-9)]=[0-9]")),
 )
 
 
 def style_of(text: str) -> str | None:
-    """The style a response is written in, by rule: ``spaced`` if it has a spaced ``=`` or ``; so \\boxed``,
-    ``words`` if it has `` is `` or ``, answer \\boxed``, ``terse`` if it has an unspaced ``=`` between
-    digits; ``None`` when no marker is there (e.g. a response that is only ``\\boxed{7}``)."""
+    """The style a response is written in, by rule: ``words`` if it has `` is `` or ``, answer \\boxed``,
+    ``semicolon`` if it has ``"; "``, ``terse`` if it has ``=`` between digits; ``None`` when no marker is there
+    (e.g. a response that is only ``\\boxed{7}``)."""
     for name, rx in _STYLE_RULES:
         if rx.search(text):
             return name

@@ -661,6 +661,7 @@ class Trainer:
     def save(self) -> str:
         best = read_json_or_none(os.path.join(self.out, "best.json")) or {}  # the best by validation stays
         protect = tuple(int(b["step"]) for b in (best.get("policies") or {}).values() if b.get("step") is not None)
+        protect += (0,) if self.cfg.run.save_initial else ()
         if self.dist.enabled:  # rank 0 writes, after a collective gather of the full state (FSDP)
             return D.save_checkpoint(self.dist, self.ckpt_root, self.step, self.policies, self.state(),
                                      self.cfg.run.keep_checkpoints, protect)
@@ -893,6 +894,8 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
 
                 if resumed:  # the hooks of the step it resumed at, if they had not finished (killed in validation)
                     run_hooks(pending=True)
+                elif cfg.run.save_initial and trainer.step == 0:  # the base weights, as step 0
+                    trainer.save()
                 while trainer.step < trainer.total_steps:
                     try:
                         rows = trainer.train_step()

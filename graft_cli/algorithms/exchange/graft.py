@@ -381,7 +381,8 @@ class GraftExchange(Exchange):
             "s": [float(x) if math.isfinite(x) else None for x in s],
             "weight": [float(x) for x in w],
             "admitted": [bool(k) for k in keep],
-            "reward": [float(batch.rewards[i]) for i in peer],
+            "reward": [None if i >= len(batch.rewards) or batch.rewards[i] is None else float(batch.rewards[i])
+                       for i in peer],
         }
         kept = [i for i in range(len(batch)) if keep_row[i]]
         out = batch.select(kept) if len(kept) < len(batch) else batch
