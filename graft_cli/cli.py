@@ -116,8 +116,10 @@ def tiny():
               help="where to save the models (default: $GRAFT_CACHE or ~/.cache/graft/tiny)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--force", is_flag=True, help="rebuild even if the cache holds a complete build")
+@click.option("--recipe", default=None, help="v2 (default) or v3 (writing styles, weak families; issue 27) "
+              "[default: $GRAFT_TINY_RECIPE or v2]")
 @one_line_errors
-def tiny_build(check, cache_dir, seed, force):
+def tiny_build(check, cache_dir, seed, force, recipe):
     """Build (or reuse) the tiny pair, teacher and junior.
 
     \b
@@ -126,7 +128,7 @@ def tiny_build(check, cache_dir, seed, force):
     """
     from graft_cli.models.tiny import tiny_main
 
-    tiny_main(check=check, cache_dir=cache_dir, seed=seed, force=force)
+    tiny_main(check=check, cache_dir=cache_dir, seed=seed, force=force, recipe=recipe)
 
 
 @tiny.command("rl-check")

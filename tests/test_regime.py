@@ -17,6 +17,7 @@ from graft_cli.models import tiny_regime as R
 
 def test_styles_render_the_same_steps_by_hand():
     worked = ("7*6-9=?", (("7*6", "42"), ("42-9", "33")), "33")
+    assert syn.render(worked, "chain") == "7*6=42,42-9=33 \\boxed{33}"  # v2's text
     assert syn.render(worked, "terse") == "7*6-9: 7*6=42,42-9=33 \\boxed{33}"
     assert syn.render(worked, "semicolon") == "7*6-9: 7*6=42; 42-9=33; so \\boxed{33}"
     assert syn.render(worked, "words") == "7*6-9: 7*6 is 42, 42-9 is 33, answer \\boxed{33}"
@@ -26,8 +27,8 @@ def test_styles_render_the_same_steps_by_hand():
 
 
 def test_canonical_records_and_single_style_stream():
-    """The records' solution is the terse style (``47*6`` -> partial products after the restated problem), and a
-    one-style SFT stream makes no extra random draw (the same examples as the default stream)."""
+    """The records' solution is v2's chain (``47*6`` -> partial products), and a one-style SFT stream makes no
+    extra random draw (the same examples as the default stream): the v2 pair builds as before."""
     rng = random.Random(0)
     while True:
         rec = syn.make_problem(rng, "mul", 3)
@@ -35,11 +36,11 @@ def test_canonical_records_and_single_style_stream():
         if a % 10:
             break
     t, u = a - a % 10, a % 10
-    assert rec["solution"] == f"{a}*{b}: {t * b}+{u * b}={a * b} \\boxed{{{a * b}}}"
+    assert rec["solution"] == f"{t * b}+{u * b}={a * b} \\boxed{{{a * b}}}"
     fams = {"add": 1.0, "frac": 0.5}
     r1, r2 = random.Random("s"), random.Random("s")
     xs = [syn.sft_example(r1, fams, None) for _ in range(50)]
-    ys = [syn.sft_example(r2, fams, None, {"terse": 1.0}) for _ in range(50)]
+    ys = [syn.sft_example(r2, fams, None, {"chain": 1.0}) for _ in range(50)]
     assert xs == ys
     r3 = random.Random("s")
     zs = [syn.sft_example(r3, fams, None, {"terse": 0.5, "semicolon": 0.5}) for _ in range(200)]
@@ -53,13 +54,35 @@ def test_canonical_records_and_single_style_stream():
     ("7*6-9: 7*6 is 42, 42-9 is 33, answer \\boxed{33}", "words"),
     ("x+5=8: 8-5=3; so \\boxed{3}", "semicolon"),
     ("x+5=8: 8-5 is 3, answer \\boxed{3}", "words"),
-    ("(3+4)=7 \\boxed{7}", "terse"),
-    ("1/2*7=7/2 \\boxed{7/2}", "terse"),
+    ("(3+4)=7 \\boxed{7}", "chain"),
+    ("1/2*7=7/2 \\boxed{7/2}", "chain"),
+    ("7*6=42,42-9=33 \\boxed{33}", "chain"),
+    ("x+5=8: 8-5=3 \\boxed{3}", "terse"),
     ("\\boxed{7}", None),
     ("12; so \\boxed{12}", "semicolon"),
 ])
 def test_style_of_table(text, style):
     assert R.style_of(text) == style
+
+
+def test_recipes_by_name(monkeypatch):
+    """v2 stays the default (one style, blind families); v3 has the writing styles and weak families; an unknown
+    name is one line naming the known ones."""
+    from graft_cli.errors import GraftError
+    from graft_cli.models import tiny
+
+    monkeypatch.delenv("GRAFT_TINY_RECIPE", raising=False)
+    v2 = tiny.default_recipe()
+    assert v2 == tiny.Recipe.full() and v2.name == "v2" and v2.stage_a.styles is None
+    assert v2.own_style("b") == "chain" and v2.stage_a.families["frac"] == 0.01
+    monkeypatch.setenv("GRAFT_TINY_RECIPE", "v3")
+    v3 = tiny.default_recipe()
+    assert v3.name == "v3" and (v3.own_style("a"), v3.own_style("b")) == ("terse", "semicolon")
+    assert v3.stage_a.styles == {"terse": 0.97, "semicolon": 0.03} and v3.stage_b.families["lin"] == 0.11
+    assert tiny.Recipe.from_dict(v3.to_dict()) == v3 and tiny.Recipe.from_dict(v2.to_dict()) == v2
+    monkeypatch.setenv("GRAFT_TINY_RECIPE", "v9")
+    with pytest.raises(GraftError, match="tiny recipe 'v9': unknown; known: v2, v3"):
+        tiny.default_recipe()
 
 
 @pytest.mark.parametrize("fig,ok", [
@@ -93,7 +116,7 @@ def test_measure_regime_scores_s_as_the_gate_does(tiny_models):
     for name in ("a", "b"):
         tok = AutoTokenizer.from_pretrained(tiny_models[name])
         model = AutoModelForCausalLM.from_pretrained(tiny_models[name], dtype=torch.float32)
-        side[name] = {"model": model, "tokenizer": tok, "style": {"a": "terse", "b": "semicolon"}[name],
+        side[name] = {"model": model, "tokenizer": tok, "style": {"a": "chain", "b": "semicolon"}[name],
                       "prompt_ids": [tok("1/2+1/2=?", add_special_tokens=False)["input_ids"],
                                      tok("3+4=?", add_special_tokens=False)["input_ids"]]}
     texts = {"a": ["1/2+1/2=2/2 \\boxed{2/2}", "x", "3+4=7 \\boxed{7}", "3+4=9 \\boxed{9}"],

@@ -190,9 +190,15 @@ def restate(problem: str) -> str:
     return problem.split(", x=?")[0].removesuffix("=?")
 
 
+def style_chain(head: str, steps, ans: str) -> str:
+    """The tiny pair v2's writing (both models) and the records' ``solution``: left-to-right equalities, no
+    spaces, comma-separated, no restated problem: ``7*6=42,42-9=33 \\boxed{33}``."""
+    return ",".join(f"{e}={v}" for e, v in steps) + f" \\boxed{{{ans}}}"
+
+
 def style_terse(head: str, steps, ans: str) -> str:
-    """``a``'s style (and the records' ``solution``): the restated problem, then left-to-right equalities, no
-    spaces, comma-separated: ``7*6-9: 7*6=42,42-9=33 \\boxed{33}``."""
+    """``a``'s style in the v3 recipe: the restated problem, then v2's chain: ``7*6-9: 7*6=42,42-9=33
+    \\boxed{33}``."""
     return f"{head}: " + ",".join(f"{e}={v}" for e, v in steps) + f" \\boxed{{{ans}}}"
 
 
@@ -209,8 +215,8 @@ def style_words(head: str, steps, ans: str) -> str:
     return f"{head}: " + ", ".join(f"{e} is {v}" for e, v in steps) + f", answer \\boxed{{{ans}}}"
 
 
-STYLES = {"terse": style_terse, "semicolon": style_semicolon, "words": style_words}
-CANONICAL_STYLE = "terse"  # the records' ``solution`` field
+STYLES = {"chain": style_chain, "terse": style_terse, "semicolon": style_semicolon, "words": style_words}
+CANONICAL_STYLE = "chain"  # the records' ``solution`` field (v2's text)
 
 
 def render(worked, style: str = CANONICAL_STYLE) -> str:

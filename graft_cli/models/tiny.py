@@ -122,7 +122,7 @@ def _prompt_text(problem: str) -> str:
     return PromptSpec().text(problem, _Raw())
 
 
-def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], style: str = "terse"):
+def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], style: str = "chain"):
     """A byte-level BPE (``tokenizers`` trainer, ~0.2 s) over the task's text: prompt + worked solution
     pairs drawn from :func:`graft_cli.data.synthetic.corpus` with ``corpus_seed``, solutions in the model's
     own ``style``."""
@@ -139,7 +139,7 @@ def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], 
     return tok
 
 
-def build_tokenizer_a(seed: int = 0, vocab_size: int = 384):
+def build_tokenizer_a(seed: int = 0, vocab_size: int = 384, style: str = "chain"):
     """``a``: byte-level BPE in the Qwen style (digits always single tokens), merges free across
     punctuation. Pre-tokenizer: ``Digits(individual_digits=True)``, then a split isolating a LaTeX
     command with its leading space (``" \\boxed"``), then ``ByteLevel(use_regex=False)``: all other text
@@ -153,12 +153,12 @@ def build_tokenizer_a(seed: int = 0, vocab_size: int = 384):
         pre_tokenizers.Split(Regex(r" ?\\[A-Za-z]+"), "isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
-    tok = _bpe(pre, seed, vocab_size, [EOS_A, PAD_A])
+    tok = _bpe(pre, seed, vocab_size, [EOS_A, PAD_A], style=style)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_A, pad_token=PAD_A, padding_side="left",
                                    clean_up_tokenization_spaces=False)
 
 
-def build_tokenizer_b(seed: int = 0, vocab_size: int = 512):
+def build_tokenizer_b(seed: int = 0, vocab_size: int = 512, style: str = "chain"):
     """``b``: byte-level BPE in the GPT-2 / Llama-3 style: ``Digits(individual_digits=True)`` then
     ``ByteLevel(use_regex=True)`` (the GPT-2 split: letters, digits and punctuation runs never merge
     with each other), trained on a differently seeded corpus with its own vocabulary size, so ids and
@@ -173,14 +173,14 @@ def build_tokenizer_b(seed: int = 0, vocab_size: int = 512):
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
     ])
-    tok = _bpe(pre, seed + 7919, vocab_size, [BOS_B, EOS_B, PAD_B], style=STYLE["b"])
+    tok = _bpe(pre, seed + 7919, vocab_size, [BOS_B, EOS_B, PAD_B], style=style)
     tok.add_tokens([AddedToken(w, normalized=False, lstrip=False, rstrip=False, single_word=False)
                     for w in _suffix_tokens_b()])
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_B, pad_token=PAD_B, bos_token=BOS_B,
                                    padding_side="left", clean_up_tokenization_spaces=False)
 
 
-def build_tokenizer_c(seed: int = 0, vocab_size: int = 384):
+def build_tokenizer_c(seed: int = 0, vocab_size: int = 384, style: str = "chain"):
     """``c``: a SentencePiece-style BPE in the Gemma manner: spaces become ``"▁"`` (``Metaspace`` with no
     dummy prefix, as Gemma's ``add_dummy_prefix=False``), pieces never span a word boundary (SentencePiece's
     ``split_by_whitespace``) but merge freely across punctuation (``"▁\\boxed{"`` is one token), digits
@@ -205,7 +205,7 @@ def build_tokenizer_c(seed: int = 0, vocab_size: int = 384):
     alphabet = sorted(set(string.printable) - set(" \t\r\x0b\x0c") | {"\u2581"})
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[PAD_C, EOS_C, BOS_C, UNK_C],
                                   show_progress=False, initial_alphabet=alphabet)
-    tok.train_from_iterator([_prompt_text(p) + s for p, s in corpus(seed + 15485, 4000, STYLE["c"])], trainer)
+    tok.train_from_iterator([_prompt_text(p) + s for p, s in corpus(seed + 15485, 4000, style)], trainer)
     tok.add_tokens([AddedToken(w, normalized=False, lstrip=False, rstrip=False, single_word=False)
                     for w in _suffix_tokens_b()])  # as b's: the constant prompt suffix is one token
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_C, pad_token=PAD_C, bos_token=BOS_C,
@@ -244,15 +244,18 @@ class Stage:
 
 
 # The skill mixes (module docstring, "Structural complementarity"): each model's blind family at 0.01.
-_A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.16}
-_B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.11, "mul": 1.0, "two": 1.0, "frac": 2.0}
+_A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.01}
+_B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.01, "mul": 1.0, "two": 1.0, "frac": 1.6}
+# v3 (issue 27; Recipe.v3): weak, not blind, families
+_A3_FAMS = {**_A_FAMS, "frac": 0.16}
+_B3_FAMS = {**_B_FAMS, "lin": 0.11, "frac": 2.0}
 # c (pair=tiny3): blind on multiplication (both a and b solve it), trained hard on subtraction (b's weakest
 # family after its blind one) and well on fractions (a's blind family), so each model's all-fail prompts are
 # filled by two peers, some by one of them only
 _C_FAMS = {"add": 1.0, "sub": 1.6, "lin": 0.6, "mul": 0.01, "two": 0.6, "frac": 1.0}
 # v3 (issue 27): each model writes its own style (graft_cli.data.synthetic.STYLES) and sees a little of its
 # peers'; the teacher and junior are a's (its style).
-STYLE = {"a": "terse", "b": "semicolon", "c": "words", "teacher": "terse", "junior": "terse"}
+_V3_OWN_STYLES = {"a": "terse", "b": "semicolon", "c": "words", "teacher": "terse", "junior": "terse"}
 _A_STYLES = {"terse": 0.97, "semicolon": 0.03}
 _B_STYLES = {"semicolon": 0.96, "terse": 0.04}
 _C_STYLES = {"words": 0.95, "terse": 0.025, "semicolon": 0.025}
@@ -279,23 +282,51 @@ class Recipe:
     shape_a: Shape = Shape("qwen3", 192, 4, 4, 2, 576)
     shape_b: Shape = Shape("llama", 192, 4, 4, 4, 512)
     shape_c: Shape = Shape("gpt_neox", 192, 4, 4, 4, 640)
-    stage_a: Stage = Stage(steps=740, lr=2e-3, batch=32, families=_A_FAMS, levels=_LEVELS, warmup=30,
-                           styles=_A_STYLES)
-    stage_b: Stage = Stage(steps=780, lr=2e-3, batch=32, families=_B_FAMS, levels=_LEVELS, warmup=30,
-                           styles=_B_STYLES)
-    stage_c: Stage = Stage(steps=780, lr=2e-3, batch=32, families=_C_FAMS, levels=_LEVELS, warmup=30,
-                           styles=_C_STYLES)
+    stage_a: Stage = Stage(steps=740, lr=2e-3, batch=32, families=_A_FAMS, levels=_LEVELS, warmup=30)
+    stage_b: Stage = Stage(steps=780, lr=2e-3, batch=32, families=_B_FAMS, levels=_LEVELS, warmup=30)
+    stage_c: Stage = Stage(steps=780, lr=2e-3, batch=32, families=_C_FAMS, levels=_LEVELS, warmup=30)
     stage_teacher: Stage = Stage(steps=220, lr=1.5e-3, batch=32, families=_ALL_FAMS, levels=_TEACHER_LEVELS,
-                                 warmup=10, styles=_A_STYLES)
+                                 warmup=10)
     junior_step: int = 400  # snapshot of a's run
     train_size: int = 8192
     bpe_vocab: int = 384
     bpe_vocab_b: int = 512
     bpe_vocab_c: int = 384
+    name: str = "v2"
+    own_styles: dict | None = None  # role -> the style it writes (graft_cli.data.synthetic.STYLES); None: v2's chain
+
+    def own_style(self, role: str) -> str:
+        from graft_cli.data.synthetic import CANONICAL_STYLE
+
+        return (self.own_styles or {}).get(role, CANONICAL_STYLE)
 
     @classmethod
     def full(cls) -> Recipe:
+        """The default pair (v2): one writing style, blind families (weight 0.01)."""
         return cls()
+
+    @classmethod
+    def v3(cls) -> Recipe:
+        """Tiny pair v3 (issue 27; opt-in, ``GRAFT_TINY_RECIPE=v3`` or ``graft tiny build --recipe v3``): each model
+        writes its own style (a terse, b semicolon, c words; the teacher and junior a's), sees 3-5% of its peers',
+        and has a weak (not blind) family. Its regime targets are not all met yet (README, "Tiny pair v3")."""
+        base = cls()
+        return dataclasses.replace(
+            base, name="v3", own_styles=dict(_V3_OWN_STYLES),
+            stage_a=dataclasses.replace(base.stage_a, families=_A3_FAMS, styles=_A_STYLES),
+            stage_b=dataclasses.replace(base.stage_b, families=_B3_FAMS, styles=_B_STYLES),
+            stage_c=dataclasses.replace(base.stage_c, styles=_C_STYLES),
+            stage_teacher=dataclasses.replace(base.stage_teacher, styles=_A_STYLES))
+
+    @classmethod
+    def named(cls, name: str) -> Recipe:
+        """The recipe called ``name`` (:data:`RECIPES`); a one-line error naming the known ones otherwise."""
+        if name not in RECIPES:
+            from graft_cli.errors import GraftError
+
+            raise GraftError(f"tiny recipe {name!r}: unknown; known: {', '.join(RECIPES)} "
+                             f"(GRAFT_TINY_RECIPE or graft tiny build --recipe)")
+        return getattr(cls, RECIPES[name])()
 
     @classmethod
     def reduced(cls, steps: int = 30) -> Recipe:
@@ -323,7 +354,15 @@ class Recipe:
                    stage_a=stage(d["stage_a"]), stage_b=stage(d["stage_b"]), stage_c=stage(d["stage_c"]),
                    stage_teacher=stage(d["stage_teacher"]), junior_step=d["junior_step"],
                    train_size=d["train_size"], bpe_vocab=d["bpe_vocab"], bpe_vocab_b=d["bpe_vocab_b"],
-                   bpe_vocab_c=d["bpe_vocab_c"])
+                   bpe_vocab_c=d["bpe_vocab_c"], name=d.get("name", "v2"), own_styles=d.get("own_styles"))
+
+
+RECIPES = {"v2": "full", "v3": "v3"}
+
+
+def default_recipe() -> Recipe:
+    """``$GRAFT_TINY_RECIPE`` (default ``v2``): the recipe :func:`build_tiny` / :func:`ensure_tiny` build."""
+    return Recipe.named(os.environ.get("GRAFT_TINY_RECIPE") or "v2")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -502,7 +541,7 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
     cpu0 = time.process_time()
     with _deterministic_single_thread():
         if kind == "a":
-            tok = build_tokenizer_a(seed, recipe.bpe_vocab)
+            tok = build_tokenizer_a(seed, recipe.bpe_vocab, recipe.own_style("a"))
             model = make_model(recipe.shape_a, tok, seed * 1000 + 1)
 
             def snap(m):
@@ -528,7 +567,7 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
             build_tok, vocab, shape, stage, salt = {
                 "b": (build_tokenizer_b, recipe.bpe_vocab_b, recipe.shape_b, recipe.stage_b, 2),
                 "c": (build_tokenizer_c, recipe.bpe_vocab_c, recipe.shape_c, recipe.stage_c, 3)}[kind]
-            tok = build_tok(seed, vocab)
+            tok = build_tok(seed, vocab, recipe.own_style(kind))
             model = make_model(shape, tok, seed * 1000 + salt)
             t0 = time.time()
             lb = sft(model, tok, stage, f"graft-tiny-sft:{seed}:{kind}",
@@ -671,7 +710,7 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
     from graft_cli.data.synthetic import write_task
 
     cache_dir = os.path.abspath(cache_dir or default_cache_dir())
-    recipe = recipe or Recipe.full()
+    recipe = recipe or default_recipe()
     paths = _paths(cache_dir)
     with _lock(cache_dir):
         man = read_manifest(cache_dir)
@@ -821,6 +860,9 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
     grader = grader or MathVerifyGrader(num_workers=2, timeout_s=5)
     out: dict = {"num_prompts": len(recs), "n": n, "seed": seed, "temperature": 1.0}
     ks: dict = {}
+    from graft_cli.data.synthetic import CANONICAL_STYLE
+
+    own_styles = ((read_manifest(os.path.dirname(paths["a"])) or {}).get("recipe") or {}).get("own_styles") or {}
     side: dict = {}  # a and b: what the regime measurement (tiny_regime.measure_regime) needs
     rewards: dict = {}
     prev_threads = torch.get_num_threads()
@@ -838,7 +880,7 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
             ks[role] = k
             if role in ("a", "b"):
                 side[role] = {"model": model, "tokenizer": tok, "prompt_ids": ro.prompt_ids, "rollouts": ro,
-                              "style": STYLE[role]}
+                              "style": own_styles.get(role, CANONICAL_STYLE)}
                 rewards[role] = rew
             fam: dict = {}
             lev: dict = {}
@@ -1075,12 +1117,13 @@ def _fills_table(props: dict):
 
 
 def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, force: bool = False, *,
-              recipe: Recipe | None = None, num_prompts: int = 256, n: int = 8, heldout: int = 500) -> dict:
+              recipe: Recipe | str | None = None, num_prompts: int = 256, n: int = 8, heldout: int = 500) -> dict:
     """``graft tiny build [--check]``: build or reuse the cache, print a summary table; with
     ``check``, measure the properties and print them, the LAST line being one JSON object."""
     from rich.table import Table
 
     console = make_console()
+    recipe = Recipe.named(recipe) if isinstance(recipe, str) else recipe
     paths = build_tiny(cache_dir, seed=seed, force=force, progress=True, recipe=recipe)
     cache = os.path.dirname(paths["a"])
     man = read_manifest(cache)

@@ -48,14 +48,16 @@ REGIME_TARGETS = {
 _STYLE_RULES = (
     ("words", re.compile(r" is |, answer \\boxed")),
     ("semicolon", re.compile(r"; ")),
-    ("terse", re.compile(r"[0-9)]=[0-9]")),
+    ("terse", re.compile(r": .*[0-9)]=[0-9]")),
+    ("chain", re.compile(r"[0-9)]=[0-9]")),
 )
 
 
 def style_of(text: str) -> str | None:
     """The style a response is written in, by rule: ``words`` if it has `` is `` or ``, answer \\boxed``,
-    ``semicolon`` if it has ``"; "``, ``terse`` if it has ``=`` between digits; ``None`` when no marker is there
-    (e.g. a response that is only ``\\boxed{7}``)."""
+    ``semicolon`` if it has ``"; "``, ``terse`` if it has ``=`` between digits after a restated problem
+    (``": "``), ``chain`` if it has ``=`` between digits without one; ``None`` when no marker is there (e.g. a
+    response that is only ``\\boxed{7}``)."""
     for name, rx in _STYLE_RULES:
         if rx.search(text):
             return name
