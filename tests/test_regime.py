@@ -159,9 +159,10 @@ def test_measure_regime_scores_s_as_the_gate_does(tiny_models):
 
 
 def test_exchange_log_matches_metrics_and_renders_the_gate(tiny_models, tmp_path):
-    """A 2-step GRAFT run writes rollouts/<receiver>/exchange_step_N.parquet with every transferred response
-    (kept and dropped): its counts and mean s equal the step's metrics; the report's gate section draws the s
-    histogram and the per-family admitted table from it, the family read from the training file."""
+    """A 1-step GRAFT run (every prompt exchanged) writes rollouts/<receiver>/exchange_step_N.parquet with every
+    transferred response (kept and dropped): its counts and mean s equal the step's metrics; the report's gate
+    section draws the s histogram and the per-family admitted table from it, the family read from the training
+    file."""
     from conftest import train_overrides
 
     from graft_cli.config import compose
@@ -176,7 +177,7 @@ def test_exchange_log_matches_metrics_and_renders_the_gate(tiny_models, tmp_path
             f.write(json.dumps({"id": f"p{i}", "problem": f"{a}+{b}", "answer": str(a + b),
                                 "family": "low" if a < 4 else "high"}) + "\n")
     cfg = compose(["method=graft", *train_overrides(tiny_models, str(data), str(tmp_path), [
-        "run.name=r", "run.steps=2", "run.threads=1", "exchange.params.selection=all"])])
+        "run.name=r", "run.steps=1", "run.threads=1", "exchange.params.selection=all"])])
     run = train(cfg, progress=False)
     rows = [r for r in read_jsonl(os.path.join(run, "metrics.jsonl")) if "graft/admitted" in r]
     assert rows
@@ -222,10 +223,11 @@ def test_save_initial_checkpoints_the_base_weights_as_step_0(tiny_models, proble
     from graft_cli.train.loop import train
 
     cfg = compose(["method=grpo", *train_overrides(tiny_models, problems_file, str(tmp_path), [
-        "run.name=r", "run.steps=2", "run.threads=1", "run.save_initial=true", "run.keep_checkpoints=1"])])
+        "run.name=r", "run.steps=2", "run.threads=1", "run.save_initial=true", "run.keep_checkpoints=1",
+        "data.prompt_batch=2", "algo.minibatch_prompts=1", "rollout.n=2"])])
     run = train(cfg, progress=False)
     root = os.path.join(run, "checkpoints")
-    assert ckpt.valid_steps(root) == [0, 2]
+    assert ckpt.valid_steps(root) == [0, 2]  # step 1 rotated out, step 0 kept
     base = AutoModelForCausalLM.from_pretrained(tiny_models["a"]).state_dict()
     d = os.path.join(root, "step_000000", "a")
     saved = {}
@@ -233,5 +235,7 @@ def test_save_initial_checkpoints_the_base_weights_as_step_0(tiny_models, proble
         if f.endswith(".safetensors"):
             saved.update(load_file(os.path.join(d, f)))
     assert saved and all(torch.equal(saved[k], base[k]) for k in saved if k in base)
-    evaluate_run(run, steps="0", runs=1, samples=1, benchmarks=f"toy={problems_file}", progress=False)
+    toy = tmp_path / "toy.jsonl"
+    toy.write_text("".join(open(problems_file).readlines()[:4]))
+    evaluate_run(run, steps="0", runs=1, samples=1, benchmarks=f"toy={toy}", progress=False)
     assert os.path.isfile(os.path.join(run, "eval", "a", "step_000000", "summary.json"))

@@ -93,6 +93,15 @@ def finite_common(problems: dict, a: str, b: str) -> dict:
     return out
 
 
+def _handoff_claim(key: str, claim: str, c: dict, other: str) -> dict:
+    """A "Tandem beats ``other`` on handoff pass@1" claim from its comparison ``c`` (:func:`compare`)."""
+    return {"key": key, "claim": claim, "paper": PAPER[key], "verdict": verdict(c["bootstrap"]),
+            "interval": c["bootstrap"], "welch": c["welch"], "benchmarks": c["benchmarks"], "seeds": c["seeds"],
+            "per_benchmark": c["per_benchmark"],
+            "measured": f"Δ = Tandem − {other} handoff pass@1 (points, macro over benchmarks); 95% paired "
+                        "hierarchical bootstrap (seeds, problems); Welch t-interval over seeds in `welch`"}
+
+
 def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
     """The four claims from ``measured["problems"][mode][run name][seed][bench]`` (per-problem pass@1, 0..1, for
     the modes solo and handoff; per-problem CE in nats for ``legibility``)."""
@@ -111,18 +120,9 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
          "benchmarks": solo["benchmarks"], "seeds": solo["seeds"], "per_benchmark": solo["per_benchmark"],
          "measured": "Δ = Tandem − GRPO solo pass@1 (points, macro over benchmarks); 95% paired hierarchical "
                      "bootstrap (seeds, problems); Welch t-interval over seeds in `welch`"},
-        {"key": "handoff_beats_grpo", "claim": "Tandem RLVR beats GRPO on handoff pass@1 (reasoning-step schedule)",
-         "paper": PAPER["handoff_beats_grpo"], "verdict": verdict(hand["bootstrap"]),
-         "interval": hand["bootstrap"], "welch": hand["welch"],
-         "benchmarks": hand["benchmarks"], "seeds": hand["seeds"], "per_benchmark": hand["per_benchmark"],
-         "measured": "Δ = Tandem − GRPO handoff pass@1 (points, macro over benchmarks); 95% paired hierarchical "
-                     "bootstrap (seeds, problems); Welch t-interval over seeds in `welch`"},
-        {"key": "handoff_beats_kl", "claim": "Tandem RLVR beats KL-Reg GRPO on handoff pass@1",
-         "paper": PAPER["handoff_beats_kl"], "verdict": verdict(hand_kl["bootstrap"]),
-         "interval": hand_kl["bootstrap"], "welch": hand_kl["welch"],
-         "benchmarks": hand_kl["benchmarks"], "seeds": hand_kl["seeds"], "per_benchmark": hand_kl["per_benchmark"],
-         "measured": "Δ = Tandem − KL-Reg GRPO handoff pass@1 (points, macro over benchmarks); 95% paired "
-                     "hierarchical bootstrap (seeds, problems); Welch t-interval over seeds in `welch`"},
+        _handoff_claim("handoff_beats_grpo", "Tandem RLVR beats GRPO on handoff pass@1 (reasoning-step schedule)",
+                       hand, "GRPO"),
+        _handoff_claim("handoff_beats_kl", "Tandem RLVR beats KL-Reg GRPO on handoff pass@1", hand_kl, "KL-Reg GRPO"),
         {"key": "more_legible_than_grpo",
          "claim": "Tandem RLVR is more legible to the junior than GRPO (lower legibility CE)",
          "paper": PAPER["more_legible_than_grpo"], "verdict": verdict(leg["bootstrap"]),
