@@ -152,8 +152,12 @@ def test_measure_regime_scores_s_as_the_gate_does(tiny_models):
     assert got == pytest.approx(want, rel=1e-4)
     assert a["admitted"] == pytest.approx(sum(x > 0.8 for x in want) / 2)
     assert out["b"]["grafted"] == 0  # b all-fails nothing
-    assert a["style_separability"] == pytest.approx(3 / 4)  # a's "x" has no marker
+    # balanced accuracy of "written in a's style": 3/4 of a's responses (its "x" has no marker), 4/4 of b's not
+    assert a["own_style_share"] == pytest.approx(3 / 4) and a["style_separability"] == pytest.approx((0.75 + 1) / 2)
     assert out["b"]["style_separability"] == 1.0
+    side["b"]["style"] = "chain"  # declared as a's: none of b's responses is chain, and 3 of a's 4 are
+    same = R.measure_regime(side, ["frac", "add"], ok, {"a": "frac", "b": "lin"}, n=2)
+    assert same["b"]["style_separability"] == pytest.approx((0 + 1 / 4) / 2)
     assert a["own_minus_peer_loglik"] == pytest.approx(a["own_loglik"] - a["peer_loglik"])
     assert math.isfinite(a["own_minus_peer_loglik"]) and math.isfinite(out["b"]["own_minus_peer_loglik"])
 

@@ -10,8 +10,9 @@ GRAFT's gate pass what carries each model's missing skill?
 * ``weak_admitted``: of Y's responses on those prompts (the responses GRAFT's ``replace`` mode would graft,
   correct and wrong), the share the gate admits at δ (``floor`` gate, strict s > δ);
 * ``admitted``: the same share over every would-be grafted response (X all-fail, Y mixed, any family);
-* ``style_separability``: the share of X's own responses that :func:`style_of` (a rule on the text's
-  markers) attributes to X's style — the pair figure is the share over both models' responses;
+* ``style_separability``: how well the rule "written in X's style" (:func:`style_of`, on the text's markers)
+  tells X's own responses from Y's: the balanced accuracy (share of X's responses in X's style + share of Y's
+  not in it) / 2, so 0.5 when both write the same style; ``own_style_share`` is the first term alone;
 * ``own_minus_peer_loglik``: X's mean per-token log-likelihood of its own correct responses minus that of
   Y's correct responses re-tokenized into X's tokenizer (both on the same prompts, scored by X).
 
@@ -154,6 +155,7 @@ def measure_regime(side: dict, families: list[str], answers_ok: dict, weak: dict
             own_ll = _mean([_mean(lp[:k]) for lp, k in zip(lp_own, own_n) if k > 0])
             peer_ll = _mean([_mean(lp[:k]) for lp, (_, k) in zip(lp_peer, peer_tok) if k > 0])
             own_styles = [style_of(t) for t in own_ro.texts]
+            peer_styles = [style_of(t) for t in ro.texts]
             res = {
                 "source": y,
                 "weak_family": wf,
@@ -168,7 +170,11 @@ def measure_regime(side: dict, families: list[str], answers_ok: dict, weak: dict
                 "admitted_by_family": {f: sum(adm[i] for i in range(len(fams)) if fams[i] == f)
                                        / sum(1 for g in fams if g == f) for f in sorted(set(fams))},
                 "s_median": float(torch.tensor([v for v in s if math.isfinite(v)]).median()) if s else math.nan,
-                "style_separability": sum(st == X["style"] for st in own_styles) / max(1, len(own_styles)),
+                # balanced accuracy of the rule "written in X's style" at telling X's responses from Y's
+                # (0.5 when the two write the same style)
+                "style_separability": 0.5 * (sum(st == X["style"] for st in own_styles) / max(1, len(own_styles))
+                                             + sum(st != X["style"] for st in peer_styles) / max(1, len(peer_styles))),
+                "own_style_share": sum(st == X["style"] for st in own_styles) / max(1, len(own_styles)),
                 "own_loglik": own_ll,
                 "peer_loglik": peer_ll,
                 "own_minus_peer_loglik": own_ll - peer_ll,
@@ -178,10 +184,6 @@ def measure_regime(side: dict, families: list[str], answers_ok: dict, weak: dict
             }
             res["met"] = regime_met(res)
             out[x] = res
-    if len(names) >= 2:
-        tot = sum(len(side[nm]["rollouts"].texts) for nm in names)
-        out["pair_style_separability"] = sum(
-            out[nm]["style_separability"] * len(side[nm]["rollouts"].texts) for nm in names) / max(1, tot)
     out["delta"] = delta
     out["targets"] = {k: list(v) if isinstance(v, tuple) else v for k, v in REGIME_TARGETS.items()}
     out["all_met"] = all(all(out[nm]["met"].values()) for nm in names if nm in out)
