@@ -33,6 +33,22 @@ def make_char_tokenizer():
     return tok
 
 
+def assert_top_k_sampling(model, prompts, ro, k: int, temperature: float, atol: float):
+    """Every sampled token of ``ro`` (groups of ro.n per prompt) is among the ``k`` most likely under ``model`` at
+    ``temperature``, and its log-prob is of the softmax over those k (not over the vocabulary)."""
+    import torch
+
+    for i, (r, lps) in enumerate(zip(ro.response_ids, ro.logprobs)):
+        p = prompts[i // ro.n]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([p + r])).logits[0, len(p) - 1 : -1].double() / temperature
+        top = logits.topk(k, -1).indices
+        assert all(int(t) in top[j].tolist() for j, t in enumerate(r))  # every token among the k most likely
+        want = torch.log_softmax(logits.gather(-1, top), -1)
+        want = torch.stack([want[j][top[j].tolist().index(t)] for j, t in enumerate(r)])
+        assert torch.allclose(torch.tensor(lps, dtype=torch.float64), want, atol=atol)
+
+
 def make_random_model(path: str, arch: str = "qwen3", seed: int = 0, hidden: int = 64, layers: int = 2,
                       sft_steps: int = 0):
     import torch

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from conftest import make_char_tokenizer, make_random_model
+from conftest import assert_top_k_sampling, make_char_tokenizer, make_random_model
 
 from graft_cli.models.logprobs import naive_logprobs, pack, response_logprobs
 from graft_cli.rollout.base import SamplingParams
@@ -162,16 +162,7 @@ def test_top_k_samples_within_the_k_most_likely_with_renormalised_logprobs(model
     model = load(model_paths["qwen3"])
     eng = HFEngine(model, tok, sampler=sampler)
     ro = eng.generate(prompts, SamplingParams(n=3, temperature=0.7, top_k=3, max_new_tokens=6, seed=0))
-    for i, (r, lps) in enumerate(zip(ro.response_ids, ro.logprobs)):
-        p = prompts[i // 3]
-        with torch.no_grad():
-            logits = model(input_ids=torch.tensor([p + r])).logits[0, len(p) - 1 : -1].double() / 0.7
-        top3 = logits.topk(3, -1).indices
-        assert all(int(t) in top3[j].tolist() for j, t in enumerate(r))  # every token among the 3 most likely
-        # its log-prob is of the softmax over those 3 (not over the vocabulary)
-        want = torch.log_softmax(logits.gather(-1, top3), -1)
-        want = torch.stack([want[j][top3[j].tolist().index(t)] for j, t in enumerate(r)])
-        assert torch.allclose(torch.tensor(lps, dtype=torch.float64), want, atol=1e-4)
+    assert_top_k_sampling(model, prompts, ro, k=3, temperature=0.7, atol=1e-4)
     # top-k 1 is greedy decoding (each log-prob 0)
     ro1 = eng.generate(prompts, SamplingParams(n=2, temperature=1.0, top_k=1, max_new_tokens=6, seed=1))
     ro0 = eng.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=6, seed=1))

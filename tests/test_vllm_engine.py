@@ -17,7 +17,7 @@ pytest.importorskip("vllm")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-from conftest import make_char_tokenizer  # noqa: E402
+from conftest import assert_top_k_sampling, make_char_tokenizer  # noqa: E402
 
 from graft_cli.models.logprobs import pack, response_logprobs  # noqa: E402
 from graft_cli.rollout import ENGINES  # noqa: E402
@@ -137,15 +137,7 @@ def test_top_k_samples_within_the_k_most_likely_with_renormalised_logprobs(setup
     the softmax over those 3 (the HF engine's tests/test_engine.py twin)."""
     model, _, eng, prompts = setup
     ro = eng.generate(prompts, SamplingParams(n=3, temperature=0.7, top_k=3, max_new_tokens=6, seed=0))
-    for i, (r, lps) in enumerate(zip(ro.response_ids, ro.logprobs)):
-        p = prompts[i // 3]
-        with torch.no_grad():
-            logits = model(input_ids=torch.tensor([p + r])).logits[0, len(p) - 1 : -1].double() / 0.7
-        top3 = logits.topk(3, -1).indices
-        assert all(int(t) in top3[j].tolist() for j, t in enumerate(r))
-        want = torch.log_softmax(logits.gather(-1, top3), -1)
-        want = torch.stack([want[j][top3[j].tolist().index(t)] for j, t in enumerate(r)])
-        assert torch.allclose(torch.tensor(lps, dtype=torch.float64), want, atol=TOL)
+    assert_top_k_sampling(model, prompts, ro, k=3, temperature=0.7, atol=TOL)
 
 
 def test_weight_push_changes_samples_eos_and_truncation(setup):

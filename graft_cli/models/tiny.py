@@ -862,7 +862,8 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
     ks: dict = {}
     from graft_cli.data.synthetic import CANONICAL_STYLE
 
-    own_styles = ((read_manifest(os.path.dirname(paths["a"])) or {}).get("recipe") or {}).get("own_styles") or {}
+    built_recipe = (read_manifest(os.path.dirname(paths["a"])) or {}).get("recipe") or {}
+    own_styles = built_recipe.get("own_styles") or {}
     side: dict = {}  # a and b: what the regime measurement (tiny_regime.measure_regime) needs
     rewards: dict = {}
     prev_threads = torch.get_num_threads()
@@ -913,13 +914,7 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
         out["families"] = family_complementarity([r["family"] for r in recs], ks["a"], ks["b"], n)
         from graft_cli.models.tiny_regime import measure_regime
 
-        prev = torch.get_num_threads()
-        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-        try:
-            out["regime"] = measure_regime(side, [r["family"] for r in recs], rewards,
-                                           weak_families(paths, out), n)
-        finally:
-            torch.set_num_threads(prev)
+        out["regime"] = measure_regime(side, [r["family"] for r in recs], rewards, weak_families(built_recipe, out), n)
     peers = {r: ks[r] for r in POLICY_ROLES if r in ks}
     if len(peers) >= 3:
         out["peer_fills"] = peer_fills(peers, n)
@@ -928,13 +923,13 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
     return out
 
 
-def weak_families(paths: dict, props: dict) -> dict[str, str]:
-    """Each of a and b's weak family: the family of smallest weight in its SFT mix (the cache's recipe), declared
-    before anything is measured; without a readable recipe, the family of lowest measured pass@1."""
-    man = read_manifest(os.path.dirname(paths["a"])) or {}
+def weak_families(recipe: dict, props: dict) -> dict[str, str]:
+    """Each of a and b's weak family: the family of smallest weight in its SFT mix (``recipe``: the built cache's,
+    as its manifest holds it), declared before anything is measured; without one, the family of lowest measured
+    pass@1."""
     out = {}
     for r in ("a", "b"):
-        fams = (man.get("recipe", {}).get(f"stage_{r}") or {}).get("families")
+        fams = (recipe.get(f"stage_{r}") or {}).get("families")
         out[r] = (min(fams, key=lambda f: (fams[f], f)) if fams
                   else min(props[r]["family_pass1"], key=props[r]["family_pass1"].get))
     return out

@@ -33,8 +33,9 @@ import re
 import torch
 
 from graft_cli.algorithms.exchange.gates import compatibility, source_mean_logprob
-from graft_cli.models.logprobs import pack, response_logprobs
+from graft_cli.batch import TrainBatch
 from graft_cli.models.retokenize import retokenize
+from graft_cli.models.scoring import ScoreSettings, score_rows
 
 REGIME_TARGETS = {
     "style_separability": 0.95,  # >=
@@ -82,19 +83,16 @@ def regime_met(per_model: dict) -> dict:
     }
 
 
-@torch.no_grad()
 def score_responses(model, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                    temperature: float = 1.0, batch: int = 256) -> list[list[float]]:
-    """Per-token log-probs of each response under ``model`` (the trainer's :func:`response_logprobs`)."""
-    out: list[list[float]] = []
-    for s in range(0, len(prompts), batch):
-        p, r = prompts[s:s + batch], responses[s:s + batch]
-        ids, att, resp = pack(p, r, pad_id)
-        lp, _ = response_logprobs(model, ids, att, resp, temperature=temperature)
-        for i in range(len(p)):
-            a = len(p[i]) - 1
-            out.append(lp[i, a:a + len(r[i])].tolist())
-    return out
+                    temperature: float = 1.0) -> list[list[float]]:
+    """Per-token log-probs of each response under ``model``: the trainer's scoring pass
+    (:func:`graft_cli.models.scoring.score_rows`, as for the receiver's old log-probs)."""
+    if not prompts:
+        return []
+    batch = TrainBatch()
+    for q, (p, r) in enumerate(zip(prompts, responses)):
+        batch.append(prompt_ids=p, response_ids=r, advantages=0.0, weights=1.0, source="self", group=q)
+    return score_rows(model, pad_id, batch, ScoreSettings(temperature=temperature))
 
 
 def _mean(xs) -> float:
@@ -118,42 +116,30 @@ def measure_regime(side: dict, families: list[str], answers_ok: dict, weak: dict
             if x == y:
                 continue
             X, Y = side[x], side[y]
-            ro = Y["rollouts"]
-            rows, prompts, resps, nsc, src_means, fams = [], [], [], [], [], []
-            for q, fam in enumerate(families):
-                if ks[x][q] != 0 or not (1 <= ks[y][q] < n):
-                    continue
-                for j in range(n):
-                    r = q * n + j
-                    ended = not bool(ro.truncated[r])
-                    ids, n_scored = retokenize(ro.texts[r], X["tokenizer"], ended)
-                    rows.append(r)
-                    prompts.append(X["prompt_ids"][q])
-                    resps.append(ids)
-                    nsc.append(n_scored)
-                    src_means.append(source_mean_logprob(ro.logprobs[r], ended))
-                    fams.append(fam)
-            lps = score_responses(X["model"], prompts, resps, X["tokenizer"].pad_token_id, temperature) if rows else []
-            s = [compatibility(lp, k, m) for lp, k, m in zip(lps, nsc, src_means)]
+            ro, own_ro, pad = Y["rollouts"], X["rollouts"], X["tokenizer"].pad_token_id
+            # every response of Y, re-tokenized into X's tokenizer and scored by X once: the grafted ones give s,
+            # the correct ones the peer log-likelihood
+            ended = [not bool(t) for t in ro.truncated]
+            peer_tok = [retokenize(t, X["tokenizer"], e) for t, e in zip(ro.texts, ended)]
+            lp_peer = score_responses(X["model"], [X["prompt_ids"][r // n] for r in range(len(ro.texts))],
+                                      [ids for ids, _ in peer_tok], pad, temperature)
+            rows = [q * n + j for q in range(len(families)) if ks[x][q] == 0 and 1 <= ks[y][q] < n for j in range(n)]
+            fams = [families[r // n] for r in rows]
+            s = [compatibility(lp_peer[r], peer_tok[r][1], source_mean_logprob(ro.logprobs[r], ended[r]))
+                 for r in rows]
             adm = [math.isfinite(v) and v > delta for v in s]
             wf = weak[x]
             weak_idx = [i for i, f in enumerate(fams) if f == wf]
             fail_w = [q for q, f in enumerate(families) if f == wf and ks[x][q] == 0]
             fam_q = [q for q, f in enumerate(families) if f == wf]
             # own vs peer log-likelihood of correct responses, scored by X
-            own_ro = X["rollouts"]
             own_rows = [r for r in range(len(own_ro.texts)) if answers_ok[x][r] > 0]
-            peer_rows = [r for r in range(len(ro.texts)) if answers_ok[y][r] > 0]
             own_ids = [list(own_ro.response_ids[r]) for r in own_rows]
             own_n = [len(i) - (0 if own_ro.truncated[r] else 1) for i, r in zip(own_ids, own_rows)]
-            lp_own = score_responses(X["model"], [X["prompt_ids"][r // n] for r in own_rows], own_ids,
-                                     X["tokenizer"].pad_token_id, temperature) if own_rows else []
-            peer_tok = [retokenize(ro.texts[r], X["tokenizer"], not bool(ro.truncated[r])) for r in peer_rows]
-            lp_peer = score_responses(X["model"], [X["prompt_ids"][r // n] for r in peer_rows],
-                                      [t[0] for t in peer_tok], X["tokenizer"].pad_token_id,
-                                      temperature) if peer_rows else []
+            lp_own = score_responses(X["model"], [X["prompt_ids"][r // n] for r in own_rows], own_ids, pad, temperature)
             own_ll = _mean([_mean(lp[:k]) for lp, k in zip(lp_own, own_n) if k > 0])
-            peer_ll = _mean([_mean(lp[:k]) for lp, (_, k) in zip(lp_peer, peer_tok) if k > 0])
+            peer_ll = _mean([_mean(lp_peer[r][:peer_tok[r][1]]) for r in range(len(ro.texts))
+                             if answers_ok[y][r] > 0 and peer_tok[r][1] > 0])
             own_styles = [style_of(t) for t in own_ro.texts]
             peer_styles = [style_of(t) for t in ro.texts]
             res = {
@@ -165,7 +151,8 @@ def measure_regime(side: dict, families: list[str], answers_ok: dict, weak: dict
                 "weak_grafted": len(weak_idx),
                 "weak_admitted": (sum(adm[i] for i in weak_idx) / len(weak_idx)) if weak_idx else 0.0,
                 "grafted": len(rows),
-                "retok_length_ratio": (sum(len(i) for i in resps) / max(1, sum(len(ro.response_ids[r]) for r in rows))),
+                "retok_length_ratio": (sum(len(peer_tok[r][0]) for r in rows)
+                                       / max(1, sum(len(ro.response_ids[r]) for r in rows))),
                 "admitted": (sum(adm) / len(adm)) if adm else 0.0,
                 "admitted_by_family": {f: sum(adm[i] for i in range(len(fams)) if fams[i] == f)
                                        / sum(1 for g in fams if g == f) for f in sorted(set(fams))},

@@ -253,17 +253,19 @@ def regime_figures(measured: dict, cfg: dict | None = None) -> dict:
     """The study's regime, reported beside the verdicts (issue 27): per model, the baseline's gain over the base
     models (Δ = baseline at its scored step − the same runs' step-0 evaluation, paired bootstrap over seeds and
     problems; needs ``run.save_initial``) and the half-widths of claims 2 and 3's intervals."""
+    from graft_cli.report.stats import compare
+
     s = settings(cfg)
     n_boot = int(s.get("n_boot", N_BOOT))
-    probs = dict(measured.get("problems") or {})
+    probs = measured.get("problems") or {}
     base = measured.get("base") or {}
     out = {}
     for p in measured.get("policies") or []:
         row: dict = {}
-        if base.get(p) and (probs.get(s["baseline"]) or {}).get(p):
-            tmp = {**probs, "__base__": {p: base[p]}}
-            g = _compare_scores(tmp, s["baseline"], "__base__", p, n_boot)
-            row["baseline_gain"] = g["interval"]
+        last = (probs.get(s["baseline"]) or {}).get(p)
+        if base.get(p) and last:
+            g = compare({"last": last, "base": base[p]}, "last", "base", n_boot)
+            row["baseline_gain"] = g["bootstrap"]
             row["baseline_gain_seeds"] = g["seeds"]
         for key, other in (("graft_beats_grpo", s["baseline"]), ("gate_matters", s["no_gate"])):
             c = _compare_scores(probs, s["method"], other, p, n_boot)

@@ -328,6 +328,14 @@ def update_policy(pol: Policy, batch: TrainBatch, cfg: C.Config, rng: np.random.
     return out
 
 
+def rotate_log(log_path, out: str, policy: str, step: int, keep: int) -> None:
+    """``run.keep_rollouts`` = k > 0: only the last k steps' logs (``log_path(out, policy, step)``) stay."""
+    if keep > 0 and step >= keep:
+        old = log_path(out, policy, step - keep)
+        if os.path.exists(old):
+            os.remove(old)
+
+
 def rollout_metrics(step: PolicyStep) -> dict:
     if not len(step.rollouts):  # dynamic sampling kept no group
         return {"num_tokens": 0}
@@ -634,11 +642,7 @@ class Trainer:
             **ro.token_columns,  # engine columns (tandem: author, 1 = senior)
         }
         write_parquet(rollout_log_path(self.out, st.name, self.step), cols)
-        keep = self.cfg.run.keep_rollouts
-        if keep > 0 and self.step >= keep:  # rotate: only the last `keep` steps' logs of this policy stay
-            old = rollout_log_path(self.out, st.name, self.step - keep)
-            if os.path.exists(old):
-                os.remove(old)
+        rotate_log(rollout_log_path, self.out, st.name, self.step, self.cfg.run.keep_rollouts)
 
     def log_admission(self, name: str, st: PolicyStep) -> None:
         """``rollouts/<policy>/exchange_step_N.parquet``: every row another policy's response put into this
@@ -652,11 +656,7 @@ class Trainer:
         write_parquet(exchange_log_path(self.out, name, self.step),
                       {"step": [self.step] * k, "prompt_id": [st.problems[q].id for q in cols["prompt_index"]],
                        **cols})
-        keep = self.cfg.run.keep_rollouts
-        if keep > 0 and self.step >= keep:  # rotated with the rollout logs
-            old = exchange_log_path(self.out, name, self.step - keep)
-            if os.path.exists(old):
-                os.remove(old)
+        rotate_log(exchange_log_path, self.out, name, self.step, self.cfg.run.keep_rollouts)
 
     def save(self) -> str:
         best = read_json_or_none(os.path.join(self.out, "best.json")) or {}  # the best by validation stays
