@@ -343,7 +343,8 @@ def test_tandem_trains_resumes_exactly_and_evaluates(models, tmp_path):
                          cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert rep.returncode == 0, rep.stderr[-3000:]
     md = open(tmp_path / "rep" / "report.md").read()
-    row = next(x for x in md.splitlines() if x.startswith("| ref | tandem | a | 4 |"))
+    # the run's label is its variant (graft report names the settings it differs in from the method config)
+    row = next(x for x in md.splitlines() if x.startswith("| ref | tandem [rollout.n=4] | a | 4 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4] == f"{100 * solo['benchmarks']['train']['pass@k']['1']['mean']:.2f}"
     assert cells[8] == f"{100 * hand['benchmarks']['train']['pass@k']['1']['mean']:.2f}"
