@@ -118,8 +118,10 @@ def tiny():
 @click.option("--force", is_flag=True, help="rebuild even if the cache holds a complete build")
 @click.option("--recipe", default=None, help="v2 (default) or v3 (writing styles, weak families; issue 27) "
               "[default: $GRAFT_TINY_RECIPE or v2]")
+@click.option("--prompts", type=click.IntRange(8, 8192), default=1024, show_default=True,
+              help="with --check: training prompts sampled (x 8) for the measurements")
 @one_line_errors
-def tiny_build(check, cache_dir, seed, force, recipe):
+def tiny_build(check, cache_dir, seed, force, recipe, prompts):
     """Build (or reuse) the tiny pair, teacher and junior.
 
     \b
@@ -128,7 +130,7 @@ def tiny_build(check, cache_dir, seed, force, recipe):
     """
     from graft_cli.models.tiny import tiny_main
 
-    tiny_main(check=check, cache_dir=cache_dir, seed=seed, force=force, recipe=recipe)
+    tiny_main(check=check, cache_dir=cache_dir, seed=seed, force=force, recipe=recipe, num_prompts=prompts)
 
 
 @tiny.command("rl-check")

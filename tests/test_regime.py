@@ -18,9 +18,22 @@ from graft_cli.models import tiny_regime as R
 def test_styles_render_the_same_steps_by_hand():
     worked = ("7*6-9=?", (("7*6", "42"), ("42-9", "33")), "33")
     assert syn.render(worked, "chain") == "7*6=42,42-9=33 \\boxed{33}"  # v2's text
-    assert syn.render(worked, "terse") == "7*6-9: 7*6=42,42-9=33 \\boxed{33}"
-    assert syn.render(worked, "semicolon") == "7*6-9: 7*6=42; 42-9=33; so \\boxed{33}"
+    assert syn.render(worked, "prose") == ("To find 7*6-9, multiply first: 7*6=42. Then subtract: 42-9=33. "
+                                           "The answer is \\boxed{33}.")
+    assert syn.render(worked, "steps") == ("Let's compute 7*6-9 step by step; multiply 7*6=42; subtract 42-9=33; "
+                                           "so the final answer is \\boxed{33}")
     assert syn.render(worked, "words") == "7*6-9: 7*6 is 42, 42-9 is 33, answer \\boxed{33}"
+    one = ("47+38=?", (("47+38", "85"),), "85")
+    assert syn.render(one, "prose") == "To find 47+38, add: 47+38=85. The answer is \\boxed{85}."
+    # detailed steps (v3's a and b write them; v2's chain and c's words the compact ones)
+    frac = ("1/2+2/5=?", (("5/10+4/10", "9/10"),), "9/10",
+            (("2*5", "10"), ("1*5", "5"), ("2*2", "4"), ("5+4", "9")))
+    assert syn.render(frac, "chain") == "5/10+4/10=9/10 \\boxed{9/10}"
+    assert syn.render(frac, "words") == "1/2+2/5: 5/10+4/10 is 9/10, answer \\boxed{9/10}"
+    assert syn.render(frac, "prose") == ("To find 1/2+2/5, multiply first: 2*5=10. Then multiply: 1*5=5. "
+                                         "Then multiply: 2*2=4. Then add: 5+4=9. The answer is \\boxed{9/10}.")
+    assert syn.render(frac, "steps") == ("Let's compute 1/2+2/5 step by step; multiply 2*5=10; multiply 1*5=5; "
+                                         "multiply 2*2=4; add 5+4=9; so the final answer is \\boxed{9/10}")
     assert syn.restate("3x+5=26, x=?") == "3x+5=26" and syn.restate("1/2*7=?") == "1/2*7"
     rec = syn.make_problem(random.Random(3), "frac", 1)
     assert rec["solution"] == syn.render(rec["worked"], syn.CANONICAL_STYLE)
@@ -43,23 +56,27 @@ def test_canonical_records_and_single_style_stream():
     ys = [syn.sft_example(r2, fams, None, {"chain": 1.0}) for _ in range(50)]
     assert xs == ys
     r3 = random.Random("s")
-    zs = [syn.sft_example(r3, fams, None, {"terse": 0.5, "semicolon": 0.5}) for _ in range(200)]
-    share = sum(R.style_of(s) == "semicolon" for _, s in zs) / len(zs)
+    zs = [syn.sft_example(r3, fams, None, {"prose": 0.5, "steps": 0.5}) for _ in range(200)]
+    share = sum(R.style_of(s) == "steps" for _, s in zs) / len(zs)
     assert 0.35 < share < 0.65  # both styles drawn
 
 
 @pytest.mark.parametrize("text,style", [
-    ("7*6-9: 7*6=42,42-9=33 \\boxed{33}", "terse"),
-    ("7*6-9: 7*6=42; 42-9=33; so \\boxed{33}", "semicolon"),
+    ("To find 7*6-9, multiply first: 7*6=42. Then subtract: 42-9=33. The answer is \\boxed{33}.", "prose"),
+    ("Let's compute 7*6-9 step by step; multiply 7*6=42; subtract 42-9=33; so the final answer is \\boxed{33}",
+     "steps"),
     ("7*6-9: 7*6 is 42, 42-9 is 33, answer \\boxed{33}", "words"),
-    ("x+5=8: 8-5=3; so \\boxed{3}", "semicolon"),
     ("x+5=8: 8-5 is 3, answer \\boxed{3}", "words"),
+    ("To find x+5=8, subtract: 8-5=3", "prose"),  # truncated: the opening is enough
+    ("add 3+4=7. The answer is \\boxed{7}.", "prose"),  # no opening: the closing
+    ("Let's compute 3+4", "steps"),
+    ("add 3+4=7; so the final answer is \\boxed{7}", "steps"),
+    ("To find 3+4, add: 3+4 is 7, answer \\boxed{7}", "words"),  # a mixture: the first rule that matches
     ("(3+4)=7 \\boxed{7}", "chain"),
     ("1/2*7=7/2 \\boxed{7/2}", "chain"),
     ("7*6=42,42-9=33 \\boxed{33}", "chain"),
-    ("x+5=8: 8-5=3 \\boxed{3}", "terse"),
     ("\\boxed{7}", None),
-    ("12; so \\boxed{12}", "semicolon"),
+    ("The answer is \\boxed{12}", None),  # no ". The answer is" and no opening
 ])
 def test_style_of_table(text, style):
     assert R.style_of(text) == style
@@ -77,8 +94,10 @@ def test_recipes_by_name(monkeypatch):
     assert v2.own_style("b") == "chain" and v2.stage_a.families["frac"] == 0.01
     monkeypatch.setenv("GRAFT_TINY_RECIPE", "v3")
     v3 = tiny.default_recipe()
-    assert v3.name == "v3" and (v3.own_style("a"), v3.own_style("b")) == ("terse", "semicolon")
-    assert v3.stage_a.styles == {"terse": 0.97, "semicolon": 0.03} and v3.stage_b.families["lin"] == 0.11
+    assert v3.name == "v3" and (v3.own_style("a"), v3.own_style("b")) == ("prose", "steps")
+    assert v3.stage_a.styles == {"prose": 0.97, "steps": 0.03} and v3.stage_b.families["lin"] == 0.11
+    assert v3.split_a == "qwen" and v3.tokenizer_style("b") == ["prose", "steps", "words"]
+    assert v2.split_a == "free" and v2.tokenizer_style("b") == "chain"
     assert tiny.Recipe.from_dict(v3.to_dict()) == v3 and tiny.Recipe.from_dict(v2.to_dict()) == v2
     monkeypatch.setenv("GRAFT_TINY_RECIPE", "v9")
     with pytest.raises(GraftError, match="tiny recipe 'v9': unknown; known: v2, v3"):
@@ -116,12 +135,12 @@ def test_measure_regime_scores_s_as_the_gate_does(tiny_models):
     for name in ("a", "b"):
         tok = AutoTokenizer.from_pretrained(tiny_models[name])
         model = AutoModelForCausalLM.from_pretrained(tiny_models[name], dtype=torch.float32)
-        side[name] = {"model": model, "tokenizer": tok, "style": {"a": "chain", "b": "semicolon"}[name],
+        side[name] = {"model": model, "tokenizer": tok, "style": {"a": "chain", "b": "steps"}[name],
                       "prompt_ids": [tok("1/2+1/2=?", add_special_tokens=False)["input_ids"],
                                      tok("3+4=?", add_special_tokens=False)["input_ids"]]}
     texts = {"a": ["1/2+1/2=2/2 \\boxed{2/2}", "x", "3+4=7 \\boxed{7}", "3+4=9 \\boxed{9}"],
-             "b": ["1/2+1/2=2/2; so \\boxed{2/2}", "1/2+1/2=3/2; so \\boxed{3/2}", "7; so \\boxed{7}",
-                   "3+4=7; so \\boxed{7}"]}
+             "b": ["add 1+1=2; so the final answer is \\boxed{2/2}", "add 1+1=3; so the final answer is \\boxed{3/2}",
+                   "7; so the final answer is \\boxed{7}", "add 3+4=7; so the final answer is \\boxed{7}"]}
     ok = {"a": [0, 0, 1, 0], "b": [1, 0, 1, 1]}
     for name in ("a", "b"):
         tok = side[name]["tokenizer"]

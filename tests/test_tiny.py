@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 
 import pytest
@@ -79,6 +80,24 @@ def test_reference_solutions_score_one_and_corruptions_zero():
         bad = r["solution"].rsplit("\\boxed{", 1)[0] + "\\boxed{" + _corrupt(r["answer"]) + "}"
         assert grade_one(bad, r["answer"])[0] == 0.0, (r, bad)
     assert len(seen_fams) == len(syn.FAMILIES) * len(syn.LEVELS)
+
+
+@pytest.mark.parametrize("style", ["prose", "steps", "words"])
+def test_v3_styles_score_one_and_corruptions_zero(style):
+    """Every v3 style's text of every family and level grades 1 against the gold (a trailing '.' after the box
+    included), and 0 with the boxed answer changed."""
+    from graft_cli.reward import grade_one
+
+    rng = random.Random(f"styles:{style}")
+    for fam in syn.FAMILIES:
+        for lvl in syn.LEVELS:
+            for _ in range(6):
+                rec = syn.make_problem(rng, fam, lvl)
+                text = syn.render(rec["worked"], style)
+                assert grade_one(text, rec["answer"])[0] == 1.0, (style, text, rec["answer"])
+                head, tail = text.rsplit("\\boxed{", 1)
+                bad = head + "\\boxed{" + _corrupt(rec["answer"]) + "}" + tail.split("}", 1)[1]
+                assert grade_one(bad, rec["answer"])[0] == 0.0, (style, bad)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -54,10 +54,11 @@ def _frac_gold(f: Fraction) -> str:
     return f"\\frac{{{f.numerator}}}{{{f.denominator}}}"
 
 
-def _worked(*steps: tuple[str, str], ans: str) -> tuple[tuple[tuple[str, str], ...], str]:
-    """A worked solution as data: its steps ``(expression, value)`` in order and the boxed answer; a style
-    (:data:`STYLES`) renders it as text."""
-    return tuple(steps), ans
+def _worked(*steps: tuple[str, str], ans: str, detail: tuple | None = None):
+    """A worked solution as data: its steps ``(expression, value)`` in order, the boxed answer, and optionally the
+    same computation in smaller steps (``detail``: partial products, a fraction's numerator and denominator one
+    multiplication at a time); a style (:data:`STYLES`) renders it as text (the v3 styles the detailed steps)."""
+    return tuple(steps), ans, (tuple(detail) if detail else None)
 
 
 def gen_add(rng: random.Random, level: int):
@@ -94,9 +95,12 @@ def gen_mul(rng: random.Random, level: int):
         a, b = rng.randint(21, 99), rng.randint(2, 9)
     t, u = a - a % 10, a % 10
     c = a * b
-    # partial products: 47*6 -> 240+42=282
-    step = (f"{t * b}+{u * b}", f"{c}") if u else (f"{a}*{b}", f"{c}")
-    return f"{a}*{b}=?", str(c), _worked(step, ans=str(c))
+    # partial products: 47*6 -> 240+42=282 (detailed: 40*6=240, 7*6=42, 240+42=282)
+    if not u:
+        return f"{a}*{b}=?", str(c), _worked((f"{a}*{b}", f"{c}"), ans=str(c))
+    return f"{a}*{b}=?", str(c), _worked((f"{t * b}+{u * b}", f"{c}"), ans=str(c),
+                                         detail=((f"{t}*{b}", f"{t * b}"), (f"{u}*{b}", f"{u * b}"),
+                                                 (f"{t * b}+{u * b}", f"{c}")))
 
 
 def gen_two(rng: random.Random, level: int):
@@ -138,20 +142,24 @@ def gen_frac(rng: random.Random, level: int):
         a = rng.randint(1, d - 2)
         b = rng.randint(1, d - 1 - a)
         f = Fraction(a + b, d)
-        return f"{a}/{d}+{b}/{d}=?", _frac_gold(f), _worked((f"{a}/{d}+{b}/{d}", f"{a + b}/{d}"), ans=f"{a + b}/{d}")
+        return f"{a}/{d}+{b}/{d}=?", _frac_gold(f), _worked((f"{a}/{d}+{b}/{d}", f"{a + b}/{d}"), ans=f"{a + b}/{d}",
+                                                            detail=((f"{a}+{b}", f"{a + b}"),))
     if level == 2:  # fraction times integer
         d = rng.randint(2, 9)
         a = rng.randint(1, d - 1)
         k = rng.randint(2, 9)
         f = Fraction(a * k, d)
-        return f"{a}/{d}*{k}=?", _frac_gold(f), _worked((f"{a}/{d}*{k}", f"{a * k}/{d}"), ans=f"{a * k}/{d}")
+        return f"{a}/{d}*{k}=?", _frac_gold(f), _worked((f"{a}/{d}*{k}", f"{a * k}/{d}"), ans=f"{a * k}/{d}",
+                                                        detail=((f"{a}*{k}", f"{a * k}"),))
     # level 3: different denominators, cross multiplication
     b, d = rng.sample(range(2, 10), 2)
     a, c = rng.randint(1, b - 1), rng.randint(1, d - 1)
     n, m = a * d + c * b, b * d
     f = Fraction(n, m)
     return (f"{a}/{b}+{c}/{d}=?", _frac_gold(f),
-            _worked((f"{a * d}/{m}+{c * b}/{m}", f"{n}/{m}"), ans=f"{n}/{m}"))
+            _worked((f"{a * d}/{m}+{c * b}/{m}", f"{n}/{m}"), ans=f"{n}/{m}",
+                    detail=((f"{b}*{d}", f"{m}"), (f"{a}*{d}", f"{a * d}"), (f"{c}*{b}", f"{c * b}"),
+                            (f"{a * d}+{c * b}", f"{n}"))))
 
 
 FAMILIES = {"add": gen_add, "sub": gen_sub, "mul": gen_mul, "two": gen_two, "lin": gen_lin, "frac": gen_frac}
@@ -196,17 +204,43 @@ def style_chain(head: str, steps, ans: str) -> str:
     return ",".join(f"{e}={v}" for e, v in steps) + f" \\boxed{{{ans}}}"
 
 
-def style_terse(head: str, steps, ans: str) -> str:
-    """``a``'s style in the v3 recipe: the restated problem, then v2's chain: ``7*6-9: 7*6=42,42-9=33
-    \\boxed{33}``."""
-    return f"{head}: " + ",".join(f"{e}={v}" for e, v in steps) + f" \\boxed{{{ans}}}"
+def op_word(expr: str) -> str:
+    """The operation a worked step performs, as a word, read off its expression (so both models can predict it from
+    the text before it): ``add`` if it has ``+``, else ``subtract`` for a ``-`` after the first character, else
+    ``multiply`` for ``*``, else ``divide``: ``7*6`` -> multiply, ``240+42`` -> add, ``26-5`` -> subtract, ``21/3``
+    -> divide, ``4/6+3/6`` -> add, ``1/3*4`` -> multiply."""
+    if "+" in expr:
+        return "add"
+    if "-" in expr[1:]:
+        return "subtract"
+    if "*" in expr:
+        return "multiply"
+    return "divide"
 
 
-def style_semicolon(head: str, steps, ans: str) -> str:
-    """``b``'s style: the same equalities, semicolon-separated, then ``so``: ``7*6-9: 7*6=42; 42-9=33; so
-    \\boxed{33}``. The arithmetic is written in the same local context as ``terse`` (``=`` then the digits), so
-    the styles differ where a real pair's do — in the connective text — not in how a digit is computed."""
-    return f"{head}: " + "; ".join(f"{e}={v}" for e, v in steps) + f"; so \\boxed{{{ans}}}"
+def style_prose(head: str, steps, ans: str) -> str:
+    """``a``'s style in the v3 recipe (issue 27), sentences as a Qwen-like model writes them: ``To find 7*6-9,
+    multiply first: 7*6=42. Then subtract: 42-9=33. The answer is \\boxed{33}.`` One step: ``To find 47+38, add:
+    47+38=85. The answer is \\boxed{85}.`` Every word is predictable from the problem (the restated expression,
+    the operation words of :func:`op_word`), so most tokens of a response cost either model little, as most tokens
+    of a real response do, while the arithmetic is written in the same local context as :func:`style_steps`
+    (the expression, ``=``, the digits)."""
+    (e1, v1), rest = steps[0], steps[1:]
+    first = f"{op_word(e1)} first" if rest else op_word(e1)
+    text = f"To find {head}, {first}: {e1}={v1}."
+    for e, v in rest:
+        text += f" Then {op_word(e)}: {e}={v}."
+    return text + f" The answer is \\boxed{{{ans}}}."
+
+
+def style_steps(head: str, steps, ans: str) -> str:
+    """``b``'s style in the v3 recipe, a Llama-like chain of clauses: ``Let's compute 7*6-9 step by step; multiply
+    7*6=42; subtract 42-9=33; so the final answer is \\boxed{33}``. The same steps and operation words as
+    :func:`style_prose`, in other connectives (where a real pair's writing differs)."""
+    text = f"Let's compute {head} step by step"
+    for e, v in steps:
+        text += f"; {op_word(e)} {e}={v}"
+    return text + f"; so the final answer is \\boxed{{{ans}}}"
 
 
 def style_words(head: str, steps, ans: str) -> str:
@@ -215,21 +249,26 @@ def style_words(head: str, steps, ans: str) -> str:
     return f"{head}: " + ", ".join(f"{e} is {v}" for e, v in steps) + f", answer \\boxed{{{ans}}}"
 
 
-STYLES = {"chain": style_chain, "terse": style_terse, "semicolon": style_semicolon, "words": style_words}
+STYLES = {"chain": style_chain, "prose": style_prose, "steps": style_steps, "words": style_words}
 CANONICAL_STYLE = "chain"  # the records' ``solution`` field (v2's text)
+# styles that write the detailed steps where a solution has them (v3's a and b: a peer whose plan the receiver lacks
+# still writes steps the receiver can follow, one known operation at a time, as real worked solutions do)
+DETAILED_STYLES = frozenset({"prose", "steps"})
 
 
 def render(worked, style: str = CANONICAL_STYLE) -> str:
-    """The text of a worked solution ``(problem, steps, answer)`` in ``style`` (:data:`STYLES`)."""
-    problem, steps, ans = worked
-    return STYLES[style](restate(problem), steps, ans)
+    """The text of a worked solution ``(problem, steps, answer[, detail])`` in ``style`` (:data:`STYLES`): the
+    detailed steps for :data:`DETAILED_STYLES` where there are some, the compact ones otherwise."""
+    problem, steps, ans = worked[:3]
+    detail = worked[3] if len(worked) > 3 else None
+    return STYLES[style](restate(problem), detail if detail and style in DETAILED_STYLES else steps, ans)
 
 
 def make_problem(rng: random.Random, family: str, level: int, style: str = CANONICAL_STYLE) -> dict:
     """One problem of ``family`` at ``level`` as a record without ``id``; ``solution`` is written in ``style``
     and ``worked`` holds the solution as data (steps, answer) for other styles."""
-    problem, answer, (steps, ans) = FAMILIES[family](rng, level)
-    worked = (problem, steps, ans)
+    problem, answer, (steps, ans, detail) = FAMILIES[family](rng, level)
+    worked = (problem, steps, ans, detail)
     return {"problem": problem, "answer": answer, "solution": render(worked, style), "family": family,
             "level": level, "worked": worked}
 
@@ -309,14 +348,17 @@ def write_task(out_dir: str, seed: int = 0, train_size: int = TRAIN_SIZE) -> dic
     return paths
 
 
-def corpus(seed: int = 0, size: int = 4000, style: str = CANONICAL_STYLE) -> list[tuple[str, str]]:
-    """A sample of ``(problem, solution)`` pairs over all families and levels, solutions in ``style``
-    (tokenizer training: each tiny tokenizer learns its own model's writing)."""
+def corpus(seed: int = 0, size: int = 4000, style=CANONICAL_STYLE) -> list[tuple[str, str]]:
+    """A sample of ``(problem, solution)`` pairs over all families and levels, solutions in ``style`` (a name), or in
+    one of ``style`` (a list of names) drawn uniformly per example (tokenizer training: a v2 tokenizer learns its own
+    model's writing, a v3 tokenizer general text covering every model's). One style makes no extra random draw."""
     rng = _rng(seed, "corpus")
+    styles = [style] if isinstance(style, str) else list(style)
     out = []
     for _ in range(size):
         r = sample_problem(rng, {f: 1.0 for f in FAMILIES}, {lv: 1.0 for lv in LEVELS})
-        out.append((r["problem"], render(r["worked"], style)))
+        st = styles[0] if len(styles) == 1 else rng.choice(styles)
+        out.append((r["problem"], render(r["worked"], st)))
     return out
 
 

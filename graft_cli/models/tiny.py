@@ -122,10 +122,10 @@ def _prompt_text(problem: str) -> str:
     return PromptSpec().text(problem, _Raw())
 
 
-def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], style: str = "chain"):
+def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], style="chain"):
     """A byte-level BPE (``tokenizers`` trainer, ~0.2 s) over the task's text: prompt + worked solution
-    pairs drawn from :func:`graft_cli.data.synthetic.corpus` with ``corpus_seed``, solutions in the model's
-    own ``style``."""
+    pairs drawn from :func:`graft_cli.data.synthetic.corpus` with ``corpus_seed``, solutions in ``style`` (a name,
+    or a list of names drawn uniformly per example: :meth:`Recipe.tokenizer_style`)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from graft_cli.data.synthetic import corpus
@@ -139,21 +139,37 @@ def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], 
     return tok
 
 
-def build_tokenizer_a(seed: int = 0, vocab_size: int = 384, style: str = "chain"):
-    """``a``: byte-level BPE in the Qwen style (digits always single tokens), merges free across
-    punctuation. Pre-tokenizer: ``Digits(individual_digits=True)``, then a split isolating a LaTeX
-    command with its leading space (``" \\boxed"``), then ``ByteLevel(use_regex=False)``: all other text
-    between digits is one pre-token that BPE merges freely (``"x+"``, ``"{}.\\n"``). ``\\boxed{`` is 2
+# Qwen2/Qwen3's pre-tokenizer regex (their tokenizer.json): a word with its leading space or one punctuation mark
+# (" then" -> "Ġthen"), single digits, punctuation runs, newlines, spaces; preceded by the LaTeX command with its
+# leading space that a's earlier split isolates (" \boxed" stays one piece)
+QWEN_PRETOKENIZE = (r" ?\\[A-Za-z]+|(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                    r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def build_tokenizer_a(seed: int = 0, vocab_size: int = 384, style: str = "chain", split: str = "free"):
+    """``a``: byte-level BPE in the Qwen style (digits always single tokens). Pre-tokenizer: ``Digits(
+    individual_digits=True)``, then a split isolating a LaTeX command with its leading space (``" \\boxed"``), then
+    ``split``: ``free`` (v2) lets all other text between digits be one pre-token that BPE merges freely (``"x+"``,
+    ``"{}.\\n"``); ``qwen`` (v3, whose responses are sentences) splits it with Qwen's own regex
+    (:data:`QWEN_PRETOKENIZE`: a word keeps its leading space, ``" then"`` -> ``"Ġthen"``, as in Qwen3's vocabulary,
+    so the tandem ``word`` schedule sees word openings). Then ``ByteLevel(use_regex=False)``. ``\\boxed{`` is 2
     tokens. Specials: ``<|endoftext|>`` (EOS) and ``<|pad|>``; no BOS, no chat template."""
     from tokenizers import Regex, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    pre = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.Split(Regex(r" ?\\[A-Za-z]+"), "isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    steps = [pre_tokenizers.Digits(individual_digits=True),
+             pre_tokenizers.Split(Regex(r" ?\\[A-Za-z]+"), "isolated")]
+    if split == "qwen":
+        steps.append(pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE), "isolated"))
+    elif split != "free":
+        raise ValueError(f"tokenizer a split {split!r}: free or qwen")
+    pre = pre_tokenizers.Sequence([*steps, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok = _bpe(pre, seed, vocab_size, [EOS_A, PAD_A], style=style)
+    if split == "qwen":  # as b's: the constant prompt suffix, which the regex would split into ~12 words, is one token
+        from tokenizers import AddedToken
+
+        tok.add_tokens([AddedToken(w, normalized=False, lstrip=False, rstrip=False, single_word=False)
+                        for w in _suffix_tokens_b()])
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_A, pad_token=PAD_A, padding_side="left",
                                    clean_up_tokenization_spaces=False)
 
@@ -247,7 +263,7 @@ class Stage:
 _A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.01}
 _B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.01, "mul": 1.0, "two": 1.0, "frac": 1.6}
 # v3 (issue 27; Recipe.v3): weak, not blind, families
-_A3_FAMS = {**_A_FAMS, "frac": 0.16}
+_A3_FAMS = {**_A_FAMS, "frac": 0.10}
 _B3_FAMS = {**_B_FAMS, "lin": 0.11, "frac": 2.0}
 # c (pair=tiny3): blind on multiplication (both a and b solve it), trained hard on subtraction (b's weakest
 # family after its blind one) and well on fractions (a's blind family), so each model's all-fail prompts are
@@ -255,10 +271,11 @@ _B3_FAMS = {**_B_FAMS, "lin": 0.11, "frac": 2.0}
 _C_FAMS = {"add": 1.0, "sub": 1.6, "lin": 0.6, "mul": 0.01, "two": 0.6, "frac": 1.0}
 # v3 (issue 27): each model writes its own style (graft_cli.data.synthetic.STYLES) and sees a little of its
 # peers'; the teacher and junior are a's (its style).
-_V3_OWN_STYLES = {"a": "terse", "b": "semicolon", "c": "words", "teacher": "terse", "junior": "terse"}
-_A_STYLES = {"terse": 0.97, "semicolon": 0.03}
-_B_STYLES = {"semicolon": 0.96, "terse": 0.04}
-_C_STYLES = {"words": 0.95, "terse": 0.025, "semicolon": 0.025}
+_V3_OWN_STYLES = {"a": "prose", "b": "steps", "c": "words", "teacher": "prose", "junior": "prose"}
+_A_STYLES = {"prose": 0.97, "steps": 0.03}
+_B_STYLES = {"steps": 0.96, "prose": 0.04}
+_C_STYLES = {"words": 0.95, "prose": 0.025, "steps": 0.025}
+_V3_TOKENIZER_STYLES = ("prose", "steps", "words")
 _ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
 _LEVELS = {1: 2.0, 2: 2.0, 3: 1.0}
 _TEACHER_LEVELS = {1: 1.0, 2: 2.0, 3: 2.0}
@@ -294,11 +311,19 @@ class Recipe:
     bpe_vocab_c: int = 384
     name: str = "v2"
     own_styles: dict | None = None  # role -> the style it writes (graft_cli.data.synthetic.STYLES); None: v2's chain
+    # the styles every tokenizer's corpus is drawn from (uniformly), as real tokenizers are trained on general text
+    # that covers every model's writing; None: each tokenizer on its own model's style (v2)
+    tokenizer_styles: tuple | None = None
+    split_a: str = "free"  # a's pre-tokenizer between digits (build_tokenizer_a): free (v2) or qwen (v3)
 
     def own_style(self, role: str) -> str:
         from graft_cli.data.synthetic import CANONICAL_STYLE
 
         return (self.own_styles or {}).get(role, CANONICAL_STYLE)
+
+    def tokenizer_style(self, role: str):
+        """The style(s) of ``role``'s tokenizer corpus: :attr:`tokenizer_styles` (a list) or its own style."""
+        return list(self.tokenizer_styles) if self.tokenizer_styles else self.own_style(role)
 
     @classmethod
     def full(cls) -> Recipe:
@@ -312,10 +337,10 @@ class Recipe:
         and has a weak (not blind) family. Its regime targets are not all met yet (README, "Tiny pair v3")."""
         base = cls()
         return dataclasses.replace(
-            base, name="v3", own_styles=dict(_V3_OWN_STYLES),
+            base, name="v3", own_styles=dict(_V3_OWN_STYLES), split_a="qwen", tokenizer_styles=_V3_TOKENIZER_STYLES,
             stage_a=dataclasses.replace(base.stage_a, families=_A3_FAMS, styles=_A_STYLES),
             stage_b=dataclasses.replace(base.stage_b, families=_B3_FAMS, styles=_B_STYLES),
-            stage_c=dataclasses.replace(base.stage_c, styles=_C_STYLES),
+            stage_c=dataclasses.replace(base.stage_c, steps=900, styles=_C_STYLES),
             stage_teacher=dataclasses.replace(base.stage_teacher, styles=_A_STYLES))
 
     @classmethod
@@ -354,7 +379,9 @@ class Recipe:
                    stage_a=stage(d["stage_a"]), stage_b=stage(d["stage_b"]), stage_c=stage(d["stage_c"]),
                    stage_teacher=stage(d["stage_teacher"]), junior_step=d["junior_step"],
                    train_size=d["train_size"], bpe_vocab=d["bpe_vocab"], bpe_vocab_b=d["bpe_vocab_b"],
-                   bpe_vocab_c=d["bpe_vocab_c"], name=d.get("name", "v2"), own_styles=d.get("own_styles"))
+                   bpe_vocab_c=d["bpe_vocab_c"], name=d.get("name", "v2"), own_styles=d.get("own_styles"),
+                   split_a=d.get("split_a", "free"),
+                   tokenizer_styles=tuple(d["tokenizer_styles"]) if d.get("tokenizer_styles") else None)
 
 
 RECIPES = {"v2": "full", "v3": "v3"}
@@ -541,7 +568,7 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
     cpu0 = time.process_time()
     with _deterministic_single_thread():
         if kind == "a":
-            tok = build_tokenizer_a(seed, recipe.bpe_vocab, recipe.own_style("a"))
+            tok = build_tokenizer_a(seed, recipe.bpe_vocab, recipe.tokenizer_style("a"), recipe.split_a)
             model = make_model(recipe.shape_a, tok, seed * 1000 + 1)
 
             def snap(m):
@@ -567,7 +594,7 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
             build_tok, vocab, shape, stage, salt = {
                 "b": (build_tokenizer_b, recipe.bpe_vocab_b, recipe.shape_b, recipe.stage_b, 2),
                 "c": (build_tokenizer_c, recipe.bpe_vocab_c, recipe.shape_c, recipe.stage_c, 3)}[kind]
-            tok = build_tok(seed, vocab, recipe.own_style(kind))
+            tok = build_tok(seed, vocab, recipe.tokenizer_style(kind))
             model = make_model(shape, tok, seed * 1000 + salt)
             t0 = time.time()
             lb = sft(model, tok, stage, f"graft-tiny-sft:{seed}:{kind}",
@@ -674,28 +701,44 @@ def read_manifest(cache_dir: str | None = None) -> dict | None:
         return None
 
 
-def token_stats(paths: dict, n: int = 512, seed: int = 0) -> dict:
-    """Mean/max prompt and reference-response (+EOS) token counts of the training split under the
-    two tokenizers, and the share of responses whose token counts differ."""
+def token_stats(paths: dict, n: int = 512, seed: int = 0, recipe: Recipe | None = None) -> dict:
+    """Mean/max prompt and reference-response (+EOS) token counts under each tokenizer, the share of responses
+    whose token counts differ between a and b, and the re-tokenized length ratios ``ratio_{y}_over_{x}``: x's
+    reference responses re-tokenized with y's tokenizer over their length under x's. Reference responses are the
+    training split's solutions when every model writes the canonical style (v2); with ``recipe``'s own styles
+    (v3) each model's responses are ``n`` fresh problems written in its own style."""
     from transformers import AutoTokenizer
 
+    from graft_cli.data import synthetic
+
     recs = read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:n]
+    styled = recipe is not None and bool(recipe.own_styles)
+    if styled:
+        rng = random.Random(f"graft-tiny-token-stats:{seed}")
+        worked = [synthetic.sample_problem(rng)["worked"] for _ in range(n)]  # the training mix
+        texts = {r: [synthetic.render(w, recipe.own_style(r)) for w in worked] for r in POLICY_ROLES}
+        prompts = [w[0] for w in worked]
+    else:
+        texts = {r: [x["solution"] for x in recs] for r in POLICY_ROLES}
+        prompts = [x["problem"] for x in recs]
+    toks = {tk: AutoTokenizer.from_pretrained(paths[tk]) for tk in POLICY_ROLES}
     out: dict = {}
-    counts = {}
-    for tk in POLICY_ROLES:
-        tok = AutoTokenizer.from_pretrained(paths[tk])
-        p = [len(x) for x in tok([_prompt_text(r["problem"]) for r in recs], add_special_tokens=False)["input_ids"]]
-        s = [len(x) + 1 for x in tok([r["solution"] for r in recs], add_special_tokens=False)["input_ids"]]
-        counts[tk] = s
+    counts = {}  # counts[(x, y)]: x's responses under y's tokenizer (+EOS)
+    for tk, tok in toks.items():
+        p = [len(x) for x in tok([_prompt_text(q) for q in prompts], add_special_tokens=False)["input_ids"]]
+        for x in POLICY_ROLES:
+            counts[(x, tk)] = [len(i) + 1 for i in tok(texts[x], add_special_tokens=False)["input_ids"]]
+        s = counts[(tk, tk)]
         out[f"tokens_prompt_{tk}"] = sum(p) / len(p)
         out[f"tokens_response_{tk}"] = sum(s) / len(s)
+        out[f"tokens_response_max_{tk}"] = max(s)
         out[f"tokens_total_max_{tk}"] = max(a + b for a, b in zip(p, s))
         out[f"vocab_{tk}"] = len(tok)
-    out["response_len_differs"] = sum(x != y for x, y in zip(counts["a"], counts["b"])) / len(recs)
-    for x in POLICY_ROLES:  # re-tokenized length ratios: the same responses under y's tokenizer over x's
+    out["response_len_differs"] = sum(x != y for x, y in zip(counts[("a", "a")], counts[("a", "b")])) / len(prompts)
+    for x in POLICY_ROLES:
         for y in POLICY_ROLES:
             if x != y:
-                out[f"ratio_{y}_over_{x}"] = sum(counts[y]) / sum(counts[x])
+                out[f"ratio_{y}_over_{x}"] = sum(counts[(x, y)]) / sum(counts[(x, x)])
     return out
 
 
@@ -727,7 +770,7 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
                     results.update(_job(kind, recipe, seed, cache_dir, update))
             else:
                 results.update(_run_parallel(recipe, seed, cache_dir, update))
-        stats = token_stats(paths)
+        stats = token_stats(paths, recipe=recipe)
         manifest = {
             "version": TINY_VERSION, "seed": seed, "recipe": recipe.to_dict(),
             "models": results, "hashes": {r: results[r]["hash"] for r in ROLES},
@@ -743,7 +786,12 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
 
 
 def _suggest_max_new_tokens(stats: dict) -> int:
-    return 48
+    """The rollout budget the check samples with: 48 tokens when every reference response fits in 40 (v2, whose
+    studies were measured at 48), else the longest plus a third, rounded up to a multiple of 16 (v3: 64)."""
+    longest = max((v for k, v in stats.items() if k.startswith("tokens_response_max_")), default=0)
+    if longest <= 40:
+        return 48
+    return int(math.ceil(longest * 4 / 3 / 16) * 16)
 
 
 # The build's jobs: 'a' (a, its junior snapshot, then the teacher), 'b', 'c'. Each is ~780-960 single-threaded

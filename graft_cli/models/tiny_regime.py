@@ -48,18 +48,18 @@ REGIME_TARGETS = {
 
 # Markers of the three styles of :mod:`graft_cli.data.synthetic` (STYLES), checked in this order.
 _STYLE_RULES = (
-    ("words", re.compile(r" is |, answer \\boxed")),
-    ("semicolon", re.compile(r"; ")),
-    ("terse", re.compile(r": .*[0-9)]=[0-9]")),
+    ("words", re.compile(r"[0-9)] is [0-9]|, answer \\boxed")),
+    ("steps", re.compile(r"^Let's compute|; so the final answer")),
+    ("prose", re.compile(r"^To find|\. The answer is")),
     ("chain", re.compile(r"[0-9)]=[0-9]")),
 )
 
 
 def style_of(text: str) -> str | None:
-    """The style a response is written in, by rule: ``words`` if it has `` is `` or ``, answer \\boxed``,
-    ``semicolon`` if it has ``"; "``, ``terse`` if it has ``=`` between digits after a restated problem
-    (``": "``), ``chain`` if it has ``=`` between digits without one; ``None`` when no marker is there (e.g. a
-    response that is only ``\\boxed{7}``)."""
+    """The style a response is written in, by rule (first match): ``words`` if it has ``<digit> is <digit>`` or
+    ``, answer \\boxed``; ``steps`` if it opens with ``Let's compute`` or has ``; so the final answer``; ``prose`` if
+    it opens with ``To find`` or has ``. The answer is``; ``chain`` if it has ``=`` between digits; ``None`` when no
+    marker is there (e.g. a response that is only ``\\boxed{7}``)."""
     for name, rx in _STYLE_RULES:
         if rx.search(text):
             return name
