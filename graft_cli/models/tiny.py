@@ -142,8 +142,8 @@ def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], 
 # Qwen2/Qwen3's pre-tokenizer regex (their tokenizer.json): a word with its leading space or one punctuation mark
 # (" then" -> "Ġthen"), single digits, punctuation runs, newlines, spaces; preceded by the LaTeX command with its
 # leading space that a's earlier split isolates (" \boxed" stays one piece)
-QWEN_PRETOKENIZE = (r" ?\\[A-Za-z]+|(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
-                    r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN_PRETOKENIZE = (r" ?\\[A-Za-z]+|(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def build_tokenizer_a(seed: int = 0, vocab_size: int = 384, style: str = "chain", split: str = "free"):
