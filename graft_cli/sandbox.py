@@ -336,7 +336,8 @@ class Sandbox:
     """One sandbox slot: runs programs one at a time (:meth:`run`). Create it in a single-threaded process (the
     code reward's worker processes): the child is set up in ``preexec_fn``, which is unsafe with threads."""
 
-    def __init__(self, slot: int = 0, limits: Limits | None = None, features=ALL_FEATURES, uid_base: int = 1_990_000_000):
+    def __init__(self, slot: int = 0, limits: Limits | None = None, features=ALL_FEATURES,
+                 uid_base: int = 1_990_000_000):
         self.limits = limits or Limits()
         self.wanted = set(features)
         unknown = self.wanted - set(ALL_FEATURES)
