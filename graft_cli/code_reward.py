@@ -136,7 +136,7 @@ def parse_spec(gold) -> dict:
 
 
 # -------------------------------------------------------------------------------- the harness (in the sandbox)
-HARNESS = r'''
+HARNESS = r'''# graft-code-harness
 import builtins, io, json, os, signal, sys
 def _main():
     _w, _fd, _dumps, _frames = os.write, int(sys.argv[1]), json.dumps, sys._current_frames

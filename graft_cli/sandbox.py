@@ -36,17 +36,25 @@ Where the OS allows (each tried in the child, in this order; a refusal is record
   with ABI >= 4 no TCP bind/connect (the network denial where no namespace could be made; UDP is not covered);
   with ABI >= 6 no signals to processes outside the sandbox (a program cannot kill its supervisor or the
   trainer) and no abstract unix sockets; ``landlock_read``: reads only beneath the Python installation, the system
-  directories (``/usr``, ``/lib*``, ``/bin``, ``/etc``, ``/proc``, ``/sys``, ``/dev``) and the working directory,
-  so files under ``$HOME`` (``~/.netrc``, hub tokens) cannot be read;
+  directories (``/usr``, ``/lib*``, ``/bin``, ``/etc``, ``/sys``, ``/dev``), its own ``/proc/<pid>`` and the
+  working directory, so files under ``$HOME`` (``~/.netrc``, hub tokens) and other processes' ``/proc`` entries
+  (the trainer's ``environ``) cannot be read;
+* ``nocaps`` (root that stays root): the capability bounding set is emptied, so the program runs as uid 0 without
+  capabilities (no ptrace of other processes, no mounts, no raw sockets, no module loading, no ``kill`` of other
+  users' processes); the supervisor is made non-dumpable, so a same-uid program without ``CAP_SYS_PTRACE``
+  cannot read its ``/proc`` files;
 * ``uid`` (root only): the program runs as an unprivileged uid of its own (``uid_base + slot``), so
   ``RLIMIT_NPROC`` counts and root-owned files are out of reach. Skipped for good when the Python interpreter is
   not readable by that uid (e.g. a pyenv under ``/root``).
 
 What this is not: a VM. A kernel exploit escapes it; without ``netns`` UDP is open; without ``mountns`` a
 program can fill the disk at its write speed until the timeout (``fsize_mb`` caps each file); without
-``landlock`` (or ``uid``) a program may write anywhere its user may, and without ``cgroup`` (or ``uid``/a
-non-root user) root's fork bomb is bounded only by the timeout. The probe of :meth:`Sandbox.features` says which
-of these hold on a machine (``graft_cli/code_reward.py`` logs it once per grader).
+``landlock`` (or ``uid``) a program may write anywhere its user may, without ``landlock_read`` (or ``uid``) it may
+read the user's files and the ``/proc/<pid>/environ`` of the user's other dumpable processes (the trainer's
+environment: keep tokens out of it there; the program's own environment is always scrubbed), and without
+``cgroup`` (or ``uid``/a non-root user) root's fork bomb is bounded only by the timeout. The probe of
+:meth:`Sandbox.features` says which of these hold on a machine (``graft_cli/code_reward.py`` logs it once per
+grader).
 """
 
 from __future__ import annotations
@@ -64,7 +72,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-ALL_FEATURES = ("cgroup", "netns", "mountns", "landlock", "landlock_read", "uid", "nproc")
+ALL_FEATURES = ("cgroup", "netns", "mountns", "landlock", "landlock_read", "uid", "nproc", "nocaps")
 
 _libc = None
 
@@ -76,7 +84,7 @@ def libc():
     return _libc
 
 
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 24, 38, 36
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
 
@@ -155,6 +163,8 @@ def _landlock(workdir: str, read_roots: list[str] | None) -> None:
         allow("/dev/null", FS_READ_FILE | FS_WRITE_FILE)
         for p in read_roots or ():
             allow(p, read)
+        if read_roots is not None:  # its own /proc entry only: no other process's environ, cmdline or memory
+            allow(f"/proc/{os.getpid()}", read)
         if c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
         if c.syscall(_LL_RESTRICT, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
@@ -168,7 +178,7 @@ def read_roots() -> list[str]:
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sys.executable)}
     roots |= {p for p in sys.path if p and os.path.isdir(p) and not p.startswith(os.getcwd())}
-    roots |= {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev"}
+    roots |= {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/sys", "/dev"}
     return sorted(p for p in roots if p and os.path.exists(p))
 
 
@@ -355,6 +365,10 @@ class Sandbox:
             self.subreaper = True
         except Exception:
             self.subreaper = False
+        try:  # a same-uid program cannot read this process's /proc files (environ, memory) without CAP_SYS_PTRACE
+            libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        except Exception:
+            pass
         self._disabled: set[str] = set()  # features that broke a run here (e.g. uid: python unreadable)
 
     # ------------------------------------------------------------------------------------------- child side
@@ -426,6 +440,15 @@ class Sandbox:
                 c.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # cleared by the credential change
             except OSError:
                 pass
+        got["nocaps"] = False
+        if self.root and not got["uid"] and "nocaps" in use:  # root that stayed root: no capabilities after exec
+            try:
+                for cap in range(64):
+                    if c.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+                        break
+                got["nocaps"] = True
+            except Exception:
+                pass
         line = "#features " + " ".join(f"{k}={int(v)}" for k, v in sorted(got.items())) + "\n"
         os.write(result_fd, line.encode())
 
@@ -447,6 +470,7 @@ class Sandbox:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
                "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         args = [a.replace("{fd}", str(wfd)) for a in argv]
+        before = set(_children(os.getpid())) if self.subreaper else set()
         t0 = time.monotonic()
         try:
             proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -462,7 +486,7 @@ class Sandbox:
             return RunResult(None, False, b"", f"sandbox start failed: {e}".encode(), b"", 0.0)
         os.close(wfd)
         res = self._supervise(proc, rfd, stdin, t0)
-        res.leftovers = self._sweep(proc.pid, use)
+        res.leftovers = self._sweep(proc.pid, use, before)
         self._remove(workdir)
         return res
 
@@ -555,9 +579,10 @@ class Sandbox:
         return RunResult(None if killed else proc.returncode, timed_out, bytes(bufs[out_fd][: lim.output_bytes]),
                          bytes(bufs[err_fd][: lim.output_bytes]), result, time.monotonic() - t0, capped, features)
 
-    def _sweep(self, pid: int, use: set) -> int:
+    def _sweep(self, pid: int, use: set, before: set) -> int:
         """Kill whatever the run left: its process group, its cgroup, the sandbox uid's processes, and (as
-        subreaper) every orphan re-parented to us. Returns how many processes were killed."""
+        subreaper) every orphan re-parented to us since the run started (children we had before it, ``before``,
+        are left alone and no other child's exit status is reaped). Returns how many processes were killed."""
         killed = 0
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -568,26 +593,21 @@ class Sandbox:
         if self.uid is not None and "uid" in use and "uid" not in self._disabled:
             killed += self._kill_uid()
         deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
-            kids = _children(os.getpid()) if self.subreaper else []
+        while self.subreaper and time.monotonic() < deadline:
+            kids = [k for k in _children(os.getpid()) if k not in before and k != pid]
+            if not kids:
+                break
             for k in kids:
                 try:
                     os.kill(k, signal.SIGKILL)
                     killed += 1
                 except OSError:
                     pass
-            reaped = False
-            while True:
+            for k in kids:
                 try:
-                    p, _ = os.waitpid(-1, os.WNOHANG)
+                    os.waitpid(k, 0)
                 except ChildProcessError:
-                    break
-                if p == 0:
-                    break
-                reaped = True
-            if not kids and not reaped:
-                break
-            time.sleep(0.005)
+                    pass
         return killed
 
     def _kill_uid(self) -> int:
@@ -621,8 +641,8 @@ class Sandbox:
         shutil.rmtree(workdir, onerror=onerror)
 
     def features(self) -> dict:
-        """Which protections a run gets on this machine (runs ``true`` once through the sandbox)."""
-        res = self.run(["/bin/sh", "-c", "exit 0"])
+        """Which protections a run of this Python interpreter gets on this machine (runs it once, empty)."""
+        res = self.run([sys.executable, "-I", "-c", "pass"])
         return res.features
 
     def close(self) -> None:
