@@ -182,7 +182,8 @@ def _not_yet(name: str, issue: str):
 @click.option("--data", default=None, help="one problem file (JSONL/parquet) or hub id instead of the benchmarks")
 @click.option("--benchmarks", default=None,
               help="comma-separated names (math500,aime24,aime25,amc23,minerva; olympiad,aime26,amc23_25; "
-                   "hmmt25_feb,hmmt25_nov), NAME=FILE or files [default: --run: its eval.final.benchmarks, else "
+                   "hmmt25_feb,hmmt25_nov; code: humaneval (offline), humanevalplus, mbppplus, livecodebench), "
+                   "NAME=FILE or files [default: --run: its eval.final.benchmarks, else "
                    "eval.benchmarks; else the five; tiny pair: its five synthetic sets]")
 @click.option("--eval-dir", default=None,
               help="folder with <benchmark>.jsonl files [default: $GRAFT_EVAL_DIR, else hub ids]")
@@ -205,7 +206,10 @@ def _not_yet(name: str, issue: str):
 @click.option("--device", default=None, help="auto, cpu, cuda, ... [default: the run's run.device; auto]")
 @click.option("--chat-template", type=click.Choice(["auto", "none"]), default="auto", show_default=True,
               help="with --model: wrap prompts in the tokenizer's chat template when it has one")
-@click.option("--workers", type=int, default=None, help="math-verify worker processes [default: 2]")
+@click.option("--workers", type=int, default=None, help="grading worker processes per kind (math, code) [default: 2]")
+@click.option("--lcb-window", default=None,
+              help="livecodebench: contest dates START..END (ISO, either may be empty) [default: "
+                   "2025-02-01..2025-05-01, the problems release_v6 added; --run: its eval.lcb_window]")
 @click.option("--force", is_flag=True, help="start output folders made with other settings over")
 @click.option("--tandem/--no-tandem", default=None,
               help="with --run: also handoff robustness and legibility with a junior [default: the run's eval.tandem]")
@@ -214,7 +218,7 @@ def _not_yet(name: str, issue: str):
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @one_line_errors
 def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, runs, samples, temperature, top_p,
-             top_k, max_new_tokens, seed, out, dtype, device, chat_template, workers, force, tandem, junior,
+             top_k, max_new_tokens, seed, out, dtype, device, chat_template, workers, lcb_window, force, tandem, junior,
              no_progress):
     """Evaluate a run's checkpoints or one model: 5 runs x 8 samples at T=0.6, top-p 0.95 on MATH500,
     AIME24, AIME25, AMC23 and Minerva; pass@1 mean ± std over runs, unbiased pass@k, per-sample JSONL.
@@ -233,6 +237,7 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
       graft eval --model results/runs/1-graft-s0/best/smol --eval-dir data/eval --max-new-tokens 4096
       graft eval --model tiny:a --data problems.jsonl --runs 2 --samples 4
       graft eval --run results/runs/tiny-tandem-s0 --tandem --runs 1
+      graft eval --model Qwen/Qwen3-4B --benchmarks humaneval,humanevalplus,mbppplus,livecodebench --temperature 1
     """
     from graft_cli.eval.runner import eval_main
 
@@ -240,7 +245,7 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
               eval_dir=eval_dir, pair=pair, runs=runs, samples=samples, temperature=temperature, top_p=top_p,
               top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, out=out, dtype=dtype, device=device,
               chat_template=chat_template, workers=workers, force=force, progress=not no_progress, tandem=tandem,
-              junior=junior)
+              junior=junior, lcb_window=lcb_window)
 
 
 @main.command("complementarity")

@@ -245,6 +245,7 @@ class EvalConfig:
     rescue_cap: int = 128  # at most this many prompts per subset (admitted / not admitted); 0 = all
     prompt_suffix: Optional[str] = None  # the evaluation prompts' suffix (validation and final); None: prompt.suffix
     prompt_separator: str = " "  # between problem and suffix in a chat-templated evaluation prompt (training: " ")
+    lcb_window: Optional[str] = None  # LiveCodeBench's contest-date window START..END (None: 2025-02-01..2025-05-01)
     final: FinalEvalConfig = field(default_factory=FinalEvalConfig)  # `graft eval --run`'s own defaults
 
 

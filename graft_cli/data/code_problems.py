@@ -172,7 +172,10 @@ def lcb_tests(raw) -> list[dict]:
 
 
 def lcb_spec(row: dict, where: str) -> dict:
-    tests = lcb_tests(row.get("public_test_cases") or "[]") + lcb_tests(row.get("private_test_cases") or "[]")
+    try:
+        tests = lcb_tests(row.get("public_test_cases") or "[]") + lcb_tests(row.get("private_test_cases") or "[]")
+    except Exception as e:  # not JSON, not base64/zlib, a pickle with a global
+        raise GraftError(f"{where}: unreadable test cases ({type(e).__name__}: {str(e)[:120]})") from None
     if not tests:
         raise GraftError(f"{where}: no test cases")
     kinds = {t.get("testtype") for t in tests}
