@@ -68,22 +68,90 @@ def _train_overrides(pair, method, steps, out, seed, name, overrides):
 @click.option("--seed", type=int, default=None, help="training seed (data order, sampling)")
 @click.option("--name", default=None, help="run name (default: <pair>-<method>-s<seed>)")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
+@click.option("--dry-run", is_flag=True,
+              help="compose and validate the config, resolve the reward and the evaluation benchmarks, print what "
+                   "would run; load no model or data set, write nothing")
 @click.argument("overrides", nargs=-1)
 @one_line_errors
-def train(pair, method, steps, out, seed, name, no_progress, overrides):
+def train(pair, method, steps, out, seed, name, no_progress, dry_run, overrides):
     """Train a pair (or more) of policies with a method; resumes from the last checkpoint.
 
     \b
-    Example:
+    Examples:
       graft train --pair tiny --method grpo --steps 20 --out results/runs optim.lr=5e-5
+      graft train --pair saf_qwen3_4b_code --method saf --dry-run
     """
     from graft_cli.config import compose
+
+    cfg = compose(_train_overrides(pair, method, steps, out, seed, name, overrides))
+    if dry_run:
+        _dry_run(cfg)
+        return
     from graft_cli.eval.runner import ValidationHook
     from graft_cli.train.loop import train as run_train
 
-    cfg = compose(_train_overrides(pair, method, steps, out, seed, name, overrides))
     run_dir = run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
     _print_summary(run_dir)
+
+
+def _dry_run(cfg) -> None:
+    """``graft train --dry-run``: the composed config's key settings, after the checks a run makes before it loads
+    anything (the config's validation, the reward's name and options, a local training file's existence, every
+    evaluation benchmark's name or file), one ``key: value`` line each."""
+    import os
+
+    from graft_cli.errors import GraftError
+    from graft_cli.eval.benchmarks import resolve_benchmarks
+    from graft_cli.reward import REWARDS
+
+    rc, d, r, a, e = cfg.reward, cfg.data, cfg.rollout, cfg.algo, cfg.eval
+    grader = REWARDS.get(rc.name)(num_workers=0, timeout_s=rc.timeout_s, chunk_size=rc.chunk_size,
+                                  sci_notation=rc.sci_notation, memory_mb=rc.memory_mb)  # no worker started
+    grader.close()
+    import glob
+
+    if not d.train.startswith("tiny:") and (glob.has_magic(d.train) or d.train.startswith(("/", "./", "../"))
+                                            or d.train.endswith((".jsonl", ".json", ".parquet"))):
+        if not (glob.glob(d.train) if glob.has_magic(d.train) else os.path.exists(d.train)):
+            raise GraftError(f"config key 'data.train': {d.train}: file not found")
+    pair = "tiny" if str(d.train).startswith("tiny:") else cfg.pair
+    benches = {}
+    for label, names in (("eval.benchmarks", e.benchmarks), ("eval.final.benchmarks", e.final.benchmarks)):
+        if names:
+            try:
+                benches[label] = resolve_benchmarks(list(names), None, pair, e.data_dir, e.lcb_window)
+            except GraftError as err:
+                raise GraftError(f"config key {label!r}: {err}") from None
+    steps = cfg.run.steps if cfg.run.steps is not None else f"{cfg.run.epochs} epochs"
+    lines = [("method / pair", f"{cfg.method} / {cfg.pair}"),
+             ("models", ", ".join(f"{p.name}={p.model}" + (f" ({p.role})" if p.role != "train" else "")
+                                  for p in cfg.policies)),
+             ("data.train", d.train + (f" fields {dict(d.fields)}" if d.fields else "") +
+              (f" where {dict(d.where)}" if d.where else "")),
+             ("batch", f"{d.prompt_batch} prompts x n = {r.n}, mini-batch {a.minibatch_prompts} prompts, "
+                       f"{a.ppo_epochs} epoch(s)"),
+             ("rollout", f"max {r.max_new_tokens} new tokens (prompts <= {r.max_prompt_tokens}), T {r.temperature}, "
+                         f"top-p {r.top_p}, engine {r.engine}"),
+             ("algo", f"advantage {a.advantage}, loss {a.loss} ({a.agg}), clip {a.clip_low}/{a.clip_high}, "
+                      f"token advantages {list(a.token_advantages) or 'none'}, controllers "
+                      f"{[c['name'] for c in a.controllers] or 'none'}"),
+             ("optim", f"lr {cfg.optim.lr}"), ("steps", str(steps)),
+             ("reward", f"{rc.name} ({rc.num_workers} workers, {rc.timeout_s} s per answer)")]
+    for label, srcs in benches.items():
+        lines.append((label, ", ".join(f"{b.name} [{b.kind}: {b.source or 'package data'}]" for b in srcs)))
+    lines.append(("eval", f"every {e.every} steps" if e.every else "no validation during training"))
+    if rc.name == "code":
+        from graft_cli.sandbox import Sandbox
+
+        sb = Sandbox(0)
+        try:
+            feats = sb.features()
+        finally:
+            sb.close()
+        lines.append(("code sandbox here", ", ".join(f"{k}={'on' if v else 'off'}" for k, v in sorted(feats.items()))))
+    for k, v in lines:
+        click.echo(f"{k}: {v}")
+    click.echo("config valid; nothing loaded or written (--dry-run)")
 
 
 def _print_summary(run_dir: str) -> None:

@@ -100,7 +100,8 @@ class DataConfig:
     train: str = MISSING  # local .jsonl/.parquet or hub "name[:split]"; "tiny:train" for the tiny task
     prompt_batch: int = 128
     shuffle: bool = True
-    fields: dict = field(default_factory=dict)
+    fields: dict = field(default_factory=dict)  # field map; dotted names reach nested ones (reward_model.ground_truth)
+    where: dict = field(default_factory=dict)  # keep only the rows whose fields equal these values ({ability: code})
     holdout: int = 0  # problems held out of training (a seeded random slice, e.g. for checkpoint selection)
     holdout_seed: int = 0
 
@@ -392,7 +393,7 @@ def _dict_field(cfg: DictConfig, key: str) -> bool:
     return parent in FREE_DICTS or any(parent.startswith(p + ".") for p in FREE_DICTS)
 
 
-FREE_DICTS = ("exchange.params", "extra", "data.fields", "rollout.engine_kwargs", "algo.loss_params",
+FREE_DICTS = ("exchange.params", "extra", "data.fields", "data.where", "rollout.engine_kwargs", "algo.loss_params",
               "algo.token_adv_params", "algo.loss_mask_params", "distill", "tandem")
 
 

@@ -475,7 +475,7 @@ def run_benches(cfg, benchmarks, data=None, eval_dir=None, held_out=None) -> lis
 
             if cfg.data.holdout <= 0:
                 raise GraftError("benchmark 'heldout': the run holds no problem out (data.holdout = 0)")
-            probs = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)
+            probs = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None, cfg.data.where or None)
             held_out = split_holdout(probs, cfg.data.holdout, cfg.data.holdout_seed)[1]
         src = f"{cfg.data.train} held out (data.holdout={cfg.data.holdout}, seed {cfg.data.holdout_seed})"
         out.append((BenchmarkSource(HELDOUT, "held-out", src, kind=reward_kind(cfg)), list(held_out)))
@@ -830,7 +830,8 @@ def _evaluate_rescue(run_dir: str, cfg, policy: str, step_dir: str, engine, mode
     if not events:
         console.print(f"{policy}: no all-fail prompt in the rollout logs: no rescue evaluation")
         return None
-    by_id = {p.id: p for p in load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)}
+    by_id = {p.id: p for p in load_problems(resolve_path(cfg.data.train), cfg.data.fields or None,
+                                            cfg.data.where or None)}
     missing = [e["prompt_id"] for e in events if e["prompt_id"] not in by_id]
     if missing:
         raise GraftError(f"{run_dir}: rollout logs name prompt {missing[0]!r}, which {cfg.data.train} does not hold")
