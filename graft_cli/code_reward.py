@@ -373,7 +373,7 @@ def code_worker_main(conn, options: dict | None = None) -> None:
     [(idx, response, gold), ...])`` -> ``("r", idx, reward, program, status, seconds)`` per item."""
     options = dict(options or {})
     sb = _sandbox_for(options)
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", os.getpid(), sb.features()))
     try:
         while True:
             try:
@@ -420,6 +420,20 @@ class CodeGrader(MathVerifyGrader):
             raise ValueError(f"unknown sandbox features {sorted(unknown)}; known: {', '.join(ALL_FEATURES)}")
         self.options = {"timeout_s": float(timeout_s), "memory_mb": int(memory_mb), "nproc": int(nproc),
                         "features": tuple(features)}
+        self.sandbox_features: dict | None = None  # what the workers' sandboxes got on this machine (first report)
+
+    def on_ready(self, msg: tuple) -> None:
+        """Keep the first worker's sandbox report; warn once about the protections asked for but refused here."""
+        if self.sandbox_features is not None or len(msg) < 3:
+            return
+        self.sandbox_features = dict(msg[2])
+        wanted = set(self.options["features"]) - {"nproc", "uid", "nocaps"}  # those three depend on the user
+        off = sorted(k for k in wanted if not self.sandbox_features.get(k))
+        if off:
+            import warnings
+
+            warnings.warn(f"code reward sandbox: {', '.join(off)} refused on this machine (graft_cli/sandbox.py says "
+                          "what each one protects)", stacklevel=2)
 
     @staticmethod
     def extract(response: str, gold) -> str | None:

@@ -560,6 +560,9 @@ class MathVerifyGrader:
     def extract(response: str, gold) -> str | None:
         return last_boxed(response)
 
+    def on_ready(self, msg: tuple) -> None:
+        """A worker's ``("ready", pid, ...)`` message (a subclass reads what its workers report there)."""
+
     def grade_inline(self, response: str, gold):
         """``(reward, extracted, status, seconds or None)`` of one item in the calling process."""
         reward, extracted, status = grade_status(response, gold)
@@ -610,9 +613,11 @@ class MathVerifyGrader:
             pending = {w.conn: i for i, w in enumerate(self._workers) if not w.ready}
             for conn in mp_wait(list(pending), timeout=max(0.0, deadline - time.monotonic())):
                 try:
-                    if conn.recv()[0] == "ready":
+                    msg = conn.recv()
+                    if msg[0] == "ready":
                         self._workers[pending[conn]].ready = True
                         self._startup_failures = 0
+                        self.on_ready(msg)
                 except (EOFError, OSError):
                     self._startup_failures += 1
                     if self._startup_failures > 3 * self.num_workers:
@@ -722,6 +727,7 @@ class MathVerifyGrader:
                         if msg[0] == "ready":
                             w.ready = True
                             self._startup_failures = 0
+                            self.on_ready(msg)
                         elif msg[0] == "r" and w.current and msg[1] == w.current[0]:
                             w.current.popleft()
                             settle(msg[1], msg[2], msg[3], msg[4], msg[5] if len(msg) > 5 else None)

@@ -53,8 +53,8 @@ program can fill the disk at its write speed until the timeout (``fsize_mb`` cap
 read the user's files and the ``/proc/<pid>/environ`` of the user's other dumpable processes (the trainer's
 environment: keep tokens out of it there; the program's own environment is always scrubbed), and without
 ``cgroup`` (or ``uid``/a non-root user) root's fork bomb is bounded only by the timeout. The probe of
-:meth:`Sandbox.features` says which of these hold on a machine (``graft_cli/code_reward.py`` logs it once per
-grader).
+:meth:`Sandbox.features` says which of these hold on a machine; the code reward's workers report it when they
+start (``CodeGrader.sandbox_features``, and one warning naming the protections refused).
 """
 
 from __future__ import annotations

@@ -205,6 +205,7 @@ def test_hostile_programs_score_0_in_time_and_leave_nothing(tmp_path, monkeypatc
         t0 = time.monotonic()
         res = grader.grade(responses, golds)
         wall = time.monotonic() - t0
+        assert grader.sandbox_features == feats  # the workers report what their sandboxes got
     finally:
         grader.close()
     table = {n: (float(r), s, round(float(t), 2)) for n, r, s, t in zip(names, res.rewards, res.status, res.seconds)}
