@@ -63,7 +63,7 @@ import secrets
 import sys
 import time
 
-from graft_cli.reward import REWARDS, MathVerifyGrader
+from graft_cli.reward import REWARDS, MathVerifyGrader, serve
 from graft_cli.sandbox import ALL_FEATURES, Limits, Sandbox
 
 # ------------------------------------------------------------------------------------------------ extraction
@@ -374,21 +374,17 @@ def code_worker_main(conn, options: dict | None = None) -> None:
     options = dict(options or {})
     sb = _sandbox_for(options)
     conn.send(("ready", os.getpid(), sb.features()))
+
+    def answer(idx, response, gold):
+        t0 = time.monotonic()
+        try:
+            reward, program, status, _, _ = grade_code(response, gold, sb)
+        except ValueError:
+            reward, program, status = 0.0, None, "code_bad_gold"
+        return ("r", idx, reward, program, status, time.monotonic() - t0), False
+
     try:
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):
-                return
-            if msg[0] != "grade":
-                return
-            for idx, response, gold in msg[1]:
-                t0 = time.monotonic()
-                try:
-                    reward, program, status, _, _ = grade_code(response, gold, sb)
-                except ValueError:
-                    reward, program, status = 0.0, None, "code_bad_gold"
-                conn.send(("r", idx, reward, program, status, time.monotonic() - t0))
+        serve(conn, answer)
     finally:
         sb.close()
 

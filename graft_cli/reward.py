@@ -445,6 +445,20 @@ def _worker_main(conn, options: dict | None = None) -> None:
     cap = int(options.get("memory_mb", 0)) * 2**20
     _cap_memory(int(options.get("memory_mb", 0)))
     conn.send(("ready", os.getpid()))
+
+    def answer(idx, response, gold):
+        reward, extracted, status = grade_status(response, gold)
+        near_cap = cap > 0 and _vm_peak() >= 0.9 * cap
+        # math-verify swallows the MemoryError: the peak tells; a fresh worker takes over (stop after this item)
+        return ("r", idx, 0.0 if near_cap else reward, extracted, "memory" if near_cap else status), near_cap
+
+    serve(conn, answer)
+
+
+def serve(conn, answer) -> None:
+    """A grading worker's loop: each ``("grade", [(idx, response, gold), ...])`` message -> one message per item,
+    ``answer(idx, response, gold)`` giving it and whether the worker stops after it; ``("stop",)`` or a closed
+    pipe ends the loop."""
     while True:
         try:
             msg = conn.recv()
@@ -453,10 +467,9 @@ def _worker_main(conn, options: dict | None = None) -> None:
         if msg[0] != "grade":
             return
         for idx, response, gold in msg[1]:
-            reward, extracted, status = grade_status(response, gold)
-            near_cap = cap > 0 and _vm_peak() >= 0.9 * cap
-            conn.send(("r", idx, 0.0 if near_cap else reward, extracted, "memory" if near_cap else status))
-            if near_cap:  # math-verify swallows the MemoryError: the peak tells; a fresh worker takes over
+            out, stop = answer(idx, response, gold)
+            conn.send(out)
+            if stop:
                 return
 
 
@@ -799,4 +812,4 @@ def make_coinflip(**kwargs) -> CoinFlipGrader:
     return CoinFlipGrader()
 
 
-from graft_cli import code_reward  # noqa: E402,F401  (registers reward "code")
+REWARDS.lazy("code", "graft_cli.code_reward")  # the sandboxed test-execution reward, imported when asked for

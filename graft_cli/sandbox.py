@@ -265,6 +265,18 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def kill_each(pids) -> int:
+    """SIGKILL each pid; how many signals were delivered."""
+    n = 0
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
 class _Cgroup:
     """A pids cgroup of one sandbox slot (v2 under the caller's own cgroup, else a writable v1 ``pids``)."""
 
@@ -324,12 +336,7 @@ class _Cgroup:
                         f.write("1")
                 except OSError:
                     pass
-            for p in pids:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                    killed += 1
-                except OSError:
-                    pass
+            killed += kill_each(pids)
             time.sleep(0.005)
         return killed
 
@@ -597,12 +604,7 @@ class Sandbox:
             kids = [k for k in _children(os.getpid()) if k not in before and k != pid]
             if not kids:
                 break
-            for k in kids:
-                try:
-                    os.kill(k, signal.SIGKILL)
-                    killed += 1
-                except OSError:
-                    pass
+            killed += kill_each(kids)
             for k in kids:
                 try:
                     os.waitpid(k, 0)

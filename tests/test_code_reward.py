@@ -320,3 +320,15 @@ def test_humaneval_canonical_pass_and_broken_fail_sample():
 @pytest.mark.slow
 def test_humaneval_all_164_canonical_pass_and_broken_fail():
     _humaneval(None)
+
+
+def test_the_code_reward_is_registered_lazily():
+    """`reward.name=code` is in the registry without importing the sandbox code, which loads on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, graft_cli.reward as r; assert 'code' in r.REWARDS and 'code' in r.REWARDS.names(); "
+            "assert 'graft_cli.code_reward' not in sys.modules; g = r.REWARDS.get('code')(num_workers=0); "
+            "print(type(g).__name__, 'graft_cli.code_reward' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["CodeGrader", "True"]
