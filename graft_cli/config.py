@@ -127,9 +127,9 @@ class RolloutConfig:
 
 @dataclass
 class RewardConfig:
-    name: str = "math_verify"
+    name: str = "math_verify"  # math_verify | code (tests run sandboxed, graft_cli/code_reward.py) | coinflip
     num_workers: int = 2
-    timeout_s: float = 5.0
+    timeout_s: float = 5.0  # per answer (code: the sandbox's wall clock for all of the answer's tests)
     chunk_size: int = 64
     sci_notation: bool = True  # read 4e33 as 4·10^33 (math-verify alone reads the e as Euler's number)
     memory_mb: int = 4096  # address-space cap of each grading worker (0 = none); over it an answer scores 0
