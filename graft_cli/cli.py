@@ -68,22 +68,90 @@ def _train_overrides(pair, method, steps, out, seed, name, overrides):
 @click.option("--seed", type=int, default=None, help="training seed (data order, sampling)")
 @click.option("--name", default=None, help="run name (default: <pair>-<method>-s<seed>)")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
+@click.option("--dry-run", is_flag=True,
+              help="compose and validate the config, resolve the reward and the evaluation benchmarks, print what "
+                   "would run; load no model or data set, write nothing")
 @click.argument("overrides", nargs=-1)
 @one_line_errors
-def train(pair, method, steps, out, seed, name, no_progress, overrides):
+def train(pair, method, steps, out, seed, name, no_progress, dry_run, overrides):
     """Train a pair (or more) of policies with a method; resumes from the last checkpoint.
 
     \b
-    Example:
+    Examples:
       graft train --pair tiny --method grpo --steps 20 --out results/runs optim.lr=5e-5
+      graft train --pair saf_qwen3_4b_code --method saf --dry-run
     """
     from graft_cli.config import compose
+
+    cfg = compose(_train_overrides(pair, method, steps, out, seed, name, overrides))
+    if dry_run:
+        _dry_run(cfg)
+        return
     from graft_cli.eval.runner import ValidationHook
     from graft_cli.train.loop import train as run_train
 
-    cfg = compose(_train_overrides(pair, method, steps, out, seed, name, overrides))
     run_dir = run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
     _print_summary(run_dir)
+
+
+def _dry_run(cfg) -> None:
+    """``graft train --dry-run``: the composed config's key settings, after the checks a run makes before it loads
+    anything (the config's validation, the reward's name and options, a local training file's existence, every
+    evaluation benchmark's name or file), one ``key: value`` line each."""
+    import os
+
+    from graft_cli.errors import GraftError
+    from graft_cli.eval.benchmarks import resolve_benchmarks
+    from graft_cli.reward import REWARDS
+
+    rc, d, r, a, e = cfg.reward, cfg.data, cfg.rollout, cfg.algo, cfg.eval
+    grader = REWARDS.get(rc.name)(num_workers=0, timeout_s=rc.timeout_s, chunk_size=rc.chunk_size,
+                                  sci_notation=rc.sci_notation, memory_mb=rc.memory_mb)  # no worker started
+    grader.close()
+    import glob
+
+    if not d.train.startswith("tiny:") and (glob.has_magic(d.train) or d.train.startswith(("/", "./", "../"))
+                                            or d.train.endswith((".jsonl", ".json", ".parquet"))):
+        if not (glob.glob(d.train) if glob.has_magic(d.train) else os.path.exists(d.train)):
+            raise GraftError(f"config key 'data.train': {d.train}: file not found")
+    pair = "tiny" if str(d.train).startswith("tiny:") else cfg.pair
+    benches = {}
+    for label, names in (("eval.benchmarks", e.benchmarks), ("eval.final.benchmarks", e.final.benchmarks)):
+        if names:
+            try:
+                benches[label] = resolve_benchmarks(list(names), None, pair, e.data_dir, e.lcb_window)
+            except GraftError as err:
+                raise GraftError(f"config key {label!r}: {err}") from None
+    steps = cfg.run.steps if cfg.run.steps is not None else f"{cfg.run.epochs} epochs"
+    lines = [("method / pair", f"{cfg.method} / {cfg.pair}"),
+             ("models", ", ".join(f"{p.name}={p.model}" + (f" ({p.role})" if p.role != "train" else "")
+                                  for p in cfg.policies)),
+             ("data.train", d.train + (f" fields {dict(d.fields)}" if d.fields else "") +
+              (f" where {dict(d.where)}" if d.where else "")),
+             ("batch", f"{d.prompt_batch} prompts x n = {r.n}, mini-batch {a.minibatch_prompts} prompts, "
+                       f"{a.ppo_epochs} epoch(s)"),
+             ("rollout", f"max {r.max_new_tokens} new tokens (prompts <= {r.max_prompt_tokens}), T {r.temperature}, "
+                         f"top-p {r.top_p}, engine {r.engine}"),
+             ("algo", f"advantage {a.advantage}, loss {a.loss} ({a.agg}), clip {a.clip_low}/{a.clip_high}, "
+                      f"token advantages {list(a.token_advantages) or 'none'}, controllers "
+                      f"{[c['name'] for c in a.controllers] or 'none'}"),
+             ("optim", f"lr {cfg.optim.lr}"), ("steps", str(steps)),
+             ("reward", f"{rc.name} ({rc.num_workers} workers, {rc.timeout_s} s per answer)")]
+    for label, srcs in benches.items():
+        lines.append((label, ", ".join(f"{b.name} [{b.kind}: {b.source or 'package data'}]" for b in srcs)))
+    lines.append(("eval", f"every {e.every} steps" if e.every else "no validation during training"))
+    if rc.name == "code":
+        from graft_cli.sandbox import Sandbox
+
+        sb = Sandbox(0)
+        try:
+            feats = sb.features()
+        finally:
+            sb.close()
+        lines.append(("code sandbox here", ", ".join(f"{k}={'on' if v else 'off'}" for k, v in sorted(feats.items()))))
+    for k, v in lines:
+        click.echo(f"{k}: {v}")
+    click.echo("config valid; nothing loaded or written (--dry-run)")
 
 
 def _print_summary(run_dir: str) -> None:
@@ -184,7 +252,8 @@ def _not_yet(name: str, issue: str):
 @click.option("--data", default=None, help="one problem file (JSONL/parquet) or hub id instead of the benchmarks")
 @click.option("--benchmarks", default=None,
               help="comma-separated names (math500,aime24,aime25,amc23,minerva; olympiad,aime26,amc23_25; "
-                   "hmmt25_feb,hmmt25_nov), NAME=FILE or files [default: --run: its eval.final.benchmarks, else "
+                   "hmmt25_feb,hmmt25_nov; code: humaneval (offline), humanevalplus, mbppplus, livecodebench), "
+                   "NAME=FILE or files [default: --run: its eval.final.benchmarks, else "
                    "eval.benchmarks; else the five; tiny pair: its five synthetic sets]")
 @click.option("--eval-dir", default=None,
               help="folder with <benchmark>.jsonl files [default: $GRAFT_EVAL_DIR, else hub ids]")
@@ -207,7 +276,10 @@ def _not_yet(name: str, issue: str):
 @click.option("--device", default=None, help="auto, cpu, cuda, ... [default: the run's run.device; auto]")
 @click.option("--chat-template", type=click.Choice(["auto", "none"]), default="auto", show_default=True,
               help="with --model: wrap prompts in the tokenizer's chat template when it has one")
-@click.option("--workers", type=int, default=None, help="math-verify worker processes [default: 2]")
+@click.option("--workers", type=int, default=None, help="grading worker processes per kind (math, code) [default: 2]")
+@click.option("--lcb-window", default=None,
+              help="livecodebench: contest dates START..END (ISO, either may be empty) [default: "
+                   "2025-02-01..2025-05-01, the problems release_v6 added; --run: its eval.lcb_window]")
 @click.option("--force", is_flag=True, help="start output folders made with other settings over")
 @click.option("--tandem/--no-tandem", default=None,
               help="with --run: also handoff robustness and legibility with a junior [default: the run's eval.tandem]")
@@ -216,7 +288,7 @@ def _not_yet(name: str, issue: str):
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @one_line_errors
 def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, runs, samples, temperature, top_p,
-             top_k, max_new_tokens, seed, out, dtype, device, chat_template, workers, force, tandem, junior,
+             top_k, max_new_tokens, seed, out, dtype, device, chat_template, workers, lcb_window, force, tandem, junior,
              no_progress):
     """Evaluate a run's checkpoints or one model: 5 runs x 8 samples at T=0.6, top-p 0.95 on MATH500,
     AIME24, AIME25, AMC23 and Minerva; pass@1 mean ± std over runs, unbiased pass@k, per-sample JSONL.
@@ -235,6 +307,7 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
       graft eval --model results/runs/1-graft-s0/best/smol --eval-dir data/eval --max-new-tokens 4096
       graft eval --model tiny:a --data problems.jsonl --runs 2 --samples 4
       graft eval --run results/runs/tiny-tandem-s0 --tandem --runs 1
+      graft eval --model Qwen/Qwen3-4B --benchmarks humaneval,humanevalplus,mbppplus,livecodebench --temperature 1
     """
     from graft_cli.eval.runner import eval_main
 
@@ -242,7 +315,7 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
               eval_dir=eval_dir, pair=pair, runs=runs, samples=samples, temperature=temperature, top_p=top_p,
               top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, out=out, dtype=dtype, device=device,
               chat_template=chat_template, workers=workers, force=force, progress=not no_progress, tandem=tandem,
-              junior=junior)
+              junior=junior, lcb_window=lcb_window)
 
 
 @main.command("complementarity")

@@ -100,7 +100,8 @@ class DataConfig:
     train: str = MISSING  # local .jsonl/.parquet or hub "name[:split]"; "tiny:train" for the tiny task
     prompt_batch: int = 128
     shuffle: bool = True
-    fields: dict = field(default_factory=dict)
+    fields: dict = field(default_factory=dict)  # field map; dotted names reach nested ones (reward_model.ground_truth)
+    where: dict = field(default_factory=dict)  # keep only the rows whose fields equal these values ({ability: code})
     holdout: int = 0  # problems held out of training (a seeded random slice, e.g. for checkpoint selection)
     holdout_seed: int = 0
 
@@ -126,9 +127,9 @@ class RolloutConfig:
 
 @dataclass
 class RewardConfig:
-    name: str = "math_verify"
+    name: str = "math_verify"  # math_verify | code (tests run sandboxed, graft_cli/code_reward.py) | coinflip
     num_workers: int = 2
-    timeout_s: float = 5.0
+    timeout_s: float = 5.0  # per answer (code: the sandbox's wall clock for all of the answer's tests)
     chunk_size: int = 64
     sci_notation: bool = True  # read 4e33 as 4·10^33 (math-verify alone reads the e as Euler's number)
     memory_mb: int = 4096  # address-space cap of each grading worker (0 = none); over it an answer scores 0
@@ -245,6 +246,7 @@ class EvalConfig:
     rescue_cap: int = 128  # at most this many prompts per subset (admitted / not admitted); 0 = all
     prompt_suffix: Optional[str] = None  # the evaluation prompts' suffix (validation and final); None: prompt.suffix
     prompt_separator: str = " "  # between problem and suffix in a chat-templated evaluation prompt (training: " ")
+    lcb_window: Optional[str] = None  # LiveCodeBench's contest-date window START..END (None: 2025-02-01..2025-05-01)
     final: FinalEvalConfig = field(default_factory=FinalEvalConfig)  # `graft eval --run`'s own defaults
 
 
@@ -391,7 +393,7 @@ def _dict_field(cfg: DictConfig, key: str) -> bool:
     return parent in FREE_DICTS or any(parent.startswith(p + ".") for p in FREE_DICTS)
 
 
-FREE_DICTS = ("exchange.params", "extra", "data.fields", "rollout.engine_kwargs", "algo.loss_params",
+FREE_DICTS = ("exchange.params", "extra", "data.fields", "data.where", "rollout.engine_kwargs", "algo.loss_params",
               "algo.token_adv_params", "algo.loss_mask_params", "distill", "tandem")
 
 

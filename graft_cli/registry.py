@@ -18,6 +18,18 @@ class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._lazy: dict[str, str] = {}  # name -> module that registers it when imported (on first get)
+
+    def lazy(self, name: str, module: str) -> None:
+        """``name`` is registered by ``module``, imported the first time the name is looked up (a piece whose module
+        imports this registry's own module, e.g. the code reward: no import circle, no cost until used)."""
+        self._lazy[name] = module
+
+    def _load(self, name: str) -> None:
+        if name not in self._items and name in self._lazy:
+            import importlib
+
+            importlib.import_module(self._lazy[name])
 
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -29,15 +41,16 @@ class Registry(Generic[T]):
         return deco
 
     def get(self, name: str) -> T:
+        self._load(name)
         if name not in self._items:
-            raise GraftError(f"unknown {self.kind} {name!r}; known: {', '.join(sorted(self._items))}")
+            raise GraftError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         return self._items[name]
 
     def names(self) -> list[str]:
-        return sorted(self._items)
+        return sorted(set(self._items) | set(self._lazy))
 
     def __contains__(self, name: str) -> bool:
-        return name in self._items
+        return name in self._items or name in self._lazy
 
 
 def validate_params(defaults: dict, params: dict | None, key: str, owner: str) -> dict:

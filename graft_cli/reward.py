@@ -445,6 +445,20 @@ def _worker_main(conn, options: dict | None = None) -> None:
     cap = int(options.get("memory_mb", 0)) * 2**20
     _cap_memory(int(options.get("memory_mb", 0)))
     conn.send(("ready", os.getpid()))
+
+    def answer(idx, response, gold):
+        reward, extracted, status = grade_status(response, gold)
+        near_cap = cap > 0 and _vm_peak() >= 0.9 * cap
+        # math-verify swallows the MemoryError: the peak tells; a fresh worker takes over (stop after this item)
+        return ("r", idx, 0.0 if near_cap else reward, extracted, "memory" if near_cap else status), near_cap
+
+    serve(conn, answer)
+
+
+def serve(conn, answer) -> None:
+    """A grading worker's loop: each ``("grade", [(idx, response, gold), ...])`` message -> one message per item,
+    ``answer(idx, response, gold)`` giving it and whether the worker stops after it; ``("stop",)`` or a closed
+    pipe ends the loop."""
     while True:
         try:
             msg = conn.recv()
@@ -453,24 +467,30 @@ def _worker_main(conn, options: dict | None = None) -> None:
         if msg[0] != "grade":
             return
         for idx, response, gold in msg[1]:
-            reward, extracted, status = grade_status(response, gold)
-            near_cap = cap > 0 and _vm_peak() >= 0.9 * cap
-            conn.send(("r", idx, 0.0 if near_cap else reward, extracted, "memory" if near_cap else status))
-            if near_cap:  # math-verify swallows the MemoryError: the peak tells; a fresh worker takes over
+            out, stop = answer(idx, response, gold)
+            conn.send(out)
+            if stop:
                 return
 
 
-def _mp_context():
+def _mp_context(preload=("graft_cli.reward", "math_verify", "latex2sympy2_extended")):
     """forkserver where available (module docstring), else spawn."""
     try:
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["graft_cli.reward", "math_verify", "latex2sympy2_extended"])
+        ctx.set_forkserver_preload(list(preload))
         return ctx
     except ValueError:
         return mp.get_context("spawn")
 
 
-STATUSES = ("ok", "timeout", "crash", "memory", "rejected", "error")
+# code_* : the code reward's (graft_cli/code_reward.py)
+STATUSES = ("ok", "timeout", "crash", "memory", "rejected", "error", "code_error", "code_timeout", "code_crash",
+            "code_no_program", "code_bad_gold")
+STATUS_METRICS = {"timeout": "reward/timeouts", "crash": "reward/worker_crashes", "memory": "reward/memory_capped",
+                  "rejected": "reward/rejected", "error": "reward/errors"}
+CODE_STATUS_METRICS = {"code_timeout": "reward/code_timeouts", "code_crash": "reward/code_crashes",
+                       "code_error": "reward/code_errors", "code_no_program": "reward/code_no_program",
+                       "code_bad_gold": "reward/code_bad_golds"}
 
 
 @dataclass
@@ -479,22 +499,37 @@ class Grades:
     timed_out: np.ndarray  # (N,) bool: the item hit the hard timeout (its reward is 0.0)
     extracted: list[str | None] = field(default_factory=list)  # last boxed content per response
     status: list[str] = field(default_factory=list)  # per response, one of STATUSES (non-"ok" scores 0)
+    seconds: np.ndarray | None = None  # (N,) wall time per answer where the grader measures it (code), NaN unknown
 
     def __len__(self) -> int:
         return len(self.rewards)
 
     def counts(self) -> dict:
-        """``reward/<status>`` counts of the responses that did not grade normally (metrics rows)."""
-        names = {"timeout": "reward/timeouts", "crash": "reward/worker_crashes", "memory": "reward/memory_capped",
-                 "rejected": "reward/rejected", "error": "reward/errors"}
+        """``reward/<status>`` counts of the responses that did not grade normally (metrics rows); a grader that
+        times its answers (code) adds its ``reward/code_*`` counts and the mean / max seconds per answer."""
         st = self.status or ["timeout" if t else "ok" for t in self.timed_out]
-        return {v: sum(1 for x in st if x == k) for k, v in names.items()}
+        out = {v: sum(1 for x in st if x == k) for k, v in STATUS_METRICS.items()}
+        if self.seconds is not None:
+            out.update({v: sum(1 for x in st if x == k) for k, v in CODE_STATUS_METRICS.items()})
+            sec = self.seconds[np.isfinite(self.seconds)] if len(self.seconds) else self.seconds
+            out["reward/code_time_mean_s"] = float(sec.mean()) if len(sec) else 0.0
+            out["reward/code_time_max_s"] = float(sec.max()) if len(sec) else 0.0
+        return out
+
+    @classmethod
+    def concat(cls, parts: list) -> Grades:
+        """The grades of several batches, in order."""
+        secs = [g.seconds for g in parts]
+        return cls(np.concatenate([g.rewards for g in parts]), np.concatenate([g.timed_out for g in parts]),
+                   [x for g in parts for x in g.extracted], [x for g in parts for x in g.status],
+                   None if any(s is None for s in secs) else np.concatenate(secs))
 
 
 class _Worker:
-    def __init__(self, ctx, options: dict | None = None):
+    def __init__(self, ctx, options: dict | None = None, target=None):
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child, options), daemon=True, name="graft-reward")
+        self.proc = ctx.Process(target=target or _worker_main, args=(child, options), daemon=True,
+                                name="graft-reward")
         self.proc.start()
         child.close()
         self.started = time.monotonic()
@@ -524,7 +559,27 @@ class MathVerifyGrader:
     ``chunk_size``; results are returned in input order. ``num_workers=0`` grades in-process (no
     timeout; for debugging). Workers start lazily on the first :meth:`grade` (or :meth:`start`) and
     are reused across calls; their start-up does not count against ``timeout_s``. One grader serves
-    one thread at a time. ``num_timeouts`` / ``num_restarts`` count over the grader's lifetime."""
+    one thread at a time. ``num_timeouts`` / ``num_restarts`` count over the grader's lifetime.
+
+    A subclass grades something else with the same pool (graft_cli/code_reward.py): ``worker_target`` (the worker
+    loop; a worker ``i`` gets the grader's options plus ``slot: i``; an answer message may carry its seconds as a
+    6th element), ``preload`` (the forkserver's modules), :meth:`extract` (what a timed-out or crashed item reports
+    as extracted) and :meth:`grade_inline` (the ``num_workers=0`` path)."""
+
+    worker_target = staticmethod(_worker_main)
+    preload = ("graft_cli.reward", "math_verify", "latex2sympy2_extended")
+
+    @staticmethod
+    def extract(response: str, gold) -> str | None:
+        return last_boxed(response)
+
+    def on_ready(self, msg: tuple) -> None:
+        """A worker's ``("ready", pid, ...)`` message (a subclass reads what its workers report there)."""
+
+    def grade_inline(self, response: str, gold):
+        """``(reward, extracted, status, seconds or None)`` of one item in the calling process."""
+        reward, extracted, status = grade_status(response, gold)
+        return reward, extracted, status, None
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, chunk_size: int = 64,
                  startup_timeout_s: float = 120.0, sci_notation: bool = True, memory_mb: int = 4096):
@@ -545,15 +600,18 @@ class MathVerifyGrader:
         self._pid = os.getpid()
 
     # -- lifecycle
+    def _new_worker(self, i: int) -> _Worker:
+        return _Worker(self._ctx, {**self.options, "slot": i}, self.worker_target)
+
     def _start_workers(self) -> None:
         if self._ctx is None:
-            self._ctx = _mp_context()
+            self._ctx = _mp_context(self.preload)
         for i in range(self.num_workers):
             if i >= len(self._workers):
-                self._workers.append(_Worker(self._ctx, self.options))
+                self._workers.append(self._new_worker(i))
             elif not self._workers[i].proc.is_alive():
                 self._workers[i].kill()
-                self._workers[i] = _Worker(self._ctx, self.options)
+                self._workers[i] = self._new_worker(i)
 
     def start(self, wait: bool = True) -> MathVerifyGrader:
         """Start the workers now (otherwise the first :meth:`grade` does) and, with ``wait``, block until
@@ -568,9 +626,11 @@ class MathVerifyGrader:
             pending = {w.conn: i for i, w in enumerate(self._workers) if not w.ready}
             for conn in mp_wait(list(pending), timeout=max(0.0, deadline - time.monotonic())):
                 try:
-                    if conn.recv()[0] == "ready":
+                    msg = conn.recv()
+                    if msg[0] == "ready":
                         self._workers[pending[conn]].ready = True
                         self._startup_failures = 0
+                        self.on_ready(msg)
                 except (EOFError, OSError):
                     self._startup_failures += 1
                     if self._startup_failures > 3 * self.num_workers:
@@ -580,7 +640,7 @@ class MathVerifyGrader:
 
     def _restart(self, i: int) -> None:
         self._workers[i].kill()
-        self._workers[i] = _Worker(self._ctx, self.options)
+        self._workers[i] = self._new_worker(i)
         self.num_restarts += 1
 
     def close(self) -> None:
@@ -621,29 +681,36 @@ class MathVerifyGrader:
         timed_out = np.zeros(n, dtype=bool)
         extracted: list[str | None] = [None] * n
         status = ["ok"] * n
+        seconds = np.full(n, np.nan) if self.worker_target is not _worker_main else None
         if n == 0:
-            return Grades(rewards, timed_out, extracted, status)
+            return Grades(rewards, timed_out, extracted, status, seconds)
         if self.num_workers == 0:
             for i, (r, g) in enumerate(zip(responses, golds)):
-                rewards[i], extracted[i], status[i] = grade_status(r, g)
-            return Grades(rewards, timed_out, extracted, status)
+                rewards[i], extracted[i], status[i], sec = self.grade_inline(r, g)
+                if seconds is not None:
+                    seconds[i] = sec
+                timed_out[i] = status[i] in ("timeout", "code_timeout")
+            return Grades(rewards, timed_out, extracted, status, seconds)
 
         try:
-            return self._grade(responses, golds, rewards, timed_out, extracted, status)
+            return self._grade(responses, golds, rewards, timed_out, extracted, status, seconds)
         except BaseException:
             self.close()  # workers may hold a half-done chunk: start clean next time
             raise
 
-    def _grade(self, responses, golds, rewards, timed_out, extracted, status) -> Grades:
+    def _grade(self, responses, golds, rewards, timed_out, extracted, status, seconds=None) -> Grades:
         n = len(responses)
         self._start_workers()
         queue = deque(list(range(s, min(s + self.chunk_size, n))) for s in range(0, n, self.chunk_size))
         remaining = n
         retried: set[int] = set()  # items whose worker died once: regraded on a fresh worker, then scored 0
 
-        def settle(idx: int, reward: float, ext, st: str = "ok") -> None:
+        def settle(idx: int, reward: float, ext, st: str = "ok", sec: float | None = None) -> None:
             nonlocal remaining
-            rewards[idx], extracted[idx], timed_out[idx], status[idx] = reward, ext, st == "timeout", st
+            rewards[idx], extracted[idx], timed_out[idx], status[idx] = reward, ext, st in ("timeout",
+                                                                                          "code_timeout"), st
+            if seconds is not None:
+                seconds[idx] = np.nan if sec is None else sec
             remaining -= 1
 
         while remaining > 0:
@@ -673,9 +740,10 @@ class MathVerifyGrader:
                         if msg[0] == "ready":
                             w.ready = True
                             self._startup_failures = 0
+                            self.on_ready(msg)
                         elif msg[0] == "r" and w.current and msg[1] == w.current[0]:
                             w.current.popleft()
-                            settle(msg[1], msg[2], msg[3], msg[4])
+                            settle(msg[1], msg[2], msg[3], msg[4], msg[5] if len(msg) > 5 else None)
                             w.last = now
                 except (EOFError, OSError):
                     crashed = True
@@ -684,7 +752,7 @@ class MathVerifyGrader:
                         idx = w.current.popleft()
                         rest = list(w.current)
                         if idx in retried:
-                            settle(idx, 0.0, last_boxed(responses[idx]), "crash")
+                            settle(idx, 0.0, self.extract(responses[idx], golds[idx]), "crash")
                             self.num_crashes += 1
                         else:
                             retried.add(idx)
@@ -699,14 +767,15 @@ class MathVerifyGrader:
             for i, w in enumerate(self._workers):  # enforce deadlines
                 if w.current and now - w.last > self.timeout_s:
                     idx = w.current.popleft()
-                    settle(idx, 0.0, last_boxed(responses[idx]), "timeout")
+                    settle(idx, 0.0, self.extract(responses[idx], golds[idx]), "timeout",
+                           now - w.last if seconds is not None else None)
                     self.num_timeouts += 1
                     if w.current:
                         queue.appendleft(list(w.current))
                     self._restart(i)
                 elif not w.ready and now - w.started > self.startup_timeout_s:
                     raise RuntimeError(f"reward worker did not start within {self.startup_timeout_s:.0f} s")
-        return Grades(rewards, timed_out, extracted, status)
+        return Grades(rewards, timed_out, extracted, status, seconds)
 
 
 @REWARDS.register("math_verify")
@@ -741,3 +810,6 @@ class CoinFlipGrader:
 def make_coinflip(**kwargs) -> CoinFlipGrader:
     """Benchmark-only: a hashed coin flip per response (:class:`CoinFlipGrader`)."""
     return CoinFlipGrader()
+
+
+REWARDS.lazy("code", "graft_cli.code_reward")  # the sandboxed test-execution reward, imported when asked for

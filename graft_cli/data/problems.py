@@ -4,6 +4,12 @@ Hub datasets use common field names (``problem``/``question``/``prompt`` and
 ``answer``/``solution``/``final_answer``/``expected_answer``); a field map can be given explicitly as
 ``name:split`` plus ``fields``. An answer given as a list (OlympiadBench's ``final_answer``) is its items joined
 with ", ". A malformed local line raises :class:`GraftError` naming file and line.
+
+For verl-style RL data (Eurus-2-RL-Data, the code runs' training set): a field map may name a nested field with
+dots (``answer: reward_model.ground_truth``); a problem given as a list of chat messages (``prompt: [{role,
+content}, ...]``) is kept as those messages, JSON-encoded (graft_cli/data/prompts.py renders them with the chat
+template, system message included); ``where`` keeps only the rows whose fields equal its values (``{ability:
+code}``); a local path may be a glob (``data/eurus2-rl-code/train-*.parquet``: the matching files, sorted, joined).
 """
 
 from __future__ import annotations
@@ -25,15 +31,45 @@ class Problem:
     answer: str
 
 
+_MISSING = object()
+
+
+def field_value(row: dict, key: str):
+    """``row[key]``, where a dotted key walks nested mappings (``reward_model.ground_truth``); a missing key gives
+    the module's ``_MISSING``."""
+    if key in row:
+        return row[key]
+    cur = row
+    for part in key.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return _MISSING
+        cur = cur[part]
+    return cur
+
+
+def _messages(value) -> str | None:
+    """A chat-message list (``[{role, content}, ...]``) as JSON, else None."""
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "ndarray":
+        items = list(value)
+        if items and all(isinstance(m, dict) and "role" in m and "content" in m for m in items):
+            return json.dumps([{"role": str(m["role"]), "content": str(m["content"])} for m in items])
+    return None
+
+
+def keep_row(row: dict, where: dict | None) -> bool:
+    return not where or all(field_value(row, k) == v for k, v in where.items())
+
+
 def _normalise(row: dict, where: str, fields: dict | None = None) -> Problem:
     fields = fields or {}
     pk = fields.get("problem") or next((k for k in PROBLEM_KEYS if k in row), None)
     ak = fields.get("answer") or next((k for k in ANSWER_KEYS if k in row), None)
-    if pk is None or pk not in row:
-        raise GraftError(f"{where}: no problem field (looked for {', '.join(PROBLEM_KEYS)})")
-    if ak is None or ak not in row:
-        raise GraftError(f"{where}: no answer field (looked for {', '.join(ANSWER_KEYS)})")
-    problem, answer = row[pk], row[ak]
+    if pk is None or field_value(row, pk) is _MISSING:
+        raise GraftError(f"{where}: no problem field (looked for {pk or ', '.join(PROBLEM_KEYS)})")
+    if ak is None or field_value(row, ak) is _MISSING:
+        raise GraftError(f"{where}: no answer field (looked for {ak or ', '.join(ANSWER_KEYS)})")
+    problem, answer = field_value(row, pk), field_value(row, ak)
+    problem = _messages(problem) or problem
     if isinstance(answer, (list, tuple)) or type(answer).__name__ == "ndarray":  # e.g. OlympiadBench final_answer
         parts = [str(a).strip() for a in answer if a is not None and str(a).strip()]
         if not parts:
@@ -54,7 +90,7 @@ def _normalise(row: dict, where: str, fields: dict | None = None) -> Problem:
     return Problem(id=str(rid) if rid is not None else "", problem=problem, answer=str(answer))
 
 
-def _load_jsonl(path: str, fields) -> list[Problem]:
+def _load_jsonl(path: str, fields, keep: dict | None = None) -> list[Problem]:
     out = []
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
@@ -71,17 +107,21 @@ def _load_jsonl(path: str, fields) -> list[Problem]:
                 raise GraftError(f"{where}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
                 raise GraftError(f"{where}: expected a JSON object")
+            if not keep_row(row, keep):
+                continue
             p = _normalise(row, where, fields)
             out.append(p if p.id else Problem(f"{os.path.basename(path)}:{lineno}", p.problem, p.answer))
     return out
 
 
-def _load_parquet(path: str, fields) -> list[Problem]:
+def _load_parquet(path: str, fields, keep: dict | None = None) -> list[Problem]:
     import pandas as pd
 
     df = pd.read_parquet(path)
     out = []
     for i, row in enumerate(df.to_dict("records")):
+        if not keep_row(row, keep):
+            continue
         p = _normalise(row, f"{path}: row {i}", fields)
         out.append(p if p.id else Problem(f"{os.path.basename(path)}:{i}", p.problem, p.answer))
     return out
@@ -106,7 +146,7 @@ def _load_hub(spec: str, fields, config: str | None = None, where: dict | None =
     out = []
     for i, row in enumerate(ds):
         row = dict(row)
-        if where and any(row.get(k) != v for k, v in where.items()):
+        if not keep_row(row, where):
             continue
         if drop and str(row.get(ak or "answer")) in drop:
             continue
@@ -123,20 +163,26 @@ def load_hub_subset(spec: str, fields: dict | None = None, config: str | None = 
     return _load_hub(spec, fields, config, where, drop_answers)
 
 
-def load_problems(source: str, fields: dict | None = None) -> list[Problem]:
-    """Load a problem set from a local ``.jsonl``/``.json``/``.parquet`` file or a hub id ``name[:split]``."""
+def load_problems(source: str, fields: dict | None = None, where: dict | None = None) -> list[Problem]:
+    """Load a problem set from a local ``.jsonl``/``.json``/``.parquet`` file (or a glob of them), or a hub id
+    ``name[:split]``; ``where``: only the rows whose fields equal these values."""
+    import glob
+
     if os.path.isdir(source):
         raise GraftError(f"{source}: is a folder; expected a .jsonl, .json or .parquet file (or a hub id "
                          "name[:split])")
-    if os.path.exists(source):
-        if source.endswith(".parquet"):
-            probs = _load_parquet(source, fields)
-        else:
-            probs = _load_jsonl(source, fields)
+    files = sorted(glob.glob(source)) if glob.has_magic(source) else ([source] if os.path.exists(source) else [])
+    if glob.has_magic(source) and not files:
+        raise GraftError(f"{source}: no file matches")
+    if files:
+        probs = []
+        for f in files:
+            part = _load_parquet(f, fields, where) if f.endswith(".parquet") else _load_jsonl(f, fields, where)
+            probs += part  # rows without an id are named <file name>:<row>, unique across the files
     elif source.endswith((".jsonl", ".json", ".parquet")) or source.startswith(("/", "./", "../")):
         raise GraftError(f"{source}: file not found")
     else:
-        probs = _load_hub(source, fields)
+        probs = _load_hub(source, fields, where=where)
     if not probs:
         raise GraftError(f"{source}: no problems")
     seen = set()

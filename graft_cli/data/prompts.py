@@ -5,10 +5,15 @@ The paper's prompt is one user message: the problem followed by the suffix
 ``chat_template: auto`` wraps it (problem, ``separator`` — a space —, suffix) in the tokenizer's chat template
 when the tokenizer defines one (``add_generation_prompt=True``; ``enable_thinking=False`` is passed for templates
 that read it), otherwise ``raw_template`` formats the text. ``chat_template: none`` always uses ``raw_template``.
+
+A problem that is a JSON list of chat messages (verl-style RL data such as Eurus-2-RL-Data, whose rows carry a system
+and a user message; graft_cli/data/problems.py keeps them so) is rendered as those messages, the suffix (if any)
+after the last one's content; without a chat template their contents are joined by blank lines.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."
@@ -29,10 +34,16 @@ class PromptSpec:
 
     def text(self, problem: str, tokenizer) -> str:
         """The prompt string for ``problem`` under ``tokenizer``'s conventions."""
+        messages = chat_messages(problem)
+        if messages is not None:
+            last = messages[-1]["content"]
+            messages[-1] = {**messages[-1], "content": f"{last}{self.separator}{self.suffix}" if self.suffix else last}
+            if not (self.chat_template == "auto" and getattr(tokenizer, "chat_template", None)):
+                return self.raw_template.format(problem="\n\n".join(m["content"] for m in messages), suffix="")
         content = f"{problem}{self.separator}{self.suffix}" if self.suffix else problem
         if self.chat_template == "auto" and getattr(tokenizer, "chat_template", None):
             return tokenizer.apply_chat_template(
-                [{"role": "user", "content": content}],
+                messages or [{"role": "user", "content": content}],
                 tokenize=False,
                 add_generation_prompt=True,
                 enable_thinking=False,
@@ -45,3 +56,15 @@ class PromptSpec:
         text = self.text(problem, tokenizer)
         templated = self.chat_template == "auto" and getattr(tokenizer, "chat_template", None)
         return tokenizer(text, add_special_tokens=not templated)["input_ids"]
+
+
+def chat_messages(problem: str) -> list[dict] | None:
+    """The messages of a problem stored as a JSON chat list (``[{"role": ..., "content": ...}, ...]``), else None."""
+    if not (isinstance(problem, str) and problem.startswith('[{"role"')):
+        return None
+    try:
+        msgs = json.loads(problem)
+    except ValueError:
+        return None
+    ok = isinstance(msgs, list) and msgs and all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in msgs)
+    return [dict(m) for m in msgs] if ok else None

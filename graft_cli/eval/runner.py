@@ -125,6 +125,8 @@ def prepare_folder(out_dir: str, settings: EvalSettings, spec, benches: list[tup
                 os.remove(os.path.join(out_dir, f))
     for b, probs in benches:
         fp = {"source": b.source, "num_problems": len(probs), "fingerprint": problems_fingerprint(probs)}
+        if getattr(b, "kind", "math") != "math":  # math folders keep their identity
+            fp["kind"] = b.kind
         old_fp = meta["benchmarks"].get(b.name)
         if old_fp and old_fp["fingerprint"] != fp["fingerprint"]:
             raise GraftError(f"{out_dir}: benchmark {b.name!r} was evaluated on a different problem set "
@@ -141,8 +143,18 @@ def context_length(model) -> int | None:
     return int(n) if isinstance(n, int) and n > 0 else None
 
 
+def code_prompt_spec(spec):
+    """The prompt of a code benchmark: its problem text is the whole user message (graft_cli/data/code_problems.py),
+    so no suffix is added; the chat template (or none) is the evaluation's."""
+    import dataclasses
+
+    return dataclasses.replace(spec, suffix="", raw_template="{problem}\n")
+
+
 class Evaluator:
-    """Evaluates one model (an engine + tokenizer) into one folder; resumable per (benchmark, run)."""
+    """Evaluates one model (an engine + tokenizer) into one folder; resumable per (benchmark, run). ``grader``: one
+    grader, or a :class:`Graders` (a code benchmark is then graded by its code grader, with
+    :func:`code_prompt_spec`)."""
 
     def __init__(self, engine, tokenizer, prompt_spec, settings: EvalSettings, grader, progress=None,
                  context_len: int | None = None, console=None):
@@ -164,9 +176,12 @@ class Evaluator:
         seed = run_seed(s.seed, run)
         rows: list[dict] = []
         skipped = 0
+        kind = getattr(bench, "kind", "math")
+        grader = self.grader.for_kind(kind) if hasattr(self.grader, "for_kind") else self.grader
+        spec = code_prompt_spec(self.spec) if kind == "code" else self.spec
         for c, start in enumerate(range(0, len(problems), CHUNK_PROMPTS)):
             chunk = problems[start:start + CHUNK_PROMPTS]
-            prompt_ids = [self.spec.encode(p.problem, self.tokenizer) for p in chunk]
+            prompt_ids = [spec.encode(p.problem, self.tokenizer) for p in chunk]
             # a prompt that leaves no room for max_new_tokens in the model's context is not generated (lm-eval
             # would left-truncate it): it scores 0 and is counted (summary "skipped_long")
             fits = [i for i, ids in enumerate(prompt_ids)
@@ -175,7 +190,7 @@ class Evaluator:
                                     max_new_tokens=s.max_new_tokens, seed=chunk_seed(seed, c))
             ro = self.engine.generate([prompt_ids[i] for i in fits], params) if fits else None
             golds = [chunk[i].answer for i in fits for _ in range(s.samples)]
-            grades = self.grader.grade(ro.texts, golds) if fits else None
+            grades = grader.grade(ro.texts, golds) if fits else None
             where = {i: k for k, i in enumerate(fits)}
             for i, p in enumerate(chunk):
                 for j in range(s.samples):
@@ -253,14 +268,21 @@ def summarize_dir(out_dir: str) -> dict:
         s["timeouts"] = _count(out_dir, name, correct.shape[0], "timed_out")
         s["truncated"] = _count(out_dir, name, correct.shape[0], "truncated")
         s["skipped_long"] = _count(out_dir, name, correct.shape[0], "skipped")
+        if fp.get("kind", "math") != "math":
+            s["kind"] = fp["kind"]
         benches[name] = s
     order = [b for b in FIVE if b in benches] + [b for b in benches if b not in FIVE]
     benches = {b: benches[b] for b in order}
-    use = list(FIVE) if all(b in benches for b in FIVE) else list(benches)
+    code = [b for b in benches if benches[b].get("kind") == "code"]
+    maths = [b for b in benches if b not in code]
+    use = list(FIVE) if all(b in benches for b in FIVE) else (maths or code)
     avg = average_over_benchmarks({b: benches[b]["runs"] for b in use})
     avg["five"] = use == list(FIVE)
-    return {"settings": meta["settings"], "prompt": meta["prompt"], "benchmarks": benches, "average": avg,
-            "num_runs": min((b["num_runs"] for b in benches.values()), default=0)}
+    out = {"settings": meta["settings"], "prompt": meta["prompt"], "benchmarks": benches, "average": avg,
+           "num_runs": min((b["num_runs"] for b in benches.values()), default=0)}
+    if code and maths:  # the code benchmarks' own average beside the math one (which "average" holds)
+        out["code_average"] = average_over_benchmarks({b: benches[b]["runs"] for b in code})
+    return out
 
 
 def _count(out_dir: str, bench: str, runs: int, key: str) -> int:
@@ -445,7 +467,7 @@ def run_benches(cfg, benchmarks, data=None, eval_dir=None, held_out=None) -> lis
     # a run on the tiny task (pair=tiny, tiny3, ...: data.train is a tiny: name) is scored on its synthetic sets
     pair = "tiny" if str(cfg.data.train).startswith("tiny:") else cfg.pair
     out = [] if names and not rest and not data else _load_benches(resolve_benchmarks(rest or None, data, pair,
-                                                                                        eval_dir))
+                                                                                        eval_dir, cfg.eval.lcb_window))
     if len(rest) < len(names):
         if held_out is None:
             from graft_cli.data.problems import load_problems, split_holdout
@@ -453,17 +475,58 @@ def run_benches(cfg, benchmarks, data=None, eval_dir=None, held_out=None) -> lis
 
             if cfg.data.holdout <= 0:
                 raise GraftError("benchmark 'heldout': the run holds no problem out (data.holdout = 0)")
-            probs = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)
+            probs = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None, cfg.data.where or None)
             held_out = split_holdout(probs, cfg.data.holdout, cfg.data.holdout_seed)[1]
         src = f"{cfg.data.train} held out (data.holdout={cfg.data.holdout}, seed {cfg.data.holdout_seed})"
-        out.append((BenchmarkSource(HELDOUT, "held-out", src), list(held_out)))
+        out.append((BenchmarkSource(HELDOUT, "held-out", src, kind=reward_kind(cfg)), list(held_out)))
     return out
 
 
-def _make_grader(workers: int, timeout_s: float, **options):
-    from graft_cli.reward import MathVerifyGrader
+CODE_EVAL_TIMEOUT_S = 20.0  # wall clock per code answer (all its tests) when the run's reward is not code
 
-    return MathVerifyGrader(num_workers=workers, timeout_s=timeout_s, **options)
+
+def reward_kind(cfg) -> str:
+    """The benchmark kind a run's own reward grades (its training prompts, rescue re-draws)."""
+    return "code" if cfg.reward.name == "code" else "math"
+
+
+class Graders:
+    """The graders of an evaluation, one per benchmark kind (``math``: math-verify, ``code``: the code reward),
+    each started on first use; ``given``: graders owned elsewhere (the trainer's), used as they are. :meth:`grade`
+    uses the ``default`` kind's (a run's own reward, for re-draws of its training prompts)."""
+
+    def __init__(self, workers: int, default: str = "math", given: dict | None = None, math: dict | None = None,
+                 code: dict | None = None):
+        self.workers, self.default, self.given = workers, default, dict(given or {})
+        self.options = {"math": dict(math or {}), "code": {"timeout_s": CODE_EVAL_TIMEOUT_S, **(code or {})}}
+        self.made: dict = {}
+
+    def for_kind(self, kind: str):
+        if kind in self.given:
+            return self.given[kind]
+        if kind not in self.made:
+            from graft_cli.reward import REWARDS
+
+            self.made[kind] = REWARDS.get("code" if kind == "code" else "math_verify")(num_workers=self.workers,
+                                                                                       **self.options[kind])
+        return self.made[kind]
+
+    def grade(self, responses, golds):
+        return self.for_kind(self.default).grade(responses, golds)
+
+    def close(self) -> None:
+        made, self.made = self.made, {}
+        for g in made.values():
+            g.close()
+
+
+def run_graders(cfg, workers: int | None = None, given=None) -> Graders:
+    """A run's evaluation graders: its reward settings for its own kind, defaults for the other."""
+    rc, kind = cfg.reward, reward_kind(cfg)
+    math = {"timeout_s": rc.timeout_s if kind == "math" else 5.0, "sci_notation": rc.sci_notation,
+            "memory_mb": rc.memory_mb}
+    code = {"timeout_s": rc.timeout_s if kind == "code" else CODE_EVAL_TIMEOUT_S, "memory_mb": rc.memory_mb}
+    return Graders(rc.num_workers if workers is None else workers, kind, given, math, code)
 
 
 def _make_engine(model, tok, engine: str = "hf", engine_kwargs: dict | None = None, max_batch: int = 256):
@@ -485,7 +548,7 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
                    eval_dir: str | None = None, pair: str | None = None, settings: EvalSettings | None = None,
                    prompt_spec=None, dtype: str = "float32", device: str = "auto", engine: str = "hf",
                    max_batch: int = 256, workers: int = 2, timeout_s: float = 5.0, force: bool = False,
-                   progress: bool = True, console=None) -> str:
+                   progress: bool = True, console=None, lcb_window=None) -> str:
     """``graft eval --model PATH``: evaluate one model folder (or hub id, or ``tiny:<role>``) into
     ``out_dir`` (default ``results/eval/<model name>``); returns the folder."""
     from graft_cli.data.prompts import PromptSpec
@@ -497,7 +560,7 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
     settings.check()
     if pair is None and model.startswith("tiny:"):
         pair = "tiny"
-    sources = resolve_benchmarks(benchmarks, data, pair, eval_dir)
+    sources = resolve_benchmarks(benchmarks, data, pair, eval_dir, lcb_window)
     benches = _load_benches(sources)
     path = resolve_path(model)
     out_dir = out_dir or os.path.join("results", "eval", re.sub(r"[^A-Za-z0-9_.-]+", "_", model.strip("/")))
@@ -505,7 +568,7 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
     prepare_folder(out_dir, settings, spec, benches, force)  # refuse a mismatched folder before loading anything
     tok = load_tokenizer(path)
     m = load_model(path, dtype, device)
-    grader = _make_grader(workers, timeout_s)
+    grader = Graders(workers, math={"timeout_s": timeout_s})
     try:
         ev = Evaluator(_make_engine(m, tok, engine, max_batch=max_batch), tok, spec, settings, grader,
                        context_len=context_length(m), console=console)
@@ -620,7 +683,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                  temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
                  seed: int | None = None, device: str | None = None, workers: int | None = None,
                  force: bool = False, progress: bool = True, console=None, tandem: bool | None = None,
-                 junior: str | None = None, rescue: bool | None = None, top_k: int | None = None) -> dict:
+                 junior: str | None = None, rescue: bool | None = None, top_k: int | None = None,
+                 lcb_window=None) -> dict:
     """``graft eval --run DIR``: evaluate the run's checkpoints (every policy; ``steps``: ``all`` complete
     checkpoints and the kept best weights (default), ``last``, ``best`` or a list) into
     ``<run>/eval/<policy>/step_NNNNNN/``; then the policy summaries and ``best.json``.
@@ -644,6 +708,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     console = console or make_console(stderr=True)
     cfg = load_run_config(run_dir)
     ec = cfg.eval
+    if lcb_window:
+        ec.lcb_window = lcb_window
     settings = final_settings(cfg, runs, samples, temperature, top_p, max_new_tokens, seed, top_k)
     settings.check()
     names = [p.name for p in cfg.policies if p.role == "train"]  # frozen models have no checkpoints
@@ -694,9 +760,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     jmodel = load_model(resolve_path(junior), cfg.run.dtype, device or cfg.run.device) if tandem else None
     rescue = ec.rescue if rescue is None else rescue
     rescue_step = {p: max(s for q, s, _ in jobs if q == p) for p, _, _ in jobs} if rescue else {}
-    rc = cfg.reward
-    grader = _make_grader(rc.num_workers if workers is None else workers, rc.timeout_s,
-                          sci_notation=rc.sci_notation, memory_mb=rc.memory_mb)
+    grader = run_graders(cfg, workers)
     results: dict[str, dict[int, dict]] = {}
     try:
         with _progress(progress, console) as bar:
@@ -766,7 +830,8 @@ def _evaluate_rescue(run_dir: str, cfg, policy: str, step_dir: str, engine, mode
     if not events:
         console.print(f"{policy}: no all-fail prompt in the rollout logs: no rescue evaluation")
         return None
-    by_id = {p.id: p for p in load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)}
+    by_id = {p.id: p for p in load_problems(resolve_path(cfg.data.train), cfg.data.fields or None,
+                                            cfg.data.where or None)}
     missing = [e["prompt_id"] for e in events if e["prompt_id"] not in by_id]
     if missing:
         raise GraftError(f"{run_dir}: rollout logs name prompt {missing[0]!r}, which {cfg.data.train} does not hold")
@@ -868,11 +933,25 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
     settings = validation_settings(cfg)
     root, sel = validation_root(cfg), run_selection(cfg)
     rows = []
+    graders = run_graders(cfg, given={reward_kind(cfg): trainer.grader})  # the other kind's grader, if needed
+    try:
+        rows = _validate_policies(trainer, cfg, run_dir, console, st, spec, settings, root, sel, graders)
+    finally:
+        graders.close()
+    if console is not None:
+        console.print("validation step {}: {}".format(
+            trainer.step, " ".join(f"{r['policy']}={100 * r['validation/score']:.2f}" for r in rows)))
+    return rows
+
+
+def _validate_policies(trainer, cfg, run_dir, console, st, spec, settings, root, sel, graders) -> list[dict]:
+    ec = cfg.eval
+    rows = []
     for name, pol in trainer.policies.items():
         t0 = time.perf_counter()
         out_dir = os.path.join(run_dir, root, name, f"step_{trainer.step:06d}")
         engine = pol.engine.eval_engine() if hasattr(pol.engine, "eval_engine") else pol.engine  # tandem: solo
-        ev = Evaluator(engine, pol.tokenizer, spec, settings, trainer.grader,
+        ev = Evaluator(engine, pol.tokenizer, spec, settings, graders,
                        context_len=context_length(pol.model), console=console)
         ev.evaluate(out_dir, st.benches)
         summary = write_summary(out_dir, {"model": "in-training", "policy": name, "step": trainer.step})
@@ -890,9 +969,6 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
         row["validation/best_step"] = best["policies"].get(name, {}).get("step")
         row["time/validation"] = time.perf_counter() - t0
         rows.append(row)
-    if console is not None:
-        console.print("validation step {}: {}".format(
-            trainer.step, " ".join(f"{r['policy']}={100 * r['validation/score']:.2f}" for r in rows)))
     return rows
 
 
@@ -907,7 +983,7 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
               top_p=None,
               max_new_tokens=None, seed=None, out=None, dtype: str = "float32", device=None,
               chat_template: str = "auto", workers=None, force: bool = False, progress: bool = True,
-              tandem: bool | None = None, junior: str | None = None, top_k: int | None = None):
+              tandem: bool | None = None, junior: str | None = None, top_k: int | None = None, lcb_window=None):
     """The ``graft eval`` command: exactly one of ``run_dir`` / ``model``."""
     if bool(run_dir) == bool(model):
         raise GraftError("give exactly one of --run DIR or --model PATH")
@@ -919,7 +995,7 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
         return evaluate_run(run_dir, steps=steps, policies=policy, benchmarks=benchmarks, data=data, eval_dir=eval_dir,
                             runs=runs, samples=samples, temperature=temperature, top_p=top_p,
                             max_new_tokens=max_new_tokens, seed=seed, device=device, workers=workers, force=force,
-                            progress=progress, tandem=tandem, junior=junior, top_k=top_k)
+                            progress=progress, tandem=tandem, junior=junior, top_k=top_k, lcb_window=lcb_window)
     for opt, val in (("--steps", steps), ("--policy", policy), ("--tandem", tandem), ("--junior", junior)):
         if val:
             raise GraftError(f"{opt} applies to --run only")
@@ -933,4 +1009,5 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
                             seed=d.seed if seed is None else seed, top_k=d.top_k if top_k is None else top_k)
     return evaluate_model(model, out, benchmarks, data, eval_dir, pair, settings,
                           PromptSpec(chat_template=chat_template), dtype, device or "auto",
-                          workers=2 if workers is None else workers, force=force, progress=progress)
+                          workers=2 if workers is None else workers, force=force, progress=progress,
+                          lcb_window=lcb_window)

