@@ -167,6 +167,68 @@ def test_third_tokenizer_sentencepiece_style(toks):
     assert tc.unk_token_id in tc("7\u00e9", add_special_tokens=False)["input_ids"]
 
 
+def test_v3_tokenizers_words_and_ratios():
+    """v3: a's pre-tokenizer is Qwen's regex (a word keeps its leading space, so the tandem word schedule sees it;
+    digits single; " \\boxed" one piece; the prompt suffix one added token); every tokenizer trained on all three
+    styles, so each model's own-style text re-tokenizes into a peer's tokenizer at a length ratio in [0.85, 1.18]."""
+    v3 = tiny.Recipe.v3()
+    ta = tiny.build_tokenizer_a(0, v3.bpe_vocab, v3.tokenizer_style("a"), v3.split_a)
+    tb = tiny.build_tokenizer_b(0, v3.bpe_vocab_b, v3.tokenizer_style("b"))
+    tc = tiny.build_tokenizer_c(0, v3.bpe_vocab_c, v3.tokenizer_style("c"))
+    text = "To find 1+3*7, multiply first: 3*7=21. Then add: 1+21=22. The answer is \\boxed{22}."
+    pieces = ta.tokenize(text)
+    assert ta.convert_tokens_to_string(pieces) == text
+    assert {"\u0120find", "\u0120multiply", "\u0120Then", "\u0120answer", "\u0120\\boxed"} <= set(pieces)
+    assert [p for p in pieces if p.strip("\u0120").isdigit()] == [p for p in pieces if p.isdigit()]  # digits alone
+    assert len(PromptSpec().encode("8*9+4=?", ta)) <= 10
+    rng = random.Random(5)
+    worked = [syn.sample_problem(rng)["worked"] for _ in range(300)]
+    toks_ = {"a": ta, "b": tb, "c": tc}
+    for x in "abc":
+        own = [syn.render(w, v3.own_style(x)) for w in worked]
+        n = {y: sum(len(t(own, add_special_tokens=False)["input_ids"][i]) for i in range(len(own)))
+             for y, t in toks_.items()}
+        for y in "abc":
+            assert 0.85 <= n[y] / n[x] <= 1.18, (x, y, n)
+
+
+@pytest.mark.parametrize("arch", ["a", "b", "c"])
+def test_packed_sft_batch_has_the_padded_loss(arch):
+    """sft_batch_packed: the examples in rows of 128 tokens, positions restarting per example; transformers masks
+    each example to itself, so the loss equals the padded batch's (same label tokens), with fewer tokens computed."""
+    v3 = tiny.Recipe.v3()
+    tok = {"a": lambda: tiny.build_tokenizer_a(0, v3.bpe_vocab, "prose", "qwen"),
+           "b": lambda: tiny.build_tokenizer_b(0, v3.bpe_vocab_b, "steps"),
+           "c": lambda: tiny.build_tokenizer_c(0, v3.bpe_vocab_c, "words")}[arch]()
+    shape = {"a": v3.shape_a, "b": v3.shape_b, "c": v3.shape_c}[arch]
+    model = tiny.make_model(tiny.Shape(shape.arch, 64, 2, 2, 2 if arch != "a" else 1, 128), tok, 0).eval()
+    rng = random.Random(1)
+    ex = [syn.sft_example(rng, syn.TRAIN_MIX["families"], None, {v3.own_style(arch): 1.0}) for _ in range(32)]
+
+    def loss(logits, labels):
+        return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
+                                                 labels[:, 1:].reshape(-1), ignore_index=-100)
+
+    ids, mask, labels = tiny.sft_batch(tok, ex)
+    ids2, pos, labels2 = tiny.sft_batch_packed(tok, ex, 128)
+    with torch.no_grad():
+        want = loss(model(input_ids=ids, attention_mask=mask).logits, labels)
+        got = loss(model(input_ids=ids2, position_ids=pos, use_cache=False).logits, labels2)
+    assert int((labels2 != -100).sum()) == int((labels != -100).sum())
+    assert ids2.shape[1] == 128 and ids2.numel() < ids.numel()
+    assert float(got) == pytest.approx(float(want), abs=1e-5)
+    # the rows hold the examples in order: each one's tokens where its positions run 0..n-1
+    flat = [(ids2[r, i].item(), pos[r, i].item()) for r in range(ids2.shape[0]) for i in range(ids2.shape[1])]
+    seqs, cur = [], []
+    for t, p in flat:
+        if p == 0 and cur:
+            seqs.append(cur)
+            cur = []
+        cur.append(t)
+    seqs = [q for q in seqs + [cur] if set(q) != {tok.pad_token_id}]  # a row's padded tail restarts at 0 too
+    assert seqs == [[t for t in row if t != tok.pad_token_id] for row in ids.tolist()]
+
+
 def test_digits_are_single_tokens(toks):
     ta, tb = toks
     for tk in (ta, tb):

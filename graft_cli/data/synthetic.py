@@ -251,9 +251,9 @@ def style_words(head: str, steps, ans: str) -> str:
 
 STYLES = {"chain": style_chain, "prose": style_prose, "steps": style_steps, "words": style_words}
 CANONICAL_STYLE = "chain"  # the records' ``solution`` field (v2's text)
-# styles that write the detailed steps where a solution has them (v3's a and b: a peer whose plan the receiver lacks
-# still writes steps the receiver can follow, one known operation at a time, as real worked solutions do)
-DETAILED_STYLES = frozenset({"prose", "steps"})
+# styles that write the detailed steps where a solution has them (v3's: a peer whose plan the receiver lacks still
+# writes steps the receiver can follow, one known operation at a time, as real worked solutions do)
+DETAILED_STYLES = frozenset({"prose", "steps", "words"})
 
 
 def render(worked, style: str = CANONICAL_STYLE) -> str:
