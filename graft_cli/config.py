@@ -93,6 +93,9 @@ class RunConfig:
     log_every: int = 1  # without a terminal: one plain progress line every N steps
     model_init: str = "pretrained"  # random: the published shapes with random weights (graft_cli/models/shapes.py)
     random_shrink: bool = False  # with model_init=random: the same configs at hidden 64 / 2 layers (CPU tests)
+    dist_timeout_s: float = 1800.0  # data-parallel runs: the process group's timeout; a rank that waits this long on
+    # a collective (another rank hung) stops with one line (train/dist.py). Must exceed the slowest wait between
+    # ranks (rank 0's checkpoint write while the others wait at the barrier)
 
 
 @dataclass
@@ -579,6 +582,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(cfg.run.wandb_mode in ("online", "offline", "disabled"), "run.wandb_mode",
            "must be online, offline or disabled")
     _check(cfg.run.log_every >= 1, "run.log_every", "must be >= 1")
+    _check(cfg.run.dist_timeout_s > 0, "run.dist_timeout_s", "must be > 0 (seconds)")
     _check(cfg.run.model_init in ("pretrained", "random"), "run.model_init", "must be pretrained or random")
     _check(cfg.reward.timeout_s > 0, "reward.timeout_s", "must be > 0")
     _check(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")

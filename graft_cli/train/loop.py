@@ -35,7 +35,7 @@ from graft_cli.console import make_console
 from graft_cli.data.problems import Problem, load_problems, split_holdout
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
-from graft_cli.errors import GraftError, Stopped
+from graft_cli.errors import GraftError, PeerLost, Stopped
 from graft_cli.models.loading import load_role, load_tokenizer, resolve_path, weights_sha256
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs, to_padded
 from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
@@ -743,7 +743,8 @@ RESUME_MAY_DIFFER = {"run.steps", "run.resume", "run.keep_checkpoints", "run.sav
                      "run.loggers", "run.wandb_project", "run.wandb_mode", "run.log_every",
                      "reward.num_workers", "reward.memory_mb", "run.threads", "run.device", "run.keep_rollouts",
                      "optim.on_nonfinite", "run.out", "run.name",  # run.out, run.name: the run itself (it may move)
-                     "run.policy_workers"}  # identical results (train/parallel.py)
+                     "run.policy_workers",  # identical results (train/parallel.py)
+                     "run.dist_timeout_s"}
 RESUME_MAY_DIFFER |= {f"eval.{k}" for k in ("every", "benchmarks", "data_dir", "samples", "runs", "max_new_tokens",
                                               "temperature", "top_p", "seed", "save_best")}  # validation only
 
@@ -899,11 +900,10 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
                 while trainer.step < trainer.total_steps:
                     try:
                         rows = trainer.train_step()
+                    except PeerLost:
+                        raise
                     except GraftError as e:  # say what is on disk: the checkpoint a rerun resumes from, if any
-                        last = ckpt.valid_steps(trainer.ckpt_root)
-                        raise GraftError(f"{e}; " + (f"the last checkpoint (step {last[-1]}) is intact" if last else
-                                                     "no checkpoint was written yet (a rerun starts at step 0)")
-                                         ) from None
+                        raise GraftError(f"{e}; {on_disk(trainer)}") from None
                     if is_main:
                         trainer.metrics.write(rows)
                         trackers.log(rows)
@@ -923,6 +923,14 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
         finally:
             if trackers is not None:
                 trackers.close()
+    except PeerLost as e:  # another data-parallel rank died or hung (train/dist.py): one line, exit 75
+        raise PeerLost(f"{e}; {trainer.step} steps done, {on_disk(trainer)}; relaunch every rank to resume") \
+            from None
+    except RuntimeError as e:  # a collective inside FSDP / a checkpoint gather (NCCL, the store, gloo)
+        if not (trainer.dist.enabled and (isinstance(e, torch.distributed.DistError) or "gloo" in str(e))):
+            raise
+        raise PeerLost(f"{D.peer_lost(trainer.dist, 'a collective', e)}; {trainer.step} steps done, "
+                       f"{on_disk(trainer)}; relaunch every rank to resume") from None
     except _Preempt:
         last = ckpt.valid_steps(trainer.ckpt_root)
         raise Stopped(f"stopped by SIGTERM during step {trainer.step + 1}, which was abandoned; "
@@ -935,6 +943,13 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
     if is_main:
         console.print(f"run directory: {out} ({disk_use(out) / 2**20:.1f} MiB on disk)", soft_wrap=True)
     return out
+
+
+def on_disk(trainer) -> str:
+    """What a rerun resumes from: the newest checkpoint that verifies, or step 0."""
+    last = ckpt.valid_steps(trainer.ckpt_root)
+    return f"the last checkpoint (step {last[-1]}) is intact" if last else \
+        "no checkpoint was written yet (a rerun starts at step 0)"
 
 
 def step_line(rows: list[dict]) -> str:
