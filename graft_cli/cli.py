@@ -22,7 +22,8 @@ def one_line_errors(fn):
         except OSError as e:  # a full, read-only or unwritable disk: one line (writes are atomic, nothing is torn)
             import errno
 
-            if e.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM):
+            if e.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG,
+                               errno.ENOTDIR):
                 raise
             click.echo(f"error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror}; files written before "
                        f"are intact (a run resumes from its last complete checkpoint)", err=True)

@@ -333,3 +333,86 @@ def test_steps_below_the_checkpoint_say_so_and_change_nothing(setup, reference, 
     assert res.returncode == 0, res.stderr[-3000:]
     assert "the checkpoint's step 4 is at or past this run's 2 steps: nothing to train" in res.stderr
     assert sha256_file(ck) == before and open(os.path.join(d, "metrics.jsonl")).read() == metrics
+
+
+# ------------------------------------------------------------------------- real resource limits (item 4)
+def _limited(cmd, limit_bytes):
+    """`graft` under a real file-size limit (RLIMIT_FSIZE, as `ulimit -f` sets it) with SIGXFSZ ignored, so a
+    write past the limit fails with EFBIG (a full quota or disk fails the same way) instead of killing the process."""
+    import resource
+    import signal
+
+    def pre():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+    return subprocess.run(GRAFT + cmd, cwd=ROOT, env=proc_env(), capture_output=True, text=True, preexec_fn=pre)
+
+
+@pytest.mark.slow
+def test_a_real_file_size_limit_fails_each_write_in_one_line_and_the_rerun_resumes_identical(setup, full6, tmp_path):
+    """Issue 29 item 4. A copy of the 6-step run cut back to its step-4 checkpoint is resumed three times under
+    a file-size limit sized from the uninterrupted run's own files, so that in turn metrics.jsonl's append of
+    step 6, the step-6 checkpoint (its weights file) and the rollout parquet of step 5 fail: each time one line,
+    exit 2, the step-4 checkpoint still verifies, no temporary file or torn line is left. The rerun without a
+    limit resumes from step 4 and ends with the uninterrupted run's metrics and weights."""
+    from graft_cli.train import checkpoint as ckpt
+
+    out = str(tmp_path / "runs")
+    d = _copy_run(full6, out, "full")
+    _truncate_to_step(d, 4)
+    ck4 = os.path.join(d, "checkpoints", "step_000004")
+    lines = [len(x.encode()) for x in open(os.path.join(full6, "metrics.jsonl"))]
+    cum = [sum(lines[:k]) for k in range(len(lines) + 1)]  # bytes of metrics.jsonl after step k (one policy)
+    weights = os.path.getsize(os.path.join(full6, "checkpoints", "step_000006", "a", "model.safetensors"))
+    parquet = min(os.path.getsize(os.path.join(full6, "rollouts", "a", f)) for f in os.listdir(
+        os.path.join(full6, "rollouts", "a")))
+    config = os.path.getsize(os.path.join(d, "config.yaml")) + 512  # rewritten on resume (run.out differs)
+
+    def check(res, *needles):
+        last = one_line_error(res, *needles)
+        assert "resumed from step 4" in res.stderr
+        assert ckpt.valid_steps(os.path.join(d, "checkpoints")) == [2, 4] and ckpt.verify(ck4) is None
+        litter = [os.path.join(r, f) for r, ds, fs in os.walk(d) for f in fs + ds if ".tmp-" in f]
+        assert not litter, litter
+        return last
+
+    # (1) metrics.jsonl: the limit falls inside step 6's line (rollout logs off: no parquet of ~5 KB to fail first)
+    limit = (cum[5] + cum[6]) // 2
+    assert limit > max(config, cum[4]) + 200
+    res = _limited(args(setup, out, "full", steps=6, extra=["run.log_rollouts=false"]), limit)
+    check(res, os.path.join(d, "metrics.jsonl"), "File too large")
+    rows = [json.loads(x) for x in open(os.path.join(d, "metrics.jsonl"))]  # every line whole: the torn one cut off
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    # (2) the step-6 checkpoint: its weights file is larger than the limit, everything before it smaller
+    res = _limited(args(setup, out, "full", steps=6), weights // 2)
+    check(res, "step_000006: checkpoint not written (File too large)", "the last complete checkpoint is kept")
+    assert not os.path.exists(os.path.join(d, "checkpoints", "step_000006"))
+    # (3) the rollout parquet of step 5, the first write of the step past the limit
+    limit = parquet - 256
+    assert limit > max(config, cum[4]) + 200
+    res = _limited(args(setup, out, "full", steps=6), limit)
+    check(res, os.path.join(d, "rollouts", "a", "step_000005.parquet"), "File too large")
+    # without the limit: resumes from step 4 and ends as the uninterrupted run did
+    res = run(args(setup, out, "full", steps=6))
+    assert res.returncode == 0 and "resumed from step 4" in res.stderr, res.stderr[-3000:]
+    assert metric_rows(d) == metric_rows(full6)
+    w = os.path.join("checkpoints", "step_000006", "a", "model.safetensors")
+    assert sha256_file(os.path.join(d, w)) == sha256_file(os.path.join(full6, w))
+
+
+def test_a_run_directory_that_cannot_be_written_is_one_line_before_anything_loads(tmp_path):
+    """A run directory under a path component that is a regular file (what root's permission bypass cannot
+    change, like a read-only mount): one line naming run.out and the file, exit 2, nothing written, no model
+    loaded (in process: the check comes first)."""
+    from click.testing import CliRunner
+
+    from graft_cli.cli import main
+
+    blocker = tmp_path / "results"
+    blocker.write_text("not a folder\n")
+    s = {"a": str(tmp_path / "never_loaded"), "data": str(tmp_path / "never_read.jsonl")}
+    res = CliRunner().invoke(main, args(s, str(blocker / "runs"), "x", steps=1))
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.output
+    assert "config key 'run.out'" in res.stderr and f"{blocker} is not a folder" in res.stderr, res.stderr
+    assert blocker.read_text() == "not a folder\n" and sorted(os.listdir(tmp_path)) == ["results"]

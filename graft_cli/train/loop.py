@@ -40,8 +40,8 @@ from graft_cli.models.loading import load_role, load_tokenizer, resolve_path, we
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs, to_padded
 from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
 from graft_cli.rollout import ENGINES, SamplingParams
-from graft_cli.rundir import (MetricsLog, atomic_write_text, exchange_log_path, read_json_or_none, rollout_log_path,
-                              write_parquet)
+from graft_cli.rundir import (MetricsLog, atomic_write_text, check_writable, exchange_log_path, read_json_or_none,
+                              rollout_log_path, write_parquet)
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.batch import minibatch_plan
@@ -837,8 +837,9 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = console or make_console(stderr=True)
-    preflight(cfg)  # nothing is written before the models' vocabularies are known to fit
     out = run_dir_for(cfg)
+    check_writable(out, "run.out")  # a run directory that cannot be written: one line before anything is loaded
+    preflight(cfg)  # nothing is written before the models' vocabularies are known to fit
     is_main = os.environ.get("RANK", "0") == "0"  # data-parallel runs: only rank 0 writes files
     progress = progress and is_main
     if cfg.run.resume:
