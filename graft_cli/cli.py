@@ -204,8 +204,9 @@ def _not_yet(name: str, issue: str):
 @click.option("--out", default=None, help="with --model: output folder [default: results/eval/<model>]")
 @click.option("--dtype", default="float32", show_default=True, help="with --model: float32, bfloat16 or float16")
 @click.option("--device", default=None, help="auto, cpu, cuda, ... [default: the run's run.device; auto]")
-@click.option("--chat-template", type=click.Choice(["auto", "none"]), default="auto", show_default=True,
-              help="with --model: wrap prompts in the tokenizer's chat template when it has one")
+@click.option("--chat-template", type=click.Choice(["auto", "none", "required"]), default="auto", show_default=True,
+              help="with --model: wrap prompts in the tokenizer's chat template when it has one (required: refuse a "
+              "tokenizer without one)")
 @click.option("--workers", type=int, default=None, help="math-verify worker processes [default: 2]")
 @click.option("--force", is_flag=True, help="start output folders made with other settings over")
 @click.option("--tandem/--no-tandem", default=None,

@@ -111,7 +111,7 @@ class DataConfig:
 @dataclass
 class PromptConfig:
     suffix: str = "Let's think step by step and output the final answer within \\boxed{}."
-    chat_template: str = "auto"  # auto | none
+    chat_template: str = "auto"  # auto | none | required (auto, and a tokenizer without a template is refused)
     raw_template: str = "{problem} {suffix}\n"
 
 
@@ -588,7 +588,8 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")
     _check(cfg.reward.memory_mb == 0 or cfg.reward.memory_mb >= 512, "reward.memory_mb",
            "must be 0 (no cap) or >= 512 (a worker needs ~300 MiB to start)")
-    _check(cfg.prompt.chat_template in ("auto", "none"), "prompt.chat_template", "must be auto or none")
+    _check(cfg.prompt.chat_template in ("auto", "none", "required"), "prompt.chat_template",
+           "must be auto, none or required")
     e = cfg.eval
     _check(e.every >= 0, "eval.every", "must be >= 0 (0 = no validation)")
     _check(e.samples >= 1, "eval.samples", "must be >= 1")

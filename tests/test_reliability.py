@@ -416,3 +416,110 @@ def test_a_run_directory_that_cannot_be_written_is_one_line_before_anything_load
     assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.output
     assert "config key 'run.out'" in res.stderr and f"{blocker} is not a folder" in res.stderr, res.stderr
     assert blocker.read_text() == "not a folder\n" and sorted(os.listdir(tmp_path)) == ["results"]
+
+
+@pytest.mark.slow
+def test_an_evaluation_killed_mid_benchmark_keeps_its_files_and_the_rerun_does_only_the_rest(setup, reference,
+                                                                                           tmp_path):
+    """`graft eval --run` SIGKILLed (with its reward workers) once the first (benchmark, run) file is written: the
+    rerun keeps that file untouched (same bytes, same mtime), writes only the others, and every file equals the
+    one an uninterrupted evaluation writes."""
+    two = tmp_path / "two.jsonl"
+    shutil.copy(setup["data"], two)
+
+    def cmd(d):
+        return ["eval", "--run", d, "--steps", "last", "--runs", "2", "--samples", "2", "--no-progress",
+                "--benchmarks", f"one={setup['data']},two={two}", "--workers", "1"]
+
+    whole = _copy_run(reference, str(tmp_path / "whole"), "ref")
+    res = run(cmd(whole))
+    assert res.returncode == 0, res.stderr[-3000:]
+    d = _copy_run(reference, str(tmp_path / "killed"), "ref")
+    folder = os.path.join("eval", "a", "step_000004")
+    first = os.path.join(d, folder, "one_run1.jsonl")
+    kill_after(GRAFT + cmd(d), first, proc_env())
+    names = ["one_run1.jsonl", "one_run2.jsonl", "two_run1.jsonl", "two_run2.jsonl"]
+    done = [n for n in names if os.path.exists(os.path.join(d, folder, n))]
+    assert done[:1] == ["one_run1.jsonl"] and len(done) < 4 and \
+        not os.path.exists(os.path.join(d, folder, "summary.json"))
+    kept = os.stat(first).st_mtime_ns, open(first, "rb").read()
+    res = run(cmd(d))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (os.stat(first).st_mtime_ns, open(first, "rb").read()) == kept  # not regenerated
+    for n in names:
+        assert open(os.path.join(d, folder, n), "rb").read() == open(os.path.join(whole, folder, n), "rb").read(), n
+    assert not [f for f in os.listdir(os.path.join(d, folder)) if ".tmp-" in f]
+    s1, s2 = (json.load(open(os.path.join(x, folder, "summary.json"))) for x in (d, whole))
+    assert s1["benchmarks"] == s2["benchmarks"] and s1["num_runs"] == 2
+
+
+# ------------------------------------------------------------------- inputs checked before step 1 (item 6)
+@pytest.fixture
+def silent_hub(monkeypatch):
+    """A hub endpoint that accepts connections and never answers (dropped packets look the same to a client), with
+    a 1 s request timeout; counts the connections made to it."""
+    import socket
+    import threading
+
+    import datasets.config
+    from huggingface_hub import constants
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    seen, held = [], []
+
+    def accept():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            seen.append(1)
+            held.append(conn)
+
+    threading.Thread(target=accept, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.getsockname()[1]}"
+    monkeypatch.setattr(constants, "ENDPOINT", url)
+    monkeypatch.setattr(datasets.config, "HF_ENDPOINT", url)
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
+    yield seen
+    srv.close()
+    for c in held:
+        c.close()
+
+
+def test_every_input_of_the_run_is_checked_before_step_1(tmp_path, silent_hub):
+    """Issue 29 item 6, through the CLI in process: a training set and a validation benchmark with a repeated id, a
+    tokenizer without the chat template the config requires, and hub datasets (training, validation) while the hub
+    does not answer: each is one line naming the file, key or dataset, exit 2, nothing written. The hub is asked
+    once for the whole process (1 s), not through datasets' retry loop."""
+    import time
+
+    from click.testing import CliRunner
+
+    from graft_cli.cli import main
+
+    model = make_random_model(str(tmp_path / "m"), "qwen3", 0)
+    good = write_problems(str(tmp_path / "train.jsonl"))
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text(open(good).read() + json.dumps({"id": "p3", "problem": "1+1", "answer": "2"}) + "\n")
+    s, out = {"a": model, "data": good}, str(tmp_path / "runs")
+
+    def bad(extra, *needles):
+        t0 = time.time()
+        res = CliRunner().invoke(main, args(s, out, "x", steps=2, extra=extra))
+        assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.output[-3000:]
+        for n in needles:
+            assert n in res.stderr, res.stderr
+        assert not os.path.exists(out), os.listdir(out)
+        return time.time() - t0
+
+    bad([f"data.train={dup}"], f"{dup}:17: duplicate id 'p3' (first at {dup}:4)")
+    bad(["eval.every=1", f"eval.benchmarks=[dups={dup}]"], f"{dup}:17: duplicate id 'p3'")
+    bad(["prompt.chat_template=required"], "config key 'policies.0.model': tokenizer", "has no chat template")
+    took = bad(["data.train=graft-test/no-such-set:train"], "graft-test/no-such-set:train: could not load hub dataset",
+               "not in the local cache", "did not answer")
+    took += bad(["eval.every=1", "eval.benchmarks=[remote=graft-test/no-such-bench:test]"],
+                "graft-test/no-such-bench:test: could not load hub dataset")
+    assert len(silent_hub) == 1 and took < 30, (len(silent_hub), took)  # one request in all, no retry loop

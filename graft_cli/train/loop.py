@@ -425,6 +425,18 @@ class Trainer:
         self.step = 0
         self.metrics = MetricsLog(os.path.join(out_dir, "metrics.jsonl"))
         self.ckpt_root = os.path.join(out_dir, "checkpoints")
+        self.check_sources()
+
+    def check_sources(self) -> None:
+        """Every step source's data for the steps this run may train (from its oldest complete checkpoint on, or
+        from step 0), checked before step 1 against the steps' prompts where the collector knows them in advance
+        (``prompts_at``); a missing partner log is one line before anything is written."""
+        if not self.sources:
+            return
+        start = min(ckpt.complete_steps(self.ckpt_root), default=0) if self.cfg.run.resume else 0
+        plan = getattr(self.collector, "prompts_at", None)
+        for src in self.sources.values():
+            src.check(range(start, self.total_steps), (lambda t: plan(self, t)) if plan else None)
 
     def _filter_long_prompts(self) -> None:
         lim = self.cfg.rollout.max_prompt_tokens
@@ -709,6 +721,10 @@ def preflight(cfg: C.Config) -> None:
     data = resolve_path(cfg.data.train)
     if looks_local(data) and not os.path.exists(os.path.expanduser(data)):
         raise GraftError(f"config key 'data.train': {data}: file not found")
+    spec = PromptSpec.from_config(cfg.prompt)
+    if spec.chat_template == "required":  # a tokenizer without a chat template: one line before anything loads
+        for pc in trained.values():  # the prompted ones (a co-generating junior reads the senior's prompt)
+            spec.check(tok(pc), f"config key {_keys(pc, cfg)[1]!r}")
 
     by_name = {p.name: p for p in cfg.policies}
     for k in getattr(ENGINES.get(cfg.rollout.engine), "frozen_kwargs", ()):  # a co-generating model (tandem junior)
