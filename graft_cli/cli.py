@@ -4,6 +4,7 @@ function; errors in user input are one line on stderr and exit code 2."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import click
@@ -84,7 +85,8 @@ def train(pair, method, steps, out, seed, name, no_progress, overrides):
 
     cfg = compose(_train_overrides(pair, method, steps, out, seed, name, overrides))
     run_dir = run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
-    _print_summary(run_dir)
+    if os.environ.get("RANK", "0") == "0":  # data-parallel runs: rank 0 writes summary.png (and says it)
+        _print_summary(run_dir)
 
 
 def _print_summary(run_dir: str) -> None:
