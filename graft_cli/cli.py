@@ -4,6 +4,7 @@ function; errors in user input are one line on stderr and exit code 2."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import click
@@ -22,7 +23,8 @@ def one_line_errors(fn):
         except OSError as e:  # a full, read-only or unwritable disk: one line (writes are atomic, nothing is torn)
             import errno
 
-            if e.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM):
+            if e.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG,
+                               errno.ENOTDIR):
                 raise
             click.echo(f"error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror}; files written before "
                        f"are intact (a run resumes from its last complete checkpoint)", err=True)
@@ -91,7 +93,8 @@ def train(pair, method, steps, out, seed, name, no_progress, dry_run, overrides)
     from graft_cli.train.loop import train as run_train
 
     run_dir = run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
-    _print_summary(run_dir)
+    if os.environ.get("RANK", "0") == "0":  # data-parallel runs: rank 0 writes summary.png (and says it)
+        _print_summary(run_dir)
 
 
 def _dry_run(cfg) -> None:
@@ -274,8 +277,9 @@ def _not_yet(name: str, issue: str):
 @click.option("--out", default=None, help="with --model: output folder [default: results/eval/<model>]")
 @click.option("--dtype", default="float32", show_default=True, help="with --model: float32, bfloat16 or float16")
 @click.option("--device", default=None, help="auto, cpu, cuda, ... [default: the run's run.device; auto]")
-@click.option("--chat-template", type=click.Choice(["auto", "none"]), default="auto", show_default=True,
-              help="with --model: wrap prompts in the tokenizer's chat template when it has one")
+@click.option("--chat-template", type=click.Choice(["auto", "none", "required"]), default="auto", show_default=True,
+              help="with --model: wrap prompts in the tokenizer's chat template when it has one (required: refuse a "
+              "tokenizer without one)")
 @click.option("--workers", type=int, default=None, help="grading worker processes per kind (math, code) [default: 2]")
 @click.option("--lcb-window", default=None,
               help="livecodebench: contest dates START..END (ISO, either may be empty) [default: "

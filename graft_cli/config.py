@@ -93,6 +93,9 @@ class RunConfig:
     log_every: int = 1  # without a terminal: one plain progress line every N steps
     model_init: str = "pretrained"  # random: the published shapes with random weights (graft_cli/models/shapes.py)
     random_shrink: bool = False  # with model_init=random: the same configs at hidden 64 / 2 layers (CPU tests)
+    dist_timeout_s: float = 1800.0  # data-parallel runs: the process group's timeout; a rank that waits this long on
+    # a collective (another rank hung) stops with one line (train/dist.py). Must exceed the slowest wait between
+    # ranks (rank 0's checkpoint write while the others wait at the barrier)
 
 
 @dataclass
@@ -109,7 +112,7 @@ class DataConfig:
 @dataclass
 class PromptConfig:
     suffix: str = "Let's think step by step and output the final answer within \\boxed{}."
-    chat_template: str = "auto"  # auto | none
+    chat_template: str = "auto"  # auto | none | required (auto, and a tokenizer without a template is refused)
     raw_template: str = "{problem} {suffix}\n"
 
 
@@ -581,12 +584,14 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(cfg.run.wandb_mode in ("online", "offline", "disabled"), "run.wandb_mode",
            "must be online, offline or disabled")
     _check(cfg.run.log_every >= 1, "run.log_every", "must be >= 1")
+    _check(cfg.run.dist_timeout_s > 0, "run.dist_timeout_s", "must be > 0 (seconds)")
     _check(cfg.run.model_init in ("pretrained", "random"), "run.model_init", "must be pretrained or random")
     _check(cfg.reward.timeout_s > 0, "reward.timeout_s", "must be > 0")
     _check(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")
     _check(cfg.reward.memory_mb == 0 or cfg.reward.memory_mb >= 512, "reward.memory_mb",
            "must be 0 (no cap) or >= 512 (a worker needs ~300 MiB to start)")
-    _check(cfg.prompt.chat_template in ("auto", "none"), "prompt.chat_template", "must be auto or none")
+    _check(cfg.prompt.chat_template in ("auto", "none", "required"), "prompt.chat_template",
+           "must be auto, none or required")
     e = cfg.eval
     _check(e.every >= 0, "eval.every", "must be >= 0 (0 = no validation)")
     _check(e.samples >= 1, "eval.samples", "must be >= 1")

@@ -3,7 +3,8 @@ reaches ``point`` during step ``step`` (1-based; for the checkpoint points, the 
 crash or an OOM kill would. Points: ``rollout`` (sampled, not graded), ``reward`` (graded), ``score`` (old
 log-probs scored), ``update`` (after the first optimizer step of the step), ``checkpoint`` (weights written,
 no state or manifest yet), ``manifest`` (manifest written, not marked complete), ``rename`` (complete under its
-temporary name). Unset (always, outside tests): a no-op.
+temporary name). ``<point>:<step>@<rank>`` fires only in the process of that rank (``RANK``) of a data-parallel
+run, so one rank dies while the others are in a collective. Unset (always, outside tests): a no-op.
 """
 
 from __future__ import annotations
@@ -16,5 +17,8 @@ POINTS = ("rollout", "reward", "score", "update", "checkpoint", "manifest", "ren
 
 def point(name: str, step: int) -> None:
     spec = os.environ.get("GRAFT_FAULT")
-    if spec and spec == f"{name}:{step}":
+    if not spec:
+        return
+    where, _, rank = spec.partition("@")
+    if where == f"{name}:{step}" and (not rank or rank == os.environ.get("RANK", "0")):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -16,6 +16,7 @@ Nothing here unpickles anything.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -31,14 +32,43 @@ def _tmp(path: str) -> str:
     return f"{path}.tmp-{os.getpid()}"
 
 
+def write_failed(e: OSError, path: str) -> OSError:
+    """``e`` (a failed write: a full disk, a file-size limit, a read-only folder) as an OSError that names ``path``
+    (a failed ``write`` names no file; pyarrow's message is its own)."""
+    if e.filename or not e.errno:
+        return e
+    return OSError(e.errno, os.strerror(e.errno), path)
+
+
+class _Atomic:
+    """``with _Atomic(path) as tmp:`` write ``tmp``; it replaces ``path`` when the block succeeds, and is removed
+    when it fails (the error then names ``path``): a failed write leaves the old file, never a torn one or litter."""
+
+    def __init__(self, path: str):
+        self.path, self.tmp = path, _tmp(path)
+
+    def __enter__(self) -> str:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        return self.tmp
+
+    def __exit__(self, kind, e, tb) -> bool:
+        if e is None:
+            os.replace(self.tmp, self.path)
+            return False
+        try:
+            os.remove(self.tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise write_failed(e, self.path) from None
+        return False
+
+
 def atomic_write_text(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = _tmp(path)
-    with open(tmp, "w", encoding="utf-8") as f:
+    with _Atomic(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _json_default(o):
@@ -61,10 +91,29 @@ def write_parquet(path: str, columns: dict) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = _tmp(path)
-    pq.write_table(pa.table(columns), tmp)
-    os.replace(tmp, path)
+    table = pa.table(columns)
+    with _Atomic(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def check_writable(path: str, key: str) -> None:
+    """Before anything is loaded or written: ``path`` (a folder to create or write into) can be written, judged by
+    its nearest existing ancestor: a folder, writable, not on a read-only file system (what root's permission
+    bypass does not change). Else one line naming ``key``."""
+    from graft_cli.errors import GraftError
+
+    anc = os.path.abspath(path)
+    while not os.path.lexists(anc):
+        anc = os.path.dirname(anc)
+    why = None
+    if not os.path.isdir(anc):
+        why = f"{anc} is not a folder"
+    elif os.statvfs(anc).f_flag & os.ST_RDONLY:
+        why = f"{anc} is on a read-only file system"
+    elif not os.access(anc, os.W_OK | os.X_OK):
+        why = f"{anc} is not writable"
+    if why:
+        raise GraftError(f"config key {key!r}: cannot write {path}: {why}")
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -187,8 +236,19 @@ class MetricsLog:
         atomic_write_text(self.path, "".join(keep))
 
     def write(self, rows: list[dict]) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps({k: clean_value(v) for k, v in r.items()}) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Append ``rows`` (one step's lines, fsynced). A failed append (a full disk, a file-size limit) is cut
+        back off, so the file never ends in a torn line, and raises an OSError naming the file."""
+        text = "".join(json.dumps({k: clean_value(v) for k, v in r.items()}) + "\n" for r in rows).encode("utf-8")
+        with open(self.path, "ab", buffering=0) as f:
+            end = f.seek(0, os.SEEK_END)
+            try:
+                view = memoryview(text)
+                while view:
+                    n = f.write(view)
+                    if not n:
+                        raise OSError(errno.EIO, os.strerror(errno.EIO))
+                    view = view[n:]
+                os.fsync(f.fileno())
+            except OSError as e:
+                f.truncate(end)
+                raise write_failed(e, self.path) from None

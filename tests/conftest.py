@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -173,3 +174,47 @@ def metric_rows(run: str) -> list[dict]:
     """A run's metrics.jsonl rows without the ``time/*`` values (what an exact resume must reproduce)."""
     with open(os.path.join(run, "metrics.jsonl")) as f:
         return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in f if line.strip()]
+
+
+def tree(pid: int) -> set[int]:
+    """Every live process descended from ``pid`` or in its session (read from /proc)."""
+    kids: dict[int, list[int]] = {}
+    sess = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "Z":
+            continue
+        kids.setdefault(int(fields[1]), []).append(int(p))
+        sess[int(p)] = int(fields[3])
+    out, todo = set(), [pid]
+    while todo:
+        q = todo.pop()
+        for c in kids.get(q, []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out | {p for p, s in sess.items() if s == pid}
+
+
+def _live(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def gone_within(pids: set[int], seconds: float) -> float:
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        alive = {p for p in pids if _live(p)}
+        if not alive:
+            return time.time() - t0
+        time.sleep(0.1)
+    raise AssertionError(f"processes still alive after {seconds} s: {sorted(alive)}")

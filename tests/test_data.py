@@ -91,9 +91,10 @@ def test_missing_file_and_duplicate_ids(tmp_path):
     with pytest.raises(GraftError, match="nope.jsonl"):
         load_problems(str(tmp_path / "nope.jsonl"))
     path = tmp_path / "dup.jsonl"
-    path.write_text(GOOD + "\n" + GOOD + "\n")
-    with pytest.raises(GraftError, match="duplicate id 'a'"):
+    path.write_text(GOOD + "\n" + json.dumps({"id": "b", "problem": "3+3", "answer": "6"}) + "\n" + GOOD + "\n")
+    with pytest.raises(GraftError) as ei:  # the file, the line that repeats the id, and where it was first
         load_problems(str(path))
+    assert str(ei.value) == f"{path}:3: duplicate id 'a' (first at {path}:1)"
 
 
 def test_rows_without_id_get_file_and_line_ids(tmp_path):
@@ -206,6 +207,21 @@ def test_chat_template_none_forces_raw():
     spec = PromptSpec(chat_template="none")
     assert spec.text("2+3", tok) == "2+3 " + PAPER_SUFFIX + "\n"
     assert spec.encode("2+3", tok) == tok("2+3 " + PAPER_SUFFIX + "\n")["input_ids"]
+
+
+def test_chat_template_required_is_auto_or_one_line():
+    """``required`` prompts as ``auto`` does when the tokenizer has a chat template, and refuses one without (issue 29
+    item 6), naming the tokenizer and where it comes from."""
+    tok = make_char_tokenizer()
+    spec = PromptSpec(chat_template="required")
+    with pytest.raises(GraftError) as ei:
+        spec.encode("2+3", tok)
+    assert "has no chat template, which prompt.chat_template=required needs" in str(ei.value)
+    with pytest.raises(GraftError, match="^policies.0.tokenizer: tokenizer .* has no chat template"):
+        spec.check(tok, "policies.0.tokenizer")
+    tok.chat_template = CHAT
+    spec.check(tok)
+    assert spec.encode("2+3", tok) == PromptSpec().encode("2+3", tok)
 
 
 def test_a_folder_a_non_utf8_byte_and_a_10mb_line(tmp_path):

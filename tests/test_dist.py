@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
-from conftest import ROOT, make_random_model, write_problems
+from conftest import ROOT, make_random_model, metric_rows, proc_env, tree, write_problems
+
+from graft_cli.rundir import sha256_file
 
 WORKER = os.path.join(ROOT, "tests", "dist_worker.py")
 pytestmark = pytest.mark.slow  # ~1 min: three fresh Python processes importing torch + transformers
@@ -108,3 +112,125 @@ def test_frozen_reference_and_kl_two_processes_equal_one(tmp_path):
     for r1, r2 in zip(one[0]["rows"], fsdp[0]["rows"]):
         assert r1["kl"] > 0 and math.isclose(r1["kl"], r2["kl"], rel_tol=1e-5, abs_tol=1e-9)
         assert math.isclose(r1["loss"], r2["loss"], rel_tol=1e-5, abs_tol=1e-7)
+
+
+# ------------------------------------------------------------------------------ faults (issue 29 item 3)
+GRAFT = [sys.executable, "-m", "graft_cli.cli"]
+
+
+def _pair_args(w, steps=3, extra=()):
+    """`graft train` of a two-policy GRAFT run, as each rank of a 2-process FSDP2 run runs it."""
+    return ["train", "--steps", str(steps), "--no-progress", "--out", w["out"], "--name", "r", "--method", "graft",
+            f"policies=[{{name: a, model: '{w['a']}'}}, {{name: b, model: '{w['b']}'}}]", f"data.train={w['data']}",
+            "data.prompt_batch=4", "algo.minibatch_prompts=2", "rollout.n=4", "rollout.max_new_tokens=8",
+            "reward.num_workers=1", "run.save_every=1", "run.keep_checkpoints=5", "optim.lr=1e-3", *extra]
+
+
+def _launch(w, tag, fault=None, extra=()):
+    """Both ranks started by hand, each in its own session, as a cluster launcher (srun) does: no torchrun agent
+    that would stop the survivor for us. ``fault``: ``GRAFT_FAULT`` (``<point>:<step>@<rank>``)."""
+    port = _free_port()
+    procs = []
+    for r in (0, 1):
+        env = proc_env(WORLD_SIZE="2", RANK=str(r), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       GRAFT_FSDP="1")  # FSDP2: sharded updates, checkpoints gathered before rank 0 writes them
+        env.pop("ACCELERATE_USE_FSDP", None)
+        env.pop("GRAFT_FAULT", None)
+        if fault:
+            env["GRAFT_FAULT"] = fault
+        log = open(os.path.join(w["logs"], f"{tag}.rank{r}.log"), "w")
+        procs.append(subprocess.Popen(GRAFT + _pair_args(w, extra=extra), cwd=ROOT, env=env, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+    w["sessions"] += [p.pid for p in procs]
+    return procs
+
+
+def _ends(procs, timeout_s=300.0):
+    """``[(returncode, time it ended)]`` of each rank."""
+    deadline, out = time.time() + timeout_s, [None, None]
+    while None in out and time.time() < deadline:
+        for r, p in enumerate(procs):
+            if out[r] is None and p.poll() is not None:
+                out[r] = (p.returncode, time.time())
+        time.sleep(0.05)
+    assert None not in out, "a rank did not end"
+    return out
+
+
+def _log(w, tag, r):
+    return open(os.path.join(w["logs"], f"{tag}.rank{r}.log")).read()
+
+
+def _last_line(w, tag, r):
+    text = _log(w, tag, r)
+    assert "Traceback" not in text, text[-3000:]
+    return text.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def pair_world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dist_faults")
+    w = {"a": make_random_model(str(d / "a"), "qwen3", 0, sft_steps=40),
+         "b": make_random_model(str(d / "b"), "llama", 1, sft_steps=40),
+         "data": write_problems(str(d / "train.jsonl")), "logs": str(d), "sessions": []}
+    return w
+
+
+def test_a_killed_or_hung_rank_stops_the_other_and_the_relaunched_pair_resumes_identical(pair_world, tmp_path):
+    """Issue 29 item 3, on a 2-process FSDP2 (gloo) run launched rank by rank: (A) rank 1 SIGKILLed mid-update
+    (after its first optimizer step of step 2): rank 0 stops within seconds in one line, exit 75; (B) the relaunched
+    pair resumes from step 1, and rank 1 hangs (SIGSTOP) after step 2's checkpoint: rank 0 stops after
+    run.dist_timeout_s (10 s) instead of waiting on the collective for torch's 30 minutes; (C) relaunched, rank 0
+    is SIGKILLed while writing step 3's (gathered) checkpoint: rank 1 stops in one line and the half-written folder
+    is never taken for a checkpoint; (D) relaunched, the pair resumes from step 2 and ends with the metrics and
+    final weights of an uninterrupted 2-process run. No process of any launch is left."""
+    w = pair_world
+    w["out"] = str(tmp_path / "ref")
+    ref = _ends(_launch(w, "ref"))
+    assert [e[0] for e in ref] == [0, 0], _log(w, "ref", 0)[-3000:]
+    w["out"] = str(tmp_path / "runs")
+    run = os.path.join(w["out"], "r")
+
+    ends = _ends(_launch(w, "A", fault="update:2@1"))  # (A) a dead rank: its sockets close
+    assert ends[1][0] == -9 and ends[0][0] == 75, _log(w, "A", 0)[-3000:]
+    assert ends[0][1] - ends[1][1] < 20
+    last = _last_line(w, "A", 0)
+    assert last.startswith("error: rank 0 of 2:") and "another rank died" in last, last
+    assert "1 steps done, the last checkpoint (step 1) is intact; relaunch every rank" in last, last
+
+    procs = _launch(w, "B", extra=["run.dist_timeout_s=10"])  # (B) a hung rank: nothing closes, only the timeout
+    marker = os.path.join(run, "checkpoints", "step_000002", "COMPLETE")
+    deadline = time.time() + 300
+    while not os.path.exists(marker) and time.time() < deadline and procs[0].poll() is None:
+        time.sleep(0.05)
+    assert os.path.exists(marker), _log(w, "B", 0)[-3000:]
+    os.kill(procs[1].pid, signal.SIGSTOP)
+    stopped = time.time()
+    rc0 = procs[0].wait(timeout=120)
+    waited = time.time() - stopped
+    os.kill(procs[1].pid, signal.SIGKILL)
+    procs[1].wait()
+    assert rc0 == 75 and 8 < waited < 40, (rc0, waited, _log(w, "B", 0)[-3000:])
+    last = _last_line(w, "B", 0)
+    assert "did not answer within run.dist_timeout_s=10 s" in last and "(step 2) is intact" in last, last
+    assert "resumed from step 1" in _log(w, "B", 0)
+
+    ends = _ends(_launch(w, "C", fault="checkpoint:3@0"))  # (C) rank 0 dies writing a checkpoint
+    assert ends[0][0] == -9 and ends[1][0] == 75, _log(w, "C", 1)[-3000:]
+    assert ends[1][1] - ends[0][1] < 20
+    last = _last_line(w, "C", 1)
+    assert last.startswith("error: rank 1 of 2: barrier failed") and "(step 2) is intact" in last, last
+    assert not os.path.exists(os.path.join(run, "checkpoints", "step_000003"))
+
+    ends = _ends(_launch(w, "D"))  # (D) the relaunched pair finishes
+    assert [e[0] for e in ends] == [0, 0], _log(w, "D", 0)[-3000:]
+    assert "resumed from step 2" in _log(w, "D", 0) and "resumed from step 2" in _log(w, "D", 1)
+    ref_run = os.path.join(str(tmp_path / "ref"), "r")
+    assert metric_rows(run) == metric_rows(ref_run)
+    for pol in ("a", "b"):
+        f = os.path.join("checkpoints", "step_000003", pol, "model.safetensors")
+        assert sha256_file(os.path.join(run, f)) == sha256_file(os.path.join(ref_run, f))
+    assert not [d for d in os.listdir(os.path.join(run, "checkpoints")) if ".tmp-" in d]
+    time.sleep(1)
+    left = set().union(*(tree(pid) for pid in w["sessions"]))
+    assert not left, left  # every rank, reward worker and forkserver of every launch is gone

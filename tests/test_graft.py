@@ -790,3 +790,11 @@ def test_graft_stored_trains_against_a_grpo_run(tiny_models, problems_file, tmp_
                    "exchange.params.partner_policy=b", *ov, "run.seed=5"])
     with pytest.raises(GraftError, match="prompt order differs"):
         train(bad, progress=False)
+    assert not os.path.exists(os.path.join(str(tmp_path), "stored2"))  # found before step 1: nothing written
+    # a partner that covers fewer steps than this run: its missing log is named before step 1, not at step 3
+    ov3 = train_overrides(tiny_models, problems_file, str(tmp_path), ["rollout.max_new_tokens=16", "run.steps=3"])
+    short = compose(["method=graft_stored", "run.name=stored3", f"exchange.params.partner_run={partner}",
+                     "exchange.params.partner_policy=b", *ov3])
+    with pytest.raises(GraftError, match="no partner rollout log .*step_000003.parquet for step 3"):
+        train(short, progress=False)
+    assert not os.path.exists(os.path.join(str(tmp_path), "stored3"))

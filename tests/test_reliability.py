@@ -309,17 +309,37 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_last_one(tmp_path, monkeypatc
     assert sorted(os.listdir(root)) == ["step_000002"] and ckpt.verify(os.path.join(root, "step_000002")) is None
 
 
-def test_two_identical_runs_write_byte_identical_state(setup, reference):
-    """Python's `random` is seeded with run.seed (issue 29 item 7): every checkpoint's state.json (which records
-    rng.python) is byte-identical between two identical runs, and so are the weights."""
+def test_two_identical_runs_write_byte_identical_run_directories(setup, reference):
+    """Issue 29 item 7: two identical runs (Python's `random` seeded with run.seed too, recorded as rng.python in
+    state.json) write the same files, byte for byte: weights, optimizer states, state.json, manifests, rollout
+    parquets, summary.png. Two things differ by design and are compared without them: the ``time/*`` values of
+    metrics.jsonl (wall-clock durations of the phases; every other key and value is equal, and each line has the
+    same time keys) and ``run.out`` in config.yaml (the runs live in different folders)."""
     out = str(setup["root"] / "twin_runs")
     res = run(args(setup, out, "ref"))
     assert res.returncode == 0, res.stderr[-3000:]
-    for step in ("step_000002", "step_000004"):
-        a, b = (os.path.join(d, "checkpoints", step) for d in (reference, os.path.join(out, "ref")))
-        assert open(os.path.join(a, "state.json"), "rb").read() == open(os.path.join(b, "state.json"), "rb").read()
-        assert sha256_file(os.path.join(a, "a", "model.safetensors")) == \
-            sha256_file(os.path.join(b, "a", "model.safetensors"))
+    twin = os.path.join(out, "ref")
+
+    def files(d):
+        return sorted(os.path.relpath(os.path.join(r, f), d) for r, _, fs in os.walk(d) for f in fs)
+
+    assert files(twin) == files(reference)
+    assert {"metrics.jsonl", "config.yaml", "summary.png", "checkpoints/step_000004/a/optimizer.pt",
+            "checkpoints/step_000004/state.json", "rollouts/a/step_000004.parquet"} <= set(files(twin))
+    for rel in files(twin):
+        a, b = (open(os.path.join(d, rel), "rb").read() for d in (reference, twin))
+        if rel == "metrics.jsonl":
+            ra, rb = ([json.loads(x) for x in t.decode().splitlines()] for t in (a, b))
+            assert len(ra) == len(rb) == 4
+            for x, y in zip(ra, rb):
+                assert sorted(x) == sorted(y)
+                assert {k: v for k, v in x.items() if not k.startswith("time/")} == \
+                    {k: v for k, v in y.items() if not k.startswith("time/")}
+        elif rel == "config.yaml":
+            ref_out = os.path.dirname(reference)
+            assert ref_out.encode() in a and b.replace(out.encode(), ref_out.encode()) == a
+        else:
+            assert a == b, rel
 
 
 def test_steps_below_the_checkpoint_say_so_and_change_nothing(setup, reference, tmp_path):
@@ -333,3 +353,193 @@ def test_steps_below_the_checkpoint_say_so_and_change_nothing(setup, reference, 
     assert res.returncode == 0, res.stderr[-3000:]
     assert "the checkpoint's step 4 is at or past this run's 2 steps: nothing to train" in res.stderr
     assert sha256_file(ck) == before and open(os.path.join(d, "metrics.jsonl")).read() == metrics
+
+
+# ------------------------------------------------------------------------- real resource limits (item 4)
+def _limited(cmd, limit_bytes):
+    """`graft` under a real file-size limit (RLIMIT_FSIZE, as `ulimit -f` sets it) with SIGXFSZ ignored, so a
+    write past the limit fails with EFBIG (a full quota or disk fails the same way) instead of killing the process."""
+    import resource
+    import signal
+
+    def pre():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+    return subprocess.run(GRAFT + cmd, cwd=ROOT, env=proc_env(), capture_output=True, text=True, preexec_fn=pre)
+
+
+@pytest.mark.slow
+def test_a_real_file_size_limit_fails_each_write_in_one_line_and_the_rerun_resumes_identical(setup, full6, tmp_path):
+    """Issue 29 item 4. A copy of the 6-step run cut back to its step-4 checkpoint is resumed three times under
+    a file-size limit sized from the uninterrupted run's own files, so that in turn metrics.jsonl's append of
+    step 6, the step-6 checkpoint (its weights file) and the rollout parquet of step 5 fail: each time one line,
+    exit 2, the step-4 checkpoint still verifies, no temporary file or torn line is left. The rerun without a
+    limit resumes from step 4 and ends with the uninterrupted run's metrics and weights."""
+    from graft_cli.train import checkpoint as ckpt
+
+    out = str(tmp_path / "runs")
+    d = _copy_run(full6, out, "full")
+    _truncate_to_step(d, 4)
+    ck4 = os.path.join(d, "checkpoints", "step_000004")
+    lines = [len(x.encode()) for x in open(os.path.join(full6, "metrics.jsonl"))]
+    cum = [sum(lines[:k]) for k in range(len(lines) + 1)]  # bytes of metrics.jsonl after step k (one policy)
+    weights = os.path.getsize(os.path.join(full6, "checkpoints", "step_000006", "a", "model.safetensors"))
+    parquet = min(os.path.getsize(os.path.join(full6, "rollouts", "a", f)) for f in os.listdir(
+        os.path.join(full6, "rollouts", "a")))
+    config = os.path.getsize(os.path.join(d, "config.yaml")) + 512  # rewritten on resume (run.out differs)
+
+    def check(res, *needles):
+        last = one_line_error(res, *needles)
+        assert "resumed from step 4" in res.stderr
+        assert ckpt.valid_steps(os.path.join(d, "checkpoints")) == [2, 4] and ckpt.verify(ck4) is None
+        litter = [os.path.join(r, f) for r, ds, fs in os.walk(d) for f in fs + ds if ".tmp-" in f]
+        assert not litter, litter
+        return last
+
+    # (1) metrics.jsonl: the limit falls inside step 6's line (rollout logs off: no parquet of ~5 KB to fail first)
+    limit = (cum[5] + cum[6]) // 2
+    assert limit > max(config, cum[4]) + 200
+    res = _limited(args(setup, out, "full", steps=6, extra=["run.log_rollouts=false"]), limit)
+    check(res, os.path.join(d, "metrics.jsonl"), "File too large")
+    rows = [json.loads(x) for x in open(os.path.join(d, "metrics.jsonl"))]  # every line whole: the torn one cut off
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    # (2) the step-6 checkpoint: its weights file is larger than the limit, everything before it smaller
+    res = _limited(args(setup, out, "full", steps=6), weights // 2)
+    check(res, "step_000006: checkpoint not written (File too large)", "the last complete checkpoint is kept")
+    assert not os.path.exists(os.path.join(d, "checkpoints", "step_000006"))
+    # (3) the rollout parquet of step 5, the first write of the step past the limit
+    limit = parquet - 256
+    assert limit > max(config, cum[4]) + 200
+    res = _limited(args(setup, out, "full", steps=6), limit)
+    check(res, os.path.join(d, "rollouts", "a", "step_000005.parquet"), "File too large")
+    # without the limit: resumes from step 4 and ends as the uninterrupted run did
+    res = run(args(setup, out, "full", steps=6))
+    assert res.returncode == 0 and "resumed from step 4" in res.stderr, res.stderr[-3000:]
+    assert metric_rows(d) == metric_rows(full6)
+    w = os.path.join("checkpoints", "step_000006", "a", "model.safetensors")
+    assert sha256_file(os.path.join(d, w)) == sha256_file(os.path.join(full6, w))
+
+
+def test_a_run_directory_that_cannot_be_written_is_one_line_before_anything_loads(tmp_path):
+    """A run directory under a path component that is a regular file (what root's permission bypass cannot
+    change, like a read-only mount): one line naming run.out and the file, exit 2, nothing written, no model
+    loaded (in process: the check comes first)."""
+    from click.testing import CliRunner
+
+    from graft_cli.cli import main
+
+    blocker = tmp_path / "results"
+    blocker.write_text("not a folder\n")
+    s = {"a": str(tmp_path / "never_loaded"), "data": str(tmp_path / "never_read.jsonl")}
+    res = CliRunner().invoke(main, args(s, str(blocker / "runs"), "x", steps=1))
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.output
+    assert "config key 'run.out'" in res.stderr and f"{blocker} is not a folder" in res.stderr, res.stderr
+    assert blocker.read_text() == "not a folder\n" and sorted(os.listdir(tmp_path)) == ["results"]
+
+
+@pytest.mark.slow
+def test_an_evaluation_killed_mid_benchmark_keeps_its_files_and_the_rerun_does_only_the_rest(setup, reference,
+                                                                                           tmp_path):
+    """`graft eval --run` SIGKILLed (with its reward workers) once the first (benchmark, run) file is written: the
+    rerun keeps that file untouched (same bytes, same mtime), writes only the others, and every file equals the
+    one an uninterrupted evaluation writes."""
+    two = tmp_path / "two.jsonl"
+    shutil.copy(setup["data"], two)
+
+    def cmd(d):
+        return ["eval", "--run", d, "--steps", "last", "--runs", "2", "--samples", "2", "--no-progress",
+                "--benchmarks", f"one={setup['data']},two={two}", "--workers", "1"]
+
+    whole = _copy_run(reference, str(tmp_path / "whole"), "ref")
+    res = run(cmd(whole))
+    assert res.returncode == 0, res.stderr[-3000:]
+    d = _copy_run(reference, str(tmp_path / "killed"), "ref")
+    folder = os.path.join("eval", "a", "step_000004")
+    first = os.path.join(d, folder, "one_run1.jsonl")
+    kill_after(GRAFT + cmd(d), first, proc_env())
+    names = ["one_run1.jsonl", "one_run2.jsonl", "two_run1.jsonl", "two_run2.jsonl"]
+    done = [n for n in names if os.path.exists(os.path.join(d, folder, n))]
+    assert done[:1] == ["one_run1.jsonl"] and len(done) < 4 and \
+        not os.path.exists(os.path.join(d, folder, "summary.json"))
+    kept = os.stat(first).st_mtime_ns, open(first, "rb").read()
+    res = run(cmd(d))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (os.stat(first).st_mtime_ns, open(first, "rb").read()) == kept  # not regenerated
+    for n in names:
+        assert open(os.path.join(d, folder, n), "rb").read() == open(os.path.join(whole, folder, n), "rb").read(), n
+    assert not [f for f in os.listdir(os.path.join(d, folder)) if ".tmp-" in f]
+    s1, s2 = (json.load(open(os.path.join(x, folder, "summary.json"))) for x in (d, whole))
+    assert s1["benchmarks"] == s2["benchmarks"] and s1["num_runs"] == 2
+
+
+# ------------------------------------------------------------------- inputs checked before step 1 (item 6)
+@pytest.fixture
+def silent_hub(monkeypatch):
+    """A hub endpoint that accepts connections and never answers (dropped packets look the same to a client), with
+    a 1 s request timeout; counts the connections made to it."""
+    import socket
+    import threading
+
+    import datasets.config
+    from huggingface_hub import constants
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    seen, held = [], []
+
+    def accept():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            seen.append(1)
+            held.append(conn)
+
+    threading.Thread(target=accept, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.getsockname()[1]}"
+    monkeypatch.setattr(constants, "ENDPOINT", url)
+    monkeypatch.setattr(datasets.config, "HF_ENDPOINT", url)
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
+    yield seen
+    srv.close()
+    for c in held:
+        c.close()
+
+
+def test_every_input_of_the_run_is_checked_before_step_1(tmp_path, silent_hub):
+    """Issue 29 item 6, through the CLI in process: a training set and a validation benchmark with a repeated id, a
+    tokenizer without the chat template the config requires, and hub datasets (training, validation) while the hub
+    does not answer: each is one line naming the file, key or dataset, exit 2, nothing written. The hub is asked
+    once for the whole process (1 s), not through datasets' retry loop."""
+    import time
+
+    from click.testing import CliRunner
+
+    from graft_cli.cli import main
+
+    model = make_random_model(str(tmp_path / "m"), "qwen3", 0)
+    good = write_problems(str(tmp_path / "train.jsonl"))
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text(open(good).read() + json.dumps({"id": "p3", "problem": "1+1", "answer": "2"}) + "\n")
+    s, out = {"a": model, "data": good}, str(tmp_path / "runs")
+
+    def bad(extra, *needles):
+        t0 = time.time()
+        res = CliRunner().invoke(main, args(s, out, "x", steps=2, extra=extra))
+        assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.output[-3000:]
+        for n in needles:
+            assert n in res.stderr, res.stderr
+        assert not os.path.exists(out), os.listdir(out)
+        return time.time() - t0
+
+    bad([f"data.train={dup}"], f"{dup}:17: duplicate id 'p3' (first at {dup}:4)")
+    bad(["eval.every=1", f"eval.benchmarks=[dups={dup}]"], f"{dup}:17: duplicate id 'p3'")
+    bad(["prompt.chat_template=required"], "config key 'policies.0.model': tokenizer", "has no chat template")
+    took = bad(["data.train=graft-test/no-such-set:train"], "graft-test/no-such-set:train: could not load hub dataset",
+               "not in the local cache", "did not answer")
+    took += bad(["eval.every=1", "eval.benchmarks=[remote=graft-test/no-such-bench:test]"],
+                "graft-test/no-such-bench:test: could not load hub dataset")
+    assert len(silent_hub) == 1 and took < 30, (len(silent_hub), took)  # one request in all, no retry loop

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, make_random_model, proc_env, write_problems
+from conftest import ROOT, gone_within, make_random_model, proc_env, tree, write_problems
 
 pytestmark = pytest.mark.slow
 GRAFT = [sys.executable, "-m", "graft_cli.cli"]
@@ -33,32 +33,6 @@ def train_args(s, out, name, steps, extra=()):
             "run.save_every=2", "optim.lr=1e-3", *extra]
 
 
-def tree(pid: int) -> set[int]:
-    """Every live process descended from ``pid`` or in its session (read from /proc)."""
-    kids: dict[int, list[int]] = {}
-    sess = {}
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] == "Z":
-            continue
-        kids.setdefault(int(fields[1]), []).append(int(p))
-        sess[int(p)] = int(fields[3])
-    out, todo = set(), [pid]
-    while todo:
-        q = todo.pop()
-        for c in kids.get(q, []):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
-    return out | {p for p, s in sess.items() if s == pid}
-
-
 def wait_for_rows(path: str, n: int, proc, timeout_s: float = 240.0) -> None:
     deadline = time.time() + timeout_s
     while time.time() < deadline and proc.poll() is None:
@@ -66,24 +40,6 @@ def wait_for_rows(path: str, n: int, proc, timeout_s: float = 240.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"{path} never held {n} rows")
-
-
-def _live(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def gone_within(pids: set[int], seconds: float) -> float:
-    t0 = time.time()
-    while time.time() - t0 < seconds:
-        alive = {p for p in pids if _live(p)}
-        if not alive:
-            return time.time() - t0
-        time.sleep(0.1)
-    raise AssertionError(f"processes still alive after {seconds} s: {sorted(alive)}")
 
 
 @pytest.mark.parametrize("save", [False, True])

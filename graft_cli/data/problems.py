@@ -90,6 +90,17 @@ def _normalise(row: dict, where: str, fields: dict | None = None) -> Problem:
     return Problem(id=str(rid) if rid is not None else "", problem=problem, answer=str(answer))
 
 
+def _check_unique(rows: list[tuple[Problem, str]]) -> list[Problem]:
+    """The problems of ``(problem, where)`` rows; a repeated id is one line naming where it repeats and where it was
+    first (ids key rollout logs, evaluation files and the stored-trajectory partner's prompts)."""
+    first: dict[str, str] = {}
+    for p, where in rows:
+        if p.id in first:
+            raise GraftError(f"{where}: duplicate id {p.id!r} (first at {first[p.id]})")
+        first[p.id] = where
+    return [p for p, _ in rows]
+
+
 def _load_jsonl(path: str, fields, keep: dict | None = None) -> list[Problem]:
     out = []
     with open(path, "rb") as f:
@@ -110,8 +121,8 @@ def _load_jsonl(path: str, fields, keep: dict | None = None) -> list[Problem]:
             if not keep_row(row, keep):
                 continue
             p = _normalise(row, where, fields)
-            out.append(p if p.id else Problem(f"{os.path.basename(path)}:{lineno}", p.problem, p.answer))
-    return out
+            out.append((p if p.id else Problem(f"{os.path.basename(path)}:{lineno}", p.problem, p.answer), where))
+    return _check_unique(out)
 
 
 def _load_parquet(path: str, fields, keep: dict | None = None) -> list[Problem]:
@@ -123,8 +134,8 @@ def _load_parquet(path: str, fields, keep: dict | None = None) -> list[Problem]:
         if not keep_row(row, keep):
             continue
         p = _normalise(row, f"{path}: row {i}", fields)
-        out.append(p if p.id else Problem(f"{os.path.basename(path)}:{i}", p.problem, p.answer))
-    return out
+        out.append((p if p.id else Problem(f"{os.path.basename(path)}:{i}", p.problem, p.answer), f"{path}: row {i}"))
+    return _check_unique(out)
 
 
 def _load_hub(spec: str, fields, config: str | None = None, where: dict | None = None,
@@ -136,10 +147,17 @@ def _load_hub(spec: str, fields, config: str | None = None, where: dict | None =
         import datasets
     except ImportError:  # pragma: no cover
         raise GraftError(f"{spec}: loading hub datasets needs the `datasets` package") from None
+    from graft_cli.data import hub
+
+    why = hub.unreachable()  # one quick request per process, not datasets' retry loop per file
     try:
-        ds = datasets.load_dataset(name, config, split=split or "train") if config else \
-            datasets.load_dataset(name, split=split or "train")
+        with hub.access(why):
+            ds = datasets.load_dataset(name, config, split=split or "train") if config else \
+                datasets.load_dataset(name, split=split or "train")
     except Exception as e:  # network, missing dataset, bad split
+        if why:
+            raise GraftError(f"{spec}: could not load hub dataset: not in the local cache, and the hub is not used "
+                             f"({why})") from None
         raise GraftError(f"{spec}: could not load hub dataset ({type(e).__name__}: {str(e).splitlines()[0]})") from None
     drop = {str(a) for a in drop_answers}
     ak = (fields or {}).get("answer")
@@ -151,8 +169,8 @@ def _load_hub(spec: str, fields, config: str | None = None, where: dict | None =
         if drop and str(row.get(ak or "answer")) in drop:
             continue
         p = _normalise(row, f"{spec}: row {i}", fields)
-        out.append(p if p.id else Problem(f"{name}:{i}", p.problem, p.answer))
-    return out
+        out.append((p if p.id else Problem(f"{name}:{i}", p.problem, p.answer), f"{spec}: row {i}"))
+    return _check_unique(out)
 
 
 def load_hub_subset(spec: str, fields: dict | None = None, config: str | None = None, where: dict | None = None,
@@ -185,11 +203,6 @@ def load_problems(source: str, fields: dict | None = None, where: dict | None = 
         probs = _load_hub(source, fields, where=where)
     if not probs:
         raise GraftError(f"{source}: no problems")
-    seen = set()
-    for p in probs:
-        if p.id in seen:
-            raise GraftError(f"{source}: duplicate id {p.id!r}")
-        seen.add(p.id)
     return probs
 
 

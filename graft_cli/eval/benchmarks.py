@@ -164,7 +164,8 @@ def tiny_task_dir() -> str:
 
 
 def _looks_like_file(s: str) -> bool:
-    return s.endswith((".jsonl", ".json", ".parquet")) or os.path.sep in s or os.path.exists(s)
+    """A local file rather than a hub ``org/name[:split]`` (which has a ``/`` too)."""
+    return s.endswith((".jsonl", ".json", ".parquet")) or s.startswith(("/", "./", "../", "~")) or os.path.exists(s)
 
 
 def _name_from_path(path: str) -> str:

@@ -105,8 +105,8 @@ def prepare_folder(out_dir: str, settings: EvalSettings, spec, benches: list[tup
     """Check (or start) ``meta.json`` of an output folder before any model is loaded: settings, prompt and
     problem sets must match what its files were made with; ``force`` deletes its results first."""
     path = os.path.join(out_dir, "meta.json")
-    prompt = {"suffix": spec.suffix, "chat_template": spec.chat_template,
-              "raw_template": spec.raw_template}
+    template = "auto" if spec.chat_template == "required" else spec.chat_template  # the same prompts (or a refusal)
+    prompt = {"suffix": spec.suffix, "chat_template": template, "raw_template": spec.raw_template}
     if getattr(spec, "separator", " ") != " ":  # folders made before the separator existed keep their identity
         prompt["separator"] = spec.separator
     meta = {"settings": settings.identity(), "prompt": prompt, "benchmarks": {}}

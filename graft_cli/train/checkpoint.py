@@ -17,6 +17,7 @@ A checkpoint is never written from non-finite weights.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -88,6 +89,51 @@ def check_finite(name: str, model) -> None:
             raise GraftError(f"policy {name!r}: parameter {pname} holds non-finite values; no checkpoint written")
 
 
+class _Writer:
+    """A raw file for ``torch.save`` that keeps the OSError of a failed write: torch's zip writer reports a full disk
+    or a file-size limit only as ``unexpected pos``."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, b) -> int:
+        view, done = memoryview(b), 0
+        try:
+            while done < len(view):
+                n = self.f.write(view[done:])
+                if not n:
+                    raise OSError(errno.EIO, os.strerror(errno.EIO))
+                done += n
+        except OSError as e:
+            self.error = e
+            raise
+        return done
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def save_tensors(obj, path: str) -> None:
+    """``torch.save(obj, path)``; a failed write raises its OSError (naming ``path``)."""
+    with open(path, "wb", buffering=0) as raw:
+        w = _Writer(raw)
+        try:
+            torch.save(obj, w)
+        except RuntimeError:
+            if w.error is None:
+                raise
+            raise OSError(w.error.errno, os.strerror(w.error.errno), path) from None
+
+
+def write_error(e: BaseException) -> OSError | None:
+    """The OS error behind a failed checkpoint write: an OSError, or safetensors' ``SafetensorError`` ("I/O error:
+    File too large (os error 27)"); None for anything else (a bug, not the disk)."""
+    if isinstance(e, OSError):
+        return e
+    m = re.search(r"\(os error (\d+)\)", str(e)) if type(e).__name__ == "SafetensorError" else None
+    return OSError(int(m.group(1)), os.strerror(int(m.group(1)))) if m else None
+
+
 def save(ckpt_root: str, step: int, policies: dict, state: dict, keep: int = 2, protect: tuple = ()) -> str:
     final = os.path.join(ckpt_root, f"step_{step:06d}")
     tmp = f"{final}.tmp-{os.getpid()}"
@@ -100,7 +146,7 @@ def save(ckpt_root: str, step: int, policies: dict, state: dict, keep: int = 2, 
             d = os.path.join(tmp, name)
             pol.model.save_pretrained(d, safe_serialization=True)
             pol.tokenizer.save_pretrained(d)
-            torch.save(pol.optimizer.state_dict(), os.path.join(d, "optimizer.pt"))
+            save_tensors(pol.optimizer.state_dict(), os.path.join(d, "optimizer.pt"))
         faults.point("checkpoint", step)
         with open(os.path.join(tmp, STATE), "w", encoding="utf-8") as f:
             json.dump({**state, "rng": rng_state()}, f)
@@ -110,9 +156,12 @@ def save(ckpt_root: str, step: int, policies: dict, state: dict, keep: int = 2, 
         faults.point("manifest", step)
         open(os.path.join(tmp, COMPLETE), "w").close()
         faults.point("rename", step)
-    except OSError as e:  # e.g. a full disk: the half-written folder goes, the last complete checkpoint stays
+    except Exception as e:  # a full disk, a file-size limit: the half-written folder goes, the last complete one stays
         shutil.rmtree(tmp, ignore_errors=True)
-        raise GraftError(f"{final}: checkpoint not written ({e.strerror or e}); the last complete checkpoint is "
+        err = write_error(e)
+        if err is None:
+            raise
+        raise GraftError(f"{final}: checkpoint not written ({err.strerror or err}); the last complete checkpoint is "
                          f"kept and the run can resume from it") from None
     if os.path.exists(final):
         shutil.rmtree(final)

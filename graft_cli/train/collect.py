@@ -43,6 +43,11 @@ class SingleRound:
     def __init__(self, cfg):
         self.cfg = cfg
 
+    def prompts_at(self, trainer, step: int) -> list:
+        """The problems of 0-based ``step``, known in advance (one batch per step); step sources check their data
+        against them before step 1."""
+        return [trainer.problems[i] for i in trainer.sampler.batch_at(step)]
+
     def collect(self, trainer):
         idx = trainer.sampler.next()
         problems = [trainer.problems[i] for i in idx]

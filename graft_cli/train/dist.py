@@ -24,16 +24,24 @@ the root, bf16 compute / fp32 reduction on CUDA unless ``GRAFT_FSDP_BF16=0``; on
 is what the CPU test checks next to ``replicate``). FSDP ranks must run the same number of forward passes,
 so micro-batch counts are equalised across ranks with zero-weight dummy micro-batches and the HF engine's
 decode loop stops only when every rank is done.
+
+Faults: the process group is created with ``run.dist_timeout_s`` as its timeout. A rank that dies closes its
+connections, so the others' next (or current) collective fails at once; a rank that hangs makes the others'
+collective fail after the timeout. Either way each surviving rank stops with one line
+(:class:`~graft_cli.errors.PeerLost`, exit 75) instead of a traceback or a hang, and relaunching all ranks
+resumes from the last complete checkpoint (every write is rank 0's and atomic).
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 
-from graft_cli.errors import GraftError
+from graft_cli.errors import GraftError, PeerLost
 
 
 def _env_int(name: str, default: int) -> int:
@@ -51,6 +59,7 @@ class Dist:
     mode: str = "none"  # none | replicate | fsdp
     rollout_tp: int = 1  # ranks per rollout engine (vLLM tensor_parallel_size when it spans ranks)
     mixed_bf16: bool = False  # direct FSDP2 (GRAFT_FSDP=1): bf16 compute, fp32 reduction
+    timeout_s: float = 1800.0  # the process group's timeout (run.dist_timeout_s)
     accelerator: object = field(default=None, repr=False)
 
     # --------------------------------------------------------------------------------- basics
@@ -68,7 +77,16 @@ class Dist:
 
     def barrier(self) -> None:
         if self.enabled:
-            torch.distributed.barrier()
+            with self.guard("barrier"):
+                torch.distributed.barrier()
+
+    @contextmanager
+    def guard(self, what: str):
+        """A collective whose failure (a peer died, or hung past the timeout) becomes one line (:func:`peer_lost`)."""
+        try:
+            yield
+        except RuntimeError as e:  # gloo raises RuntimeError, NCCL / the store torch.distributed.DistError
+            raise peer_lost(self, what, e) from None
 
     # --------------------------------------------------------------------------------- data split
     @property
@@ -90,7 +108,8 @@ class Dist:
         if not self.enabled:
             return [obj]
         out = [None] * self.world
-        torch.distributed.all_gather_object(out, obj)
+        with self.guard("all_gather_object"):
+            torch.distributed.all_gather_object(out, obj)
         return out
 
     def gather_rollout_groups(self, obj) -> list:
@@ -102,14 +121,16 @@ class Dist:
         if not self.enabled or not values:
             return list(values)
         t = torch.tensor(values, dtype=torch.float64, device=self._coll_device())
-        torch.distributed.all_reduce(t)
+        with self.guard("all_reduce"):
+            torch.distributed.all_reduce(t)
         return t.cpu().tolist()
 
     def max_int(self, x: int) -> int:
         if not self.enabled:
             return x
         t = torch.tensor([x], dtype=torch.long, device=self._coll_device())
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        with self.guard("all_reduce"):
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
         return int(t.item())
 
     def all_done(self, done: bool) -> bool:
@@ -137,7 +158,8 @@ class Dist:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         flat = torch.cat([p.grad.reshape(-1) for p in params])
-        torch.distributed.all_reduce(flat)
+        with self.guard("gradient all_reduce"):
+            torch.distributed.all_reduce(flat)
         flat /= self.world
         off = 0
         for p in params:
@@ -190,6 +212,17 @@ class Dist:
         opts = StateDictOptions(full_state_dict=True)
         set_model_state_dict(model, model_sd, options=opts)
         set_optimizer_state_dict(model, optimizer, optim_sd, options=opts)
+
+
+def peer_lost(d: Dist, what: str, e: BaseException) -> PeerLost:
+    """The one line for a failed collective ``what`` on rank ``d.rank``: the library's first line without its
+    source path and advice (gloo: ``[.../pair.cc:537] Read error ...: Connection reset by peer. This is ...``)."""
+    import re
+
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    first = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". This is typically")[0][:200]
+    return PeerLost(f"rank {d.rank} of {d.world}: {what} failed ({first}): another rank died, or did not answer "
+                    f"within run.dist_timeout_s={d.timeout_s:g} s")
 
 
 def fully_shard_model(model, mixed_bf16: bool = False):
@@ -269,15 +302,18 @@ def setup(cfg) -> Dist:
     accel_fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes")
     fsdp = accel_fsdp or os.environ.get("GRAFT_FSDP", "0").lower() in ("1", "true", "yes")
     accelerator = None
+    timeout = timedelta(seconds=float(cfg.run.dist_timeout_s))
     if accel_fsdp:
         from accelerate import Accelerator
+        from accelerate.utils import InitProcessGroupKwargs
 
-        accelerator = Accelerator()  # reads the FSDP plugin and mixed precision from the launch config
+        # reads the FSDP plugin and mixed precision from the launch config
+        accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timeout)])
     elif not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo")
+        torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo", timeout=timeout)
     return Dist(rank=rank, world=world, local_rank=local, mode="fsdp" if fsdp else "replicate", rollout_tp=tp,
-                accelerator=accelerator, mixed_bf16=fsdp and not accel_fsdp and use_cuda
-                and os.environ.get("GRAFT_FSDP_BF16", "1") == "1")
+                timeout_s=float(cfg.run.dist_timeout_s), accelerator=accelerator,
+                mixed_bf16=fsdp and not accel_fsdp and use_cuda and os.environ.get("GRAFT_FSDP_BF16", "1") == "1")
 
 
 def concat_rollouts(parts: list):

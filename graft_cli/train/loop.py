@@ -35,13 +35,13 @@ from graft_cli.console import make_console
 from graft_cli.data.problems import Problem, load_problems, split_holdout
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
-from graft_cli.errors import GraftError, Stopped
+from graft_cli.errors import GraftError, PeerLost, Stopped
 from graft_cli.models.loading import load_role, load_tokenizer, resolve_path, weights_sha256
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs, to_padded
 from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
 from graft_cli.rollout import ENGINES, SamplingParams
-from graft_cli.rundir import (MetricsLog, atomic_write_text, exchange_log_path, read_json_or_none, rollout_log_path,
-                              write_parquet)
+from graft_cli.rundir import (MetricsLog, atomic_write_text, check_writable, exchange_log_path, read_json_or_none,
+                              rollout_log_path, write_parquet)
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.batch import minibatch_plan
@@ -426,6 +426,18 @@ class Trainer:
         self.step = 0
         self.metrics = MetricsLog(os.path.join(out_dir, "metrics.jsonl"))
         self.ckpt_root = os.path.join(out_dir, "checkpoints")
+        self.check_sources()
+
+    def check_sources(self) -> None:
+        """Every step source's data for the steps this run may train (from its oldest complete checkpoint on, or
+        from step 0), checked before step 1 against the steps' prompts where the collector knows them in advance
+        (``prompts_at``); a missing partner log is one line before anything is written."""
+        if not self.sources:
+            return
+        start = min(ckpt.complete_steps(self.ckpt_root), default=0) if self.cfg.run.resume else 0
+        plan = getattr(self.collector, "prompts_at", None)
+        for src in self.sources.values():
+            src.check(range(start, self.total_steps), (lambda t: plan(self, t)) if plan else None)
 
     def _filter_long_prompts(self) -> None:
         lim = self.cfg.rollout.max_prompt_tokens
@@ -710,6 +722,10 @@ def preflight(cfg: C.Config) -> None:
     data = resolve_path(cfg.data.train)
     if looks_local(data) and not os.path.exists(os.path.expanduser(data)):
         raise GraftError(f"config key 'data.train': {data}: file not found")
+    spec = PromptSpec.from_config(cfg.prompt)
+    if spec.chat_template == "required":  # a tokenizer without a chat template: one line before anything loads
+        for pc in trained.values():  # the prompted ones (a co-generating junior reads the senior's prompt)
+            spec.check(tok(pc), f"config key {_keys(pc, cfg)[1]!r}")
 
     by_name = {p.name: p for p in cfg.policies}
     for k in getattr(ENGINES.get(cfg.rollout.engine), "frozen_kwargs", ()):  # a co-generating model (tandem junior)
@@ -744,7 +760,8 @@ RESUME_MAY_DIFFER = {"run.steps", "run.resume", "run.keep_checkpoints", "run.sav
                      "run.loggers", "run.wandb_project", "run.wandb_mode", "run.log_every",
                      "reward.num_workers", "reward.memory_mb", "run.threads", "run.device", "run.keep_rollouts",
                      "optim.on_nonfinite", "run.out", "run.name",  # run.out, run.name: the run itself (it may move)
-                     "run.policy_workers"}  # identical results (train/parallel.py)
+                     "run.policy_workers",  # identical results (train/parallel.py)
+                     "run.dist_timeout_s"}
 RESUME_MAY_DIFFER |= {f"eval.{k}" for k in ("every", "benchmarks", "data_dir", "samples", "runs", "max_new_tokens",
                                               "temperature", "top_p", "seed", "save_best")}  # validation only
 
@@ -837,8 +854,9 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = console or make_console(stderr=True)
-    preflight(cfg)  # nothing is written before the models' vocabularies are known to fit
     out = run_dir_for(cfg)
+    check_writable(out, "run.out")  # a run directory that cannot be written: one line before anything is loaded
+    preflight(cfg)  # nothing is written before the models' vocabularies are known to fit
     is_main = os.environ.get("RANK", "0") == "0"  # data-parallel runs: only rank 0 writes files
     progress = progress and is_main
     if cfg.run.resume:
@@ -900,11 +918,10 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
                 while trainer.step < trainer.total_steps:
                     try:
                         rows = trainer.train_step()
+                    except PeerLost:
+                        raise
                     except GraftError as e:  # say what is on disk: the checkpoint a rerun resumes from, if any
-                        last = ckpt.valid_steps(trainer.ckpt_root)
-                        raise GraftError(f"{e}; " + (f"the last checkpoint (step {last[-1]}) is intact" if last else
-                                                     "no checkpoint was written yet (a rerun starts at step 0)")
-                                         ) from None
+                        raise GraftError(f"{e}; {on_disk(trainer)}") from None
                     if is_main:
                         trainer.metrics.write(rows)
                         trackers.log(rows)
@@ -924,6 +941,14 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
         finally:
             if trackers is not None:
                 trackers.close()
+    except PeerLost as e:  # another data-parallel rank died or hung (train/dist.py): one line, exit 75
+        raise PeerLost(f"{e}; {trainer.step} steps done, {on_disk(trainer)}; relaunch every rank to resume") \
+            from None
+    except RuntimeError as e:  # a collective inside FSDP / a checkpoint gather (NCCL, the store, gloo)
+        if not (trainer.dist.enabled and (isinstance(e, torch.distributed.DistError) or "gloo" in str(e))):
+            raise
+        raise PeerLost(f"{D.peer_lost(trainer.dist, 'a collective', e)}; {trainer.step} steps done, "
+                       f"{on_disk(trainer)}; relaunch every rank to resume") from None
     except _Preempt:
         last = ckpt.valid_steps(trainer.ckpt_root)
         raise Stopped(f"stopped by SIGTERM during step {trainer.step + 1}, which was abandoned; "
@@ -936,6 +961,13 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
     if is_main:
         console.print(f"run directory: {out} ({disk_use(out) / 2**20:.1f} MiB on disk)", soft_wrap=True)
     return out
+
+
+def on_disk(trainer) -> str:
+    """What a rerun resumes from: the newest checkpoint that verifies, or step 0."""
+    last = ckpt.valid_steps(trainer.ckpt_root)
+    return f"the last checkpoint (step {last[-1]}) is intact" if last else \
+        "no checkpoint was written yet (a rerun starts at step 0)"
 
 
 def step_line(rows: list[dict]) -> str:

@@ -9,7 +9,7 @@ grades their responses with its own grader and closes them with itself.
   step's prompts; with ``reverify`` the logged responses are re-graded with this run's reward and the
   partner's advantages recomputed from the re-verified rewards (graft.md §8 item 13), else the logged
   rewards and advantages are kept. Metrics (added to every trained policy's row): ``graft/partner_reward``,
-  ``graft/reverify_changed``.
+  ``graft/reverify_changed``. ``check`` runs before step 1 on every step the run will train (light columns only).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from graft_cli.batch import PolicyStep
-from graft_cli.data.rollout_logs import read_partner_step
+from graft_cli.data.rollout_logs import check_partner_step, read_partner_step
 from graft_cli.registry import Registry
 from graft_cli.rollout.base import Rollouts
 from graft_cli.rundir import rollout_log_path
@@ -31,6 +31,14 @@ class RolloutLogSource:
     def __init__(self, sc, grader, adv_fn, algo, data_seed: int | None = None):
         self.name, self.run, self.policy, self.reverify = sc.name, sc.run, sc.policy, bool(sc.reverify)
         self.grader, self.adv_fn, self.algo, self.data_seed = grader, adv_fn, algo, data_seed
+
+    def check(self, steps, problems_at=None) -> None:
+        """Before step 1: the partner's log of every step in ``steps`` exists and (``problems_at(step)``: the step's
+        prompts, when known in advance) holds that step's prompts in order; a missing or mismatched one is one
+        line now, not a stop at that step hours into the run."""
+        for t in steps:
+            check_partner_step(rollout_log_path(self.run, self.policy, t), t,
+                               problems_at(t) if problems_at else None, self.data_seed)
 
     def step(self, problems, step: int) -> tuple[PolicyStep, dict]:
         log = read_partner_step(rollout_log_path(self.run, self.policy, step), step, problems, self.data_seed)
