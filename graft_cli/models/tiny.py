@@ -284,7 +284,7 @@ _V3_TOKENIZER_STYLES = ("prose", "steps", "words")
 # (issue 28 item 18: OPD advantages >= 5x GRPO's): mean |A_OPD| / mean |A_GRPO| over the junior's samples was 1.4 as
 # trained, 3.2 / 4.9 / 8.5 with the logits x2 / x3 / x5.
 _V3_TEACHER_SHARPEN = 4.0
-_PACK = 128  # v3's SFT packs each batch into rows of 128 tokens (sft_batch_packed): the padded batch's loss, ~30% less work
+_PACK = 128  # v3's SFT packs each batch into rows of 128 tokens (sft_batch_packed): the padded loss, less work
 _ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
 _LEVELS = {1: 2.0, 2: 2.0, 3: 1.0}
 _TEACHER_LEVELS = {1: 1.0, 2: 2.0, 3: 2.0}
