@@ -337,14 +337,16 @@ class Recipe:
 
     @classmethod
     def full(cls) -> Recipe:
-        """The default pair (v2): one writing style, blind families (weight 0.01)."""
+        """The v2 pair (the default until 2026-12-03; ``GRAFT_TINY_RECIPE=v2``): one writing style, blind families
+        (weight 0.01); :meth:`reduced` and the tests' builds start from it."""
         return cls()
 
     @classmethod
     def v3(cls) -> Recipe:
-        """Tiny pair v3 (issue 27; opt-in, ``GRAFT_TINY_RECIPE=v3`` or ``graft tiny build --recipe v3``): each model
-        writes its own style (a terse, b semicolon, c words; the teacher and junior a's), sees 3-5% of its peers',
-        and has a weak (not blind) family. Its regime targets are not all met yet (README, "Tiny pair v3")."""
+        """Tiny pair v3 (issue 27; the default): each model writes its own style (a prose, b steps, c words; the
+        teacher and junior a's), sees 3-5% of its peers', and has a weak (not blind) family (a: two-step expressions,
+        b: linear equations); a's tokenizer splits words as Qwen's does; SFT packed; the teacher sharpened. Build 7
+        (seed 0) meets every regime target (README, "The tiny pair")."""
         base = cls()
         return dataclasses.replace(
             base, name="v3", own_styles=dict(_V3_OWN_STYLES), split_a="qwen", tokenizer_styles=_V3_TOKENIZER_STYLES,
@@ -399,8 +401,9 @@ RECIPES = {"v2": "full", "v3": "v3"}
 
 
 def default_recipe() -> Recipe:
-    """``$GRAFT_TINY_RECIPE`` (default ``v2``): the recipe :func:`build_tiny` / :func:`ensure_tiny` build."""
-    return Recipe.named(os.environ.get("GRAFT_TINY_RECIPE") or "v2")
+    """``$GRAFT_TINY_RECIPE`` (default ``v3``, the pair in the GRAFT paper's regime; ``v2`` the earlier pair of the
+    studies published before 2026-12-03): the recipe :func:`build_tiny` / :func:`ensure_tiny` build."""
+    return Recipe.named(os.environ.get("GRAFT_TINY_RECIPE") or "v3")
 
 
 # ----------------------------------------------------------------------------------------------------
