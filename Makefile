@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: setup demo test test-fast test-vllm lint clean publish publish-tiny3 reproduce gpu-deps
+.PHONY: setup demo test test-fast test-vllm lint clean publish publish-tiny3 publish-saf publish-tandem reproduce gpu-deps
 
 setup: $(VENV)/.installed
 
@@ -47,6 +47,20 @@ publish-tiny3: setup
 	$(PY) -m graft_cli.report.publish copy .cache/reproduce_tiny3 --dest results/tiny3 --command "make publish-tiny3" \
 		--wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
 	$(PY) -m graft_cli.report.publish readme --dest results/tiny3
+
+# The miniature SAF-OPD study (experiments/reproduce/tiny_saf.yaml), published into results/tiny_saf/.
+publish-saf: setup
+	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair tiny_saf --out .cache/reproduce_tiny_saf && \
+	$(PY) -m graft_cli.report.publish copy .cache/reproduce_tiny_saf --dest results/tiny_saf --command "make publish-saf" \
+		--wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
+	$(PY) -m graft_cli.report.publish readme --dest results/tiny_saf
+
+# The miniature Tandem RLVR study (experiments/reproduce/tiny_tandem.yaml), published into results/tiny_tandem/.
+publish-tandem: setup
+	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair tiny_tandem --out .cache/reproduce_tiny_tandem && \
+	$(PY) -m graft_cli.report.publish copy .cache/reproduce_tiny_tandem --dest results/tiny_tandem \
+		--command "make publish-tandem" --wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
+	$(PY) -m graft_cli.report.publish readme --dest results/tiny_tandem
 
 # The weekly reproduction (.github/workflows/reproduce.yml): the study afresh, its verdicts against the published.
 reproduce: setup
