@@ -416,9 +416,13 @@ def test_tiny_pair_is_pinned_for_a_plan(monkeypatch, tmp_path):
     from graft_cli.models import tiny as T
 
     assert X.uses_tiny(P.load_reproduce("tiny"), str(tmp_path))
-    man = {"hashes": {"a": "1", "b": "2"}, "recipe": T.Recipe.full().to_dict()}
+    man = {"hashes": {"a": "1", "b": "2"}, "recipe": T.default_recipe().to_dict()}
     monkeypatch.setattr(T, "read_manifest", lambda *a, **k: man)
     X.check_tiny({"hashes": {"a": "1", "b": "2"}})
+    monkeypatch.setenv("GRAFT_TINY_RECIPE", "v2")  # the code would build the v2 pair: a v3 cache is refused
+    with pytest.raises(GraftError, match="recipe in the code changed"):
+        X.check_tiny({"hashes": {"a": "1", "b": "2"}})
+    monkeypatch.delenv("GRAFT_TINY_RECIPE")
     X.check_tiny(None)
     with pytest.raises(GraftError, match="changed since this plan started"):
         X.check_tiny({"hashes": {"a": "1", "b": "3"}})  # the cache was rebuilt

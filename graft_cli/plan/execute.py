@@ -231,7 +231,7 @@ def check_tiny(expected: dict | None) -> None:
         raise GraftError(f"the tiny pair in {T.default_cache_dir()} changed since this plan started (model hashes "
                          f"differ): its runs would mix two pairs; use a new --out")
     try:
-        recipe_now = T.Recipe.full().to_dict()
+        recipe_now = T.default_recipe().to_dict()  # the recipe ensure_tiny would build (GRAFT_TINY_RECIPE)
     except Exception:  # an older/newer tiny module without Recipe: the hash check above stands
         return
     if man.get("recipe") != recipe_now:
