@@ -33,34 +33,31 @@ demo: setup
 	$(VENV)/bin/graft tiny build
 	$(VENV)/bin/graft train --pair tiny --method graft --steps $(STEPS)
 
-# The miniature study, published into results/tiny/ (report, tables, claims, plots, provenance) and quoted by the
-# README (finished runs in .cache/reproduce_tiny are reused: remove it for a fresh measurement).
+# A miniature study, published into results/<dest>/ (report, tables, claims, plots, provenance) and quoted by the
+# README (finished runs in .cache/reproduce_<plan> are reused: remove it for a fresh measurement).
+# $(call publish_study,PLAN,DEST,TARGET)
+define publish_study
+	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair $(1) --out .cache/reproduce_$(1) && \
+	$(PY) -m graft_cli.report.publish copy .cache/reproduce_$(1) --dest $(2) --command "make $(3)" \
+		--wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
+	$(PY) -m graft_cli.report.publish readme --dest $(2)
+endef
+
+# The GRAFT miniature (experiments/reproduce/tiny.yaml) into results/tiny/.
 publish: setup
-	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair tiny --out .cache/reproduce_tiny && \
-	$(PY) -m graft_cli.report.publish copy .cache/reproduce_tiny --dest results/tiny --command "make publish" \
-		--wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
-	$(PY) -m graft_cli.report.publish readme --dest results/tiny
+	$(call publish_study,tiny,results/tiny,publish)
 
-# The three-peer miniature (experiments/reproduce/tiny3.yaml), published into results/tiny3/ the same way.
+# The three-peer miniature (experiments/reproduce/tiny3.yaml) into results/tiny3/.
 publish-tiny3: setup
-	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair tiny3 --out .cache/reproduce_tiny3 && \
-	$(PY) -m graft_cli.report.publish copy .cache/reproduce_tiny3 --dest results/tiny3 --command "make publish-tiny3" \
-		--wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
-	$(PY) -m graft_cli.report.publish readme --dest results/tiny3
+	$(call publish_study,tiny3,results/tiny3,publish-tiny3)
 
-# The miniature SAF-OPD study (experiments/reproduce/tiny_saf.yaml), published into results/tiny_saf/.
+# The SAF-OPD miniature (experiments/reproduce/tiny_saf.yaml) into results/tiny_saf/.
 publish-saf: setup
-	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair tiny_saf --out .cache/reproduce_tiny_saf && \
-	$(PY) -m graft_cli.report.publish copy .cache/reproduce_tiny_saf --dest results/tiny_saf --command "make publish-saf" \
-		--wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
-	$(PY) -m graft_cli.report.publish readme --dest results/tiny_saf
+	$(call publish_study,tiny_saf,results/tiny_saf,publish-saf)
 
-# The miniature Tandem RLVR study (experiments/reproduce/tiny_tandem.yaml), published into results/tiny_tandem/.
+# The Tandem RLVR miniature (experiments/reproduce/tiny_tandem.yaml) into results/tiny_tandem/.
 publish-tandem: setup
-	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair tiny_tandem --out .cache/reproduce_tiny_tandem && \
-	$(PY) -m graft_cli.report.publish copy .cache/reproduce_tiny_tandem --dest results/tiny_tandem \
-		--command "make publish-tandem" --wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
-	$(PY) -m graft_cli.report.publish readme --dest results/tiny_tandem
+	$(call publish_study,tiny_tandem,results/tiny_tandem,publish-tandem)
 
 # The weekly reproduction (.github/workflows/reproduce.yml): the study afresh, its verdicts against the published.
 reproduce: setup
