@@ -236,7 +236,9 @@ def test_method_configs():
     from graft_cli.config import compose
 
     saf = compose(["method=saf"])
-    assert [(p.name, p.role) for p in saf.policies] == [("a", "train"), ("teacher", "frozen")]
+    # the tiny pair's student is the junior (experiments/pair/tiny.yaml distill.student), trained alone
+    assert [(p.name, p.role) for p in saf.policies] == [("student", "train"), ("teacher", "frozen")]
+    assert saf.policies[0].model == "tiny:junior"
     assert saf.policies[1].model == "tiny:teacher" and saf.policies[1].score_column == "ref_logprobs"
     p = saf.algo.token_adv_params
     assert (p["topk"], p["tanh"], p["tanh_coef"], p["grpo_coef"], p["opd_coef"]) == (20.0, True, 0.1, 1.0, 1.0)

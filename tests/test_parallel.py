@@ -104,8 +104,8 @@ def test_parallel_policies_equal_sequential(tiny_models, problems_file, tmp_path
 
 def float_order_runs(tiny_models, problems_file, tmp_path, key: str, extra: list[str], tag: str):
     """Two 3-step GRAFT runs on one thread, ``key`` false then true, otherwise the same; asserts that their
-    metric rows agree to float summation order (the same steps and policies, losses and gradient norms to
-    1e-4 relative) and returns ``(dirs, rows_off, rows_on)``, ``dirs`` keyed by False / True."""
+    metric rows agree to float summation order (the same steps and policies, losses to 1e-4 and gradient
+    norms to 1e-3 relative) and returns ``(dirs, rows_off, rows_on)``, ``dirs`` keyed by False / True."""
     from graft_cli.train.loop import train
 
     dirs = {}
@@ -118,7 +118,9 @@ def float_order_runs(tiny_models, problems_file, tmp_path, key: str, extra: list
     assert [(r["step"], r["policy"]) for r in ra] == [(r["step"], r["policy"]) for r in rb]
     for x, y in zip(ra, rb):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-4, abs=1e-6)
-        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4)
+        # gradient norms: float-order noise compounds through Adam's 1/sqrt(v) over the steps; measured 1.8e-4
+        # relative at step 3 (a step whose norm jumps 0.21 -> 0.76); a wrong mask or normaliser moves it by >1e-2
+        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-3)
     return dirs, ra, rb
 
 

@@ -503,6 +503,12 @@ def silent_hub(monkeypatch):
     monkeypatch.setattr(constants, "ENDPOINT", url)
     monkeypatch.setattr(datasets.config, "HF_ENDPOINT", url)
     monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
+    # the hub is this silent endpoint, not switched off: .ci/run exports HF_HUB_OFFLINE=1 for every other test
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    from graft_cli.data import hub
+
+    monkeypatch.setattr(hub, "_ANSWERS", {})
     yield seen
     srv.close()
     for c in held:
