@@ -149,6 +149,19 @@ class FilterGroupsConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """Rollout rejection and mismatch metrics (verl ``algorithm.rollout_correction``'s ``rollout_rs``,
+    ``rollout_token_veto_threshold`` and off-policy metrics; graft_cli/algorithms/correction.py), beside the TIS
+    weights of ``algo.is_correction``. Applies to the receiver's own rows (they carry sampler log-probs)."""
+
+    rejection: str = "none"  # registered rejection mask: none | token | sequence | geometric | icepop
+    params: dict = field(default_factory=dict)  # its thresholds (token/sequence/geometric: threshold 2.0,
+    # threshold_lower 0 = 1/threshold; icepop: alpha 0.5, beta 5.0), validated against its defaults
+    veto_threshold: float = 0.0  # drop a response holding a token with ratio below this (0 = off)
+    metrics: bool = True  # rollout_corr/* every step: KL, k3 KL, PPLs, log-PPL difference, chi2 (token, sequence)
+
+
+@dataclass
 class AlgoConfig:
     advantage: str = "grpo"
     adv_eps: float = 1e-6
@@ -172,6 +185,7 @@ class AlgoConfig:
     kl_rows: str = "all"  # rows the KL term covers: all | self (the policy's own samples; HACPO's released loss)
     reference: str = "none"  # none | initial: a frozen copy of each policy's initial weights, column ref_logprobs
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     loss_params: dict = field(default_factory=dict)  # the loss's parameters, validated against its defaults
     token_adv_params: dict = field(default_factory=dict)  # parameters of the token-advantage functions
     loss_mask: str = "response"  # registered loss-mask function (graft_cli/algorithms/signals.py)
@@ -397,7 +411,7 @@ def _dict_field(cfg: DictConfig, key: str) -> bool:
 
 
 FREE_DICTS = ("exchange.params", "extra", "data.fields", "data.where", "rollout.engine_kwargs", "algo.loss_params",
-              "algo.token_adv_params", "algo.loss_mask_params", "distill", "tandem")
+              "algo.token_adv_params", "algo.loss_mask_params", "algo.rollout_correction.params", "distill", "tandem")
 
 
 def to_yaml(cfg: Config) -> str:
@@ -441,12 +455,14 @@ def validate(cfg: Config, registries: bool = True) -> None:
     plugins were not imported) skips the checks that a registered name exists."""
     from graft_cli.algorithms import CONTROLLERS, LOSS_MASKS, TOKEN_ADVANTAGES
     from graft_cli.algorithms.advantages import ADVANTAGES
+    from graft_cli.algorithms.correction import ROLLOUT_REJECTIONS
     from graft_cli.algorithms.exchange import EXCHANGES
     from graft_cli.algorithms.losses import AGG_MODES, KL_KINDS, KL_ROWS, POLICY_LOSSES
     from graft_cli.algorithms.minibatch import MINIBATCH_ORDERINGS
     from graft_cli.models.loading import DTYPES
     from graft_cli.models.logprobs import AUTOCAST
     from graft_cli.models.scoring import SCORERS
+    from graft_cli.registry import validate_params
     from graft_cli.rollout import ENGINES
 
     def _known(name, reg, key):
@@ -525,6 +541,14 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(a.old_logprobs in ("auto", "trainer", "sampler"), "algo.old_logprobs", "must be auto, trainer or sampler")
     _check(a.is_correction in ("none", "token", "sequence"), "algo.is_correction", "must be none, token or sequence")
     _check(a.is_threshold > 0, "algo.is_threshold", "must be > 0")
+    rc = a.rollout_correction
+    _check(rc.veto_threshold >= 0, "algo.rollout_correction.veto_threshold", "must be >= 0 (0 = off)")
+    _known(rc.rejection, ROLLOUT_REJECTIONS, "algo.rollout_correction.rejection")
+    if rc.rejection in ROLLOUT_REJECTIONS:
+        rc.params = validate_params(ROLLOUT_REJECTIONS.get(rc.rejection).defaults, rc.params,
+                                    "algo.rollout_correction.params", f"rejection mask {rc.rejection!r}")
+        for k in ("threshold", "alpha", "beta"):
+            _check(rc.params.get(k, 1.0) > 0, f"algo.rollout_correction.params.{k}", "must be > 0")
     _known(a.advantage, ADVANTAGES, "algo.advantage")
     _known(a.loss, POLICY_LOSSES, "algo.loss")
     if a.loss in POLICY_LOSSES:

@@ -19,6 +19,8 @@ computed after truncation, over tokens (token mode) or sequences (sequence mode)
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from graft_cli.registry import Registry
@@ -75,3 +77,132 @@ def batch_is_weights(old_logprobs: list[list[float]], sampler_logprobs: list, so
     return weights, {"sampling/importance_sampling_ratio/mean": float(vals.mean()),
                      "sampling/importance_sampling_ratio/min": float(vals.min()),
                      "sampling/importance_sampling_ratio/max": float(vals.max())}
+
+
+# ------------------------------------------------------------------ rejection masks and mismatch metrics
+# verl's rollout correction (docs/algo/rollout_corr.md, trainer/ppo/rollout_corr_helper.py) beside the TIS weights
+# above: rejection sampling drops the tokens or whole responses whose trainer/sampler ratio is an outlier from the
+# loss (they leave the loss mask, so the token-mean and seq-mean denominators too), a per-token veto drops a whole
+# response that holds one catastrophic token, and the off-policy metrics say how far apart the two are. IcePop
+# (Ring-1T, 2025) is the token band mask M(k) = 1[α ≤ k ≤ β]; its weight k inside the band is token TIS with
+# C ≥ β (``algo.is_correction: token``, ``algo.is_threshold: 5``), which truncates nothing inside the band.
+ROLLOUT_REJECTIONS: Registry = Registry("rollout rejection mask")
+SAFETY_BOUND = 20.0  # |log ratio| clamp before exp (verl's SAFETY_BOUND)
+
+
+def _register_rejection(name: str, **defaults):
+    def deco(fn):
+        fn.defaults = dict(defaults)
+        ROLLOUT_REJECTIONS.register(name)(fn)
+        return fn
+
+    return deco
+
+
+def _band(log_w: torch.Tensor, upper: float, lower: float) -> torch.Tensor:
+    """1 where lower ≤ exp(log_w) ≤ upper (compared in log space), else 0; ``lower`` 0 means 1/upper (verl)."""
+    lo = 1.0 / upper if lower <= 0 else lower
+    return ((log_w >= math.log(lo)) & (log_w <= math.log(upper))).to(log_w.dtype)
+
+
+def _seq_masked(x: torch.Tensor, mask: torch.Tensor, mean: bool) -> torch.Tensor:
+    s = (x * mask).sum(-1, keepdim=True)
+    return s / mask.sum(-1, keepdim=True).clamp(min=1) if mean else s
+
+
+@_register_rejection("none")
+def no_rejection(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Every token kept."""
+    return mask.clone()
+
+
+@_register_rejection("token", threshold=2.0, threshold_lower=0.0)
+def token_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
+    """keep_{j,t} = 1[L ≤ ρ_{j,t} ≤ U] with ρ = π_old/π_samp per token (verl ``rollout_rs: token``;
+    U = ``threshold``, L = ``threshold_lower``, 0: 1/U)."""
+    return _band(log_ratio, threshold, threshold_lower) * mask
+
+
+@_register_rejection("sequence", threshold=2.0, threshold_lower=0.0)
+def sequence_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
+    """keep_j = 1[L ≤ Π_t ρ_{j,t} ≤ U] on every token of response j (verl ``rollout_rs: sequence``)."""
+    return _band(_seq_masked(log_ratio, mask, mean=False), threshold, threshold_lower) * mask
+
+
+@_register_rejection("geometric", threshold=2.0, threshold_lower=0.0)
+def geometric_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
+    """keep_j = 1[L ≤ exp(mean_t log ρ_{j,t}) ≤ U] (verl ``rollout_rs: geometric``: the geometric mean of the
+    token ratios, a length-independent sequence test)."""
+    return _band(_seq_masked(log_ratio, mask, mean=True), threshold, threshold_lower) * mask
+
+
+@_register_rejection("icepop", alpha=0.5, beta=5.0)
+def icepop_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, alpha: float, beta: float):
+    """IcePop's band: keep_{j,t} = 1[α ≤ ρ_{j,t} ≤ β] (α 0.5, β 5: Ring-1T's values)."""
+    return _band(log_ratio, beta, alpha) * mask
+
+
+def token_veto(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
+    """keep_j = 0 when any token of response j has ρ_{j,t} < ``threshold`` (verl
+    ``rollout_token_veto_threshold``); (B, 1) 0/1."""
+    bad = (log_ratio < math.log(threshold)) & (mask > 0)
+    return (~bad.any(-1, keepdim=True)).to(log_ratio.dtype)
+
+
+def mismatch_metrics(old: torch.Tensor, samp: torch.Tensor, mask: torch.Tensor) -> dict:
+    """verl's off-policy diagnostics between the trainer (π_old) and the sampler (π_samp) over the masked tokens:
+    ``kl`` = mean_t(log π_samp − log π_old) (KL(π_samp‖π_old), k1), ``k3_kl`` = mean_t(ρ − log ρ − 1),
+    ``training_ppl`` / ``rollout_ppl`` = mean_j exp(−mean_t log π), ``log_ppl_diff`` = mean_j(mean_t log π_samp −
+    mean_t log π_old) (the log of training PPL / rollout PPL), ``ppl_ratio`` = mean_j exp(that),
+    ``chi2_token`` = mean_t ρ² − 1, ``chi2_seq`` = mean_j (Π_t ρ)² − 1 (ρ clamped to e^±20)."""
+    n = mask.sum()
+    lr = (old - samp) * mask
+    tok = lambda x: float((x * mask).sum() / n)  # noqa: E731
+    m_old, m_samp = _seq_masked(old, mask, True).squeeze(-1), _seq_masked(samp, mask, True).squeeze(-1)
+    diff = m_samp - m_old
+    rho = torch.exp(lr.clamp(-SAFETY_BOUND, SAFETY_BOUND))
+    seq = lr.sum(-1).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    return {"kl": tok(samp - old), "k3_kl": tok(rho - lr - 1), "training_ppl": float(torch.exp(-m_old).mean()),
+            "rollout_ppl": float(torch.exp(-m_samp).mean()), "log_ppl_diff": float(diff.mean()),
+            "log_ppl_abs_diff": float(diff.abs().mean()), "ppl_ratio": float(torch.exp(diff).mean()),
+            "chi2_token": tok(rho.square()) - 1.0, "chi2_seq": float(torch.exp(2 * seq).mean()) - 1.0}
+
+
+def batch_rejection(old_logprobs: list, sampler_logprobs: list, source: list[str], loss_mask: list | None,
+                    rejection: str, params: dict, veto_threshold: float, metrics: bool) -> tuple[list | None, dict]:
+    """The loss mask of a TrainBatch with the rejection mask and the veto applied to the receiver's own rows (those
+    with sampler log-probs; grafted, teacher and stored rows are kept as they are), and the ``rollout_corr/*``
+    metrics over those rows (verl's names): the mismatch metrics, ``rs_masked_fraction`` (tokens dropped),
+    ``rs_seq_masked_fraction`` (responses with a dropped token), ``veto_fraction``."""
+    fn = ROLLOUT_REJECTIONS.get(rejection)
+    rows = [i for i, (s, samp, old) in enumerate(zip(source, sampler_logprobs, old_logprobs))
+            if s == "self" and samp is not None and len(samp) == len(old) and len(old) > 0]
+    if not rows or (rejection == "none" and veto_threshold <= 0 and not metrics):
+        return loss_mask, {}
+    T = max(len(old_logprobs[i]) for i in rows)
+    old = torch.zeros(len(rows), T, dtype=torch.float64)
+    samp, mask, lmask = torch.zeros_like(old), torch.zeros_like(old), torch.zeros_like(old)
+    for k, i in enumerate(rows):
+        n = len(old_logprobs[i])
+        old[k, :n] = torch.tensor(old_logprobs[i], dtype=torch.float64)
+        samp[k, :n] = torch.tensor(sampler_logprobs[i], dtype=torch.float64)
+        mask[k, :n] = 1.0
+        m = None if loss_mask is None else loss_mask[i]
+        lmask[k, :n] = 1.0 if m is None else torch.tensor(m, dtype=torch.float64)
+    log_ratio = (old - samp) * mask
+    keep = fn(log_ratio, mask, **params)
+    met = {f"rollout_corr/{k}": v for k, v in mismatch_metrics(old, samp, mask).items()} if metrics else {}
+    if veto_threshold > 0:
+        veto = token_veto(log_ratio, mask, veto_threshold)
+        met["rollout_corr/veto_fraction"] = float(1 - veto.mean())
+        keep = keep * veto
+    if rejection == "none" and veto_threshold <= 0:
+        return loss_mask, met
+    dropped = (1 - keep) * mask
+    met["rollout_corr/rs_masked_fraction"] = float(dropped.sum() / mask.sum())
+    met["rollout_corr/rs_seq_masked_fraction"] = float((dropped.sum(-1) > 0).to(torch.float64).mean())
+    out = list(loss_mask) if loss_mask is not None else [None] * len(old_logprobs)
+    for k, i in enumerate(rows):
+        n = len(old_logprobs[i])
+        out[i] = (lmask[k, :n] * keep[k, :n]).tolist()
+    return out, met

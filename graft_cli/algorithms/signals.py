@@ -13,6 +13,8 @@ these columns only).
   ``algo.is_correction`` is ``token`` or ``sequence``) multiplies the advantages the functions before it left
   by the truncated IS weights, so it goes last when the weight is to cover the whole advantage (verl multiplies
   the whole per-token loss by it: ``grpo_opd``, ``saf`` and ``opd_only`` run ``[opd_fusion, is_correction]``).
+- Rollout rejection (``algo.rollout_correction``, :func:`rollout_rejection`): after the loss mask, verl's
+  rejection masks and veto take outlier tokens or responses of the receiver's own rows out of the loss mask.
 
 ``ctx`` is a :class:`SignalContext`: the step, the algorithm settings, the controllers' coefficients and
 the policy's name.
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graft_cli.algorithms.correction import batch_is_weights
+from graft_cli.algorithms.correction import batch_is_weights, batch_rejection
 from graft_cli.errors import GraftError
 from graft_cli.registry import Registry, validate_params
 
@@ -127,6 +129,14 @@ def scalar_broadcast(batch, i: int) -> list[float]:
     """Row i's advantage per token: its per-token advantages when set, else its scalar on every token."""
     tadv = None if batch.token_adv is None else batch.token_adv[i]
     return list(tadv) if tadv is not None else [batch.advantages[i]] * len(batch.response_ids[i])
+
+
+def rollout_rejection(batch, rc) -> tuple[list | None, dict]:
+    """The batch's loss mask with ``algo.rollout_correction`` applied (its rejection mask and veto on the
+    receiver's own rows: rejected tokens leave the loss and its denominators, as verl's modified response mask)
+    and the ``rollout_corr/*`` metrics (graft_cli/algorithms/correction.py)."""
+    return batch_rejection(batch.old_logprobs, batch.sampler_logprobs, batch.source, batch.loss_mask, rc.rejection,
+                           dict(rc.params), float(rc.veto_threshold), bool(rc.metrics))
 
 
 @TOKEN_ADVANTAGES.register("is_correction")

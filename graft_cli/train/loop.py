@@ -28,8 +28,8 @@ from graft_cli.algorithms.advantages import ADVANTAGES
 from graft_cli.algorithms.controllers import build_controllers
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
 from graft_cli.algorithms.losses import POLICY_LOSSES, LossInputs, Normaliser, compute_loss
-from graft_cli.algorithms.signals import (LOSS_MASKS, TOKEN_ADVANTAGES, SignalContext, scalar_broadcast,
-                                          token_adv_params)
+from graft_cli.algorithms.signals import (LOSS_MASKS, TOKEN_ADVANTAGES, SignalContext, rollout_rejection,
+                                          scalar_broadcast, token_adv_params)
 from graft_cli.batch import PolicyStep, TrainBatch, plan_micro_batches
 from graft_cli.console import make_console
 from graft_cli.data.problems import Problem, load_problems, split_holdout
@@ -556,7 +556,7 @@ class Trainer:
         a = self.cfg.algo
         sctx = SignalContext(step=self.step, policy=name, algo=a, coefs=coefs, params=dict(a.loss_mask_params))
         batch.loss_mask = LOSS_MASKS.get(a.loss_mask)(batch, sctx)
-        met: dict = {}
+        batch.loss_mask, met = rollout_rejection(batch, a.rollout_correction)
         for fn_name in a.token_advantages:
             sctx.params = self.signal_params[fn_name]
             batch.token_adv, m = TOKEN_ADVANTAGES.get(fn_name)(batch, sctx)
