@@ -41,6 +41,24 @@ def _run(cmd, out, **extra_env):
             for f in os.listdir(out) if f.startswith("rank") and f.endswith(".pt")}
 
 
+def _run_nodes(nnodes: int, args: list, out) -> dict:
+    """``nnodes`` torchrun agents (one process each) started together on localhost and joined through the c10d
+    rendezvous (``--rdzv-backend c10d --rdzv-endpoint HOST:PORT``), as one agent per node does on a cluster."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_FSDP", "GRAFT_FSDP"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc_per_node", "1",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "graft-test",
+           "--max-restarts", "0", *args]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(nnodes)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (o, e) in zip(procs, outs):
+        assert p.returncode == 0, (o[-2000:], e[-4000:])
+    return {int(f[4:-3]): torch.load(os.path.join(out, f), weights_only=False)
+            for f in os.listdir(out) if f.startswith("rank") and f.endswith(".pt")}
+
+
 @pytest.mark.parametrize("method", ["graft_nogate"])  # self rows (the GRPO path) + admitted peer rows
 def test_two_processes_equal_one(tmp_path, method):
     a = make_random_model(str(tmp_path / "a"), "qwen3", 0)
@@ -55,6 +73,13 @@ def test_two_processes_equal_one(tmp_path, method):
     two = _run([*launch, WORKER, str(tmp_path / "two"), a, b, data, *extra], tmp_path / "two")
     launch[-1] = str(_free_port())
     fsdp = _run([*launch, WORKER, str(tmp_path / "fsdp"), a, b, data, *extra], tmp_path / "fsdp", GRAFT_FSDP="1")
+    # two "nodes" of one process each, joined by the c10d rendezvous as on a cluster (issue 32 item 1; the
+    # torchrun form of docs/scale_out.md): two torchrun agents on localhost, one output folder (a shared file system)
+    nodes = _run_nodes(2, [WORKER, str(tmp_path / "nodes"), a, b, data, *extra], tmp_path / "nodes")
+    assert set(nodes) == {0, 1} and nodes[0]["world"] == 2
+    two_nodes_equal = all(torch.equal(nodes[r]["params"][pol][k], two[r]["params"][pol][k])
+                          for r in (0, 1) for pol in two[r]["params"] for k in two[r]["params"][pol])
+    assert two_nodes_equal  # the same processes, ranks and collectives as one node of two: bit-identical
     assert set(one) == {0} and set(two) == {0, 1} and set(fsdp) == {0, 1}
     assert one[0]["world"] == 1 and two[0]["world"] == 2 and two[0]["mode"] == "replicate"
     assert fsdp[0]["mode"] == "fsdp"
