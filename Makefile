@@ -34,7 +34,8 @@ demo: setup
 	$(VENV)/bin/graft train --pair tiny --method graft --steps $(STEPS)
 
 # A miniature study, published into results/<dest>/ (report, tables, claims, plots, provenance) and quoted by the
-# README (finished runs in .cache/reproduce_<plan> are reused: remove it for a fresh measurement).
+# page of docs/ that holds its block (finished runs in .cache/reproduce_<plan> are reused: remove it for a fresh
+# measurement).
 # $(call publish_study,PLAN,DEST,TARGET)
 define publish_study
 	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair $(1) --out .cache/reproduce_$(1) && \

@@ -58,7 +58,15 @@ def test_readme_block_is_rendered_from_the_published_files(tmp_path):
     assert PB.update_readme(str(readme), dest, check=True)
     assert CLAIMS_BODY in text and "3.0 min" in text and "`make publish`" in text and text.endswith("\nrest\n")
     assert "## Claims on this pair" not in text  # the README gives its own heading
-    assert f"![family curves a]({dest}/family_a.png)" in text  # figures linked from the README's folder
+    assert "![family curves a](results/tiny/family_a.png)" in text  # figures linked from the README's folder
+    assert "Published in [`" + dest + "/`](results/tiny/report.md)" in text
+    # the same block on a page under docs/ links one folder up
+    page = tmp_path / "docs" / "studies.md"
+    page.parent.mkdir()
+    page.write_text(f"<!-- published: {dest} -->\n<!-- /published -->\n")
+    PB.update_readme(str(page), dest)
+    assert "![family curves a](../results/tiny/family_a.png)" in page.read_text()
+    assert PB.find_page(dest, str(tmp_path)) == str(tmp_path / "README.md")
 
 
 def test_relink_images_table():
@@ -79,13 +87,13 @@ def test_compare_lists_changed_verdicts(tmp_path):
 
 @pytest.mark.parametrize("dest", ["results/tiny", "results/tiny3"])
 def test_the_readme_quotes_the_published_miniature(dest):
-    """results/tiny/ (the pair) and results/tiny3/ (three peers) are in the tree and the README's blocks are
-    exactly what their files render."""
+    """results/tiny/ (the pair) and results/tiny3/ (three peers) are in the tree and the blocks of the pages quoting
+    them (docs/studies.md) are exactly what their files render."""
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
         assert os.path.exists(os.path.join(dest, "PROVENANCE.json")), f"{dest}/ is not published (make publish)"
-        assert PB.update_readme("README.md", dest, check=True), "README block differs (publish readme)"
+        assert PB.update_readme(PB.find_page(dest), dest, check=True), "block differs (publish readme)"
     finally:
         os.chdir(cwd)
 

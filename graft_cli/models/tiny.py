@@ -180,7 +180,7 @@ def build_tokenizer_b(seed: int = 0, vocab_size: int = 512, style: str = "chain"
     with each other), trained on a differently seeded corpus with its own vocabulary size, so ids and
     merges differ from ``a``'s throughout. ``\\boxed{`` is 3 tokens (``" \\"``, ``"boxed"``, ``"{"``, as
     in Llama 3). The constant prompt suffix is one added non-special token (:func:`_suffix_tokens_b`).
-    Re-tokenized lengths of reference responses: b/a 1.07 (a/b 0.94); the README's table has the
+    Re-tokenized lengths of reference responses: b/a 1.07 (a/b 0.94); docs/tiny_pair.md's table has the
     measured figures. Specials ``<s>`` (unused BOS), ``</s>`` (EOS), ``<pad>``."""
     from tokenizers import AddedToken, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -302,7 +302,7 @@ class Recipe:
     level weights 2:2:1 (facts first). Skill mixes (v2, one build each, measured with
     ``check_tiny`` on 256-512 prompts): blind weights 0.03 left ``b`` solving linear equations too
     often (all-fail 24%) and ``b``'s fractions at weight 1.0 too rarely mixed on ``a``'s all-fail
-    fraction prompts (29%); 0.01 and ``frac`` 1.6 gave both blind spots (README table). ``a`` then
+    fraction prompts (29%); 0.01 and ``frac`` 1.6 gave both blind spots (docs/tiny_pair.md table). ``a`` then
     ``teacher`` (one worker) and ``b`` (the other) take about the same CPU time."""
 
     shape_a: Shape = Shape("qwen3", 192, 4, 4, 2, 576)
@@ -346,7 +346,7 @@ class Recipe:
         """Tiny pair v3 (issue 27; the default): each model writes its own style (a prose, b steps, c words; the
         teacher and junior a's), sees 3-5% of its peers', and has a weak (not blind) family (a: two-step expressions,
         b: linear equations); a's tokenizer splits words as Qwen's does; SFT packed; the teacher sharpened. Build 7
-        (seed 0) meets every regime target (README, "The tiny pair")."""
+        (seed 0) meets every regime target (docs/tiny_pair.md)."""
         base = cls()
         return dataclasses.replace(
             base, name="v3", own_styles=dict(_V3_OWN_STYLES), split_a="qwen", tokenizer_styles=_V3_TOKENIZER_STYLES,

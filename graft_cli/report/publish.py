@@ -2,15 +2,15 @@
 the README block that quotes it, so the two cannot drift apart.
 
     python -m graft_cli.report.publish copy OUT [--dest results/tiny] [--command CMD] [--wall-min M]
-    python -m graft_cli.report.publish readme [--dest results/tiny] [--readme README.md] [--check]
+    python -m graft_cli.report.publish readme [--dest results/tiny] [--readme PAGE] [--check]
     python -m graft_cli.report.publish compare PUBLISHED_CLAIMS NEW_CLAIMS
 
 ``copy`` takes a finished `graft reproduce --out OUT` folder: ``report.md``, ``tables.tex``, ``claims.json``,
 ``plots/*.png`` and the report's own ``*.png`` (the mechanism plots), the plan's results table, plus
 ``PROVENANCE.json`` (the command, the commit and whether the tree was clean, the machine, the date, the wall
-time). ``readme`` rewrites the README block between
-``<!-- published: DEST -->`` and ``<!-- /published -->`` from those files (``--check``: exit 1 when it differs:
-the test suite runs this). ``compare`` lists the claims whose verdict changed (exit 1 if any): the weekly
+time). ``readme`` rewrites the block between ``<!-- published: DEST -->`` and ``<!-- /published -->`` of the page
+that holds it (README.md or a docs/ page; links relative to the page) from those files (``--check``: exit 1 when
+it differs: the test suite runs this). ``compare`` lists the claims whose verdict changed (exit 1 if any): the weekly
 reproduction workflow fails on a changed verdict. ``make publish`` runs the study and the first two.
 """
 
@@ -84,21 +84,33 @@ def claims_section(dest: str) -> str:
 
 
 def relink_images(md: str, dest: str) -> str:
-    """Image links of the report (relative to its folder) made relative to the README: ``](x.png)`` ->
-    ``](DEST/x.png)``; absolute and external links are left alone."""
+    """Image links of the report (relative to its folder) made relative to the page that quotes it: ``](x.png)``
+    -> ``](DEST/x.png)`` with ``dest`` given relative to that page; absolute and external links are left alone."""
     import re
 
     return re.sub(r"(!\[[^\]]*\]\()(?![a-z]+://|/)([^)]+\.png\))", lambda m: f"{m.group(1)}{dest}/{m.group(2)}", md)
 
 
-def readme_block(dest: str) -> str:
+def readme_block(dest: str, page: str = "README.md") -> str:
+    """The block quoting ``dest`` in ``page`` (links made relative to the page's folder)."""
     prov = read_json(os.path.join(dest, "PROVENANCE.json"))
     m = prov.get("machine") or {}
+    rel = os.path.relpath(dest, os.path.dirname(os.path.abspath(page))).replace(os.sep, "/")
     wall = f", {prov['wall_min']:.1f} min" if prov.get("wall_min") is not None else ""
-    head = (f"Published in [`{dest}/`]({dest}/report.md) by `{prov.get('command')}` on {prov.get('date')}, commit "
+    head = (f"Published in [`{dest}/`]({rel}/report.md) by `{prov.get('command')}` on {prov.get('date')}, commit "
             f"`{(prov.get('commit') or '?')[:10]}`{'' if prov.get('clean_tree') else ' (uncommitted changes)'}, "
             f"{m.get('cpus')} CPUs, torch {m.get('torch')}{wall}:")
-    return f"{head}\n\n{relink_images(claims_section(dest), dest)}"
+    return f"{head}\n\n{relink_images(claims_section(dest), rel)}"
+
+
+def find_page(dest: str, root: str = ".") -> str:
+    """The page (README.md or docs/*.md under ``root``) that holds the block of ``dest``."""
+    begin = f"<!-- published: {dest} -->"
+    pages = [os.path.join(root, "README.md"), *sorted(glob.glob(os.path.join(root, "docs", "*.md")))]
+    for page in pages:
+        if os.path.exists(page) and begin in open(page, encoding="utf-8").read():
+            return page
+    raise SystemExit(f"no page holds a block {begin} (README.md, docs/*.md)")
 
 
 def update_readme(readme: str, dest: str, check: bool = False) -> bool:
@@ -109,7 +121,7 @@ def update_readme(readme: str, dest: str, check: bool = False) -> bool:
         raise SystemExit(f"{readme}: no block {begin} ... {end}")
     head, rest = text.split(begin, 1)
     old, tail = rest.split(end, 1)
-    new = f"\n{readme_block(dest)}\n"
+    new = f"\n{readme_block(dest, readme)}\n"
     if check:
         return old == new
     with open(readme, "w", encoding="utf-8") as f:
@@ -137,7 +149,8 @@ def main(argv=None) -> int:
     c.add_argument("--wall-min", type=float, default=None)
     r = sub.add_parser("readme")
     r.add_argument("--dest", default="results/tiny")
-    r.add_argument("--readme", default="README.md")
+    r.add_argument("--readme", default=None, help="the page holding the block (default: README.md or the docs/ "
+                   "page that has it)")
     r.add_argument("--check", action="store_true")
     k = sub.add_parser("compare")
     k.add_argument("published")
@@ -148,6 +161,7 @@ def main(argv=None) -> int:
         print(f"published {a.out}/report into {a.dest}/ (commit {prov['commit'][:10]})")
         return 0
     if a.cmd == "readme":
+        a.readme = a.readme or find_page(a.dest)
         ok = update_readme(a.readme, a.dest, a.check)
         if a.check and not ok:
             print(f"{a.readme}: the block of {a.dest} differs from the published files "
