@@ -322,6 +322,20 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
               junior=junior, lcb_window=lcb_window)
 
 
+@main.command("export")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", required=True, help="folder to write <policy>/ Hugging Face folders into")
+@click.option("--step", type=int, default=None, help="checkpoint step [default: the newest that verifies]")
+@click.option("--policy", "policies", multiple=True, help="only this policy (repeatable) [default: every policy]")
+@one_line_errors
+def export_cmd(run_dir, out, step, policies):
+    """Export a run's checkpoint as Hugging Face model folders (from_pretrained / vLLM / lm-eval load them)."""
+    from graft_cli.train.checkpoint import export
+
+    for name, path in export(run_dir, out, step, list(policies) or None).items():
+        click.echo(f"{name}: {path}")
+
+
 @main.command("complementarity")
 @click.option("--runs", "from_runs", is_flag=True,
               help="SOURCES are run directories: one run (its two policies) or two runs (DIR or DIR:POLICY each)")

@@ -267,3 +267,52 @@ def load_optimizer_state(path: str) -> dict:
     except pickle.UnpicklingError:
         raise RefusedCheckpoint(f"{path}: refused as unsafe: it holds objects other than tensors and plain values, "
                                "which graft never unpickles") from None
+
+
+# ---------------------------------------------------------------------------------------------- export
+EXPORT_SKIP = ("optimizer.pt",)  # the trainer's state; an exported folder is what from_pretrained needs
+
+
+def export(run_dir: str, out: str, step: int | None = None, policies: list | None = None) -> dict[str, str]:
+    """Copy the policies of one verified checkpoint of ``run_dir`` into Hugging Face folders ``out/<policy>/``
+    (weights, config, generation config, tokenizer; no optimizer state). ``step`` None: the newest checkpoint that
+    verifies; a named step must verify. Nothing is written unless the checkpoint verifies and every policy exists;
+    each folder is written under a temporary name and renamed; an existing ``out/<policy>`` is refused. Returns
+    policy -> folder."""
+    root = os.path.join(run_dir, "checkpoints")
+    steps = complete_steps(root)
+    if not steps:
+        raise GraftError(f"{run_dir}: no complete checkpoint under {root}")
+    if step is None:
+        valid = valid_steps(root)
+        if not valid:
+            raise GraftError(f"{root}: no checkpoint verifies against its manifest")
+        step = valid[-1]
+    elif step not in steps:
+        raise GraftError(f"--step {step}: no complete checkpoint of that step in {root} (steps: "
+                         f"{', '.join(map(str, steps))})")
+    src = step_path(root, step)
+    bad = verify(src)
+    if bad is not None:
+        raise GraftError(f"checkpoint step {step} does not verify: {bad}")
+    have = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d)))
+    names = list(policies) if policies else have
+    for n in names:
+        if n not in have:
+            raise GraftError(f"--policy {n}: not in checkpoint step {step} (policies: {', '.join(have)})")
+        if os.path.exists(os.path.join(out, n)):
+            raise GraftError(f"{os.path.join(out, n)}: exists; choose another --out or remove it")
+    os.makedirs(out, exist_ok=True)
+    done = {}
+    for n in names:
+        final = os.path.join(out, n)
+        tmp = f"{final}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            shutil.copytree(os.path.join(src, n), tmp, ignore=shutil.ignore_patterns(*EXPORT_SKIP))
+            os.rename(tmp, final)
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise GraftError(f"{final}: not written ({e.strerror or e})") from None
+        done[n] = final
+    return done
