@@ -209,7 +209,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
     from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser, compute_loss
     from graft_cli.algorithms.signals import token_adv_params
     from graft_cli.models.logprobs import pack
-    from graft_cli.train.batch import minibatch_plan
+    from graft_cli.algorithms.minibatch import minibatch_plan
     from graft_cli.train.loop import Trainer, _row_tokens, loss_inputs
 
     cfg = graft_config(prompts, n, overrides)

@@ -29,9 +29,6 @@ import torch
 from graft_cli.data.problems import Problem
 from graft_cli.rollout.base import Rollouts
 
-SOURCES = ("self", "peer", "teacher")
-
-
 @dataclass
 class PolicyStep:
     name: str
@@ -113,12 +110,6 @@ class TrainBatch:
     @property
     def is_peer(self) -> list[bool]:
         return [s != "self" for s in self.source]
-
-    def column(self, name: str) -> list:
-        """A per-row column by name: a core column, an optional per-token column or an ``extra`` one."""
-        if name in self.COLUMNS or name in self.OPTIONAL:
-            return getattr(self, name)
-        return self.extra[name]
 
     def mask_of(self, i: int) -> list[float]:
         """Row i's loss mask over its response tokens (every token when no mask is set)."""

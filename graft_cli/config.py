@@ -441,6 +441,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     plugins were not imported) skips the checks that a registered name exists."""
     from graft_cli.algorithms import CONTROLLERS, LOSS_MASKS, TOKEN_ADVANTAGES
     from graft_cli.algorithms.advantages import ADVANTAGES
+    from graft_cli.algorithms.correction import IS_CORRECTIONS
     from graft_cli.algorithms.exchange import EXCHANGES
     from graft_cli.algorithms.losses import AGG_MODES, KL_KINDS, KL_ROWS, POLICY_LOSSES
     from graft_cli.algorithms.minibatch import MINIBATCH_ORDERINGS
@@ -523,7 +524,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(a.ppo_epochs >= 1, "algo.ppo_epochs", "must be >= 1")
     _check(a.agg in AGG_MODES, "algo.agg", f"must be one of {', '.join(AGG_MODES)}")
     _check(a.old_logprobs in ("auto", "trainer", "sampler"), "algo.old_logprobs", "must be auto, trainer or sampler")
-    _check(a.is_correction in ("none", "token", "sequence"), "algo.is_correction", "must be none, token or sequence")
+    _known(a.is_correction, IS_CORRECTIONS, "algo.is_correction")
     _check(a.is_threshold > 0, "algo.is_threshold", "must be > 0")
     _known(a.advantage, ADVANTAGES, "algo.advantage")
     _known(a.loss, POLICY_LOSSES, "algo.loss")

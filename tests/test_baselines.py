@@ -17,6 +17,7 @@ import torch
 from conftest import ROOT, call_loss, kill_after, train_overrides
 
 from graft_cli.algorithms.exchange import graft as G
+from graft_cli.algorithms.exchange import replacement
 from graft_cli.algorithms.exchange.replacement import hacpo_baseline
 from graft_cli.algorithms.losses import (POLICY_LOSSES, LossInputs, Normaliser, agg_loss, compute_loss, kl_penalty,
                                          ppo_seq_loss, ppo_token_loss)
@@ -36,24 +37,25 @@ def test_hacpo_capability_aware_baseline_and_advantages_by_hand():
     # mean .5, var = 8·0.25/7 = 0.285714, std = 0.534522 → A = (r − 0.3125)/(0.534522 + 1e-6):
     # 0.6875/0.534523 = 1.286192, −0.3125/0.534523 = −0.584632
     assert hacpo_baseline([1, 0, 0, 0], [1, 1, 1, 0], 2.0) == pytest.approx(0.3125)
-    a_s, a_p = G.hacpo_advantages([1, 0, 0, 0], [1, 1, 1, 0], 2.0)
+    a_s, a_p = replacement.hacpo_advantages([1, 0, 0, 0], [1, 1, 1, 0], 2.0)
     assert a_s == pytest.approx([1.286192, -0.584632, -0.584632, -0.584632], abs=2e-6)
     assert a_p == pytest.approx([1.286192] * 3 + [-0.584632], abs=2e-6)
     # binary guard: c = 0.1 → ω_peer = 10: b = (1+1+0+0 + 4·10)/8 = 5.25 > 1 → b = mean(own) = 0.5
     assert hacpo_baseline([1, 1, 0, 0], [1, 1, 1, 1], 0.1) == pytest.approx(0.5)
     # std of [1,1,0,0,1,1,1,1]: mean .75, var = (6·.0625 + 2·.5625)/7 = 0.214286, std 0.46291 → (1−.5)/0.46291
-    a_s, _ = G.hacpo_advantages([1, 1, 0, 0], [1, 1, 1, 1], 0.1)
+    a_s, _ = replacement.hacpo_advantages([1, 1, 0, 0], [1, 1, 1, 1], 0.1)
     assert a_s[0] == pytest.approx(1.080123, abs=1e-5) and a_s[2] == pytest.approx(-1.080123, abs=1e-5)
     # all equal → b = mean, every advantage 0
-    assert hacpo_baseline([1, 1], [1, 1], 3.0) == 1.0 and G.hacpo_advantages([1, 1], [1, 1], 3.0) == ([0, 0], [0, 0])
+    assert hacpo_baseline([1, 1], [1, 1], 3.0) == 1.0
+    assert replacement.hacpo_advantages([1, 1], [1, 1], 3.0) == ([0, 0], [0, 0])
 
 
 def test_hacpo_capability_clip_and_floor():
     # c = clip(P_src / P_tgt, 0.1, 10), P floored at 1e-8
-    assert G.hacpo_capability(0.6, 0.2) == pytest.approx(3.0)
-    assert G.hacpo_capability(0.9, 0.01) == 10.0  # 90 clipped to 10
-    assert G.hacpo_capability(0.01, 0.9) == 0.1  # 0.0111 clipped to 0.1
-    assert G.hacpo_capability(0.0, 0.0) == 1.0  # both floored at 1e-8
+    assert replacement.hacpo_capability(0.6, 0.2) == pytest.approx(3.0)
+    assert replacement.hacpo_capability(0.9, 0.01) == 10.0  # 90 clipped to 10
+    assert replacement.hacpo_capability(0.01, 0.9) == 0.1  # 0.0111 clipped to 0.1
+    assert replacement.hacpo_capability(0.0, 0.0) == 1.0  # both floored at 1e-8
 
 
 def _peer_row_inputs(logp_vals, src_mean, c, adv, n_scored, mb_index=0, step=0, schedule="minibatch"):

@@ -41,24 +41,6 @@ class Controller:
         pass
 
 
-@CONTROLLERS.register("linear_schedule")
-class LinearSchedule(Controller):
-    """A coefficient ``key`` moved linearly from ``start`` to ``end`` over ``steps`` steps (default: the run),
-    then held: c(t) = start + (end − start)·min(t / steps, 1). Stateless, but resumable all the same."""
-
-    def __init__(self, params: dict | None = None, total_steps: int = 0):
-        super().__init__(params, total_steps)
-        for k in ("key", "start", "end"):
-            if k not in self.params:
-                raise GraftError(f"config key 'algo.controllers': linear_schedule needs {k!r}")
-        self.steps = int(self.params.get("steps") or total_steps or 1)
-
-    def coefs(self, step: int) -> dict:
-        f = min(step / max(self.steps, 1), 1.0)
-        p = self.params
-        return {str(p["key"]): float(p["start"]) + (float(p["end"]) - float(p["start"])) * f}
-
-
 def build_controllers(specs: list, total_steps: int) -> list[tuple[str, Controller]]:
     """``algo.controllers`` entries (``{name: ..., **params}``) → (name, controller) pairs, in config order."""
     out = []

@@ -41,11 +41,11 @@ import numpy as np
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, BenchmarkSource, resolve_benchmarks
+from graft_cli.eval.files import RUN_FILE_RE, run_file, step_dirs
 from graft_cli.eval.metrics import average_over_benchmarks, summarize_benchmark
 from graft_cli.rundir import atomic_write_json, read_json, read_jsonl, write_jsonl_atomic
 from graft_cli.train.hooks import AfterStep
 
-from graft_cli.eval.files import RUN_FILE_RE, STEP_DIR_RE, run_file, step_dirs  # noqa: E402,F401  (re-exported)
 CHUNK_PROMPTS = 32  # prompts per generate call (progress granularity; each chunk has its own seed)
 
 

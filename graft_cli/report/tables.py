@@ -397,7 +397,7 @@ def load_run(path: str) -> Run:
               seed=int((raw.get("run") or {}).get("seed", 0)),
               exchange=str(ex.get("name", "none")), ordering=str(ex.get("ordering", "last")), policies=pols)
     run.metrics.extend(read_metrics(path))
-    from graft_cli.eval.runner import step_dirs
+    from graft_cli.eval.files import step_dirs
 
     for p in pols:
         sd = step_dirs(os.path.join(path, "eval", p["name"]))
@@ -925,7 +925,8 @@ def build_tables(runs: list[Run], eval_dirs: list[str] | None = None, devices: i
 def tandem_table(runs: list[Run]) -> Table | None:
     """Solo and handoff pass@k and legibility of every run whose selected step has the tandem evaluations
     (``graft eval --run --tandem``: ``step_N/handoff/``, ``step_N/legibility/``); None when no run has them."""
-    from graft_cli.report.tandem_claims import KS, legibility_ce, macro_pass_at_k
+    from graft_cli.eval.tandem import macro_pass_at_k
+    from graft_cli.report.tandem_claims import KS, legibility_ce
 
     t = Table("tandem", "Tandem RLVR evaluations: solo and handoff pass@k %, legibility (junior CE, nats/token)",
               ["Run", "Method", "Policy", "Step", *[f"Solo pass@{k}" for k in KS],

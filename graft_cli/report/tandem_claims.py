@@ -40,8 +40,8 @@ import os
 
 import numpy as np
 
-from graft_cli.eval.files import eval_dir, read_problems  # noqa: F401 (re-exported)
-from graft_cli.eval.tandem import CURVE_KS, legibility_problems, macro_pass_at_k, pass_at_k_curve  # noqa: F401
+from graft_cli.eval.files import eval_dir, read_problems
+from graft_cli.eval.tandem import CURVE_KS, legibility_problems, macro_pass_at_k, pass_at_k_curve
 from graft_cli.report.stats import compare, equivalence_verdict, verdict
 from graft_cli.rundir import atomic_write_json, read_json_or_none
 

@@ -1,4 +1,4 @@
-"""The training loop for N >= 1 policies sharing each prompt batch (DESIGN.md, "One training step").
+"""The training loop for N >= 1 policies sharing each prompt batch (README.md, "How a step works").
 
     prompts -> per policy: rollout -> reward -> advantages      (+ per stored source: its logged step)
             -> exchange.select (registered; "none" = independent GRPO)
@@ -44,7 +44,7 @@ from graft_cli.rundir import (MetricsLog, atomic_write_text, check_writable, exc
                               rollout_log_path, write_parquet)
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
-from graft_cli.train.batch import minibatch_plan
+from graft_cli.algorithms.minibatch import minibatch_plan
 from graft_cli.train.collect import collector_for
 from graft_cli.train.hooks import AfterStep
 from graft_cli.train.parallel import LockedGrader, PolicyPool, resolve_workers

@@ -96,17 +96,12 @@ import math
 import numpy as np
 
 from graft_cli.algorithms.exchange.base import EXCHANGES, Exchange, ExchangeContext
-from graft_cli.algorithms.exchange.gates import (ADMISSIONS, GATES, compatibility, gate_weights,  # noqa: F401
-                                                 random_admission, source_mean_logprob)
-from graft_cli.algorithms.exchange.replacement import (REPLACEMENTS, ReceiverContext,  # noqa: F401
-                                                       hacpo_advantages, hacpo_capability, own_group_rows,
-                                                       peer_group_rows, pooled_advantages)
-from graft_cli.algorithms.exchange.selection import (N_PEER_RULES, SELECTIONS, Plan, balanced_pair,  # noqa: F401
-                                                     complementarity, plan_exchange, select_with_ties, trigger,
-                                                     trigger_sgt)
+from graft_cli.algorithms.exchange.gates import ADMISSIONS, GATES, compatibility, source_mean_logprob
+from graft_cli.algorithms.exchange.replacement import REPLACEMENTS, ReceiverContext
+from graft_cli.algorithms.exchange.selection import N_PEER_RULES, SELECTIONS, Plan, complementarity, plan_exchange
 from graft_cli.batch import PolicyStep, TrainBatch
 from graft_cli.errors import GraftError
-from graft_cli.models.retokenize import retokenize, tokenizers_identical  # noqa: F401
+from graft_cli.models.retokenize import tokenizers_identical
 
 # ------------------------------------------------------------------------------------------------ options
 DEFAULTS: dict = {
