@@ -143,7 +143,7 @@ def random_step(g: torch.Generator, tok, names, B: int, n: int, T: int):
     from graft_cli.algorithms.advantages import grpo_advantages
     from graft_cli.batch import PolicyStep
     from graft_cli.data.problems import Problem
-    from graft_cli.rollout.base import Rollouts
+    from graft_cli.batch import Rollouts
 
     probs = [Problem(f"p{q}", f"{q}+{q}", str(2 * q)) for q in range(B)]
     alphabet = list("0123456789+=x ab")

@@ -535,25 +535,24 @@ def validate(cfg: Config, registries: bool = True) -> None:
     hint = " (vLLM is not installed: pip install -e '.[vllm]')" if r.engine == "vllm" else ""
     _check(r.engine in ENGINES, "rollout.engine", f"unknown; known: {', '.join(ENGINES.names())}{hint}")
     if r.engine in ENGINES:  # the engine's own option check; then options that name a frozen model (tandem)
-        check = getattr(ENGINES.get(r.engine), "check_kwargs", None)
-        if check is not None:
-            try:
-                check(**dict(r.engine_kwargs))
-            except ValueError as e:
-                key, _, why = str(e).partition(": ")
-                _check(False, key, why)
-        _check(a.old_logprobs != "sampler" or getattr(ENGINES.get(r.engine), "policy_logprobs", True),
+        engine = ENGINES.get(r.engine)
+        try:
+            engine.check_kwargs(**dict(r.engine_kwargs))
+        except ValueError as e:
+            key, _, why = str(e).partition(": ")
+            _check(False, key, why)
+        _check(a.old_logprobs != "sampler" or engine.policy_logprobs,
                "algo.old_logprobs", f"sampler: engine {r.engine!r} returns the log-probs of the model that wrote each "
                "token, not the policy's; use trainer")
         _check(a.old_logprobs != "sampler" or r.top_p >= 1.0, "algo.old_logprobs",
                f"sampler with rollout.top_p={r.top_p}: the engine's log-probs are of the top-p truncated distribution "
                "and the trainer's are not; use trainer (or auto)")
         if a.old_logprobs == "auto":
-            exact = (bool(getattr(ENGINES.get(r.engine), "exact_logprobs", False)) and cfg.run.dtype == "float32"
+            exact = (engine.exact_logprobs and cfg.run.dtype == "float32"
                      and o.autocast == "none" and r.engine_kwargs.get("autocast", "none") == "none")
             a.old_logprobs = "sampler" if exact and a.ppo_epochs == 1 and r.top_p >= 1.0 else "trainer"
         frozen = [p.name for p in cfg.policies if p.role == "frozen"]
-        for k in getattr(ENGINES.get(r.engine), "frozen_kwargs", ()):
+        for k in engine.frozen_kwargs:
             v = r.engine_kwargs.get(k)
             _check(v in frozen, f"rollout.engine_kwargs.{k}",
                    f"engine {r.engine!r} needs the name of a role: frozen model here, got {v!r} "

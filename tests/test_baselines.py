@@ -511,7 +511,7 @@ class _FakeTrainer:
     def rollout_policy(self, i, pol, problems, round_=0):
         from graft_cli.batch import PolicyStep
         from graft_cli.data.problems import Problem
-        from graft_cli.rollout.base import Rollouts
+        from graft_cli.batch import Rollouts
 
         self.calls.append((i, round_, list(problems)))
         n = 4

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graft_cli.data.problems import Problem
-from graft_cli.rollout.base import Rollouts
+from graft_cli.batch import Rollouts
 from graft_cli.batch import PolicyStep, TrainBatch, self_batch
 from graft_cli.algorithms.minibatch import group_schedule as minibatch_schedule
 from graft_cli.batch import micro_batches

@@ -125,7 +125,7 @@ def test_top_k_reaches_the_engine_and_the_folder_identity(tmp_path):
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.eval.benchmarks import BenchmarkSource
     from graft_cli.eval.runner import Evaluator
-    from graft_cli.rollout.base import Rollouts
+    from graft_cli.batch import Rollouts
 
     seen = []
 

@@ -26,7 +26,7 @@ from graft_cli.models import retokenize as RT
 from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser, ppo_token_loss
 from graft_cli.data.problems import Problem
 from graft_cli.errors import GraftError
-from graft_cli.rollout.base import Rollouts
+from graft_cli.batch import Rollouts
 from graft_cli.batch import PolicyStep, TrainBatch, self_batch
 from graft_cli.algorithms.minibatch import group_schedule as minibatch_schedule
 

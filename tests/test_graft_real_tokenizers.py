@@ -18,7 +18,7 @@ from graft_cli.algorithms.exchange import graft as G
 from graft_cli.algorithms.exchange import gates
 from graft_cli.models import retokenize as RT
 from graft_cli.data.problems import Problem
-from graft_cli.rollout.base import Rollouts
+from graft_cli.batch import Rollouts
 from graft_cli.batch import PolicyStep
 
 pytestmark = pytest.mark.slow

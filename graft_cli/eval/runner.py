@@ -29,6 +29,7 @@ its validation's, validation writes ``<run>/validation/<policy>/step_NNNNNN/`` (
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graft_cli.config import RewardConfig
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, BenchmarkSource, resolve_benchmarks
@@ -490,25 +492,30 @@ def reward_kind(cfg) -> str:
     return "code" if cfg.reward.name == "code" else "math"
 
 
-class Graders:
-    """The graders of an evaluation, one per benchmark kind (``math``: math-verify, ``code``: the code reward),
-    each started on first use; ``given``: graders owned elsewhere (the trainer's), used as they are. :meth:`grade`
-    uses the ``default`` kind's (a run's own reward, for re-draws of its training prompts)."""
+def default_rewards() -> dict:
+    """The reward that grades each benchmark kind when nothing else is said: math-verify for ``math``, the
+    sandboxed tests (with :data:`CODE_EVAL_TIMEOUT_S`) for ``code``."""
+    return {"math": RewardConfig(), "code": RewardConfig(name="code", timeout_s=CODE_EVAL_TIMEOUT_S)}
 
-    def __init__(self, workers: int, default: str = "math", given: dict | None = None, math: dict | None = None,
-                 code: dict | None = None):
+
+class Graders:
+    """The graders of an evaluation, one per benchmark kind, each built by :func:`graft_cli.reward.make_grader`
+    from ``rewards[kind]`` (a ``reward:`` section; :func:`default_rewards` for a kind it leaves out) with
+    ``workers`` workers and started on first use; ``given``: graders owned elsewhere (the trainer's), used as they
+    are. :meth:`grade` uses the ``default`` kind's (a run's own reward, for re-draws of its training prompts)."""
+
+    def __init__(self, workers: int, default: str = "math", given: dict | None = None, rewards: dict | None = None):
         self.workers, self.default, self.given = workers, default, dict(given or {})
-        self.options = {"math": dict(math or {}), "code": {"timeout_s": CODE_EVAL_TIMEOUT_S, **(code or {})}}
+        self.rewards = {**default_rewards(), **(rewards or {})}
         self.made: dict = {}
 
     def for_kind(self, kind: str):
         if kind in self.given:
             return self.given[kind]
         if kind not in self.made:
-            from graft_cli.reward import REWARDS
+            from graft_cli.reward import make_grader
 
-            self.made[kind] = REWARDS.get("code" if kind == "code" else "math_verify")(num_workers=self.workers,
-                                                                                       **self.options[kind])
+            self.made[kind] = make_grader(self.rewards[kind], num_workers=self.workers)
         return self.made[kind]
 
     def grade(self, responses, golds):
@@ -521,12 +528,12 @@ class Graders:
 
 
 def run_graders(cfg, workers: int | None = None, given=None) -> Graders:
-    """A run's evaluation graders: its reward settings for its own kind, defaults for the other."""
+    """A run's evaluation graders: its own reward (``cfg.reward``, whatever its name) for the benchmarks of its
+    kind, the default reward of the other kind with the run's memory cap (and sci-notation reading)."""
     rc, kind = cfg.reward, reward_kind(cfg)
-    math = {"timeout_s": rc.timeout_s if kind == "math" else 5.0, "sci_notation": rc.sci_notation,
-            "memory_mb": rc.memory_mb}
-    code = {"timeout_s": rc.timeout_s if kind == "code" else CODE_EVAL_TIMEOUT_S, "memory_mb": rc.memory_mb}
-    return Graders(rc.num_workers if workers is None else workers, kind, given, math, code)
+    other = {k: dataclasses.replace(r, memory_mb=rc.memory_mb, sci_notation=rc.sci_notation)
+             for k, r in default_rewards().items() if k != kind}
+    return Graders(rc.num_workers if workers is None else workers, kind, given, {kind: rc, **other})
 
 
 def _make_engine(model, tok, engine: str = "hf", engine_kwargs: dict | None = None, max_batch: int = 256):
@@ -568,7 +575,7 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
     prepare_folder(out_dir, settings, spec, benches, force)  # refuse a mismatched folder before loading anything
     tok = load_tokenizer(path)
     m = load_model(path, dtype, device)
-    grader = Graders(workers, math={"timeout_s": timeout_s})
+    grader = Graders(workers, rewards={"math": RewardConfig(timeout_s=timeout_s)})
     try:
         ev = Evaluator(_make_engine(m, tok, engine, max_batch=max_batch), tok, spec, settings, grader,
                        context_len=context_length(m), console=console)
@@ -605,7 +612,7 @@ def run_junior(cfg, junior: str | None = None) -> str:
     if junior or cfg.eval.junior:
         return junior or cfg.eval.junior
     frozen = {p.name: p for p in cfg.policies if p.role == "frozen"}
-    for k in getattr(ENGINES.get(cfg.rollout.engine), "frozen_kwargs", ()) if cfg.rollout.engine in ENGINES else ():
+    for k in ENGINES.get(cfg.rollout.engine).frozen_kwargs if cfg.rollout.engine in ENGINES else ():
         name = cfg.rollout.engine_kwargs.get(k)
         if name in frozen:
             return frozen[name].model
@@ -950,7 +957,7 @@ def _validate_policies(trainer, cfg, run_dir, console, st, spec, settings, root,
     for name, pol in trainer.policies.items():
         t0 = time.perf_counter()
         out_dir = os.path.join(run_dir, root, name, f"step_{trainer.step:06d}")
-        engine = pol.engine.eval_engine() if hasattr(pol.engine, "eval_engine") else pol.engine  # tandem: solo
+        engine = pol.engine.eval_engine()  # tandem: the senior alone
         ev = Evaluator(engine, pol.tokenizer, spec, settings, graders,
                        context_len=context_length(pol.model), console=console)
         ev.evaluate(out_dir, st.benches)

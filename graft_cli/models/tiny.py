@@ -967,12 +967,12 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
     Sampling runs on ``threads`` threads (1 is as fast for 3M models and immune to oversubscription)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from graft_cli.reward import MathVerifyGrader
+    from graft_cli.reward import make_grader
 
     recs = read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:num_prompts]
     held = read_jsonl(os.path.join(paths["task"], "eval_math500.jsonl"))[:heldout]
     own = grader is None
-    grader = grader or MathVerifyGrader(num_workers=2, timeout_s=5)
+    grader = grader or make_grader(num_workers=2, timeout_s=5)
     out: dict = {"num_prompts": len(recs), "n": n, "seed": seed, "temperature": 1.0}
     ks: dict = {}
     from graft_cli.data.synthetic import CANONICAL_STYLE

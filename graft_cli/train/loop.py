@@ -108,7 +108,7 @@ def engine_kwargs(cfg: C.Config, frozen: dict) -> dict:
     """``rollout.engine_kwargs`` with the options the engine declares in ``frozen_kwargs`` (the tandem junior)
     replaced by the loaded frozen model they name."""
     kw = dict(cfg.rollout.engine_kwargs)
-    for k in getattr(ENGINES.get(cfg.rollout.engine), "frozen_kwargs", ()):
+    for k in ENGINES.get(cfg.rollout.engine).frozen_kwargs:
         kw[k] = frozen[kw[k]].model
     return kw
 
@@ -405,11 +405,9 @@ class Trainer:
         self.sampler = PromptSampler(len(self.problems), cfg.data.prompt_batch, cfg.run.seed, cfg.data.shuffle)
         self.exchange = EXCHANGES.get(cfg.exchange.name)(cfg)
         self.adv_fn = ADVANTAGES.get(cfg.algo.advantage)
-        from graft_cli.reward import REWARDS
+        from graft_cli.reward import make_grader
 
-        rc = cfg.reward
-        self.grader = REWARDS.get(rc.name)(num_workers=rc.num_workers, timeout_s=rc.timeout_s, chunk_size=rc.chunk_size,
-                                           sci_notation=rc.sci_notation, memory_mb=rc.memory_mb)
+        self.grader = make_grader(cfg.reward)
         first = next(iter(self.policies.values()))
         self.policy_workers = resolve_workers(cfg.run.policy_workers, len(self.policies), torch.get_num_threads(),
                                               next(first.model.parameters()).device.type, self.dist.enabled)
@@ -728,7 +726,7 @@ def preflight(cfg: C.Config) -> None:
             spec.check(tok(pc), f"config key {_keys(pc, cfg)[1]!r}")
 
     by_name = {p.name: p for p in cfg.policies}
-    for k in getattr(ENGINES.get(cfg.rollout.engine), "frozen_kwargs", ()):  # a co-generating model (tandem junior)
+    for k in ENGINES.get(cfg.rollout.engine).frozen_kwargs:  # a co-generating model (tandem junior)
         f = by_name[cfg.rollout.engine_kwargs[k]]
         for name, pc in trained.items():
             if (f.tokenizer or f.model) != (pc.tokenizer or pc.model):
