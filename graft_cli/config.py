@@ -448,6 +448,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     from graft_cli.models.loading import DTYPES
     from graft_cli.models.logprobs import AUTOCAST
     from graft_cli.models.scoring import SCORERS
+    from graft_cli.reward import REWARDS
     from graft_cli.rollout import ENGINES
 
     def _known(name, reg, key):
@@ -511,6 +512,10 @@ def validate(cfg: Config, registries: bool = True) -> None:
     for i, c in enumerate(a.controllers):
         _check(isinstance(c, dict) and "name" in c, f"algo.controllers.{i}", "must be a mapping with a name")
         _known(c["name"], CONTROLLERS, f"algo.controllers.{i}.name")
+        if registries:  # its parameters (typos, types, ranges), before any model loads
+            from graft_cli.algorithms.controllers import controller_params
+
+            controller_params(i, c)
     _check(cfg.data.prompt_batch >= 1, "data.prompt_batch", "must be >= 1")
     _check(cfg.data.holdout >= 0, "data.holdout", "must be >= 0")
     _check(a.minibatch_prompts >= 1, "algo.minibatch_prompts", "must be >= 1")
@@ -586,6 +591,8 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(cfg.run.log_every >= 1, "run.log_every", "must be >= 1")
     _check(cfg.run.dist_timeout_s > 0, "run.dist_timeout_s", "must be > 0 (seconds)")
     _check(cfg.run.model_init in ("pretrained", "random"), "run.model_init", "must be pretrained or random")
+    _known(cfg.reward.name, REWARDS, "reward.name")
+    _check(cfg.reward.chunk_size >= 1, "reward.chunk_size", "must be >= 1")
     _check(cfg.reward.timeout_s > 0, "reward.timeout_s", "must be > 0")
     _check(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")
     _check(cfg.reward.memory_mb == 0 or cfg.reward.memory_mb >= 512, "reward.memory_mb",

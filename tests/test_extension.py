@@ -173,6 +173,8 @@ def toy_adv(batch, ctx):
 
 @CONTROLLERS.register("toy_beta")
 class ToyBeta(Controller):
+    DEFAULTS = {"base": 0.01}
+
     def __init__(self, params, total_steps):
         super().__init__(params, total_steps)
         self.seen, self.reward_sum = 0, 0.0

@@ -208,7 +208,7 @@ def test_engine_options_are_checked(models):
 
     tok = make_char_tokenizer()
     s = _load(models["s"])
-    with pytest.raises(GraftError, match="handoff schedule"):
+    with pytest.raises(GraftError, match=r"rollout.engine_kwargs.schedule.*must be one of .*sentence, word"):
         ENGINES.get("tandem")(s, tok, junior=s, schedule="coinflip")
     with pytest.raises(ValueError, match="p_senior"):
         ENGINES.get("tandem")(s, tok, junior=s, p_senior=1.5)

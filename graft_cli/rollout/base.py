@@ -32,9 +32,10 @@ class RolloutEngine:
     """Base class of the engines (registry ``ENGINES``), built as ``cls(model, tokenizer, max_batch=...,
     **rollout.engine_kwargs)``. A subclass implements :meth:`generate` and declares what differs from the defaults:
 
-    - ``options``: its ``rollout.engine_kwargs`` and their defaults; :meth:`check_kwargs` refuses any other key
-      (``open_options``: further keys are passed on to the library, which checks them itself) and then calls
-      :meth:`check_options` for the rules between them. Config validation runs it before anything loads.
+    - ``options``: its ``rollout.engine_kwargs`` and their defaults (``choices``: option -> allowed values, a tuple
+      or a registry); :meth:`check_kwargs` refuses any other key (``open_options``: further keys are passed on to
+      the library, which checks them itself) and then calls :meth:`check_options` for the rules between them.
+      Config validation runs it before anything loads.
     - ``exact_logprobs``: its log-probs are those of the trainer's fp32 forward (``algo.old_logprobs: auto`` may
       keep them as the old log-probs);
     - ``policy_logprobs``: its log-probs are the policy's own (False: a co-generating engine's are the writer's,
@@ -48,6 +49,7 @@ class RolloutEngine:
     """
 
     options: dict = {}
+    choices: dict = {}
     open_options: bool = False
     exact_logprobs: bool = False
     policy_logprobs: bool = True
@@ -75,7 +77,7 @@ class RolloutEngine:
         ``ValueError("rollout.engine_kwargs.<key>: <why>")``. Returns the options with their defaults."""
         given = dict(kwargs)
         extra = {} if not cls.open_options else {k: given.pop(k) for k in list(given) if k not in cls.options}
-        opts = validate_params(cls.options, given, "rollout.engine_kwargs", f"engine {cls.__name__}")
+        opts = validate_params(cls.options, given, "rollout.engine_kwargs", f"engine {cls.__name__}", cls.choices)
         cls.check_options(opts)
         return {**opts, **extra}
 

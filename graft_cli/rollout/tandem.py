@@ -46,6 +46,7 @@ OWN_OPTIONS = {"junior": None, "schedule": "word", "p_senior": 0.5, "max_gap_tok
 @ENGINES.register("tandem")
 class TandemEngine(RolloutEngine):
     options = {**OWN_OPTIONS, **HFEngine.options}  # its own, then the HF engine's (senior's and junior's decoders)
+    choices = {"schedule": HANDOFFS}
     frozen_kwargs = ("junior",)  # engine options that name a frozen model of the run (the trainer resolves them)
     policy_logprobs = False  # its log-probs are the writer's (senior or junior): never the policy's old log-probs
     own_kwargs = tuple(OWN_OPTIONS)
@@ -53,7 +54,6 @@ class TandemEngine(RolloutEngine):
 
     @classmethod
     def check_options(cls, opts: dict) -> None:
-        HANDOFFS.get(opts["schedule"])  # unknown schedule: one line naming the known ones
         if not 0.0 <= float(opts["p_senior"]) <= 1.0:
             raise ValueError(f"rollout.engine_kwargs.p_senior: must be in [0, 1], got {opts['p_senior']}")
         if int(opts["max_gap_tokens"]) < 1 or int(opts["chunk_size"]) < 1:
