@@ -197,7 +197,7 @@ def tiny_build(check, cache_dir, seed, force, recipe, prompts):
     Example:
       graft tiny build --check
     """
-    from graft_cli.models.tiny import tiny_main
+    from graft_cli.tiny.check import tiny_main
 
     tiny_main(check=check, cache_dir=cache_dir, seed=seed, force=force, recipe=recipe, num_prompts=prompts)
 

@@ -466,8 +466,8 @@ def test_retokenization_round_trips_between_different_tokenizers(tok_char, tok_b
 
 
 def test_retokenization_with_the_tiny_pair_tokenizers():
-    tiny = pytest.importorskip("graft_cli.models.tiny")
-    ta, tb = tiny.build_tokenizer_a(), tiny.build_tokenizer_b()
+    tiny_tok = pytest.importorskip("graft_cli.tiny.tokenizers")
+    ta, tb = tiny_tok.build_tokenizer_a(), tiny_tok.build_tokenizer_b()
     for t in [" 8*9=72, 72+4=76. \\boxed{76}", " 13-5=8. \\boxed{8}"]:
         for src, dst in ((ta, tb), (tb, ta)):
             text = src.decode(src(t, add_special_tokens=False)["input_ids"] + [src.eos_token_id],

@@ -212,7 +212,7 @@ def uses_tiny(plan: Plan, out: str) -> bool:
 def tiny_identity(progress: bool = True) -> dict:
     """Build the tiny pair once here if needed (workers never build it concurrently) and return its
     identity: cache folder and the manifest's model hashes."""
-    from graft_cli.models import tiny as T
+    from graft_cli.tiny import build as T
 
     T.ensure_tiny(progress=progress)
     man = T.read_manifest() or {}
@@ -224,14 +224,15 @@ def check_tiny(expected: dict | None) -> None:
     (other hashes), or code whose recipe no longer matches the cache (ensure_tiny would rebuild it)."""
     if not expected:
         return
-    from graft_cli.models import tiny as T
+    from graft_cli.tiny import build as T
+    from graft_cli.tiny.sft import default_recipe
 
     man = T.read_manifest() or {}
     if man.get("hashes") != expected.get("hashes"):
         raise GraftError(f"the tiny pair in {T.default_cache_dir()} changed since this plan started (model hashes "
                          f"differ): its runs would mix two pairs; use a new --out")
     try:
-        recipe_now = T.default_recipe().to_dict()  # the recipe ensure_tiny would build (GRAFT_TINY_RECIPE)
+        recipe_now = default_recipe().to_dict()  # the recipe ensure_tiny would build (GRAFT_TINY_RECIPE)
     except Exception:  # an older/newer tiny module without Recipe: the hash check above stands
         return
     if man.get("recipe") != recipe_now:

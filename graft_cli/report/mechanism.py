@@ -192,7 +192,7 @@ def train_family_map(run_dir: str) -> dict[str, str]:
 
     train = str((run_config_raw(run_dir).get("data") or {}).get("train") or "")
     if train.startswith("tiny:"):
-        from graft_cli.models.tiny import default_cache_dir
+        from graft_cli.tiny.build import default_cache_dir
 
         train = os.path.join(default_cache_dir(), "task", f"{train.split(':', 1)[1]}.jsonl")
     return family_map(train)
