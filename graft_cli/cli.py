@@ -90,7 +90,7 @@ def train(pair, method, steps, out, seed, name, no_progress, dry_run, overrides)
         _dry_run(cfg)
         return
     from graft_cli.eval.runner import ValidationHook
-    from graft_cli.train.loop import train as run_train
+    from graft_cli.train.run import train as run_train
 
     run_dir = run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
     if os.environ.get("RANK", "0") == "0":  # data-parallel runs: rank 0 writes summary.png (and says it)

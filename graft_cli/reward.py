@@ -65,6 +65,8 @@ import numpy as np
 
 from graft_cli.registry import Registry
 
+# a registered reward is a factory ``(num_workers, timeout_s, chunk_size, sci_notation, memory_mb) -> grader`` (the
+# ``reward:`` section's options; make_grader); a grader has ``grade(responses, golds) -> Grades`` and ``close()``
 REWARDS: Registry = Registry("reward")
 
 _BOX_CMDS = ("\\boxed", "\\fbox")

@@ -263,21 +263,22 @@ def test_the_update_leaves_rows_without_loss_tokens_out(tmp_path, monkeypatch):
 
     from graft_cli.batch import TrainBatch
     from graft_cli.config import compose
-    from graft_cli.train import loop
+    from graft_cli.train import update
+    from graft_cli.train.setup import Policy
 
     path = make_random_model(str(tmp_path / "m"), "qwen3", seed=3)
     model = AutoModelForCausalLM.from_pretrained(path)
-    pol = loop.Policy("a", model, make_char_tokenizer(), torch.optim.AdamW(model.parameters(), lr=0.0), None, {})
+    pol = Policy("a", model, make_char_tokenizer(), torch.optim.AdamW(model.parameters(), lr=0.0), None, {})
     cfg = compose(["method=grpo", "algo.agg=seq-mean-token-mean", "algo.minibatch_prompts=4", "run.device=cpu"])
     b = TrainBatch()
     for adv, ids in ((1.0, [5, 6, 7]), (5.0, [8, 9]), (-0.5, [10, 11, 12, 13])):
         b.append(prompt_ids=[3, 4], response_ids=ids, advantages=adv, weights=1.0, source="self", group=0)
     b.loss_mask = [None, [0.0, 0.0], None]
-    b.old_logprobs = loop.score_logprobs(pol, b, cfg)  # ρ = 1: each row's token-mean loss is −Â
+    b.old_logprobs = update.score_logprobs(pol, b, cfg)  # ρ = 1: each row's token-mean loss is −Â
     seen = []
-    real = loop.compute_loss
-    monkeypatch.setattr(loop, "compute_loss", lambda *a, **k: seen.append((a[1].norm, real(*a, **k))) or seen[-1][1])
-    loop.update_policy(pol, b, cfg, np.random.default_rng(0), "last")
+    real = update.compute_loss
+    monkeypatch.setattr(update, "compute_loss", lambda *a, **k: seen.append((a[1].norm, real(*a, **k))) or seen[-1][1])
+    update.update_policy(pol, b, update.UpdateContext(cfg, rng=np.random.default_rng(0)))
     (norm, (loss, _)), = seen
     # N = 2 (rows 0 and 2): −(1 − 0.5)/2 = −0.25 (with the empty row counted: −0.5/3 = −0.1667)
     assert norm.num_seqs == 2.0 and norm.num_tokens == 7.0
@@ -333,7 +334,7 @@ def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems
     from conftest import make_random_model
 
     from graft_cli.config import compose
-    from graft_cli.train import loop
+    from graft_cli.train import loop, update
 
     _register_scripted_reward()
     models = {"a": make_random_model(str(tmp_path / "a"), "qwen3", 0),
@@ -344,7 +345,7 @@ def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems
                    "run.device=cpu", "run.log_rollouts=false", "run.policy_workers=1", "optim.lr=1e-2"])
     assert cfg.algo.minibatch_prompts == 1  # half the prompt batch, as 64 of 128
     calls = []
-    real_inputs, real_loss = loop.loss_inputs, loop.compute_loss
+    real_inputs, real_loss = update.loss_inputs, update.compute_loss
 
     def inputs(batch, rows, *a, **k):
         inp = real_inputs(batch, rows, *a, **k)
@@ -356,8 +357,8 @@ def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems
         calls[-1].update(loss=out[0].detach(), st=out[1], pg=spec.fn(inp)[0].detach(), kl_args=a)
         return out
 
-    monkeypatch.setattr(loop, "loss_inputs", inputs)
-    monkeypatch.setattr(loop, "compute_loss", loss)
+    monkeypatch.setattr(update, "loss_inputs", inputs)
+    monkeypatch.setattr(update, "compute_loss", loss)
     tr = loop.Trainer(cfg, str(tmp_path / "run"), progress=False)
     try:
         rows = {r["policy"]: r for r in tr.train_step()}

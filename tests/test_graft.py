@@ -535,7 +535,7 @@ def test_last_ordering_puts_grafted_prompts_last():
 def random_policy(tmp_path_factory):
     from transformers import AutoModelForCausalLM
 
-    from graft_cli.train.loop import Policy
+    from graft_cli.train.setup import Policy
 
     path = make_random_model(str(tmp_path_factory.mktemp("m") / "r"), "qwen3", seed=3)
 
@@ -583,7 +583,7 @@ def _exchange_batch(tok, seed=0):
 
 @pytest.mark.parametrize("ordering", ["last", "first"])
 def test_first_minibatch_ratio_one_and_peer_last_clipping(random_policy, ordering):
-    from graft_cli.train.loop import score_logprobs, update_policy
+    from graft_cli.train.update import UpdateContext, score_logprobs, update_policy
 
     pol = random_policy(lr=0.05)
     cfg = cfg_for("graft", ["algo.minibatch_prompts=2", "exchange.params.gate=none"])
@@ -598,8 +598,8 @@ def test_first_minibatch_ratio_one_and_peer_last_clipping(random_policy, orderin
     assert am["graft/admitted"] == 12
     records = []
     POLICY_LOSSES._items["test_record_ppo_" + ordering] = _record_loss(records)
-    cfg.algo.loss = "test_record_ppo_" + ordering
-    out = update_policy(pol, b, cfg, np.random.default_rng(0), ordering)
+    cfg.algo.loss, cfg.exchange.ordering = "test_record_ppo_" + ordering, ordering
+    out = update_policy(pol, b, UpdateContext(cfg, rng=np.random.default_rng(0)))
     assert out["num_minibatches"] == 4
     first = [r for r in records if r["mb"] == 0]
     assert first and all(r["max_dev"] < 1e-5 and r["clip_self"] == 0 and r["clip_peer"] == 0 for r in first)
@@ -614,7 +614,7 @@ def test_first_minibatch_ratio_one_and_peer_last_clipping(random_policy, orderin
 
 def test_graft_update_without_transfer_equals_grpo(random_policy):
     """No prompt triggers: GRAFT's batch and update are GRPO's, parameter for parameter."""
-    from graft_cli.train.loop import score_logprobs, update_policy
+    from graft_cli.train.update import UpdateContext, score_logprobs, update_policy
 
     tok = make_char_tokenizer()
     probs = problems(4)
@@ -632,7 +632,8 @@ def test_graft_update_without_transfer_equals_grpo(random_policy):
         else:
             b = self_batch(sa)
             b.old_logprobs = score_logprobs(pol, b, cfg)
-        update_policy(pol, b, cfg, np.random.default_rng(0), "last")
+        cfg.exchange.ordering = "last"
+        update_policy(pol, b, UpdateContext(cfg, rng=np.random.default_rng(0)))
         params.append(torch.cat([p.detach().flatten() for p in pol.model.parameters()]))
     assert torch.equal(params[0], params[1])
 
@@ -775,7 +776,7 @@ def test_graft_train_cli_writes_graft_metrics(tiny_models, problems_file, tmp_pa
 def test_graft_stored_trains_against_a_grpo_run(tiny_models, problems_file, tmp_path):
     """A GRPO run of the pair writes rollout logs; a stored-trajectory run of receiver a reads b's logs."""
     from graft_cli.config import compose
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     ov = train_overrides(tiny_models, problems_file, str(tmp_path), ["rollout.max_new_tokens=16", "run.steps=2"])
     partner = train(compose(["method=grpo", "run.name=partner", *ov]), progress=False)

@@ -143,7 +143,7 @@ def test_rescue_evaluation_end_to_end(tiny_models, problems_file, tmp_path):
     from graft_cli.config import compose
     from graft_cli.eval.runner import evaluate_run
     from graft_cli.rundir import read_json
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     cfg = compose(["method=graft", *train_overrides(tiny_models, problems_file, str(tmp_path), [
         "run.name=r", "run.steps=2", "eval.rescue=true", "run.threads=1"])])

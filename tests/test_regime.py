@@ -194,7 +194,7 @@ def test_exchange_log_matches_metrics_and_renders_the_gate(tiny_models, tmp_path
     from graft_cli.config import compose
     from graft_cli.report import mechanism as M
     from graft_cli.rundir import read_jsonl
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     data = tmp_path / "train.jsonl"
     with open(data, "w") as f:
@@ -246,7 +246,7 @@ def test_save_initial_checkpoints_the_base_weights_as_step_0(tiny_models, proble
     from graft_cli.config import compose
     from graft_cli.eval.runner import evaluate_run
     from graft_cli.train import checkpoint as ckpt
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     cfg = compose(["method=grpo", *train_overrides(tiny_models, problems_file, str(tmp_path), [
         "run.name=r", "run.steps=2", "run.threads=1", "run.save_initial=true", "run.keep_checkpoints=1",

@@ -52,7 +52,7 @@ def test_make_grader_builds_the_named_reward_with_the_sections_options():
 def test_a_run_with_another_reward_validates_and_evaluates_with_it(problems_file, tmp_path):
     from graft_cli.eval.runner import ValidationHook, evaluate_run
     from graft_cli.rundir import read_jsonl
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     model = make_random_model(str(tmp_path / "m"), "qwen3", 5)
     cfg = compose(train_overrides({"a": model}, problems_file, str(tmp_path / "runs"),

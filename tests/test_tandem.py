@@ -223,7 +223,7 @@ def test_author_mask_and_its_denominator():
     from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser
     from graft_cli.algorithms.signals import LOSS_MASKS, SignalContext
     from graft_cli.batch import TrainBatch
-    from graft_cli.train.loop import _row_tokens
+    from graft_cli.train.update import row_tokens as _row_tokens
 
     b = TrainBatch()
     b.append(prompt_ids=[1], response_ids=[4, 5, 6], advantages=1.0, weights=1.0, source="self", group=0,

@@ -135,7 +135,7 @@ def test_second_process_on_same_run_dir_is_refused(tmp_path):
     import fcntl
 
     from graft_cli.errors import GraftError
-    from graft_cli.train.loop import _lock_run_dir
+    from graft_cli.train.run import _lock_run_dir
 
     run = tmp_path / "run"
     run.mkdir()

@@ -8,7 +8,7 @@ parent signals each group (the worker, its reward processes) with SIGTERM, waits
 to leave (each ``graft train`` abandons its step: nothing is half-written, every run resumes from its last
 checkpoint), SIGKILLs what is left, and exits 143 with one line; the same command continues the plan. A worker
 whose parent dies (SIGKILL) notices within a second and stops its own group the same way. With ``jobs`` = 1 the
-run in this process stops the plan (:class:`~graft_cli.train.loop.SignalStop`).
+run in this process stops the plan (:class:`~graft_cli.train.run.SignalStop`).
 
 Results: one record per run (:func:`execute`), written with the plan to ``<out>/plan_<name>.json`` and as a
 markdown table to ``<out>/plan_<name>.md``.
@@ -104,7 +104,7 @@ def run_job(job: dict) -> dict:
         if not job["finished"]:
             t0 = time.perf_counter()
             from graft_cli.eval.runner import ValidationHook
-            from graft_cli.train.loop import train
+            from graft_cli.train.run import train
 
             was = S.run_status(job["run_dir"], cfg.run.steps)
             train(cfg, progress=job.get("progress", False), console=console, after_step=(ValidationHook(),))
