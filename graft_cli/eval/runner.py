@@ -45,7 +45,8 @@ from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, BenchmarkSource, resolve_benchmarks
 from graft_cli.eval.files import RUN_FILE_RE, run_file, step_dirs
 from graft_cli.eval.metrics import average_over_benchmarks, summarize_benchmark
-from graft_cli.rundir import atomic_write_json, read_json, read_jsonl, write_jsonl_atomic
+from graft_cli.rundir import (atomic_write_json, best_path, checkpoint_dir, checkpoints_dir, config_path, eval_step_dir,
+                              read_json, read_jsonl, write_jsonl_atomic)
 from graft_cli.train.hooks import AfterStep
 
 CHUNK_PROMPTS = 32  # prompts per generate call (progress granularity; each chunk has its own seed)
@@ -405,7 +406,7 @@ def update_best(run_dir: str, policies: list[str] | None = None, selection: Sele
             continue
         entry = dict(best)
         bdir = os.path.join(run_dir, "best", pol)
-        ck = os.path.join(run_dir, "checkpoints", f"step_{best['step']:06d}", pol)
+        ck = checkpoint_dir(run_dir, best["step"], pol)
         if _best_folder_step(bdir) == best["step"]:
             entry["checkpoint"] = os.path.relpath(bdir, run_dir)
         elif os.path.isdir(ck):
@@ -413,7 +414,7 @@ def update_best(run_dir: str, policies: list[str] | None = None, selection: Sele
         else:
             entry["checkpoint"] = None
         out["policies"][pol] = entry
-    atomic_write_json(os.path.join(run_dir, "best.json"), out)
+    atomic_write_json(best_path(run_dir), out)
     return out
 
 
@@ -679,7 +680,7 @@ def run_selection(cfg, run_dir: str | None = None) -> Selection:
 def load_run_config(run_dir: str):
     from graft_cli import config as C
 
-    path = os.path.join(run_dir, "config.yaml")
+    path = config_path(run_dir)
     if not os.path.exists(path):
         raise GraftError(f"{run_dir}: not a run directory (no config.yaml)")
     return C.load_yaml(path)
@@ -732,7 +733,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     train_spec = PromptSpec.from_config(cfg.prompt)  # the rescue re-draw samples training prompts
     from rich.markup import escape
 
-    available = ckpt.valid_steps(os.path.join(run_dir, "checkpoints"),  # each damaged checkpoint named, skipped
+    available = ckpt.valid_steps(checkpoints_dir(run_dir),  # each damaged checkpoint named, skipped
                                  lambda m: console.print(f"[yellow]warning[/]: {escape(m)}", soft_wrap=True))
     best_steps = {p: s for p in chosen if (s := _best_folder_step(os.path.join(run_dir, "best", p))) is not None}
     want = parse_steps(steps, available, best_steps)
@@ -740,7 +741,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     for p in chosen:
         pol_steps = [best_steps[p]] if want == "best" and p in best_steps else ([] if want == "best" else want)
         for s in pol_steps:
-            folder = os.path.join(run_dir, "checkpoints", f"step_{s:06d}", p)
+            folder = checkpoint_dir(run_dir, s, p)
             if s in available and os.path.isdir(folder):
                 jobs.append((p, s, folder))
             elif best_steps.get(p) == s:
@@ -759,10 +760,10 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
         hsettings = TE.handoff_settings(settings, junior, ec.handoff_delimiter)
         jtok = load_tokenizer(resolve_path(junior))
     for p, s, folder in jobs:  # refuse mismatched folders (and a junior of another vocabulary) before loading a model
-        prepare_folder(os.path.join(run_dir, "eval", p, f"step_{s:06d}"), settings, spec, benches, force)
+        prepare_folder(eval_step_dir(run_dir, p, s), settings, spec, benches, force)
         if tandem:
             TE.check_junior(jtok, load_tokenizer(folder), junior, f"{p} step {s}")
-            prepare_folder(os.path.join(run_dir, "eval", p, f"step_{s:06d}", TE.HANDOFF_DIR), hsettings, spec,
+            prepare_folder(os.path.join(eval_step_dir(run_dir, p, s), TE.HANDOFF_DIR), hsettings, spec,
                            benches, force)
     jmodel = load_model(resolve_path(junior), cfg.run.dtype, device or cfg.run.device) if tandem else None
     rescue = ec.rescue if rescue is None else rescue
@@ -772,7 +773,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     try:
         with _progress(progress, console) as bar:
             for p, s, folder in jobs:
-                out_dir = os.path.join(run_dir, "eval", p, f"step_{s:06d}")
+                out_dir = eval_step_dir(run_dir, p, s)
                 tok = load_tokenizer(folder)
                 model = load_model(folder, cfg.run.dtype, device or cfg.run.device)
                 engine = _make_engine(model, tok, *solo_engine(cfg.rollout.engine, cfg.rollout.engine_kwargs),
@@ -901,7 +902,7 @@ class ValidationHook(AfterStep):
 
     def done(self, trainer, cfg, run_dir: str) -> bool:
         root = validation_root(cfg)
-        return all(os.path.exists(os.path.join(run_dir, root, name, f"step_{trainer.step:06d}", "summary.json"))
+        return all(os.path.exists(os.path.join(eval_step_dir(run_dir, name, trainer.step, root), "summary.json"))
                    for name in trainer.policies)
 
     def __call__(self, trainer, cfg, run_dir: str, console=None) -> list[dict]:
@@ -956,7 +957,7 @@ def _validate_policies(trainer, cfg, run_dir, console, st, spec, settings, root,
     rows = []
     for name, pol in trainer.policies.items():
         t0 = time.perf_counter()
-        out_dir = os.path.join(run_dir, root, name, f"step_{trainer.step:06d}")
+        out_dir = eval_step_dir(run_dir, name, trainer.step, root)
         engine = pol.engine.eval_engine()  # tandem: the senior alone
         ev = Evaluator(engine, pol.tokenizer, spec, settings, graders,
                        context_len=context_length(pol.model), console=console)

@@ -27,7 +27,7 @@ from graft_cli.console import make_console
 from graft_cli.errors import GraftError, Stopped
 from graft_cli.plan import status as S
 from graft_cli.report.markdown import md_table
-from graft_cli.rundir import read_json_or_none, read_metrics, training_rows
+from graft_cli.rundir import atomic_write_text, best_path, read_json_or_none, read_metrics, training_rows
 from graft_cli.plan.spec import Plan, PlanRun
 
 
@@ -246,7 +246,7 @@ def run_scores(run_dir: str, steps_spec: str) -> dict:
     the run: the selected (best.json) step for ``best``; otherwise the latest evaluated step of the spec."""
     out = {}
     targets = S.eval_targets(run_dir, steps_spec) or {}
-    best = read_json_or_none(os.path.join(run_dir, "best.json")) or {}
+    best = read_json_or_none(best_path(run_dir)) or {}
     for pol in S.run_policies(run_dir):
         cands = targets.get(pol) or []
         step = None
@@ -490,8 +490,7 @@ def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny
         "executions": history, "tiny": tiny or prev.get("tiny"), "runs": records})
     md = [f"# Plan {plan.name}", "", f"Pair {plan.pair}; steps {plan.steps}; source {plan.source}; "
           f"last execution {wall_s / 60:.1f} min.", "", results_markdown(plan, records), ""]
-    with open(base + ".md", "w", encoding="utf-8") as f:
-        f.write("\n".join(md))
+    atomic_write_text(base + ".md", "\n".join(md))
     return base + ".json", base + ".md"
 
 

@@ -22,6 +22,8 @@ import os
 
 import numpy as np
 
+from graft_cli.rundir import run_config_raw
+
 
 def _plt():
     import matplotlib
@@ -185,14 +187,10 @@ def plot_compat_hist(runs, path):
 
 
 def _delta_of(run) -> float | None:
-    import yaml
-
     try:
-        with open(os.path.join(run.path, "config.yaml")) as f:
-            raw = yaml.safe_load(f) or {}
-        d = ((raw.get("exchange") or {}).get("params") or {}).get("delta")
+        d = ((run_config_raw(run.path).get("exchange") or {}).get("params") or {}).get("delta")
         return float(d) if d is not None else None
-    except (OSError, ValueError, TypeError, yaml.YAMLError):
+    except (ValueError, TypeError):
         return None
 
 

@@ -39,7 +39,8 @@ from graft_cli.errors import GraftError
 from graft_cli.models.loading import resolve_path
 from graft_cli.models.scoring import SCORERS
 from graft_cli.rollout import SamplingParams
-from graft_cli.rundir import MetricsLog, exchange_log_path, read_json_or_none, rollout_log_path, write_parquet
+from graft_cli.rundir import (MetricsLog, best_path, checkpoints_dir, exchange_log_path, metrics_path,
+                              read_json_or_none, rollout_log_path, write_parquet)
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.collect import collector_for
@@ -101,8 +102,8 @@ class Trainer:
         self.collector = collector_for(cfg)
         self.signal_params = token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params)
         self.step = 0
-        self.metrics = MetricsLog(os.path.join(out_dir, "metrics.jsonl"))
-        self.ckpt_root = os.path.join(out_dir, "checkpoints")
+        self.metrics = MetricsLog(metrics_path(out_dir))
+        self.ckpt_root = checkpoints_dir(out_dir)
         self.check_sources()
 
     def check_sources(self) -> None:
@@ -361,7 +362,7 @@ class Trainer:
         rotate_log(exchange_log_path, self.out, name, self.step, self.cfg.run.keep_rollouts)
 
     def save(self) -> str:
-        best = read_json_or_none(os.path.join(self.out, "best.json")) or {}  # the best by validation stays
+        best = read_json_or_none(best_path(self.out)) or {}  # the best by validation stays
         protect = tuple(int(b["step"]) for b in (best.get("policies") or {}).values() if b.get("step") is not None)
         protect += (0,) if self.cfg.run.save_initial else ()
         if self.dist.enabled:  # rank 0 writes, after a collective gather of the full state (FSDP)

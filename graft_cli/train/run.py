@@ -12,7 +12,7 @@ import torch
 from graft_cli import config as C
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError, PeerLost, Stopped
-from graft_cli.rundir import atomic_write_text, check_writable
+from graft_cli.rundir import atomic_write_text, check_writable, config_path
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.hooks import AfterStep
@@ -49,7 +49,7 @@ def _flat(d, prefix=""):
 
 
 def check_resumable(cfg: C.Config, out_dir: str) -> None:
-    path = os.path.join(out_dir, "config.yaml")
+    path = config_path(out_dir)
     if not os.path.exists(path):
         return
     old = _flat(C.asdict(C.load_yaml(path)))
@@ -143,7 +143,7 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
         if is_main:
             os.makedirs(out, exist_ok=True)
             _lock_run_dir(out)
-            if os.path.exists(os.path.join(out, "config.yaml")) and not cfg.run.resume:
+            if os.path.exists(config_path(out)) and not cfg.run.resume:
                 import shutil
 
                 for entry in os.listdir(out):  # start over, keeping only our lock
@@ -152,7 +152,7 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
                         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
             if cfg.run.resume:
                 check_resumable(cfg, out)  # again under the lock
-            atomic_write_text(os.path.join(out, "config.yaml"), C.to_yaml(cfg))
+            atomic_write_text(config_path(out), C.to_yaml(cfg))
         resumed = cfg.run.resume and trainer.resume()
         if resumed:
             console.print(f"resumed from step {trainer.step} in {out}")
