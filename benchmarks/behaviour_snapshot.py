@@ -1,9 +1,15 @@
 """Record (or compare) a behaviour snapshot of the trainer on the tiny pair.
 
-Runs ``graft train --pair tiny --method M --steps 3 --seed 0`` for M in grpo, graft, graft_hacpo_update and
-``graft_stored`` (receiver a against the grpo run's b logs), then writes one JSON object holding, per run,
-every non-time key of metrics.jsonl and the sha256 of every file the last checkpoint saved for a policy
-(``model.safetensors`` and ``optimizer.pt``). Used to show that a refactor changes nothing:
+Runs ``graft train --pair tiny --method M --steps 3 --seed 0`` for M in grpo, graft, graft_hacpo_update, saf and
+tandem (the last two validating at step 3 on the tiny aime24 set) and ``graft_stored`` (receiver a against the grpo
+run's b logs), then writes one JSON object holding, per run, every non-time key of metrics.jsonl and the sha256 of
+every file the last checkpoint saved for a policy (``model.safetensors`` and ``optimizer.pt``). Beside the training
+runs (``--no-extra`` leaves them out) it records what the other commands make of them, every value that is not a
+time: ``graft eval --run`` of the grpo run (two benchmarks) and of the tandem run (its handoff and legibility
+evaluations), ``graft complementarity`` from the grpo run's logs and from two models sampled afresh,
+``graft report`` over the runs, and a reduced tiny build (``Recipe.reduced()``, in a folder of its own: the
+default cache is never touched) with its weight hashes, token statistics and ``check_tiny`` measurements. Used to
+show that a refactor changes nothing:
 
     python benchmarks/behaviour_snapshot.py --out /tmp/before --json before.json   # on the old tree
     python benchmarks/behaviour_snapshot.py --out /tmp/after --json after.json     # on the new tree
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -25,6 +32,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from graft_cli.rundir import sha256_file  # noqa: E402
 
 METHODS = ("grpo", "graft", "graft_hacpo_update")
+VALIDATE = ["eval.every=3", "eval.benchmarks=[aime24]", "eval.samples=2"]  # the saf and tandem runs validate
+TIME_WORDS = {"time", "times", "seconds", "second", "sec", "hours", "hour", "date", "commit", "machine", "host",
+              "hostname", "python", "torch", "wall", "elapsed", "platform", "created", "timestamp", "git"}
 
 
 def train(method: str, out: str, steps: int, extra: list[str]) -> str:
@@ -50,8 +60,125 @@ def snapshot(run: str) -> dict:
     return {"metrics": rows, "weights": files, "checkpoint": last}
 
 
+def _timeless(o, key: str = ""):
+    """``o`` with every key that names a time, a date or the machine left out (recursively)."""
+    if isinstance(o, dict):
+        return {k: _timeless(v, k) for k, v in sorted(o.items()) if not _is_time(str(k))}
+    if isinstance(o, list):
+        return [_timeless(v) for v in o]
+    return o
+
+
+def _is_time(key: str) -> bool:
+    """A key that names a time, a date or the machine (``time/step``, ``build_seconds``, ``gpu_hours``, ``wall_s``)."""
+    k = key.lower()
+    return k.startswith("time/") or k.endswith("_s") or bool(set(re.split(r"[^a-z0-9]+", k)) & TIME_WORDS)
+
+
+def _jsons(folder: str, suffixes=(".json", ".jsonl")) -> dict:
+    """relative path -> the timeless content of every JSON / JSONL file under ``folder``."""
+    out = {}
+    for dp, _, names in sorted(os.walk(folder)):
+        for f in sorted(names):
+            path = os.path.join(dp, f)
+            rel = os.path.relpath(path, folder)
+            if f.endswith(".jsonl") and f.endswith(suffixes):
+                with open(path) as fh:
+                    out[rel] = [_timeless(json.loads(line)) for line in fh if line.strip()]
+            elif f.endswith(".json") and f.endswith(suffixes):
+                with open(path) as fh:
+                    out[rel] = _timeless(json.load(fh))
+    return out
+
+
+def cli(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "graft_cli.cli", *args], check=True)
+
+
+def extras(out: str) -> dict:
+    """What eval, complementarity, report and a reduced tiny build make (module docstring), all times left out."""
+    res = {}
+    grpo, tandem = os.path.join(out, "tiny-grpo-s0"), os.path.join(out, "tiny-tandem-s0")
+    cli("eval", "--run", grpo, "--benchmarks", "aime24,amc23", "--runs", "1", "--samples", "2", "--no-progress")
+    res["eval_grpo"] = _jsons(os.path.join(grpo, "eval")) | {"best.json": _jsons(grpo, ("best.json",))}
+    cli("eval", "--run", tandem, "--benchmarks", "aime24", "--runs", "1", "--samples", "2", "--no-progress")
+    res["eval_tandem"] = _jsons(os.path.join(tandem, "eval"))
+    cli("complementarity", "--runs", grpo, "--out", os.path.join(out, "comp_runs"), "--no-progress")
+    res["complementarity_runs"] = _jsons(os.path.join(out, "comp_runs"))
+    probs = os.path.join(out, "problems.jsonl")
+    with open(os.path.join(os.path.expanduser(os.environ.get("GRAFT_CACHE") or "~/.cache/graft/tiny"), "task",
+                           "eval_amc23.jsonl")) as f, open(probs, "w") as g:
+        g.writelines(f.readlines()[:16])
+    cli("complementarity", "--models", "tiny:a", "tiny:b", "--data", probs, "--samples", "4", "--max-new-tokens",
+        "96", "--out", os.path.join(out, "comp_models"), "--no-progress")
+    res["complementarity_models"] = _jsons(os.path.join(out, "comp_models"))
+    cli("report", out, "--out", os.path.join(out, "report"), "--no-plots")
+    res["report"] = _jsons(os.path.join(out, "report"))
+    res["tiny_reduced"] = reduced_tiny(os.path.join(out, "tiny_reduced"))
+    return res
+
+
+def reduced_tiny(cache: str) -> dict:
+    """A reduced tiny build (``Recipe.reduced()``, two workers) in ``cache`` and ``check_tiny`` on it: the
+    manifest's hashes, token statistics and models (times left out) and the measured properties."""
+    code = f"""
+import json, sys
+try:
+    from graft_cli.tiny import build as B, check as C
+except ImportError:
+    from graft_cli.models import tiny as B
+    C = B
+paths = B.build_tiny({cache!r}, seed=0, force=True, progress=False, recipe=B.Recipe.reduced())
+man = B.read_manifest({cache!r})
+props = C.check_tiny(paths, num_prompts=32, n=4, seed=0, heldout=16, max_new_tokens=man["max_new_tokens"])
+for r in ("a", "b"):
+    for k in ("s", "s_correct", "s_family"):
+        props.get("regime", {{}}).get(r, {{}}).pop(k, None)
+print(json.dumps({{"manifest": man, "check": props}}, default=str))
+"""
+    r = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return _timeless(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+def compare_extra(a: dict, b: dict, path: str = "") -> int:
+    """Every difference between two timeless trees (printed); their count."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        bad = 0
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                print(f"{path}/{k}: only in {'after' if k not in a else 'before'}")
+                bad += 1
+            else:
+                bad += compare_extra(a[k], b[k], f"{path}/{k}")
+        return bad
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return sum(compare_extra(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b)))
+    if a != b and not (isinstance(a, float) and isinstance(b, float) and a != a and b != b):  # nan == nan
+        print(f"{path}: {str(a)[:120]!r} != {str(b)[:120]!r}")
+        return 1
+    return 0
+
+
+def _leaves(o) -> int:
+    if isinstance(o, dict):
+        return sum(_leaves(v) for v in o.values())
+    if isinstance(o, list):
+        return sum(_leaves(v) for v in o)
+    return 1
+
+
 def compare(a: dict, b: dict) -> int:
     bad = 0
+    ea, eb = a.pop("_extra", None), b.pop("_extra", None)
+    if ea is not None or eb is not None:
+        if ea is None or eb is None:
+            print(f"extra outputs only in {'after' if ea is None else 'before'}")
+            bad += 1
+        else:
+            for k in sorted(set(ea) | set(eb)):
+                n = compare_extra(ea.get(k), eb.get(k), k)
+                print(f"{k}: {_leaves(ea.get(k))} values compared, {n} differences")
+                bad += n
     for run in sorted(set(a) | set(b)):
         ra, rb = a.get(run), b.get(run)
         if ra is None or rb is None:
@@ -86,6 +213,7 @@ def main() -> int:
     ap.add_argument("--json", default="snapshot.json")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+    ap.add_argument("--no-extra", action="store_true", help="the training runs only (no eval, report, tiny build)")
     args = ap.parse_args()
     if args.compare:
         with open(args.compare[0]) as f, open(args.compare[1]) as g:
@@ -96,6 +224,10 @@ def main() -> int:
     partner = os.path.join(args.out, "tiny-grpo-s0")
     stored = [f"exchange.params.partner_run={partner}", "exchange.params.partner_policy=b"]
     out["graft_stored"] = snapshot(train("graft_stored", args.out, args.steps, stored))
+    for m in ("saf", "tandem"):
+        out[m] = snapshot(train(m, args.out, args.steps, VALIDATE))
+    if not args.no_extra:
+        out["_extra"] = extras(args.out)
     with open(args.json, "w") as f:
         json.dump(out, f, indent=1)
     print(f"snapshot written to {args.json}")

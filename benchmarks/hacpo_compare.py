@@ -143,7 +143,7 @@ def random_step(g: torch.Generator, tok, names, B: int, n: int, T: int):
     from graft_cli.algorithms.advantages import grpo_advantages
     from graft_cli.batch import PolicyStep
     from graft_cli.data.problems import Problem
-    from graft_cli.rollout.base import Rollouts
+    from graft_cli.batch import Rollouts
 
     probs = [Problem(f"p{q}", f"{q}+{q}", str(2 * q)) for q in range(B)]
     alphabet = list("0123456789+=x ab")
@@ -209,8 +209,9 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
     from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser, compute_loss
     from graft_cli.algorithms.signals import token_adv_params
     from graft_cli.models.logprobs import pack
-    from graft_cli.train.batch import minibatch_plan
-    from graft_cli.train.loop import Trainer, _row_tokens, loss_inputs
+    from graft_cli.algorithms.minibatch import minibatch_plan
+    from graft_cli.train.loop import Trainer
+    from graft_cli.train.update import UpdateContext, loss_inputs, row_tokens
 
     cfg = graft_config(prompts, n, overrides)
     a = cfg.algo
@@ -276,7 +277,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
                 counts["self_only"] += kinds == {True}
                 counts["peer_only"] += kinds == {False}
                 # graft: as update_policy runs one micro-batch
-                norm = Normaliser.of_rows([_row_tokens(b, i) for i in mb], [b.in_pg[i] for i in mb],
+                norm = Normaliser.of_rows([row_tokens(b, i) for i in mb], [b.in_pg[i] for i in mb],
                                           a.loss_scale_factor or float(cfg.rollout.max_new_tokens))
                 prompts_ = [b.prompt_ids[i] for i in mb]
                 ids, att, resp = pack(prompts_, [b.response_ids[i] for i in mb], 0)
@@ -286,7 +287,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
                     v = cur[keys[i]]
                     rows.append(torch.cat([torch.zeros(len(p) - 1), v, torch.zeros(Lp - 1 - (len(p) - 1) - len(v))]))
                 logp = torch.stack(rows)
-                inp = loss_inputs(b, mb, logp, Lp, torch.device("cpu"), norm, resp, cfg, spec, m, step, {})
+                inp = loss_inputs(b, mb, logp, resp, norm, spec, m, UpdateContext(cfg, step=step))
                 loss_g, st_g = compute_loss(spec, inp, a.kl_coef, a.kl_type, a.kl_rows)
                 pg_g, _ = spec.fn(inp)
                 # released: the same rows' views (EOS popped), source means, advantages, ratios

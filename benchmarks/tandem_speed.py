@@ -105,7 +105,7 @@ def load_pair(args, dev):
 
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.data.problems import load_problems
-    from graft_cli.models.tiny import ensure_tiny
+    from graft_cli.tiny.build import ensure_tiny
 
     paths = ensure_tiny(progress=False)
     tok = AutoTokenizer.from_pretrained(paths["a"])

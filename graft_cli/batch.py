@@ -1,4 +1,5 @@
-"""Per-step data structures shared by every layer: ``PolicyStep`` and ``TrainBatch``.
+"""Per-step data structures shared by every layer: ``Rollouts`` (what an engine samples), ``PolicyStep`` and
+``TrainBatch``.
 
 ``PolicyStep`` is one policy's (or one stored source's) rollouts on the shared prompt batch with rewards
 and advantages. ``TrainBatch`` is what a policy is optimised on: one row per response (self, peer or
@@ -27,9 +28,30 @@ import numpy as np
 import torch
 
 from graft_cli.data.problems import Problem
-from graft_cli.rollout.base import Rollouts
 
-SOURCES = ("self", "peer", "teacher")
+
+@dataclass
+class Rollouts:
+    """What a rollout engine returns for ``B`` prompts sampled ``n`` times (prompt-major: the responses of prompt
+    ``i`` are rows ``i*n .. i*n+n-1``): response token ids, decoded text, the per-token log-probabilities of the
+    *processed* sampling distribution (after temperature, top-k and top-p), and whether each response hit
+    ``max_new_tokens`` without emitting EOS."""
+
+    prompt_ids: list[list[int]]  # one per prompt (B)
+    response_ids: list[list[int]]  # B*n, prompt-major; includes the EOS token when one was emitted
+    texts: list[str]  # B*n, decoded with skip_special_tokens=True
+    logprobs: list[list[float]]  # B*n, one per response token (processed distribution)
+    truncated: list[bool]  # B*n: hit max_new_tokens without EOS
+    n: int = 1
+    meta: dict = field(default_factory=dict)  # per-row lists (e.g. "extracted") and "metrics" (engine metrics)
+    token_columns: dict = field(default_factory=dict)  # name -> B*n per-token lists (tandem: "author")
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.prompt_ids)
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
 
 
 @dataclass
@@ -113,12 +135,6 @@ class TrainBatch:
     @property
     def is_peer(self) -> list[bool]:
         return [s != "self" for s in self.source]
-
-    def column(self, name: str) -> list:
-        """A per-row column by name: a core column, an optional per-token column or an ``extra`` one."""
-        if name in self.COLUMNS or name in self.OPTIONAL:
-            return getattr(self, name)
-        return self.extra[name]
 
     def mask_of(self, i: int) -> list[float]:
         """Row i's loss mask over its response tokens (every token when no mask is set)."""

@@ -90,7 +90,7 @@ def train(pair, method, steps, out, seed, name, no_progress, dry_run, overrides)
         _dry_run(cfg)
         return
     from graft_cli.eval.runner import ValidationHook
-    from graft_cli.train.loop import train as run_train
+    from graft_cli.train.run import train as run_train
 
     run_dir = run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
     if os.environ.get("RANK", "0") == "0":  # data-parallel runs: rank 0 writes summary.png (and says it)
@@ -105,12 +105,10 @@ def _dry_run(cfg) -> None:
 
     from graft_cli.errors import GraftError
     from graft_cli.eval.benchmarks import resolve_benchmarks
-    from graft_cli.reward import REWARDS
+    from graft_cli.reward import make_grader
 
     rc, d, r, a, e = cfg.reward, cfg.data, cfg.rollout, cfg.algo, cfg.eval
-    grader = REWARDS.get(rc.name)(num_workers=0, timeout_s=rc.timeout_s, chunk_size=rc.chunk_size,
-                                  sci_notation=rc.sci_notation, memory_mb=rc.memory_mb)  # no worker started
-    grader.close()
+    make_grader(rc, num_workers=0).close()  # the reward's name and options checked; no worker started
     import glob
 
     if not d.train.startswith("tiny:") and (glob.has_magic(d.train) or d.train.startswith(("/", "./", "../"))
@@ -199,7 +197,7 @@ def tiny_build(check, cache_dir, seed, force, recipe, prompts):
     Example:
       graft tiny build --check
     """
-    from graft_cli.models.tiny import tiny_main
+    from graft_cli.tiny.check import tiny_main
 
     tiny_main(check=check, cache_dir=cache_dir, seed=seed, force=force, recipe=recipe, num_prompts=prompts)
 
@@ -350,13 +348,15 @@ def export_cmd(run_dir, out, step, policies):
 @click.option("--limit", type=int, default=None, help="with --models: only the first N problems")
 @click.option("--seed", type=int, default=0, show_default=True, help="with --models: sampling seed")
 @click.option("--device", default="auto", show_default=True, help="with --models")
-@click.option("--workers", type=int, default=2, show_default=True, help="math-verify worker processes")
+@click.option("--workers", type=int, default=2, show_default=True, help="grading worker processes")
+@click.option("--reward", default="math_verify", show_default=True,
+              help="with --models: the registered reward that grades the samples (as a run's reward.name)")
 @click.option("--out", default=None,
               help="output folder [default: <run>/complementarity for one run, else results/complementarity/...]")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @one_line_errors
 def complementarity_cmd(from_runs, from_models, sources, data, samples, temperature, top_p, max_new_tokens, limit, seed,
-                        device, workers, out, no_progress):
+                        device, workers, reward, out, no_progress):
     """Per-step cross-solve rates: the share of X's all-fail prompts (k = 0) on which Y has k >= 1, both
     directions, and their mean over training (graft.md §2.7). Writes complementarity.json and .png.
 
@@ -370,7 +370,7 @@ def complementarity_cmd(from_runs, from_models, sources, data, samples, temperat
 
     complementarity_main(list(sources), runs=from_runs, models=from_models, data=data, samples=samples,
                          temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, limit=limit,
-                         device=device, workers=workers, out=out, progress=not no_progress)
+                         device=device, workers=workers, out=out, progress=not no_progress, reward=reward)
 
 
 @main.command("ablate")

@@ -455,7 +455,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     plugins were not imported) skips the checks that a registered name exists."""
     from graft_cli.algorithms import CONTROLLERS, LOSS_MASKS, TOKEN_ADVANTAGES
     from graft_cli.algorithms.advantages import ADVANTAGES
-    from graft_cli.algorithms.correction import ROLLOUT_REJECTIONS
+    from graft_cli.algorithms.correction import IS_CORRECTIONS, ROLLOUT_REJECTIONS
     from graft_cli.algorithms.exchange import EXCHANGES
     from graft_cli.algorithms.losses import AGG_MODES, KL_KINDS, KL_ROWS, POLICY_LOSSES
     from graft_cli.algorithms.minibatch import MINIBATCH_ORDERINGS
@@ -463,6 +463,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     from graft_cli.models.logprobs import AUTOCAST
     from graft_cli.models.scoring import SCORERS
     from graft_cli.registry import validate_params
+    from graft_cli.reward import REWARDS
     from graft_cli.rollout import ENGINES
 
     def _known(name, reg, key):
@@ -526,6 +527,10 @@ def validate(cfg: Config, registries: bool = True) -> None:
     for i, c in enumerate(a.controllers):
         _check(isinstance(c, dict) and "name" in c, f"algo.controllers.{i}", "must be a mapping with a name")
         _known(c["name"], CONTROLLERS, f"algo.controllers.{i}.name")
+        if registries:  # its parameters (typos, types, ranges), before any model loads
+            from graft_cli.algorithms.controllers import controller_params
+
+            controller_params(i, c)
     _check(cfg.data.prompt_batch >= 1, "data.prompt_batch", "must be >= 1")
     _check(cfg.data.holdout >= 0, "data.holdout", "must be >= 0")
     _check(a.minibatch_prompts >= 1, "algo.minibatch_prompts", "must be >= 1")
@@ -539,7 +544,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(a.ppo_epochs >= 1, "algo.ppo_epochs", "must be >= 1")
     _check(a.agg in AGG_MODES, "algo.agg", f"must be one of {', '.join(AGG_MODES)}")
     _check(a.old_logprobs in ("auto", "trainer", "sampler"), "algo.old_logprobs", "must be auto, trainer or sampler")
-    _check(a.is_correction in ("none", "token", "sequence"), "algo.is_correction", "must be none, token or sequence")
+    _known(a.is_correction, IS_CORRECTIONS, "algo.is_correction")
     _check(a.is_threshold > 0, "algo.is_threshold", "must be > 0")
     rc = a.rollout_correction
     _check(rc.veto_threshold >= 0, "algo.rollout_correction.veto_threshold", "must be >= 0 (0 = off)")
@@ -558,25 +563,24 @@ def validate(cfg: Config, registries: bool = True) -> None:
     hint = " (vLLM is not installed: pip install -e '.[vllm]')" if r.engine == "vllm" else ""
     _check(r.engine in ENGINES, "rollout.engine", f"unknown; known: {', '.join(ENGINES.names())}{hint}")
     if r.engine in ENGINES:  # the engine's own option check; then options that name a frozen model (tandem)
-        check = getattr(ENGINES.get(r.engine), "check_kwargs", None)
-        if check is not None:
-            try:
-                check(**dict(r.engine_kwargs))
-            except ValueError as e:
-                key, _, why = str(e).partition(": ")
-                _check(False, key, why)
-        _check(a.old_logprobs != "sampler" or getattr(ENGINES.get(r.engine), "policy_logprobs", True),
+        engine = ENGINES.get(r.engine)
+        try:
+            engine.check_kwargs(**dict(r.engine_kwargs))
+        except ValueError as e:
+            key, _, why = str(e).partition(": ")
+            _check(False, key, why)
+        _check(a.old_logprobs != "sampler" or engine.policy_logprobs,
                "algo.old_logprobs", f"sampler: engine {r.engine!r} returns the log-probs of the model that wrote each "
                "token, not the policy's; use trainer")
         _check(a.old_logprobs != "sampler" or r.top_p >= 1.0, "algo.old_logprobs",
                f"sampler with rollout.top_p={r.top_p}: the engine's log-probs are of the top-p truncated distribution "
                "and the trainer's are not; use trainer (or auto)")
         if a.old_logprobs == "auto":
-            exact = (bool(getattr(ENGINES.get(r.engine), "exact_logprobs", False)) and cfg.run.dtype == "float32"
+            exact = (engine.exact_logprobs and cfg.run.dtype == "float32"
                      and o.autocast == "none" and r.engine_kwargs.get("autocast", "none") == "none")
             a.old_logprobs = "sampler" if exact and a.ppo_epochs == 1 and r.top_p >= 1.0 else "trainer"
         frozen = [p.name for p in cfg.policies if p.role == "frozen"]
-        for k in getattr(ENGINES.get(r.engine), "frozen_kwargs", ()):
+        for k in engine.frozen_kwargs:
             v = r.engine_kwargs.get(k)
             _check(v in frozen, f"rollout.engine_kwargs.{k}",
                    f"engine {r.engine!r} needs the name of a role: frozen model here, got {v!r} "
@@ -610,6 +614,8 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(cfg.run.log_every >= 1, "run.log_every", "must be >= 1")
     _check(cfg.run.dist_timeout_s > 0, "run.dist_timeout_s", "must be > 0 (seconds)")
     _check(cfg.run.model_init in ("pretrained", "random"), "run.model_init", "must be pretrained or random")
+    _known(cfg.reward.name, REWARDS, "reward.name")
+    _check(cfg.reward.chunk_size >= 1, "reward.chunk_size", "must be >= 1")
     _check(cfg.reward.timeout_s > 0, "reward.timeout_s", "must be > 0")
     _check(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")
     _check(cfg.reward.memory_mb == 0 or cfg.reward.memory_mb >= 512, "reward.memory_mb",

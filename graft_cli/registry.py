@@ -53,15 +53,26 @@ class Registry(Generic[T]):
         return name in self._items or name in self._lazy
 
 
-def validate_params(defaults: dict, params: dict | None, key: str, owner: str) -> dict:
+def validate_params(defaults: dict, params: dict | None, key: str, owner: str, choices: dict | None = None,
+                    open_keys: tuple = ()) -> dict:
     """``params`` merged over ``defaults`` with each key and value checked (one-line GraftError naming
     ``key.<name>``): unknown keys, booleans, finite numbers, and choices (a tuple default: its first entry is the
-    default, its entries the allowed values)."""
+    default, its entries the allowed values; ``choices``: name -> the allowed values, a tuple or a
+    :class:`Registry`, whose names are the choices). ``open_keys``: further keys taken as given (no default).
+    The one parameter check of every registered part (losses, token signals, controllers, exchanges, engines),
+    run by config validation before anything loads."""
     out = dict(defaults)
     for k, v in (params or {}).items():
         if k not in defaults:
-            known = ", ".join(sorted(defaults)) or "none"
+            if k in open_keys:
+                out[k] = v
+                continue
+            known = ", ".join(sorted([*defaults, *open_keys])) or "none"
             raise GraftError(f"config key '{key}.{k}': not a parameter of {owner}; known: {known}")
+        allowed = (choices or {}).get(k)
+        if allowed is not None and v not in allowed:
+            names = allowed.names() if isinstance(allowed, Registry) else allowed
+            raise GraftError(f"config key '{key}.{k}': must be one of {', '.join(map(str, names))}, got {v!r}")
         d = defaults[k]
         if isinstance(d, bool) and not isinstance(v, bool):
             raise GraftError(f"config key '{key}.{k}': must be true or false, got {v!r}")

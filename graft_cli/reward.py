@@ -65,6 +65,8 @@ import numpy as np
 
 from graft_cli.registry import Registry
 
+# a registered reward is a factory ``(num_workers, timeout_s, chunk_size, sci_notation, memory_mb) -> grader`` (the
+# ``reward:`` section's options; make_grader); a grader has ``grade(responses, golds) -> Grades`` and ``close()``
 REWARDS: Registry = Registry("reward")
 
 _BOX_CMDS = ("\\boxed", "\\fbox")
@@ -813,3 +815,16 @@ def make_coinflip(**kwargs) -> CoinFlipGrader:
 
 
 REWARDS.lazy("code", "graft_cli.code_reward")  # the sandboxed test-execution reward, imported when asked for
+
+
+def make_grader(rc=None, **overrides):
+    """The grader a ``reward:`` section names (``rc``: a :class:`graft_cli.config.RewardConfig`; registry
+    ``REWARDS``), built with that section's options; ``overrides`` replace some (an evaluation's worker count).
+    ``rc=None``: the default reward (math-verify, its defaults being ``RewardConfig``'s). The one way the trainer,
+    ``graft eval``, the analyses and the tiny pair's check build a grader, so a run is graded by its own reward
+    wherever it is graded."""
+    if rc is None:
+        return REWARDS.get("math_verify")(**overrides)
+    opts = {f.name: getattr(rc, f.name) for f in dataclasses.fields(rc) if f.name != "name"}
+    return REWARDS.get(rc.name)(**{**opts, **overrides})
+

@@ -25,6 +25,39 @@ import numpy as np
 
 METRICS = "metrics.jsonl"
 CONFIG = "config.yaml"
+BEST = "best.json"
+CHECKPOINTS = "checkpoints"
+EVAL = "eval"
+
+
+# ------------------------------------------------------------------------------------------ paths
+def step_name(step: int) -> str:
+    """The folder of a step (a checkpoint, an evaluation): ``step_000012``."""
+    return f"step_{int(step):06d}"
+
+
+def config_path(run_dir: str) -> str:
+    return os.path.join(run_dir, CONFIG)
+
+
+def best_path(run_dir: str) -> str:
+    return os.path.join(run_dir, BEST)
+
+
+def checkpoints_dir(run_dir: str) -> str:
+    """``<run>/checkpoints``, the root of the run's atomic checkpoints (graft_cli/train/checkpoint.py)."""
+    return os.path.join(run_dir, CHECKPOINTS)
+
+
+def checkpoint_dir(run_dir: str, step: int, policy: str | None = None) -> str:
+    """``<run>/checkpoints/step_N`` (``policy``: its folder in that checkpoint)."""
+    d = os.path.join(checkpoints_dir(run_dir), step_name(step))
+    return d if policy is None else os.path.join(d, policy)
+
+
+def eval_step_dir(run_dir: str, policy: str, step: int, root: str = EVAL) -> str:
+    """``<run>/eval/<policy>/step_N`` (``root``: ``validation`` where validation samples apart)."""
+    return os.path.join(run_dir, root, policy, step_name(step))
 
 
 # ------------------------------------------------------------------------------------------ atomic writes

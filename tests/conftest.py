@@ -1,6 +1,6 @@
 """Shared fixtures: a minimal random model + character-level tokenizer, and a small problem file.
 
-These stand in for real checkpoints in fast tests; the embedded tiny pair (graft_cli.models.tiny) is
+These stand in for real checkpoints in fast tests; the embedded tiny pair (graft_cli.tiny) is
 the project's default for demos and the slow tests.
 """
 

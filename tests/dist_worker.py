@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import train_overrides  # noqa: E402
 
 from graft_cli import config as C  # noqa: E402
-from graft_cli.rollout.base import ENGINES, Rollouts  # noqa: E402
+from graft_cli.batch import Rollouts  # noqa: E402
+from graft_cli.rollout.base import ENGINES  # noqa: E402
 
 
 @ENGINES.register("fixed_test")

@@ -17,6 +17,7 @@ import torch
 from conftest import ROOT, call_loss, kill_after, train_overrides
 
 from graft_cli.algorithms.exchange import graft as G
+from graft_cli.algorithms.exchange import replacement
 from graft_cli.algorithms.exchange.replacement import hacpo_baseline
 from graft_cli.algorithms.losses import (POLICY_LOSSES, LossInputs, Normaliser, agg_loss, compute_loss, kl_penalty,
                                          ppo_seq_loss, ppo_token_loss)
@@ -36,24 +37,25 @@ def test_hacpo_capability_aware_baseline_and_advantages_by_hand():
     # mean .5, var = 8·0.25/7 = 0.285714, std = 0.534522 → A = (r − 0.3125)/(0.534522 + 1e-6):
     # 0.6875/0.534523 = 1.286192, −0.3125/0.534523 = −0.584632
     assert hacpo_baseline([1, 0, 0, 0], [1, 1, 1, 0], 2.0) == pytest.approx(0.3125)
-    a_s, a_p = G.hacpo_advantages([1, 0, 0, 0], [1, 1, 1, 0], 2.0)
+    a_s, a_p = replacement.hacpo_advantages([1, 0, 0, 0], [1, 1, 1, 0], 2.0)
     assert a_s == pytest.approx([1.286192, -0.584632, -0.584632, -0.584632], abs=2e-6)
     assert a_p == pytest.approx([1.286192] * 3 + [-0.584632], abs=2e-6)
     # binary guard: c = 0.1 → ω_peer = 10: b = (1+1+0+0 + 4·10)/8 = 5.25 > 1 → b = mean(own) = 0.5
     assert hacpo_baseline([1, 1, 0, 0], [1, 1, 1, 1], 0.1) == pytest.approx(0.5)
     # std of [1,1,0,0,1,1,1,1]: mean .75, var = (6·.0625 + 2·.5625)/7 = 0.214286, std 0.46291 → (1−.5)/0.46291
-    a_s, _ = G.hacpo_advantages([1, 1, 0, 0], [1, 1, 1, 1], 0.1)
+    a_s, _ = replacement.hacpo_advantages([1, 1, 0, 0], [1, 1, 1, 1], 0.1)
     assert a_s[0] == pytest.approx(1.080123, abs=1e-5) and a_s[2] == pytest.approx(-1.080123, abs=1e-5)
     # all equal → b = mean, every advantage 0
-    assert hacpo_baseline([1, 1], [1, 1], 3.0) == 1.0 and G.hacpo_advantages([1, 1], [1, 1], 3.0) == ([0, 0], [0, 0])
+    assert hacpo_baseline([1, 1], [1, 1], 3.0) == 1.0
+    assert replacement.hacpo_advantages([1, 1], [1, 1], 3.0) == ([0, 0], [0, 0])
 
 
 def test_hacpo_capability_clip_and_floor():
     # c = clip(P_src / P_tgt, 0.1, 10), P floored at 1e-8
-    assert G.hacpo_capability(0.6, 0.2) == pytest.approx(3.0)
-    assert G.hacpo_capability(0.9, 0.01) == 10.0  # 90 clipped to 10
-    assert G.hacpo_capability(0.01, 0.9) == 0.1  # 0.0111 clipped to 0.1
-    assert G.hacpo_capability(0.0, 0.0) == 1.0  # both floored at 1e-8
+    assert replacement.hacpo_capability(0.6, 0.2) == pytest.approx(3.0)
+    assert replacement.hacpo_capability(0.9, 0.01) == 10.0  # 90 clipped to 10
+    assert replacement.hacpo_capability(0.01, 0.9) == 0.1  # 0.0111 clipped to 0.1
+    assert replacement.hacpo_capability(0.0, 0.0) == 1.0  # both floored at 1e-8
 
 
 def _peer_row_inputs(logp_vals, src_mean, c, adv, n_scored, mb_index=0, step=0, schedule="minibatch"):
@@ -261,21 +263,22 @@ def test_the_update_leaves_rows_without_loss_tokens_out(tmp_path, monkeypatch):
 
     from graft_cli.batch import TrainBatch
     from graft_cli.config import compose
-    from graft_cli.train import loop
+    from graft_cli.train import update
+    from graft_cli.train.setup import Policy
 
     path = make_random_model(str(tmp_path / "m"), "qwen3", seed=3)
     model = AutoModelForCausalLM.from_pretrained(path)
-    pol = loop.Policy("a", model, make_char_tokenizer(), torch.optim.AdamW(model.parameters(), lr=0.0), None, {})
+    pol = Policy("a", model, make_char_tokenizer(), torch.optim.AdamW(model.parameters(), lr=0.0), None, {})
     cfg = compose(["method=grpo", "algo.agg=seq-mean-token-mean", "algo.minibatch_prompts=4", "run.device=cpu"])
     b = TrainBatch()
     for adv, ids in ((1.0, [5, 6, 7]), (5.0, [8, 9]), (-0.5, [10, 11, 12, 13])):
         b.append(prompt_ids=[3, 4], response_ids=ids, advantages=adv, weights=1.0, source="self", group=0)
     b.loss_mask = [None, [0.0, 0.0], None]
-    b.old_logprobs = loop.score_logprobs(pol, b, cfg)  # ρ = 1: each row's token-mean loss is −Â
+    b.old_logprobs = update.score_logprobs(pol, b, cfg)  # ρ = 1: each row's token-mean loss is −Â
     seen = []
-    real = loop.compute_loss
-    monkeypatch.setattr(loop, "compute_loss", lambda *a, **k: seen.append((a[1].norm, real(*a, **k))) or seen[-1][1])
-    loop.update_policy(pol, b, cfg, np.random.default_rng(0), "last")
+    real = update.compute_loss
+    monkeypatch.setattr(update, "compute_loss", lambda *a, **k: seen.append((a[1].norm, real(*a, **k))) or seen[-1][1])
+    update.update_policy(pol, b, update.UpdateContext(cfg, rng=np.random.default_rng(0)))
     (norm, (loss, _)), = seen
     # N = 2 (rows 0 and 2): −(1 − 0.5)/2 = −0.25 (with the empty row counted: −0.5/3 = −0.1667)
     assert norm.num_seqs == 2.0 and norm.num_tokens == 7.0
@@ -331,7 +334,7 @@ def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems
     from conftest import make_random_model
 
     from graft_cli.config import compose
-    from graft_cli.train import loop
+    from graft_cli.train import loop, update
 
     _register_scripted_reward()
     models = {"a": make_random_model(str(tmp_path / "a"), "qwen3", 0),
@@ -342,7 +345,7 @@ def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems
                    "run.device=cpu", "run.log_rollouts=false", "run.policy_workers=1", "optim.lr=1e-2"])
     assert cfg.algo.minibatch_prompts == 1  # half the prompt batch, as 64 of 128
     calls = []
-    real_inputs, real_loss = loop.loss_inputs, loop.compute_loss
+    real_inputs, real_loss = update.loss_inputs, update.compute_loss
 
     def inputs(batch, rows, *a, **k):
         inp = real_inputs(batch, rows, *a, **k)
@@ -354,8 +357,8 @@ def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems
         calls[-1].update(loss=out[0].detach(), st=out[1], pg=spec.fn(inp)[0].detach(), kl_args=a)
         return out
 
-    monkeypatch.setattr(loop, "loss_inputs", inputs)
-    monkeypatch.setattr(loop, "compute_loss", loss)
+    monkeypatch.setattr(update, "loss_inputs", inputs)
+    monkeypatch.setattr(update, "compute_loss", loss)
     tr = loop.Trainer(cfg, str(tmp_path / "run"), progress=False)
     try:
         rows = {r["policy"]: r for r in tr.train_step()}
@@ -509,7 +512,7 @@ class _FakeTrainer:
     def rollout_policy(self, i, pol, problems, round_=0):
         from graft_cli.batch import PolicyStep
         from graft_cli.data.problems import Problem
-        from graft_cli.rollout.base import Rollouts
+        from graft_cli.batch import Rollouts
 
         self.calls.append((i, round_, list(problems)))
         n = 4

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from graft_cli.data.problems import Problem
-from graft_cli.rollout.base import Rollouts
+from graft_cli.batch import Rollouts
 from graft_cli.batch import PolicyStep, TrainBatch, self_batch
-from graft_cli.train.batch import micro_batches, minibatch_schedule
+from graft_cli.algorithms.minibatch import group_schedule as minibatch_schedule
+from graft_cli.batch import micro_batches
 
 
 def make_batch(num_groups: int, rows_per_group: int, peer: dict[int, list[int]] | None = None,
@@ -152,7 +153,7 @@ SELF_FIRST_TABLE = [
 
 @pytest.mark.parametrize("B,n,peer_n,prompts,want", SELF_FIRST_TABLE)
 def test_self_first_rows_table(B, n, peer_n, prompts, want):
-    from graft_cli.train.batch import minibatch_plan
+    from graft_cli.algorithms.minibatch import minibatch_plan
 
     b = hacpo_batch(B, n, peer_n)
     mbs = minibatch_plan(b, "self_first_rows", prompts, n)
@@ -163,7 +164,7 @@ def test_self_first_rows_table(B, n, peer_n, prompts, want):
 def test_hacpo_schedule_at_the_papers_size():
     # 128 prompts × (8 self + 8 peer), 64-prompt minibatches: 2048 rows in 4 chunks of 512, m = 0, 1 self rows
     # only and m = 2, 3 peer rows only (the group orderings would make 2 mixed minibatches of 1,024 rows)
-    from graft_cli.train.batch import minibatch_plan
+    from graft_cli.algorithms.minibatch import minibatch_plan
 
     b = hacpo_batch(128, 8)
     mbs = minibatch_plan(b, "self_first_rows", 64, 8)
@@ -177,7 +178,7 @@ def test_hacpo_schedule_at_the_papers_size():
 def test_group_orderings_through_the_registry(G, peers, k, ordering, want):
     # the registered group orderings take algo.minibatch_prompts: ⌈G / prompts⌉ minibatches (8 / 2 → 4)
     from graft_cli.algorithms.minibatch import MINIBATCH_ORDERINGS
-    from graft_cli.train.batch import minibatch_plan
+    from graft_cli.algorithms.minibatch import minibatch_plan
 
     b = make_batch(G, 3, {g: [1] for g in peers})
     assert groups_of(b, minibatch_plan(b, ordering, G // k, 3)) == want

@@ -117,7 +117,7 @@ class _Engine:
         self.tok = tok
 
     def generate(self, prompt_ids, params):
-        from graft_cli.rollout.base import Rollouts
+        from graft_cli.batch import Rollouts
 
         texts = []
         for ids in prompt_ids:
@@ -133,6 +133,7 @@ def test_evaluator_scores_code_benchmarks_beside_a_math_one(tmp_path):
     from graft_cli.data.problems import Problem
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.eval.benchmarks import BenchmarkSource
+    from graft_cli.config import RewardConfig
     from graft_cli.eval.runner import EvalSettings, Evaluator, Graders
 
     benches = [(b, b.load()) for b in resolve_benchmarks(f"humanevalplus={HEP},mbppplus={MBP},livecodebench={LCB}")]
@@ -140,7 +141,7 @@ def test_evaluator_scores_code_benchmarks_beside_a_math_one(tmp_path):
     math = BenchmarkSource("sums", "sums", "inline")
     benches.append((math, [Problem("s0", "1+1", "2")]))
     tok = _Tok()
-    graders = Graders(2, code={"timeout_s": 10.0})
+    graders = Graders(2, rewards={"code": RewardConfig(name="code", timeout_s=10.0)})
     try:
         Evaluator(_Engine(tok), tok, PromptSpec(chat_template="none"), EvalSettings(runs=1, samples=2), graders) \
             .evaluate(str(tmp_path / "out"), benches)

@@ -100,9 +100,9 @@ def test_optimizer_is_adamw():
     # Table 3: AdamW. The trainer builds its optimizer from optim.*; check it names AdamW.
     import inspect
 
-    from graft_cli.train import loop
+    from graft_cli.train import setup
 
-    assert "AdamW" in inspect.getsource(loop)
+    assert "AdamW" in inspect.getsource(setup)
 
 
 @pytest.mark.parametrize("pair,models", [

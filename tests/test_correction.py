@@ -47,7 +47,8 @@ def _update(is_weight, tmp_path):
     from graft_cli.models.loading import load_model, load_tokenizer
     from graft_cli.rollout import ENGINES
     from graft_cli.batch import TrainBatch
-    from graft_cli.train.loop import Policy, update_policy
+    from graft_cli.train.setup import Policy
+    from graft_cli.train.update import UpdateContext, update_policy
 
     path = str(tmp_path / "m")
     import os
@@ -68,7 +69,7 @@ def _update(is_weight, tmp_path):
     b.old_logprobs = [[-4.6, -4.5, -4.7]] * 4
     if is_weight is not None:  # what the `is_correction` token-advantage function leaves: Â·w per token
         b.token_adv = [[b.advantages[i] * w for w in row] for i, row in enumerate(is_weight)]
-    update_policy(pol, b, cfg, np.random.default_rng(0), "last")
+    update_policy(pol, b, UpdateContext(cfg, rng=np.random.default_rng(0)))
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 

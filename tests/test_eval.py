@@ -244,7 +244,7 @@ def test_validation_in_training_writes_best_json(tiny_models, problems_file, tmp
     from graft_cli.config import compose
     from graft_cli.eval.runner import evaluate_run
     from graft_cli.eval.runner import ValidationHook
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     out = tmp_path / "runs"
     cfg = compose(train_overrides(tiny_models, problems_file, str(out),
@@ -350,7 +350,7 @@ def test_checkpoint_before_validation_and_resume_into_validation(tiny_models, pr
     from graft_cli.config import compose
     from graft_cli.eval.runner import ValidationHook
     from graft_cli.train import checkpoint as ckpt
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     seen = []
 
@@ -390,7 +390,7 @@ def test_a_validation_set_that_cannot_load_stops_the_run_before_it_trains(tiny_m
     from graft_cli.config import compose
     from graft_cli.errors import GraftError
     from graft_cli.eval.runner import ValidationHook
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     out = tmp_path / "runs"
     missing = tmp_path / "no_such_bench.jsonl"

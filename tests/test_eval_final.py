@@ -87,7 +87,7 @@ def test_validation_then_final_evaluation(tiny_models, problems_file, tmp_path):
     then takes eval.final: the validated samples are reused (same file, untouched), the added benchmark is
     evaluated, one run; both with the evaluation prompt, not the training one."""
     from graft_cli.eval.runner import ValidationHook, evaluate_run
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     extra = tmp_path / "extra.jsonl"
     extra.write_text("".join(json.dumps({"id": f"x{i}", "problem": f"{i}+1=?", "answer": str(i + 1)}) + "\n"

@@ -88,7 +88,7 @@ def test_tandem_like_run_validates_apart_selects_by_pass_at_k_and_evaluates_with
     top-k 3) into eval/ with top-k in the folder's identity; best.json unchanged by it."""
     from graft_cli.eval.runner import ValidationHook, evaluate_run
     from graft_cli.rundir import read_json, read_jsonl
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     model = make_random_model(str(tmp_path / "m"), "qwen3", 5)  # scores 0: the wiring (the values: the test below)
     cfg = compose(train_overrides({"a": model}, problems_file, str(tmp_path / "runs"),
@@ -125,7 +125,7 @@ def test_top_k_reaches_the_engine_and_the_folder_identity(tmp_path):
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.eval.benchmarks import BenchmarkSource
     from graft_cli.eval.runner import Evaluator
-    from graft_cli.rollout.base import Rollouts
+    from graft_cli.batch import Rollouts
 
     seen = []
 

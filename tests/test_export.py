@@ -14,7 +14,7 @@ from graft_cli.config import compose
 
 @pytest.fixture(scope="module")
 def run(tiny_models, problems_file, tmp_path_factory):
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     out = str(tmp_path_factory.mktemp("export_run"))
     cfg = compose(["method=grpo", *train_overrides(tiny_models, problems_file, out, ["run.steps=2", "run.name=r",

@@ -21,12 +21,14 @@ from conftest import ROOT, call_loss, make_char_tokenizer, make_random_model, tr
 
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
 from graft_cli.algorithms.exchange import graft as G
+from graft_cli.algorithms.exchange import gates, replacement, selection
+from graft_cli.models import retokenize as RT
 from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser, ppo_token_loss
 from graft_cli.data.problems import Problem
 from graft_cli.errors import GraftError
-from graft_cli.rollout.base import Rollouts
+from graft_cli.batch import Rollouts
 from graft_cli.batch import PolicyStep, TrainBatch, self_batch
-from graft_cli.train.batch import minibatch_schedule
+from graft_cli.algorithms.minibatch import group_schedule as minibatch_schedule
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -95,35 +97,35 @@ def test_trigger_and_balanced_table():
     k_a = [0, 3, 8, 0, 1, 5, 0, 2]
     k_b = [2, 0, 0, 0, 0, 0, 8, 0]
     # A→B: k_B = 0 and 1 <= k_A < 8: q1 (3), q4 (1), q5 (5), q7 (2); q2 has k_A = 8 (all correct), q3 k_A = 0
-    assert G.trigger(k_b, k_a, n) == [1, 4, 5, 7]
+    assert selection.trigger(k_b, k_a, n) == [1, 4, 5, 7]
     # B→A: k_A = 0 and 1 <= k_B < 8: q0 (2); q6 is all-correct (8), q3 has k_B = 0
-    assert G.trigger(k_a, k_b, n) == [0]
-    bp = G.balanced_pair(k_a, k_b, n)
+    assert selection.trigger(k_a, k_b, n) == [0]
+    bp = selection.balanced_pair(k_a, k_b, n)
     # m = min(4, 1) = 1; A→B ranks by k_A: q5 (5) first
     assert bp["m"] == 1 and bp["sel_ab"] == [5] and bp["sel_ba"] == [0]
     # SGT eligibility includes all-correct sources: A→B q1,q2,q4,q5,q7; B→A q0,q6
-    assert G.trigger_sgt(k_b, k_a) == [1, 2, 4, 5, 7]
-    assert G.trigger_sgt(k_a, k_b) == [0, 6]
+    assert selection.trigger_sgt(k_b, k_a) == [1, 2, 4, 5, 7]
+    assert selection.trigger_sgt(k_a, k_b) == [0, 6]
 
 
 def test_select_with_ties_table():
     cands = [0, 1, 2, 3, 4, 5]
     k = [2, 5, 5, 3, 5, 1]
     # ranked by k desc (ties by index): q1 5, q2 5, q4 5, q3 3, q0 2, q5 1
-    assert G.select_with_ties(cands, k, 1) == [1, 2, 4]  # 1st is k=5: all three tied 5s
-    assert G.select_with_ties(cands, k, 2) == [1, 2, 4]  # 2nd is k=5 too
-    assert G.select_with_ties(cands, k, 3) == [1, 2, 4]
-    assert G.select_with_ties(cands, k, 4) == [1, 2, 3, 4]  # 4th is q3 (k=3), no tie
-    assert G.select_with_ties(cands, k, 5) == [0, 1, 2, 3, 4]
-    assert G.select_with_ties(cands, k, 0) == []
-    assert G.select_with_ties(cands, k, 99) == cands
+    assert selection.select_with_ties(cands, k, 1) == [1, 2, 4]  # 1st is k=5: all three tied 5s
+    assert selection.select_with_ties(cands, k, 2) == [1, 2, 4]  # 2nd is k=5 too
+    assert selection.select_with_ties(cands, k, 3) == [1, 2, 4]
+    assert selection.select_with_ties(cands, k, 4) == [1, 2, 3, 4]  # 4th is q3 (k=3), no tie
+    assert selection.select_with_ties(cands, k, 5) == [0, 1, 2, 3, 4]
+    assert selection.select_with_ties(cands, k, 0) == []
+    assert selection.select_with_ties(cands, k, 99) == cands
     # the selected set does not depend on the candidates' order
-    assert G.select_with_ties([5, 4, 3, 2, 1, 0], k, 2) == [1, 2, 4]
+    assert selection.select_with_ties([5, 4, 3, 2, 1, 0], k, 2) == [1, 2, 4]
 
 
 def test_m_zero_means_no_exchange_in_either_direction():
     # A→B has a candidate (q0: k_B = 0, k_A = 3) but B→A has none: m = 0, nothing moves
-    bp = G.balanced_pair([3, 0], [0, 0], 8)
+    bp = selection.balanced_pair([3, 0], [0, 0], 8)
     assert bp["cand_ab"] == [0] and bp["cand_ba"] == [] and bp["m"] == 0
     assert bp["sel_ab"] == [] and bp["sel_ba"] == []
 
@@ -134,17 +136,17 @@ def test_balanced_selection_can_exceed_m_and_differ():
     k_b = [1, 3, 0, 0, 0]
     # A→B candidates q2 (2), q3 (2), q4 (1); B→A candidates q0 (1), q1 (3): m = 2
     # A→B: 1st q2, 2nd q3 (k=2) → {q2, q3}; B→A: q1 (3), q0 (1) → {q0, q1}
-    bp = G.balanced_pair(k_a, k_b, n)
+    bp = selection.balanced_pair(k_a, k_b, n)
     assert bp["m"] == 2 and bp["sel_ab"] == [2, 3] and bp["sel_ba"] == [0, 1]
     # now k_A(q4) = 2 as well: the 2nd is tied with q4 → 3 selected in A→B, 2 in B→A
-    bp = G.balanced_pair([0, 0, 2, 2, 2], k_b, n)
+    bp = selection.balanced_pair([0, 0, 2, 2, 2], k_b, n)
     assert bp["sel_ab"] == [2, 3, 4] and bp["sel_ba"] == [0, 1]
 
 
 def test_n_policy_rule_hand_table():
     n = 8
     k0, k1, k2 = [0, 0, 4, 0], [3, 0, 0, 0], [5, 2, 0, 8]
-    plan = G.plan_exchange([k0, k1, k2], [n, n, n])
+    plan = selection.plan_exchange([k0, k1, k2], [n, n, n])
     # pair (0,1): C_{1→0} = {q0}, C_{0→1} = {q2}, m = 1
     # pair (0,2): C_{2→0} = {q0 (5), q1 (2)} (q3 all-correct), C_{0→2} = {q2}, m = 1 → 2→0 keeps q0
     # pair (1,2): C_{2→1} = {q1}, C_{1→2} = {} → m = 0
@@ -153,7 +155,7 @@ def test_n_policy_rule_hand_table():
     # receiver 0, q0: offered by 1 (k=3) and 2 (k=5) → 2 (most successes)
     assert plan.assign == {0: {0: 2}, 1: {2: 0}, 2: {2: 0}}
     # tie between sources → lower policy index
-    plan = G.plan_exchange([k0, [5, 0, 0, 0], k2], [n, n, n])
+    plan = selection.plan_exchange([k0, [5, 0, 0, 0], k2], [n, n, n])
     assert plan.assign[0] == {0: 1}
 
 
@@ -165,8 +167,8 @@ def test_n2_generalisation_equals_pair_algorithm():
         # skew towards 0 and n so that triggers and ties are common
         k_a = rng.choice([0, 0, 1, 2, n - 1, n], size=B).clip(0, n)
         k_b = rng.choice([0, 0, 1, 2, n - 1, n], size=B).clip(0, n)
-        bp = G.balanced_pair(k_a.tolist(), k_b.tolist(), n)
-        plan = G.plan_exchange([k_a.tolist(), k_b.tolist()], [n, n])
+        bp = selection.balanced_pair(k_a.tolist(), k_b.tolist(), n)
+        plan = selection.plan_exchange([k_a.tolist(), k_b.tolist()], [n, n])
         assert plan.assign[1] == {q: 0 for q in bp["sel_ab"]}
         assert plan.assign[0] == {q: 1 for q in bp["sel_ba"]}
         assert plan.m[(0, 1)] == plan.m[(1, 0)] == bp["m"]
@@ -180,17 +182,17 @@ def test_n2_exchange_batches_equal_pair_construction(tok_char, tok_bpe):
     ctx = make_ctx({"a": tok_char, "b": tok_bpe})
     ex = G.GraftExchange(cfg_for())
     batches, _ = ex.select({"a": sa, "b": sb}, ctx)
-    bp = G.balanced_pair(k_a, k_b, 4)  # m = 1: A→B q1 (k_A = 3); B→A q0
+    bp = selection.balanced_pair(k_a, k_b, 4)  # m = 1: A→B q1 (k_A = 3); B→A q0
     assert bp["sel_ab"] == [1] and bp["sel_ba"] == [0]
     for recv, src, sel in (("a", sb, bp["sel_ba"]), ("b", sa, bp["sel_ab"])):
         own = sa if recv == "a" else sb
         want = TrainBatch()
         for q in range(6):
             if q in sel:
-                want.extend(G.peer_group_rows(src, q, ctx.encode_prompt(probs[q].problem, recv), ctx.tokenizers[recv],
-                                              G.DEFAULTS, src.name))
+                want.extend(replacement.peer_group_rows(src, q, ctx.encode_prompt(probs[q].problem, recv),
+                                                        ctx.tokenizers[recv], G.DEFAULTS, src.name))
             else:
-                want.extend(G.own_group_rows(own, q))
+                want.extend(replacement.own_group_rows(own, q))
         got = batches[recv]
         for c in TrainBatch.COLUMNS:
             assert getattr(got, c) == getattr(want, c), c
@@ -288,10 +290,10 @@ def test_success_only_pooled_sft_hacpo_modes(tok_char, tok_bpe):
 def test_random_prompts_are_count_matched():
     k_a, k_b = [0, 3, 2, 0, 1, 0, 0, 0], [2, 0, 0, 0, 0, 1, 0, 0]
     # balanced: A→B cands q1,q2,q4; B→A cands q0,q5; m = 2 → A→B {q1 (3), q2 (2)}, B→A {q0, q5}
-    bal = G.plan_exchange([k_a, k_b], [4, 4])
+    bal = selection.plan_exchange([k_a, k_b], [4, 4])
     assert bal.selected[(0, 1)] == [1, 2] and bal.selected[(1, 0)] == [0, 5]
     for seed in range(5):
-        rnd = G.plan_exchange([k_a, k_b], [4, 4], "random", seed=seed)
+        rnd = selection.plan_exchange([k_a, k_b], [4, 4], "random", seed=seed)
         assert len(rnd.assign[1]) == 2 and len(rnd.assign[0]) == 2
         assert all(0 <= q < 8 for q in rnd.assign[1])
 
@@ -299,35 +301,35 @@ def test_random_prompts_are_count_matched():
 # ------------------------------------------------------------------------------------- gate and score
 def test_gate_arithmetic_including_s_equal_delta():
     s = [0.5, 0.8, 0.8000001, 0.9, 1.0, 1.7, math.nan]
-    w, keep = G.gate_weights(s, 0.8)
+    w, keep = gates.gate_weights(s, 0.8)
     assert keep == [False, False, True, True, True, True, False]  # s = δ exactly is dropped (strict >)
     assert w == pytest.approx([0, 0, 0.8000001, 0.9, 1.0, 1.0, 0])  # min(s, 1) above the floor
-    w, keep = G.gate_weights(s, 0.0)  # no floor: everything kept, w = min(s, 1)
+    w, keep = gates.gate_weights(s, 0.0)  # no floor: everything kept, w = min(s, 1)
     assert all(keep) and w == pytest.approx([0.5, 0.8, 0.8000001, 0.9, 1.0, 1.0, 0])
-    w, keep = G.gate_weights(s, 0.8, gate="none")  # w/o gate
+    w, keep = gates.gate_weights(s, 0.8, gate="none")  # w/o gate
     assert all(keep) and w == [1.0] * 7
-    w, keep = G.gate_weights([1.7], 0.8, cap=False)
+    w, keep = gates.gate_weights([1.7], 0.8, cap=False)
     assert w == [1.7]
 
 
 def test_compatibility_excludes_eos_on_both_sides():
     # receiver: [-1, -2] + appended EOS (-9): mean over n_scored = 2 → -1.5
     # source: [-1, -1] + EOS (-3) → -1.0;  s = exp(-1.5 - (-1.0)) = exp(-0.5) = 0.6065306597
-    src = G.source_mean_logprob([-1.0, -1.0, -3.0], ended_with_eos=True)
+    src = gates.source_mean_logprob([-1.0, -1.0, -3.0], ended_with_eos=True)
     assert src == pytest.approx(-1.0)
-    assert G.compatibility([-1.0, -2.0, -9.0], 2, src) == pytest.approx(0.6065306597)
+    assert gates.compatibility([-1.0, -2.0, -9.0], 2, src) == pytest.approx(0.6065306597)
     # a truncated source keeps its last token: mean(-1, -1, -3) = -5/3
-    assert G.source_mean_logprob([-1.0, -1.0, -3.0], ended_with_eos=False) == pytest.approx(-5 / 3)
+    assert gates.source_mean_logprob([-1.0, -1.0, -3.0], ended_with_eos=False) == pytest.approx(-5 / 3)
     # equal means → s = 1 exactly
-    assert G.compatibility([-0.7, -0.7], 2, -0.7) == 1.0
-    assert math.isnan(G.compatibility([-9.0], 0, -1.0))  # nothing to score
+    assert gates.compatibility([-0.7, -0.7], 2, -0.7) == 1.0
+    assert math.isnan(gates.compatibility([-9.0], 0, -1.0))  # nothing to score
 
 
 def test_random_admission_counts():
     s = [0.9, 0.5, 0.95, math.nan, 0.1, 0.85]
     # A = #{s > 0.8} = 3 (0.9, 0.95, 0.85): exactly 3 responses sampled, w = min(s, 1), no floor
     for seed in range(10):
-        w, keep = G.random_admission(s, 0.8, np.random.default_rng(seed))
+        w, keep = gates.random_admission(s, 0.8, np.random.default_rng(seed))
         assert sum(keep) == 3
         for x, wi, k in zip(s, w, keep):
             assert wi == (0.0 if not k or math.isnan(x) else pytest.approx(min(x, 1.0)))
@@ -336,14 +338,15 @@ def test_random_admission_counts():
 def test_pooled_and_hacpo_advantages_by_hand():
     # pool [0,0,0,0] ‖ [1,1,0,0]: mean 0.25, unbiased var (2·0.5625 + 6·0.0625)/7 = 1.5/7 → std 0.46291005
     # 1 → 0.75/0.46291005 = 1.620185, 0 → -0.25/0.46291005 = -0.540062
-    ar, asrc = G.pooled_advantages([0, 0, 0, 0], [1, 1, 0, 0])
+    ar, asrc = replacement.pooled_advantages([0, 0, 0, 0], [1, 1, 0, 0])
     assert ar == pytest.approx([-0.540062] * 4, abs=1e-5) and asrc == pytest.approx([1.620185] * 2 + [-0.540062] * 2,
                                                                                     abs=1e-5)
     # HACPO: r_self [0,0], r_peer [1,0], c = 2: b = mean(0, 0, 1/2, 0) = 0.125; std([0,0,1,0], ddof=1) = 0.5
-    a_s, a_p = G.hacpo_advantages([0, 0], [1, 0], 2.0)
+    a_s, a_p = replacement.hacpo_advantages([0, 0], [1, 0], 2.0)
     assert a_s == pytest.approx([-0.25] * 2, abs=1e-5) and a_p == pytest.approx([1.75, -0.25], abs=1e-5)
-    assert G.hacpo_advantages([1, 1], [1, 1], 2.0) == ([0.0, 0.0], [0.0, 0.0])  # all equal → 0
-    assert G.hacpo_capability(0.6, 0.2) == pytest.approx(3.0) and G.hacpo_capability(0.9, 0.01) == 10.0
+    assert replacement.hacpo_advantages([1, 1], [1, 1], 2.0) == ([0.0, 0.0], [0.0, 0.0])  # all equal → 0
+    assert replacement.hacpo_capability(0.6, 0.2) == pytest.approx(3.0)
+    assert replacement.hacpo_capability(0.9, 0.01) == 10.0
 
 
 def _loss_tensors(rows):
@@ -451,32 +454,32 @@ def test_retokenization_round_trips_between_different_tokenizers(tok_char, tok_b
             src_ids = src(t, add_special_tokens=False)["input_ids"] + [src.eos_token_id]
             decoded = src.decode(src_ids, skip_special_tokens=True)  # what the engine logs as the text
             assert decoded == t
-            ids, n_scored = G.retokenize(decoded, dst, ended_with_eos=True)
+            ids, n_scored = RT.retokenize(decoded, dst, ended_with_eos=True)
             assert ids[-1] == dst.eos_token_id and n_scored == len(ids) - 1
             assert dst.decode(ids, skip_special_tokens=True) == t
-            ids2, n2 = G.retokenize(decoded, dst, ended_with_eos=False)  # truncated: no EOS appended
+            ids2, n2 = RT.retokenize(decoded, dst, ended_with_eos=False)  # truncated: no EOS appended
             assert ids2 == ids[:-1] and n2 == n_scored
-            ids3, _ = G.retokenize(decoded, dst, ended_with_eos=True, append_eos=False)
+            ids3, _ = RT.retokenize(decoded, dst, ended_with_eos=True, append_eos=False)
             assert ids3 == ids[:-1]
     t = " 8*9=72, 72+4=76. \\boxed{76}"
     assert tok_char(t)["input_ids"] != tok_bpe(t)["input_ids"]  # genuinely different tokenizations
 
 
 def test_retokenization_with_the_tiny_pair_tokenizers():
-    tiny = pytest.importorskip("graft_cli.models.tiny")
-    ta, tb = tiny.build_tokenizer_a(), tiny.build_tokenizer_b()
+    tiny_tok = pytest.importorskip("graft_cli.tiny.tokenizers")
+    ta, tb = tiny_tok.build_tokenizer_a(), tiny_tok.build_tokenizer_b()
     for t in [" 8*9=72, 72+4=76. \\boxed{76}", " 13-5=8. \\boxed{8}"]:
         for src, dst in ((ta, tb), (tb, ta)):
             text = src.decode(src(t, add_special_tokens=False)["input_ids"] + [src.eos_token_id],
                               skip_special_tokens=True)
-            ids, n = G.retokenize(text, dst, True)
+            ids, n = RT.retokenize(text, dst, True)
             assert dst.decode(ids[:n]) == t and ids[n] == dst.eos_token_id
 
 
 def test_direct_ids_when_tokenizers_identical(tok_char):
     probs = problems(2)
     other = make_char_tokenizer()
-    assert G.tokenizers_identical(tok_char, other)
+    assert RT.tokenizers_identical(tok_char, other)
     sa, sb = make_step("a", tok_char, probs, [0, 2]), make_step("b", other, probs, [3, 0])
     ctx = make_ctx({"a": tok_char, "b": other})
     ex = G.GraftExchange(cfg_for(overrides=["exchange.params.direct_ids=true"]))
@@ -532,7 +535,7 @@ def test_last_ordering_puts_grafted_prompts_last():
 def random_policy(tmp_path_factory):
     from transformers import AutoModelForCausalLM
 
-    from graft_cli.train.loop import Policy
+    from graft_cli.train.setup import Policy
 
     path = make_random_model(str(tmp_path_factory.mktemp("m") / "r"), "qwen3", seed=3)
 
@@ -580,7 +583,7 @@ def _exchange_batch(tok, seed=0):
 
 @pytest.mark.parametrize("ordering", ["last", "first"])
 def test_first_minibatch_ratio_one_and_peer_last_clipping(random_policy, ordering):
-    from graft_cli.train.loop import score_logprobs, update_policy
+    from graft_cli.train.update import UpdateContext, score_logprobs, update_policy
 
     pol = random_policy(lr=0.05)
     cfg = cfg_for("graft", ["algo.minibatch_prompts=2", "exchange.params.gate=none"])
@@ -595,8 +598,8 @@ def test_first_minibatch_ratio_one_and_peer_last_clipping(random_policy, orderin
     assert am["graft/admitted"] == 12
     records = []
     POLICY_LOSSES._items["test_record_ppo_" + ordering] = _record_loss(records)
-    cfg.algo.loss = "test_record_ppo_" + ordering
-    out = update_policy(pol, b, cfg, np.random.default_rng(0), ordering)
+    cfg.algo.loss, cfg.exchange.ordering = "test_record_ppo_" + ordering, ordering
+    out = update_policy(pol, b, UpdateContext(cfg, rng=np.random.default_rng(0)))
     assert out["num_minibatches"] == 4
     first = [r for r in records if r["mb"] == 0]
     assert first and all(r["max_dev"] < 1e-5 and r["clip_self"] == 0 and r["clip_peer"] == 0 for r in first)
@@ -611,7 +614,7 @@ def test_first_minibatch_ratio_one_and_peer_last_clipping(random_policy, orderin
 
 def test_graft_update_without_transfer_equals_grpo(random_policy):
     """No prompt triggers: GRAFT's batch and update are GRPO's, parameter for parameter."""
-    from graft_cli.train.loop import score_logprobs, update_policy
+    from graft_cli.train.update import UpdateContext, score_logprobs, update_policy
 
     tok = make_char_tokenizer()
     probs = problems(4)
@@ -629,7 +632,8 @@ def test_graft_update_without_transfer_equals_grpo(random_policy):
         else:
             b = self_batch(sa)
             b.old_logprobs = score_logprobs(pol, b, cfg)
-        update_policy(pol, b, cfg, np.random.default_rng(0), "last")
+        cfg.exchange.ordering = "last"
+        update_policy(pol, b, UpdateContext(cfg, rng=np.random.default_rng(0)))
         params.append(torch.cat([p.detach().flatten() for p in pol.model.parameters()]))
     assert torch.equal(params[0], params[1])
 
@@ -772,7 +776,7 @@ def test_graft_train_cli_writes_graft_metrics(tiny_models, problems_file, tmp_pa
 def test_graft_stored_trains_against_a_grpo_run(tiny_models, problems_file, tmp_path):
     """A GRPO run of the pair writes rollout logs; a stored-trajectory run of receiver a reads b's logs."""
     from graft_cli.config import compose
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     ov = train_overrides(tiny_models, problems_file, str(tmp_path), ["rollout.max_new_tokens=16", "run.steps=2"])
     partner = train(compose(["method=grpo", "run.name=partner", *ov]), progress=False)

@@ -15,8 +15,10 @@ import torch
 
 from graft_cli.algorithms.exchange import ExchangeContext
 from graft_cli.algorithms.exchange import graft as G
+from graft_cli.algorithms.exchange import gates
+from graft_cli.models import retokenize as RT
 from graft_cli.data.problems import Problem
-from graft_cli.rollout.base import Rollouts
+from graft_cli.batch import Rollouts
 from graft_cli.batch import PolicyStep
 
 pytestmark = pytest.mark.slow
@@ -54,16 +56,16 @@ def deepseek_tok():
 
 
 def test_real_tokenizers_round_trip_with_eos_rule(smol_tok, deepseek_tok):
-    assert not G.tokenizers_identical(smol_tok, deepseek_tok)
+    assert not RT.tokenizers_identical(smol_tok, deepseek_tok)
     differ = 0
     for src, dst in ((smol_tok, deepseek_tok), (deepseek_tok, smol_tok)):
         for t in TEXTS:
             src_ids = src(t, add_special_tokens=False)["input_ids"]
             text = src.decode(src_ids + [src.eos_token_id], skip_special_tokens=True)  # the engine's text
             assert text == t
-            ids, n = G.retokenize(text, dst, ended_with_eos=True)
+            ids, n = RT.retokenize(text, dst, ended_with_eos=True)
             assert ids[n:] == [dst.eos_token_id] and dst.decode(ids[:n], skip_special_tokens=True) == t
-            ids_t, n_t = G.retokenize(text, dst, ended_with_eos=False)
+            ids_t, n_t = RT.retokenize(text, dst, ended_with_eos=False)
             assert ids_t == ids[:n] and n_t == n
             differ += len(ids) - 1 != len(src_ids)
     assert differ > 0  # the two vocabularies split the same strings differently
@@ -112,7 +114,8 @@ def test_compatibility_with_a_real_model(smol_model, smol_tok, deepseek_tok):
     for k, i in enumerate(peer):
         p = len(batch.prompt_ids[i])
         batch.old_logprobs[i] = lp[k, p - 1: p - 1 + len(batch.response_ids[i])].tolist()
-    s = [G.compatibility(batch.old_logprobs[i], batch.extra["n_scored"][i], batch.source_logp_mean[i]) for i in peer]
+    s = [gates.compatibility(batch.old_logprobs[i], batch.extra["n_scored"][i], batch.source_logp_mean[i])
+         for i in peer]
     same = 0
     for k, i in enumerate(peer):
         gen = ro.response_ids[k]

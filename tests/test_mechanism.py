@@ -12,7 +12,7 @@ import pytest
 
 from graft_cli.batch import TrainBatch
 from graft_cli.eval import rescue as R
-from graft_cli.models import tiny
+from graft_cli.tiny import check as tiny_check
 from graft_cli.report import mechanism as M
 from graft_cli.rundir import read_jsonl
 from graft_cli.train.loop import peer_rows_per_prompt
@@ -127,12 +127,12 @@ def test_family_complementarity_and_blind_spots_by_hand():
     fams = ["frac", "frac", "frac", "lin", "lin", "add"]
     k_a = [0, 0, 0, 8, 3, 2]   # a fails every frac prompt
     k_b = [3, 8, 0, 0, 0, 2]   # b mixed on 1 of a's 3 all-fail frac prompts; b fails both lin prompts
-    f = tiny.family_complementarity(fams, k_a, k_b, 8)
+    f = tiny_check.family_complementarity(fams, k_a, k_b, 8)
     assert f["frac"] == {"n_prompts": 3, "all_fail_a": 1.0, "all_fail_b": pytest.approx(1 / 3),
                          "peer_mixed_a": pytest.approx(1 / 3), "peer_mixed_b": 0.0}
     assert f["lin"]["all_fail_b"] == 1.0 and f["lin"]["peer_mixed_b"] == 0.5  # a: k = 8 (all-pass), 3 (mixed)
-    assert tiny.blind_spots(f) == {"a": [], "b": ["lin"]}  # frac: b mixed on 33% < 40%
-    assert tiny.blind_spots(f, peer_mixed_min=0.3) == {"a": ["frac"], "b": ["lin"]}
+    assert tiny_check.blind_spots(f) == {"a": [], "b": ["lin"]}  # frac: b mixed on 33% < 40%
+    assert tiny_check.blind_spots(f, peer_mixed_min=0.3) == {"a": ["frac"], "b": ["lin"]}
 
 
 def test_rescue_evaluation_end_to_end(tiny_models, problems_file, tmp_path):
@@ -143,7 +143,7 @@ def test_rescue_evaluation_end_to_end(tiny_models, problems_file, tmp_path):
     from graft_cli.config import compose
     from graft_cli.eval.runner import evaluate_run
     from graft_cli.rundir import read_json
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     cfg = compose(["method=graft", *train_overrides(tiny_models, problems_file, str(tmp_path), [
         "run.name=r", "run.steps=2", "eval.rescue=true", "run.threads=1"])])

@@ -114,7 +114,7 @@ def test_three_policy_graft_run_and_exact_resume(three_models, problems_file, tm
     from conftest import metric_rows, train_overrides
 
     from graft_cli.config import compose
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     def run(name, steps):
         cfg = compose(["method=graft", *train_overrides(three_models, problems_file, str(tmp_path), [

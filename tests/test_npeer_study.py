@@ -1,4 +1,4 @@
-"""The three-model miniature (issue 15): who fills whose all-fail prompts (tiny.peer_fills) on a table worked by
+"""The three-model miniature (issue 15): who fills whose all-fail prompts (tiny_check.peer_fills) on a table worked by
 hand, and the N-peer claims (report/npeer_claims.py) against values computed independently from the arrays."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graft_cli.models import tiny
+from graft_cli.tiny import check as tiny_check
 from graft_cli.report import npeer_claims as NC
 from graft_cli.report.stats import hierarchical_bootstrap
 
@@ -14,7 +14,7 @@ from graft_cli.report.stats import hierarchical_bootstrap
 def test_peer_fills_by_hand():
     # success counts in groups of n = 4 on five prompts
     ks = {"a": [0, 0, 0, 2, 0], "b": [2, 0, 4, 0, 1], "c": [0, 1, 0, 0, 3]}
-    f = tiny.peer_fills(ks, 4)
+    f = tiny_check.peer_fills(ks, 4)
     # a fails q0, q1, q2, q4. b mixed on q0, q4 (q2: all-pass is not mixed); c mixed on q1, q4
     assert f["a"]["all_fail"] == pytest.approx(4 / 5)
     assert f["a"]["any"] == pytest.approx(3 / 4)
@@ -25,14 +25,14 @@ def test_peer_fills_by_hand():
     # c fails q0, q2, q3: b mixed on q0, a on q3, nobody on q2
     assert f["c"]["any"] == pytest.approx(2 / 3) and f["c"]["only"] == pytest.approx({"a": 1 / 3, "b": 1 / 3})
     # restricted to prompts q0, q1: a fails both, b fills q0, c fills q1
-    g = tiny.peer_fills(ks, 4, [0, 1])
+    g = tiny_check.peer_fills(ks, 4, [0, 1])
     assert g["a"]["n_prompts"] == 2 and g["a"]["only"] == pytest.approx({"b": 0.5, "c": 0.5})
     assert g["c"]["all_fail"] == 0.5 and g["c"]["only"] == pytest.approx({"a": 0.0, "b": 1.0})
 
 
 def test_three_model_targets():
     props = {"peer_fills": {"a": {"only": {"b": 0.2, "c": 0.04}}, "b": {"only": {"a": 0.3, "c": 0.05}}}}
-    met = tiny.targets_met(props)
+    met = tiny_check.targets_met(props)
     assert met == {"a_only_b_fills": True, "a_only_c_fills": False, "b_only_a_fills": True,
                    "b_only_c_fills": True}
 

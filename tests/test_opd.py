@@ -351,7 +351,8 @@ def test_opd_methods_train_and_resume_exactly_after_a_kill(tiny_models, problems
 
 # ------------------------------------------------------------------------------------------ the SAF verdicts
 def test_welch_interval_and_verdicts_by_hand():
-    from graft_cli.report.saf_claims import judge, verdict, welch_interval
+    from graft_cli.report.saf_claims import judge
+    from graft_cli.report.stats import verdict, welch_interval
 
     # x = [3, 4, 5] (mean 4, var 1), y = [1, 2, 3] (mean 2, var 1): se = sqrt(1/3 + 1/3) = 0.816497,
     # df = (2/3)² / ((1/3)²/2 · 2) = 4 → t = 2.776: Δ = 2 ± 2.776·0.816497 = 2 ± 2.266596

@@ -71,7 +71,7 @@ def _weights(run_dir: str) -> dict:
 
 @pytest.mark.parametrize("method", ["graft", "grpo"])
 def test_parallel_policies_equal_sequential(tiny_models, problems_file, tmp_path, method):
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     dirs = {}
     prev = torch.get_num_threads()
@@ -106,7 +106,7 @@ def float_order_runs(tiny_models, problems_file, tmp_path, key: str, extra: list
     """Two 3-step GRAFT runs on one thread, ``key`` false then true, otherwise the same; asserts that their
     metric rows agree to float summation order (the same steps and policies, losses to 1e-4 and gradient
     norms to 1e-3 relative) and returns ``(dirs, rows_off, rows_on)``, ``dirs`` keyed by False / True."""
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     dirs = {}
     for on in (False, True):
@@ -173,7 +173,7 @@ def test_sampler_old_logprobs_score_only_foreign_rows():
     from graft_cli import config as C
     from graft_cli.batch import TrainBatch
     from graft_cli.models.scoring import ScoreSettings, score_rows
-    from graft_cli.train.loop import old_logprobs
+    from graft_cli.train.update import old_logprobs
 
     tok, m = _small_llama()
     b = TrainBatch()

@@ -413,11 +413,11 @@ def test_execute_end_to_end_with_stored_partner(tiny_models, problems_file, tmp_
 
 
 def test_tiny_pair_is_pinned_for_a_plan(monkeypatch, tmp_path):
-    from graft_cli.models import tiny as T
+    from graft_cli.tiny import build as tiny_build, sft as tiny_sft
 
     assert X.uses_tiny(P.load_reproduce("tiny"), str(tmp_path))
-    man = {"hashes": {"a": "1", "b": "2"}, "recipe": T.default_recipe().to_dict()}
-    monkeypatch.setattr(T, "read_manifest", lambda *a, **k: man)
+    man = {"hashes": {"a": "1", "b": "2"}, "recipe": tiny_sft.default_recipe().to_dict()}
+    monkeypatch.setattr(tiny_build, "read_manifest", lambda *a, **k: man)
     X.check_tiny({"hashes": {"a": "1", "b": "2"}})
     monkeypatch.setenv("GRAFT_TINY_RECIPE", "v2")  # the code would build the v2 pair: a v3 cache is refused
     with pytest.raises(GraftError, match="recipe in the code changed"):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from graft_cli.data import synthetic as syn
-from graft_cli.models import tiny_regime as R
+from graft_cli.tiny import regime as R
 
 
 def test_styles_render_the_same_steps_by_hand():
@@ -86,25 +86,25 @@ def test_recipes_by_name(monkeypatch):
     """v3 is the default (writing styles, weak families); v2 (one style, blind families) by name; an unknown name
     is one line naming the known ones."""
     from graft_cli.errors import GraftError
-    from graft_cli.models import tiny
+    from graft_cli.tiny import sft as tiny_sft
 
     monkeypatch.delenv("GRAFT_TINY_RECIPE", raising=False)
-    assert tiny.default_recipe() == tiny.Recipe.v3()
+    assert tiny_sft.default_recipe() == tiny_sft.Recipe.v3()
     monkeypatch.setenv("GRAFT_TINY_RECIPE", "v2")
-    v2 = tiny.default_recipe()
-    assert v2 == tiny.Recipe.full() and v2.name == "v2" and v2.stage_a.styles is None
+    v2 = tiny_sft.default_recipe()
+    assert v2 == tiny_sft.Recipe.full() and v2.name == "v2" and v2.stage_a.styles is None
     assert v2.own_style("b") == "chain" and v2.stage_a.families["frac"] == 0.01 and v2.teacher_sharpen == 1.0
     monkeypatch.setenv("GRAFT_TINY_RECIPE", "v3")
-    v3 = tiny.default_recipe()
+    v3 = tiny_sft.default_recipe()
     assert v3.name == "v3" and (v3.own_style("a"), v3.own_style("b")) == ("prose", "steps")
     assert v3.stage_a.styles == {"prose": 0.97, "steps": 0.03} and v3.stage_b.families["lin"] == 0.11
     assert v3.split_a == "qwen" and v3.tokenizer_style("b") == ["prose", "steps", "words"]
     assert v3.stage_a.families["two"] == 0.05 and v3.stage_a.pack == 128 and v3.teacher_sharpen == 4.0
     assert v2.split_a == "free" and v2.tokenizer_style("b") == "chain"
-    assert tiny.Recipe.from_dict(v3.to_dict()) == v3 and tiny.Recipe.from_dict(v2.to_dict()) == v2
+    assert tiny_sft.Recipe.from_dict(v3.to_dict()) == v3 and tiny_sft.Recipe.from_dict(v2.to_dict()) == v2
     monkeypatch.setenv("GRAFT_TINY_RECIPE", "v9")
     with pytest.raises(GraftError, match="tiny recipe 'v9': unknown; known: v2, v3"):
-        tiny.default_recipe()
+        tiny_sft.default_recipe()
 
 
 @pytest.mark.parametrize("fig,ok", [
@@ -194,7 +194,7 @@ def test_exchange_log_matches_metrics_and_renders_the_gate(tiny_models, tmp_path
     from graft_cli.config import compose
     from graft_cli.report import mechanism as M
     from graft_cli.rundir import read_jsonl
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     data = tmp_path / "train.jsonl"
     with open(data, "w") as f:
@@ -246,7 +246,7 @@ def test_save_initial_checkpoints_the_base_weights_as_step_0(tiny_models, proble
     from graft_cli.config import compose
     from graft_cli.eval.runner import evaluate_run
     from graft_cli.train import checkpoint as ckpt
-    from graft_cli.train.loop import train
+    from graft_cli.train.run import train
 
     cfg = compose(["method=grpo", *train_overrides(tiny_models, problems_file, str(tmp_path), [
         "run.name=r", "run.steps=2", "run.threads=1", "run.save_initial=true", "run.keep_checkpoints=1",

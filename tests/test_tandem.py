@@ -208,7 +208,7 @@ def test_engine_options_are_checked(models):
 
     tok = make_char_tokenizer()
     s = _load(models["s"])
-    with pytest.raises(GraftError, match="handoff schedule"):
+    with pytest.raises(GraftError, match=r"rollout.engine_kwargs.schedule.*must be one of .*sentence, word"):
         ENGINES.get("tandem")(s, tok, junior=s, schedule="coinflip")
     with pytest.raises(ValueError, match="p_senior"):
         ENGINES.get("tandem")(s, tok, junior=s, p_senior=1.5)
@@ -223,7 +223,7 @@ def test_author_mask_and_its_denominator():
     from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser
     from graft_cli.algorithms.signals import LOSS_MASKS, SignalContext
     from graft_cli.batch import TrainBatch
-    from graft_cli.train.loop import _row_tokens
+    from graft_cli.train.update import row_tokens as _row_tokens
 
     b = TrainBatch()
     b.append(prompt_ids=[1], response_ids=[4, 5, 6], advantages=1.0, weights=1.0, source="self", group=0,

@@ -16,7 +16,7 @@ import torch
 
 from graft_cli.data import synthetic as syn
 from graft_cli.data.prompts import PromptSpec
-from graft_cli.models import tiny
+from graft_cli.tiny import build as tiny_build, check as tiny_check, sft as tiny_sft, tokenizers as tiny_tok
 
 # ----------------------------------------------------------------------------------------------------
 # Task
@@ -106,7 +106,7 @@ def test_v3_styles_score_one_and_corruptions_zero(style):
 
 @pytest.fixture(scope="module")
 def toks():
-    return tiny.build_tokenizer_a(0), tiny.build_tokenizer_b()
+    return tiny_tok.build_tokenizer_a(0), tiny_tok.build_tokenizer_b()
 
 
 def test_tokenizers_differ_and_round_trip(toks):
@@ -146,7 +146,7 @@ def test_third_tokenizer_sentencepiece_style(toks):
     """c (pair=tiny3): Gemma-style SentencePiece BPE (spaces as "▁", no dummy prefix, pieces within words),
     a third vocabulary of the same granularity as a's and b's."""
     ta, tb = toks
-    tc = tiny.build_tokenizer_c(0)
+    tc = tiny_tok.build_tokenizer_c(0)
     recs = syn.build_task(0, train_size=300)["train"]
     n = {k: sum(len(t(r["solution"], add_special_tokens=False)["input_ids"]) for r in recs)
          for k, t in (("a", ta), ("b", tb), ("c", tc))}
@@ -171,10 +171,10 @@ def test_v3_tokenizers_words_and_ratios():
     """v3: a's pre-tokenizer is Qwen's regex (a word keeps its leading space, so the tandem word schedule sees it;
     digits single; " \\boxed" one piece; the prompt suffix one added token); every tokenizer trained on all three
     styles, so each model's own-style text re-tokenizes into a peer's tokenizer at a length ratio in [0.85, 1.18]."""
-    v3 = tiny.Recipe.v3()
-    ta = tiny.build_tokenizer_a(0, v3.bpe_vocab, v3.tokenizer_style("a"), v3.split_a)
-    tb = tiny.build_tokenizer_b(0, v3.bpe_vocab_b, v3.tokenizer_style("b"))
-    tc = tiny.build_tokenizer_c(0, v3.bpe_vocab_c, v3.tokenizer_style("c"))
+    v3 = tiny_sft.Recipe.v3()
+    ta = tiny_tok.build_tokenizer_a(0, v3.bpe_vocab, v3.tokenizer_style("a"), v3.split_a)
+    tb = tiny_tok.build_tokenizer_b(0, v3.bpe_vocab_b, v3.tokenizer_style("b"))
+    tc = tiny_tok.build_tokenizer_c(0, v3.bpe_vocab_c, v3.tokenizer_style("c"))
     text = "To find 1+3*7, multiply first: 3*7=21. Then add: 1+21=22. The answer is \\boxed{22}."
     pieces = ta.tokenize(text)
     assert ta.convert_tokens_to_string(pieces) == text
@@ -196,12 +196,12 @@ def test_v3_tokenizers_words_and_ratios():
 def test_packed_sft_batch_has_the_padded_loss(arch):
     """sft_batch_packed: the examples in rows of 128 tokens, positions restarting per example; transformers masks
     each example to itself, so the loss equals the padded batch's (same label tokens), with fewer tokens computed."""
-    v3 = tiny.Recipe.v3()
-    tok = {"a": lambda: tiny.build_tokenizer_a(0, v3.bpe_vocab, "prose", "qwen"),
-           "b": lambda: tiny.build_tokenizer_b(0, v3.bpe_vocab_b, "steps"),
-           "c": lambda: tiny.build_tokenizer_c(0, v3.bpe_vocab_c, "words")}[arch]()
+    v3 = tiny_sft.Recipe.v3()
+    tok = {"a": lambda: tiny_tok.build_tokenizer_a(0, v3.bpe_vocab, "prose", "qwen"),
+           "b": lambda: tiny_tok.build_tokenizer_b(0, v3.bpe_vocab_b, "steps"),
+           "c": lambda: tiny_tok.build_tokenizer_c(0, v3.bpe_vocab_c, "words")}[arch]()
     shape = {"a": v3.shape_a, "b": v3.shape_b, "c": v3.shape_c}[arch]
-    model = tiny.make_model(tiny.Shape(shape.arch, 64, 2, 2, 2 if arch != "a" else 1, 128), tok, 0).eval()
+    model = tiny_sft.make_model(tiny_sft.Shape(shape.arch, 64, 2, 2, 2 if arch != "a" else 1, 128), tok, 0).eval()
     rng = random.Random(1)
     ex = [syn.sft_example(rng, syn.TRAIN_MIX["families"], None, {v3.own_style(arch): 1.0}) for _ in range(32)]
 
@@ -209,8 +209,8 @@ def test_packed_sft_batch_has_the_padded_loss(arch):
         return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
                                                  labels[:, 1:].reshape(-1), ignore_index=-100)
 
-    ids, mask, labels = tiny.sft_batch(tok, ex)
-    ids2, pos, labels2 = tiny.sft_batch_packed(tok, ex, 128)
+    ids, mask, labels = tiny_sft.sft_batch(tok, ex)
+    ids2, pos, labels2 = tiny_sft.sft_batch_packed(tok, ex, 128)
     with torch.no_grad():
         want = loss(model(input_ids=ids, attention_mask=mask).logits, labels)
         got = loss(model(input_ids=ids2, position_ids=pos, use_cache=False).logits, labels2)
@@ -243,7 +243,7 @@ def test_digits_are_single_tokens(toks):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     d = str(tmp_path_factory.mktemp("tiny"))
-    paths = tiny.build_tiny(d, seed=0, recipe=tiny.Recipe.reduced(), workers=1, progress=False)
+    paths = tiny_build.build_tiny(d, seed=0, recipe=tiny_sft.Recipe.reduced(), workers=1, progress=False)
     return d, paths
 
 
@@ -252,14 +252,14 @@ def test_build_outputs_and_auto_round_trip(built):
 
     d, paths = built
     assert set(paths) == {"a", "b", "c", "teacher", "junior", "task"}
-    man = tiny.read_manifest(d)
-    assert man["version"] == tiny.TINY_VERSION and set(man["hashes"]) == set(tiny.ROLES)
+    man = tiny_build.read_manifest(d)
+    assert man["version"] == tiny_build.TINY_VERSION and set(man["hashes"]) == set(tiny_build.ROLES)
     arch = {}
-    for role in tiny.ROLES:
+    for role in tiny_build.ROLES:
         m = AutoModelForCausalLM.from_pretrained(paths[role])
         tk = AutoTokenizer.from_pretrained(paths[role])
         arch[role] = type(m).__name__
-        assert tiny.weight_hash(m) == man["hashes"][role]
+        assert tiny_sft.weight_hash(m) == man["hashes"][role]
         assert tk.eos_token_id == m.config.eos_token_id and tk.pad_token_id is not None
         assert tk.padding_side == "left"
         ids = tk(PromptSpec().text("3+4=?", tk), add_special_tokens=False, return_tensors="pt")["input_ids"]
@@ -268,7 +268,7 @@ def test_build_outputs_and_auto_round_trip(built):
     assert arch == {"a": "Qwen3ForCausalLM", "b": "LlamaForCausalLM", "c": "GPTNeoXForCausalLM",
                     "teacher": "Qwen3ForCausalLM", "junior": "Qwen3ForCausalLM"}
     # teacher and junior share a's tokenizer; b's and c's differ
-    tj = {r: open(os.path.join(paths[r], "tokenizer.json")).read() for r in tiny.ROLES}
+    tj = {r: open(os.path.join(paths[r], "tokenizer.json")).read() for r in tiny_build.ROLES}
     assert tj["a"] == tj["teacher"] == tj["junior"] != tj["b"] != tj["c"] != tj["a"]
     assert os.path.isfile(os.path.join(paths["task"], "eval_minerva.jsonl"))
 
@@ -276,31 +276,31 @@ def test_build_outputs_and_auto_round_trip(built):
 def test_build_deterministic(built, tmp_path):
     d, _ = built
     again = str(tmp_path / "again")
-    tiny.build_tiny(again, seed=0, recipe=tiny.Recipe.reduced(), workers=1, progress=False)
-    assert tiny.read_manifest(again)["hashes"] == tiny.read_manifest(d)["hashes"]
+    tiny_build.build_tiny(again, seed=0, recipe=tiny_sft.Recipe.reduced(), workers=1, progress=False)
+    assert tiny_build.read_manifest(again)["hashes"] == tiny_build.read_manifest(d)["hashes"]
     other = str(tmp_path / "other")
-    tiny.build_tiny(other, seed=1, recipe=tiny.Recipe.reduced(steps=4), workers=1, progress=False)
-    assert tiny.read_manifest(other)["hashes"]["a"] != tiny.read_manifest(d)["hashes"]["a"]
+    tiny_build.build_tiny(other, seed=1, recipe=tiny_sft.Recipe.reduced(steps=4), workers=1, progress=False)
+    assert tiny_build.read_manifest(other)["hashes"]["a"] != tiny_build.read_manifest(d)["hashes"]["a"]
 
 
 @pytest.mark.slow
 def test_parallel_build_matches_in_process(built, tmp_path):
     d, _ = built
     par = str(tmp_path / "par")
-    tiny.build_tiny(par, seed=0, recipe=tiny.Recipe.reduced(), workers=2, progress=False)
-    assert tiny.read_manifest(par)["hashes"] == tiny.read_manifest(d)["hashes"]
+    tiny_build.build_tiny(par, seed=0, recipe=tiny_sft.Recipe.reduced(), workers=2, progress=False)
+    assert tiny_build.read_manifest(par)["hashes"] == tiny_build.read_manifest(d)["hashes"]
 
 
 def test_ensure_reuses_and_rebuilds_half_built(built):
     d, paths = built
     man_path = os.path.join(d, "manifest.json")
     before = os.path.getmtime(man_path)
-    assert tiny.ensure_tiny(d, recipe=tiny.Recipe.reduced(), progress=False) == paths
+    assert tiny_build.ensure_tiny(d, recipe=tiny_sft.Recipe.reduced(), progress=False) == paths
     assert os.path.getmtime(man_path) == before  # reused, not rebuilt
-    hashes = tiny.read_manifest(d)["hashes"]
+    hashes = tiny_build.read_manifest(d)["hashes"]
     os.remove(man_path)  # a half-built cache has no manifest
-    tiny.ensure_tiny(d, recipe=tiny.Recipe.reduced(), progress=False)
-    assert tiny.read_manifest(d)["hashes"] == hashes
+    tiny_build.ensure_tiny(d, recipe=tiny_sft.Recipe.reduced(), progress=False)
+    assert tiny_build.read_manifest(d)["hashes"] == hashes
 
 
 def test_sft_lowers_loss_and_mixes_specialise(built):
@@ -308,7 +308,7 @@ def test_sft_lowers_loss_and_mixes_specialise(built):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _, paths = built
-    rec = tiny.Recipe.reduced()
+    rec = tiny_sft.Recipe.reduced()
     fam_a = {f: 1.0 for f, w in rec.stage_a.families.items() if w >= 1.0}
     fam_b = {f: 1.0 for f, w in rec.stage_b.families.items() if w >= 1.0}
     assert not set(fam_a) & set(fam_b)
@@ -318,23 +318,23 @@ def test_sft_lowers_loss_and_mixes_specialise(built):
         tk = AutoTokenizer.from_pretrained(paths[role])
         m = AutoModelForCausalLM.from_pretrained(paths[role]).eval()
         shape = rec.shape_a if role == "a" else rec.shape_b
-        fresh = tiny.make_model(shape, tk, seed=123).eval()
+        fresh = tiny_sft.make_model(shape, tk, seed=123).eval()
         for name, fam in (("A", fam_a), ("B", fam_b)):
-            loss[role, name] = tiny.eval_loss(m, tk, fam, lv)
-            assert loss[role, name] < tiny.eval_loss(fresh, tk, fam, lv) - 0.5
+            loss[role, name] = tiny_sft.eval_loss(m, tk, fam, lv)
+            assert loss[role, name] < tiny_sft.eval_loss(fresh, tk, fam, lv) - 0.5
     # a's advantage on A-families over B-families exceeds b's (per-token losses, same texts)
     assert loss["a", "A"] - loss["a", "B"] < loss["b", "A"] - loss["b", "B"]
 
 
 def test_check_and_main_json_last_line(built, capsys):
     d, paths = built
-    props = tiny.check_tiny(paths, num_prompts=16, n=4, roles=("a", "b"), max_new_tokens=24, heldout=8)
+    props = tiny_check.check_tiny(paths, num_prompts=16, n=4, roles=("a", "b"), max_new_tokens=24, heldout=8)
     for r in ("a", "b"):
         assert 0.0 <= props[r]["pass1"] <= 1.0 and 0.0 <= props[r]["all_fail"] <= 1.0
     assert 0.0 <= props["comp_a_fail_b_mixed"] <= 1.0
-    from graft_cli.models.tiny_regime import REGIME_TARGETS
+    from graft_cli.tiny.regime import REGIME_TARGETS
 
-    assert set(tiny.targets_met(props)) == {"a_pass1", "a_all_fail", "b_pass1", "b_all_fail",
+    assert set(tiny_check.targets_met(props)) == {"a_pass1", "a_all_fail", "b_pass1", "b_all_fail",
                                             "comp_a_fail_b_mixed", "comp_b_fail_a_mixed", "comp_one_way_20",
                                             *(f"{r}_{k}" for r in "ab" for k in REGIME_TARGETS)}
     reg = props["regime"]  # declared weak families: the smallest weights of the reduced recipe's mixes
@@ -343,7 +343,8 @@ def test_check_and_main_json_last_line(built, capsys):
     fams = props["families"]  # per family, recomputed here from the per-family all-fail shares
     assert set(fams) <= set(syn.FAMILIES) and sum(v["n_prompts"] for v in fams.values()) == 16
     capsys.readouterr()
-    tiny.tiny_main(check=True, cache_dir=d, seed=0, recipe=tiny.Recipe.reduced(), num_prompts=8, n=2, heldout=0)
+    tiny_check.tiny_main(check=True, cache_dir=d, seed=0, recipe=tiny_sft.Recipe.reduced(), num_prompts=8, n=2,
+                         heldout=0)
     out = capsys.readouterr().out.strip().splitlines()
     last = json.loads(out[-1])
     assert "comp_a_fail_b_mixed" in last and "a" in last and "targets_met" in last
@@ -369,7 +370,7 @@ def test_rl_check_compares_final_with_base_on_held_out(built, tmp_path, monkeypa
     from graft_cli.plan.tiny_rl import pooled_pass1, rl_check
 
     d, paths = built
-    monkeypatch.setattr(tiny, "ensure_tiny", lambda *a, **k: paths)
+    monkeypatch.setattr(tiny_build, "ensure_tiny", lambda *a, **k: paths)
     out = tmp_path / "rl"
     res = rl_check(steps=1, out=str(out), samples=2, benchmarks=["aime24", "amc23"], min_gain_points=-100.0,
                    overrides=("data.prompt_batch=4", "algo.minibatch_prompts=1", "reward.num_workers=1",

@@ -115,7 +115,7 @@ def test_kill_and_resume_matches_uninterrupted_run(tiny_models, problems_file, t
 
 def test_tiny_names_resolve_to_models_and_task_files(tmp_path, monkeypatch):
     """pair=tiny uses `tiny:a` (a model folder) and `tiny:train` (the task's train.jsonl)."""
-    import graft_cli.models.tiny as tiny
+    from graft_cli.tiny import build as tiny_build
     from graft_cli.errors import GraftError
     from graft_cli.models.loading import resolve_path
 
@@ -123,7 +123,7 @@ def test_tiny_names_resolve_to_models_and_task_files(tmp_path, monkeypatch):
     task.mkdir()
     (task / "train.jsonl").write_text("")
     paths = {"a": str(tmp_path / "a"), "b": str(tmp_path / "b"), "task": str(task)}
-    monkeypatch.setattr(tiny, "ensure_tiny", lambda *a, **k: paths)
+    monkeypatch.setattr(tiny_build, "ensure_tiny", lambda *a, **k: paths)
     assert resolve_path("tiny:a") == paths["a"]
     assert resolve_path("tiny:train") == str(task / "train.jsonl")
     assert resolve_path("/some/model") == "/some/model"
@@ -135,7 +135,7 @@ def test_second_process_on_same_run_dir_is_refused(tmp_path):
     import fcntl
 
     from graft_cli.errors import GraftError
-    from graft_cli.train.loop import _lock_run_dir
+    from graft_cli.train.run import _lock_run_dir
 
     run = tmp_path / "run"
     run.mkdir()

@@ -189,6 +189,9 @@ def test_trainer_steps_with_vllm_engine(tmp_path):
                 r = np.array([float(bool(t) and ord(t[0]) % 2 == 0) for t in texts], dtype=np.float32)
                 return Grades(r, np.zeros(len(texts), dtype=bool), [None] * len(texts))
 
+            def close(self):
+                pass
+
     path = make_untied_llama(str(tmp_path / "m"), seed=1)
     data = write_problems(str(tmp_path / "train.jsonl"))
     cfg = C.compose(train_overrides({"a": path}, data, str(tmp_path / "runs"),

@@ -2,8 +2,10 @@
 steps and set coefficients of the next step (SAF's warm-up and anneal, HACPO's capability window, dynamic
 sampling counters, a KL coefficient schedule).
 
-A controller is built as ``cls(params: dict, total_steps: int)`` (``params`` = the config entry without
-``name``) and has:
+A controller declares its parameters and their defaults in ``DEFAULTS`` (:func:`graft_cli.registry.validate_params`
+checks the entry against them at config validation, before anything loads; ``check(params)`` adds the rules
+between them) and is built as ``cls(params: dict, total_steps: int)`` (``params`` = the checked entry without
+``name``, defaults filled in). It has:
 
 - ``coefs(step) -> dict``: coefficients for step ``step`` (0-based), merged over every controller and handed
   to the token-advantage functions (``SignalContext.coefs``) and the loss (``LossInputs.coefs``);
@@ -16,17 +18,31 @@ A controller is built as ``cls(params: dict, total_steps: int)`` (``params`` = t
 from __future__ import annotations
 
 from graft_cli.errors import GraftError
-from graft_cli.registry import Registry
+from graft_cli.registry import Registry, validate_params
 
 CONTROLLERS: Registry = Registry("controller")
 
 
 class Controller:
-    """Base class: no coefficients, no state."""
+    """Base class: no parameters, no coefficients, no state."""
+
+    DEFAULTS: dict = {}  # parameter -> default (a tuple: the allowed values, the first the default)
 
     def __init__(self, params: dict | None = None, total_steps: int = 0):
         self.params = dict(params or {})
         self.total_steps = total_steps
+
+    @classmethod
+    def validate(cls, params: dict | None, key: str = "algo.controllers", name: str | None = None) -> dict:
+        """``params`` over :attr:`DEFAULTS`, each checked (one-line GraftError naming ``key.<param>``), then
+        :meth:`check`; returns them with the defaults filled in."""
+        out = validate_params(cls.DEFAULTS, params, key, f"controller {name or cls.__name__}")
+        cls.check(out, key)
+        return out
+
+    @classmethod
+    def check(cls, params: dict, key: str) -> None:
+        """Rules between the parameters (raise GraftError naming ``key``)."""
 
     def coefs(self, step: int) -> dict:
         return {}
@@ -41,32 +57,21 @@ class Controller:
         pass
 
 
-@CONTROLLERS.register("linear_schedule")
-class LinearSchedule(Controller):
-    """A coefficient ``key`` moved linearly from ``start`` to ``end`` over ``steps`` steps (default: the run),
-    then held: c(t) = start + (end − start)·min(t / steps, 1). Stateless, but resumable all the same."""
-
-    def __init__(self, params: dict | None = None, total_steps: int = 0):
-        super().__init__(params, total_steps)
-        for k in ("key", "start", "end"):
-            if k not in self.params:
-                raise GraftError(f"config key 'algo.controllers': linear_schedule needs {k!r}")
-        self.steps = int(self.params.get("steps") or total_steps or 1)
-
-    def coefs(self, step: int) -> dict:
-        f = min(step / max(self.steps, 1), 1.0)
-        p = self.params
-        return {str(p["key"]): float(p["start"]) + (float(p["end"]) - float(p["start"])) * f}
+def controller_params(i: int, spec) -> tuple[str, type, dict]:
+    """Entry ``i`` of ``algo.controllers`` (``{name: ..., **params}``) → (name, class, checked parameters);
+    config validation runs it on every entry, so a typo fails before anything loads."""
+    spec = dict(spec) if isinstance(spec, dict) else {}
+    name = spec.pop("name", None)
+    if not name:
+        raise GraftError(f"config key 'algo.controllers.{i}': needs a name; known: {', '.join(CONTROLLERS.names())}")
+    cls = CONTROLLERS.get(str(name))
+    return str(name), cls, cls.validate(spec, f"algo.controllers.{i}", str(name))
 
 
 def build_controllers(specs: list, total_steps: int) -> list[tuple[str, Controller]]:
     """``algo.controllers`` entries (``{name: ..., **params}``) → (name, controller) pairs, in config order."""
     out = []
     for i, spec in enumerate(specs or []):
-        spec = dict(spec)
-        name = spec.pop("name", None)
-        if not name:
-            known = ", ".join(CONTROLLERS.names())
-            raise GraftError(f"config key 'algo.controllers.{i}': needs a name; known: {known}")
-        out.append((str(name), CONTROLLERS.get(str(name))(spec, total_steps)))
+        name, cls, params = controller_params(i, spec)
+        out.append((name, cls(params, total_steps)))
     return out

@@ -26,7 +26,6 @@ import torch
 from graft_cli.registry import Registry
 
 IS_CORRECTIONS: Registry = Registry("importance-sampling correction")
-IS_MODES = ("none", "token", "sequence")
 
 
 @IS_CORRECTIONS.register("none")

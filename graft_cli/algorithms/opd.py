@@ -158,19 +158,18 @@ class SafSchedule(Controller):
     DEFAULTS = {"warmup_steps": 100, "kl_delta": 0.2, "warmup": True, "anneal": True, "anneal_steps": 200,
                 "anneal_min": 0.0, "anneal_total_steps": None, "policy": None, "kl_metric": "kl_seq_mean"}
 
-    def __init__(self, params: dict | None = None, total_steps: int = 0):
-        unknown = sorted(set(params or {}) - set(self.DEFAULTS))
-        if unknown:
-            raise GraftError(f"config key 'algo.controllers': saf_schedule has no parameter {unknown[0]!r}; known: "
-                             f"{', '.join(self.DEFAULTS)}")
-        super().__init__({**self.DEFAULTS, **(params or {})}, total_steps)
-        p = self.params
+    @classmethod
+    def check(cls, p: dict, key: str) -> None:
         if p["warmup_steps"] < 0 or p["anneal_steps"] < 1 or not 0 <= p["anneal_min"] <= 1:
-            raise GraftError("config key 'algo.controllers': saf_schedule needs warmup_steps >= 0, anneal_steps >= 1 "
-                             "and 0 <= anneal_min <= 1")
-        if p["anneal_total_steps"] is not None and int(p["anneal_total_steps"]) < 0:
-            raise GraftError("config key 'algo.controllers': saf_schedule needs anneal_total_steps >= 0 (0: "
+            raise GraftError(f"config key '{key}': saf_schedule needs warmup_steps >= 0, anneal_steps >= 1 and "
+                             "0 <= anneal_min <= 1")
+        S = p["anneal_total_steps"]
+        if S is not None and (isinstance(S, bool) or not isinstance(S, (int, float)) or S < 0):
+            raise GraftError(f"config key '{key}.anneal_total_steps': saf_schedule needs anneal_total_steps >= 0 (0: "
                              "anneal_steps; null: the run's steps)")
+
+    def __init__(self, params: dict | None = None, total_steps: int = 0):
+        super().__init__(self.validate(params, name="saf_schedule"), total_steps)  # checked at config time too
         self.st = {"done": False, "frozen": None, "end": None, "kl0": None, "prev_kl": None, "t": 0, "R": None}
 
     def anneal_budget(self, end: int) -> int:

@@ -193,12 +193,14 @@ def sample_k(model_path: str, problems, samples: int, temperature: float, top_p:
 def from_models(models: list[str], data: str, samples: int = 8, temperature: float = 1.0, top_p: float = 1.0,
                 max_new_tokens: int = 4096, seed: int = 0, limit: int | None = None, device: str = "auto",
                 dtype: str = "float32", chat_template: str = "auto", workers: int = 2, progress: bool = True,
-                console=None) -> dict:
-    """Sample ``samples`` responses per prompt of ``data`` from each of two models; one "step"."""
+                console=None, reward: str = "math_verify") -> dict:
+    """Sample ``samples`` responses per prompt of ``data`` from each of two models, graded by the registered
+    ``reward`` (5 s per answer); one "step"."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from graft_cli.data.problems import load_problems
-    from graft_cli.reward import MathVerifyGrader
+    from graft_cli.config import RewardConfig
+    from graft_cli.reward import make_grader
 
     if len(models) != 2:
         raise GraftError(f"--models takes two models, got {len(models)}")
@@ -207,7 +209,7 @@ def from_models(models: list[str], data: str, samples: int = 8, temperature: flo
     problems = load_problems(data)
     if limit:
         problems = problems[:limit]
-    grader = MathVerifyGrader(num_workers=workers, timeout_s=5.0)
+    grader = make_grader(RewardConfig(name=reward, timeout_s=5.0), num_workers=workers)
     ks = []
     try:
         with Progress(TextColumn("[bold]sample[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -292,7 +294,8 @@ def _json_safe(o):
 def complementarity_main(sources: list[str], runs: bool = False, models: bool = False, data: str | None = None,
                          samples: int = 8, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 4096,
                          seed: int = 0, limit: int | None = None, device: str = "auto", workers: int = 2,
-                         out: str | None = None, progress: bool = True, console=None) -> dict:
+                         out: str | None = None, progress: bool = True, console=None,
+                         reward: str = "math_verify") -> dict:
     """The ``graft complementarity`` command."""
     console = console or make_console(stderr=True)
     if runs == models:
@@ -310,7 +313,7 @@ def complementarity_main(sources: list[str], runs: bool = False, models: bool = 
         if not data:
             raise GraftError("--models needs --data FILE (the prompts to sample on)")
         result = from_models(list(sources), data, samples, temperature, top_p, max_new_tokens, seed, limit, device,
-                             workers=workers, progress=progress, console=console)
+                             workers=workers, progress=progress, console=console, reward=reward)
         if out is None:
             out = os.path.join("results", "complementarity", "models")
     jpath, ppath = write_outputs(result, out)

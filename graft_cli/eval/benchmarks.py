@@ -158,7 +158,7 @@ def display_name(name: str) -> str:
 
 def tiny_task_dir() -> str:
     """The tiny pair's task folder (``eval_<name>.jsonl`` for the five synthetic sets)."""
-    from graft_cli.models.tiny import ensure_tiny
+    from graft_cli.tiny.build import ensure_tiny
 
     return ensure_tiny(progress=False)["task"]
 

@@ -27,10 +27,6 @@ def step_dirs(policy_dir: str) -> dict[int, str]:
     return dict(sorted(out.items()))
 
 
-def eval_dir(run_dir: str, policy: str, step: int) -> str:
-    return os.path.join(run_dir, "eval", policy, f"step_{int(step):06d}")
-
-
 def _read_rows(path: str) -> list[dict] | None:
     try:
         return read_jsonl(path)

@@ -29,6 +29,7 @@ its validation's, validation writes ``<run>/validation/<policy>/step_NNNNNN/`` (
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -38,14 +39,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graft_cli.config import RewardConfig
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, BenchmarkSource, resolve_benchmarks
+from graft_cli.eval.files import RUN_FILE_RE, run_file, step_dirs
 from graft_cli.eval.metrics import average_over_benchmarks, summarize_benchmark
-from graft_cli.rundir import atomic_write_json, read_json, read_jsonl, write_jsonl_atomic
+from graft_cli.rundir import (atomic_write_json, best_path, checkpoint_dir, checkpoints_dir, config_path, eval_step_dir,
+                              read_json, read_jsonl, write_jsonl_atomic)
 from graft_cli.train.hooks import AfterStep
 
-from graft_cli.eval.files import RUN_FILE_RE, STEP_DIR_RE, run_file, step_dirs  # noqa: E402,F401  (re-exported)
 CHUNK_PROMPTS = 32  # prompts per generate call (progress granularity; each chunk has its own seed)
 
 
@@ -403,7 +406,7 @@ def update_best(run_dir: str, policies: list[str] | None = None, selection: Sele
             continue
         entry = dict(best)
         bdir = os.path.join(run_dir, "best", pol)
-        ck = os.path.join(run_dir, "checkpoints", f"step_{best['step']:06d}", pol)
+        ck = checkpoint_dir(run_dir, best["step"], pol)
         if _best_folder_step(bdir) == best["step"]:
             entry["checkpoint"] = os.path.relpath(bdir, run_dir)
         elif os.path.isdir(ck):
@@ -411,7 +414,7 @@ def update_best(run_dir: str, policies: list[str] | None = None, selection: Sele
         else:
             entry["checkpoint"] = None
         out["policies"][pol] = entry
-    atomic_write_json(os.path.join(run_dir, "best.json"), out)
+    atomic_write_json(best_path(run_dir), out)
     return out
 
 
@@ -490,25 +493,30 @@ def reward_kind(cfg) -> str:
     return "code" if cfg.reward.name == "code" else "math"
 
 
-class Graders:
-    """The graders of an evaluation, one per benchmark kind (``math``: math-verify, ``code``: the code reward),
-    each started on first use; ``given``: graders owned elsewhere (the trainer's), used as they are. :meth:`grade`
-    uses the ``default`` kind's (a run's own reward, for re-draws of its training prompts)."""
+def default_rewards() -> dict:
+    """The reward that grades each benchmark kind when nothing else is said: math-verify for ``math``, the
+    sandboxed tests (with :data:`CODE_EVAL_TIMEOUT_S`) for ``code``."""
+    return {"math": RewardConfig(), "code": RewardConfig(name="code", timeout_s=CODE_EVAL_TIMEOUT_S)}
 
-    def __init__(self, workers: int, default: str = "math", given: dict | None = None, math: dict | None = None,
-                 code: dict | None = None):
+
+class Graders:
+    """The graders of an evaluation, one per benchmark kind, each built by :func:`graft_cli.reward.make_grader`
+    from ``rewards[kind]`` (a ``reward:`` section; :func:`default_rewards` for a kind it leaves out) with
+    ``workers`` workers and started on first use; ``given``: graders owned elsewhere (the trainer's), used as they
+    are. :meth:`grade` uses the ``default`` kind's (a run's own reward, for re-draws of its training prompts)."""
+
+    def __init__(self, workers: int, default: str = "math", given: dict | None = None, rewards: dict | None = None):
         self.workers, self.default, self.given = workers, default, dict(given or {})
-        self.options = {"math": dict(math or {}), "code": {"timeout_s": CODE_EVAL_TIMEOUT_S, **(code or {})}}
+        self.rewards = {**default_rewards(), **(rewards or {})}
         self.made: dict = {}
 
     def for_kind(self, kind: str):
         if kind in self.given:
             return self.given[kind]
         if kind not in self.made:
-            from graft_cli.reward import REWARDS
+            from graft_cli.reward import make_grader
 
-            self.made[kind] = REWARDS.get("code" if kind == "code" else "math_verify")(num_workers=self.workers,
-                                                                                       **self.options[kind])
+            self.made[kind] = make_grader(self.rewards[kind], num_workers=self.workers)
         return self.made[kind]
 
     def grade(self, responses, golds):
@@ -521,12 +529,12 @@ class Graders:
 
 
 def run_graders(cfg, workers: int | None = None, given=None) -> Graders:
-    """A run's evaluation graders: its reward settings for its own kind, defaults for the other."""
+    """A run's evaluation graders: its own reward (``cfg.reward``, whatever its name) for the benchmarks of its
+    kind, the default reward of the other kind with the run's memory cap (and sci-notation reading)."""
     rc, kind = cfg.reward, reward_kind(cfg)
-    math = {"timeout_s": rc.timeout_s if kind == "math" else 5.0, "sci_notation": rc.sci_notation,
-            "memory_mb": rc.memory_mb}
-    code = {"timeout_s": rc.timeout_s if kind == "code" else CODE_EVAL_TIMEOUT_S, "memory_mb": rc.memory_mb}
-    return Graders(rc.num_workers if workers is None else workers, kind, given, math, code)
+    other = {k: dataclasses.replace(r, memory_mb=rc.memory_mb, sci_notation=rc.sci_notation)
+             for k, r in default_rewards().items() if k != kind}
+    return Graders(rc.num_workers if workers is None else workers, kind, given, {kind: rc, **other})
 
 
 def _make_engine(model, tok, engine: str = "hf", engine_kwargs: dict | None = None, max_batch: int = 256):
@@ -568,7 +576,7 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
     prepare_folder(out_dir, settings, spec, benches, force)  # refuse a mismatched folder before loading anything
     tok = load_tokenizer(path)
     m = load_model(path, dtype, device)
-    grader = Graders(workers, math={"timeout_s": timeout_s})
+    grader = Graders(workers, rewards={"math": RewardConfig(timeout_s=timeout_s)})
     try:
         ev = Evaluator(_make_engine(m, tok, engine, max_batch=max_batch), tok, spec, settings, grader,
                        context_len=context_length(m), console=console)
@@ -605,7 +613,7 @@ def run_junior(cfg, junior: str | None = None) -> str:
     if junior or cfg.eval.junior:
         return junior or cfg.eval.junior
     frozen = {p.name: p for p in cfg.policies if p.role == "frozen"}
-    for k in getattr(ENGINES.get(cfg.rollout.engine), "frozen_kwargs", ()) if cfg.rollout.engine in ENGINES else ():
+    for k in ENGINES.get(cfg.rollout.engine).frozen_kwargs if cfg.rollout.engine in ENGINES else ():
         name = cfg.rollout.engine_kwargs.get(k)
         if name in frozen:
             return frozen[name].model
@@ -672,7 +680,7 @@ def run_selection(cfg, run_dir: str | None = None) -> Selection:
 def load_run_config(run_dir: str):
     from graft_cli import config as C
 
-    path = os.path.join(run_dir, "config.yaml")
+    path = config_path(run_dir)
     if not os.path.exists(path):
         raise GraftError(f"{run_dir}: not a run directory (no config.yaml)")
     return C.load_yaml(path)
@@ -725,7 +733,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     train_spec = PromptSpec.from_config(cfg.prompt)  # the rescue re-draw samples training prompts
     from rich.markup import escape
 
-    available = ckpt.valid_steps(os.path.join(run_dir, "checkpoints"),  # each damaged checkpoint named, skipped
+    available = ckpt.valid_steps(checkpoints_dir(run_dir),  # each damaged checkpoint named, skipped
                                  lambda m: console.print(f"[yellow]warning[/]: {escape(m)}", soft_wrap=True))
     best_steps = {p: s for p in chosen if (s := _best_folder_step(os.path.join(run_dir, "best", p))) is not None}
     want = parse_steps(steps, available, best_steps)
@@ -733,7 +741,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     for p in chosen:
         pol_steps = [best_steps[p]] if want == "best" and p in best_steps else ([] if want == "best" else want)
         for s in pol_steps:
-            folder = os.path.join(run_dir, "checkpoints", f"step_{s:06d}", p)
+            folder = checkpoint_dir(run_dir, s, p)
             if s in available and os.path.isdir(folder):
                 jobs.append((p, s, folder))
             elif best_steps.get(p) == s:
@@ -752,10 +760,10 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
         hsettings = TE.handoff_settings(settings, junior, ec.handoff_delimiter)
         jtok = load_tokenizer(resolve_path(junior))
     for p, s, folder in jobs:  # refuse mismatched folders (and a junior of another vocabulary) before loading a model
-        prepare_folder(os.path.join(run_dir, "eval", p, f"step_{s:06d}"), settings, spec, benches, force)
+        prepare_folder(eval_step_dir(run_dir, p, s), settings, spec, benches, force)
         if tandem:
             TE.check_junior(jtok, load_tokenizer(folder), junior, f"{p} step {s}")
-            prepare_folder(os.path.join(run_dir, "eval", p, f"step_{s:06d}", TE.HANDOFF_DIR), hsettings, spec,
+            prepare_folder(os.path.join(eval_step_dir(run_dir, p, s), TE.HANDOFF_DIR), hsettings, spec,
                            benches, force)
     jmodel = load_model(resolve_path(junior), cfg.run.dtype, device or cfg.run.device) if tandem else None
     rescue = ec.rescue if rescue is None else rescue
@@ -765,7 +773,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     try:
         with _progress(progress, console) as bar:
             for p, s, folder in jobs:
-                out_dir = os.path.join(run_dir, "eval", p, f"step_{s:06d}")
+                out_dir = eval_step_dir(run_dir, p, s)
                 tok = load_tokenizer(folder)
                 model = load_model(folder, cfg.run.dtype, device or cfg.run.device)
                 engine = _make_engine(model, tok, *solo_engine(cfg.rollout.engine, cfg.rollout.engine_kwargs),
@@ -894,7 +902,7 @@ class ValidationHook(AfterStep):
 
     def done(self, trainer, cfg, run_dir: str) -> bool:
         root = validation_root(cfg)
-        return all(os.path.exists(os.path.join(run_dir, root, name, f"step_{trainer.step:06d}", "summary.json"))
+        return all(os.path.exists(os.path.join(eval_step_dir(run_dir, name, trainer.step, root), "summary.json"))
                    for name in trainer.policies)
 
     def __call__(self, trainer, cfg, run_dir: str, console=None) -> list[dict]:
@@ -949,8 +957,8 @@ def _validate_policies(trainer, cfg, run_dir, console, st, spec, settings, root,
     rows = []
     for name, pol in trainer.policies.items():
         t0 = time.perf_counter()
-        out_dir = os.path.join(run_dir, root, name, f"step_{trainer.step:06d}")
-        engine = pol.engine.eval_engine() if hasattr(pol.engine, "eval_engine") else pol.engine  # tandem: solo
+        out_dir = eval_step_dir(run_dir, name, trainer.step, root)
+        engine = pol.engine.eval_engine()  # tandem: the senior alone
         ev = Evaluator(engine, pol.tokenizer, spec, settings, graders,
                        context_len=context_length(pol.model), console=console)
         ev.evaluate(out_dir, st.benches)

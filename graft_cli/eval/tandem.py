@@ -192,7 +192,6 @@ def plot_policy_pass_at_k(run_dir: str, policy: str) -> str | None:
     """``<run>/eval/<policy>/pass_at_k.png``: solo (and handoff, dashed) pass@k, k = 1..8 (up to the samples),
     of every evaluated step, from its run files (else the summary's k = 1, 2, 4, 8)."""
     from graft_cli.eval.files import step_dirs
-    from graft_cli.report.plots import plot_pass_at_k
 
     def curve(d: str, summary) -> dict[str, float]:
         c = pass_at_k_curve(d)
@@ -209,3 +208,27 @@ def plot_policy_pass_at_k(run_dir: str, policy: str) -> str | None:
         return None
     return plot_pass_at_k(curves, os.path.join(run_dir, "eval", policy, "pass_at_k.png"),
                           title=f"{policy}: pass@k per checkpoint (macro over benchmarks)")
+
+
+def plot_pass_at_k(curves: dict[str, dict[int, float]], path: str, title: str = "pass@k") -> str | None:
+    """pass@k (in %) against k on a log-2 axis, one line per label (e.g. per checkpoint: ``{"step 20": {1: .31,
+    2: .42, ...}}``; a label containing "handoff" is dashed). None without matplotlib."""
+    try:
+        import matplotlib  # a plotting library: imported only when a picture is drawn
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, c in curves.items():
+        ks = sorted(c)
+        ax.plot(ks, [100 * c[k] for k in ks], marker="o", linestyle="--" if "handoff" in label else "-", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set(title=title, xlabel="k (samples)", ylabel="pass@k %")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

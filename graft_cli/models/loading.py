@@ -7,6 +7,7 @@ import os
 import torch
 
 from graft_cli.errors import GraftError
+from graft_cli.registry import Registry
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -73,21 +74,19 @@ def load_model(path: str, dtype: str = "float32", device: str = "auto", attn_imp
     return model.to(resolve_device(device))
 
 
-def resolve_path(spec: str) -> str:
-    """``tiny:<role>`` names a folder of the embedded tiny pair (built on first use), or one of its task files
-    (``tiny:train``, ``tiny:eval_math500``, ...); anything else (a hub id, a local folder or file) is returned."""
-    if spec.startswith("tiny:"):
-        from graft_cli.models.tiny import ensure_tiny
+# ``<source>:<name>`` model and data names resolved by a registered function (name -> local path): ``tiny:<role>``
+# by the tiny pair's package, imported when first named (so this layer does not import it)
+MODEL_SOURCES: Registry = Registry("model source")
+MODEL_SOURCES.lazy("tiny", "graft_cli.tiny.build")
 
-        paths = ensure_tiny()
-        role = spec.split(":", 1)[1]
-        if role in paths:
-            return paths[role]
-        task_file = os.path.join(paths["task"], f"{role}.jsonl")
-        if os.path.exists(task_file):
-            return task_file
-        known = ", ".join(sorted(paths))
-        raise GraftError(f"unknown tiny name {role!r}; known: {known}, or a task file in {paths['task']}")
+
+def resolve_path(spec: str) -> str:
+    """``<source>:<name>`` with a registered source (``MODEL_SOURCES``; ``tiny:<role>``: a folder of the embedded
+    tiny pair, built on first use, or one of its task files, ``tiny:train``, ``tiny:eval_math500``, ...) is that
+    source's path; anything else (a hub id, a local folder or file) is returned."""
+    source, sep, name = spec.partition(":")
+    if sep and source in MODEL_SOURCES:
+        return MODEL_SOURCES.get(source)(name)
     return spec
 
 

@@ -8,7 +8,7 @@ parent signals each group (the worker, its reward processes) with SIGTERM, waits
 to leave (each ``graft train`` abandons its step: nothing is half-written, every run resumes from its last
 checkpoint), SIGKILLs what is left, and exits 143 with one line; the same command continues the plan. A worker
 whose parent dies (SIGKILL) notices within a second and stops its own group the same way. With ``jobs`` = 1 the
-run in this process stops the plan (:class:`~graft_cli.train.loop.SignalStop`).
+run in this process stops the plan (:class:`~graft_cli.train.run.SignalStop`).
 
 Results: one record per run (:func:`execute`), written with the plan to ``<out>/plan_<name>.json`` and as a
 markdown table to ``<out>/plan_<name>.md``.
@@ -27,7 +27,7 @@ from graft_cli.console import make_console
 from graft_cli.errors import GraftError, Stopped
 from graft_cli.plan import status as S
 from graft_cli.report.markdown import md_table
-from graft_cli.rundir import read_json_or_none, read_metrics, training_rows
+from graft_cli.rundir import atomic_write_text, best_path, read_json_or_none, read_metrics, training_rows
 from graft_cli.plan.spec import Plan, PlanRun
 
 
@@ -104,7 +104,7 @@ def run_job(job: dict) -> dict:
         if not job["finished"]:
             t0 = time.perf_counter()
             from graft_cli.eval.runner import ValidationHook
-            from graft_cli.train.loop import train
+            from graft_cli.train.run import train
 
             was = S.run_status(job["run_dir"], cfg.run.steps)
             train(cfg, progress=job.get("progress", False), console=console, after_step=(ValidationHook(),))
@@ -212,7 +212,7 @@ def uses_tiny(plan: Plan, out: str) -> bool:
 def tiny_identity(progress: bool = True) -> dict:
     """Build the tiny pair once here if needed (workers never build it concurrently) and return its
     identity: cache folder and the manifest's model hashes."""
-    from graft_cli.models import tiny as T
+    from graft_cli.tiny import build as T
 
     T.ensure_tiny(progress=progress)
     man = T.read_manifest() or {}
@@ -224,14 +224,15 @@ def check_tiny(expected: dict | None) -> None:
     (other hashes), or code whose recipe no longer matches the cache (ensure_tiny would rebuild it)."""
     if not expected:
         return
-    from graft_cli.models import tiny as T
+    from graft_cli.tiny import build as T
+    from graft_cli.tiny.sft import default_recipe
 
     man = T.read_manifest() or {}
     if man.get("hashes") != expected.get("hashes"):
         raise GraftError(f"the tiny pair in {T.default_cache_dir()} changed since this plan started (model hashes "
                          f"differ): its runs would mix two pairs; use a new --out")
     try:
-        recipe_now = T.default_recipe().to_dict()  # the recipe ensure_tiny would build (GRAFT_TINY_RECIPE)
+        recipe_now = default_recipe().to_dict()  # the recipe ensure_tiny would build (GRAFT_TINY_RECIPE)
     except Exception:  # an older/newer tiny module without Recipe: the hash check above stands
         return
     if man.get("recipe") != recipe_now:
@@ -245,7 +246,7 @@ def run_scores(run_dir: str, steps_spec: str) -> dict:
     the run: the selected (best.json) step for ``best``; otherwise the latest evaluated step of the spec."""
     out = {}
     targets = S.eval_targets(run_dir, steps_spec) or {}
-    best = read_json_or_none(os.path.join(run_dir, "best.json")) or {}
+    best = read_json_or_none(best_path(run_dir)) or {}
     for pol in S.run_policies(run_dir):
         cands = targets.get(pol) or []
         step = None
@@ -489,8 +490,7 @@ def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny
         "executions": history, "tiny": tiny or prev.get("tiny"), "runs": records})
     md = [f"# Plan {plan.name}", "", f"Pair {plan.pair}; steps {plan.steps}; source {plan.source}; "
           f"last execution {wall_s / 60:.1f} min.", "", results_markdown(plan, records), ""]
-    with open(base + ".md", "w", encoding="utf-8") as f:
-        f.write("\n".join(md))
+    atomic_write_text(base + ".md", "\n".join(md))
     return base + ".json", base + ".md"
 
 

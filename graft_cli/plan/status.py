@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from graft_cli.rundir import read_json_or_none, run_policies
+from graft_cli.rundir import (best_path, checkpoint_dir, checkpoints_dir, config_path, eval_step_dir, read_json_or_none,
+                              run_config_raw, run_policies)
 from graft_cli.train import checkpoint as ckpt
 
 
@@ -44,15 +45,15 @@ def checkpoint_total(path: str) -> int | None:
 
 def run_status(run_dir: str, total_steps: int | None) -> RunStatus:
     """Status of ``run_dir`` against ``total_steps`` (None: use the checkpoint's own recorded total)."""
-    if not os.path.exists(os.path.join(run_dir, "config.yaml")):
+    if not os.path.exists(config_path(run_dir)):
         return RunStatus("new", 0, total_steps)
-    steps = ckpt.complete_steps(os.path.join(run_dir, "checkpoints"))
+    steps = ckpt.complete_steps(checkpoints_dir(run_dir))
     if not steps:
         return RunStatus("partial", 0, total_steps)
     last = steps[-1]
     total = total_steps
     if total is None:
-        total = checkpoint_total(os.path.join(run_dir, "checkpoints", f"step_{last:06d}"))
+        total = checkpoint_total(checkpoint_dir(run_dir, last))
     if total is None:
         return RunStatus("partial", last, None, "total unknown")
     if last == total:
@@ -66,12 +67,12 @@ def run_status(run_dir: str, total_steps: int | None) -> RunStatus:
 def eval_targets(run_dir: str, steps_spec: str) -> dict[str, list[int]] | None:
     """policy -> the steps ``graft eval --run DIR --steps SPEC`` would evaluate (None: cannot tell yet)."""
     pols = run_policies(run_dir)
-    complete = ckpt.complete_steps(os.path.join(run_dir, "checkpoints"))
+    complete = ckpt.complete_steps(checkpoints_dir(run_dir))
     spec = (steps_spec or "last").strip()
     if spec == "last":
         return {p: complete[-1:] for p in pols} if complete else None
     if spec == "best":
-        best = read_json_or_none(os.path.join(run_dir, "best.json")) or {}
+        best = read_json_or_none(best_path(run_dir)) or {}
         out = {p: [int(best["policies"][p]["step"])] for p in pols if p in (best.get("policies") or {})}
         return out if len(out) == len(pols) else None
     if spec == "all":
@@ -84,7 +85,7 @@ def eval_targets(run_dir: str, steps_spec: str) -> dict[str, list[int]] | None:
 
 
 def eval_summary(run_dir: str, policy: str, step: int) -> dict | None:
-    return read_json_or_none(os.path.join(run_dir, "eval", policy, f"step_{step:06d}", "summary.json"))
+    return read_json_or_none(os.path.join(eval_step_dir(run_dir, policy, step), "summary.json"))
 
 
 def eval_done(run_dir: str, steps_spec: str, runs: int, samples: int | None = None,
@@ -105,7 +106,7 @@ def eval_done(run_dir: str, steps_spec: str, runs: int, samples: int | None = No
                 names = {b.split("=", 1)[0] for b in benchmarks}
                 if not names <= set(summ.get("benchmarks") or {}):
                     return False
-            folder = os.path.join(run_dir, "eval", pol, f"step_{s:06d}")
+            folder = eval_step_dir(run_dir, pol, s)
             if _tandem_eval(run_dir) and not all(os.path.exists(os.path.join(folder, d, "summary.json"))
                                                  for d in ("handoff", "legibility")):
                 return False
@@ -114,10 +115,4 @@ def eval_done(run_dir: str, steps_spec: str, runs: int, samples: int | None = No
 
 def _tandem_eval(run_dir: str) -> bool:
     """Whether the run's config asks for the handoff and legibility evaluations (``eval.tandem``)."""
-    import yaml
-
-    try:
-        with open(os.path.join(run_dir, "config.yaml"), encoding="utf-8") as f:
-            return bool(((yaml.safe_load(f) or {}).get("eval") or {}).get("tandem"))
-    except (OSError, yaml.YAMLError):
-        return False
+    return bool((run_config_raw(run_dir).get("eval") or {}).get("tandem"))

@@ -51,7 +51,7 @@ def rl_check(steps: int = 80, method: str = "grpo", out: str = "results/tiny_rl_
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.eval.runner import EvalSettings, evaluate_model, evaluate_run, ValidationHook
     from graft_cli.rundir import atomic_write_json, read_json
-    from graft_cli.train.loop import train as run_train
+    from graft_cli.train.run import train as run_train
 
     console = make_console()
     name = f"{method}-s{seed}"

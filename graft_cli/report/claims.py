@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from graft_cli.report.stats import overall_verdict, points, verdict
+from graft_cli.rundir import atomic_write_text
 
 DEFAULTS = {"baseline": "grpo", "method": "graft", "no_gate": "graft_nogate", "peer_first": "graft_first",
             "peer_last": None, "complementarity_min": 0.0, "clip_steps": 48, "n_boot": 2000,
@@ -192,7 +193,8 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
     """The numbers :func:`judge` needs, from plan records (``graft_cli.plan.execute.execute``: name, seed,
     dir, scores): eval averages, per-problem pass@1 of the scored step (``eval/<policy>/step_N/``), per-step
     complementarity of the baseline runs and per-step peer clip ratios."""
-    from graft_cli.eval.files import eval_dir, read_problems
+    from graft_cli.eval.files import read_problems
+    from graft_cli.rundir import eval_step_dir
 
     s = settings(cfg)
     pols: list[str] = []
@@ -205,11 +207,11 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
                 continue
             scores.setdefault(r["name"], {}).setdefault(p, {})[str(r["seed"])] = float(sc["avg"])
             if r["name"] in (s["baseline"], s["method"], s["no_gate"]) and sc.get("step") is not None:
-                arrays = read_problems(eval_dir(r["dir"], p, sc["step"]))[0]
+                arrays = read_problems(eval_step_dir(r["dir"], p, sc["step"]))[0]
                 if arrays:
                     problems.setdefault(r["name"], {}).setdefault(p, {})[str(r["seed"])] = arrays
             if r["name"] == s["baseline"] and sc.get("step"):
-                arrays = read_problems(eval_dir(r["dir"], p, 0))[0]
+                arrays = read_problems(eval_step_dir(r["dir"], p, 0))[0]
                 if arrays:
                     base.setdefault(p, {})[str(r["seed"])] = arrays
     for name in (s["baseline"], s["method"]):
@@ -379,8 +381,7 @@ def write_section(report_dir: str, md: str) -> str:
     os.makedirs(report_dir, exist_ok=True)
     path = os.path.join(report_dir, "report.md")
     text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# graft report\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(insert_section(text, md))
+    atomic_write_text(path, insert_section(text, md))
     return path
 
 

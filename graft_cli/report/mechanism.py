@@ -23,10 +23,10 @@ import os
 
 import numpy as np
 
-from graft_cli.eval.files import STEP_DIR_RE, eval_dir, run_file
+from graft_cli.eval.files import STEP_DIR_RE, run_file
+from graft_cli.rundir import eval_step_dir, read_json_or_none, read_jsonl
 from graft_cli.eval.rescue import RESCUE_DIR
 from graft_cli.report.plots import _plt, _save
-from graft_cli.rundir import read_json_or_none, read_jsonl
 
 FAMILY_KEYS = ("family", "subject", "type")
 
@@ -134,7 +134,7 @@ def rescue_table(records: list[dict], names: tuple[str, ...]) -> list[dict]:
         for pol, sc in (r.get("scores") or {}).items():
             if sc.get("step") is None:
                 continue
-            path = os.path.join(eval_dir(r["dir"], pol, sc["step"]), RESCUE_DIR, "rescue.json")
+            path = os.path.join(eval_step_dir(r["dir"], pol, sc["step"]), RESCUE_DIR, "rescue.json")
             js = read_json_or_none(path)
             if not js:
                 continue
@@ -192,7 +192,7 @@ def train_family_map(run_dir: str) -> dict[str, str]:
 
     train = str((run_config_raw(run_dir).get("data") or {}).get("train") or "")
     if train.startswith("tiny:"):
-        from graft_cli.models.tiny import default_cache_dir
+        from graft_cli.tiny.build import default_cache_dir
 
         train = os.path.join(default_cache_dir(), "task", f"{train.split(':', 1)[1]}.jsonl")
     return family_map(train)

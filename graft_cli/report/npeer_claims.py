@@ -27,9 +27,9 @@ import os
 
 import numpy as np
 
-from graft_cli.eval.files import eval_dir, read_problems
+from graft_cli.eval.files import read_problems
+from graft_cli.rundir import atomic_write_json, eval_step_dir, metrics_path, read_jsonl
 from graft_cli.report.stats import compare, macro_mean, overall_verdict, verdict
-from graft_cli.rundir import atomic_write_json, read_jsonl
 
 RULES = ("best_source", "round_robin", "pooled_donor")
 DEFAULTS = {"kind": "npeer", "grpo": "grpo", "pairwise": ["graft_ab", "graft_ac", "graft_bc"],
@@ -56,7 +56,7 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
         for pol, sc in sorted((r.get("scores") or {}).items()):
             if not isinstance(sc, dict) or sc.get("step") is None:
                 continue
-            probs, _ = read_problems(eval_dir(rd, pol, int(sc["step"])))
+            probs, _ = read_problems(eval_step_dir(rd, pol, int(sc["step"])))
             if not probs:
                 continue
             out["problems"].setdefault(pol, {}).setdefault(name, {})[seed] = probs
@@ -73,7 +73,7 @@ def exchange_volume(run_dir: str) -> dict:
     """receiver -> {admitted: mean admitted grafted responses per step, share: mean ``graft/grafted_share``,
     from: {source: mean ``graft/admitted/<source>``} (runs of 3+ policies)} from ``metrics.jsonl``."""
     try:
-        rows = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+        rows = read_jsonl(metrics_path(run_dir))
     except (OSError, ValueError):
         return {}
     acc: dict = {}

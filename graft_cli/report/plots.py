@@ -22,6 +22,8 @@ import os
 
 import numpy as np
 
+from graft_cli.rundir import run_config_raw
+
 
 def _plt():
     import matplotlib
@@ -185,14 +187,10 @@ def plot_compat_hist(runs, path):
 
 
 def _delta_of(run) -> float | None:
-    import yaml
-
     try:
-        with open(os.path.join(run.path, "config.yaml")) as f:
-            raw = yaml.safe_load(f) or {}
-        d = ((raw.get("exchange") or {}).get("params") or {}).get("delta")
+        d = ((run_config_raw(run.path).get("exchange") or {}).get("params") or {}).get("delta")
         return float(d) if d is not None else None
-    except (OSError, ValueError, TypeError, yaml.YAMLError):
+    except (ValueError, TypeError):
         return None
 
 
@@ -248,21 +246,3 @@ def make_plots(runs, comp, out_dir: str, clip_steps: int = 48) -> list[str]:
     made += [plot_transfer(r, os.path.join(out_dir, f"transfer_{os.path.basename(r.path.rstrip('/'))}.png"))
              for r in runs]
     return [p for p in made if p]
-
-
-def plot_pass_at_k(curves: dict[str, dict[int, float]], path: str, title: str = "pass@k") -> str | None:
-    """pass@k (in %) against k on a log-2 axis, one line per label (e.g. per checkpoint: ``{"step 20": {1: .31,
-    2: .42, ...}}``; a label containing "handoff" is dashed)."""
-    try:
-        plt = _plt()
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, c in curves.items():
-        ks = sorted(c)
-        ax.plot(ks, [100 * c[k] for k in ks], marker="o", linestyle="--" if "handoff" in label else "-", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set(title=title, xlabel="k (samples)", ylabel="pass@k %")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)

@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from graft_cli.report.stats import T975, verdict, welch_interval  # noqa: F401 (re-exported)
+from graft_cli.report.stats import verdict, welch_interval
 from graft_cli.rundir import atomic_write_json, read_metrics
 
 DEFAULTS = {"kind": "saf", "grpo": "grpo", "fixed": "grpo_opd", "saf": "saf", "opd_only": "opd_only",

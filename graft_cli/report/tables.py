@@ -56,7 +56,8 @@ from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import BENCHMARKS, FIVE, display_name
 from graft_cli.report import paper_numbers as P
-from graft_cli.rundir import read_json, read_json_or_none, read_metrics
+from graft_cli.rundir import (EVAL, atomic_write_text, best_path, config_path, eval_step_dir, read_json,
+                              read_json_or_none, read_metrics)
 
 METHOD_NAMES = {
     "grpo": "GRPO n=8", "grpo_n16": "GRPO n=16", "grpo_n32": "GRPO n=32", "grpo_dapo": "GRPO n=8 + Dynamic Sampling",
@@ -146,7 +147,7 @@ def find_dirs(paths: list[str]) -> tuple[list[str], list[str]]:
     runs, evals = [], []
 
     def visit(d: str, depth: int):
-        if os.path.exists(os.path.join(d, "config.yaml")):
+        if os.path.exists(config_path(d)):
             runs.append(d)
             return
         if os.path.exists(os.path.join(d, "summary.json")) and os.path.exists(os.path.join(d, "meta.json")):
@@ -383,7 +384,7 @@ def _code_average(summary: dict) -> tuple:
 def load_run(path: str) -> Run:
     import yaml
 
-    with open(os.path.join(path, "config.yaml"), encoding="utf-8") as f:
+    with open(config_path(path), encoding="utf-8") as f:
         raw = yaml.safe_load(f) or {}
     if not isinstance(raw, dict):
         raise GraftError(f"{path}/config.yaml: not a mapping")
@@ -397,13 +398,13 @@ def load_run(path: str) -> Run:
               seed=int((raw.get("run") or {}).get("seed", 0)),
               exchange=str(ex.get("name", "none")), ordering=str(ex.get("ordering", "last")), policies=pols)
     run.metrics.extend(read_metrics(path))
-    from graft_cli.eval.runner import step_dirs
+    from graft_cli.eval.files import step_dirs
 
     for p in pols:
-        sd = step_dirs(os.path.join(path, "eval", p["name"]))
+        sd = step_dirs(os.path.join(path, EVAL, p["name"]))
         if sd:
             run.evals[p["name"]] = {s: read_json(os.path.join(d, "summary.json")) for s, d in sd.items()}
-    bpath = os.path.join(path, "best.json")
+    bpath = best_path(path)
     if os.path.exists(bpath):
         run.best = {k: v["step"] for k, v in read_json(bpath).get("policies", {}).items()}
     for p in pols:
@@ -925,7 +926,8 @@ def build_tables(runs: list[Run], eval_dirs: list[str] | None = None, devices: i
 def tandem_table(runs: list[Run]) -> Table | None:
     """Solo and handoff pass@k and legibility of every run whose selected step has the tandem evaluations
     (``graft eval --run --tandem``: ``step_N/handoff/``, ``step_N/legibility/``); None when no run has them."""
-    from graft_cli.report.tandem_claims import KS, legibility_ce, macro_pass_at_k
+    from graft_cli.eval.tandem import macro_pass_at_k
+    from graft_cli.report.tandem_claims import KS, legibility_ce
 
     t = Table("tandem", "Tandem RLVR evaluations: solo and handoff pass@k %, legibility (junior CE, nats/token)",
               ["Run", "Method", "Policy", "Step", *[f"Solo pass@{k}" for k in KS],
@@ -935,7 +937,7 @@ def tandem_table(runs: list[Run]) -> Table | None:
             res = r.results.get(p["name"])
             if not res or res.step is None:
                 continue
-            d = os.path.join(r.path, "eval", p["name"], f"step_{res.step:06d}")
+            d = eval_step_dir(r.path, p["name"], res.step)
             hand = read_json_or_none(os.path.join(d, "handoff", "summary.json"))
             if hand is None:
                 continue
@@ -1051,10 +1053,8 @@ def report_main(paths: list[str], out: str | None = None, devices: int | None = 
           "*(paper)* rows are the GRAFT paper's own numbers (reference/graft.md §6).", "", to_markdown(tables)]
     if images:
         md += ["## Plots", ""] + [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in images]
-    with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(md) + "\n")
-    with open(os.path.join(out, "tables.tex"), "w", encoding="utf-8") as f:
-        f.write(to_latex(tables))
+    atomic_write_text(os.path.join(out, "report.md"), "\n".join(md) + "\n")
+    atomic_write_text(os.path.join(out, "tables.tex"), to_latex(tables))
     atomic_write_json(os.path.join(out, "report.json"),
                       {"runs": [r.path for r in runs], "eval_dirs": eval_dirs, "tables": [t.to_json() for t in tables],
                        "plots": images})

@@ -40,10 +40,10 @@ import os
 
 import numpy as np
 
-from graft_cli.eval.files import eval_dir, read_problems  # noqa: F401 (re-exported)
-from graft_cli.eval.tandem import CURVE_KS, legibility_problems, macro_pass_at_k, pass_at_k_curve  # noqa: F401
+from graft_cli.eval.files import read_problems
+from graft_cli.rundir import atomic_write_json, eval_step_dir, read_json_or_none
+from graft_cli.eval.tandem import CURVE_KS, legibility_problems, macro_pass_at_k, pass_at_k_curve
 from graft_cli.report.stats import compare, equivalence_verdict, verdict
-from graft_cli.rundir import atomic_write_json, read_json_or_none
 
 DEFAULTS = {"kind": "tandem", "tandem": "tandem", "grpo": "grpo", "kl": "grpo_kl", "n16": "grpo_n16",
             "policy": "a", "margin": 2.0, "n_boot": 2000}
@@ -165,7 +165,7 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
         if name is None or sc.get("step") is None or not os.path.isdir(r.get("dir") or ""):
             continue
         try:
-            E = eval_dir(r["dir"], s["policy"], int(sc["step"]))
+            E = eval_step_dir(r["dir"], s["policy"], int(sc["step"]))
         except (TypeError, ValueError):
             continue
         arm = out["arms"].setdefault(name, _new_arm())

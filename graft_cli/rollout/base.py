@@ -1,17 +1,19 @@
-"""The rollout-engine protocol: what every engine (transformers, vLLM, tandem) returns.
+"""The rollout-engine contract: the :class:`RolloutEngine` base class every engine (transformers, vLLM, tandem)
+derives from, with each optional capability declared (and defaulted) here, so the trainer, the config check and
+the evaluation read them as plain attributes.
 
-An engine samples ``n`` responses for each prompt (prompt-major order: responses of prompt ``i`` are
-rows ``i*n .. i*n+n-1``) and returns the response token ids, the decoded text, the per-token
-log-probabilities of the *processed* sampling distribution (after temperature, top-k and top-p), and whether
-each response hit ``max_new_tokens`` without emitting EOS.
+An engine samples ``n`` responses for each prompt and returns :class:`graft_cli.batch.Rollouts` (prompt-major:
+the responses of prompt ``i`` are rows ``i*n .. i*n+n-1``): the response token ids, the decoded text, the
+per-token log-probabilities of the *processed* sampling distribution (after temperature, top-k and top-p), and
+whether each response hit ``max_new_tokens`` without emitting EOS.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
-from graft_cli.registry import Registry
+from graft_cli.batch import Rollouts
+from graft_cli.registry import Registry, validate_params
 
 ENGINES: Registry = Registry("rollout engine")
 
@@ -26,34 +28,62 @@ class SamplingParams:
     top_k: int = 0  # the k most likely tokens, before top-p (transformers' and vLLM's order); 0 = off (vLLM: -1)
 
 
-@dataclass
-class Rollouts:
-    prompt_ids: list[list[int]]  # one per prompt (B)
-    response_ids: list[list[int]]  # B*n, prompt-major; includes the EOS token when one was emitted
-    texts: list[str]  # B*n, decoded with skip_special_tokens=True
-    logprobs: list[list[float]]  # B*n, one per response token (processed distribution)
-    truncated: list[bool]  # B*n: hit max_new_tokens without EOS
-    n: int = 1
-    meta: dict = field(default_factory=dict)  # per-row lists (e.g. "extracted") and "metrics" (engine metrics)
-    token_columns: dict = field(default_factory=dict)  # name -> B*n per-token lists (tandem: "author")
+class RolloutEngine:
+    """Base class of the engines (registry ``ENGINES``), built as ``cls(model, tokenizer, max_batch=...,
+    **rollout.engine_kwargs)``. A subclass implements :meth:`generate` and declares what differs from the defaults:
 
-    @property
-    def num_prompts(self) -> int:
-        return len(self.prompt_ids)
+    - ``options``: its ``rollout.engine_kwargs`` and their defaults (``choices``: option -> allowed values, a tuple
+      or a registry); :meth:`check_kwargs` refuses any other key (``open_options``: further keys are passed on to
+      the library, which checks them itself) and then calls :meth:`check_options` for the rules between them.
+      Config validation runs it before anything loads.
+    - ``exact_logprobs``: its log-probs are those of the trainer's fp32 forward (``algo.old_logprobs: auto`` may
+      keep them as the old log-probs);
+    - ``policy_logprobs``: its log-probs are the policy's own (False: a co-generating engine's are the writer's,
+      so ``algo.old_logprobs: sampler`` is refused);
+    - ``frozen_kwargs``: options that name a ``role: frozen`` model of the run (the trainer passes the loaded model);
+    - ``solo_engine`` / ``own_kwargs``: the engine (and the options it drops) that samples a checkpoint alone in
+      ``graft eval --run`` (None: this engine itself);
+    - :meth:`eval_engine`: what validation during training samples from (default: itself);
+    - :meth:`sync_weights`: make the engine sample from the model's current weights (default: nothing to copy);
+    - :meth:`close`: release what it holds (default: nothing).
+    """
 
-    def __len__(self) -> int:
-        return len(self.response_ids)
+    options: dict = {}
+    choices: dict = {}
+    open_options: bool = False
+    exact_logprobs: bool = False
+    policy_logprobs: bool = True
+    frozen_kwargs: tuple = ()
+    solo_engine: str | None = None
+    own_kwargs: tuple = ()
 
-
-class RolloutEngine(Protocol):
-    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts: ...
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        raise NotImplementedError
 
     def sync_weights(self, model) -> None:
-        """Make the engine sample from ``model``'s current weights (a no-op for in-process HF)."""
-        ...
+        """Make the engine sample from ``model``'s current weights (in-process engines share them: nothing to do)."""
 
-    # optional: ``eval_engine()`` -> the engine validation and solo evaluation sample from (default: itself;
-    # the tandem engine returns its senior alone); ``frozen_kwargs``: engine options that name a frozen model
+    def eval_engine(self) -> RolloutEngine:
+        """The engine validation and solo evaluation sample from (a co-generating engine: its senior alone)."""
+        return self
+
+    def close(self) -> None:
+        """Release what the engine holds (temporary folders, a library's workers)."""
+
+    @classmethod
+    def check_kwargs(cls, **kwargs) -> dict:
+        """``rollout.engine_kwargs`` over :attr:`options`, checked: an unknown key or a wrong type raises a
+        one-line GraftError naming the key, options that cannot work together (:meth:`check_options`)
+        ``ValueError("rollout.engine_kwargs.<key>: <why>")``. Returns the options with their defaults."""
+        given = dict(kwargs)
+        extra = {} if not cls.open_options else {k: given.pop(k) for k in list(given) if k not in cls.options}
+        opts = validate_params(cls.options, given, "rollout.engine_kwargs", f"engine {cls.__name__}", cls.choices)
+        cls.check_options(opts)
+        return {**opts, **extra}
+
+    @classmethod
+    def check_options(cls, opts: dict) -> None:
+        """Rules between the engine's options (``ValueError("rollout.engine_kwargs.<key>: <why>")``)."""
 
 
 def solo_engine(name: str, kwargs: dict) -> tuple[str, dict]:
@@ -61,7 +91,6 @@ def solo_engine(name: str, kwargs: dict) -> tuple[str, dict]:
     co-generating engine (one that declares ``solo_engine``, e.g. tandem -> hf) that engine with the
     co-generation options (``own_kwargs``) left out. Used by evaluation of a run's checkpoints."""
     cls = ENGINES.get(name)
-    solo = getattr(cls, "solo_engine", None)
-    if solo is None:
+    if cls.solo_engine is None:
         return name, dict(kwargs)
-    return solo, {k: v for k, v in kwargs.items() if k not in getattr(cls, "own_kwargs", ())}
+    return cls.solo_engine, {k: v for k, v in kwargs.items() if k not in cls.own_kwargs}

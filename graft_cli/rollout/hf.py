@@ -48,7 +48,8 @@ import numpy as np
 import torch
 
 from graft_cli.models.logprobs import AUTOCAST, _is_fsdp, autocast, cache_kwarg, distinct, left_pad
-from graft_cli.rollout.base import ENGINES, Rollouts, SamplingParams
+from graft_cli.batch import Rollouts
+from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams
 
 
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -94,20 +95,24 @@ def eos_ids_of(tokenizer, model=None) -> list[int]:
 
 
 @ENGINES.register("hf")
-class HFEngine:
+class HFEngine(RolloutEngine):
     # its log-probs are the policy's own, of the distribution the trainer scores (logits / T, same weights, same
     # forward): algo.old_logprobs=auto keeps them when the run is fp32, single-epoch and top-p 1 (config.py)
     exact_logprobs = True
+    options = {"cache": "auto", "compile": "auto", "compile_mode": "reduce-overhead", "cache_bucket": 256,
+               "sampler": "per_row", "compact": "auto", "share_prompts": "auto", "ignore_eos": False,
+               "autocast": "none"}
 
     def __init__(self, model, tokenizer, max_batch: int = 256, cache: str = "auto", compile: bool | str = "auto",
                  compile_mode: str = "reduce-overhead", cache_bucket: int = 256, sampler: str = "per_row",
                  compact: bool | str = "auto", share_prompts: bool | str = "auto", ignore_eos: bool = False,
-                 autocast: str = "none", **_):
+                 autocast: str = "none"):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         on_cuda = next(model.parameters()).device.type == "cuda"
-        self.check_kwargs(cache=cache, sampler=sampler, compact=compact, share_prompts=share_prompts,
+        self.check_kwargs(cache=cache, compile=compile, compile_mode=compile_mode, cache_bucket=cache_bucket,
+                          sampler=sampler, compact=compact, share_prompts=share_prompts, ignore_eos=ignore_eos,
                           autocast=autocast)
         self.static = cache == "static" or (cache == "auto" and on_cuda)
         self.compile = (compile is True or compile == "true" or (compile == "auto" and on_cuda)) and self.static
@@ -126,11 +131,12 @@ class HFEngine:
         self.pad_id = int(pad if pad is not None else self.eos_ids[0])
         self._cache_kw = cache_kwarg(model)  # transformers >= 5.2x renamed past_key_values to cache
 
-    @staticmethod
-    def check_kwargs(cache: str = "auto", sampler: str = "per_row", compact: bool | str = "auto",
-                     share_prompts: bool | str = "auto", autocast: str = "none", **_) -> None:
-        """Raise ``ValueError("rollout.engine_kwargs.<key>: <why>")`` for options that cannot work together
-        (config validation calls it before anything is loaded or written)."""
+    @classmethod
+    def check_options(cls, opts: dict) -> None:
+        """``ValueError("rollout.engine_kwargs.<key>: <why>")`` for options that cannot work together (config
+        validation runs it before anything is loaded or written)."""
+        cache, sampler, compact, share_prompts, autocast = (opts[k] for k in ("cache", "sampler", "compact",
+                                                                              "share_prompts", "autocast"))
         if autocast not in AUTOCAST:
             raise ValueError(f"rollout.engine_kwargs.autocast: {autocast!r}; known: {', '.join(AUTOCAST)}")
         if cache not in ("auto", "dynamic", "static"):
@@ -148,7 +154,7 @@ class HFEngine:
                 raise ValueError(f"rollout.engine_kwargs.{key}: needs the dynamic cache (cache: dynamic)")
 
     def sync_weights(self, model) -> None:
-        self.model = model  # same process, same parameters: nothing to copy
+        self.model = model  # same process, same parameters: nothing to copy (FSDP may hand over its wrapper)
 
     def _lockstep(self) -> bool:
         """FSDP-sharded model in a multi-process run: forwards are collective, ranks stop together."""
@@ -311,7 +317,7 @@ class Decoder:
         model = engine.model
         self.dev = dev = next(model.parameters()).device
         self.row_prompt = None  # share_prompts: which distinct prompt each row has
-        if getattr(engine, "share_prompts", False) and not engine.static:
+        if engine.share_prompts and not engine.static:
             uniq, rows = distinct(prompts)
             if len(uniq) < len(prompts):
                 self.row_prompt = torch.tensor(rows, device=dev)
@@ -334,7 +340,7 @@ class Decoder:
 
     def prefill(self) -> torch.Tensor:
         e = self.engine
-        with autocast(getattr(e, "autocast", "none"), self.dev):
+        with autocast(e.autocast, self.dev):
             out = e.model(input_ids=self.ids, attention_mask=self.mask if self.full_mask is None else self.full_mask,
                           position_ids=self.pos, use_cache=True, logits_to_keep=1, **{e._cache_kw: self.cache}).logits
         if self.row_prompt is not None:  # from the distinct prompts to the rows

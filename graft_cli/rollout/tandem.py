@@ -34,28 +34,39 @@ import warnings
 
 import torch
 
+from graft_cli.batch import Rollouts
+from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams
 from graft_cli.rollout.handoff import HANDOFFS, HandoffContext, boundary_for, initial_state, row_uniforms
-from graft_cli.rollout.base import ENGINES, Rollouts, SamplingParams
 from graft_cli.rollout.hf import HFEngine, sample_next, unpad
+
+OWN_OPTIONS = {"junior": None, "schedule": "word", "p_senior": 0.5, "max_gap_tokens": 32, "chunk_size": 32,
+               "delimiter": "\n\n"}
 
 
 @ENGINES.register("tandem")
-class TandemEngine:
+class TandemEngine(RolloutEngine):
+    options = {**OWN_OPTIONS, **HFEngine.options}  # its own, then the HF engine's (senior's and junior's decoders)
+    choices = {"schedule": HANDOFFS}
     frozen_kwargs = ("junior",)  # engine options that name a frozen model of the run (the trainer resolves them)
     policy_logprobs = False  # its log-probs are the writer's (senior or junior): never the policy's old log-probs
-    own_kwargs = ("junior", "schedule", "p_senior", "max_gap_tokens", "chunk_size", "delimiter")
+    own_kwargs = tuple(OWN_OPTIONS)
     solo_engine = "hf"  # a checkpoint evaluated alone samples with the HF engine (the other options kept)
+
+    @classmethod
+    def check_options(cls, opts: dict) -> None:
+        if not 0.0 <= float(opts["p_senior"]) <= 1.0:
+            raise ValueError(f"rollout.engine_kwargs.p_senior: must be in [0, 1], got {opts['p_senior']}")
+        if int(opts["max_gap_tokens"]) < 1 or int(opts["chunk_size"]) < 1:
+            raise ValueError("rollout.engine_kwargs.max_gap_tokens and chunk_size must be >= 1")
+        HFEngine.check_options({k: opts[k] for k in HFEngine.options})
 
     def __init__(self, model, tokenizer, junior=None, schedule: str = "word", p_senior: float = 0.5,
                  max_gap_tokens: int = 32, chunk_size: int = 32, delimiter: str = "\n\n", max_batch: int = 256,
                  **hf_kwargs):
         if junior is None:
             raise ValueError("rollout.engine_kwargs.junior: the tandem engine needs a junior (a role: frozen model)")
-        HANDOFFS.get(schedule)  # unknown schedule: one line naming the known ones
-        if not 0.0 <= float(p_senior) <= 1.0:
-            raise ValueError(f"rollout.engine_kwargs.p_senior: must be in [0, 1], got {p_senior}")
-        if int(max_gap_tokens) < 1 or int(chunk_size) < 1:
-            raise ValueError("rollout.engine_kwargs.max_gap_tokens and chunk_size must be >= 1")
+        self.check_kwargs(schedule=schedule, p_senior=p_senior, max_gap_tokens=max_gap_tokens, chunk_size=chunk_size,
+                          delimiter=delimiter, **hf_kwargs)
         self.senior = HFEngine(model, tokenizer, max_batch=max_batch, **hf_kwargs)
         self.junior = HFEngine(junior, tokenizer, max_batch=max_batch, **hf_kwargs)
         self.tokenizer, self.max_batch = tokenizer, max_batch

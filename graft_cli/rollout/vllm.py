@@ -42,7 +42,8 @@ import tempfile
 
 import torch
 
-from graft_cli.rollout.base import ENGINES, Rollouts, SamplingParams
+from graft_cli.batch import Rollouts
+from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams
 from graft_cli.rollout.hf import eos_ids_of
 
 
@@ -58,7 +59,18 @@ def _full_state_dict(model) -> dict:
 
 
 @ENGINES.register("vllm")
-class VLLMEngine:
+class VLLMEngine(RolloutEngine):
+    # its own options; any other key is a vllm.LLM argument, passed on (vLLM checks it when the engine starts)
+    options = {"gpu_memory_utilization": 0.3, "tensor_parallel_size": 1, "enable_sleep_mode": False, "sleep_level": 2,
+               "weight_sync": "auto", "seed": 0, "model_path": None, "per_request_seed": None}
+    open_options = True
+
+    @classmethod
+    def check_options(cls, opts: dict) -> None:
+        if opts["weight_sync"] not in ("auto", "iterator", "disk"):
+            raise ValueError(f"rollout.engine_kwargs.weight_sync: {opts['weight_sync']!r}; known: auto, iterator, "
+                             f"disk")
+
     def __init__(self, model, tokenizer, max_batch: int = 256, gpu_memory_utilization: float = 0.3,
                  tensor_parallel_size: int = 1, enable_sleep_mode: bool = False, sleep_level: int = 2,
                  weight_sync: str = "auto", seed: int = 0, model_path: str | None = None,
@@ -86,8 +98,7 @@ class VLLMEngine:
         dist_on = torch.distributed.is_available() and torch.distributed.is_initialized() \
             and torch.distributed.get_world_size() > 1
         in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0" or dist_on
-        if weight_sync not in ("auto", "iterator", "disk"):
-            raise ValueError(f"rollout.engine_kwargs.weight_sync: {weight_sync!r}; known: auto, iterator, disk")
+        self.check_options({"weight_sync": weight_sync})
         self.weight_sync = weight_sync if weight_sync != "auto" else ("iterator" if in_process else "disk")
         self.in_process = in_process
         kw = dict(model=path, tokenizer=path, dtype=str(next(model.parameters()).dtype).replace("torch.", ""),

@@ -29,7 +29,7 @@ import torch
 
 from graft_cli import faults
 from graft_cli.errors import GraftError
-from graft_cli.rundir import sha256_file
+from graft_cli.rundir import sha256_file, step_name
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
 FORMAT = 2
@@ -135,7 +135,7 @@ def write_error(e: BaseException) -> OSError | None:
 
 
 def save(ckpt_root: str, step: int, policies: dict, state: dict, keep: int = 2, protect: tuple = ()) -> str:
-    final = os.path.join(ckpt_root, f"step_{step:06d}")
+    final = step_path(ckpt_root, step)
     tmp = f"{final}.tmp-{os.getpid()}"
     for name, pol in policies.items():
         check_finite(name, pol.model)
@@ -183,7 +183,7 @@ def complete_steps(ckpt_root: str) -> list[int]:
 
 
 def step_path(ckpt_root: str, step: int) -> str:
-    return os.path.join(ckpt_root, f"step_{step:06d}")
+    return os.path.join(ckpt_root, step_name(step))
 
 
 def verify(path: str) -> str | None:

@@ -1,4 +1,5 @@
-"""How a step's rollouts are collected (registry ``COLLECTORS``, ``rollout.collector``).
+"""How a step's rollouts are collected (registry ``COLLECTORS``; :func:`collector_for` picks one from the config:
+``dynamic`` when ``algo.filter_groups.enable``, else ``single``).
 
 A collector is ``cls(cfg)`` with ``collect(trainer) -> (steps, rows)``: every trained policy's
 :class:`~graft_cli.batch.PolicyStep` for this step and its metrics row so far. It draws prompt batches from

@@ -320,7 +320,7 @@ def concat_rollouts(parts: list):
     """Concatenate the ``(Rollouts, Grades)`` of the rollout groups, in prompt order."""
 
     from graft_cli.reward import Grades
-    from graft_cli.rollout.base import Rollouts
+    from graft_cli.batch import Rollouts
 
     ros, grs = [p[0] for p in parts], [p[1] for p in parts]
     cat = lambda attr: [x for r in ros for x in getattr(r, attr)]  # noqa: E731

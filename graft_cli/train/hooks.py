@@ -1,4 +1,4 @@
-"""After-step hooks of the training driver (:func:`graft_cli.train.loop.train`): the contract, in a module of its
+"""After-step hooks of the training driver (:func:`graft_cli.train.run.train`): the contract, in a module of its
 own so that higher layers (eval's validation) implement it without importing the loop."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import torch
 from graft_cli.batch import PolicyStep
 from graft_cli.data.rollout_logs import check_partner_step, read_partner_step
 from graft_cli.registry import Registry
-from graft_cli.rollout.base import Rollouts
+from graft_cli.batch import Rollouts
 from graft_cli.rundir import rollout_log_path
 
 STEP_SOURCES: Registry = Registry("step source")

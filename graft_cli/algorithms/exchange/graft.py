@@ -96,17 +96,13 @@ import math
 import numpy as np
 
 from graft_cli.algorithms.exchange.base import EXCHANGES, Exchange, ExchangeContext
-from graft_cli.algorithms.exchange.gates import (ADMISSIONS, GATES, compatibility, gate_weights,  # noqa: F401
-                                                 random_admission, source_mean_logprob)
-from graft_cli.algorithms.exchange.replacement import (REPLACEMENTS, ReceiverContext,  # noqa: F401
-                                                       hacpo_advantages, hacpo_capability, own_group_rows,
-                                                       peer_group_rows, pooled_advantages)
-from graft_cli.algorithms.exchange.selection import (N_PEER_RULES, SELECTIONS, Plan, balanced_pair,  # noqa: F401
-                                                     complementarity, plan_exchange, select_with_ties, trigger,
-                                                     trigger_sgt)
+from graft_cli.algorithms.exchange.gates import ADMISSIONS, GATES, compatibility, source_mean_logprob
+from graft_cli.algorithms.exchange.replacement import REPLACEMENTS, ReceiverContext
+from graft_cli.algorithms.exchange.selection import N_PEER_RULES, SELECTIONS, Plan, complementarity, plan_exchange
 from graft_cli.batch import PolicyStep, TrainBatch
 from graft_cli.errors import GraftError
-from graft_cli.models.retokenize import retokenize, tokenizers_identical  # noqa: F401
+from graft_cli.models.retokenize import tokenizers_identical
+from graft_cli.registry import validate_params
 
 # ------------------------------------------------------------------------------------------------ options
 DEFAULTS: dict = {
@@ -140,22 +136,11 @@ MODE_LOSSES = {"sft": ("ppo_token_nll",), "hacpo": ("hacpo_peer",)}
 
 
 def options(params: dict, extra_keys: tuple = (), defaults: dict | None = None) -> dict:
-    """``exchange.params`` merged over the defaults, each key and value checked (one-line GraftError)."""
-    defaults = DEFAULTS if defaults is None else defaults
-    out = dict(defaults)
-    for k, v in (params or {}).items():
-        key = f"exchange.params.{k}"
-        if k not in defaults and k not in extra_keys:
-            raise GraftError(f"config key {key!r}: unknown; known: {', '.join(sorted([*defaults, *extra_keys]))}")
-        choices = CHOICES.get(k) or (REGISTERED[k].names() if k in REGISTERED else None)
-        if choices and v not in choices:
-            raise GraftError(f"config key {key!r}: must be one of {', '.join(choices)}, got {v!r}")
-        if k in defaults and isinstance(defaults[k], bool) and not isinstance(v, bool):
-            raise GraftError(f"config key {key!r}: must be true or false, got {v!r}")
-        if k in defaults and isinstance(defaults[k], (int, float)) and not isinstance(defaults[k], bool):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise GraftError(f"config key {key!r}: must be a number, got {v!r}")
-        out[k] = v
+    """``exchange.params`` merged over the defaults, each key and value checked by
+    :func:`graft_cli.registry.validate_params` (the choices of ``gate``, ``selection``, ... are their registries'
+    names), then the rules between them (one-line GraftError)."""
+    out = validate_params(DEFAULTS if defaults is None else defaults, params, "exchange.params", "the GRAFT exchange",
+                          choices={**CHOICES, **REGISTERED}, open_keys=extra_keys)
     if out["hacpo_window"] < 1:
         raise GraftError("config key 'exchange.params.hacpo_window': must be >= 1")
     if out.get("n_peer") == "pooled_donor" and out.get("selection") != "balanced":

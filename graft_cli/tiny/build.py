@@ -1,0 +1,396 @@
+"""Building the tiny pair (:mod:`graft_cli.tiny`): the build jobs (one single-threaded worker process per
+tokenizer family), the cache folder with its lock and ``manifest.json`` (written last, atomically), and
+:func:`ensure_tiny`, which resolves ``tiny:<role>`` names (registered as the ``tiny`` model source of
+:data:`graft_cli.models.loading.MODEL_SOURCES`)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+
+import torch
+
+from graft_cli.console import make_console
+from graft_cli.errors import GraftError
+from graft_cli.models.loading import MODEL_SOURCES
+from graft_cli.rundir import read_jsonl
+from graft_cli.tiny.sft import Recipe, default_recipe, make_model, num_params, sft, sharpen, weight_hash
+from graft_cli.tiny.tokenizers import _prompt_text, build_tokenizer_a, build_tokenizer_b, build_tokenizer_c
+
+TINY_VERSION = 3
+ROLES = ("a", "b", "c", "teacher", "junior")
+POLICY_ROLES = ("a", "b", "c")  # the peers (tiny pair a, b; pair=tiny3 adds c)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Paths
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("GRAFT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "graft", "tiny")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Build jobs (run in worker processes, or in-process one after the other)
+
+
+@contextlib.contextmanager
+def _deterministic_single_thread():
+    threads = torch.get_num_threads()
+    det = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(det)
+
+
+def _save(model, tokenizer, out: str) -> str:
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return weight_hash(model)
+
+
+def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
+    """``kind`` 'a': tokenizer A, model a (snapshot -> junior), then the teacher; 'b': model b.
+    ``report(role, step, total, loss)`` is called as training proceeds. Returns role -> info."""
+    import copy
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    out: dict = {}
+    cpu0 = time.process_time()
+    with _deterministic_single_thread():
+        if kind == "a":
+            tok = build_tokenizer_a(seed, recipe.bpe_vocab, recipe.tokenizer_style("a"), recipe.split_a)
+            model = make_model(recipe.shape_a, tok, seed * 1000 + 1)
+
+            def snap(m):
+                out["junior"] = {"hash": _save(m, tok, os.path.join(cache_dir, "junior")), "steps": recipe.junior_step,
+                                 "arch": recipe.shape_a.arch, "tokenizer": "a", "params": num_params(m)}
+
+            t0 = time.time()
+            la = sft(model, tok, recipe.stage_a, f"graft-tiny-sft:{seed}:a",
+                     on_step=lambda s, n, loss: report("a", s, n, loss), snapshot_at={recipe.junior_step: snap})
+            out["a"] = {"hash": _save(model, tok, os.path.join(cache_dir, "a")), "steps": recipe.stage_a.steps,
+                        "final_loss": sum(la[-10:]) / len(la[-10:]), "arch": recipe.shape_a.arch, "tokenizer": "a",
+                        "params": num_params(model), "seconds": time.time() - t0}
+            out["junior"]["final_loss"] = la[recipe.junior_step - 1]
+            t0 = time.time()
+            teacher = copy.deepcopy(model)
+            lt = sft(teacher, tok, recipe.stage_teacher, f"graft-tiny-sft:{seed}:teacher",
+                     on_step=lambda s, n, loss: report("teacher", s, n, loss))
+            sharpen(teacher, recipe.teacher_sharpen)
+            out["teacher"] = {"hash": _save(teacher, tok, os.path.join(cache_dir, "teacher")),
+                              "steps": recipe.stage_a.steps + recipe.stage_teacher.steps,
+                              "final_loss": sum(lt[-10:]) / len(lt[-10:]), "arch": recipe.shape_a.arch,
+                              "tokenizer": "a", "params": num_params(teacher), "seconds": time.time() - t0}
+        elif kind in ("b", "c"):
+            build_tok, vocab, shape, stage, salt = {
+                "b": (build_tokenizer_b, recipe.bpe_vocab_b, recipe.shape_b, recipe.stage_b, 2),
+                "c": (build_tokenizer_c, recipe.bpe_vocab_c, recipe.shape_c, recipe.stage_c, 3)}[kind]
+            tok = build_tok(seed, vocab, recipe.tokenizer_style(kind))
+            model = make_model(shape, tok, seed * 1000 + salt)
+            t0 = time.time()
+            lb = sft(model, tok, stage, f"graft-tiny-sft:{seed}:{kind}",
+                     on_step=lambda s, n, loss: report(kind, s, n, loss))
+            out[kind] = {"hash": _save(model, tok, os.path.join(cache_dir, kind)), "steps": stage.steps,
+                         "final_loss": sum(lb[-10:]) / len(lb[-10:]), "arch": shape.arch, "tokenizer": kind,
+                         "params": num_params(model), "seconds": time.time() - t0}
+        else:
+            raise ValueError(kind)
+    for info in out.values():
+        info["job_cpu_seconds"] = time.process_time() - cpu0  # CPU time of the whole job (contention-free)
+    return out
+
+
+def _worker_main(argv: list[str]) -> None:
+    """Entry point of a build worker process: ``python -m graft_cli.tiny.build _worker KIND SEED DIR RECIPE``.
+
+    Workers are fresh interpreters started with :mod:`subprocess` (not :mod:`multiprocessing`, whose
+    spawn/forkserver start methods re-import the caller's ``__main__``, which can deadlock or rebuild
+    when the caller is an unguarded script). They speak one JSON object per stdout line."""
+    kind, seed, cache_dir, recipe_json = argv
+    torch.set_num_threads(1)
+    last = [0.0]
+
+    def emit(obj):
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    def report(role, step, total, loss):
+        now = time.time()
+        if step == total or now - last[0] > 0.5:
+            last[0] = now
+            emit({"progress": [role, step, total, loss]})
+
+    emit({"done": _job(kind, Recipe.from_dict(json.loads(recipe_json)), int(seed), cache_dir, report)})
+
+
+# ----------------------------------------------------------------------------------------------------
+# Build / ensure
+
+
+def _stage_totals(recipe: Recipe) -> dict:
+    return {"a": recipe.stage_a.steps, "b": recipe.stage_b.steps, "c": recipe.stage_c.steps,
+            "teacher": recipe.stage_teacher.steps}
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, recipe: Recipe):
+    if not enabled:
+        yield lambda role, step, total, loss: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(TextColumn("[bold]{task.fields[role]:>8}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
+                    console=make_console(stderr=True), transient=False)
+    tasks = {r: prog.add_task("", total=n, role=f"sft {r}", loss="-") for r, n in _stage_totals(recipe).items()}
+    with prog:
+        def update(role, step, total, loss):
+            prog.update(tasks[role], completed=step, loss=f"{loss:.3f}")
+
+        yield update
+
+
+@contextlib.contextmanager
+def _lock(cache_dir: str):
+    os.makedirs(cache_dir, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    with open(os.path.join(cache_dir, ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _file_hash(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read())
+    return h.hexdigest()
+
+
+def _manifest_path(cache_dir: str) -> str:
+    return os.path.join(cache_dir, "manifest.json")
+
+
+def _paths(cache_dir: str) -> dict[str, str]:
+    out = {r: os.path.join(cache_dir, r) for r in ROLES}
+    out["task"] = os.path.join(cache_dir, "task")
+    return out
+
+
+def read_manifest(cache_dir: str | None = None) -> dict | None:
+    path = _manifest_path(cache_dir or default_cache_dir())
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def token_stats(paths: dict, n: int = 512, seed: int = 0, recipe: Recipe | None = None) -> dict:
+    """Mean/max prompt and reference-response (+EOS) token counts under each tokenizer, the share of responses
+    whose token counts differ between a and b, and the re-tokenized length ratios ``ratio_{y}_over_{x}``: x's
+    reference responses re-tokenized with y's tokenizer over their length under x's. Reference responses are the
+    training split's solutions when every model writes the canonical style (v2); with ``recipe``'s own styles
+    (v3) each model's responses are ``n`` fresh problems written in its own style."""
+    from transformers import AutoTokenizer
+
+    from graft_cli.data import synthetic
+
+    recs = read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:n]
+    styled = recipe is not None and bool(recipe.own_styles)
+    if styled:
+        rng = random.Random(f"graft-tiny-token-stats:{seed}")
+        worked = [synthetic.sample_problem(rng)["worked"] for _ in range(n)]  # the training mix
+        texts = {r: [synthetic.render(w, recipe.own_style(r)) for w in worked] for r in POLICY_ROLES}
+        prompts = [w[0] for w in worked]
+    else:
+        texts = {r: [x["solution"] for x in recs] for r in POLICY_ROLES}
+        prompts = [x["problem"] for x in recs]
+    toks = {tk: AutoTokenizer.from_pretrained(paths[tk]) for tk in POLICY_ROLES}
+    out: dict = {}
+    counts = {}  # counts[(x, y)]: x's responses under y's tokenizer (+EOS)
+    for tk, tok in toks.items():
+        p = [len(x) for x in tok([_prompt_text(q) for q in prompts], add_special_tokens=False)["input_ids"]]
+        for x in POLICY_ROLES:
+            counts[(x, tk)] = [len(i) + 1 for i in tok(texts[x], add_special_tokens=False)["input_ids"]]
+        s = counts[(tk, tk)]
+        out[f"tokens_prompt_{tk}"] = sum(p) / len(p)
+        out[f"tokens_response_{tk}"] = sum(s) / len(s)
+        out[f"tokens_response_max_{tk}"] = max(s)
+        out[f"tokens_total_max_{tk}"] = max(a + b for a, b in zip(p, s))
+        out[f"vocab_{tk}"] = len(tok)
+    out["response_len_differs"] = sum(x != y for x, y in zip(counts[("a", "a")], counts[("a", "b")])) / len(prompts)
+    for x in POLICY_ROLES:
+        for y in POLICY_ROLES:
+            if x != y:
+                out[f"ratio_{y}_over_{x}"] = sum(counts[(x, y)]) / sum(counts[(x, x)])
+    return out
+
+
+def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False, progress: bool = True,
+               recipe: Recipe | None = None, workers: int = 2) -> dict[str, str]:
+    """Build (or reuse) the tiny models (a, b, c, teacher, junior) and task under ``cache_dir``.
+
+    Returns role -> folder for each of :data:`ROLES` and ``task``. An existing cache whose manifest
+    matches (version, seed, recipe) is reused unless ``force``. ``workers >= 2`` trains the three
+    tokenizer families (:data:`JOBS`) in single-threaded spawned processes at once; ``workers=1`` runs
+    the same jobs in-process (identical weights)."""
+    from graft_cli.data.synthetic import write_task
+
+    cache_dir = os.path.abspath(cache_dir or default_cache_dir())
+    recipe = recipe or default_recipe()
+    paths = _paths(cache_dir)
+    with _lock(cache_dir):
+        man = read_manifest(cache_dir)
+        if not force and _manifest_ok(man, cache_dir, seed, recipe):
+            return paths
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(_manifest_path(cache_dir))
+        t0 = time.time()
+        task_paths = write_task(paths["task"], seed=seed, train_size=recipe.train_size)
+        results: dict = {}
+        with _progress(progress, recipe) as update:
+            if workers <= 1:
+                for kind in JOBS:
+                    results.update(_job(kind, recipe, seed, cache_dir, update))
+            else:
+                results.update(_run_parallel(recipe, seed, cache_dir, update))
+        stats = token_stats(paths, recipe=recipe)
+        manifest = {
+            "version": TINY_VERSION, "seed": seed, "recipe": recipe.to_dict(),
+            "models": results, "hashes": {r: results[r]["hash"] for r in ROLES},
+            "task": {k: {"path": os.path.relpath(v, cache_dir), "sha256": _file_hash(v)}
+                     for k, v in task_paths.items()},
+            "token_stats": stats, "build_seconds": time.time() - t0,
+            "max_new_tokens": _suggest_max_new_tokens(stats),
+        }
+        from graft_cli.rundir import atomic_write_text
+
+        atomic_write_text(_manifest_path(cache_dir), json.dumps(manifest, indent=1))
+    return paths
+
+
+def _suggest_max_new_tokens(stats: dict) -> int:
+    """The rollout budget the check samples with: 48 tokens when every reference response fits in 40 (v2, whose
+    studies were measured at 48), else the longest plus a third, rounded up to a multiple of 16 (v3: 64)."""
+    longest = max((v for k, v in stats.items() if k.startswith("tokens_response_max_")), default=0)
+    if longest <= 40:
+        return 48
+    return int(math.ceil(longest * 4 / 3 / 16) * 16)
+
+
+# The build's jobs: 'a' (a, its junior snapshot, then the teacher), 'b', 'c'. Each is ~780-960 single-threaded
+# SFT steps; on 2 cores the three workers share the cores (the build's wall time is ~their CPU time / 2).
+JOBS = ("a", "b", "c")
+
+
+def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update) -> dict:
+    """Run the build's jobs (:data:`JOBS`) in single-threaded worker interpreters at once; relay progress."""
+    import selectors
+    import subprocess
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    pypath = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=os.pathsep.join(pypath))
+    procs = {}
+    sel = selectors.DefaultSelector()
+    errs = {}
+    try:
+        for kind in JOBS:
+            errs[kind] = tempfile.TemporaryFile()
+            p = subprocess.Popen([sys.executable, "-m", "graft_cli.tiny.build", "_worker", kind, str(seed), cache_dir,
+                                  json.dumps(recipe.to_dict())], stdout=subprocess.PIPE, stderr=errs[kind], env=env,
+                                 cwd=root)
+            procs[kind] = p
+            sel.register(p.stdout, selectors.EVENT_READ, kind)
+        results: dict = {}
+        open_streams = len(procs)
+        while open_streams:
+            for key, _ in sel.select(timeout=1.0):
+                line = key.fileobj.readline()
+                if not line:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                    continue
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue  # stray output of a library
+                if "progress" in msg:
+                    update(*msg["progress"])
+                elif "done" in msg:
+                    results[key.data] = msg["done"]
+        for kind, p in procs.items():
+            if p.wait() != 0 or kind not in results:
+                errs[kind].seek(0)
+                tail = errs[kind].read().decode(errors="replace")[-3000:]
+                raise RuntimeError(f"tiny build worker {kind!r} failed (exit code {p.returncode}):\n{tail}")
+        return {role: info for kind in JOBS for role, info in results[kind].items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in errs.values():
+            f.close()
+
+
+def _manifest_ok(man: dict | None, cache_dir: str, seed: int, recipe: Recipe) -> bool:
+    if not man or man.get("version") != TINY_VERSION or man.get("seed") != seed:
+        return False
+    if man.get("recipe") != recipe.to_dict():
+        return False
+    for r in ROLES:
+        d = os.path.join(cache_dir, r)
+        if not (os.path.isfile(os.path.join(d, "config.json")) and os.path.isfile(os.path.join(d, "tokenizer.json"))):
+            return False
+    return all(os.path.isfile(os.path.join(cache_dir, t["path"])) for t in man.get("task", {}).values())
+
+
+def ensure_tiny(cache_dir: str | None = None, seed: int = 0, progress: bool = True,
+                recipe: Recipe | None = None) -> dict:
+    """Role -> folder of a complete tiny cache, building it first if missing or half-built."""
+    return build_tiny(cache_dir, seed=seed, force=False, progress=progress, recipe=recipe)
+
+
+@MODEL_SOURCES.register("tiny")
+def resolve_tiny(role: str) -> str:
+    """``tiny:<role>``: the folder of a built role (the pair is built on first use), or a task file of the pair
+    (``tiny:train``, ``tiny:eval_math500``, ...)."""
+    paths = ensure_tiny()
+    if role in paths:
+        return paths[role]
+    task_file = os.path.join(paths["task"], f"{role}.jsonl")
+    if os.path.exists(task_file):
+        return task_file
+    known = ", ".join(sorted(paths))
+    raise GraftError(f"unknown tiny name {role!r}; known: {known}, or a task file in {paths['task']}")
+
+
+if __name__ == "__main__":  # a build worker: python -m graft_cli.tiny.build _worker KIND SEED DIR RECIPE
+    _worker_main(sys.argv[2:])

@@ -1,0 +1,154 @@
+"""Setting a run up: the trained policies (model, tokenizer, optimizer, rollout engine) and the frozen models
+loaded from the config, the prompt cache, and :func:`preflight`, the checks that need the models' tokenizers
+(shared vocabularies), run before anything is loaded or written."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from graft_cli import config as C
+from graft_cli.data.prompts import PromptSpec
+from graft_cli.errors import GraftError
+from graft_cli.models.loading import load_role, load_tokenizer, resolve_path, weights_sha256
+from graft_cli.models.scoring import SCORERS
+from graft_cli.rollout import ENGINES
+from graft_cli.train import dist as D
+
+
+@dataclass
+class Policy:
+    name: str
+    model: object
+    tokenizer: object
+    optimizer: torch.optim.Optimizer
+    engine: object
+    prompt_cache: dict
+
+
+@dataclass
+class Frozen:
+    """A model with ``role: frozen``: scored, never updated (no optimizer, not checkpointed)."""
+
+    name: str
+    model: object
+    tokenizer: object
+    cfg: C.PolicyConfig
+    sha256: str
+
+
+# ----------------------------------------------------------------------------------------------- setup
+def engine_kwargs(cfg: C.Config, frozen: dict) -> dict:
+    """``rollout.engine_kwargs`` with the options the engine declares in ``frozen_kwargs`` (the tandem junior)
+    replaced by the loaded frozen model they name."""
+    kw = dict(cfg.rollout.engine_kwargs)
+    for k in ENGINES.get(cfg.rollout.engine).frozen_kwargs:
+        kw[k] = frozen[kw[k]].model
+    return kw
+
+
+def _keys(pc: C.PolicyConfig, cfg: C.Config) -> tuple[str, str]:
+    """The config keys of a model's ``model`` and tokenizer (for one-line errors)."""
+    i = next(j for j, p in enumerate(cfg.policies) if p.name == pc.name)
+    return f"policies.{i}.model", f"policies.{i}.{'tokenizer' if pc.tokenizer else 'model'}"
+
+
+def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None, frozen: dict | None = None) -> Policy:
+    model, tok = load_role(pc.model, pc.tokenizer, cfg.run.dtype, cfg.run.device, _keys(pc, cfg), pc.trust_remote_code,
+                           cfg.run.model_init, cfg.run.random_shrink)
+    if cfg.optim.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.config.use_cache = True
+    o = cfg.optim
+    opt = torch.optim.AdamW(model.parameters(), lr=pc.lr or o.lr, betas=tuple(o.betas), eps=o.eps,
+                            weight_decay=o.weight_decay)
+    if dist is not None:
+        model, opt = dist.prepare(model, opt)  # FSDP wrap under `accelerate launch`; else unchanged
+    engine = ENGINES.get(cfg.rollout.engine)(model, tok, max_batch=cfg.rollout.max_batch,
+                                             **engine_kwargs(cfg, frozen or {}))
+    return Policy(pc.name, model, tok, opt, engine, {})
+
+
+def build_frozen(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None) -> Frozen:
+    """Load a frozen model once in the run's dtype and device (FSDP-sharded like the policies), in eval mode
+    with gradients off; its weight hash is recorded in every checkpoint."""
+    model, tok = load_role(pc.model, pc.tokenizer, cfg.run.dtype, cfg.run.device, _keys(pc, cfg), pc.trust_remote_code,
+                           cfg.run.model_init, cfg.run.random_shrink)
+    model.requires_grad_(False)
+    digest = weights_sha256(model)
+    if dist is not None:
+        model = dist.prepare_frozen(model)
+    model.eval()
+    return Frozen(pc.name, model, tok, pc, digest)
+
+
+def encode_prompt(pol: Policy, problem: str, spec: PromptSpec) -> list[int]:
+    ids = pol.prompt_cache.get(problem)
+    if ids is None:
+        ids = spec.encode(problem, pol.tokenizer)
+        pol.prompt_cache[problem] = ids
+    return ids
+
+
+def preflight(cfg: C.Config) -> None:
+    """Checks that need the models' tokenizers, before anything is written: a frozen model whose scorer scores the
+    policies' own token ids (a KL reference, an OPD teacher), or that co-generates with them (a tandem junior),
+    must share each served policy's vocabulary."""
+    from graft_cli.models.loading import check_model_path, looks_local, vocab_difference
+
+    trained = {p.name: p for p in cfg.policies if p.role == "train"}
+    toks: dict = {}
+
+    random = cfg.run.model_init == "random"
+
+    def tok(pc):
+        spec = pc.model if random else resolve_path(pc.tokenizer or pc.model)
+        if spec not in toks:
+            if random:
+                from graft_cli.models.shapes import shape_config, synthetic_tokenizer
+
+                toks[spec] = synthetic_tokenizer(shape_config(pc.model, cfg.run.random_shrink))
+            else:
+                toks[spec] = load_tokenizer(spec, _keys(pc, cfg)[1], pc.trust_remote_code)
+        return toks[spec]
+
+    for i, pc in enumerate(cfg.policies):  # local folders that do not exist: one line naming the key
+        if random:
+            from graft_cli.models.shapes import shape_config
+
+            shape_config(pc.model)  # a model without a published config here: one line
+            continue
+        check_model_path(resolve_path(pc.model), f"policies.{i}.model")
+        if pc.tokenizer:
+            check_model_path(resolve_path(pc.tokenizer), f"policies.{i}.tokenizer", "tokenizer")
+    data = resolve_path(cfg.data.train)
+    if looks_local(data) and not os.path.exists(os.path.expanduser(data)):
+        raise GraftError(f"config key 'data.train': {data}: file not found")
+    spec = PromptSpec.from_config(cfg.prompt)
+    if spec.chat_template == "required":  # a tokenizer without a chat template: one line before anything loads
+        for pc in trained.values():  # the prompted ones (a co-generating junior reads the senior's prompt)
+            spec.check(tok(pc), f"config key {_keys(pc, cfg)[1]!r}")
+
+    by_name = {p.name: p for p in cfg.policies}
+    for k in ENGINES.get(cfg.rollout.engine).frozen_kwargs:  # a co-generating model (tandem junior)
+        f = by_name[cfg.rollout.engine_kwargs[k]]
+        for name, pc in trained.items():
+            if (f.tokenizer or f.model) != (pc.tokenizer or pc.model):
+                diff = vocab_difference(tok(f), tok(pc))
+                if diff:
+                    raise GraftError(f"rollout.engine_kwargs.{k}: {f.name!r} ({f.model}) and policy {name!r} "
+                                     f"({pc.model}) do not share a vocabulary ({diff}); the {cfg.rollout.engine} "
+                                     f"engine feeds one token id to both")
+    for f in [p for p in cfg.policies if p.role == "frozen"]:
+        if not getattr(SCORERS.get(f.scorer), "needs_shared_vocab", False):
+            continue
+        for name in f.serves or list(trained):
+            pc = trained[name]
+            if (f.tokenizer or f.model) == (pc.tokenizer or pc.model):
+                continue
+            diff = vocab_difference(tok(f), tok(pc))
+            if diff:
+                raise GraftError(f"frozen model {f.name!r} ({f.model}) and policy {name!r} ({pc.model}) do not share a "
+                                 f"vocabulary ({diff}); scorer {f.scorer!r} scores the policy's own token ids")

@@ -1,0 +1,211 @@
+"""One policy's update (README.md, "How a step works"): the old log-probs (one batched no-grad pass), the loss
+inputs of a micro-batch built from the TrainBatch's columns only, and :func:`update_policy`, ``algo.ppo_epochs``
+passes over the minibatches of the registered ordering with gradient accumulation over token-budget micro-batches,
+non-finite guards and FSDP's zero-weight passes. What it reads besides the batch is one :class:`UpdateContext`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from graft_cli import config as C
+from graft_cli import faults
+from graft_cli.algorithms.losses import POLICY_LOSSES, LossInputs, Normaliser, compute_loss
+from graft_cli.algorithms.signals import scalar_broadcast
+from graft_cli.batch import TrainBatch, plan_micro_batches
+from graft_cli.errors import GraftError
+from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs, to_padded
+from graft_cli.models.scoring import ScoreSettings, score_rows
+from graft_cli.train import dist as D
+from graft_cli.algorithms.minibatch import minibatch_plan
+from graft_cli.train.setup import Policy
+
+
+@dataclass
+class UpdateContext:
+    """What one policy's update reads besides its batch: the config (``algo``, ``optim``, ``rollout.n``,
+    ``exchange.ordering``), the data-parallel group (``None``: one process), the step (0-based), the controllers'
+    coefficients of the step and the generator that orders the minibatches."""
+
+    cfg: C.Config
+    dist: D.Dist | None = None
+    step: int = 0
+    coefs: dict = field(default_factory=dict)
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+
+# --------------------------------------------------------------------------------------- core helpers
+def score_settings(cfg: C.Config, dist: D.Dist | None = None) -> ScoreSettings:
+    return ScoreSettings(temperature=cfg.rollout.temperature, token_budget=cfg.optim.micro_batch_tokens * 2,
+                         chunk_tokens=cfg.optim.chunk_tokens, shared_prefix=cfg.optim.shared_prefix, dist=dist,
+                         autocast=cfg.optim.autocast)
+
+
+def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist | None = None,
+                   only: list[int] | None = None) -> list[list[float] | None]:
+    """Old log-probs of every row (``only``: of those rows) under the policy's current weights: one batched
+    no-grad pass (data-parallel: each rank scores a shard of the rows, then the results are all-gathered)."""
+    return score_rows(pol.model, pol.tokenizer.pad_token_id, batch, score_settings(cfg, dist), only)
+
+
+def old_logprobs(pol: Policy, b: TrainBatch, cfg: C.Config, dist: D.Dist | None = None) -> list[list[float]]:
+    """The old log-probs of the update (``algo.old_logprobs``): ``trainer`` rescores every row under the current
+    weights (verl's convention); ``sampler`` keeps the engine's log-probs on the policy's own rows and scores
+    only the rows another policy generated (GRAFT's grafted rows, stored trajectories), which have none."""
+    if cfg.algo.old_logprobs == "trainer":
+        return score_logprobs(pol, b, cfg, dist)
+    foreign = [i for i, s in enumerate(b.source) if s != "self"]
+    scored = score_logprobs(pol, b, cfg, dist, only=foreign) if foreign else [None] * len(b)
+    return [list(samp) if s == "self" else lp for s, samp, lp in zip(b.source, b.sampler_logprobs, scored)]
+
+
+def _rows_with(col, rows) -> bool:
+    return col is not None and any(col[i] is not None for i in rows)
+
+
+def loss_inputs(batch: TrainBatch, rows: list[int], logp, resp, norm: Normaliser, spec, mb_index: int,
+                ctx: UpdateContext) -> LossInputs:
+    """The loss inputs of micro-batch ``rows`` (``resp``: the packed rows' response mask, ``(B, L)``), built from
+    the batch's columns only: loss mask, advantages (per-token when set, else the scalar on every masked token),
+    weights, source and PG flags, the per-row ``extra`` columns and the loss's per-token columns padded to
+    ``(B, L - 1)``, the layout of ``logp``."""
+    a, L, dev = ctx.cfg.algo, resp.shape[1], resp.device
+    prompts = [batch.prompt_ids[i] for i in rows]
+    if _rows_with(batch.loss_mask, rows):
+        mask = to_padded([batch.mask_of(i) for i in rows], prompts, L, dev)
+    else:
+        mask = resp[:, 1:].float()
+    old = to_padded([batch.old_logprobs[i] for i in rows], prompts, L, dev)
+    if _rows_with(batch.token_adv, rows):
+        adv = to_padded([scalar_broadcast(batch, i) for i in rows], prompts, L, dev)
+    else:
+        adv = torch.tensor([batch.advantages[i] for i in rows], device=dev)[:, None] * mask
+    weight = torch.tensor([batch.weights[i] for i in rows], dtype=torch.float32, device=dev)
+    is_peer = torch.tensor([batch.source[i] != "self" for i in rows], device=dev)
+    in_pg = torch.tensor([bool(batch.in_pg[i]) for i in rows], device=dev)
+    columns = {k: [v[i] for i in rows] for k, v in batch.extra.items()}
+    for c in (*spec.token_columns, *(("ref_logprobs",) if a.kl_coef > 0 or "ref_logprobs" in batch.extra else ())):
+        if c not in batch.extra:
+            raise GraftError(f"config key 'algo.loss': loss {spec.name!r} reads the column {c!r}, which no frozen "
+                             f"model's scorer filled (policies with role: frozen, column: {c})")
+        columns[c] = to_padded([batch.extra[c][i] or [] for i in rows], prompts, L, dev)
+    return LossInputs(logp, old, adv, mask, weight, is_peer, norm=norm, in_pg=in_pg, clip_low=a.clip_low,
+                      clip_high=a.clip_high, clip_ratio_c=a.clip_ratio_c, agg=a.agg, mb_index=mb_index, step=ctx.step,
+                      columns=columns, params=a.loss_params, coefs=dict(ctx.coefs or {}))
+
+
+def row_tokens(batch: TrainBatch, i: int) -> float:
+    if batch.loss_mask is None or batch.loss_mask[i] is None:
+        return len(batch.response_ids[i])
+    return float(sum(batch.loss_mask[i]))
+
+
+def nonfinite_quantity(logp: torch.Tensor, old: torch.Tensor, loss: torch.Tensor) -> str | None:
+    """Which of a micro-batch's log-probs, old log-probs or loss is not finite (None when all are)."""
+    for name, t in (("log-prob", logp), ("old log-prob", old), ("loss", loss)):
+        if not bool(torch.isfinite(t.detach()).all()):
+            return name
+    return None
+
+
+def update_policy(pol: Policy, batch: TrainBatch, ctx: UpdateContext) -> dict:
+    """One optimisation epoch (``algo.ppo_epochs`` of them) over the minibatches of the registered
+    ``exchange.ordering`` (whole prompt groups, or HACPO's self-first row chunks), ordered by ``ctx.rng``.
+    Data-parallel (``ctx.dist``): each rank runs its shard of every minibatch with the minibatch's global
+    ``Normaliser``; gradients are averaged across ranks (train/dist.py)."""
+    cfg, step = ctx.cfg, ctx.step
+    d = ctx.dist or D.Dist()
+    a, o = cfg.algo, cfg.optim
+    spec = POLICY_LOSSES.get(a.loss)
+    model = pol.model
+    model.train()
+    dev = next(model.parameters()).device
+    pad = pol.tokenizer.pad_token_id
+    stats: dict[str, float] = {}
+    losses, grad_norms, ent_sum, ent_n = [], [], 0.0, 0.0
+    skipped, bad = 0, None
+    for _epoch in range(a.ppo_epochs):
+        for mb_idx, mb in enumerate(minibatch_plan(batch, cfg.exchange.ordering, a.minibatch_prompts, cfg.rollout.n,
+                                                   ctx.rng)):
+            # rows outside the PG (auxiliary rows), and rows without loss tokens, stay out of its denominators
+            norm = Normaliser.of_rows([row_tokens(batch, i) for i in mb], [batch.in_pg[i] for i in mb],
+                                      a.loss_scale_factor or float(cfg.rollout.max_new_tokens))
+            local = d.shard(mb)
+            total = 0.0
+            micros = plan_micro_batches([batch.prompt_ids[i] for i in local], [batch.response_ids[i] for i in local],
+                                        o.micro_batch_tokens, shared_prefix=o.shared_prefix,
+                                        sort=o.sort_micro_batches)
+            micros += [None] * ((d.max_int(len(micros)) if d.fsdp else len(micros)) - len(micros))
+            for micro in micros:
+                dummy = micro is None  # FSDP: ranks with fewer micro-batches run zero-weight passes
+                rows = [local[i] for i in micro] if not dummy else [mb[0]]
+                prompts, responses = [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows]
+                ids, att, resp = pack(prompts, responses, pad, dev)
+                groups = prefix_groups(prompts, responses, pad, dev) if o.shared_prefix else None
+                logp, ent = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, o.chunk_tokens,
+                                              with_entropy=a.log_entropy, groups=groups, autocast_dtype=o.autocast)
+                inp = loss_inputs(batch, rows, logp, resp, norm, spec, mb_idx, ctx)
+                loss, st = compute_loss(spec, inp, a.kl_coef, a.kl_type, a.kl_rows)
+                if not dummy and bad is None:
+                    bad = nonfinite_quantity(logp, inp.old_logp, loss)
+                (loss * (0.0 if dummy else d.loss_scale)).backward()
+                if dummy:
+                    continue
+                total += float(loss.detach())
+                for k, v in st.items():
+                    stats[k] = stats.get(k, 0.0) + float(v)
+                ent_sum += float((ent * inp.mask).sum())
+                ent_n += float(inp.mask.sum())
+            d.sync_grads(model)
+            gn = d.clip_grad_norm(model, o.max_grad_norm)
+            if bad is None and not math.isfinite(float(gn)):
+                bad = "gradient norm"
+            if d.enabled and d.max_int(int(bad is not None)):  # every rank skips (or stops) together
+                bad = bad or "value on another rank"
+            if bad is not None:
+                if o.on_nonfinite == "stop":
+                    raise GraftError(f"step {step + 1}, policy {pol.name!r}: non-finite {bad} in minibatch {mb_idx}; "
+                                     f"stopped before the optimizer step (optim.on_nonfinite=skip skips such "
+                                     f"updates)")
+                pol.optimizer.zero_grad(set_to_none=True)  # skipped and counted, weights unchanged
+                skipped += 1
+                bad = None
+                continue
+            pol.optimizer.step()
+            pol.optimizer.zero_grad(set_to_none=True)
+            faults.point("update", step + 1)
+            losses.append(total)
+            grad_norms.append(float(gn))
+    if d.enabled:  # sums over the ranks' shards
+        parts = d.gather_objects((stats, ent_sum, ent_n, losses))
+        stats = {k: sum(p[0].get(k, 0.0) for p in parts) for k in set().union(*(p[0] for p in parts))}
+        ent_sum, ent_n = sum(p[1] for p in parts), sum(p[2] for p in parts)
+        losses = [sum(x) for x in zip(*(p[3] for p in parts))]
+    tok = max(stats.get("tokens", 0.0), 1.0)
+    out = {
+        "loss": float(np.mean(losses)) if losses else 0.0,
+        "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
+        "clip_ratio/low_mean": stats.get("clip_low", 0.0) / tok,
+        "clip_ratio/high_mean": stats.get("clip_high", 0.0) / tok,
+        "clip_ratio/region_mean": (stats.get("clip_low", 0.0) + stats.get("clip_high", 0.0)) / tok,
+        "clip_ratio/self": stats.get("clip_self", 0.0) / max(stats.get("tokens_self", 0.0), 1.0),
+        "num_minibatches": len(losses),
+        "train/nonfinite_skipped": skipped,
+    }
+    if stats.get("tokens_peer", 0.0) > 0:
+        out["clip_ratio/peer"] = stats["clip_peer"] / stats["tokens_peer"]
+        out["clip_ratio/peer_any"] = float(stats["clip_peer"] > 0)
+    if "clip_dual" in stats:
+        out["clip_ratio/dual_mean"] = stats["clip_dual"] / tok
+    for k, v in stats.items():  # a pair <name>/sum, <name>/n is reported as the mean <name> (e.g. kl)
+        if k.endswith("/sum") and f"{k[:-4]}/n" in stats:
+            out[k[:-4]] = v / max(stats[f"{k[:-4]}/n"], 1.0)
+        elif not k.endswith("/n") and k not in ("tokens", "tokens_self", "tokens_peer", "clip_low", "clip_high",
+                                                "clip_self", "clip_peer", "clip_dual"):
+            out[f"loss/{k}"] = v
+    if a.log_entropy and ent_n:
+        out["entropy"] = ent_sum / ent_n
+    return out

@@ -1,0 +1,74 @@
+"""A run is graded by its own reward wherever it is graded (issue 30 item 4): the trainer, validation during training
+and `graft eval --run` all build their grader with ``reward.make_grader(cfg.reward)``, so a run whose reward is not
+math-verify is validated and evaluated with that reward (before, `graft eval --run` graded it with math-verify).
+
+The reward here is registered by the test: 1.0 for a response of even length, 0.0 for an odd one, and it marks what
+it extracted, so every grade in the files can be checked against the response beside it."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from conftest import make_random_model, train_overrides
+
+from graft_cli.config import RewardConfig, compose
+from graft_cli.errors import GraftError
+from graft_cli.reward import REWARDS, Grades, make_grader
+
+MARK = "parity-reward"
+
+
+class ParityGrader:
+    made: list[dict] = []  # the options each grader was built with
+
+    def __init__(self, **opts):
+        ParityGrader.made.append(opts)
+
+    def grade(self, responses, golds):
+        r = np.array([float(len(a) % 2 == 0) for a in responses], dtype=np.float32)
+        return Grades(r, np.zeros(len(r), dtype=bool), [MARK] * len(r), ["ok"] * len(r))
+
+    def close(self):
+        pass
+
+
+if "test_parity" not in REWARDS:
+    REWARDS.register("test_parity")(ParityGrader)
+
+
+def test_make_grader_builds_the_named_reward_with_the_sections_options():
+    ParityGrader.made.clear()
+    g = make_grader(RewardConfig(name="test_parity", timeout_s=7.5, chunk_size=3), num_workers=0)
+    assert isinstance(g, ParityGrader)
+    assert ParityGrader.made == [{"num_workers": 0, "timeout_s": 7.5, "chunk_size": 3, "sci_notation": True,
+                                  "memory_mb": 4096}]
+    assert type(make_grader(RewardConfig())).__name__ == "MathVerifyGrader"
+    with pytest.raises(GraftError, match="test_parity"):  # an unknown name lists the registered ones
+        make_grader(RewardConfig(name="test_parityy"))
+
+
+def test_a_run_with_another_reward_validates_and_evaluates_with_it(problems_file, tmp_path):
+    from graft_cli.eval.runner import ValidationHook, evaluate_run
+    from graft_cli.rundir import read_jsonl
+    from graft_cli.train.run import train
+
+    model = make_random_model(str(tmp_path / "m"), "qwen3", 5)
+    cfg = compose(train_overrides({"a": model}, problems_file, str(tmp_path / "runs"),
+                                  ["run.steps=1", "run.name=t", "rollout.max_new_tokens=12", "data.prompt_batch=2",
+                                   "rollout.n=2", "run.log_rollouts=false", "data.holdout=4", "eval.every=1",
+                                   "eval.samples=2", "eval.max_new_tokens=12", "eval.benchmarks=[heldout]",
+                                   "eval.final.runs=1", "eval.final.samples=1", "run.device=cpu",
+                                   "reward.name=test_parity", "reward.timeout_s=7.5", "reward.num_workers=0"]))
+    ParityGrader.made.clear()
+    run = train(cfg, progress=False, after_step=(ValidationHook(),))
+    assert len(ParityGrader.made) == 1  # the trainer's; validation grades with it
+    ParityGrader.made.clear()
+    evaluate_run(run, steps="last", workers=0, progress=False)
+    assert [m["timeout_s"] for m in ParityGrader.made] == [7.5] and ParityGrader.made[0]["num_workers"] == 0
+    for folder, samples in (("validation", 2), ("eval", 1)):  # the final evaluation samples apart (eval.final)
+        rows = read_jsonl(os.path.join(run, folder, "a", "step_000001", "heldout_run1.jsonl"))
+        assert len(rows) == 4 * samples
+        for r in rows:  # math-verify would have extracted a boxed answer (or None), and graded it
+            assert r["extracted"] == MARK and r["grade"] == float(len(r["response"]) % 2 == 0), (folder, r)

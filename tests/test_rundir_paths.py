@@ -1,0 +1,23 @@
+"""The run directory's paths come from one module (graft_cli/rundir.py, issue 30 item 5): the layout its docstring
+draws, written out here by hand."""
+
+from __future__ import annotations
+
+import os
+
+from graft_cli.rundir import (best_path, checkpoint_dir, checkpoints_dir, config_path, eval_step_dir, metrics_path,
+                              rollout_log_path, step_name)
+from graft_cli.train.checkpoint import step_path
+
+
+def test_the_layout_by_hand():
+    r = os.path.join("results", "runs", "x")
+    assert step_name(12) == "step_000012" and step_name(1234567) == "step_1234567"
+    assert config_path(r) == "results/runs/x/config.yaml" and metrics_path(r) == "results/runs/x/metrics.jsonl"
+    assert best_path(r) == "results/runs/x/best.json" and checkpoints_dir(r) == "results/runs/x/checkpoints"
+    assert checkpoint_dir(r, 3) == "results/runs/x/checkpoints/step_000003"
+    assert checkpoint_dir(r, 3, "a") == "results/runs/x/checkpoints/step_000003/a"
+    assert step_path(checkpoints_dir(r), 3) == checkpoint_dir(r, 3)  # the checkpoint writer's own name for it
+    assert eval_step_dir(r, "a", 0) == "results/runs/x/eval/a/step_000000"
+    assert eval_step_dir(r, "a", 7, "validation") == "results/runs/x/validation/a/step_000007"
+    assert rollout_log_path(r, "b", 0) == "results/runs/x/rollouts/b/step_000001.parquet"  # logs count from 1
