@@ -21,11 +21,11 @@ from conftest import train_overrides  # noqa: E402
 
 from graft_cli import config as C  # noqa: E402
 from graft_cli.batch import Rollouts  # noqa: E402
-from graft_cli.rollout.base import ENGINES  # noqa: E402
+from graft_cli.rollout.base import ENGINES, RolloutEngine  # noqa: E402
 
 
 @ENGINES.register("fixed_test")
-class FixedEngine:
+class FixedEngine(RolloutEngine):
     """Sample j of a prompt ``a+b`` answers ``\\boxed{a+b}`` or a wrong number: the Qwen3 policy is right when
     (j + a) is even except on a in {1, 5} (all fail), the Llama policy only on sample 0 of a in {1, 5}, so
     GRAFT has groups to exchange both ways. Every third sample has no EOS (truncated). Sampler log-probs are
