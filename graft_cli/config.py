@@ -158,7 +158,8 @@ class RolloutCorrectionConfig:
     params: dict = field(default_factory=dict)  # its thresholds (token/sequence/geometric: threshold 2.0,
     # threshold_lower 0 = 1/threshold; icepop: alpha 0.5, beta 5.0), validated against its defaults
     veto_threshold: float = 0.0  # drop a response holding a token with ratio below this (0 = off)
-    metrics: bool = True  # rollout_corr/* every step: KL, k3 KL, PPLs, log-PPL difference, chi2 (token, sequence)
+    metrics: bool = False  # rollout_corr/* every step: KL, k3 KL, PPLs, log-PPL difference, chi2 (token, sequence);
+    # off by default (the HF engine's log-probs are the trainer's: all zero), on in the vLLM scale overlay
 
 
 @dataclass

@@ -133,6 +133,7 @@ def test_config_checks_the_rejection_and_its_parameters():
     from graft_cli.config import compose
     from graft_cli.errors import GraftError
 
+    assert compose([]).algo.rollout_correction.metrics is False  # off where the HF engine's log-probs are exact
     c = compose(["algo.rollout_correction.rejection=icepop"])
     assert c.algo.rollout_correction.params == {"alpha": 0.5, "beta": 5.0}
     c = compose(["algo.rollout_correction.rejection=geometric", "algo.rollout_correction.params.threshold=1.5"])
