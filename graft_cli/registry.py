@@ -83,3 +83,15 @@ def validate_params(defaults: dict, params: dict | None, key: str, owner: str, c
             raise GraftError(f"config key '{key}.{k}': must be one of {', '.join(map(str, d))}, got {v!r}")
         out[k] = v
     return {k: (v[0] if isinstance(v, tuple) else v) for k, v in out.items()}
+
+
+def register_with_defaults(registry: Registry, name: str, defaults: dict | None = None, **more):
+    """Register ``fn`` in ``registry`` under ``name`` with its parameters' defaults (``defaults`` and keywords, as
+    ``fn.defaults``, checked by :func:`validate_params`)."""
+
+    def deco(fn):
+        fn.defaults = {**(defaults or {}), **more}
+        registry.register(name)(fn)
+        return fn
+
+    return deco

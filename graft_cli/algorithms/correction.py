@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from graft_cli.registry import Registry
+from graft_cli.registry import Registry, register_with_defaults
 
 IS_CORRECTIONS: Registry = Registry("importance-sampling correction")
 
@@ -48,6 +48,22 @@ def sequence_tis(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch
     return torch.exp(log_r) * mask
 
 
+def self_rows_padded(old_logprobs: list, sampler_logprobs: list, source: list[str]):
+    """The receiver's own rows with usable sampler log-probs (``source == "self"``, same length, non-empty) and
+    their old / sampler log-probs and mask as (R, T) float64 tensors padded with 0: ``(rows, old, samp, mask)``."""
+    rows = [i for i, (s, samp, old) in enumerate(zip(source, sampler_logprobs, old_logprobs))
+            if s == "self" and samp is not None and len(samp) == len(old) and len(old) > 0]
+    T = max((len(old_logprobs[i]) for i in rows), default=0)
+    old = torch.zeros(len(rows), T, dtype=torch.float64)
+    samp, mask = torch.zeros_like(old), torch.zeros_like(old)
+    for k, i in enumerate(rows):
+        n = len(old_logprobs[i])
+        old[k, :n] = torch.tensor(old_logprobs[i], dtype=torch.float64)
+        samp[k, :n] = torch.tensor(sampler_logprobs[i], dtype=torch.float64)
+        mask[k, :n] = 1.0
+    return rows, old, samp, mask
+
+
 def batch_is_weights(old_logprobs: list[list[float]], sampler_logprobs: list, source: list[str], mode: str,
                      threshold: float) -> tuple[list[list[float]] | None, dict]:
     """Per-row, per-token weights for a TrainBatch (``None`` when ``mode == "none"``) and the metrics.
@@ -55,20 +71,10 @@ def batch_is_weights(old_logprobs: list[list[float]], sampler_logprobs: list, so
     fn = IS_CORRECTIONS.get(mode)
     if mode == "none":
         return None, {}
-    rows = [i for i, (s, samp, old) in enumerate(zip(source, sampler_logprobs, old_logprobs))
-            if s == "self" and samp is not None and len(samp) == len(old) and len(old) > 0]
+    rows, old, samp, mask = self_rows_padded(old_logprobs, sampler_logprobs, source)
     weights = [[1.0] * len(x) for x in old_logprobs]
     if not rows:
         return weights, {}
-    T = max(len(old_logprobs[i]) for i in rows)
-    old = torch.zeros(len(rows), T, dtype=torch.float64)
-    samp = torch.zeros_like(old)
-    mask = torch.zeros_like(old)
-    for k, i in enumerate(rows):
-        n = len(old_logprobs[i])
-        old[k, :n] = torch.tensor(old_logprobs[i], dtype=torch.float64)
-        samp[k, :n] = torch.tensor(sampler_logprobs[i], dtype=torch.float64)
-        mask[k, :n] = 1.0
     w = fn(old, samp, mask, threshold)
     for k, i in enumerate(rows):
         weights[i] = w[k, : len(old_logprobs[i])].tolist()
@@ -89,15 +95,6 @@ ROLLOUT_REJECTIONS: Registry = Registry("rollout rejection mask")
 SAFETY_BOUND = 20.0  # |log ratio| clamp before exp (verl's SAFETY_BOUND)
 
 
-def _register_rejection(name: str, **defaults):
-    def deco(fn):
-        fn.defaults = dict(defaults)
-        ROLLOUT_REJECTIONS.register(name)(fn)
-        return fn
-
-    return deco
-
-
 def _band(log_w: torch.Tensor, upper: float, lower: float) -> torch.Tensor:
     """1 where lower ≤ exp(log_w) ≤ upper (compared in log space), else 0; ``lower`` 0 means 1/upper (verl)."""
     lo = 1.0 / upper if lower <= 0 else lower
@@ -109,33 +106,33 @@ def _seq_masked(x: torch.Tensor, mask: torch.Tensor, mean: bool) -> torch.Tensor
     return s / mask.sum(-1, keepdim=True).clamp(min=1) if mean else s
 
 
-@_register_rejection("none")
+@register_with_defaults(ROLLOUT_REJECTIONS, "none")
 def no_rejection(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Every token kept."""
     return mask.clone()
 
 
-@_register_rejection("token", threshold=2.0, threshold_lower=0.0)
+@register_with_defaults(ROLLOUT_REJECTIONS, "token", threshold=2.0, threshold_lower=0.0)
 def token_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
     """keep_{j,t} = 1[L ≤ ρ_{j,t} ≤ U] with ρ = π_old/π_samp per token (verl ``rollout_rs: token``;
     U = ``threshold``, L = ``threshold_lower``, 0: 1/U)."""
     return _band(log_ratio, threshold, threshold_lower) * mask
 
 
-@_register_rejection("sequence", threshold=2.0, threshold_lower=0.0)
+@register_with_defaults(ROLLOUT_REJECTIONS, "sequence", threshold=2.0, threshold_lower=0.0)
 def sequence_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
     """keep_j = 1[L ≤ Π_t ρ_{j,t} ≤ U] on every token of response j (verl ``rollout_rs: sequence``)."""
     return _band(_seq_masked(log_ratio, mask, mean=False), threshold, threshold_lower) * mask
 
 
-@_register_rejection("geometric", threshold=2.0, threshold_lower=0.0)
+@register_with_defaults(ROLLOUT_REJECTIONS, "geometric", threshold=2.0, threshold_lower=0.0)
 def geometric_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
     """keep_j = 1[L ≤ exp(mean_t log ρ_{j,t}) ≤ U] (verl ``rollout_rs: geometric``: the geometric mean of the
     token ratios, a length-independent sequence test)."""
     return _band(_seq_masked(log_ratio, mask, mean=True), threshold, threshold_lower) * mask
 
 
-@_register_rejection("icepop", alpha=0.5, beta=5.0)
+@register_with_defaults(ROLLOUT_REJECTIONS, "icepop", alpha=0.5, beta=5.0)
 def icepop_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, alpha: float, beta: float):
     """IcePop's band: keep_{j,t} = 1[α ≤ ρ_{j,t} ≤ β] (α 0.5, β 5: Ring-1T's values)."""
     return _band(log_ratio, beta, alpha) * mask
@@ -174,20 +171,14 @@ def batch_rejection(old_logprobs: list, sampler_logprobs: list, source: list[str
     metrics over those rows (verl's names): the mismatch metrics, ``rs_masked_fraction`` (tokens dropped),
     ``rs_seq_masked_fraction`` (responses with a dropped token), ``veto_fraction``."""
     fn = ROLLOUT_REJECTIONS.get(rejection)
-    rows = [i for i, (s, samp, old) in enumerate(zip(source, sampler_logprobs, old_logprobs))
-            if s == "self" and samp is not None and len(samp) == len(old) and len(old) > 0]
+    rows, old, samp, mask = self_rows_padded(old_logprobs, sampler_logprobs, source)
     if not rows or (rejection == "none" and veto_threshold <= 0 and not metrics):
         return loss_mask, {}
-    T = max(len(old_logprobs[i]) for i in rows)
-    old = torch.zeros(len(rows), T, dtype=torch.float64)
-    samp, mask, lmask = torch.zeros_like(old), torch.zeros_like(old), torch.zeros_like(old)
+    lmask = mask.clone()
     for k, i in enumerate(rows):
-        n = len(old_logprobs[i])
-        old[k, :n] = torch.tensor(old_logprobs[i], dtype=torch.float64)
-        samp[k, :n] = torch.tensor(sampler_logprobs[i], dtype=torch.float64)
-        mask[k, :n] = 1.0
         m = None if loss_mask is None else loss_mask[i]
-        lmask[k, :n] = 1.0 if m is None else torch.tensor(m, dtype=torch.float64)
+        if m is not None:
+            lmask[k, :len(m)] = torch.tensor(m, dtype=torch.float64)
     log_ratio = (old - samp) * mask
     keep = fn(log_ratio, mask, **params)
     met = {f"rollout_corr/{k}": v for k, v in mismatch_metrics(old, samp, mask).items()} if metrics else {}

@@ -28,7 +28,7 @@ import torch
 
 from graft_cli.algorithms.correction import batch_is_weights, batch_rejection
 from graft_cli.errors import GraftError
-from graft_cli.registry import Registry, validate_params
+from graft_cli.registry import Registry, register_with_defaults, validate_params
 
 LOSS_MASKS: Registry = Registry("loss mask")
 TOKEN_ADVANTAGES: Registry = Registry("token-advantage function")
@@ -43,21 +43,10 @@ class SignalContext:
     params: dict = field(default_factory=dict)  # the function's validated parameters (algo.token_adv_params)
 
 
-def _register_with_defaults(registry: Registry, name: str, defaults: dict):
-    """Register ``fn`` in ``registry`` under ``name`` with its parameters' defaults (``fn.defaults``)."""
-
-    def deco(fn):
-        fn.defaults = dict(defaults)
-        registry.register(name)(fn)
-        return fn
-
-    return deco
-
-
 def register_token_advantage(name: str, **defaults):
     """Register ``fn(batch, ctx)`` as token-advantage function ``name`` with its parameters' defaults (read from
     ``algo.token_adv_params``, validated; a tuple default is a choice)."""
-    return _register_with_defaults(TOKEN_ADVANTAGES, name, defaults)
+    return register_with_defaults(TOKEN_ADVANTAGES, name, defaults)
 
 
 def token_adv_params(names: list, params: dict | None) -> dict:
@@ -77,7 +66,7 @@ def token_adv_params(names: list, params: dict | None) -> dict:
 def register_loss_mask(name: str, **defaults):
     """Register ``fn(batch, ctx)`` as loss mask ``name`` with its parameters' defaults (``algo.loss_mask_params``,
     validated; ``ctx.params`` holds them)."""
-    return _register_with_defaults(LOSS_MASKS, name, defaults)
+    return register_with_defaults(LOSS_MASKS, name, defaults)
 
 
 def loss_mask_params(name: str, params: dict | None) -> dict:
