@@ -80,6 +80,9 @@ class RunConfig:
     save_on_signal: bool = False  # on SIGTERM: finish the step, write its checkpoint, then exit 143 (else the step
     # is abandoned at once, nothing half-written, and the run resumes from its last checkpoint)
     keep_checkpoints: int = 2  # last k complete checkpoints (the best by validation is kept too)
+    checkpoint_format: str = "auto"  # full: every policy gathered to rank 0 and saved as a HF folder; sharded: under
+    # FSDP each rank writes its part (graft_cli/models/shards.py, no gather; resumes on any world size, `graft export`
+    # assembles a HF folder); auto: sharded under FSDP with more than one process, full otherwise
     resume: bool = True
     log_rollouts: bool = True
     keep_rollouts: int = 0  # rollout logs of the last k steps per policy; 0 = all (stored-trajectory GRAFT reads them)
@@ -614,6 +617,8 @@ def validate(cfg: Config, registries: bool = True) -> None:
            "must be online, offline or disabled")
     _check(cfg.run.log_every >= 1, "run.log_every", "must be >= 1")
     _check(cfg.run.dist_timeout_s > 0, "run.dist_timeout_s", "must be > 0 (seconds)")
+    _check(cfg.run.checkpoint_format in ("auto", "full", "sharded"), "run.checkpoint_format",
+           f"{cfg.run.checkpoint_format!r}: one of auto, full, sharded")
     _check(cfg.run.model_init in ("pretrained", "random"), "run.model_init", "must be pretrained or random")
     _known(cfg.reward.name, REWARDS, "reward.name")
     _check(cfg.reward.chunk_size >= 1, "reward.chunk_size", "must be >= 1")

@@ -151,28 +151,32 @@ def _pair_args(w, steps=3, extra=()):
             "reward.num_workers=1", "run.save_every=1", "run.keep_checkpoints=5", "optim.lr=1e-3", *extra]
 
 
-def _launch(w, tag, fault=None, extra=()):
-    """Both ranks started by hand, each in its own session, as a cluster launcher (srun) does: no torchrun agent
-    that would stop the survivor for us. ``fault``: ``GRAFT_FAULT`` (``<point>:<step>@<rank>``)."""
+def _launch(w, tag, fault=None, extra=(), steps=3, world=2):
+    """The ranks started by hand, each in its own session, as a cluster launcher (srun) does: no torchrun agent
+    that would stop the survivor for us. ``fault``: ``GRAFT_FAULT`` (``<point>:<step>@<rank>``). ``world`` 1: one
+    plain process (no process group)."""
     port = _free_port()
     procs = []
-    for r in (0, 1):
+    for r in range(world):
         env = proc_env(WORLD_SIZE="2", RANK=str(r), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       GRAFT_FSDP="1")  # FSDP2: sharded updates, checkpoints gathered before rank 0 writes them
+                       GRAFT_FSDP="1")  # FSDP2: sharded updates; each rank writes its part of a checkpoint
         env.pop("ACCELERATE_USE_FSDP", None)
         env.pop("GRAFT_FAULT", None)
+        if world == 1:
+            for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GRAFT_FSDP"):
+                env.pop(k)
         if fault:
             env["GRAFT_FAULT"] = fault
         log = open(os.path.join(w["logs"], f"{tag}.rank{r}.log"), "w")
-        procs.append(subprocess.Popen(GRAFT + _pair_args(w, extra=extra), cwd=ROOT, env=env, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(subprocess.Popen(GRAFT + _pair_args(w, steps=steps, extra=extra), cwd=ROOT, env=env,
+                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     w["sessions"] += [p.pid for p in procs]
     return procs
 
 
 def _ends(procs, timeout_s=300.0):
     """``[(returncode, time it ended)]`` of each rank."""
-    deadline, out = time.time() + timeout_s, [None, None]
+    deadline, out = time.time() + timeout_s, [None] * len(procs)
     while None in out and time.time() < deadline:
         for r, p in enumerate(procs):
             if out[r] is None and p.poll() is not None:
@@ -240,11 +244,11 @@ def test_a_killed_or_hung_rank_stops_the_other_and_the_relaunched_pair_resumes_i
     assert "did not answer within run.dist_timeout_s=10 s" in last and "(step 2) is intact" in last, last
     assert "resumed from step 1" in _log(w, "B", 0)
 
-    ends = _ends(_launch(w, "C", fault="checkpoint:3@0"))  # (C) rank 0 dies writing a checkpoint
+    ends = _ends(_launch(w, "C", fault="checkpoint:3@0"))  # (C) rank 0 dies writing its shards of a checkpoint
     assert ends[0][0] == -9 and ends[1][0] == 75, _log(w, "C", 1)[-3000:]
     assert ends[1][1] - ends[0][1] < 20
     last = _last_line(w, "C", 1)
-    assert last.startswith("error: rank 1 of 2: barrier failed") and "(step 2) is intact" in last, last
+    assert last.startswith("error: rank 1 of 2: all_gather_object failed") and "(step 2) is intact" in last, last
     assert not os.path.exists(os.path.join(run, "checkpoints", "step_000003"))
 
     ends = _ends(_launch(w, "D"))  # (D) the relaunched pair finishes
@@ -252,10 +256,80 @@ def test_a_killed_or_hung_rank_stops_the_other_and_the_relaunched_pair_resumes_i
     assert "resumed from step 2" in _log(w, "D", 0) and "resumed from step 2" in _log(w, "D", 1)
     ref_run = os.path.join(str(tmp_path / "ref"), "r")
     assert metric_rows(run) == metric_rows(ref_run)
-    for pol in ("a", "b"):
-        f = os.path.join("checkpoints", "step_000003", pol, "model.safetensors")
-        assert sha256_file(os.path.join(run, f)) == sha256_file(os.path.join(ref_run, f))
+    for pol in ("a", "b"):  # saved at 2 ranks, resumed at 2: every shard (weights and AdamW moments) identical
+        for r in (0, 1):
+            f = os.path.join("checkpoints", "step_000003", pol, "shards", f"rank-0000{r}-of-00002.safetensors")
+            assert sha256_file(os.path.join(run, f)) == sha256_file(os.path.join(ref_run, f))
     assert not [d for d in os.listdir(os.path.join(run, "checkpoints")) if ".tmp-" in d]
     time.sleep(1)
     left = set().union(*(tree(pid) for pid in w["sessions"]))
     assert not left, left  # every rank, reward worker and forkserver of every launch is gone
+
+
+def test_sharded_checkpoints_resume_at_one_process_as_the_gathered_ones_do_and_export(pair_world, tmp_path):
+    """Issue 32 item 3: a 2-process FSDP2 run writes each rank's part of every tensor (run.checkpoint_format auto;
+    no model.safetensors, no optimizer.pt), the same run with checkpoint_format=full gathers to rank 0. The shards
+    hold exactly the gathered weights and AdamW moments; both runs resumed at ONE process (the shards re-cut whole)
+    continue identically, metrics and final weights; `graft export` of a sharded step is a Hugging Face folder
+    whose weights are the gathered ones. (Saved at 2 and resumed at 2: the killed-rank test above, part D.)"""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from graft_cli.models import shards
+    from graft_cli.train import checkpoint as ckpt
+
+    w = pair_world
+    runs = {}
+    for tag, fmt in (("S", "auto"), ("F", "full")):
+        w["out"] = str(tmp_path / tag)
+        ends = _ends(_launch(w, tag, extra=[f"run.checkpoint_format={fmt}"], steps=2))
+        assert [e[0] for e in ends] == [0, 0], _log(w, tag, 0)[-3000:]
+        runs[tag] = os.path.join(w["out"], "r")
+    assert metric_rows(runs["S"]) == metric_rows(runs["F"])  # saving does not change the run
+    step2 = {t: os.path.join(r, "checkpoints", "step_000002") for t, r in runs.items()}
+    assert ckpt.verify(step2["S"]) is None and ckpt.verify(step2["F"]) is None
+    for pol in ("a", "b"):
+        sdir, fdir = os.path.join(step2["S"], pol), os.path.join(step2["F"], pol)
+        assert sorted(os.listdir(os.path.join(sdir, "shards"))) == [
+            "rank-00000-of-00002.json", "rank-00000-of-00002.safetensors",
+            "rank-00001-of-00002.json", "rank-00001-of-00002.safetensors"]
+        assert not os.path.exists(os.path.join(sdir, "model.safetensors"))
+        assert not os.path.exists(os.path.join(sdir, "optimizer.pt"))
+        reader = shards.ShardReader(sdir)
+        gathered = load_file(os.path.join(fdir, "model.safetensors"))
+        mine = reader.full_state()
+        assert set(gathered) - set(mine) == {"lm_head.weight"}  # tied to the embedding: the shards hold it once
+        mine["lm_head.weight"] = mine["model.embed_tokens.weight"]
+        for k, v in gathered.items():
+            assert torch.equal(mine[k], v), k
+        opt = ckpt.load_optimizer_state(os.path.join(fdir, "optimizer.pt"))  # keyed by parameter name
+        for name, st in opt["state"].items():
+            for k in ("exp_avg", "exp_avg_sq", "step"):
+                assert torch.equal(reader.read(f"optim/{name}/{k}"), st[k]), (pol, name, k)
+
+    ends = {}
+    for tag in ("S", "F"):  # resume each at one process (no process group, no FSDP) to step 3
+        one = tmp_path / f"{tag}1"
+        shutil.copytree(runs[tag], one / "r")
+        w["out"] = str(one)
+        ends[tag] = _ends(_launch(w, f"{tag}1", world=1))
+        assert ends[tag][0][0] == 0, _log(w, f"{tag}1", 0)[-3000:]
+        assert "resumed from step 2" in _log(w, f"{tag}1", 0)
+    s1, f1 = (os.path.join(str(tmp_path / f"{t}1"), "r") for t in ("S", "F"))
+    assert metric_rows(s1) == metric_rows(f1) and len(metric_rows(s1)) == 6  # 3 steps x 2 policies
+    for pol in ("a", "b"):
+        f = os.path.join("checkpoints", "step_000003", pol, "model.safetensors")
+        assert sha256_file(os.path.join(s1, f)) == sha256_file(os.path.join(f1, f))
+
+    out = str(tmp_path / "export")
+    done = ckpt.export(runs["S"], out, step=2)
+    from transformers import AutoModelForCausalLM
+
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    for pol, folder in done.items():
+        assert not os.path.exists(os.path.join(folder, "shards"))
+        got = AutoModelForCausalLM.from_pretrained(folder)
+        ref = AutoModelForCausalLM.from_pretrained(os.path.join(step2["F"], pol))
+        with torch.no_grad():
+            assert torch.equal(got(input_ids=ids).logits, ref(input_ids=ids).logits), pol

@@ -280,18 +280,58 @@ def sample_problem(rng: random.Random, families: dict | None = None, levels: dic
     return make_problem(rng, fam, int(lvl))
 
 
+def _slip_value(value: str, delta: int) -> str:
+    """``value`` (an integer ``42`` or an unreduced fraction ``7/12``) with its integer (the numerator) moved by
+    ``delta``, kept >= 1 for a numerator and >= 0 for an integer (a slip away from the wall instead)."""
+    num, sep, den = value.partition("/")
+    n = int(num) + delta
+    floor = 1 if sep else 0
+    if n < floor:
+        n = int(num) - delta
+    return f"{n}{sep}{den}"
+
+
+def slip(worked, delta: int):
+    """The worked solution ``(problem, steps, answer, detail)`` with a *slip* in its last computation: the last
+    step's result (in the compact and the detailed steps) and the boxed answer off by ``delta`` in the units (a
+    fraction's numerator), the rest of the solution unchanged. The solution reads as fluently as a correct one and
+    grades 0. Tiny pair v4 (issue 27) trains on a share of slipped solutions so a base model makes *stochastic*
+    final-step errors, the kind RL with a verifiable reward removes (pass@k well above pass@1 at the evaluation
+    temperature), where an SFT-only model's errors are systematic."""
+    problem, steps, ans, detail = (tuple(worked) + (None,))[:4]
+    new_ans = _slip_value(ans, delta)
+
+    def fix(chain):
+        if not chain:
+            return chain
+        (e, v), head = chain[-1], tuple(chain[:-1])
+        if v == ans:
+            v = new_ans
+        elif "/" in ans and v == ans.partition("/")[0]:  # a fraction's detail ends at its numerator
+            v = new_ans.partition("/")[0]
+        else:
+            raise ValueError(f"slip: the last step {e}={v} is not the answer {ans} of {problem}")
+        return head + ((e, v),)
+
+    return problem, fix(steps), new_ans, fix(detail)
+
+
 def sft_example(rng: random.Random, families: dict, levels: dict | None = None,
-                styles: dict | None = None) -> tuple[str, str]:
+                styles: dict | None = None, slip_rate: float = 0.0) -> tuple[str, str]:
     """``(problem, worked solution)`` for supervised pretraining; ``families`` weights define the
     model's skill mix (this is where the pair's complementarity comes from) and ``styles`` (style -> weight,
     default the canonical style only) how the solution is written. With one style no extra random draw is
-    made, so a single-style stream is the stream of v2."""
+    made, so a single-style stream is the stream of v2. ``slip_rate`` > 0: that share of solutions carry a
+    :func:`slip` (+1 or -1 with equal odds); 0 makes no draw (the v2/v3 streams)."""
     rec = sample_problem(rng, families, levels)
     if not styles or len(styles) == 1:
         style = next(iter(styles)) if styles else CANONICAL_STYLE
     else:
         style = _pick(rng, styles)
-    return rec["problem"], render(rec["worked"], style)
+    worked = rec["worked"]
+    if slip_rate > 0 and rng.random() < slip_rate:
+        worked = slip(worked, rng.choice((-1, 1)))
+    return rec["problem"], render(worked, style)
 
 
 def _rng(seed: int, split: str) -> random.Random:
@@ -362,6 +402,6 @@ def corpus(seed: int = 0, size: int = 4000, style=CANONICAL_STYLE) -> list[tuple
     return out
 
 
-__all__ = ["FAMILIES", "LEVELS", "STYLES", "CANONICAL_STYLE", "render",
+__all__ = ["FAMILIES", "LEVELS", "STYLES", "CANONICAL_STYLE", "render", "slip",
            "TRAIN_MIX", "EVAL_SETS", "BENCHMARK_NAMES", "make_problem", "sample_problem",
            "sft_example", "generate_split", "build_task", "write_task", "corpus"]

@@ -7,6 +7,7 @@ import os
 import torch
 
 from graft_cli.errors import GraftError
+from graft_cli.models import shards
 from graft_cli.registry import Registry
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -65,13 +66,38 @@ def load_model(path: str, dtype: str = "float32", device: str = "auto", attn_imp
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     try:
-        model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(path), **kwargs)
+        if os.path.isdir(path) and shards.is_sharded(path):  # a sharded checkpoint's policy: assembled whole
+            model = from_shards(path, **kwargs)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(path), **kwargs)
+    except GraftError:
+        raise
     except Exception as e:
         where = "folder" if os.path.isdir(path) else "hub id"
         why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
         lead = f"config key {key!r}: " if key else ""
         raise GraftError(f"{lead}model {path!r} ({where}): could not load ({why})") from None
     return model.to(resolve_device(device))
+
+
+def from_shards(path: str, dtype=torch.float32, trust_remote_code: bool = False, attn_implementation=None):
+    """The model of a sharded checkpoint's policy folder (:mod:`graft_cli.models.shards`): built from its
+    ``config.json`` and loaded with the assembled weights (tied weights tied again); every weight must be there."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code, **kw)
+    sd = shards.ShardReader(path).full_state()
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    tied = {n for n, p in model.named_parameters(remove_duplicate=False)} - {n for n, _ in model.named_parameters()}
+    missing = [m for m in missing if m not in tied and m not in dict(model.named_buffers())]
+    if missing or unexpected:
+        what = f"missing {missing[0]!r}" if missing else f"unexpected {unexpected[0]!r}"
+        raise GraftError(f"{path}: the shards do not fit the model of its config.json ({what})")
+    if os.path.exists(os.path.join(path, "generation_config.json")):
+        model.generation_config = GenerationConfig.from_pretrained(path)
+    return model.eval()
 
 
 # ``<source>:<name>`` model and data names resolved by a registered function (name -> local path): ``tiny:<role>``

@@ -46,6 +46,7 @@ class Stage:
     clip: float = 1.0
     styles: dict | None = None  # solution style -> weight (graft_cli.data.synthetic.STYLES); None: canonical only
     pack: int = 0  # > 0: pack each batch's examples into rows of this many tokens (sft_batch_packed); 0: pad (v2)
+    slip: float = 0.0  # share of solutions with a final-step slip (graft_cli.data.synthetic.slip); 0: none (v2, v3)
 
 
 # The skill mixes (module docstring, "Structural complementarity"): each model's blind family at 0.01.
@@ -72,6 +73,10 @@ _V3_TOKENIZER_STYLES = ("prose", "steps", "words")
 # (issue 28 item 18: OPD advantages >= 5x GRPO's): mean |A_OPD| / mean |A_GRPO| over the junior's samples was 1.4 as
 # trained, 3.2 / 4.9 / 8.5 with the logits x2 / x3 / x5.
 _V3_TEACHER_SHARPEN = 4.0
+# v4 (issue 27): the share of the students' SFT solutions with a final-step slip. At T = 0.6 a last digit learnt as
+# 0.6 / 0.2 / 0.2 samples the slip ~24% of the time (0.2^(1/0.6) x 2 over the sum): room for GRPO to gain points
+# on every family, which v3 (systematic errors) did not leave.
+_V4_SLIP = 0.4
 _PACK = 128  # v3's SFT packs each batch into rows of 128 tokens (sft_batch_packed): the padded loss, less work
 _ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
 _LEVELS = {1: 2.0, 2: 2.0, 3: 1.0}
@@ -145,6 +150,21 @@ class Recipe:
             stage_teacher=dataclasses.replace(base.stage_teacher, styles=_A_STYLES, pack=_PACK))
 
     @classmethod
+    def v4(cls) -> Recipe:
+        """Tiny pair v4 (issue 27): v3 whose students (``a``, ``b``, ``c``; the junior is a snapshot of ``a``) are
+        trained with :data:`_V4_SLIP` of their solutions slipped in the last computation
+        (:func:`graft_cli.data.synthetic.slip`), the teacher on clean solutions. v3's base models err
+        systematically at T = 0.6 and GRPO moved their held-out pass@1 by +0.2 to +2.2 points in 40-200 steps; a
+        base model that slips stochastically leaves RL the room the paper's base models have (pass@k well above
+        pass@1), while the styles, skills and tokenizers stay v3's."""
+        v3 = cls.v3()
+        return dataclasses.replace(
+            v3, name="v4",
+            stage_a=dataclasses.replace(v3.stage_a, slip=_V4_SLIP),
+            stage_b=dataclasses.replace(v3.stage_b, slip=_V4_SLIP),
+            stage_c=dataclasses.replace(v3.stage_c, slip=_V4_SLIP))
+
+    @classmethod
     def named(cls, name: str) -> Recipe:
         """The recipe called ``name`` (:data:`RECIPES`); a one-line error naming the known ones otherwise."""
         if name not in RECIPES:
@@ -185,7 +205,7 @@ class Recipe:
                    tokenizer_styles=tuple(d["tokenizer_styles"]) if d.get("tokenizer_styles") else None)
 
 
-RECIPES = {"v2": "full", "v3": "v3"}
+RECIPES = {"v2": "full", "v3": "v3", "v4": "v4"}
 
 
 def default_recipe() -> Recipe:
@@ -331,7 +351,7 @@ def _example_stream(tokenizer, stage: Stage, rng: random.Random):
     from graft_cli.data.synthetic import sft_example
 
     while True:
-        yield [sft_example(rng, stage.families, stage.levels, stage.styles) for _ in range(stage.batch)]
+        yield [sft_example(rng, stage.families, stage.levels, stage.styles, stage.slip) for _ in range(stage.batch)]
 
 
 def sft(model, tokenizer, stage: Stage, data_seed: str, on_step=None, snapshot_at: dict | None = None):

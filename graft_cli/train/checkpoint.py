@@ -29,6 +29,7 @@ import torch
 
 from graft_cli import faults
 from graft_cli.errors import GraftError
+from graft_cli.models import shards
 from graft_cli.rundir import sha256_file, step_name
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
@@ -69,9 +70,12 @@ def _files(root: str) -> list[str]:
     return sorted(out)
 
 
-def write_manifest(root: str) -> dict:
-    man = {"format": FORMAT, "files": {rel: {"sha256": sha256_file(os.path.join(root, rel)),
-                                             "bytes": os.path.getsize(os.path.join(root, rel))}
+def write_manifest(root: str, known: dict | None = None) -> dict:
+    """``MANIFEST.json``: sha256 and size of every file under ``root``; ``known`` (relative path -> ``{sha256,
+    bytes}``) are taken as given (the shards each rank hashed as it wrote them) instead of read again."""
+    known = known or {}
+    man = {"format": FORMAT, "files": {rel: known.get(rel) or {"sha256": sha256_file(os.path.join(root, rel)),
+                                                               "bytes": os.path.getsize(os.path.join(root, rel))}
                                        for rel in _files(root)}}
     with open(os.path.join(root, MANIFEST), "w", encoding="utf-8") as f:
         json.dump(man, f, indent=1)
@@ -168,6 +172,95 @@ def save(ckpt_root: str, step: int, policies: dict, state: dict, keep: int = 2, 
     os.rename(tmp, final)
     prune(ckpt_root, keep, protect)
     return final
+
+
+def _first_nonfinite(name: str, model) -> str | None:
+    for pname, p in model.named_parameters():
+        part = shards.local_box(p.detach())[0]
+        if part.is_floating_point() and not torch.isfinite(part).all():
+            return f"policy {name!r}: parameter {pname} holds non-finite values; no checkpoint written"
+    return None
+
+
+def _agree(d, err: str | None, where: str) -> None:
+    """Every rank learns whether any rank failed (``err``) at ``where``, and all raise the first failure's line."""
+    errs = [e for e in d.gather_objects(err) if e]
+    if errs:
+        raise GraftError(errs[0] if where == "finite" else f"{where}: checkpoint not written ({errs[0]}); the last "
+                         f"complete checkpoint is kept and the run can resume from it")
+
+
+def save_sharded(d, ckpt_root: str, step: int, policies: dict, state: dict, keep: int = 2,
+                 protect: tuple = ()) -> str | None:
+    """A sharded checkpoint (FSDP, ``run.checkpoint_format``; layout in :mod:`graft_cli.models.shards`): every
+    rank writes its part of each policy's weights and optimizer state, nothing is gathered but file hashes and
+    error lines. Same protocol as :func:`save`: one temporary folder (rank 0's pid), rank 0 writes the config,
+    tokenizer, ``state.json``, the manifest (each shard hashed by the rank that wrote it) and ``COMPLETE``, then
+    renames; a failure on any rank removes the temporary folder and every rank raises one line. Returns the path
+    on rank 0, None on the others."""
+    final = step_path(ckpt_root, step)
+    tmp = f"{final}.tmp-{d.gather_objects(os.getpid())[0]}"
+    _agree(d, next((e for n, p in policies.items() if (e := _first_nonfinite(n, p.model))), None), "finite")
+    err = None
+    if d.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            for name, pol in policies.items():
+                pdir = os.path.join(tmp, name)
+                os.makedirs(os.path.join(pdir, shards.SHARDS))
+                model = getattr(pol.model, "module", pol.model)
+                model.config.save_pretrained(pdir)
+                if getattr(model, "generation_config", None) is not None:
+                    model.generation_config.save_pretrained(pdir)
+                pol.tokenizer.save_pretrained(pdir)
+        except Exception as e:
+            err = _why(e)
+    _agree(d, err, final)
+    known, err = {}, None
+    try:
+        for name, pol in policies.items():
+            pdir = os.path.join(tmp, name)
+            tensors = shards.model_tensors(pol.model)
+            opt_tensors, opt_meta = shards.optimizer_tensors(pol.model, pol.optimizer)
+            for path in shards.write_shard(pdir, d.rank, d.world, {**tensors, **opt_tensors}, opt_meta):
+                known[os.path.relpath(path, tmp)] = {"sha256": sha256_file(path), "bytes": os.path.getsize(path)}
+        faults.point("checkpoint", step)
+    except Exception as e:
+        err = _why(e)
+    metas = d.gather_objects((err, known))
+    errs = [e for e, _ in metas if e]
+    if errs:
+        if d.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _agree(d, errs[0], final)
+    err = None
+    if d.is_main:
+        try:
+            with open(os.path.join(tmp, STATE), "w", encoding="utf-8") as f:
+                json.dump({**state, "rng": rng_state(), "world": d.world}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            write_manifest(tmp, {k: v for _, m in metas for k, v in m.items()})
+            faults.point("manifest", step)
+            open(os.path.join(tmp, COMPLETE), "w").close()
+            faults.point("rename", step)
+            if os.path.exists(final):
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+            prune(ckpt_root, keep, protect)
+        except Exception as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            err = _why(e)
+    _agree(d, err, final)
+    return final if d.is_main else None
+
+
+def _why(e: BaseException) -> str:
+    """A failed write in a few words: the OS error's, else the exception's first line (a bug shows its type)."""
+    err = write_error(e)
+    if err is not None:
+        return str(err.strerror or err)
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
 
 
 # ----------------------------------------------------------------------------------------------- read
@@ -309,10 +402,18 @@ def export(run_dir: str, out: str, step: int | None = None, policies: list | Non
         tmp = f"{final}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            shutil.copytree(os.path.join(src, n), tmp, ignore=shutil.ignore_patterns(*EXPORT_SKIP))
+            shutil.copytree(os.path.join(src, n), tmp, ignore=shutil.ignore_patterns(*EXPORT_SKIP, shards.SHARDS))
+            if shards.is_sharded(os.path.join(src, n)):  # every rank's part of the weights assembled in one file
+                from safetensors.torch import save_file
+
+                full = shards.ShardReader(os.path.join(src, n)).full_state()
+                save_file({k: v.contiguous() for k, v in full.items()}, os.path.join(tmp, "model.safetensors"),
+                          metadata={"format": "pt"})
             os.rename(tmp, final)
-        except OSError as e:
+        except Exception as e:  # a full disk (OSError, or safetensors' error naming the os error)
             shutil.rmtree(tmp, ignore_errors=True)
-            raise GraftError(f"{final}: not written ({e.strerror or e})") from None
+            if isinstance(e, GraftError) or (err := write_error(e)) is None:
+                raise
+            raise GraftError(f"{final}: not written ({err.strerror or err})") from None
         done[n] = final
     return done

@@ -267,11 +267,22 @@ class _FullOptim:
         return self.sd
 
 
-def save_checkpoint(d: Dist, ckpt_root: str, step: int, policies: dict, state: dict, keep: int, protect: tuple = ()):
-    """``checkpoint.save`` on rank 0 with full state dicts gathered first (collective in FSDP mode)."""
+def sharded_checkpoints(d: Dist, fmt: str) -> bool:
+    """``run.checkpoint_format``: ``sharded`` / ``auto`` write each rank's part under FSDP with more than one
+    process (``auto``'s default); ``full`` (and every run that is not FSDP) gathers to rank 0."""
+    return d.fsdp and d.world > 1 and fmt in ("auto", "sharded")
+
+
+def save_checkpoint(d: Dist, ckpt_root: str, step: int, policies: dict, state: dict, keep: int, protect: tuple = (),
+                    fmt: str = "full"):
+    """``checkpoint.save`` on rank 0 with full state dicts gathered first (collective in FSDP mode), or with
+    ``fmt`` sharded (:func:`sharded_checkpoints`) ``checkpoint.save_sharded``: every rank its part, no gather."""
     from dataclasses import replace
 
     from graft_cli.train import checkpoint as ckpt
+
+    if sharded_checkpoints(d, fmt):
+        return ckpt.save_sharded(d, ckpt_root, step, policies, state, keep, protect)
 
     views = {}
     for name, pol in policies.items():

@@ -38,6 +38,7 @@ from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
 from graft_cli.models.loading import resolve_path
+from graft_cli.models import shards
 from graft_cli.models.scoring import SCORERS
 from graft_cli.rollout import SamplingParams
 from graft_cli.rundir import (MetricsLog, best_path, checkpoints_dir, exchange_log_path, metrics_path,
@@ -159,8 +160,14 @@ class Trainer:
                 loaded = {}
                 for name, pol in self.policies.items():
                     d = os.path.join(path, name)
+                    if shards.is_sharded(d):  # this rank's part, on any world size (the shards' boxes re-cut)
+                        reader = shards.ShardReader(d)
+                        loaded[name] = (shards.read_model(reader, pol.model),
+                                        shards.read_optimizer(reader, pol.model, pol.optimizer), True)
+                        continue
                     model = AutoModelForCausalLM.from_pretrained(d, dtype=next(pol.model.parameters()).dtype)
-                    loaded[name] = (model.state_dict(), ckpt.load_optimizer_state(os.path.join(d, "optimizer.pt")))
+                    loaded[name] = (model.state_dict(), ckpt.load_optimizer_state(os.path.join(d, "optimizer.pt")),
+                                    False)
             except GraftError:
                 raise
             except ckpt.RefusedCheckpoint as e:  # a crafted pickle behind a matching manifest
@@ -171,7 +178,12 @@ class Trainer:
                           f"{(str(e).splitlines() or [''])[0][:200]}")
                 continue
             for name, pol in self.policies.items():
-                self.dist.load_full_state(pol.model, pol.optimizer, *loaded[name])
+                msd, osd, sharded = loaded[name]
+                if sharded:
+                    shards.load_state_into(pol.model, msd)
+                    pol.optimizer.load_state_dict(osd)
+                else:
+                    self.dist.load_full_state(pol.model, pol.optimizer, msd, osd)
                 pol.engine.sync_weights(pol.model)
             self.sampler.load_state_dict(st["sampler"])
             self.exchange.load_state_dict(st["exchange"])
@@ -368,7 +380,7 @@ class Trainer:
         protect += (0,) if self.cfg.run.save_initial else ()
         if self.dist.enabled:  # rank 0 writes, after a collective gather of the full state (FSDP)
             return D.save_checkpoint(self.dist, self.ckpt_root, self.step, self.policies, self.state(),
-                                     self.cfg.run.keep_checkpoints, protect)
+                                     self.cfg.run.keep_checkpoints, protect, self.cfg.run.checkpoint_format)
         return ckpt.save(self.ckpt_root, self.step, self.policies, self.state(), self.cfg.run.keep_checkpoints,
                          protect)
 

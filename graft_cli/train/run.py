@@ -32,7 +32,7 @@ RESUME_MAY_DIFFER = {"run.steps", "run.resume", "run.keep_checkpoints", "run.sav
                      "reward.num_workers", "reward.memory_mb", "run.threads", "run.device", "run.keep_rollouts",
                      "optim.on_nonfinite", "run.out", "run.name",  # run.out, run.name: the run itself (it may move)
                      "run.policy_workers",  # identical results (train/parallel.py)
-                     "run.dist_timeout_s"}
+                     "run.dist_timeout_s", "run.checkpoint_format"}  # any format resumes at any world size
 RESUME_MAY_DIFFER |= {f"eval.{k}" for k in ("every", "benchmarks", "data_dir", "samples", "runs", "max_new_tokens",
                                               "temperature", "top_p", "seed", "save_best")}  # validation only
 
