@@ -86,6 +86,18 @@ class RolloutEngine:
         """Rules between the engine's options (``ValueError("rollout.engine_kwargs.<key>: <why>")``)."""
 
 
+def full_state_dict(model) -> dict:
+    """The model's parameters and buffers as full tensors, for an engine that loads weights outside the trainer
+    (gathers FSDP2 DTensors: collective, every rank calls it)."""
+    unwrapped = getattr(model, "module", model)
+    out = {}
+    for k, v in unwrapped.state_dict().items():
+        if hasattr(v, "full_tensor"):
+            v = v.full_tensor()
+        out[k] = v.detach()
+    return out
+
+
 def solo_engine(name: str, kwargs: dict) -> tuple[str, dict]:
     """The engine (and its options) that samples one model alone for engine ``name``: itself, or for a
     co-generating engine (one that declares ``solo_engine``, e.g. tandem -> hf) that engine with the

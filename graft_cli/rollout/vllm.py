@@ -43,19 +43,8 @@ import tempfile
 import torch
 
 from graft_cli.batch import Rollouts
-from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams
+from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams, full_state_dict
 from graft_cli.rollout.hf import eos_ids_of
-
-
-def _full_state_dict(model) -> dict:
-    """The model's parameters and buffers as full tensors (gathers FSDP2 DTensors; collective)."""
-    unwrapped = getattr(model, "module", model)
-    out = {}
-    for k, v in unwrapped.state_dict().items():
-        if hasattr(v, "full_tensor"):
-            v = v.full_tensor()
-        out[k] = v.detach()
-    return out
 
 
 @ENGINES.register("vllm")
@@ -122,7 +111,7 @@ class VLLMEngine(RolloutEngine):
 
     # ------------------------------------------------------------------------------------------ weights
     def _push(self, model) -> None:
-        sd = _full_state_dict(model)
+        sd = full_state_dict(model)
         if self.weight_sync == "iterator":
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(sd.items())})
         else:
