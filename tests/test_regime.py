@@ -61,6 +61,53 @@ def test_canonical_records_and_single_style_stream():
     assert 0.35 < share < 0.65  # both styles drawn
 
 
+@pytest.mark.parametrize("worked,delta,want", [
+    # (problem, steps, answer, detail) -> the slipped last step and answer, worked by hand
+    (("7*6-9=?", (("7*6", "42"), ("42-9", "33")), "33", None), 1, ((("7*6", "42"), ("42-9", "34")), "34", None)),
+    (("4-4=?", (("4-4", "0"),), "0", None), -1, ((("4-4", "1"),), "1", None)),  # 0 - 1 < 0: the slip goes up
+    (("47*6=?", (("240+42", "282"),), "282", (("40*6", "240"), ("7*6", "42"), ("240+42", "282"))), -1,
+     ((("240+42", "281"),), "281", (("40*6", "240"), ("7*6", "42"), ("240+42", "281")))),
+    # a fraction: the numerator moves, in the compact step and at the end of the detailed ones
+    (("1/2+1/3=?", (("3/6+2/6", "5/6"),), "5/6", (("2*3", "6"), ("1*3", "3"), ("1*2", "2"), ("3+2", "5"))), 1,
+     ((("3/6+2/6", "6/6"),), "6/6", (("2*3", "6"), ("1*3", "3"), ("1*2", "2"), ("3+2", "6")))),
+    (("1/7+0/7=?", (("1/7+0/7", "1/7"),), "1/7", (("1+0", "1"),)), -1,  # numerator 0 is refused: 2/7
+     ((("1/7+0/7", "2/7"),), "2/7", (("1+0", "2"),))),
+])
+def test_slip_moves_the_last_result_and_the_answer(worked, delta, want):
+    from graft_cli.reward import grade_one
+
+    got = syn.slip(worked, delta)
+    assert got == (worked[0], *want)
+    gold = worked[2] if "/" not in worked[2] else "\\frac{%s}{%s}" % tuple(worked[2].split("/"))
+    for style in ("prose", "steps", "chain"):  # a correct solution grades 1, its slipped twin 0
+        assert grade_one(syn.render(worked, style), gold)[0] == 1.0
+        assert grade_one(syn.render(got, style), gold)[0] == 0.0
+
+
+def test_slip_rate_draws_and_the_unslipped_stream():
+    """slip_rate 0 makes no draw (the v3 stream, example for example); 0.4 slips 40% of solutions (binomial
+    3-sigma band over 2,000), every slipped one grading 0 and every other 1."""
+    from graft_cli.reward import grade_one
+
+    fams = {"add": 1.0, "two": 1.0, "frac": 1.0}
+    r1, r2 = random.Random("q"), random.Random("q")
+    assert [syn.sft_example(r1, fams, None, {"prose": 1.0}) for _ in range(100)] == \
+        [syn.sft_example(r2, fams, None, {"prose": 1.0}, 0.0) for _ in range(100)]
+    rng, check = random.Random("slip"), random.Random("slip")
+    wrong = 0
+    for _ in range(2000):
+        problem, text = syn.sft_example(rng, fams, None, {"steps": 1.0}, 0.4)
+        rec = syn.sample_problem(check, fams, None)  # the same draws: the record, then the slip's two
+        slipped = check.random() < 0.4
+        if slipped:
+            check.choice((-1, 1))
+        assert problem == rec["problem"]
+        score = grade_one(text, rec["answer"])[0]
+        assert score == (0.0 if slipped else 1.0), (text, rec["answer"])
+        wrong += slipped
+    assert abs(wrong / 2000 - 0.4) < 3 * (0.4 * 0.6 / 2000) ** 0.5
+
+
 @pytest.mark.parametrize("text,style", [
     ("To find 7*6-9, multiply first: 7*6=42. Then subtract: 42-9=33. The answer is \\boxed{33}.", "prose"),
     ("Let's compute 7*6-9 step by step; multiply 7*6=42; subtract 42-9=33; so the final answer is \\boxed{33}",

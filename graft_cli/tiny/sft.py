@@ -77,6 +77,11 @@ _V3_TEACHER_SHARPEN = 4.0
 # 0.6 / 0.2 / 0.2 samples the slip ~24% of the time (0.2^(1/0.6) x 2 over the sum): room for GRPO to gain points
 # on every family, which v3 (systematic errors) did not leave.
 _V4_SLIP = 0.4
+# v4 build 2: the weak families a little stronger than v3's (build 1, v3's weights with slips: the gate admitted
+# 5% / 17% of the peers' weak-family responses, target >= 20%); c keeps v3's clean training (with slips its pass@1
+# fell to 0.11, target >= 0.15)
+_A4_FAMS = {**_A3_FAMS, "two": 0.08}
+_B4_FAMS = {**_B3_FAMS, "lin": 0.14}
 _PACK = 128  # v3's SFT packs each batch into rows of 128 tokens (sft_batch_packed): the padded loss, less work
 _ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
 _LEVELS = {1: 2.0, 2: 2.0, 3: 1.0}
@@ -151,18 +156,17 @@ class Recipe:
 
     @classmethod
     def v4(cls) -> Recipe:
-        """Tiny pair v4 (issue 27): v3 whose students (``a``, ``b``, ``c``; the junior is a snapshot of ``a``) are
-        trained with :data:`_V4_SLIP` of their solutions slipped in the last computation
-        (:func:`graft_cli.data.synthetic.slip`), the teacher on clean solutions. v3's base models err
-        systematically at T = 0.6 and GRPO moved their held-out pass@1 by +0.2 to +2.2 points in 40-200 steps; a
-        base model that slips stochastically leaves RL the room the paper's base models have (pass@k well above
-        pass@1), while the styles, skills and tokenizers stay v3's."""
+        """Tiny pair v4 (issue 27): v3 whose pair (``a``, ``b``; the junior is a snapshot of ``a``) is trained with
+        :data:`_V4_SLIP` of its solutions slipped in the last computation (:func:`graft_cli.data.synthetic.slip`)
+        and slightly stronger weak families; the teacher continues ``a`` on clean solutions, ``c`` is v3's. v3's base
+        models err systematically at T = 0.6 and GRPO moved their held-out pass@1 by +0.2 to +2.2 points in 40-200
+        steps; a base model that slips stochastically leaves RL the room the paper's base models have (pass@k well
+        above pass@1), while the styles, skills and tokenizers stay v3's."""
         v3 = cls.v3()
         return dataclasses.replace(
             v3, name="v4",
-            stage_a=dataclasses.replace(v3.stage_a, slip=_V4_SLIP),
-            stage_b=dataclasses.replace(v3.stage_b, slip=_V4_SLIP),
-            stage_c=dataclasses.replace(v3.stage_c, slip=_V4_SLIP))
+            stage_a=dataclasses.replace(v3.stage_a, slip=_V4_SLIP, families=_A4_FAMS),
+            stage_b=dataclasses.replace(v3.stage_b, slip=_V4_SLIP, families=_B4_FAMS))
 
     @classmethod
     def named(cls, name: str) -> Recipe:
