@@ -74,7 +74,7 @@ gpu-deps: setup
 # Everything CI runs: the fast suite, then the slow group (process kills, full builds).
 test: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" -n 2 --durations=12
-	$(PY) -m pytest -q -m "slow and not extended" --durations=25
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "slow and not extended" -n 2 --dist loadfile --durations=25
 	$(MAKE) test-vllm
 
 # The rest of the slow matrices (e.g. every method's checkpoint-write kill), beyond CI's 30-minute budget.

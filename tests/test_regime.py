@@ -74,7 +74,7 @@ def test_canonical_records_and_single_style_stream():
      ((("1/7+0/7", "2/7"),), "2/7", (("1+0", "2"),))),
 ])
 def test_slip_moves_the_last_result_and_the_answer(worked, delta, want):
-    from graft_cli.reward import grade_one
+    from graft_cli.answers import grade_one
 
     got = syn.slip(worked, delta)
     assert got == (worked[0], *want)
@@ -87,7 +87,7 @@ def test_slip_moves_the_last_result_and_the_answer(worked, delta, want):
 def test_slip_rate_draws_and_the_unslipped_stream():
     """slip_rate 0 makes no draw (the v3 stream, example for example); 0.4 slips 40% of solutions (binomial
     3-sigma band over 2,000), every slipped one grading 0 and every other 1."""
-    from graft_cli.reward import grade_one
+    from graft_cli.answers import grade_one
 
     fams = {"add": 1.0, "two": 1.0, "frac": 1.0}
     r1, r2 = random.Random("q"), random.Random("q")

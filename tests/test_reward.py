@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from sympy import srepr
 
-from graft_cli.reward import REWARDS, Grades, MathVerifyGrader, _ensure_math_verify, grade_one, last_boxed
+from graft_cli.reward import REWARDS, Grades, MathVerifyGrader
+from graft_cli.answers import _ensure_math_verify, grade_one, last_boxed
 
 
 def box(ans: str) -> str:

@@ -80,7 +80,7 @@ def _normalise(row: dict, where: str, fields: dict | None = None) -> Problem:
     if answer is None or (isinstance(answer, str) and not answer.strip()):
         raise GraftError(f"{where}: field {ak!r} is empty")
     if ak == "solution" and "answer" not in row:
-        from graft_cli.reward import last_boxed
+        from graft_cli.answers import last_boxed
 
         boxed = last_boxed(str(answer))
         if boxed is None:

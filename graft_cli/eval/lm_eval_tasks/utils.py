@@ -1,4 +1,4 @@
-"""Scoring of graft's lm-evaluation-harness tasks: graft's own math-verify reward (``graft_cli.reward.grade_one``:
+"""Scoring of graft's lm-evaluation-harness tasks: graft's own math-verify reward (``graft_cli.answers.grade_one``:
 the last ``\\boxed{}`` of a response against the gold answer) on each of a problem's samples.
 
 lm-eval calls :func:`process_results` once per problem with the filtered responses: with ``repeats: 8`` and the
@@ -23,7 +23,7 @@ def _responses(results) -> list[str]:
 
 
 def _grade(response: str, gold: str) -> float:
-    from graft_cli.reward import grade_one
+    from graft_cli.answers import grade_one
 
     use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
     if not use_alarm:
