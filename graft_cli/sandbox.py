@@ -61,126 +61,21 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import math
 import os
 import select
 import shutil
 import signal
-import stat
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 
+from graft_cli.confine import (CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER, MS_NODEV, MS_NOSUID, MS_PRIVATE, MS_REC,
+                               PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, Cgroup,
+                               apply_landlock, apply_rlimits, children, kill_each, libc, read_roots,
+                               tasks_of_uid)
+
 ALL_FEATURES = ("cgroup", "netns", "mountns", "landlock", "landlock_read", "uid", "nproc", "nocaps")
-
-_libc = None
-
-
-def libc():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc
-
-
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 24, 38, 36
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
-
-# Landlock (include/uapi/linux/landlock.h); the three syscalls have the same numbers on every architecture
-_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
-FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1, 2, 4, 8
-_FS_WRITE_DIR = sum(1 << i for i in range(4, 13))  # REMOVE_DIR ... MAKE_SYM
-FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
-NET_BIND_TCP, NET_CONNECT_TCP = 1, 2
-SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1, 2
-_FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
-
-
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version (0: none or disabled)."""
-    try:
-        r = libc().syscall(_LL_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    except Exception:
-        return 0
-    return max(0, int(r))
-
-
-def _fs_rights(abi: int) -> int:
-    r = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_READ_DIR | _FS_WRITE_DIR
-    if abi >= 2:
-        r |= FS_REFER
-    if abi >= 3:
-        r |= FS_TRUNCATE
-    if abi >= 5:
-        r |= FS_IOCTL_DEV
-    return r
-
-
-def _landlock(workdir: str, read_roots: list[str] | None) -> None:
-    """Restrict this process (and its children) with Landlock; raises OSError when the kernel refuses.
-    ``read_roots`` None: reads stay unrestricted (only writes, TCP and signals are handled)."""
-    abi = landlock_abi()
-    if abi < 1:
-        raise OSError(errno.EOPNOTSUPP, "landlock unavailable")
-    every = _fs_rights(abi)
-    read = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
-    handled = every if read_roots is not None else every & ~read
-    attr = _RulesetAttr(handled, (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
-                        (SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL) if abi >= 6 else 0)
-    c = libc()
-    fd = c.syscall(_LL_CREATE, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
-    if fd < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
-
-    def allow(path: str, rights: int) -> None:
-        try:
-            pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except OSError:
-            return
-        try:
-            if not stat.S_ISDIR(os.fstat(pfd).st_mode):
-                rights &= _FILE_RIGHTS
-            rule = _PathBeneath(rights & handled, pfd)
-            if rule.allowed and c.syscall(_LL_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(rule),
-                                          ctypes.c_uint32(0)) < 0:
-                raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
-        finally:
-            os.close(pfd)
-
-    try:
-        allow(workdir, every)
-        allow("/dev/null", FS_READ_FILE | FS_WRITE_FILE)
-        for p in read_roots or ():
-            allow(p, read)
-        if read_roots is not None:  # its own /proc entry only: no other process's environ, cmdline or memory
-            allow(f"/proc/{os.getpid()}", read)
-        if c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
-        if c.syscall(_LL_RESTRICT, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
-            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
-    finally:
-        os.close(fd)
-
-
-def read_roots() -> list[str]:
-    """What a sandboxed Python may read under ``landlock_read``: its installation and the system directories."""
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sys.executable)}
-    roots |= {p for p in sys.path if p and os.path.isdir(p) and not p.startswith(os.getcwd())}
-    roots |= {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/sys", "/dev"}
-    return sorted(p for p in roots if p and os.path.exists(p))
-
 
 @dataclass(frozen=True)
 class Limits:
@@ -214,141 +109,6 @@ class RunResult:
         return -self.returncode if self.returncode is not None and self.returncode < 0 else None
 
 
-def _rlimits(lim: Limits, nproc_limit: int | None) -> None:
-    import resource
-
-    def cap(which, value):
-        try:
-            resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):
-            _, hard = resource.getrlimit(which)
-            if hard != resource.RLIM_INFINITY:
-                resource.setrlimit(which, (min(value, hard), min(value, hard)))
-
-    cap(resource.RLIMIT_AS, int(lim.memory_mb) << 20)
-    cpu = lim.cpu_s if lim.cpu_s is not None else math.ceil(lim.timeout_s) + 1
-    cap(resource.RLIMIT_CPU, int(cpu))
-    cap(resource.RLIMIT_NOFILE, int(lim.nofile))
-    cap(resource.RLIMIT_FSIZE, int(lim.fsize_mb) << 20)
-    cap(resource.RLIMIT_CORE, 0)
-    if nproc_limit is not None:
-        cap(resource.RLIMIT_NPROC, int(nproc_limit))
-
-
-def _tasks_of_uid(uid: int) -> int:
-    n = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{pid}").st_uid == uid:
-                n += len(os.listdir(f"/proc/{pid}/task"))
-        except OSError:
-            pass
-    return n
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            out = [int(x) for x in f.read().split()]
-    except OSError:
-        for p in os.listdir("/proc"):
-            if p.isdigit():
-                try:
-                    with open(f"/proc/{p}/stat") as f:
-                        if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                            out.append(int(p))
-                except (OSError, ValueError, IndexError):
-                    pass
-    return out
-
-
-def kill_each(pids) -> int:
-    """SIGKILL each pid; how many signals were delivered."""
-    n = 0
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGKILL)
-            n += 1
-        except OSError:
-            pass
-    return n
-
-
-class _Cgroup:
-    """A pids cgroup of one sandbox slot (v2 under the caller's own cgroup, else a writable v1 ``pids``)."""
-
-    def __init__(self, name: str, nproc: int):
-        self.path = None
-        for base in self._bases():
-            path = os.path.join(base, name)
-            try:
-                os.makedirs(path, exist_ok=True)
-                with open(os.path.join(path, "pids.max"), "w") as f:
-                    f.write(str(int(nproc)))
-                self.path = path
-                return
-            except OSError:
-                try:
-                    os.rmdir(path)
-                except OSError:
-                    pass
-
-    @staticmethod
-    def _bases() -> list[str]:
-        out = []
-        try:
-            with open("/proc/self/cgroup") as f:
-                lines = f.read().splitlines()
-        except OSError:
-            return out
-        for line in lines:
-            hid, ctrls, path = (line.split(":", 2) + ["", ""])[:3]
-            if hid == "0" and not ctrls and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-                out.append("/sys/fs/cgroup" + path.rstrip("/"))
-            elif "pids" in ctrls.split(","):
-                out.append("/sys/fs/cgroup/pids" + path.rstrip("/"))
-        return out
-
-    def join(self) -> None:
-        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
-
-    def pids(self) -> list[int]:
-        try:
-            with open(os.path.join(self.path, "cgroup.procs")) as f:
-                return [int(x) for x in f.read().split()]
-        except OSError:
-            return []
-
-    def kill_all(self, limit_s: float = 5.0) -> int:
-        killed, deadline = 0, time.monotonic() + limit_s
-        kill_file = os.path.join(self.path, "cgroup.kill")
-        while time.monotonic() < deadline:
-            pids = self.pids()
-            if not pids:
-                break
-            if os.path.exists(kill_file):
-                try:
-                    with open(kill_file, "w") as f:
-                        f.write("1")
-                except OSError:
-                    pass
-            killed += kill_each(pids)
-            time.sleep(0.005)
-        return killed
-
-    def remove(self) -> None:
-        if self.path:
-            self.kill_all(1.0)
-            try:
-                os.rmdir(self.path)
-            except OSError:
-                pass
-
-
 class Sandbox:
     """One sandbox slot: runs programs one at a time (:meth:`run`). Create it in a single-threaded process (the
     code reward's worker processes): the child is set up in ``preexec_fn``, which is unsafe with threads."""
@@ -365,7 +125,7 @@ class Sandbox:
         self.read_roots = read_roots() if "landlock_read" in self.wanted else None
         self.cgroup = None
         if "cgroup" in self.wanted:
-            cg = _Cgroup(f"graft-sandbox-{os.getpid()}-{slot}", self.limits.nproc)
+            cg = Cgroup(f"graft-sandbox-{os.getpid()}-{slot}", self.limits.nproc)
             self.cgroup = cg if cg.path else None
         try:
             libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -388,7 +148,7 @@ class Sandbox:
             c.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except Exception:
             pass
-        _rlimits(self.limits, nproc_limit)
+        apply_rlimits(self.limits, nproc_limit)
         got["nproc"] = nproc_limit is not None
         got["cgroup"] = False
         if "cgroup" in use and self.cgroup is not None:
@@ -433,7 +193,7 @@ class Sandbox:
         if "landlock" in use:
             roots = self.read_roots if "landlock_read" in use else None
             try:
-                _landlock(workdir, roots)
+                apply_landlock(workdir, roots)
                 got["landlock"], got["landlock_read"] = True, roots is not None
             except OSError:
                 pass
@@ -473,11 +233,11 @@ class Sandbox:
             os.chown(workdir, self.uid, self.uid)
         nproc_limit = None
         if "nproc" in use and not self.root:
-            nproc_limit = _tasks_of_uid(os.getuid()) + lim.nproc
+            nproc_limit = tasks_of_uid(os.getuid()) + lim.nproc
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
                "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         args = [a.replace("{fd}", str(wfd)) for a in argv]
-        before = set(_children(os.getpid())) if self.subreaper else set()
+        before = set(children(os.getpid())) if self.subreaper else set()
         t0 = time.monotonic()
         try:
             proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -601,7 +361,7 @@ class Sandbox:
             killed += self._kill_uid()
         deadline = time.monotonic() + 5.0
         while self.subreaper and time.monotonic() < deadline:
-            kids = [k for k in _children(os.getpid()) if k not in before and k != pid]
+            kids = [k for k in children(os.getpid()) if k not in before and k != pid]
             if not kids:
                 break
             killed += kill_each(kids)
@@ -616,7 +376,7 @@ class Sandbox:
         """SIGKILL every process of the sandbox uid (``kill(-1)`` from a helper running as that uid)."""
         killed = 0
         for _ in range(50):
-            if _tasks_of_uid(self.uid) == 0:
+            if tasks_of_uid(self.uid) == 0:
                 break
             pid = os.fork()
             if pid == 0:
