@@ -133,7 +133,7 @@ def test_evaluator_scores_code_benchmarks_beside_a_math_one(tmp_path):
     from graft_cli.data.problems import Problem
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.eval.benchmarks import BenchmarkSource
-    from graft_cli.config import RewardConfig
+    from graft_cli.schema import RewardConfig
     from graft_cli.eval.runner import EvalSettings, Evaluator, Graders
 
     benches = [(b, b.load()) for b in resolve_benchmarks(f"humanevalplus={HEP},mbppplus={MBP},livecodebench={LCB}")]

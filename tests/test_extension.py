@@ -99,8 +99,8 @@ def test_no_import_cycle_in_graft_cli():
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
-LOWER = ("algorithms", "models", "rollout", "reward", "answers", "code_reward", "sandbox", "confine", "data", "batch",
-         "rundir", "registry", "errors", "console", "faults")
+LOWER = ("algorithms", "models", "rollout", "reward", "answers", "code_reward", "sandbox", "confine", "schema", "data",
+         "batch", "rundir", "registry", "errors", "console", "faults")
 UPPER = ("train", "eval", "plan", "report", "analysis", "cli", "tiny")
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from conftest import make_random_model, train_overrides
 
-from graft_cli.config import RewardConfig, compose
+from graft_cli.config import compose
+from graft_cli.schema import RewardConfig
 from graft_cli.errors import GraftError
 from graft_cli.reward import REWARDS, Grades, make_grader
 

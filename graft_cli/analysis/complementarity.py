@@ -199,7 +199,7 @@ def from_models(models: list[str], data: str, samples: int = 8, temperature: flo
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from graft_cli.data.problems import load_problems
-    from graft_cli.config import RewardConfig
+    from graft_cli.schema import RewardConfig
     from graft_cli.reward import make_grader
 
     if len(models) != 2:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graft_cli.config import RewardConfig
+from graft_cli.schema import RewardConfig
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import FIVE, BenchmarkSource, resolve_benchmarks

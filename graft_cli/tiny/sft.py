@@ -141,7 +141,7 @@ class Recipe:
 
     @classmethod
     def v3(cls) -> Recipe:
-        """Tiny pair v3 (issue 27; the default): each model writes its own style (a prose, b steps, c words; the
+        """Tiny pair v3 (issue 27): each model writes its own style (a prose, b steps, c words; the
         teacher and junior a's), sees 3-5% of its peers', and has a weak (not blind) family (a: two-step expressions,
         b: linear equations); a's tokenizer splits words as Qwen's does; SFT packed; the teacher sharpened. Build 7
         (seed 0) meets every regime target (docs/tiny_pair.md)."""
@@ -213,9 +213,10 @@ RECIPES = {"v2": "full", "v3": "v3", "v4": "v4"}
 
 
 def default_recipe() -> Recipe:
-    """``$GRAFT_TINY_RECIPE`` (default ``v3``, the pair in the GRAFT paper's regime; ``v2`` the earlier pair of the
-    studies published before 2026-12-03): the recipe :func:`build_tiny` / :func:`ensure_tiny` build."""
-    return Recipe.named(os.environ.get("GRAFT_TINY_RECIPE") or "v3")
+    """``$GRAFT_TINY_RECIPE`` (default ``v4``, the pair in the GRAFT paper's regime with room for RL; ``v3`` the pair
+    of the SAF-OPD and Tandem RLVR studies published on 2026-12-03, ``v2`` that of the studies published before):
+    the recipe :func:`build_tiny` / :func:`ensure_tiny` build."""
+    return Recipe.named(os.environ.get("GRAFT_TINY_RECIPE") or "v4")
 
 
 # ----------------------------------------------------------------------------------------------------
