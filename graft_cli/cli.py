@@ -89,7 +89,7 @@ def train(pair, method, steps, out, seed, name, no_progress, dry_run, overrides)
     if dry_run:
         _dry_run(cfg)
         return
-    from graft_cli.eval.runner import ValidationHook
+    from graft_cli.eval.validation import ValidationHook
     from graft_cli.train.run import train as run_train
 
     run_dir = run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))

@@ -214,7 +214,7 @@ class FinalEvalConfig:
     validation's samples: the final evaluation adds runs and benchmarks to it. Where the final sampling differs
     from the validation's (Tandem RLVR: validation n = 4 at T 0.6 / top-p 0.95, the final evaluation n = 8 at
     T 0.7 / top-p 0.8 / top-k 20), validation writes ``<run>/validation/`` instead and the final evaluation
-    ``<run>/eval/`` (graft_cli/eval/runner.py ``validation_root``)."""
+    ``<run>/eval/`` (graft_cli/eval/setup.py ``validation_root``)."""
     benchmarks: Optional[list] = None
     runs: Optional[int] = None
     samples: Optional[int] = None

@@ -134,7 +134,8 @@ def test_evaluator_scores_code_benchmarks_beside_a_math_one(tmp_path):
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.eval.benchmarks import BenchmarkSource
     from graft_cli.schema import RewardConfig
-    from graft_cli.eval.runner import EvalSettings, Evaluator, Graders
+    from graft_cli.eval.setup import EvalSettings, Graders
+    from graft_cli.eval.runner import Evaluator
 
     benches = [(b, b.load()) for b in resolve_benchmarks(f"humanevalplus={HEP},mbppplus={MBP},livecodebench={LCB}")]
     REF["1+1"] = ("\\boxed{2}", "\\boxed{3}")

@@ -18,7 +18,8 @@ from graft_cli.errors import GraftError
 from graft_cli.eval import benchmarks as B
 from graft_cli.eval.metrics import average_over_benchmarks, mean_std, pass_at_1, pass_at_k, pass_at_k_run, pm, \
     summarize_benchmark
-from graft_cli.eval.runner import run_seed, select_best
+from graft_cli.eval.setup import run_seed
+from graft_cli.eval.summary import select_best
 
 GRAFT = [sys.executable, "-m", "graft_cli.cli"]
 SMOKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "smoke.jsonl")  # 25 MATH500 problems
@@ -135,7 +136,7 @@ def test_resolve_benchmarks(tmp_path, monkeypatch):
     assert [b.source for b in tiny] == [str(task / f"eval_{n}.jsonl") for n in B.FIVE]
     # a run of any pair on the tiny task (pair=tiny3) is scored on the synthetic sets, not the hub's
     from graft_cli import config as C
-    from graft_cli.eval.runner import run_benches
+    from graft_cli.eval.setup import run_benches
 
     got = run_benches(C.compose(["pair=tiny3"]), "aime24,amc23")
     assert [(b.name, b.source) for b, _ in got] == [(n, str(task / f"eval_{n}.jsonl")) for n in ("aime24", "amc23")]
@@ -243,7 +244,7 @@ def test_eval_cli_needs_run_or_model():
 def test_validation_in_training_writes_best_json(tiny_models, problems_file, tmp_path):
     from graft_cli.config import compose
     from graft_cli.eval.runner import evaluate_run
-    from graft_cli.eval.runner import ValidationHook
+    from graft_cli.eval.validation import ValidationHook
     from graft_cli.train.run import train
 
     out = tmp_path / "runs"
@@ -348,7 +349,7 @@ def test_checkpoint_before_validation_and_resume_into_validation(tiny_models, pr
     so a failing validation costs no training; the rerun resumes into that validation, then trains on
     (issue 29 item 5)."""
     from graft_cli.config import compose
-    from graft_cli.eval.runner import ValidationHook
+    from graft_cli.eval.validation import ValidationHook
     from graft_cli.train import checkpoint as ckpt
     from graft_cli.train.run import train
 
@@ -389,7 +390,7 @@ def test_a_validation_set_that_cannot_load_stops_the_run_before_it_trains(tiny_m
     item 3): one line naming the file, no step trained, nothing written."""
     from graft_cli.config import compose
     from graft_cli.errors import GraftError
-    from graft_cli.eval.runner import ValidationHook
+    from graft_cli.eval.validation import ValidationHook
     from graft_cli.train.run import train
 
     out = tmp_path / "runs"

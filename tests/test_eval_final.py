@@ -14,7 +14,8 @@ from conftest import train_overrides
 
 from graft_cli.config import compose
 from graft_cli.data.prompts import PromptSpec
-from graft_cli.eval.runner import EvalSettings, eval_prompt_spec, final_settings, prepare_folder
+from graft_cli.eval.setup import EvalSettings, eval_prompt_spec, final_settings
+from graft_cli.eval.runner import prepare_folder
 
 RELEASED_SUFFIX = "Please reason step by step, and put your final answer within \\boxed{}."
 SAF_PAIRS = ("saf_qwen3_1p7b", "saf_qwen3_4b", "saf_qwen3_8b")
@@ -86,7 +87,8 @@ def test_validation_then_final_evaluation(tiny_models, problems_file, tmp_path):
     """One policy, one step validated on `arith` with the evaluation suffix; `graft eval --run` (no options)
     then takes eval.final: the validated samples are reused (same file, untouched), the added benchmark is
     evaluated, one run; both with the evaluation prompt, not the training one."""
-    from graft_cli.eval.runner import ValidationHook, evaluate_run
+    from graft_cli.eval.validation import ValidationHook
+    from graft_cli.eval.runner import evaluate_run
     from graft_cli.train.run import train
 
     extra = tmp_path / "extra.jsonl"

@@ -15,8 +15,9 @@ from conftest import make_random_model, train_overrides
 
 from graft_cli.config import compose
 from graft_cli.errors import GraftError
-from graft_cli.eval.runner import (EvalSettings, Selection, final_settings, prepare_folder, run_selection, select_best,
-                                   selection_runs, validation_root, validation_settings)
+from graft_cli.eval.setup import EvalSettings, final_settings, run_selection, validation_root, validation_settings
+from graft_cli.eval.summary import Selection, select_best, selection_runs
+from graft_cli.eval.runner import prepare_folder
 
 TANDEM_ARMS = ("tandem", "grpo", "grpo_kl", "grpo_n16")
 
@@ -86,7 +87,8 @@ def test_tandem_like_run_validates_apart_selects_by_pass_at_k_and_evaluates_with
     """Two steps validated at one sampling (4 samples, T 1) into validation/, best.json by held-out pass@2 counted
     here from the validation files, then `graft eval --run` of the last checkpoint at another (2 samples, T 0.7,
     top-k 3) into eval/ with top-k in the folder's identity; best.json unchanged by it."""
-    from graft_cli.eval.runner import ValidationHook, evaluate_run
+    from graft_cli.eval.validation import ValidationHook
+    from graft_cli.eval.runner import evaluate_run
     from graft_cli.rundir import read_json, read_jsonl
     from graft_cli.train.run import train
 
@@ -165,7 +167,7 @@ def test_best_json_from_the_validation_folders_by_held_out_pass_at_4(tmp_path):
     """update_best with the tandem pair's selection over validation/ step folders (summaries written here): step 20
     has the better held-out pass@1 (0.50 vs 0.375), step 40 the better pass@4 (0.75 vs 0.625); eval/ holds a
     final evaluation of step 20 only, which does not take part."""
-    from graft_cli.eval.runner import update_best
+    from graft_cli.eval.summary import update_best
     from graft_cli.rundir import read_json
 
     cfg = compose(["pair=tandem_qwen3_4b", "method=tandem"])

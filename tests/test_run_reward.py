@@ -51,7 +51,8 @@ def test_make_grader_builds_the_named_reward_with_the_sections_options():
 
 
 def test_a_run_with_another_reward_validates_and_evaluates_with_it(problems_file, tmp_path):
-    from graft_cli.eval.runner import ValidationHook, evaluate_run
+    from graft_cli.eval.validation import ValidationHook
+    from graft_cli.eval.runner import evaluate_run
     from graft_cli.rundir import read_jsonl
     from graft_cli.train.run import train
 

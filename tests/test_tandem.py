@@ -431,7 +431,7 @@ def test_holdout_split_and_the_heldout_benchmark(tmp_path):
 
     from graft_cli.config import compose
     from graft_cli.data.problems import load_problems, split_holdout
-    from graft_cli.eval.runner import run_benches
+    from graft_cli.eval.setup import run_benches
 
     data = write_problems(str(tmp_path / "train.jsonl"), n=10)
     probs = load_problems(data)

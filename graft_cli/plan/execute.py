@@ -103,7 +103,7 @@ def run_job(job: dict) -> dict:
         cfg = compose(job["overrides"])
         if not job["finished"]:
             t0 = time.perf_counter()
-            from graft_cli.eval.runner import ValidationHook
+            from graft_cli.eval.validation import ValidationHook
             from graft_cli.train.run import train
 
             was = S.run_status(job["run_dir"], cfg.run.steps)

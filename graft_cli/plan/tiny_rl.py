@@ -49,7 +49,9 @@ def rl_check(steps: int = 80, method: str = "grpo", out: str = "results/tiny_rl_
 
     from graft_cli.config import compose
     from graft_cli.data.prompts import PromptSpec
-    from graft_cli.eval.runner import EvalSettings, evaluate_model, evaluate_run, ValidationHook
+    from graft_cli.eval.setup import EvalSettings
+    from graft_cli.eval.runner import evaluate_model, evaluate_run
+    from graft_cli.eval.validation import ValidationHook
     from graft_cli.rundir import atomic_write_json, read_json
     from graft_cli.train.run import train as run_train
 

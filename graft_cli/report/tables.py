@@ -7,7 +7,7 @@ holding run directories is searched (three levels). A standalone ``graft eval --
 ``summary.json`` without ``config.yaml``) is listed under "Other evaluations".
 
 Which numbers. A policy's result is the eval summary of its selected step (``best.json``; without it, the
-same rule recomputed from the eval summaries, :func:`graft_cli.eval.runner.select_best`): per benchmark
+same rule recomputed from the eval summaries, :func:`graft_cli.eval.summary.select_best`): per benchmark
 pass@1 mean ± std over eval runs, in percent. Runs are identified by their *variant*, read from the
 resolved settings in ``config.yaml`` rather than the method name they were started with (:func:`identify`):
 the method config whose composed settings the run's equal (``graft`` with ``exchange.params.delta=0.7`` is
@@ -344,7 +344,7 @@ def _pct(v):
 
 
 def policy_result(run: Run, pol: dict) -> PolicyResult | None:
-    from graft_cli.eval.runner import select_best
+    from graft_cli.eval.summary import select_best
 
     steps = run.evals.get(pol["name"], {})
     if not steps:

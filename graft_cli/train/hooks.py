@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 class AfterStep:
-    """An after-step hook of :func:`train` (the CLI's is validation, :class:`graft_cli.eval.runner.ValidationHook`,
+    """An after-step hook of :func:`train` (the CLI's is validation, :class:`graft_cli.eval.validation.ValidationHook`,
     so this layer imports no eval). ``due`` says whether it runs after the trainer's current step: the loop then
     writes that step's checkpoint *before* calling it, so a slow, killed or failing hook never costs training.
     ``done`` says whether its work for the step is already on disk: a run resumed at a step where the hook is
