@@ -20,6 +20,7 @@ import yaml
 from graft_cli import config as C
 from graft_cli.plan import execute as X
 from graft_cli.plan import spec as S
+from graft_cli.report import runs as RU
 from graft_cli.report import tables as T
 
 FULL = 40.0
@@ -88,7 +89,7 @@ def _config_text(overrides: list[str]) -> str:
     if key not in _CONFIGS:
         groups = dict(o.split("=", 1) for o in overrides if o.split("=", 1)[0] in ("pair", "method"))
         rest = [o for o in overrides if o.split("=", 1)[0] not in ("pair", "method")]
-        base = T.composed_config(groups["pair"], groups["method"])
+        base = RU.composed_config(groups["pair"], groups["method"])
         _CONFIGS[key] = C.to_yaml(C.from_dictconfig(base, rest))
     return _CONFIGS[key]
 
@@ -150,7 +151,7 @@ def test_sweep_renders_its_paper_table(sweep, alternative, tmp_path):
     plan = _plan(sweep, alternative)
     out = str(tmp_path / "ablate")
     scores = _materialise(plan, out)
-    runs, shared = T.load_runs(T.find_dirs([out])[0])
+    runs, shared = RU.load_runs(RU.find_dirs([out])[0])
     assert shared == []
     tables, _ = T.build_tables(runs)
     for key, labels in EXPECTED[sweep].items():
@@ -185,8 +186,8 @@ def _table_order(key: str, labels: dict) -> list[str]:
     are in the paper's order; Table 7's δ rows by increasing δ)."""
     if key == "table7_delta":
         return sorted(labels.values(), key=lambda lab: float(lab.split()[0]))
-    order = {"table7": T.ABLATIONS, "table8": T.DESIGNS}[key]
-    rank = {T.method_label(m) + (" (full)" if m == "graft" else ""): i for i, m in enumerate(order)}
+    order = {"table7": RU.ABLATIONS, "table8": RU.DESIGNS}[key]
+    rank = {RU.method_label(m) + (" (full)" if m == "graft" else ""): i for i, m in enumerate(order)}
     return sorted(labels.values(), key=lambda lab: rank[lab])
 
 
@@ -212,8 +213,8 @@ def test_identify_by_settings_worked_cases(tmp_path):
     ]
     for raw, want in cases:
         cfg = {**base, **raw, "exchange": {**base["exchange"], **raw.get("exchange", {})}}
-        assert T.identify(cfg) == want, raw
-    assert T.identify({"method": "graft", "pair": "no_such_pair"}) == ("graft", [])
+        assert RU.identify(cfg) == want, raw
+    assert RU.identify({"method": "graft", "pair": "no_such_pair"}) == ("graft", [])
 
 
 def test_shared_override_left_out_of_labels(tmp_path):
@@ -227,13 +228,13 @@ def test_shared_override_left_out_of_labels(tmp_path):
         d.mkdir()
         (d / "config.yaml").write_text(_config_text(["pair=tiny", f"method={m}", *ov]))
         runs.append(str(d))
-    loaded, shared = T.load_runs(runs)
+    loaded, shared = RU.load_runs(runs)
     assert shared == [("peer_logprobs", "recompute")]
     assert [r.variant for r in loaded] == ["graft", "graft[delta=0.5]", "graft_nogate"]
     note = T.runs_table(loaded, shared).notes[-1]
     assert "peer_logprobs=recompute" in note
     raw = yaml.safe_load((tmp_path / "r1" / "config.yaml").read_text())
-    assert T.identify(raw) == ("graft", [("delta", "0.5"), ("peer_logprobs", "recompute")])
+    assert RU.identify(raw) == ("graft", [("delta", "0.5"), ("peer_logprobs", "recompute")])
 
 
 def test_run_summary_names_the_variant(tmp_path):

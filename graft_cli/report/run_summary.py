@@ -26,9 +26,9 @@ from graft_cli.rundir import read_metrics, run_config_raw, training_rows
 
 
 def run_variant(run_dir: str) -> str | None:
-    """``"<label> (<variant>)"``: the variant :func:`graft_cli.report.tables.identify` reads from the run's
+    """``"<label> (<variant>)"``: the variant :func:`graft_cli.report.runs.identify` reads from the run's
     config.yaml and its table label; None without a config.yaml."""
-    from graft_cli.report.tables import identify, method_label, variant_label
+    from graft_cli.report.runs import identify, method_label, variant_label
 
     raw = run_config_raw(run_dir)
     if not raw.get("method"):
