@@ -218,3 +218,26 @@ def gone_within(pids: set[int], seconds: float) -> float:
             return time.time() - t0
         time.sleep(0.1)
     raise AssertionError(f"processes still alive after {seconds} s: {sorted(alive)}")
+
+
+def register_parity_reward() -> None:
+    """Register ``reward.name: first_char_parity`` once: a random model never answers right, so the engine tests'
+    trainer steps reward 1 when the response's first character has an even code (both groups of a step mixed)."""
+    import numpy as np
+
+    from graft_cli.reward import REWARDS, Grades
+
+    if "first_char_parity" in REWARDS:
+        return
+
+    @REWARDS.register("first_char_parity")
+    class Parity:
+        def __init__(self, **_):
+            pass
+
+        def grade(self, texts, golds):
+            r = np.array([float(bool(t) and ord(t[0]) % 2 == 0) for t in texts], dtype=np.float32)
+            return Grades(r, np.zeros(len(texts), dtype=bool), [None] * len(texts))
+
+        def close(self):
+            pass

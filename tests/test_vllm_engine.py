@@ -172,25 +172,12 @@ def test_trainer_steps_with_vllm_engine(tmp_path):
     """Two GRPO steps through the trainer with ``rollout.engine=vllm`` (built from the config like any engine):
     the weights are pushed after each update, so the engine's log-probs stay within TOL of the trainer's
     recomputation at step 2 although the update moved the policy; the IS metrics are logged (ratio ~ 1)."""
-    import numpy as np
-    from conftest import train_overrides, write_problems
+    from conftest import register_parity_reward, train_overrides, write_problems
 
     from graft_cli import config as C
-    from graft_cli.reward import REWARDS, Grades
     from graft_cli.train.loop import Trainer
 
-    if "first_char_parity" not in REWARDS:
-        @REWARDS.register("first_char_parity")
-        class Parity:  # a random model never answers right: reward 1 when the first character's code is even
-            def __init__(self, **_):
-                pass
-
-            def grade(self, texts, golds):
-                r = np.array([float(bool(t) and ord(t[0]) % 2 == 0) for t in texts], dtype=np.float32)
-                return Grades(r, np.zeros(len(texts), dtype=bool), [None] * len(texts))
-
-            def close(self):
-                pass
+    register_parity_reward()
 
     path = make_untied_llama(str(tmp_path / "m"), seed=1)
     data = write_problems(str(tmp_path / "train.jsonl"))

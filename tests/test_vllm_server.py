@@ -132,24 +132,12 @@ def test_a_graft_step_with_both_policies_on_servers(servers, tmp_path):
     """Two GRAFT steps of the pair with ``rollout.engine=vllm_server`` (one server per model, one URL list): every
     rollout comes over HTTP, the update is pushed after each step, and the sampler log-probs stay within TOL of
     the trainer's recomputation at step 2 although step 1 moved both policies."""
-    import numpy as np
+    from conftest import register_parity_reward
 
     from graft_cli import config as C
-    from graft_cli.reward import REWARDS, Grades
     from graft_cli.train.loop import Trainer
 
-    if "first_char_parity" not in REWARDS:
-        @REWARDS.register("first_char_parity")
-        class Parity:  # a random model never answers right: reward 1 when the first character's code is even
-            def __init__(self, **_):
-                pass
-
-            def grade(self, texts, golds):
-                r = np.array([float(bool(t) and ord(t[0]) % 2 == 0) for t in texts], dtype=np.float32)
-                return Grades(r, np.zeros(len(texts), dtype=bool), [None] * len(texts))
-
-            def close(self):
-                pass
+    register_parity_reward()
 
     urls = [servers["a"][1], servers["b"][1]]
     data = write_problems(str(tmp_path / "train.jsonl"))
