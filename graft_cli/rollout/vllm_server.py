@@ -15,8 +15,8 @@ rollout workers).
 - **Requests.** ``/v1/completions`` with the prompt token ids, ``n``, temperature / top-p / top-k, ``max_tokens``,
   ``logprobs: 0`` (the sampled token's log-prob) and ``return_token_ids`` (the response's token ids, EOS kept last
   as the other engines keep it), EOS ids as ``stop_token_ids``; greedy calls repeat the prompt ``n`` times (vLLM
-  refuses ``n > 1`` at T = 0). ``per_request_seed`` sends ``seed + i * n`` per prompt (GPU servers; vLLM-CPU
-  refuses per-request seeds).
+  refuses ``n > 1`` at T = 0). ``per_request_seed`` sends each server's request the seed ``seed + i * n`` of its
+  first prompt ``i`` (GPU servers; vLLM-CPU refuses per-request seeds).
 - **Weights** (``weight_sync: folder``): after every update (and once at start, so a server left from an earlier
   run never serves stale weights) the policy's full state dict (FSDP2 shards gathered, a collective) is written
   with ``save_pretrained`` under ``sync_dir`` (a folder every server can read: local on one node, shared storage
@@ -157,7 +157,7 @@ class VLLMServerEngine(RolloutEngine):
                 "top_p": 1.0 if greedy else float(p.top_p), "top_k": int(p.top_k) if p.top_k > 0 and not greedy
                 else -1, "max_tokens": int(p.max_new_tokens), "logprobs": 0, "stop_token_ids": list(self.eos_ids),
                 "return_token_ids": True, "skip_special_tokens": True}
-        if self.per_request_seed:  # one request per prompt would be needed for per-prompt seeds; one per call here
+        if self.per_request_seed:  # one seed per request (per-prompt seeds would need one request per prompt)
             body["seed"] = int(p.seed) + first * p.n
         r = self._post(url, "/v1/completions", "completion", json=body)
         choices = sorted(r.json().get("choices") or [], key=lambda c: c["index"])
@@ -178,10 +178,8 @@ class VLLMServerEngine(RolloutEngine):
         for choices in parts:
             for c in choices:
                 toks = [int(t) for t in c.get("token_ids") or []]
-                lp = c.get("logprobs") or {}
-                vals = lp.get("token_logprobs") or []
-                if params.temperature <= 0 or len(vals) != len(toks):
-                    vals = [0.0] * len(toks) if params.temperature <= 0 else vals
+                vals = [0.0] * len(toks) if params.temperature <= 0 else \
+                    (c.get("logprobs") or {}).get("token_logprobs") or []
                 if len(vals) != len(toks):
                     raise GraftError(f"vLLM server: {len(vals)} log-probs for {len(toks)} tokens (start it with "
                                      f"--logprobs-mode processed_logprobs; a graft request asks logprobs=0)")

@@ -152,26 +152,37 @@ def save(ckpt_root: str, step: int, policies: dict, state: dict, keep: int = 2, 
             pol.tokenizer.save_pretrained(d)
             save_tensors(pol.optimizer.state_dict(), os.path.join(d, "optimizer.pt"))
         faults.point("checkpoint", step)
-        with open(os.path.join(tmp, STATE), "w", encoding="utf-8") as f:
-            json.dump({**state, "rng": rng_state()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        write_manifest(tmp)
-        faults.point("manifest", step)
-        open(os.path.join(tmp, COMPLETE), "w").close()
-        faults.point("rename", step)
+        _seal(tmp, step, state)
     except Exception as e:  # a full disk, a file-size limit: the half-written folder goes, the last complete one stays
         shutil.rmtree(tmp, ignore_errors=True)
         err = write_error(e)
         if err is None:
             raise
-        raise GraftError(f"{final}: checkpoint not written ({err.strerror or err}); the last complete checkpoint is "
-                         f"kept and the run can resume from it") from None
+        raise _not_written(final, err.strerror or str(err)) from None
+    _install(tmp, final, ckpt_root, keep, protect)
+    return final
+
+
+def _seal(tmp: str, step: int, state: dict, known: dict | None = None) -> None:
+    """The end of the protocol inside the temporary folder: ``state.json`` (with the RNG states), the manifest
+    (``known``: files already hashed by the ranks that wrote them), then ``COMPLETE``."""
+    with open(os.path.join(tmp, STATE), "w", encoding="utf-8") as f:
+        json.dump({**state, "rng": rng_state()}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    write_manifest(tmp, known)
+    faults.point("manifest", step)
+    open(os.path.join(tmp, COMPLETE), "w").close()
+    faults.point("rename", step)
+
+
+def _install(tmp: str, final: str, ckpt_root: str, keep: int, protect: tuple) -> None:
+    """A sealed temporary folder renamed to its step's name (a previous folder of that step replaced), then the
+    rotation."""
     if os.path.exists(final):
         shutil.rmtree(final)
     os.rename(tmp, final)
     prune(ckpt_root, keep, protect)
-    return final
 
 
 def _first_nonfinite(name: str, model) -> str | None:
@@ -182,12 +193,17 @@ def _first_nonfinite(name: str, model) -> str | None:
     return None
 
 
-def _agree(d, err: str | None, where: str) -> None:
-    """Every rank learns whether any rank failed (``err``) at ``where``, and all raise the first failure's line."""
+def _not_written(final: str, why: str) -> GraftError:
+    return GraftError(f"{final}: checkpoint not written ({why}); the last complete checkpoint is kept and the run can "
+                      f"resume from it")
+
+
+def _agree(d, err: str | None, final: str | None = None) -> None:
+    """Every rank learns whether any rank failed (``err``), and all raise the first failure: as its own line, or
+    with ``final`` as the checkpoint not written."""
     errs = [e for e in d.gather_objects(err) if e]
     if errs:
-        raise GraftError(errs[0] if where == "finite" else f"{where}: checkpoint not written ({errs[0]}); the last "
-                         f"complete checkpoint is kept and the run can resume from it")
+        raise GraftError(errs[0]) if final is None else _not_written(final, errs[0])
 
 
 def save_sharded(d, ckpt_root: str, step: int, policies: dict, state: dict, keep: int = 2,
@@ -200,7 +216,7 @@ def save_sharded(d, ckpt_root: str, step: int, policies: dict, state: dict, keep
     on rank 0, None on the others."""
     final = step_path(ckpt_root, step)
     tmp = f"{final}.tmp-{d.gather_objects(os.getpid())[0]}"
-    _agree(d, next((e for n, p in policies.items() if (e := _first_nonfinite(n, p.model))), None), "finite")
+    _agree(d, next((e for n, p in policies.items() if (e := _first_nonfinite(n, p.model))), None))
     err = None
     if d.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -227,27 +243,17 @@ def save_sharded(d, ckpt_root: str, step: int, policies: dict, state: dict, keep
         faults.point("checkpoint", step)
     except Exception as e:
         err = _why(e)
-    metas = d.gather_objects((err, known))
+    metas = d.gather_objects((err, known))  # every rank has every rank's outcome: no further collective to agree
     errs = [e for e, _ in metas if e]
     if errs:
         if d.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
-        _agree(d, errs[0], final)
+        raise _not_written(final, errs[0])
     err = None
     if d.is_main:
         try:
-            with open(os.path.join(tmp, STATE), "w", encoding="utf-8") as f:
-                json.dump({**state, "rng": rng_state(), "world": d.world}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            write_manifest(tmp, {k: v for _, m in metas for k, v in m.items()})
-            faults.point("manifest", step)
-            open(os.path.join(tmp, COMPLETE), "w").close()
-            faults.point("rename", step)
-            if os.path.exists(final):
-                shutil.rmtree(final)
-            os.rename(tmp, final)
-            prune(ckpt_root, keep, protect)
+            _seal(tmp, step, {**state, "world": d.world}, {k: v for _, m in metas for k, v in m.items()})
+            _install(tmp, final, ckpt_root, keep, protect)
         except Exception as e:
             shutil.rmtree(tmp, ignore_errors=True)
             err = _why(e)
