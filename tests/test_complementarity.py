@@ -11,7 +11,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-from graft_cli.analysis.complementarity import aggregate, cross_solve, from_runs, step_entry
+from graft_cli.algorithms.exchange.selection import filled_share, solved_share
+from graft_cli.analysis.complementarity import aggregate, from_runs, step_entry
 from graft_cli.errors import GraftError
 from graft_cli.rundir import write_parquet
 
@@ -55,10 +56,27 @@ def make_run(path, policies, ks, ids=None):
     return str(path)
 
 
-def test_cross_solve_pure():
-    assert cross_solve([0, 0, 2, 4], [1, 0, 0, 3]) == (0.5, 2, 1)
-    r, f, h = cross_solve([1, 2], [0, 0])
-    assert math.isnan(r) and (f, h) == (0, 0)
+# The two definitions, worked by hand (groups of n = 4). Receiver k: [0, 0, 0, 0, 3]: four all-fail prompts.
+# Peer k:                                                                 [4, 2, 0, 1, 0]
+# solved (peer k >= 1) on prompts 0, 1, 3 -> 3 / 4; filled (1 <= peer k < 4) on prompts 1, 3 -> 2 / 4: prompt 0's
+# all-correct peer group counts as solved but carries no advantage to graft.
+SHARE_CASES = [
+    # receiver k, peers' k, n, solved share, filled share
+    ([0, 0, 0, 0, 3], [[4, 2, 0, 1, 0]], 4, (0.75, 4, 3), (0.5, 4, 2)),
+    ([0, 0, 2, 4], [[1, 0, 0, 3]], 4, (0.5, 2, 1), (0.5, 2, 1)),
+    ([0, 0, 0], [[4, 0, 0], [0, 0, 1]], 4, (2 / 3, 3, 2), (1 / 3, 3, 1)),  # two peers: any of them
+    ([1, 2], [[0, 0]], 4, (math.nan, 0, 0), (math.nan, 0, 0)),  # no all-fail prompt
+]
+
+
+@pytest.mark.parametrize("k_recv,k_peers,n,solved,filled", SHARE_CASES)
+def test_solved_and_filled_shares_by_hand(k_recv, k_peers, n, solved, filled):
+    for got, want in ((solved_share(k_recv, k_peers), solved), (filled_share(k_recv, k_peers, n), filled)):
+        assert got[1:] == want[1:]
+        assert (math.isnan(got[0]) and math.isnan(want[0])) or got[0] == pytest.approx(want[0])
+
+
+def test_step_entry_both_ways():
     e = step_entry(1, [0, 1, 0, 0], [2, 0, 0, 1], 4, 4)
     assert e["y_solves_x"] == pytest.approx(2 / 3) and e["x_solves_y"] == pytest.approx(0.5)
     assert (e["x_all_fail"], e["y_all_fail"]) == (3, 2)

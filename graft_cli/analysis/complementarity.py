@@ -1,8 +1,10 @@
 """Cross-model complementarity (graft.md §2.7, Fig. 1; the paper: Smol solves 47.9% of Qwen's all-fail
 prompts, Qwen 18.7% of Smol's, as means over independent GRPO n=8 training).
 
-Definition (per step, graft.md §2.7 [I]): among the batch prompts on which model X has ``k = 0`` (all of
-its samples fail), the share on which model Y has ``k >= 1`` — "Y solves X's all-fail prompts". Both
+Definition (per step, graft.md §2.7 [I]; :func:`~graft_cli.algorithms.exchange.selection.solved_share`): among
+the batch prompts on which model X has ``k = 0`` (all of its samples fail), the share on which model Y has
+``k >= 1`` — "Y solves X's all-fail prompts". (GRAFT itself can only graft where Y's group is mixed,
+``1 <= k < n``: that narrower share is ``filled_share``, which ``graft tiny build --check`` reports.) Both
 directions are reported per step; the mean over training is the mean of the per-step rates over the
 steps where X has at least one all-fail prompt (``pooled`` gives the ratio of the summed counts too).
 
@@ -25,6 +27,7 @@ import re
 
 import numpy as np
 
+from graft_cli.algorithms.exchange.selection import solved_share
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.rundir import run_policies
@@ -33,21 +36,13 @@ STEP_FILE_RE = re.compile(r"^step_(\d{6,})\.parquet$")
 
 
 # --------------------------------------------------------------------------------------------- pure
-def cross_solve(k_x, k_y) -> tuple[float, int, int]:
-    """``(rate, fails, hits)``: of the prompts where ``k_x == 0``, the share where ``k_y >= 1``
-    (``nan`` when X has no all-fail prompt)."""
-    k_x, k_y = np.asarray(k_x), np.asarray(k_y)
-    if k_x.shape != k_y.shape:
-        raise ValueError(f"k arrays differ in length: {k_x.shape} vs {k_y.shape}")
-    fails = k_x == 0
-    n_fail = int(fails.sum())
-    hits = int((fails & (k_y >= 1)).sum())
-    return (hits / n_fail if n_fail else math.nan), n_fail, hits
-
-
 def step_entry(step: int, k_x, k_y, n_x: int, n_y: int) -> dict:
-    r_yx, f_x, h_yx = cross_solve(k_x, k_y)
-    r_xy, f_y, h_xy = cross_solve(k_y, k_x)
+    """One step both ways: :func:`~graft_cli.algorithms.exchange.selection.solved_share` of X's all-fail prompts
+    by Y and of Y's by X."""
+    if np.shape(k_x) != np.shape(k_y):
+        raise ValueError(f"k arrays differ in length: {np.shape(k_x)} vs {np.shape(k_y)}")
+    r_yx, f_x, h_yx = solved_share(k_x, [k_y])
+    r_xy, f_y, h_xy = solved_share(k_y, [k_x])
     return {"step": int(step), "num_prompts": int(len(k_x)), "n_x": n_x, "n_y": n_y,
             "x_all_fail": f_x, "y_all_fail": f_y, "y_solves_x": r_yx, "x_solves_y": r_xy,
             "y_solves_x_hits": h_yx, "x_solves_y_hits": h_xy}
@@ -167,9 +162,9 @@ def sample_k(model_path: str, problems, samples: int, temperature: float, top_p:
              seed: int, grader, device: str = "auto", dtype: str = "float32", chat_template: str = "auto",
              progress=None, task=None) -> tuple[np.ndarray, int]:
     from graft_cli.data.prompts import PromptSpec
-    from graft_cli.models.loading import load_model, load_tokenizer
+    from graft_cli.models.loading import load_model, load_tokenizer, resolve_path
     from graft_cli.rollout import ENGINES, SamplingParams
-    from graft_cli.models.loading import resolve_path
+    from graft_cli.rollout.graded import sample_and_grade
 
     path = resolve_path(model_path)
     tok = load_tokenizer(path)
@@ -180,11 +175,10 @@ def sample_k(model_path: str, problems, samples: int, temperature: float, top_p:
     chunk = 32
     for c, start in enumerate(range(0, len(problems), chunk)):
         part = problems[start:start + chunk]
-        ro = engine.generate([spec.encode(p.problem, tok) for p in part],
-                             SamplingParams(n=samples, temperature=temperature, top_p=top_p,
-                                            max_new_tokens=max_new_tokens, seed=(seed * 7919 + c) % (2**31 - 1)))
-        g = grader.grade(ro.texts, [p.answer for p in part for _ in range(samples)])
-        ks.extend((np.asarray(g.rewards).reshape(len(part), samples) > 0.5).sum(1).tolist())
+        params = SamplingParams(n=samples, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                                seed=(seed * 7919 + c) % (2**31 - 1))
+        ks.extend(sample_and_grade(engine, [spec.encode(p.problem, tok) for p in part], [p.answer for p in part],
+                                   params, grader).k.tolist())
         if progress is not None:
             progress.advance(task, len(part))
     return np.asarray(ks), samples

@@ -34,8 +34,6 @@ import hashlib
 import os
 import re
 
-
-from graft_cli.schema import RewardConfig
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import BenchmarkSource, resolve_benchmarks
@@ -44,8 +42,11 @@ from graft_cli.eval.setup import (CHUNK_PROMPTS, EvalSettings, Graders, chunk_se
                                   load_benches, load_run_config, make_engine, run_benches, run_graders, run_seed,
                                   run_selection)
 from graft_cli.eval.summary import best_folder_step, load_correct, update_best, write_summary
+from graft_cli.rollout.base import SamplingParams
+from graft_cli.rollout.graded import sample_and_grade
 from graft_cli.rundir import (atomic_write_json, checkpoint_dir, checkpoints_dir, eval_step_dir,
                               read_json, write_jsonl_atomic)
+from graft_cli.schema import RewardConfig
 
 # ----------------------------------------------------------------------------------------------- io
 def problems_fingerprint(problems) -> str:
@@ -124,8 +125,6 @@ class Evaluator:
 
     def run_one(self, out_dir: str, bench: BenchmarkSource, problems, run: int, task=None) -> list[dict]:
         """Generate and grade one (benchmark, run) and write its file; returns its rows."""
-        from graft_cli.rollout import SamplingParams
-
         s = self.settings
         seed = run_seed(s.seed, run)
         rows: list[dict] = []
@@ -142,9 +141,9 @@ class Evaluator:
                     if self.context_len is None or len(ids) + s.max_new_tokens <= self.context_len]
             params = SamplingParams(n=s.samples, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                                     max_new_tokens=s.max_new_tokens, seed=chunk_seed(seed, c))
-            ro = self.engine.generate([prompt_ids[i] for i in fits], params) if fits else None
-            golds = [chunk[i].answer for i in fits for _ in range(s.samples)]
-            grades = grader.grade(ro.texts, golds) if fits else None
+            graded = (sample_and_grade(self.engine, [prompt_ids[i] for i in fits], [chunk[i].answer for i in fits],
+                                       params, grader) if fits else None)
+            ro, grades = (graded.rollouts, graded.grades) if fits else (None, None)
             where = {i: k for k, i in enumerate(fits)}
             for i, p in enumerate(chunk):
                 for j in range(s.samples):

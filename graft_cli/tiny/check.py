@@ -5,13 +5,19 @@ regime), :func:`targets_met` against the build's targets, and ``graft tiny build
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
 
 import torch
 
+from graft_cli.algorithms.exchange.selection import filled_share, trigger
 from graft_cli.console import make_console
+from graft_cli.data.prompts import PromptSpec
+from graft_cli.rollout.base import SamplingParams
+from graft_cli.rollout.graded import Graded, sample_and_grade
+from graft_cli.rollout.hf import HFEngine
 from graft_cli.rundir import read_jsonl
 from graft_cli.tiny.build import POLICY_ROLES, ROLES, build_tiny, read_manifest
 from graft_cli.tiny.sft import Recipe
@@ -20,18 +26,14 @@ from graft_cli.tiny.sft import Recipe
 # Measurement
 
 
-def sample_groups(model, tokenizer, problems: list[str], n: int = 8, seed: int = 0, max_new_tokens: int = 48,
-                  temperature: float = 1.0):
-    """Sample ``n`` responses per problem with the project's rollout engine (prompt-major)."""
-    from graft_cli.data.prompts import PromptSpec
-    from graft_cli.rollout.base import SamplingParams
-    from graft_cli.rollout.hf import HFEngine
-
+def sample_groups(model, tokenizer, problems: list[str], golds: list[str], grader, n: int = 8, seed: int = 0,
+                  max_new_tokens: int = 48, temperature: float = 1.0) -> Graded:
+    """Sample ``n`` responses per problem with the project's rollout engine (prompt-major) and grade them."""
     spec = PromptSpec()
     prompt_ids = [spec.encode(p, tokenizer) for p in problems]
-    eng = HFEngine(model, tokenizer)
-    return eng.generate(prompt_ids, SamplingParams(n=n, temperature=temperature, top_p=1.0,
-                                                   max_new_tokens=max_new_tokens, seed=seed))
+    return sample_and_grade(HFEngine(model, tokenizer), prompt_ids, golds,
+                            SamplingParams(n=n, temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens,
+                                           seed=seed), grader)
 
 
 def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, roles=ROLES,
@@ -67,11 +69,10 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
             tok = AutoTokenizer.from_pretrained(paths[role])
             model = AutoModelForCausalLM.from_pretrained(paths[role], dtype=torch.float32)
             t0 = time.time()
-            ro = sample_groups(model, tok, [r["problem"] for r in recs], n=n, seed=seed, max_new_tokens=max_new_tokens)
-            gen_s = time.time() - t0
-            rew = grader.grade(ro.texts, [r["answer"] for r in recs for _ in range(n)]).rewards
-            rew = [float(x) for x in rew]
-            k = [int(round(sum(rew[i * n:(i + 1) * n]))) for i in range(len(recs))]
+            graded = sample_groups(model, tok, [r["problem"] for r in recs], [r["answer"] for r in recs], grader,
+                                   n=n, seed=seed, max_new_tokens=max_new_tokens)
+            gen_s = time.time() - t0  # sampling and grading
+            ro, rew, k = graded.rollouts, graded.rewards, graded.k.tolist()
             ks[role] = k
             if role in ("a", "b"):
                 side[role] = {"model": model, "tokenizer": tok, "prompt_ids": ro.prompt_ids, "rollouts": ro,
@@ -93,9 +94,8 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
                 "sample_seconds": gen_s,
             }
             if held:
-                ro_h = sample_groups(model, tok, [r["problem"] for r in held], n=1, seed=seed,
-                                     max_new_tokens=max_new_tokens)
-                rh = grader.grade(ro_h.texts, [r["answer"] for r in held]).rewards
+                rh = sample_groups(model, tok, [r["problem"] for r in held], [r["answer"] for r in held], grader,
+                                   n=1, seed=seed, max_new_tokens=max_new_tokens).rewards
                 res["math500_pass1"] = float(sum(rh)) / len(rh)
             out[role] = res
     finally:
@@ -138,23 +138,30 @@ def _family_index(families: list[str]) -> dict[str, list[int]]:
 
 
 def peer_fills(ks: dict, n: int, index: list[int] | None = None) -> dict:
-    """Who can fill whose all-fail prompts, among N >= 2 models. ``ks`` maps a model to its per-prompt success
-    counts in groups of ``n`` (``index``: the prompts counted, default all). Per receiver X: ``all_fail`` (share
-    of the prompts), and on X's all-fail prompts ``any`` (some peer's group mixed, 1 <= k < n), ``mixed[Y]``
-    (Y's group mixed) and ``only[Y]`` (Y's mixed and no other peer's): the prompts only Y can fill."""
+    """Who can fill whose all-fail prompts, among N >= 2 models: the fillable share
+    (:func:`~graft_cli.algorithms.exchange.selection.filled_share`, Alg. 1's trigger: the peer's group mixed,
+    1 <= k < n), not the paper's solved share. ``ks`` maps a model to its per-prompt success counts in groups of
+    ``n`` (``index``: the prompts counted, default all). Per receiver X: ``all_fail`` (share of the prompts), and
+    on X's all-fail prompts ``any`` (some peer's group mixed), ``mixed[Y]`` (Y's group mixed) and ``only[Y]``
+    (Y's mixed and no other peer's): the prompts only Y can fill. A share over no all-fail prompt is 0."""
     index = list(range(len(next(iter(ks.values()))))) if index is None else index
     out = {}
     for x, kx in ks.items():
-        fail = [i for i in index if kx[i] == 0]
+        sub = [kx[i] for i in index]
+        fails = [q for q, k in enumerate(sub) if k == 0]
         others = [y for y in ks if y != x]
-        mixed = {y: [1 <= ks[y][i] < n for i in fail] for y in others}
-        share = (lambda flags: sum(flags) / len(flags) if flags else 0.0)
-        out[x] = {"n_prompts": len(index), "all_fail": len(fail) / len(index) if index else 0.0,
-                  "any": share([any(mixed[y][j] for y in others) for j in range(len(fail))]),
-                  "mixed": {y: share(mixed[y]) for y in others},
-                  "only": {y: share([mixed[y][j] and not any(mixed[z][j] for z in others if z != y)
-                                     for j in range(len(fail))]) for y in others}}
+        fills = {y: set(trigger(sub, [ks[y][i] for i in index], n)) for y in others}
+        out[x] = {"n_prompts": len(index), "all_fail": len(fails) / len(index) if index else 0.0,
+                  "any": _fill_share(fails, fills, others),
+                  "mixed": {y: _fill_share(fails, fills, [y]) for y in others},
+                  "only": {y: _fill_share(fails, fills, [y], [z for z in others if z != y]) for y in others}}
     return out
+
+
+def _fill_share(fails: list[int], fills: dict, by: list[str], not_by: tuple | list = ()) -> float:
+    """Share of ``fails`` some model in ``by`` fills and none in ``not_by`` (0 over no prompt)."""
+    hit = [q for q in fails if any(q in fills[y] for y in by) and not any(q in fills[z] for z in not_by)]
+    return len(hit) / len(fails) if fails else 0.0
 
 
 def family_complementarity(families: list[str], k_a: list[int], k_b: list[int], n: int) -> dict:
@@ -180,8 +187,9 @@ def blind_spots(families: dict, all_fail_min: float | None = None, peer_mixed_mi
 
 
 def _comp(k_fail: list[int], k_other: list[int], n: int) -> float:
-    """Share of the first model's all-fail prompts on which the other's group is mixed (:func:`peer_fills`)."""
-    return peer_fills({"x": k_fail, "y": k_other}, n)["x"]["mixed"]["y"]
+    """The fillable share of the first model's all-fail prompts by the other (0 when it has none)."""
+    share = filled_share(k_fail, [k_other], n)[0]
+    return 0.0 if math.isnan(share) else share
 
 
 TARGETS = {"pass1": (0.15, 0.60), "all_fail": (0.15, 0.60), "comp": 0.10, "comp_one_way": 0.20,

@@ -98,7 +98,7 @@ import numpy as np
 from graft_cli.algorithms.exchange.base import EXCHANGES, Exchange, ExchangeContext
 from graft_cli.algorithms.exchange.gates import ADMISSIONS, GATES, compatibility, source_mean_logprob
 from graft_cli.algorithms.exchange.replacement import REPLACEMENTS, ReceiverContext
-from graft_cli.algorithms.exchange.selection import N_PEER_RULES, SELECTIONS, Plan, complementarity, plan_exchange
+from graft_cli.algorithms.exchange.selection import N_PEER_RULES, SELECTIONS, Plan, plan_exchange, solved_share
 from graft_cli.batch import PolicyStep, TrainBatch
 from graft_cli.errors import GraftError
 from graft_cli.models.retokenize import tokenizers_identical
@@ -321,7 +321,7 @@ class GraftExchange(Exchange):
             "graft/selected": len(plan.assign.get(r, {})),
             "graft/m": sum(ms) if ms else None,
             "graft/transferred": sum(1 for s in batch.source if s == "peer"),
-            "graft/complementarity": complementarity(steps[rname].k, [steps[nm].k for nm in names if nm != rname]),
+            "graft/complementarity": solved_share(steps[rname].k, [steps[nm].k for nm in names if nm != rname])[0],
         }
         if n_src_tok:
             out["graft/retok_length_ratio"] = n_recv_tok / n_src_tok

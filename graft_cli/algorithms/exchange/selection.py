@@ -226,12 +226,22 @@ def plan_exchange(ks: list, ns: list[int], selection: str = "balanced", seed: in
     return N_PEER_RULES.get(n_peer)(ks, ns, selection, seed, B, dirs, Plan(assign={r: {} for r in range(N)}))
 
 
-def complementarity(k_recv, k_peers: list) -> float:
-    """graft.md §2.7: among prompts where the receiver has k = 0, the share where a peer has k ≥ 1
-    (nan when the receiver has no all-fail prompt)."""
-    kr = _ints(k_recv)
-    fails = [q for q, k in enumerate(kr) if k == 0]
-    if not fails:
-        return math.nan
-    hit = sum(1 for q in fails if any(_ints(kp)[q] >= 1 for kp in k_peers))
-    return hit / len(fails)
+def _share(k_recv, hit_sets: list[set[int]]) -> tuple[float, int, int]:
+    fails = [q for q, k in enumerate(_ints(k_recv)) if k == 0]
+    hits = sum(1 for q in fails if any(q in h for h in hit_sets))
+    return (hits / len(fails) if fails else math.nan), len(fails), hits
+
+
+def solved_share(k_recv, k_peers: list) -> tuple[float, int, int]:
+    """**Complementarity**, the paper's definition (graft.md §2.7): of the receiver's all-fail prompts (k_R = 0),
+    the share on which some peer solves at least one response (k ≥ 1): the prompts of :func:`trigger_sgt`.
+    Returns ``(share, all_fail, hits)``; the share is nan when the receiver has no all-fail prompt."""
+    return _share(k_recv, [set(trigger_sgt(k_recv, kp)) for kp in k_peers])
+
+
+def filled_share(k_recv, k_peers: list, n: int) -> tuple[float, int, int]:
+    """**Fillable share**, GRAFT's own reach (Alg. 1's trigger, :func:`trigger`): of the receiver's all-fail
+    prompts, the share on which some peer's group of ``n`` is *mixed* (1 ≤ k < n), so that a grafted response
+    carries a non-zero advantage. Unlike :func:`solved_share` an all-correct peer group does not count.
+    Returns ``(share, all_fail, hits)``; nan when the receiver has no all-fail prompt."""
+    return _share(k_recv, [set(trigger(k_recv, kp, n)) for kp in k_peers])
