@@ -37,9 +37,13 @@ TIME_WORDS = {"time", "times", "seconds", "second", "sec", "hours", "hour", "dat
               "hostname", "python", "torch", "wall", "elapsed", "platform", "created", "timestamp", "git"}
 
 
+THREADS = 2  # --threads: torch threads of the training runs (1: no run depends on how a parallel sum is split)
+
+
 def train(method: str, out: str, steps: int, extra: list[str]) -> str:
     cmd = [sys.executable, "-m", "graft_cli.cli", "train", "--pair", "tiny", "--method", method, "--steps",
-           str(steps), "--seed", "0", "--out", out, "--no-progress", "run.threads=2", "run.save_every=100", *extra]
+           str(steps), "--seed", "0", "--out", out, "--no-progress", f"run.threads={THREADS}", "run.save_every=100",
+           *extra]
     subprocess.run(cmd, check=True)
     name = f"tiny-{method}-s0"
     return os.path.join(out, name)
@@ -140,19 +144,37 @@ print(json.dumps({{"manifest": man, "check": props}}, default=str))
     return _timeless(json.loads(r.stdout.strip().splitlines()[-1]))
 
 
+def _norm(v):
+    """An absolute path compares by its last component: the two trees may read the pair from different caches."""
+    return os.path.basename(v) if isinstance(v, str) and v.startswith("/") and "\n" not in v else v
+
+
+def _untimed_report(rep):
+    """``graft report``'s tables without Table 5 (compute: seconds per step and GPU-hours are times)."""
+    if isinstance(rep, dict) and isinstance(rep.get("report.json"), dict):
+        rj = dict(rep["report.json"])
+        rj["tables"] = [t for t in rj.get("tables", []) if not str(t.get("title", "")).startswith("Table 5: compute")]
+        rep = {**rep, "report.json": rj}
+    return rep
+
+
 def compare_extra(a: dict, b: dict, path: str = "") -> int:
-    """Every difference between two timeless trees (printed); their count."""
+    """Every difference between two timeless trees (printed; absolute paths by their last component); their
+    count."""
     if isinstance(a, dict) and isinstance(b, dict):
         bad = 0
         for k in sorted(set(a) | set(b)):
-            if k not in a or k not in b:
-                print(f"{path}/{k}: only in {'after' if k not in a else 'before'}")
+            if k not in a:  # added later (a new field or metric): listed, not counted as a change
+                print(f"{path}/{k}: only in after (added: {str(b[k])[:40]})")
+            elif k not in b:
+                print(f"{path}/{k}: only in before")
                 bad += 1
             else:
                 bad += compare_extra(a[k], b[k], f"{path}/{k}")
         return bad
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return sum(compare_extra(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b)))
+    a, b = _norm(a), _norm(b)
     if a != b and not (isinstance(a, float) and isinstance(b, float) and a != a and b != b):  # nan == nan
         print(f"{path}: {str(a)[:120]!r} != {str(b)[:120]!r}")
         return 1
@@ -175,6 +197,7 @@ def compare(a: dict, b: dict) -> int:
             print(f"extra outputs only in {'after' if ea is None else 'before'}")
             bad += 1
         else:
+            ea["report"], eb["report"] = _untimed_report(ea.get("report")), _untimed_report(eb.get("report"))
             for k in sorted(set(ea) | set(eb)):
                 n = compare_extra(ea.get(k), eb.get(k), k)
                 print(f"{k}: {_leaves(ea.get(k))} values compared, {n} differences")
@@ -214,7 +237,10 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     ap.add_argument("--no-extra", action="store_true", help="the training runs only (no eval, report, tiny build)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads of the training runs (default 2)")
     args = ap.parse_args()
+    global THREADS
+    THREADS = args.threads
     if args.compare:
         with open(args.compare[0]) as f, open(args.compare[1]) as g:
             return compare(json.load(f), json.load(g))

@@ -160,8 +160,11 @@ def _ensure_math_verify():
        first, which per ANTLR's ``PredictionMode.SLL`` contract returns the same tree as LL or a
        syntax error (latex2sympy's error listener raises on any error); on any exception the parse is
        redone in full LL, so results equal LL's, ~20x faster for those answers."""
+    # lazy: sympy is slow to import
     import sympy
+    # lazy: math-verify's LaTeX parser is slow to import
     from latex2sympy2_extended import latex2sympy2 as l2s
+    # lazy: math-verify's LaTeX parser is slow to import
     from latex2sympy2_extended.antlr_parser import PSParser
 
     if not hasattr(PSParser.AtomContext, "FUNC_GAMMA"):
@@ -183,9 +186,11 @@ def _ensure_math_verify():
 
         parse_number._graft_fast = True
         converter.parse_number = parse_number
+    # lazy: math-verify's parser is slow to import
     import math_verify.parser as mv_parser
 
     if not getattr(mv_parser.latex2sympy, "_graft_two_stage", False):
+        # lazy: math-verify's parser is slow to import
         from antlr4.atn.PredictionMode import PredictionMode
 
         make_parser, full_ll = converter.create_parser, mv_parser.latex2sympy
@@ -209,6 +214,7 @@ def _ensure_math_verify():
         latex2sympy._graft_two_stage = True
         converter.create_parser = create_parser
         mv_parser.latex2sympy = latex2sympy
+    # lazy: math-verify's parser is slow to import
     from math_verify import LatexExtractionConfig, parse, verify
 
     for name in ("math_verify.parser", "math_verify.grader"):  # we disable its timeouts on purpose
@@ -290,6 +296,7 @@ def strips_gold_variable(content: str, gold: str) -> bool:
     """Whether math-verify's unit stripping would drop a trailing word of ``content`` that the gold uses as a
     variable (``\\frac{1}{m} t`` against ``\\frac{t}{m}``: the ``t`` is not tonnes). Then both sides are
     parsed without unit stripping."""
+    # lazy: math-verify's LaTeX parser is slow to import
     from latex2sympy2_extended.math_normalization import units_regex
 
     m = units_regex.search(content)

@@ -10,6 +10,8 @@ import sys
 import click
 
 from graft_cli.errors import GraftError
+import glob
+import errno
 
 
 def one_line_errors(fn):
@@ -21,8 +23,6 @@ def one_line_errors(fn):
             click.echo(f"error: {e}", err=True)
             sys.exit(getattr(e, "exit_code", 2))
         except OSError as e:  # a full, read-only or unwritable disk: one line (writes are atomic, nothing is torn)
-            import errno
-
             if e.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG,
                                errno.ENOTDIR):
                 raise
@@ -44,6 +44,7 @@ def main(verbose):
       graft tiny build --check
       graft train --pair tiny --method grpo --steps 20
     """
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.console import quiet_libraries
 
     quiet_libraries(verbose)
@@ -83,13 +84,16 @@ def train(pair, method, steps, out, seed, name, no_progress, dry_run, overrides)
       graft train --pair tiny --method grpo --steps 20 --out results/runs optim.lr=5e-5
       graft train --pair saf_qwen3_4b_code --method saf --dry-run
     """
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.config import compose
 
     cfg = compose(_train_overrides(pair, method, steps, out, seed, name, overrides))
     if dry_run:
         _dry_run(cfg)
         return
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.eval.validation import ValidationHook
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.train.run import train as run_train
 
     run_dir = run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
@@ -101,15 +105,16 @@ def _dry_run(cfg) -> None:
     """``graft train --dry-run``: the composed config's key settings, after the checks a run makes before it loads
     anything (the config's validation, the reward's name and options, a local training file's existence, every
     evaluation benchmark's name or file), one ``key: value`` line each."""
-    import os
 
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.errors import GraftError
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.eval.benchmarks import resolve_benchmarks
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.reward import make_grader
 
     rc, d, r, a, e = cfg.reward, cfg.data, cfg.rollout, cfg.algo, cfg.eval
     make_grader(rc, num_workers=0).close()  # the reward's name and options checked; no worker started
-    import glob
 
     if not d.train.startswith("tiny:") and (glob.has_magic(d.train) or d.train.startswith(("/", "./", "../"))
                                             or d.train.endswith((".jsonl", ".json", ".parquet"))):
@@ -142,6 +147,7 @@ def _dry_run(cfg) -> None:
         lines.append((label, ", ".join(f"{b.name} [{b.kind}: {b.source or 'package data'}]" for b in srcs)))
     lines.append(("eval", f"every {e.every} steps" if e.every else "no validation during training"))
     if rc.name == "code":
+        # lazy: `graft --help` and each command load only what they use
         from graft_cli.sandbox import Sandbox
 
         sb = Sandbox(0)
@@ -157,7 +163,9 @@ def _dry_run(cfg) -> None:
 
 def _print_summary(run_dir: str) -> None:
     """What the run did (reward first -> last, exchange counts, clipping of grafted tokens) and its picture."""
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.console import make_console
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.report.run_summary import run_summary, run_variant, summary_markdown, summary_plot
 
     console = make_console(stderr=True)
@@ -198,6 +206,7 @@ def tiny_build(check, cache_dir, seed, force, recipe, prompts):
     Example:
       graft tiny build --check
     """
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.tiny.check import tiny_main
 
     tiny_main(check=check, cache_dir=cache_dir, seed=seed, force=force, recipe=recipe, num_prompts=prompts)
@@ -227,6 +236,7 @@ def tiny_rl_check(steps, method, out, seed, samples, runs, temperature, top_p, e
     Example:
       graft tiny rl-check --steps 80
     """
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.plan.tiny_rl import rl_check
 
     rl_check(steps=steps, method=method, out=out, seed=seed, samples=samples, runs=runs, temperature=temperature,
@@ -312,6 +322,7 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
       graft eval --run results/runs/tiny-tandem-s0 --tandem --runs 1
       graft eval --model Qwen/Qwen3-4B --benchmarks humaneval,humanevalplus,mbppplus,livecodebench --temperature 1
     """
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.eval.runner import eval_main
 
     eval_main(run_dir=run_dir, model=model, steps=steps, policy=policy, data=data, benchmarks=benchmarks,
@@ -329,6 +340,7 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
 @one_line_errors
 def export_cmd(run_dir, out, step, policies):
     """Export a run's checkpoint as Hugging Face model folders (from_pretrained / vLLM / lm-eval load them)."""
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.train.checkpoint import export
 
     for name, path in export(run_dir, out, step, list(policies) or None).items():
@@ -367,6 +379,7 @@ def complementarity_cmd(from_runs, from_models, sources, data, samples, temperat
       graft complementarity --runs results/runs/1-grpo-s0:smol results/runs/1b-grpo-s0:qwen
       graft complementarity --models tiny:a tiny:b --data problems.jsonl --samples 8
     """
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.analysis.complementarity import complementarity_main
 
     complementarity_main(list(sources), runs=from_runs, models=from_models, data=data, samples=samples,
@@ -397,6 +410,7 @@ def ablate_cmd(sweep, pair, dry_run, out, steps, seeds, jobs, no_progress):
       graft ablate --sweep gate --dry-run
       graft ablate --sweep threshold --pair tiny --steps 20 --seeds 0,1
     """
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.plan.commands import ablate_main
 
     ablate_main(sweep, pair=pair, dry_run=dry_run, out=out, steps=steps, seeds=list(seeds), jobs=jobs,
@@ -425,6 +439,7 @@ def report_cmd(dirs, out, devices, clip_steps, no_plots):
     Example:
       graft report results/runs --out results/report
     """
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.report.tables import report_main
 
     report_main(list(dirs), out=out, devices=devices, clip_steps=clip_steps, plots=not no_plots)
@@ -453,6 +468,7 @@ def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress):
     Example:
       graft reproduce --pair tiny --out results/reproduce_tiny
     """
+    # lazy: `graft --help` and each command load only what they use
     from graft_cli.plan.commands import reproduce_main
 
     reproduce_main(pair, out=out, dry_run=dry_run, jobs=jobs, steps=steps, report=not no_report,

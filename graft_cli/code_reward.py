@@ -65,6 +65,7 @@ import time
 
 from graft_cli.reward import REWARDS, MathVerifyGrader, serve
 from graft_cli.sandbox import ALL_FEATURES, Limits, Sandbox
+import warnings
 
 # ------------------------------------------------------------------------------------------------ extraction
 _FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.#-]*)[^\n]*$", re.M)
@@ -426,8 +427,6 @@ class CodeGrader(MathVerifyGrader):
         wanted = set(self.options["features"]) - {"nproc", "uid", "nocaps"}  # those three depend on the user
         off = sorted(k for k in wanted if not self.sandbox_features.get(k))
         if off:
-            import warnings
-
             warnings.warn(f"code reward sandbox: {', '.join(off)} refused on this machine (graft_cli/sandbox.py says "
                           "what each one protects)", stacklevel=2)
 

@@ -18,6 +18,31 @@ from omegaconf.errors import OmegaConfBaseException
 
 from graft_cli.errors import GraftError
 from graft_cli.schema import ROLES, Config, PolicyConfig, SourceConfig
+import yaml
+import importlib
+import sys
+import dataclasses
+from graft_cli.algorithms import CONTROLLERS
+from graft_cli.algorithms import LOSS_MASKS
+from graft_cli.algorithms import TOKEN_ADVANTAGES
+from graft_cli.algorithms.advantages import ADVANTAGES
+from graft_cli.algorithms.correction import IS_CORRECTIONS
+from graft_cli.algorithms.correction import ROLLOUT_REJECTIONS
+from graft_cli.algorithms.exchange import EXCHANGES
+from graft_cli.algorithms.losses import AGG_MODES
+from graft_cli.algorithms.losses import KL_KINDS
+from graft_cli.algorithms.losses import KL_ROWS
+from graft_cli.algorithms.losses import POLICY_LOSSES
+from graft_cli.algorithms.minibatch import MINIBATCH_ORDERINGS
+from graft_cli.models.loading import DTYPES
+from graft_cli.models.logprobs import AUTOCAST
+from graft_cli.models.scoring import SCORERS
+from graft_cli.registry import validate_params
+from graft_cli.reward import REWARDS
+from graft_cli.rollout import ENGINES
+from graft_cli.algorithms.signals import token_adv_params
+from graft_cli.algorithms.signals import loss_mask_params
+from graft_cli.algorithms.controllers import controller_params
 
 
 def _scaled(x, f) -> int:
@@ -45,9 +70,13 @@ def compose(overrides: list[str] | None = None, config_dir: str | None = None) -
     """Compose ``config.yaml`` with Hydra (config groups ``pair=`` and ``method=`` select files),
     merge into the schema, apply the ``key=value`` overrides, validate. Raises :class:`GraftError`
     with one line on any problem (an unknown key names the key)."""
+    # lazy: Hydra only composes configs
     from hydra import compose as hcompose
+    # lazy: Hydra only composes configs
     from hydra import initialize_config_dir
+    # lazy: Hydra only composes configs
     from hydra.core.global_hydra import GlobalHydra
+    # lazy: Hydra only composes configs
     from hydra.errors import HydraException
 
     config_dir = config_dir or EXPERIMENTS_DIR
@@ -77,7 +106,6 @@ def compose(overrides: list[str] | None = None, config_dir: str | None = None) -
 def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None, load_plugins: bool = True) -> Config:
     """Merge into the schema, apply overrides, import plugins (``load_plugins``), validate. A config read back
     from a run directory (:func:`load_yaml`) imports no plugin: code runs only when the user names it."""
-    import yaml
 
     schema = OmegaConf.structured(Config)
     try:
@@ -122,9 +150,6 @@ def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None, 
 def import_plugins(plugins: list) -> None:
     """Import each plugin (a module name, or a path to a ``.py`` file) so that its registered functions exist
     before the config is validated: how a new method is added without editing graft."""
-    import importlib
-    import importlib.util
-    import sys
 
     for i, name in enumerate(plugins or []):
         name = str(name)
@@ -176,7 +201,6 @@ def _check(cond: bool, key: str, msg: str) -> None:
 
 def _float_fields(obj, prefix: str = ""):
     """(dotted key, value) of every float option of the schema's dataclasses (lists of them included)."""
-    import dataclasses
 
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
@@ -196,18 +220,6 @@ def _float_fields(obj, prefix: str = ""):
 def validate(cfg: Config, registries: bool = True) -> None:
     """Ranges and cross-field rules. ``registries=False`` (a config read back from a run directory, whose
     plugins were not imported) skips the checks that a registered name exists."""
-    from graft_cli.algorithms import CONTROLLERS, LOSS_MASKS, TOKEN_ADVANTAGES
-    from graft_cli.algorithms.advantages import ADVANTAGES
-    from graft_cli.algorithms.correction import IS_CORRECTIONS, ROLLOUT_REJECTIONS
-    from graft_cli.algorithms.exchange import EXCHANGES
-    from graft_cli.algorithms.losses import AGG_MODES, KL_KINDS, KL_ROWS, POLICY_LOSSES
-    from graft_cli.algorithms.minibatch import MINIBATCH_ORDERINGS
-    from graft_cli.models.loading import DTYPES
-    from graft_cli.models.logprobs import AUTOCAST
-    from graft_cli.models.scoring import SCORERS
-    from graft_cli.registry import validate_params
-    from graft_cli.reward import REWARDS
-    from graft_cli.rollout import ENGINES
 
     def _known(name, reg, key):
         if registries:
@@ -234,16 +246,12 @@ def validate(cfg: Config, registries: bool = True) -> None:
     for i, t in enumerate(a.token_advantages):
         _known(t, TOKEN_ADVANTAGES, f"algo.token_advantages.{i}")
     if all(t in TOKEN_ADVANTAGES for t in a.token_advantages):
-        from graft_cli.algorithms.signals import token_adv_params
-
         flat = {}
         for d in token_adv_params(list(a.token_advantages), a.token_adv_params).values():
             flat.update(d)
         a.token_adv_params = flat
     _known(a.loss_mask, LOSS_MASKS, "algo.loss_mask")
     if a.loss_mask in LOSS_MASKS:
-        from graft_cli.algorithms.signals import loss_mask_params
-
         a.loss_mask_params = loss_mask_params(a.loss_mask, a.loss_mask_params)
     _check(a.clip_ratio_c == 0 or a.clip_ratio_c > 1, "algo.clip_ratio_c", "must be 0 (off) or > 1")
     _check(a.kl_coef >= 0, "algo.kl_coef", "must be >= 0")
@@ -271,7 +279,6 @@ def validate(cfg: Config, registries: bool = True) -> None:
         _check(isinstance(c, dict) and "name" in c, f"algo.controllers.{i}", "must be a mapping with a name")
         _known(c["name"], CONTROLLERS, f"algo.controllers.{i}.name")
         if registries:  # its parameters (typos, types, ranges), before any model loads
-            from graft_cli.algorithms.controllers import controller_params
 
             controller_params(i, c)
     _check(cfg.data.prompt_batch >= 1, "data.prompt_batch", "must be >= 1")

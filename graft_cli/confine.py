@@ -13,6 +13,7 @@ import signal
 import stat
 import sys
 import time
+import resource
 
 _libc = None
 
@@ -125,7 +126,6 @@ def read_roots() -> list[str]:
 def apply_rlimits(lim, nproc_limit: int | None) -> None:
     """``setrlimit`` soft = hard for the limits of ``lim`` (a :class:`graft_cli.sandbox.Limits`): address space, CPU
     seconds, open files, file size, no core files, and processes when ``nproc_limit`` is set."""
-    import resource
 
     def cap(which, value):
         try:

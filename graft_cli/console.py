@@ -6,6 +6,9 @@ names, paths and hub ids are full of colons."""
 from __future__ import annotations
 
 from rich.console import Console
+import logging
+import os
+import warnings
 
 
 def make_console(**kwargs) -> Console:
@@ -18,9 +21,6 @@ def quiet_libraries(verbose: bool = False) -> None:
     weights", "Writing model shards", ...) unless ``verbose``: graft's own progress says what is happening."""
     if verbose:
         return
-    import logging
-    import os
-    import warnings
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -28,6 +28,7 @@ def quiet_libraries(verbose: bool = False) -> None:
     for name in ("transformers", "datasets", "huggingface_hub"):
         logging.getLogger(name).setLevel(logging.ERROR)
     try:
+        # lazy: transformers is slow to import
         from transformers.utils import logging as tlog
 
         tlog.set_verbosity_error()
@@ -35,6 +36,7 @@ def quiet_libraries(verbose: bool = False) -> None:
     except Exception:  # transformers not importable here: nothing of it to silence
         pass
     try:
+        # lazy: datasets is heavy and only for hub data
         import datasets
 
         datasets.disable_progress_bars()

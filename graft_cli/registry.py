@@ -10,6 +10,7 @@ import math
 from typing import Callable, Generic, TypeVar
 
 from graft_cli.errors import GraftError
+import importlib
 
 T = TypeVar("T")
 
@@ -27,8 +28,6 @@ class Registry(Generic[T]):
 
     def _load(self, name: str) -> None:
         if name not in self._items and name in self._lazy:
-            import importlib
-
             importlib.import_module(self._lazy[name])
 
     def register(self, name: str) -> Callable[[T], T]:

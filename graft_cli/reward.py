@@ -24,6 +24,8 @@ import numpy as np
 
 from graft_cli.answers import OPTIONS, _ensure_math_verify, grade_one, grade_status, last_boxed
 from graft_cli.registry import Registry
+import hashlib
+import resource
 
 # a registered reward is a factory ``(num_workers, timeout_s, chunk_size, sci_notation, memory_mb) -> grader`` (the
 # ``reward:`` section's options; make_grader); a grader has ``grade(responses, golds) -> Grades`` and ``close()``
@@ -36,8 +38,6 @@ def _cap_memory(memory_mb: int) -> None:
     """An address-space limit for this worker (``RLIMIT_AS``): an answer that needs more raises MemoryError
     inside sympy and scores 0 (status ``memory``) instead of taking the machine's memory."""
     if memory_mb and memory_mb > 0:
-        import resource
-
         cap = int(memory_mb) * 2**20
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         resource.setrlimit(resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
@@ -417,8 +417,6 @@ class CoinFlipGrader:
         self.p = float(p)
 
     def grade(self, responses: list[str], golds: list[str]) -> Grades:
-        import hashlib
-
         r = np.array([float(int(hashlib.sha256(f"{a}\x00{g}".encode()).hexdigest()[:8], 16) / 2**32 < self.p)
                       for a, g in zip(responses, golds)], dtype=np.float32)
         return Grades(r, np.zeros(len(r), dtype=bool), [last_boxed(a) for a in responses], ["ok"] * len(r))

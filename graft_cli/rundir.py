@@ -22,6 +22,9 @@ import math
 import os
 
 import numpy as np
+from graft_cli.errors import GraftError
+import hashlib
+import yaml
 
 METRICS = "metrics.jsonl"
 CONFIG = "config.yaml"
@@ -121,7 +124,9 @@ def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
 
 
 def write_parquet(path: str, columns: dict) -> None:
+    # lazy: pyarrow is heavy
     import pyarrow as pa
+    # lazy: pyarrow is heavy
     import pyarrow.parquet as pq
 
     table = pa.table(columns)
@@ -133,7 +138,6 @@ def check_writable(path: str, key: str) -> None:
     """Before anything is loaded or written: ``path`` (a folder to create or write into) can be written, judged by
     its nearest existing ancestor: a folder, writable, not on a read-only file system (what root's permission
     bypass does not change). Else one line naming ``key``."""
-    from graft_cli.errors import GraftError
 
     anc = os.path.abspath(path)
     while not os.path.lexists(anc):
@@ -164,7 +168,6 @@ def read_json_or_none(path: str):
 
 def sha256_file(path: str) -> str:
     """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
-    import hashlib
 
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -206,7 +209,6 @@ def training_rows(rows: list[dict]) -> list[dict]:
 
 def run_config_raw(run_dir: str) -> dict:
     """``config.yaml`` as a plain mapping (``{}`` when missing or unreadable); YAML only, never a pickle."""
-    import yaml
 
     try:
         with open(os.path.join(run_dir, CONFIG), encoding="utf-8") as f:

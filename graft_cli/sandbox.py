@@ -74,6 +74,7 @@ from graft_cli.confine import (CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER, MS_NODE
                                PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, Cgroup,
                                apply_landlock, apply_rlimits, children, kill_each, libc, read_roots,
                                tasks_of_uid)
+import subprocess
 
 ALL_FEATURES = ("cgroup", "netns", "mountns", "landlock", "landlock_read", "uid", "nproc", "nocaps")
 
@@ -223,7 +224,6 @@ class Sandbox:
     def run(self, argv: list[str], stdin: bytes = b"") -> RunResult:
         """Run ``argv`` (``{fd}`` in it becomes the result pipe's descriptor) with ``stdin``; never raises for
         anything the program does."""
-        import subprocess
 
         lim = self.limits
         use = self.wanted - self._disabled

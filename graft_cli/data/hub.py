@@ -14,12 +14,14 @@ _ANSWERS: dict[str, str | None] = {}
 
 def unreachable() -> str | None:
     """None when the hub answers (any HTTP status); else why it is not used, in a few words."""
+    # lazy: only for hub downloads
     from huggingface_hub import constants
 
     if constants.is_offline_mode():
         return "HF_HUB_OFFLINE is set"
     url = constants.ENDPOINT
     if url not in _ANSWERS:
+        # lazy: only for hub downloads
         from huggingface_hub.utils import get_session
 
         try:
@@ -34,7 +36,9 @@ def unreachable() -> str | None:
 def _offline():
     """``datasets`` and ``huggingface_hub`` in offline mode (the local cache only) for the block; both read the flag
     at call time."""
+    # lazy: datasets is heavy and only for hub data
     import datasets.config as dc
+    # lazy: only for hub downloads
     from huggingface_hub import constants as hc
 
     old = dc.HF_HUB_OFFLINE, hc.HF_HUB_OFFLINE

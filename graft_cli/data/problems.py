@@ -19,6 +19,10 @@ import os
 from dataclasses import dataclass
 
 from graft_cli.errors import GraftError
+from graft_cli.data import hub
+import glob
+import numpy as np
+from graft_cli.answers import last_boxed
 
 PROBLEM_KEYS = ("problem", "question", "prompt", "query")
 ANSWER_KEYS = ("answer", "final_answer", "expected_answer", "gt_answer", "solution")
@@ -80,8 +84,6 @@ def _normalise(row: dict, where: str, fields: dict | None = None) -> Problem:
     if answer is None or (isinstance(answer, str) and not answer.strip()):
         raise GraftError(f"{where}: field {ak!r} is empty")
     if ak == "solution" and "answer" not in row:
-        from graft_cli.answers import last_boxed
-
         boxed = last_boxed(str(answer))
         if boxed is None:
             raise GraftError(f"{where}: 'solution' has no \\boxed{{}} answer")
@@ -126,6 +128,7 @@ def _load_jsonl(path: str, fields, keep: dict | None = None) -> list[Problem]:
 
 
 def _load_parquet(path: str, fields, keep: dict | None = None) -> list[Problem]:
+    # lazy: pandas is heavy
     import pandas as pd
 
     df = pd.read_parquet(path)
@@ -144,10 +147,10 @@ def _load_hub(spec: str, fields, config: str | None = None, where: dict | None =
     whose fields equal those values, and without the rows whose raw answer is in ``drop_answers``."""
     name, _, split = spec.partition(":")
     try:
+        # lazy: datasets is heavy and only for hub data
         import datasets
     except ImportError:  # pragma: no cover
         raise GraftError(f"{spec}: loading hub datasets needs the `datasets` package") from None
-    from graft_cli.data import hub
 
     why = hub.unreachable()  # one quick request per process, not datasets' retry loop per file
     try:
@@ -184,7 +187,6 @@ def load_hub_subset(spec: str, fields: dict | None = None, config: str | None = 
 def load_problems(source: str, fields: dict | None = None, where: dict | None = None) -> list[Problem]:
     """Load a problem set from a local ``.jsonl``/``.json``/``.parquet`` file (or a glob of them), or a hub id
     ``name[:split]``; ``where``: only the rows whose fields equal these values."""
-    import glob
 
     if os.path.isdir(source):
         raise GraftError(f"{source}: is a folder; expected a .jsonl, .json or .parquet file (or a hub id "
@@ -210,7 +212,6 @@ def split_holdout(problems: list[Problem], n: int, seed: int = 0) -> tuple[list[
     """``(train, held_out)``: ``n`` problems drawn uniformly without replacement with ``numpy`` seed ``seed``
     (``data.holdout``; the tandem paper holds 1,000 DeepScaleR problems out with seed 0), the rest in their
     original order. ``n = 0``: everything trains."""
-    import numpy as np
 
     if n <= 0:
         return list(problems), []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from graft_cli.errors import GraftError
 
 SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."
 RAW_TEMPLATE = "{problem} {suffix}\n"
@@ -46,8 +47,6 @@ class PromptSpec:
         """One line (naming ``where``, e.g. the config key of the model) when ``required`` and ``tokenizer`` has no
         chat template."""
         if self.chat_template == "required" and not getattr(tokenizer, "chat_template", None):
-            from graft_cli.errors import GraftError
-
             name = getattr(tokenizer, "name_or_path", "") or "the tokenizer"
             raise GraftError(f"{where + ': ' if where else ''}tokenizer {name} has no chat template, which "
                              "prompt.chat_template=required needs (chat_template: auto would prompt it with "

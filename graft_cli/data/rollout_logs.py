@@ -18,6 +18,7 @@ LOG_COLUMNS = ("step", "prompt_index", "prompt_id", "sample_index", "response", 
 def _open(path: str, step: int):
     """The parquet schema of one partner log (read without its rows); one line when it is missing, unreadable or
     not a rollout log."""
+    # lazy: pyarrow is heavy
     import pyarrow.parquet as pq
 
     if not os.path.exists(path):
@@ -62,6 +63,7 @@ def check_partner_step(path: str, step: int, problems=None, data_seed: int | Non
     """The check of :func:`read_partner_step` on the log's light columns only (its schema, step, prompt ids and
     sample indices; not the responses), so every step of a run is checked before step 1 in seconds.
     ``problems`` None (prompts not known in advance): the file and its step only."""
+    # lazy: pandas is heavy
     import pandas as pd
 
     names = _open(path, step)
@@ -74,6 +76,7 @@ def read_partner_step(path: str, step: int, problems, data_seed: int | None = No
     """Load one partner log and check it against this step: the file exists, its ``step`` column equals
     ``step`` and its prompt ids (in prompt order) equal ``problems``' ids. Returns column lists sorted by
     (prompt_index, sample_index) and the group size ``n``."""
+    # lazy: pandas is heavy
     import pandas as pd
 
     _open(path, step)

@@ -43,6 +43,7 @@ import json
 import os
 import random
 from fractions import Fraction
+from graft_cli.rundir import atomic_write_text
 
 # ----------------------------------------------------------------------------------------------------
 # Problem generators: (rng, level) -> (problem, gold answer, worked solution)
@@ -380,8 +381,6 @@ def write_task(out_dir: str, seed: int = 0, train_size: int = TRAIN_SIZE) -> dic
     os.makedirs(out_dir, exist_ok=True)
     paths = {}
     for name, recs in build_task(seed, train_size).items():
-        from graft_cli.rundir import atomic_write_text
-
         path = os.path.join(out_dir, f"{name}.jsonl")
         atomic_write_text(path, "".join(json.dumps(r, sort_keys=False) + "\n" for r in recs))
         paths[name] = path

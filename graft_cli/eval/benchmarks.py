@@ -33,6 +33,12 @@ import os
 from dataclasses import dataclass, field
 
 from graft_cli.errors import GraftError
+from graft_cli.tiny.build import ensure_tiny
+from graft_cli.data.code_problems import parse_window
+from graft_cli.data.problems import Problem
+from graft_cli.data.problems import load_hub_subset
+from graft_cli.data.problems import load_problems
+from graft_cli.data.code_problems import LOADERS
 
 
 @dataclass(frozen=True)
@@ -46,8 +52,6 @@ class HubPart:
     tag: str = ""  # id prefix of its rows when a benchmark joins several parts (ids stay unique)
 
     def load(self):
-        from graft_cli.data.problems import Problem, load_hub_subset
-
         probs = load_hub_subset(self.hub, self.fields or None, self.config, self.where or None, self.drop_answers)
         return [Problem(f"{self.tag}-{p.id}", p.problem, p.answer) for p in probs] if self.tag else probs
 
@@ -132,12 +136,7 @@ class BenchmarkSource:
     window: tuple | None = None  # livecodebench: (start, end) dates
 
     def load(self):
-        from graft_cli.data.problems import load_problems
-        from graft_cli.errors import GraftError
-
         if self.loader:
-            from graft_cli.data.code_problems import LOADERS
-
             kwargs = {"window": self.window} if self.loader == "livecodebench" else {}
             return LOADERS[self.loader](self.source or None, **kwargs)
         if not self.parts:
@@ -158,7 +157,6 @@ def display_name(name: str) -> str:
 
 def tiny_task_dir() -> str:
     """The tiny pair's task folder (``eval_<name>.jsonl`` for the five synthetic sets)."""
-    from graft_cli.tiny.build import ensure_tiny
 
     return ensure_tiny(progress=False)["task"]
 
@@ -185,8 +183,6 @@ def split_list(spec) -> list[str]:
 
 
 def _code_source(b: Benchmark, src: str, window) -> BenchmarkSource:
-    from graft_cli.data.code_problems import parse_window
-
     return BenchmarkSource(b.name, b.display, src, kind="code", loader=b.loader,
                            window=parse_window(window) if b.loader == "livecodebench" else None)
 

@@ -37,6 +37,7 @@ BENCH = "rescue"
 def read_logs(run_dir: str, policy: str):
     """All rollout logs of ``policy`` as one DataFrame (columns step, prompt_id, reward, peer_rows); None
     when the run logged none."""
+    # lazy: pandas is heavy
     import pandas as pd
 
     files = sorted(glob.glob(os.path.join(run_dir, "rollouts", policy, "step_*.parquet")))

@@ -47,6 +47,24 @@ from graft_cli.rollout.graded import sample_and_grade
 from graft_cli.rundir import (atomic_write_json, checkpoint_dir, checkpoints_dir, eval_step_dir,
                               read_json, write_jsonl_atomic)
 from graft_cli.schema import RewardConfig
+from rich.progress import BarColumn
+from rich.progress import MofNCompleteColumn
+from rich.progress import Progress
+from rich.progress import TextColumn
+from rich.progress import TimeElapsedColumn
+from rich.progress import TimeRemainingColumn
+from graft_cli.eval.metrics import pm
+from graft_cli.data.prompts import PromptSpec
+from graft_cli.models.loading import load_model
+from graft_cli.models.loading import load_tokenizer
+from graft_cli.models.loading import resolve_path
+from graft_cli.rollout import ENGINES
+from graft_cli.rollout import solo_engine
+from graft_cli.train import checkpoint as ckpt
+from rich.markup import escape
+from graft_cli.data.problems import load_problems
+from graft_cli.eval import rescue as R
+from graft_cli.eval import tandem as TE
 
 # ----------------------------------------------------------------------------------------------- io
 def problems_fingerprint(problems) -> str:
@@ -189,9 +207,6 @@ class Evaluator:
 
 # ------------------------------------------------------------------------------------ progress (rich)
 def _progress(enabled: bool, console=None):
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-
     console = console or make_console(stderr=True)
     return Progress(TextColumn("[bold]eval[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=not enabled,
@@ -199,8 +214,6 @@ def _progress(enabled: bool, console=None):
 
 
 def _print_result(console, label: str, summary: dict) -> None:
-    from graft_cli.eval.metrics import pm
-
     cells = [f"{b}={pm(v['mean'], v['std'])}" for b, v in summary["benchmarks"].items()]
     avg = summary["average"]
     console.print(f"{label}: avg={pm(avg['mean'], avg['std'])} ({summary['num_runs']} runs) " + " ".join(cells))
@@ -214,9 +227,6 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
                    progress: bool = True, console=None, lcb_window=None) -> str:
     """``graft eval --model PATH``: evaluate one model folder (or hub id, or ``tiny:<role>``) into
     ``out_dir`` (default ``results/eval/<model name>``); returns the folder."""
-    from graft_cli.data.prompts import PromptSpec
-    from graft_cli.models.loading import load_model, load_tokenizer
-    from graft_cli.models.loading import resolve_path
 
     console = console or make_console(stderr=True)
     settings = settings or EvalSettings()
@@ -263,7 +273,6 @@ def parse_steps(spec, available: list[int], best: dict[str, int]) -> list[int] |
 def run_junior(cfg, junior: str | None = None) -> str:
     """The junior of a run's handoff and legibility evaluations: ``junior``, else ``eval.junior``, else the
     frozen model the run's rollout engine co-generates with (tandem), else the pair's ``tandem.junior``."""
-    from graft_cli.rollout import ENGINES
 
     if junior or cfg.eval.junior:
         return junior or cfg.eval.junior
@@ -300,10 +309,6 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     (:mod:`graft_cli.eval.rescue`) into ``step_N/rescue/`` (``rescue.json``). ``best.json`` is then recomputed
     by the run's selection (:func:`run_selection`: the validation's folders when they sample otherwise, e.g.
     Tandem RLVR's held-out pass@4). Returns policy -> step -> summary."""
-    from graft_cli.data.prompts import PromptSpec
-    from graft_cli.models.loading import load_model, load_tokenizer, resolve_path
-    from graft_cli.rollout import solo_engine
-    from graft_cli.train import checkpoint as ckpt
 
     console = console or make_console(stderr=True)
     cfg = load_run_config(run_dir)
@@ -323,7 +328,6 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     benches = run_benches(cfg, benchmarks, data, eval_dir or ec.data_dir)
     spec = eval_prompt_spec(cfg)
     train_spec = PromptSpec.from_config(cfg.prompt)  # the rescue re-draw samples training prompts
-    from rich.markup import escape
 
     available = ckpt.valid_steps(checkpoints_dir(run_dir),  # each damaged checkpoint named, skipped
                                  lambda m: console.print(f"[yellow]warning[/]: {escape(m)}", soft_wrap=True))
@@ -347,8 +351,6 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     tandem = ec.tandem if tandem is None else tandem
     junior = run_junior(cfg, junior) if tandem else None
     if tandem:
-        from graft_cli.eval import tandem as TE
-
         hsettings = TE.handoff_settings(settings, junior, ec.handoff_delimiter)
         jtok = load_tokenizer(resolve_path(junior))
     for p, s, folder in jobs:  # refuse mismatched folders (and a junior of another vocabulary) before loading a model
@@ -422,9 +424,6 @@ def _evaluate_rescue(run_dir: str, cfg, policy: str, step_dir: str, engine, mode
                      console, force: bool) -> dict | None:
     """Re-draw the run's all-fail prompts of ``policy`` (capped, :func:`graft_cli.eval.rescue.capped`) with
     the training sampling and write ``<step_dir>/rescue/rescue.json`` (:func:`rescue_summary`)."""
-    from graft_cli.data.problems import load_problems
-    from graft_cli.eval import rescue as R
-    from graft_cli.models.loading import resolve_path
 
     events = R.capped(R.rescue_events(R.read_logs(run_dir, policy)), cfg.eval.rescue_cap, cfg.eval.seed)
     if not events:
@@ -476,7 +475,6 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
     for opt, val in (("--steps", steps), ("--policy", policy), ("--tandem", tandem), ("--junior", junior)):
         if val:
             raise GraftError(f"{opt} applies to --run only")
-    from graft_cli.data.prompts import PromptSpec
 
     d = EvalSettings()
     settings = EvalSettings(runs=d.runs if runs is None else runs, samples=samples or d.samples,

@@ -14,6 +14,13 @@ from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import BenchmarkSource, resolve_benchmarks
 from graft_cli.eval.summary import Selection
 from graft_cli.rundir import (config_path)
+from graft_cli.rollout import ENGINES
+from graft_cli.data.prompts import PromptSpec
+from graft_cli import config as C
+from graft_cli.data.problems import load_problems
+from graft_cli.data.problems import split_holdout
+from graft_cli.models.loading import resolve_path
+from graft_cli.reward import make_grader
 
 CHUNK_PROMPTS = 32  # prompts per generate call (progress granularity; each chunk has its own seed)
 
@@ -80,9 +87,6 @@ def run_benches(cfg, benchmarks, data=None, eval_dir=None, held_out=None) -> lis
                                                                                         eval_dir, cfg.eval.lcb_window))
     if len(rest) < len(names):
         if held_out is None:
-            from graft_cli.data.problems import load_problems, split_holdout
-            from graft_cli.models.loading import resolve_path
-
             if cfg.data.holdout <= 0:
                 raise GraftError("benchmark 'heldout': the run holds no problem out (data.holdout = 0)")
             probs = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None, cfg.data.where or None)
@@ -121,8 +125,6 @@ class Graders:
         if kind in self.given:
             return self.given[kind]
         if kind not in self.made:
-            from graft_cli.reward import make_grader
-
             self.made[kind] = make_grader(self.rewards[kind], num_workers=self.workers)
         return self.made[kind]
 
@@ -145,8 +147,6 @@ def run_graders(cfg, workers: int | None = None, given=None) -> Graders:
 
 
 def make_engine(model, tok, engine: str = "hf", engine_kwargs: dict | None = None, max_batch: int = 256):
-    from graft_cli.rollout import ENGINES
-
     return ENGINES.get(engine)(model, tok, max_batch=max_batch, **(engine_kwargs or {}))
 
 
@@ -155,7 +155,6 @@ def eval_prompt_spec(cfg):
     """The prompt of a run's evaluations (validation and ``graft eval --run``): the training prompt
     (``prompt.*``) with ``eval.prompt_suffix`` (None: ``prompt.suffix``) and ``eval.prompt_separator`` between
     problem and suffix (SAF-OPD's released evaluation: ``problem + "\n" + suffix``, math_eval/eval_math.py)."""
-    from graft_cli.data.prompts import PromptSpec
 
     ec = cfg.eval
     suffix = cfg.prompt.suffix if ec.prompt_suffix is None else ec.prompt_suffix
@@ -206,8 +205,6 @@ def run_selection(cfg, run_dir: str | None = None) -> Selection:
 
 
 def load_run_config(run_dir: str):
-    from graft_cli import config as C
-
     path = config_path(run_dir)
     if not os.path.exists(path):
         raise GraftError(f"{run_dir}: not a run directory (no config.yaml)")

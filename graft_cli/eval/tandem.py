@@ -33,6 +33,15 @@ import numpy as np
 
 from graft_cli.errors import GraftError
 from graft_cli.rundir import atomic_write_json, read_json, read_json_or_none, read_jsonl, write_jsonl_atomic
+from graft_cli.models.loading import vocab_difference
+from graft_cli.rollout import ENGINES
+from graft_cli.batch import TrainBatch
+from graft_cli.eval.files import run_file
+from graft_cli.models.scoring import ScoreSettings
+from graft_cli.models.scoring import score_rows
+from graft_cli.eval.files import read_grades
+from graft_cli.eval.metrics import pass_at_k_run
+from graft_cli.eval.files import step_dirs
 
 HANDOFF_DIR, LEGIBILITY_DIR = "handoff", "legibility"
 
@@ -43,8 +52,6 @@ def handoff_settings(settings, junior: str, delimiter: str):
 
 
 def check_junior(junior_tok, senior_tok, junior: str, senior: str) -> None:
-    from graft_cli.models.loading import vocab_difference
-
     diff = vocab_difference(junior_tok, senior_tok)
     if diff:
         raise GraftError(f"junior {junior} and senior {senior} do not share a vocabulary ({diff}); the handoff "
@@ -53,8 +60,6 @@ def check_junior(junior_tok, senior_tok, junior: str, senior: str) -> None:
 
 def handoff_engine(model, tokenizer, junior_model, delimiter: str, engine_kwargs: dict | None = None,
                    max_batch: int = 256):
-    from graft_cli.rollout import ENGINES
-
     kw = {k: v for k, v in (engine_kwargs or {}).items() if k in ("cache", "compile", "compile_mode", "cache_bucket")}
     return ENGINES.get("tandem")(model, tokenizer, junior=junior_model, schedule="sentence", delimiter=delimiter,
                                  max_batch=max_batch, **kw)
@@ -65,9 +70,6 @@ def legibility(junior_model, tokenizer, spec, solo_dir: str, out_dir: str, bench
                token_budget: int = 32768, force: bool = False) -> dict:
     """Score the junior on every solo response of ``solo_dir`` into ``out_dir`` (module docstring); a benchmark
     whose file already holds every response is read back. Returns the summary."""
-    from graft_cli.batch import TrainBatch
-    from graft_cli.eval.files import run_file
-    from graft_cli.models.scoring import ScoreSettings, score_rows
 
     os.makedirs(out_dir, exist_ok=True)
     old = read_json_or_none(os.path.join(out_dir, "summary.json"))
@@ -155,8 +157,6 @@ def pass_at_k_curve(folder: str, ks=CURVE_KS) -> dict[int, float]:
     """k -> macro pass@k (fraction) of an evaluation folder from its run files: per benchmark the unbiased
     pass@k of each run (mean over problems of ``1 − C(n−c, k)/C(n, k)``) averaged over runs, then the
     unweighted mean over benchmarks. k above a benchmark's samples is left out for all."""
-    from graft_cli.eval.files import read_grades
-    from graft_cli.eval.metrics import pass_at_k_run
 
     grades = read_grades(folder)
     if not grades:
@@ -191,7 +191,6 @@ def macro_pass_at_k(summary: dict | None) -> dict[str, float]:
 def plot_policy_pass_at_k(run_dir: str, policy: str) -> str | None:
     """``<run>/eval/<policy>/pass_at_k.png``: solo (and handoff, dashed) pass@k, k = 1..8 (up to the samples),
     of every evaluated step, from its run files (else the summary's k = 1, 2, 4, 8)."""
-    from graft_cli.eval.files import step_dirs
 
     def curve(d: str, summary) -> dict[str, float]:
         c = pass_at_k_curve(d)
@@ -217,6 +216,7 @@ def plot_pass_at_k(curves: dict[str, dict[int, float]], path: str, title: str = 
         import matplotlib  # a plotting library: imported only when a picture is drawn
 
         matplotlib.use("Agg")
+        # lazy: matplotlib is only needed for plots
         import matplotlib.pyplot as plt
     except ImportError:
         return None

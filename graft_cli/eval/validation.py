@@ -16,6 +16,8 @@ from graft_cli.eval.setup import (EvalSettings, eval_prompt_spec, final_settings
 from graft_cli.eval.summary import (Selection, save_best_weights, select_best, selection_runs, summarize_dir,
                                     update_best, write_policy_summary, write_summary)
 from graft_cli.train.hooks import AfterStep
+from graft_cli.data.prompts import PromptSpec
+import warnings
 
 
 # --------------------------------------------------------------------------- validation in training
@@ -82,12 +84,10 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
     if dist is not None and getattr(dist, "enabled", False):
         if not st.warned:  # sharded models would need every rank in lock-step: evaluate afterwards instead
             st.warned = True
-            import warnings
 
             warnings.warn("eval.every is ignored in data-parallel training; run `graft eval --run DIR` on the "
                           "checkpoints instead", stacklevel=2)
         return []
-    from graft_cli.data.prompts import PromptSpec
 
     st.load(cfg, trainer)
     spec = eval_prompt_spec(cfg)

@@ -9,6 +9,8 @@ import torch
 from graft_cli.errors import GraftError
 from graft_cli.models import shards
 from graft_cli.registry import Registry
+import hashlib
+from graft_cli.models.shapes import random_model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -37,6 +39,7 @@ def check_model_path(path: str, key: str, what: str = "model") -> None:
 def load_tokenizer(path: str, key: str | None = None, trust_remote_code: bool = False):
     """The tokenizer at ``path`` (left padding; pad = EOS when it has no pad token); one line naming ``key`` on a
     missing folder, an unloadable tokenizer or one without an EOS token."""
+    # lazy: transformers is slow to import
     from transformers import AutoTokenizer
 
     where = f"config key {key!r}: " if key else ""
@@ -58,6 +61,7 @@ def load_tokenizer(path: str, key: str | None = None, trust_remote_code: bool = 
 def load_model(path: str, dtype: str = "float32", device: str = "auto", attn_implementation: str | None = None,
                key: str | None = None, trust_remote_code: bool = False):
     """The causal LM at ``path``; ``trust_remote_code`` only when the user set it for this model."""
+    # lazy: transformers is slow to import
     from transformers import AutoModelForCausalLM
 
     if key:
@@ -83,6 +87,7 @@ def load_model(path: str, dtype: str = "float32", device: str = "auto", attn_imp
 def from_shards(path: str, dtype=torch.float32, trust_remote_code: bool = False, attn_implementation=None):
     """The model of a sharded checkpoint's policy folder (:mod:`graft_cli.models.shards`): built from its
     ``config.json`` and loaded with the assembled weights (tied weights tied again); every weight must be there."""
+    # lazy: transformers is slow to import
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
@@ -119,7 +124,6 @@ def resolve_path(spec: str) -> str:
 def weights_sha256(model) -> str:
     """sha256 over the model's parameters and buffers (name, dtype, shape and bytes, in name order): the
     identity a run records for a frozen model, independent of the file format it was loaded from."""
-    import hashlib
 
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
@@ -148,8 +152,6 @@ def load_role(model: str, tokenizer: str | None, dtype: str, device: str, keys: 
     random weights in its published shape and a synthetic tokenizer (``init: random``,
     :mod:`graft_cli.models.shapes`; no download)."""
     if init == "random":
-        from graft_cli.models.shapes import random_model
-
         m, tok = random_model(model, DTYPES[dtype], shrink)
         return m.to(resolve_device(device)), tok
     tok = load_tokenizer(resolve_path(tokenizer or model), keys[1], trust_remote_code)

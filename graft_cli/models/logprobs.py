@@ -46,6 +46,7 @@ def _backbone(model):
 
 def _is_fsdp(model) -> bool:
     try:
+        # lazy: FSDP2 is absent from older torch builds
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # pragma: no cover
         return False
@@ -133,6 +134,7 @@ def shared_prefix_hidden(base, g: PrefixGroups) -> tuple[torch.Tensor, torch.Ten
     the cache is indexed to the B rows; pass 2 runs the responses (but their last token) at positions
     ``len(prompt) + t`` against it. The last prompt position predicts response token 0, response position
     ``t`` predicts token ``t + 1``."""
+    # lazy: transformers is slow to import
     from transformers import DynamicCache
 
     kw = cache_kwarg(base)

@@ -17,6 +17,7 @@ from graft_cli.errors import GraftError
 
 
 def smollm3_3b():
+    # lazy: transformers is slow to import
     from transformers import SmolLM3Config
 
     # SmolLM3-3B(-Base): 36 layers, d 2048, 16 heads / 4 KV heads, MLP 11008, vocab 128256, tied, NoPE every 4th layer
@@ -27,6 +28,7 @@ def smollm3_3b():
 
 
 def qwen3_1p7b():
+    # lazy: transformers is slow to import
     from transformers import Qwen3Config
 
     # Qwen3-1.7B(-Base): 28 layers, d 2048, 16 heads / 8 KV heads, head_dim 128, MLP 6144, vocab 151936, tied
@@ -37,6 +39,7 @@ def qwen3_1p7b():
 
 
 def qwen3_4b():
+    # lazy: transformers is slow to import
     from transformers import Qwen3Config
 
     # Qwen3-4B(-Instruct-2507): 36 layers, d 2560, 32 heads / 8 KV heads, head_dim 128, MLP 9728, vocab 151936, tied
@@ -47,6 +50,7 @@ def qwen3_4b():
 
 
 def octothinker_3b():
+    # lazy: transformers is slow to import
     from transformers import LlamaConfig
 
     # OctoThinker-3B-Hybrid-Base (Llama-3.2-3B): 28 layers, d 3072, 24 heads / 8 KV heads, MLP 8192, vocab 128256, tied
@@ -87,7 +91,9 @@ def shape_config(model: str, shrink: bool = False):
 
 def synthetic_tokenizer(cfg):
     """A character-level tokenizer over the config's whole vocabulary (module docstring)."""
+    # lazy: tokenizers only for building tokenizers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    # lazy: transformers is slow to import
     from transformers import PreTrainedTokenizerFast
 
     V = int(cfg.vocab_size)
@@ -114,6 +120,7 @@ def synthetic_tokenizer(cfg):
 
 def random_model(model: str, dtype, shrink: bool = False):
     """``(model with random weights, synthetic tokenizer)`` of the published shape of ``model``."""
+    # lazy: transformers is slow to import
     from transformers import AutoModelForCausalLM
 
     cfg = shape_config(model, shrink)

@@ -27,6 +27,9 @@ import re
 import torch
 
 from graft_cli.errors import GraftError
+from torch.distributed.tensor import DTensor
+from safetensors.torch import save_file
+from safetensors import safe_open
 
 SHARDS = "shards"
 FORMAT = 1
@@ -47,9 +50,9 @@ def is_sharded(folder: str) -> bool:
 def local_box(t: torch.Tensor) -> tuple[torch.Tensor, list[int], list[int]]:
     """``(local tensor, global shape, offset of the local part)``: a DTensor's own part (FSDP2's ``Shard(0)`` rows,
     any placement torch can describe), a plain tensor whole at offset 0."""
-    from torch.distributed.tensor import DTensor
 
     if isinstance(t, DTensor):
+        # lazy: a private torch API, reached only for a DTensor
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
         _, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
@@ -60,7 +63,6 @@ def local_box(t: torch.Tensor) -> tuple[torch.Tensor, list[int], list[int]]:
 def write_shard(folder: str, rank: int, world: int, tensors: dict, extra: dict | None = None) -> list[str]:
     """Write this rank's part of ``tensors`` (name -> tensor or DTensor) under ``folder/shards/`` and its JSON index
     (global shapes, offsets, ``extra``); both files are fsynced. Returns their paths."""
-    from safetensors.torch import save_file
 
     d = os.path.join(folder, SHARDS)
     os.makedirs(d, exist_ok=True)
@@ -131,8 +133,6 @@ class ShardReader:
 
     def _file(self, r: int):
         if r not in self._open:
-            from safetensors import safe_open
-
             path = self.indexes[r]["_path"].removesuffix(".json") + ".safetensors"
             try:
                 self._open[r] = safe_open(path, framework="pt", device="cpu")
@@ -234,7 +234,6 @@ def read_model(reader: ShardReader, model) -> dict[str, torch.Tensor]:
 def read_optimizer(reader: ShardReader, model, optimizer) -> dict:
     """An optimizer ``state_dict`` for this rank's ``optimizer`` (state tensors shaped as its parameters: DTensor
     parts under FSDP2), built from the shards: what ``optimizer.load_state_dict`` takes."""
-    from torch.distributed.tensor import DTensor
 
     extra = reader.extra
     saved = extra.get("param_groups")
@@ -271,7 +270,6 @@ def read_optimizer(reader: ShardReader, model, optimizer) -> dict:
 
 def load_state_into(model, parts: dict[str, torch.Tensor]) -> None:
     """Copy :func:`read_model`'s parts into the model's (local) tensors."""
-    from torch.distributed.tensor import DTensor
 
     tensors = model_tensors(model)
     with torch.no_grad():

@@ -11,6 +11,9 @@ from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.plan import execute as X
 from graft_cli.plan import spec as P
+from graft_cli.config import EXPERIMENTS_DIR
+import importlib
+from graft_cli.report.tables import report_main
 
 
 def _console():
@@ -39,7 +42,6 @@ def ablate_main(sweep: str, pair: str = "tiny", dry_run: bool = False, out: str 
 
 def unplanned_methods(plan: P.Plan) -> list[str]:
     """Method configs in experiments/method/ that the plan does not run."""
-    from graft_cli.config import EXPERIMENTS_DIR
 
     used = {r.method for r in plan.runs}
     return [m for m in P.known(os.path.join(EXPERIMENTS_DIR, "method")) if m not in used]
@@ -89,7 +91,6 @@ CLAIM_KINDS = {"graft": "graft_cli.report.claims", "saf": "graft_cli.report.saf_
 def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> dict:
     """``graft report`` on the plan's folder, then the claims of the plan's paper (``claims.kind``: graft | saf |
     tandem | npeer)."""
-    import importlib
 
     kind = str((plan.claims or {}).get("kind", "graft"))
     if kind not in CLAIM_KINDS:
@@ -97,8 +98,6 @@ def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> d
     write_claims = importlib.import_module(CLAIM_KINDS[kind]).write_claims
     rdir = os.path.join(out, "report")
     try:
-        from graft_cli.report.tables import report_main
-
         report_main([out], out=rdir, console=console)
     except Exception as e:  # the claims section is still written
         console.print(f"[yellow]warning[/]: graft report failed ({type(e).__name__}: {e}); writing the claims only")

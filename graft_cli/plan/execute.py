@@ -29,6 +29,17 @@ from graft_cli.plan import status as S
 from graft_cli.report.markdown import md_table
 from graft_cli.rundir import atomic_write_text, best_path, read_json_or_none, read_metrics, training_rows
 from graft_cli.plan.spec import Plan, PlanRun
+from graft_cli.config import compose
+from graft_cli.tiny import build as T
+from graft_cli.tiny.sft import default_recipe
+from graft_cli.rundir import atomic_write_json
+from graft_cli.eval.validation import ValidationHook
+from graft_cli.train.run import train
+from graft_cli.eval.runner import evaluate_run
+import multiprocessing as mp
+from concurrent.futures import FIRST_COMPLETED
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import wait
 
 
 # ------------------------------------------------------------------------------------------ dry run
@@ -53,8 +64,6 @@ def describe(plan: Plan, out: str, check_configs: bool = True) -> list[dict]:
             row["config"] = "checked when its partner has run"
         elif check_configs:
             try:
-                from graft_cli.config import compose
-
                 compose(plan.compose_overrides(r, out))
             except GraftError as e:
                 row["config"] = f"error: {e}"
@@ -91,20 +100,17 @@ def run_job(job: dict) -> dict:
         os.dup2(log.fileno(), 2)
         sys.stdout = sys.stderr = log
     try:
+        # lazy: imported once the log is redirected, so that a failing import lands in the run's log
         import torch
 
         if job.get("threads"):
             torch.set_num_threads(int(job["threads"]))
         console = make_console(file=log, force_terminal=False, width=160) if log else make_console(stderr=True)
-        from graft_cli.config import compose
-
         if not job["finished"]:
             check_tiny(job.get("tiny"))
         cfg = compose(job["overrides"])
         if not job["finished"]:
             t0 = time.perf_counter()
-            from graft_cli.eval.validation import ValidationHook
-            from graft_cli.train.run import train
 
             was = S.run_status(job["run_dir"], cfg.run.steps)
             train(cfg, progress=job.get("progress", False), console=console, after_step=(ValidationHook(),))
@@ -115,8 +121,6 @@ def run_job(job: dict) -> dict:
             if S.eval_done(job["run_dir"], ev["steps"], ev["runs"], ev.get("samples"), ev.get("benchmarks")):
                 rec["evaluated"] = "done before"
             else:
-                from graft_cli.eval.runner import evaluate_run
-
                 t0 = time.perf_counter()
                 kw = {k: ev.get(k) for k in ("steps", "runs", "samples", "temperature", "top_p", "top_k",
                                              "max_new_tokens", "seed")}
@@ -200,7 +204,6 @@ def stop_workers(procs: dict, grace_s: float = STOP_GRACE_S) -> list[int]:
 # ------------------------------------------------------------------------------------ tiny pair pin
 def uses_tiny(plan: Plan, out: str) -> bool:
     """Whether the plan's runs load the embedded tiny pair (``tiny:<role>`` models or data)."""
-    from graft_cli.config import compose
 
     first = next((r for r in plan.runs if not r.partner), None)
     if first is None:
@@ -212,7 +215,6 @@ def uses_tiny(plan: Plan, out: str) -> bool:
 def tiny_identity(progress: bool = True) -> dict:
     """Build the tiny pair once here if needed (workers never build it concurrently) and return its
     identity: cache folder and the manifest's model hashes."""
-    from graft_cli.tiny import build as T
 
     T.ensure_tiny(progress=progress)
     man = T.read_manifest() or {}
@@ -224,8 +226,6 @@ def check_tiny(expected: dict | None) -> None:
     (other hashes), or code whose recipe no longer matches the cache (ensure_tiny would rebuild it)."""
     if not expected:
         return
-    from graft_cli.tiny import build as T
-    from graft_cli.tiny.sft import default_recipe
 
     man = T.read_manifest() or {}
     if man.get("hashes") != expected.get("hashes"):
@@ -376,9 +376,6 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
             pending_keys.discard(r.key)
             finish(r, rec, t0)
     else:
-        import multiprocessing as mp
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
         running: dict = {}
 
         def on_signal(signum, frame):
@@ -478,7 +475,6 @@ def results_markdown(plan: Plan, records: list[dict]) -> str:
 
 def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny: dict | None = None
                   ) -> tuple[str, str]:
-    from graft_cli.rundir import atomic_write_json
 
     base = os.path.join(out, f"plan_{plan.name}")
     prev = read_json_or_none(base + ".json") or {}

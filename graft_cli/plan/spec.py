@@ -40,6 +40,7 @@ from typing import Any
 
 from graft_cli.config import EXPERIMENTS_DIR
 from graft_cli.errors import GraftError
+import yaml
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 EVAL_KEYS = ("steps", "runs", "samples", "benchmarks", "temperature", "top_p", "top_k", "max_new_tokens", "seed")
@@ -201,8 +202,6 @@ def parse_eval(raw, base: EvalPlan | None = None, where: str = "eval") -> EvalPl
 
 
 def read_yaml(path: str) -> dict:
-    import yaml
-
     if not os.path.exists(path):
         raise GraftError(f"{path}: plan file not found")
     try:

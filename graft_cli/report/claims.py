@@ -32,6 +32,18 @@ import numpy as np
 
 from graft_cli.report.stats import overall_verdict, points, verdict
 from graft_cli.rundir import atomic_write_text
+from graft_cli.report.stats import compare
+from graft_cli.report.stats import diff_interval
+from graft_cli.report.stats import mean_interval
+from graft_cli.rundir import read_metrics
+from graft_cli.rundir import training_rows
+from graft_cli.eval.files import read_problems
+from graft_cli.rundir import eval_step_dir
+from graft_cli.rundir import run_policies
+from graft_cli.report.markdown import md_table
+from graft_cli.rundir import atomic_write_json
+from graft_cli.report.mechanism import mechanism_markdown
+from graft_cli.analysis.complementarity import from_runs
 
 DEFAULTS = {"baseline": "grpo", "method": "graft", "no_gate": "graft_nogate", "peer_first": "graft_first",
             "peer_last": None, "complementarity_min": 0.0, "clip_steps": 48, "n_boot": 2000,
@@ -87,7 +99,6 @@ def _compare_scores(problems: dict, x: str, y: str, policy: str, n_boot: int) ->
     """Δ = run x − run y (pass@1 points, macro over the benchmarks both have) for ``policy``, with the paired
     hierarchical bootstrap (seeds, then problems; :func:`graft_cli.report.stats.hierarchical_bootstrap`) and,
     alongside, the Welch t-interval over seeds."""
-    from graft_cli.report.stats import compare
 
     arm = lambda run: (problems.get(run) or {}).get(policy) or {}
     c = compare({"x": arm(x), "y": arm(y)}, "x", "y", n_boot)
@@ -111,7 +122,6 @@ def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
     Intervals: claims 2 and 3, the paired hierarchical bootstrap over seeds and held-out problems; claims 1
     and 4, the t-interval over seeds when both sides have ≥ 2 seeds, else the percentile bootstrap over
     training steps (:func:`graft_cli.report.stats.mean_interval` / ``diff_interval``)."""
-    from graft_cli.report.stats import diff_interval, mean_interval
 
     s = settings(cfg)
     n_boot = int(s.get("n_boot", N_BOOT))
@@ -172,7 +182,6 @@ def _sig(x):
 # -------------------------------------------------------------------------------------------- measure
 def peer_clip_steps(run_dir: str, clip_steps: int | None) -> dict:
     """policy -> [``clip_ratio/peer`` of each step 1..clip_steps that has grafted tokens]."""
-    from graft_cli.rundir import read_metrics, training_rows
 
     vals: dict[str, list] = {}
     for m in training_rows(read_metrics(run_dir)):
@@ -193,8 +202,6 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
     """The numbers :func:`judge` needs, from plan records (``graft_cli.plan.execute.execute``: name, seed,
     dir, scores): eval averages, per-problem pass@1 of the scored step (``eval/<policy>/step_N/``), per-step
     complementarity of the baseline runs and per-step peer clip ratios."""
-    from graft_cli.eval.files import read_problems
-    from graft_cli.rundir import eval_step_dir
 
     s = settings(cfg)
     pols: list[str] = []
@@ -225,8 +232,6 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
         if r["name"] != s["baseline"]:
             continue
         try:
-            from graft_cli.analysis.complementarity import from_runs
-
             res = from_runs([r["dir"]])
         except Exception:
             continue
@@ -255,7 +260,6 @@ def regime_figures(measured: dict, cfg: dict | None = None) -> dict:
     """The study's regime, reported beside the verdicts (issue 27): per model, the baseline's gain over the base
     models (Δ = baseline at its scored step − the same runs' step-0 evaluation, paired bootstrap over seeds and
     problems; needs ``run.save_initial``) and the half-widths of claims 2 and 3's intervals."""
-    from graft_cli.report.stats import compare
 
     s = settings(cfg)
     n_boot = int(s.get("n_boot", N_BOOT))
@@ -277,8 +281,6 @@ def regime_figures(measured: dict, cfg: dict | None = None) -> dict:
 
 
 def _policies(run_dir: str) -> list[str]:
-    from graft_cli.rundir import run_policies
-
     return run_policies(run_dir)
 
 
@@ -322,7 +324,6 @@ def headline_rows(records: list[dict], baseline: str = "grpo") -> tuple[list[str
 def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg: dict | None = None,
                     title: str = "Claims of the paper on this pair (from the measured numbers)",
                     report_dir: str | None = None, measured: dict | None = None) -> str:
-    from graft_cli.report.markdown import md_table
 
     s = settings(cfg)
     out = [f"## {title}", ""]
@@ -353,8 +354,6 @@ def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg:
         out += ["", "### Headline: eval average pass@1 (%) per model, mean ± sample std over seeds", "",
                 md_table(cols, rows)]
     if records and report_dir:
-        from graft_cli.report.mechanism import mechanism_markdown
-
         mech = mechanism_markdown(records, report_dir, s["baseline"], s["method"], s.get("family_benchmark", "math500"))
         if mech:
             out += ["", mech]
@@ -388,7 +387,6 @@ def write_section(report_dir: str, md: str) -> str:
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[Claim]]:
     """Judge the claims from ``records``, append the section to ``<report_dir>/report.md`` (replacing an
     earlier claims section) and write ``<report_dir>/claims.json``. Returns (markdown, claims)."""
-    from graft_cli.rundir import atomic_write_json
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)

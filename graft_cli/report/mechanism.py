@@ -27,6 +27,13 @@ from graft_cli.eval.files import STEP_DIR_RE, run_file
 from graft_cli.rundir import eval_step_dir, read_json_or_none, read_jsonl
 from graft_cli.eval.rescue import RESCUE_DIR
 from graft_cli.report.plots import _plt, _save
+from graft_cli.rundir import read_metrics
+from graft_cli.rundir import training_rows
+from graft_cli.rundir import run_config_raw
+import glob
+from graft_cli.report.markdown import md_table
+from graft_cli.algorithms.exchange.graft import DEFAULTS
+from graft_cli.tiny.build import default_cache_dir
 
 FAMILY_KEYS = ("family", "subject", "type")
 
@@ -159,7 +166,6 @@ def rescue_table(records: list[dict], names: tuple[str, ...]) -> list[dict]:
 
 def admitted_curves(records: list[dict], name: str) -> dict:
     """policy -> {step: mean over seeds of ``graft/frac_admitted``} for the runs named ``name``."""
-    from graft_cli.rundir import read_metrics, training_rows
 
     acc: dict = {}
     for r in records:
@@ -188,12 +194,9 @@ def plot_admitted(curves: dict, path: str) -> str | None:
 def train_family_map(run_dir: str) -> dict[str, str]:
     """problem id -> family of a run's training problems: its ``data.train`` file when local JSONL, the tiny
     task's ``train.jsonl`` in the tiny cache for ``tiny:train`` (never builds it); ``{}`` otherwise."""
-    from graft_cli.rundir import run_config_raw
 
     train = str((run_config_raw(run_dir).get("data") or {}).get("train") or "")
     if train.startswith("tiny:"):
-        from graft_cli.tiny.build import default_cache_dir
-
         train = os.path.join(default_cache_dir(), "task", f"{train.split(':', 1)[1]}.jsonl")
     return family_map(train)
 
@@ -202,8 +205,8 @@ def admission_frame(records: list[dict], name: str):
     """One row per transferred response of the runs named ``name`` (every step's exchange log): ``run``,
     ``receiver``, ``step``, ``prompt_id``, ``source``, ``s``, ``admitted``, ``reward``, ``family`` (None when
     unknown). An empty DataFrame when no run logged its exchange."""
-    import glob
 
+    # lazy: pandas is heavy
     import pandas as pd
 
     parts = []
@@ -300,7 +303,6 @@ def mechanism_markdown(records: list[dict], report_dir: str, baseline: str, meth
                        bench: str = "math500") -> str:
     """The report's mechanism subsection: per-family plots (written into ``report_dir``), the rescue table and
     the mean admitted share."""
-    from graft_cli.report.markdown import md_table
 
     out = ["### Mechanism", ""]
     curves = family_curves(records, (baseline, method), bench)
@@ -347,7 +349,6 @@ def mechanism_markdown(records: list[dict], report_dir: str, baseline: str, meth
 
 def gate_markdown(records: list[dict], report_dir: str, method: str) -> list[str]:
     """The gate made visible: s histograms per direction and the admitted share per family (markdown lines)."""
-    from graft_cli.report.markdown import md_table
 
     df = admission_frame(records, method)
     if not len(df):
@@ -375,8 +376,6 @@ def gate_markdown(records: list[dict], report_dir: str, method: str) -> list[str
 
 def _run_delta(records: list[dict], name: str) -> float:
     """The δ the runs named ``name`` were configured with (GRAFT's default when unset; 0 with ``gate: none``)."""
-    from graft_cli.algorithms.exchange.graft import DEFAULTS
-    from graft_cli.rundir import run_config_raw
 
     for r in records:
         if r["name"] == name:

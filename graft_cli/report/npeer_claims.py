@@ -30,6 +30,9 @@ import numpy as np
 from graft_cli.eval.files import read_problems
 from graft_cli.rundir import atomic_write_json, eval_step_dir, metrics_path, read_jsonl
 from graft_cli.report.stats import compare, macro_mean, overall_verdict, verdict
+from graft_cli.report.markdown import md_table
+import re
+from graft_cli.report.claims import write_section
 
 RULES = ("best_source", "round_robin", "pooled_donor")
 DEFAULTS = {"kind": "npeer", "grpo": "grpo", "pairwise": ["graft_ab", "graft_ac", "graft_bc"],
@@ -211,8 +214,6 @@ def _iv(iv) -> str:
 
 
 def table_markdown(measured: dict, cfg: dict | None = None) -> str:
-    from graft_cli.report.markdown import md_table
-
     models = measured.get("models") or []
     probs = measured.get("problems") or {}
     rows = [[label, name, *[_fmt((probs.get(m) or {}).get(name)) for m in models]]
@@ -223,7 +224,6 @@ def table_markdown(measured: dict, cfg: dict | None = None) -> str:
 def exchange_markdown(measured: dict, cfg: dict | None = None) -> str:
     """Per arm and receiver: admitted grafted responses per step and the grafted share of its update batch
     (mean over steps and seeds); for three peers, per source."""
-    from graft_cli.report.markdown import md_table
 
     models = measured.get("models") or []
     rows = []
@@ -251,7 +251,6 @@ def exchange_markdown(measured: dict, cfg: dict | None = None) -> str:
 
 def first_seed(pngs: list[str]) -> list[str]:
     """Of ``transfer_<pair>-<name>-s<seed>.png`` files, the lowest seed of each run name (sorted by name)."""
-    import re
 
     best: dict = {}
     for p in pngs:
@@ -262,8 +261,6 @@ def first_seed(pngs: list[str]) -> list[str]:
 
 
 def claims_markdown(claims: list[dict], models: list[str]) -> str:
-    from graft_cli.report.markdown import md_table
-
     rows = []
     for c in claims:
         if c["key"] == "best_rule":
@@ -279,8 +276,6 @@ def claims_markdown(claims: list[dict], models: list[str]) -> str:
 
 
 def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, report_dir: str) -> str:
-    from graft_cli.report.markdown import md_table
-
     s = settings(cfg)
     models = measured.get("models") or []
     vg = versus_grpo(measured, cfg)
@@ -311,7 +306,6 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, repor
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
     """The three-peer section (table, claims, versus GRPO) into ``<report_dir>/report.md`` and ``claims.json``."""
-    from graft_cli.report.claims import write_section
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)

@@ -26,9 +26,11 @@ from graft_cli.rundir import run_config_raw
 
 
 def _plt():
+    # lazy: matplotlib is only needed for plots
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib is only needed for plots
     import matplotlib.pyplot as plt
 
     return plt

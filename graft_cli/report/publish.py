@@ -26,6 +26,10 @@ import sys
 import time
 
 from graft_cli.rundir import atomic_write_json, read_json
+import torch
+from graft_cli.report.claims import BEGIN
+from graft_cli.report.claims import END
+import re
 
 FILES = ("report.md", "tables.tex", "claims.json")
 
@@ -38,8 +42,6 @@ def _git(*args: str) -> str:
 
 
 def machine() -> dict:
-    import torch
-
     return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
             "torch": torch.__version__, "cuda": torch.cuda.is_available()}
 
@@ -71,7 +73,6 @@ def copy(out: str, dest: str, command: str, wall_min: float | None = None) -> di
 
 def claims_section(dest: str) -> str:
     """The claims section of the published report.md (between graft's claims markers)."""
-    from graft_cli.report.claims import BEGIN, END
 
     text = open(os.path.join(dest, "report.md"), encoding="utf-8").read()
     if BEGIN not in text or END not in text:
@@ -86,7 +87,6 @@ def claims_section(dest: str) -> str:
 def relink_images(md: str, dest: str) -> str:
     """Image links of the report (relative to its folder) made relative to the page that quotes it: ``](x.png)``
     -> ``](DEST/x.png)`` with ``dest`` given relative to that page; absolute and external links are left alone."""
-    import re
 
     return re.sub(r"(!\[[^\]]*\]\()(?![a-z]+://|/)([^)]+\.png\))", lambda m: f"{m.group(1)}{dest}/{m.group(2)}", md)
 

@@ -23,12 +23,14 @@ import numpy as np
 
 from graft_cli.report.markdown import md_table
 from graft_cli.rundir import read_metrics, run_config_raw, training_rows
+from graft_cli.report.runs import identify
+from graft_cli.report.runs import method_label
+from graft_cli.report.runs import variant_label
 
 
 def run_variant(run_dir: str) -> str | None:
     """``"<label> (<variant>)"``: the variant :func:`graft_cli.report.runs.identify` reads from the run's
     config.yaml and its table label; None without a config.yaml."""
-    from graft_cli.report.runs import identify, method_label, variant_label
 
     raw = run_config_raw(run_dir)
     if not raw.get("method"):
@@ -77,9 +79,11 @@ def summary_markdown(summary: dict) -> str:
 
 def summary_plot(run_dir: str, path: str | None = None) -> str | None:
     try:
+        # lazy: matplotlib is only needed for plots
         import matplotlib
 
         matplotlib.use("Agg")
+        # lazy: matplotlib is only needed for plots
         import matplotlib.pyplot as plt
     except ImportError:
         return None

@@ -13,6 +13,12 @@ from graft_cli.eval.benchmarks import BENCHMARKS, FIVE
 from graft_cli.report import paper_numbers as P
 from graft_cli.rundir import (EVAL, best_path, config_path, read_json,
                               read_metrics)
+import yaml
+from graft_cli.config import EXPERIMENTS_DIR
+from graft_cli.eval.summary import select_best
+from graft_cli.eval.files import step_dirs
+import json
+from graft_cli.config import asdict, compose
 
 METHOD_NAMES = {
     "grpo": "GRPO n=8", "grpo_n16": "GRPO n=16", "grpo_n32": "GRPO n=32", "grpo_dapo": "GRPO n=8 + Dynamic Sampling",
@@ -139,9 +145,7 @@ def _method_files(exp_dir: str | None = None) -> dict:
     """Each method config's own settings: its file merged over its ``defaults`` chain (values as written,
     interpolations kept as strings), flattened, ``method`` left out; with the chain's depth (0: no parent).
     Returns {method: (settings, depth)}."""
-    import yaml
 
-    from graft_cli.config import EXPERIMENTS_DIR
 
     exp_dir = exp_dir or EXPERIMENTS_DIR
     if exp_dir in _METHOD_FILES:
@@ -176,13 +180,10 @@ def composed_config(pair: str, method: str, exp_dir: str | None = None) -> dict 
     """``asdict(compose(pair=P, method=M))`` (cached per experiments folder, pair and method); None when it
     does not compose (an unknown pair or method; a method that needs a key only its runs set, e.g.
     graft_stored's partner)."""
-    from graft_cli.config import EXPERIMENTS_DIR
 
     key = (exp_dir or EXPERIMENTS_DIR, str(pair), str(method))
     if key not in _COMPOSED:
         try:
-            from graft_cli.config import asdict, compose
-
             _COMPOSED[key] = asdict(compose([f"pair={pair}", f"method={method}"], config_dir=key[0]))
         except Exception:  # a run made elsewhere (pair/method configs not here): named as written
             _COMPOSED[key] = None
@@ -212,8 +213,6 @@ def _label_value(v) -> str:
     if v is None:
         return "null"
     if isinstance(v, (list, dict)):
-        import json
-
         return json.dumps(v, separators=(",", ":"))
     return str(v)
 
@@ -281,8 +280,6 @@ def pct(v):
 
 
 def policy_result(run: Run, pol: dict) -> PolicyResult | None:
-    from graft_cli.eval.summary import select_best
-
     steps = run.evals.get(pol["name"], {})
     if not steps:
         return None
@@ -319,8 +316,6 @@ def code_average(summary: dict) -> tuple:
 
 
 def load_run(path: str) -> Run:
-    import yaml
-
     with open(config_path(path), encoding="utf-8") as f:
         raw = yaml.safe_load(f) or {}
     if not isinstance(raw, dict):
@@ -335,7 +330,6 @@ def load_run(path: str) -> Run:
               seed=int((raw.get("run") or {}).get("seed", 0)),
               exchange=str(ex.get("name", "none")), ordering=str(ex.get("ordering", "last")), policies=pols)
     run.metrics.extend(read_metrics(path))
-    from graft_cli.eval.files import step_dirs
 
     for p in pols:
         sd = step_dirs(os.path.join(path, EVAL, p["name"]))

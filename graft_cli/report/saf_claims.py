@@ -23,6 +23,8 @@ import numpy as np
 
 from graft_cli.report.stats import verdict, welch_interval
 from graft_cli.rundir import atomic_write_json, read_metrics
+from graft_cli.report.markdown import md_table
+from graft_cli.report.claims import write_section
 
 DEFAULTS = {"kind": "saf", "grpo": "grpo", "fixed": "grpo_opd", "saf": "saf", "opd_only": "opd_only",
             "early_steps": 10, "policy": "a"}
@@ -102,8 +104,6 @@ def _fmt(xs: list[float]) -> str:
 
 
 def table_markdown(measured: dict, cfg: dict | None = None) -> str:
-    from graft_cli.report.markdown import md_table
-
     s = settings(cfg)
     names = [(s["grpo"], "GRPO"), (s["fixed"], "GRPO+OPD (fixed)"), (s["saf"], "SAF-OPD"), (s["opd_only"], "OPD-only")]
     paper = {s["fixed"]: "baseline of the SAF comparison", s["saf"]: "fixed + 0.51 … 2.70 pp",
@@ -118,8 +118,6 @@ def table_markdown(measured: dict, cfg: dict | None = None) -> str:
 
 
 def claims_markdown(claims: list[dict]) -> str:
-    from graft_cli.report.markdown import md_table
-
     rows = []
     for i, c in enumerate(claims, 1):
         iv = c["interval"]
@@ -131,9 +129,11 @@ def claims_markdown(claims: list[dict]) -> str:
 def plot(measured: dict, cfg: dict | None, path: str) -> str | None:
     """Entropy and validation accuracy over steps for the four methods (mean over seeds)."""
     try:
+        # lazy: matplotlib is only needed for plots
         import matplotlib
 
         matplotlib.use("Agg")
+        # lazy: matplotlib is only needed for plots
         import matplotlib.pyplot as plt
     except ImportError:
         return None
@@ -163,7 +163,6 @@ def plot(measured: dict, cfg: dict | None, path: str) -> str | None:
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
     """The SAF section (table, plot, claims) into ``<report_dir>/report.md`` and ``claims.json``."""
-    from graft_cli.report.claims import write_section
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)

@@ -59,6 +59,12 @@ from graft_cli.report.render import Table, fdelta, fmt, to_latex, to_markdown
 from graft_cli.report.runs import (ABLATIONS, DESIGNS, ORDERINGS, SWEEP, T1_METHODS, Index, PolicyResult, Run,
                                    code_average, find_dirs, is_code, load_runs, method_label, pct)
 from graft_cli.rundir import atomic_write_text, eval_step_dir, read_json, read_json_or_none
+from graft_cli.analysis.complementarity import from_runs
+from graft_cli.eval.tandem import macro_pass_at_k
+from graft_cli.report.tandem_claims import KS
+from graft_cli.report.tandem_claims import legibility_ce
+from graft_cli.rundir import atomic_write_json
+from graft_cli.report.plots import make_plots
 
 # ------------------------------------------------------------------------------------------ helpers
 def _cells(res: PolicyResult, idx: Index) -> list[str]:
@@ -393,7 +399,6 @@ def table6(idx: Index) -> Table | None:
 
 def complementarity_rows(idx: Index) -> list[dict]:
     """Per two-policy run: mean cross-solve rates from its rollout logs (else the graft/complementarity metric)."""
-    from graft_cli.analysis.complementarity import from_runs
 
     out = []
     for r in idx.runs:
@@ -498,8 +503,6 @@ def build_tables(runs: list[Run], eval_dirs: list[str] | None = None, devices: i
 def tandem_table(runs: list[Run]) -> Table | None:
     """Solo and handoff pass@k and legibility of every run whose selected step has the tandem evaluations
     (``graft eval --run --tandem``: ``step_N/handoff/``, ``step_N/legibility/``); None when no run has them."""
-    from graft_cli.eval.tandem import macro_pass_at_k
-    from graft_cli.report.tandem_claims import KS, legibility_ce
 
     t = Table("tandem", "Tandem RLVR evaluations: solo and handoff pass@k %, legibility (junior CE, nats/token)",
               ["Run", "Method", "Policy", "Step", *[f"Solo pass@{k}" for k in KS],
@@ -548,7 +551,6 @@ def runs_table(runs: list[Run], shared: list | None = None) -> Table:
 def report_main(paths: list[str], out: str | None = None, devices: int | None = None, clip_steps: int = 48,
                 plots: bool = True, console=None) -> str:
     """The ``graft report`` command: writes report.md, tables.tex, report.json and plots/*.png into ``out``."""
-    from graft_cli.rundir import atomic_write_json
 
     console = console or make_console(stderr=True)
     if not paths:
@@ -565,8 +567,6 @@ def report_main(paths: list[str], out: str | None = None, devices: int | None = 
     os.makedirs(out, exist_ok=True)
     images = []
     if plots and runs:
-        from graft_cli.report.plots import make_plots
-
         images = make_plots(runs, comp, os.path.join(out, "plots"), clip_steps)
     md = ["# graft report", "", f"Runs: {len(runs)}; eval folders: {len(eval_dirs)}. Numbers are pass@1 in %; "
           "*(paper)* rows are the GRAFT paper's own numbers (reference/graft.md §6).", "", to_markdown(tables)]

@@ -44,6 +44,8 @@ from graft_cli.eval.files import read_problems
 from graft_cli.rundir import atomic_write_json, eval_step_dir, read_json_or_none
 from graft_cli.eval.tandem import CURVE_KS, legibility_problems, macro_pass_at_k, pass_at_k_curve
 from graft_cli.report.stats import compare, equivalence_verdict, verdict
+from graft_cli.report.markdown import md_table
+from graft_cli.report.claims import write_section
 
 DEFAULTS = {"kind": "tandem", "tandem": "tandem", "grpo": "grpo", "kl": "grpo_kl", "n16": "grpo_n16",
             "policy": "a", "margin": 2.0, "n_boot": 2000}
@@ -203,8 +205,6 @@ def _fmt(xs: list[float], digits: int = 2) -> str:
 
 
 def table_markdown(measured: dict, cfg: dict | None = None) -> str:
-    from graft_cli.report.markdown import md_table
-
     rows = []
     for key, label in arms(cfg):
         a = (measured.get("arms") or {}).get(key) or _new_arm()
@@ -220,7 +220,6 @@ def table_markdown(measured: dict, cfg: dict | None = None) -> str:
 def curves_markdown(measured: dict, cfg: dict | None = None) -> str:
     """The pass@k curves, k = 1..8: per arm and mode the mean over seeds of the macro pass@k (%), — where k
     exceeds the samples or the arm has no run files."""
-    from graft_cli.report.markdown import md_table
 
     rows = []
     for key, label in arms(cfg):
@@ -242,8 +241,6 @@ def _iv(iv, digits: int = 2) -> str:
 
 
 def claims_markdown(claims: list[dict]) -> str:
-    from graft_cli.report.markdown import md_table
-
     rows = []
     for i, c in enumerate(claims, 1):
         dg = int(c.get("digits", 2))
@@ -267,10 +264,13 @@ def plot(measured: dict, cfg: dict | None, path: str) -> str | None:
     """Solo and handoff pass@k vs k = 1..8 (macro over benchmarks, mean over seeds; from the run files, else the
     summaries' k = 1, 2, 4, 8), one line per arm."""
     try:
+        # lazy: matplotlib is only needed for plots
         import matplotlib
 
         matplotlib.use("Agg")
+        # lazy: matplotlib is only needed for plots
         import matplotlib.pyplot as plt
+        # lazy: matplotlib is only needed for plots
         import matplotlib.ticker
     except ImportError:
         return None
@@ -331,7 +331,6 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, png: 
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
     """The Tandem section (table, plot, claims) into ``<report_dir>/report.md`` and ``claims.json``."""
-    from graft_cli.report.claims import write_section
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)

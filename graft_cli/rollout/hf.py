@@ -326,6 +326,7 @@ class Decoder:
         B, L = self.ids.shape
         self.L, self.t = L, 0
         if engine.static:  # fixed shapes: cache and mask span the bucketed maximum length
+            # lazy: transformers is slow to import
             from transformers import StaticCache
 
             total = math.ceil((L + max_new_tokens) / engine.cache_bucket) * engine.cache_bucket
@@ -333,6 +334,7 @@ class Decoder:
             self.full_mask = torch.zeros((B, total), dtype=self.mask.dtype, device=dev)
             self.full_mask[:, :L] = self.mask
         else:
+            # lazy: transformers is slow to import
             from transformers import DynamicCache
 
             self.cache = DynamicCache()

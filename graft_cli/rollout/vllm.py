@@ -102,6 +102,7 @@ class VLLMEngine(RolloutEngine):
             kw["distributed_executor_backend"] = "external_launcher"
             kw["seed"] = int(seed) + torch.distributed.get_rank() // int(tensor_parallel_size)
         kw.update(llm_kwargs)
+        # lazy: vLLM is optional
         from vllm import LLM
 
         self.llm = LLM(**kw)
@@ -146,6 +147,7 @@ class VLLMEngine(RolloutEngine):
 
     # ------------------------------------------------------------------------------------------ sampling
     def _params(self, p: SamplingParams, seed: int | None):
+        # lazy: vLLM is optional
         from vllm import SamplingParams as VSP
 
         greedy = p.temperature <= 0  # vLLM refuses n > 1 with greedy sampling: prompts are repeated instead
@@ -155,6 +157,7 @@ class VLLMEngine(RolloutEngine):
                    detokenize=False, seed=seed, skip_special_tokens=True)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        # lazy: vLLM is optional
         from vllm.inputs import TokensPrompt
 
         self._wake()

@@ -78,6 +78,7 @@ class VLLMServerEngine(RolloutEngine):
     def __init__(self, model, tokenizer, max_batch: int = 256, urls=(), served_model: str | None = None,
                  weight_sync: str = "folder", sync_dir: str | None = None, timeout_s: float = 600.0,
                  per_request_seed: bool = False, push_at_start: bool = True):
+        # lazy: only for rollout servers
         import httpx
 
         urls = [urls] if isinstance(urls, str) else list(urls)

@@ -23,6 +23,18 @@ from graft_cli.models.loading import MODEL_SOURCES
 from graft_cli.rundir import read_jsonl
 from graft_cli.tiny.sft import Recipe, default_recipe, make_model, num_params, sft, sharpen, weight_hash
 from graft_cli.tiny.tokenizers import _prompt_text, build_tokenizer_a, build_tokenizer_b, build_tokenizer_c
+import copy
+from rich.progress import BarColumn
+from rich.progress import MofNCompleteColumn
+from rich.progress import Progress
+from rich.progress import TextColumn
+from rich.progress import TimeElapsedColumn
+from graft_cli.data import synthetic
+from graft_cli.data.synthetic import write_task
+import selectors
+import subprocess
+import tempfile
+from graft_cli.rundir import atomic_write_text
 
 TINY_VERSION = 3
 ROLES = ("a", "b", "c", "teacher", "junior")
@@ -65,8 +77,8 @@ def _save(model, tokenizer, out: str) -> str:
 def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
     """``kind`` 'a': tokenizer A, model a (snapshot -> junior), then the teacher; 'b': model b.
     ``report(role, step, total, loss)`` is called as training proceeds. Returns role -> info."""
-    import copy
 
+    # lazy: transformers is slow to import
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -154,7 +166,6 @@ def _progress(enabled: bool, recipe: Recipe):
     if not enabled:
         yield lambda role, step, total, loss: None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     prog = Progress(TextColumn("[bold]{task.fields[role]:>8}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
@@ -171,7 +182,7 @@ def _progress(enabled: bool, recipe: Recipe):
 def _lock(cache_dir: str):
     os.makedirs(cache_dir, exist_ok=True)
     try:
-        import fcntl
+        import fcntl  # optional: POSIX only (the lock is skipped elsewhere)
     except ImportError:  # pragma: no cover - non-POSIX
         yield
         return
@@ -215,9 +226,9 @@ def token_stats(paths: dict, n: int = 512, seed: int = 0, recipe: Recipe | None 
     reference responses re-tokenized with y's tokenizer over their length under x's. Reference responses are the
     training split's solutions when every model writes the canonical style (v2); with ``recipe``'s own styles
     (v3) each model's responses are ``n`` fresh problems written in its own style."""
+    # lazy: transformers is slow to import
     from transformers import AutoTokenizer
 
-    from graft_cli.data import synthetic
 
     recs = read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:n]
     styled = recipe is not None and bool(recipe.own_styles)
@@ -258,7 +269,6 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
     matches (version, seed, recipe) is reused unless ``force``. ``workers >= 2`` trains the three
     tokenizer families (:data:`JOBS`) in single-threaded spawned processes at once; ``workers=1`` runs
     the same jobs in-process (identical weights)."""
-    from graft_cli.data.synthetic import write_task
 
     cache_dir = os.path.abspath(cache_dir or default_cache_dir())
     recipe = recipe or default_recipe()
@@ -287,7 +297,6 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
             "token_stats": stats, "build_seconds": time.time() - t0,
             "max_new_tokens": _suggest_max_new_tokens(stats),
         }
-        from graft_cli.rundir import atomic_write_text
 
         atomic_write_text(_manifest_path(cache_dir), json.dumps(manifest, indent=1))
     return paths
@@ -309,9 +318,6 @@ JOBS = ("a", "b", "c")
 
 def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update) -> dict:
     """Run the build's jobs (:data:`JOBS`) in single-threaded worker interpreters at once; relay progress."""
-    import selectors
-    import subprocess
-    import tempfile
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     pypath = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]

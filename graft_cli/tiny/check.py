@@ -21,6 +21,11 @@ from graft_cli.rollout.hf import HFEngine
 from graft_cli.rundir import read_jsonl
 from graft_cli.tiny.build import POLICY_ROLES, ROLES, build_tiny, read_manifest
 from graft_cli.tiny.sft import Recipe
+from graft_cli.reward import make_grader
+from graft_cli.data.synthetic import CANONICAL_STYLE
+from rich.table import Table
+from graft_cli.tiny.regime import REGIME_TARGETS
+from graft_cli.tiny.regime import measure_regime
 
 # ----------------------------------------------------------------------------------------------------
 # Measurement
@@ -46,9 +51,9 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
     ``heldout`` problems of ``eval_math500.jsonl``; 0 skips it). Pair: ``comp_a_fail_b_mixed`` (share
     of a's all-fail prompts on which b's group has 1 <= k < n) and ``comp_b_fail_a_mixed``.
     Sampling runs on ``threads`` threads (1 is as fast for 3M models and immune to oversubscription)."""
+    # lazy: transformers is slow to import
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from graft_cli.reward import make_grader
 
     recs = read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:num_prompts]
     held = read_jsonl(os.path.join(paths["task"], "eval_math500.jsonl"))[:heldout]
@@ -56,7 +61,6 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
     grader = grader or make_grader(num_workers=2, timeout_s=5)
     out: dict = {"num_prompts": len(recs), "n": n, "seed": seed, "temperature": 1.0}
     ks: dict = {}
-    from graft_cli.data.synthetic import CANONICAL_STYLE
 
     built_recipe = (read_manifest(os.path.dirname(paths["a"])) or {}).get("recipe") or {}
     own_styles = built_recipe.get("own_styles") or {}
@@ -106,7 +110,6 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
         out["comp_a_fail_b_mixed"] = _comp(ks["a"], ks["b"], n)
         out["comp_b_fail_a_mixed"] = _comp(ks["b"], ks["a"], n)
         out["families"] = family_complementarity([r["family"] for r in recs], ks["a"], ks["b"], n)
-        from graft_cli.tiny.regime import measure_regime
 
         out["regime"] = measure_regime(side, [r["family"] for r in recs], rewards, weak_families(built_recipe, out), n)
     peers = {r: ks[r] for r in POLICY_ROLES if r in ks}
@@ -236,8 +239,6 @@ def targets_met(props: dict) -> dict:
 
 
 def _summary_table(man: dict):
-    from rich.table import Table
-
     t = Table(title=f"tiny pair (seed {man['seed']}, built in {man['build_seconds']:.0f} s)")
     for c in ("role", "arch", "tokenizer", "params", "SFT steps", "final loss", "weights sha256"):
         t.add_column(c)
@@ -249,8 +250,6 @@ def _summary_table(man: dict):
 
 
 def _props_table(props: dict):
-    from rich.table import Table
-
     t = Table(title=f"measured on {props['num_prompts']} training prompts x {props['n']} samples, T=1.0")
     for c in ("role", "pass@1", "all-fail", "all-pass", "math500 pass@1", "resp. tokens", "truncated"):
         t.add_column(c)
@@ -264,8 +263,6 @@ def _props_table(props: dict):
 
 
 def _families_table(props: dict):
-    from rich.table import Table
-
     t = Table(title="per skill family: all-fail share, and the peer's group mixed on those prompts")
     for c in ("family", "prompts", "a pass@1", "b pass@1", "a all-fail", "b mixed | a all-fail", "b all-fail",
               "a mixed | b all-fail"):
@@ -279,9 +276,7 @@ def _families_table(props: dict):
 
 
 def _regime_table(reg: dict):
-    from rich.table import Table
 
-    from graft_cli.tiny.regime import REGIME_TARGETS
 
     t = Table(title=f"regime before RL (gate δ = {reg['delta']}): target / a <- b / b <- a")
     for c in ("figure", "target", "a", "b"):
@@ -300,8 +295,6 @@ def _regime_table(reg: dict):
 
 
 def _fills_table(props: dict):
-    from rich.table import Table
-
     fills = props["peer_fills"]
     t = Table(title="three models: on each model's all-fail prompts, the share each peer's group is mixed on "
                     "(only: and no other peer's)")
@@ -317,7 +310,6 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
               recipe: Recipe | str | None = None, num_prompts: int = 256, n: int = 8, heldout: int = 500) -> dict:
     """``graft tiny build [--check]``: build or reuse the cache, print a summary table; with
     ``check``, measure the properties and print them, the LAST line being one JSON object."""
-    from rich.table import Table
 
     console = make_console()
     recipe = Recipe.named(recipe) if isinstance(recipe, str) else recipe

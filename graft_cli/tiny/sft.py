@@ -15,6 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from graft_cli.tiny.tokenizers import _prompt_text
+from graft_cli.data.synthetic import sft_example
+from graft_cli.data.synthetic import CANONICAL_STYLE
+from graft_cli.errors import GraftError
 
 # ----------------------------------------------------------------------------------------------------
 # Recipe
@@ -125,8 +128,6 @@ class Recipe:
     teacher_sharpen: float = 1.0  # the teacher's logits x this (sharpen): 1 = as trained (v2)
 
     def own_style(self, role: str) -> str:
-        from graft_cli.data.synthetic import CANONICAL_STYLE
-
         return (self.own_styles or {}).get(role, CANONICAL_STYLE)
 
     def tokenizer_style(self, role: str):
@@ -172,8 +173,6 @@ class Recipe:
     def named(cls, name: str) -> Recipe:
         """The recipe called ``name`` (:data:`RECIPES`); a one-line error naming the known ones otherwise."""
         if name not in RECIPES:
-            from graft_cli.errors import GraftError
-
             raise GraftError(f"tiny recipe {name!r}: unknown; known: {', '.join(RECIPES)} "
                              f"(GRAFT_TINY_RECIPE or graft tiny build --recipe)")
         return getattr(cls, RECIPES[name])()
@@ -224,6 +223,7 @@ def default_recipe() -> Recipe:
 
 
 def make_config(shape: Shape, tokenizer):
+    # lazy: transformers is slow to import
     from transformers import GPTNeoXConfig, LlamaConfig, Qwen3Config
 
     common = dict(vocab_size=len(tokenizer), hidden_size=shape.hidden, intermediate_size=shape.mlp,
@@ -244,6 +244,7 @@ def make_config(shape: Shape, tokenizer):
 
 
 def make_model(shape: Shape, tokenizer, seed: int):
+    # lazy: transformers is slow to import
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
@@ -353,7 +354,6 @@ def _example_stream(tokenizer, stage: Stage, rng: random.Random):
     Not grouped by length: sorting a pool of batches by length (HF's ``group_by_length``) cut padded
     tokens by ~20 %, but a length-homogeneous batch is nearly a single skill (level-1 facts vs
     level-3 fractions), and a calibration build trained that way ended at a third of the pass@1."""
-    from graft_cli.data.synthetic import sft_example
 
     while True:
         yield [sft_example(rng, stage.families, stage.levels, stage.styles, stage.slip) for _ in range(stage.batch)]
@@ -400,7 +400,6 @@ def sft(model, tokenizer, stage: Stage, data_seed: str, on_step=None, snapshot_a
 @torch.no_grad()
 def eval_loss(model, tokenizer, families: dict, levels: dict, seed: int = 12345, n: int = 256) -> float:
     """Mean response-token loss on ``n`` fresh examples of a mix (used by tests and the summary)."""
-    from graft_cli.data.synthetic import sft_example
 
     rng = random.Random(f"graft-tiny-evalloss:{seed}")
     ids, mask, labels = sft_batch(tokenizer, [sft_example(rng, families, levels) for _ in range(n)])

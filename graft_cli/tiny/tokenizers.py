@@ -3,6 +3,11 @@ Llama-3-style byte-level BPE with the constant prompt suffix as one added token,
 BPE, each trained on its own seeded corpus of the synthetic task."""
 
 from __future__ import annotations
+from graft_cli.data.prompts import RAW_TEMPLATE
+from graft_cli.data.prompts import SUFFIX
+from graft_cli.data.prompts import PromptSpec
+from graft_cli.data.synthetic import corpus
+import string
 
 EOS_A, PAD_A = "<|endoftext|>", "<|pad|>"
 BOS_B, EOS_B, PAD_B = "<s>", "</s>", "<pad>"
@@ -13,8 +18,6 @@ PAD_C, EOS_C, BOS_C, UNK_C = "<pad>", "<eos>", "<bos>", "<unk>"  # Gemma's speci
 # would otherwise spend ~17 tokens on it in every prompt (RL step time is proportional to sequence length).
 # Prompts are never exchanged between the models (each encodes its own), so this changes no response.
 def _suffix_tokens_b() -> tuple[str, ...]:
-    from graft_cli.data.prompts import RAW_TEMPLATE, SUFFIX
-
     constant = RAW_TEMPLATE.split("{problem}", 1)[1].format(suffix=SUFFIX)  # " <suffix>\n"
     return (constant,)
 
@@ -28,8 +31,6 @@ class _Raw:
 
 
 def _prompt_text(problem: str) -> str:
-    from graft_cli.data.prompts import PromptSpec
-
     return PromptSpec().text(problem, _Raw())
 
 
@@ -37,9 +38,9 @@ def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], 
     """A byte-level BPE (``tokenizers`` trainer, ~0.2 s) over the task's text: prompt + worked solution
     pairs drawn from :func:`graft_cli.data.synthetic.corpus` with ``corpus_seed``, solutions in ``style`` (a name,
     or a list of names drawn uniformly per example: :meth:`Recipe.tokenizer_style`)."""
+    # lazy: tokenizers only for building tokenizers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from graft_cli.data.synthetic import corpus
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizer
@@ -65,7 +66,9 @@ def build_tokenizer_a(seed: int = 0, vocab_size: int = 384, style: str = "chain"
     (:data:`QWEN_PRETOKENIZE`: a word keeps its leading space, ``" then"`` -> ``"Ġthen"``, as in Qwen3's vocabulary,
     so the tandem ``word`` schedule sees word openings). Then ``ByteLevel(use_regex=False)``. ``\\boxed{`` is 2
     tokens. Specials: ``<|endoftext|>`` (EOS) and ``<|pad|>``; no BOS, no chat template."""
+    # lazy: tokenizers only for building tokenizers
     from tokenizers import Regex, pre_tokenizers
+    # lazy: transformers is slow to import
     from transformers import PreTrainedTokenizerFast
 
     steps = [pre_tokenizers.Digits(individual_digits=True),
@@ -77,6 +80,7 @@ def build_tokenizer_a(seed: int = 0, vocab_size: int = 384, style: str = "chain"
     pre = pre_tokenizers.Sequence([*steps, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok = _bpe(pre, seed, vocab_size, [EOS_A, PAD_A], style=style)
     if split == "qwen":  # as b's: the constant prompt suffix, which the regex would split into ~12 words, is one token
+        # lazy: tokenizers only for building tokenizers
         from tokenizers import AddedToken
 
         tok.add_tokens([AddedToken(w, normalized=False, lstrip=False, rstrip=False, single_word=False)
@@ -93,7 +97,9 @@ def build_tokenizer_b(seed: int = 0, vocab_size: int = 512, style: str = "chain"
     in Llama 3). The constant prompt suffix is one added non-special token (:func:`_suffix_tokens_b`).
     Re-tokenized lengths of reference responses: b/a 1.07 (a/b 0.94); docs/tiny_pair.md's table has the
     measured figures. Specials ``<s>`` (unused BOS), ``</s>`` (EOS), ``<pad>``."""
+    # lazy: tokenizers only for building tokenizers
     from tokenizers import AddedToken, pre_tokenizers
+    # lazy: transformers is slow to import
     from transformers import PreTrainedTokenizerFast
 
     pre = pre_tokenizers.Sequence([
@@ -116,12 +122,12 @@ def build_tokenizer_c(seed: int = 0, vocab_size: int = 384, style: str = "chain"
     byte fallback). Trained on a third corpus seed (``seed + 15485``), so its ids and merges differ from
     ``a``'s and ``b``'s; the constant prompt suffix is one added token, as in ``b``. Specials ``<pad>``
     ``<eos>`` ``<bos>`` (unused) ``<unk>``, as Gemma numbers them."""
-    import string
 
+    # lazy: tokenizers only for building tokenizers
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    # lazy: transformers is slow to import
     from transformers import PreTrainedTokenizerFast
 
-    from graft_cli.data.synthetic import corpus
 
     tok = Tokenizer(models.BPE(unk_token=UNK_C))
     tok.pre_tokenizer = pre_tokenizers.Sequence([

@@ -31,6 +31,8 @@ from graft_cli import faults
 from graft_cli.errors import GraftError
 from graft_cli.models import shards
 from graft_cli.rundir import sha256_file, step_name
+import pickle
+from safetensors.torch import save_file
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
 FORMAT = 2
@@ -359,7 +361,6 @@ def load_optimizer_state(path: str) -> dict:
     """An ``optimizer.pt`` read with ``weights_only=True``: tensors and plain values only, never a pickle. A file
     that needs more (a crafted pickle) raises :class:`RefusedCheckpoint` in graft's words (torch's message ends
     on advice to load it with ``weights_only=False``, which is exactly what must not be done)."""
-    import pickle
 
     try:
         return torch.load(path, weights_only=True, map_location="cpu")
@@ -410,7 +411,6 @@ def export(run_dir: str, out: str, step: int | None = None, policies: list | Non
         try:
             shutil.copytree(os.path.join(src, n), tmp, ignore=shutil.ignore_patterns(*EXPORT_SKIP, shards.SHARDS))
             if shards.is_sharded(os.path.join(src, n)):  # every rank's part of the weights assembled in one file
-                from safetensors.torch import save_file
 
                 full = shards.ShardReader(os.path.join(src, n)).full_state()
                 save_file({k: v.contiguous() for k, v in full.items()}, os.path.join(tmp, "model.safetensors"),

@@ -42,6 +42,18 @@ from datetime import timedelta
 import torch
 
 from graft_cli.errors import GraftError, PeerLost
+import re
+from torch.distributed.fsdp import MixedPrecisionPolicy
+from torch.distributed.fsdp import fully_shard
+from dataclasses import replace
+from graft_cli.train import checkpoint as ckpt
+from graft_cli.reward import Grades
+from graft_cli.batch import Rollouts
+from torch.distributed.checkpoint.state_dict import StateDictOptions
+from torch.distributed.checkpoint.state_dict import get_model_state_dict
+from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+from torch.distributed.checkpoint.state_dict import set_model_state_dict
+from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
 
 def _env_int(name: str, default: int) -> int:
@@ -195,8 +207,6 @@ class Dist:
         the local objects already hold everything."""
         if not self.fsdp:
             return None, None
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                             get_optimizer_state_dict)
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(model, options=opts), get_optimizer_state_dict(model, optimizer, options=opts)
@@ -206,8 +216,6 @@ class Dist:
             model.load_state_dict(model_sd)
             optimizer.load_state_dict(optim_sd)
             return
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                             set_optimizer_state_dict)
 
         opts = StateDictOptions(full_state_dict=True)
         set_model_state_dict(model, model_sd, options=opts)
@@ -217,7 +225,6 @@ class Dist:
 def peer_lost(d: Dist, what: str, e: BaseException) -> PeerLost:
     """The one line for a failed collective ``what`` on rank ``d.rank``: the library's first line without its
     source path and advice (gloo: ``[.../pair.cc:537] Read error ...: Connection reset by peer. This is ...``)."""
-    import re
 
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     first = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". This is typically")[0][:200]
@@ -228,7 +235,6 @@ def peer_lost(d: Dist, what: str, e: BaseException) -> PeerLost:
 def fully_shard_model(model, mixed_bf16: bool = False):
     """FSDP2 full shard without accelerate (``GRAFT_FSDP=1`` under torchrun): each decoder layer (the model's
     ``_no_split_modules``) and then the root; ``mixed_bf16`` = bf16 parameters in compute, fp32 reduction."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)} if mixed_bf16 \
         else {}
@@ -277,9 +283,7 @@ def save_checkpoint(d: Dist, ckpt_root: str, step: int, policies: dict, state: d
                     fmt: str = "full"):
     """``checkpoint.save`` on rank 0 with full state dicts gathered first (collective in FSDP mode), or with
     ``fmt`` sharded (:func:`sharded_checkpoints`) ``checkpoint.save_sharded``: every rank its part, no gather."""
-    from dataclasses import replace
 
-    from graft_cli.train import checkpoint as ckpt
 
     if sharded_checkpoints(d, fmt):
         return ckpt.save_sharded(d, ckpt_root, step, policies, state, keep, protect)
@@ -315,7 +319,9 @@ def setup(cfg) -> Dist:
     accelerator = None
     timeout = timedelta(seconds=float(cfg.run.dist_timeout_s))
     if accel_fsdp:
+        # lazy: accelerate is only for multi-GPU
         from accelerate import Accelerator
+        # lazy: accelerate is only for multi-GPU
         from accelerate.utils import InitProcessGroupKwargs
 
         # reads the FSDP plugin and mixed precision from the launch config
@@ -330,8 +336,6 @@ def setup(cfg) -> Dist:
 def concat_rollouts(parts: list):
     """Concatenate the ``(Rollouts, Grades)`` of the rollout groups, in prompt order."""
 
-    from graft_cli.reward import Grades
-    from graft_cli.batch import Rollouts
 
     ros, grs = [p[0] for p in parts], [p[1] for p in parts]
     cat = lambda attr: [x for r in ros for x in getattr(r, attr)]  # noqa: E731

@@ -51,6 +51,8 @@ from graft_cli.train.phases import Phases
 from graft_cli.train.setup import Policy, build_frozen, build_policy, encode_prompt
 from graft_cli.train.update import UpdateContext, old_logprobs, score_logprobs, score_settings, update_policy
 from graft_cli.train.sources import STEP_SOURCES
+from rich.markup import escape
+from graft_cli.reward import make_grader
 
 
 def sampling_seed(run_seed: int, step: int, policy_index: int) -> int:
@@ -66,7 +68,6 @@ def step_seed(run_seed: int, step: int) -> int:
 class Trainer:
     def __init__(self, cfg: C.Config, out_dir: str, progress: bool = True, console=None):
         self.cfg, self.out, self.progress = cfg, out_dir, progress
-        from rich.markup import escape
 
         con = console or make_console(stderr=True)
         self.warn = lambda msg: con.print(f"[yellow]warning[/]: {escape(msg)}", soft_wrap=True, highlight=False)
@@ -87,7 +88,6 @@ class Trainer:
         self.sampler = PromptSampler(len(self.problems), cfg.data.prompt_batch, cfg.run.seed, cfg.data.shuffle)
         self.exchange = EXCHANGES.get(cfg.exchange.name)(cfg)
         self.adv_fn = ADVANTAGES.get(cfg.algo.advantage)
-        from graft_cli.reward import make_grader
 
         self.grader = make_grader(cfg.reward)
         first = next(iter(self.policies.values()))
@@ -149,6 +149,7 @@ class Trainer:
         """Restore the newest checkpoint that verifies against its manifest and loads (each one skipped is named
         in a warning). False when the run has no complete checkpoint; a run whose checkpoints are all damaged
         stops with one line."""
+        # lazy: transformers is slow to import
         from transformers import AutoModelForCausalLM
 
         complete = ckpt.complete_steps(self.ckpt_root)

@@ -19,6 +19,15 @@ from graft_cli.train.hooks import AfterStep
 from graft_cli.train.trackers import TRACKERS, Trackers
 from graft_cli.train.loop import Trainer
 from graft_cli.train.setup import preflight
+import fcntl
+from rich.progress import BarColumn
+from rich.progress import MofNCompleteColumn
+from rich.progress import Progress
+from rich.progress import TextColumn
+from rich.progress import TimeElapsedColumn
+import signal
+import threading
+import shutil
 
 
 def run_dir_for(cfg: C.Config) -> str:
@@ -66,7 +75,6 @@ _LOCKS: dict = {}
 def _lock_run_dir(out: str) -> None:
     """One training process per run directory: an exclusive ``flock`` on ``<run>/.lock``, released by the
     OS when the process ends (also on a kill), so a second `graft train` on the same run stops at once."""
-    import fcntl
 
     f = open(os.path.join(out, ".lock"), "w")
     try:
@@ -97,9 +105,6 @@ class SignalStop:
     143) and one line."""
 
     def __init__(self, save_on_signal: bool):
-        import signal
-        import threading
-
         self.save, self.requested, self._old = save_on_signal, False, None
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGTERM, self._handle)
@@ -111,8 +116,6 @@ class SignalStop:
         raise _Preempt()
 
     def restore(self) -> None:
-        import signal
-
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
             self._old = None
@@ -122,7 +125,6 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
     """Run (or resume) a training run; returns the run directory. Each :class:`AfterStep` hook that is due is
     called as ``hook(trainer, cfg, run_dir, console)`` after the step's checkpoint and may return metrics rows
     to log."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = console or make_console(stderr=True)
     out = run_dir_for(cfg)
@@ -144,8 +146,6 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
             os.makedirs(out, exist_ok=True)
             _lock_run_dir(out)
             if os.path.exists(config_path(out)) and not cfg.run.resume:
-                import shutil
-
                 for entry in os.listdir(out):  # start over, keeping only our lock
                     if entry != ".lock":
                         path = os.path.join(out, entry)

@@ -16,6 +16,11 @@ from graft_cli.models.loading import load_role, load_tokenizer, resolve_path, we
 from graft_cli.models.scoring import SCORERS
 from graft_cli.rollout import ENGINES
 from graft_cli.train import dist as D
+from graft_cli.models.loading import check_model_path
+from graft_cli.models.loading import looks_local
+from graft_cli.models.loading import vocab_difference
+from graft_cli.models.shapes import shape_config
+from graft_cli.models.shapes import synthetic_tokenizer
 
 
 @dataclass
@@ -96,7 +101,6 @@ def preflight(cfg: C.Config) -> None:
     """Checks that need the models' tokenizers, before anything is written: a frozen model whose scorer scores the
     policies' own token ids (a KL reference, an OPD teacher), or that co-generates with them (a tandem junior),
     must share each served policy's vocabulary."""
-    from graft_cli.models.loading import check_model_path, looks_local, vocab_difference
 
     trained = {p.name: p for p in cfg.policies if p.role == "train"}
     toks: dict = {}
@@ -107,8 +111,6 @@ def preflight(cfg: C.Config) -> None:
         spec = pc.model if random else resolve_path(pc.tokenizer or pc.model)
         if spec not in toks:
             if random:
-                from graft_cli.models.shapes import shape_config, synthetic_tokenizer
-
                 toks[spec] = synthetic_tokenizer(shape_config(pc.model, cfg.run.random_shrink))
             else:
                 toks[spec] = load_tokenizer(spec, _keys(pc, cfg)[1], pc.trust_remote_code)
@@ -116,8 +118,6 @@ def preflight(cfg: C.Config) -> None:
 
     for i, pc in enumerate(cfg.policies):  # local folders that do not exist: one line naming the key
         if random:
-            from graft_cli.models.shapes import shape_config
-
             shape_config(pc.model)  # a model without a published config here: one line
             continue
         check_model_path(resolve_path(pc.model), f"policies.{i}.model")

@@ -21,6 +21,7 @@ import os
 
 from graft_cli.errors import GraftError
 from graft_cli.registry import Registry
+import dataclasses
 
 TRACKERS: Registry = Registry("tracker")
 
@@ -56,6 +57,7 @@ class JsonlTracker:
 class TensorBoardTracker:
     def __init__(self, cfg, run_dir: str, start_step: int = 0):
         try:
+            # lazy: TensorBoard is optional
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise GraftError("config key 'run.loggers': tensorboard needs the tensorboard package "
@@ -78,10 +80,10 @@ class TensorBoardTracker:
 class WandbTracker:
     def __init__(self, cfg, run_dir: str, start_step: int = 0):
         try:
+            # lazy: W&B is optional
             import wandb
         except ImportError:
             raise GraftError("config key 'run.loggers': wandb needs the wandb package (pip install wandb)") from None
-        import dataclasses
 
         rid = hashlib.sha256(os.path.abspath(run_dir).encode()).hexdigest()[:16]
         self.run = wandb.init(project=cfg.run.wandb_project, name=os.path.basename(run_dir.rstrip("/")), id=rid,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from graft_cli.registry import Registry
 from graft_cli.batch import PolicyStep, TrainBatch, self_batch
+from graft_cli.errors import GraftError
 
 EXCHANGES: Registry = Registry("exchange")
 
@@ -40,8 +41,6 @@ class Exchange:
     @staticmethod
     def validate(cfg) -> None:
         if cfg.exchange.params:
-            from graft_cli.errors import GraftError
-
             key = next(iter(cfg.exchange.params))
             raise GraftError(f"config key 'exchange.params.{key}': not used by exchange {cfg.exchange.name!r}")
 

@@ -31,6 +31,7 @@ from graft_cli.algorithms.exchange.gates import source_mean_logprob
 from graft_cli.batch import PolicyStep, TrainBatch
 from graft_cli.models.retokenize import retokenize
 from graft_cli.registry import Registry
+from graft_cli.algorithms.advantages import grpo_advantages
 
 REPLACEMENTS: Registry = Registry("replacement mode")
 
@@ -38,7 +39,6 @@ REPLACEMENTS: Registry = Registry("replacement mode")
 def pooled_advantages(r_recv, r_src, eps: float = 1e-6, norm_by_std: bool = True) -> tuple[list[float], list[float]]:
     """graft.md §3 "pooled groups": â = (r − mean_pool)/(std_pool + ε) over G_R ‖ G_S (unbiased std, as
     the GRPO estimator)."""
-    from graft_cli.algorithms.advantages import grpo_advantages
 
     r = torch.tensor([list(map(float, r_recv)) + list(map(float, r_src))], dtype=torch.float32)
     a = grpo_advantages(r, eps=eps, norm_by_std=norm_by_std)[0].tolist()

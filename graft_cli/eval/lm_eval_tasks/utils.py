@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import signal
 import threading
+from graft_cli.answers import grade_one
+from graft_cli.eval.metrics import pass_at_k
 
 TIMEOUT_S = 5  # per-response verification budget (math-verify's own timeout is off inside grade_one)
 
@@ -23,8 +25,6 @@ def _responses(results) -> list[str]:
 
 
 def _grade(response: str, gold: str) -> float:
-    from graft_cli.answers import grade_one
-
     use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
     if not use_alarm:
         return grade_one(response, gold)[0]
@@ -42,8 +42,6 @@ def _grade(response: str, gold: str) -> float:
 
 
 def process_results(doc: dict, results) -> dict:
-    from graft_cli.eval.metrics import pass_at_k
-
     responses = _responses(results)
     gold = str(doc["answer"])
     grades = [_grade(r, gold) for r in responses]
