@@ -125,13 +125,15 @@ def code_prompt_spec(spec):
 
 
 class Evaluator:
-    """Evaluates one model (an engine + tokenizer) into one folder; resumable per (benchmark, run). ``grader``: one
-    grader, or a :class:`Graders` (a code benchmark is then graded by its code grader, with
-    :func:`code_prompt_spec`)."""
+    """Evaluates one model (an engine + tokenizer) into one folder; resumable per (benchmark, run). ``grader``: a
+    :class:`Graders` (a code benchmark is then graded by its code grader, with :func:`code_prompt_spec`), or one
+    grader, owned by the caller, for every benchmark."""
 
     def __init__(self, engine, tokenizer, prompt_spec, settings: EvalSettings, grader, progress=None,
                  context_len: int | None = None, console=None):
         self.engine, self.tokenizer, self.spec = engine, tokenizer, prompt_spec
+        if not isinstance(grader, Graders):
+            grader = Graders(0, given={"math": grader, "code": grader})
         self.settings, self.grader, self.progress = settings, grader, progress
         self.context_len, self.console = context_len, console
 
@@ -147,8 +149,8 @@ class Evaluator:
         seed = run_seed(s.seed, run)
         rows: list[dict] = []
         skipped = 0
-        kind = getattr(bench, "kind", "math")
-        grader = self.grader.for_kind(kind) if hasattr(self.grader, "for_kind") else self.grader
+        kind = bench.kind
+        grader = self.grader.for_kind(kind)
         spec = code_prompt_spec(self.spec) if kind == "code" else self.spec
         for c, start in enumerate(range(0, len(problems), CHUNK_PROMPTS)):
             chunk = problems[start:start + CHUNK_PROMPTS]
