@@ -37,12 +37,10 @@ TIME_WORDS = {"time", "times", "seconds", "second", "sec", "hours", "hour", "dat
               "hostname", "python", "torch", "wall", "elapsed", "platform", "created", "timestamp", "git"}
 
 
-THREADS = 2  # --threads: torch threads of the training runs (1: no run depends on how a parallel sum is split)
-
-
-def train(method: str, out: str, steps: int, extra: list[str]) -> str:
+def train(method: str, out: str, steps: int, extra: list[str], threads: int = 2) -> str:
+    """One 3-step run on ``threads`` torch threads (1: no value depends on how a parallel sum is split)."""
     cmd = [sys.executable, "-m", "graft_cli.cli", "train", "--pair", "tiny", "--method", method, "--steps",
-           str(steps), "--seed", "0", "--out", out, "--no-progress", f"run.threads={THREADS}", "run.save_every=100",
+           str(steps), "--seed", "0", "--out", out, "--no-progress", f"run.threads={threads}", "run.save_every=100",
            *extra]
     subprocess.run(cmd, check=True)
     name = f"tiny-{method}-s0"
@@ -239,19 +237,17 @@ def main() -> int:
     ap.add_argument("--no-extra", action="store_true", help="the training runs only (no eval, report, tiny build)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads of the training runs (default 2)")
     args = ap.parse_args()
-    global THREADS
-    THREADS = args.threads
     if args.compare:
         with open(args.compare[0]) as f, open(args.compare[1]) as g:
             return compare(json.load(f), json.load(g))
     out = {}
     for m in METHODS:
-        out[m] = snapshot(train(m, args.out, args.steps, []))
+        out[m] = snapshot(train(m, args.out, args.steps, [], args.threads))
     partner = os.path.join(args.out, "tiny-grpo-s0")
     stored = [f"exchange.params.partner_run={partner}", "exchange.params.partner_policy=b"]
-    out["graft_stored"] = snapshot(train("graft_stored", args.out, args.steps, stored))
+    out["graft_stored"] = snapshot(train("graft_stored", args.out, args.steps, stored, args.threads))
     for m in ("saf", "tandem"):
-        out[m] = snapshot(train(m, args.out, args.steps, VALIDATE))
+        out[m] = snapshot(train(m, args.out, args.steps, VALIDATE, args.threads))
     if not args.no_extra:
         out["_extra"] = extras(args.out)
     with open(args.json, "w") as f:

@@ -34,37 +34,49 @@ import hashlib
 import os
 import re
 
-from graft_cli.console import make_console
-from graft_cli.errors import GraftError
-from graft_cli.eval.benchmarks import BenchmarkSource, resolve_benchmarks
-from graft_cli.eval.files import RUN_FILE_RE, run_file
-from graft_cli.eval.setup import (CHUNK_PROMPTS, EvalSettings, Graders, chunk_seed, eval_prompt_spec, final_settings,
-                                  load_benches, load_run_config, make_engine, run_benches, run_graders, run_seed,
-                                  run_selection)
-from graft_cli.eval.summary import best_folder_step, load_correct, update_best, write_summary
-from graft_cli.rollout.base import SamplingParams
-from graft_cli.rollout.graded import sample_and_grade
-from graft_cli.rundir import (atomic_write_json, checkpoint_dir, checkpoints_dir, eval_step_dir,
-                              read_json, write_jsonl_atomic)
-from graft_cli.schema import RewardConfig
-from rich.progress import BarColumn
-from rich.progress import MofNCompleteColumn
-from rich.progress import Progress
-from rich.progress import TextColumn
-from rich.progress import TimeElapsedColumn
-from rich.progress import TimeRemainingColumn
-from graft_cli.eval.metrics import pm
-from graft_cli.data.prompts import PromptSpec
-from graft_cli.models.loading import load_model
-from graft_cli.models.loading import load_tokenizer
-from graft_cli.models.loading import resolve_path
-from graft_cli.rollout import ENGINES
-from graft_cli.rollout import solo_engine
-from graft_cli.train import checkpoint as ckpt
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from graft_cli.console import make_console
 from graft_cli.data.problems import load_problems
+from graft_cli.data.prompts import PromptSpec
+from graft_cli.errors import GraftError
 from graft_cli.eval import rescue as R
 from graft_cli.eval import tandem as TE
+from graft_cli.eval.benchmarks import BenchmarkSource, resolve_benchmarks
+from graft_cli.eval.files import RUN_FILE_RE, run_file
+from graft_cli.eval.metrics import pm
+from graft_cli.eval.setup import (
+    CHUNK_PROMPTS,
+    EvalSettings,
+    Graders,
+    chunk_seed,
+    eval_prompt_spec,
+    final_settings,
+    load_benches,
+    load_run_config,
+    make_engine,
+    run_benches,
+    run_graders,
+    run_seed,
+    run_selection,
+)
+from graft_cli.eval.summary import best_folder_step, load_correct, update_best, write_summary
+from graft_cli.models.loading import load_model, load_tokenizer, resolve_path
+from graft_cli.rollout import ENGINES, solo_engine
+from graft_cli.rollout.base import SamplingParams
+from graft_cli.rollout.graded import sample_and_grade
+from graft_cli.rundir import (
+    atomic_write_json,
+    checkpoint_dir,
+    checkpoints_dir,
+    eval_step_dir,
+    read_json,
+    write_jsonl_atomic,
+)
+from graft_cli.schema import RewardConfig
+from graft_cli.train import checkpoint as ckpt
+
 
 # ----------------------------------------------------------------------------------------------- io
 def problems_fingerprint(problems) -> str:
@@ -161,9 +173,10 @@ class Evaluator:
                     if self.context_len is None or len(ids) + s.max_new_tokens <= self.context_len]
             params = SamplingParams(n=s.samples, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                                     max_new_tokens=s.max_new_tokens, seed=chunk_seed(seed, c))
-            graded = (sample_and_grade(self.engine, [prompt_ids[i] for i in fits], [chunk[i].answer for i in fits],
-                                       params, grader) if fits else None)
-            ro, grades = (graded.rollouts, graded.grades) if fits else (None, None)
+            if fits:  # read below only for prompts in fits
+                graded = sample_and_grade(self.engine, [prompt_ids[i] for i in fits], [chunk[i].answer for i in fits],
+                                          params, grader)
+                ro, grades = graded.rollouts, graded.grades
             where = {i: k for k, i in enumerate(fits)}
             for i, p in enumerate(chunk):
                 for j in range(s.samples):
