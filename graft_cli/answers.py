@@ -52,9 +52,6 @@ import threading
 from fractions import Fraction
 from functools import lru_cache
 
-
-
-
 _BOX_CMDS = ("\\boxed", "\\fbox")
 
 # ----------------------------------------------------------------------------------------------------
@@ -162,8 +159,10 @@ def _ensure_math_verify():
        redone in full LL, so results equal LL's, ~20x faster for those answers."""
     # lazy: sympy is slow to import
     import sympy
+
     # lazy: math-verify's LaTeX parser is slow to import
     from latex2sympy2_extended import latex2sympy2 as l2s
+
     # lazy: math-verify's LaTeX parser is slow to import
     from latex2sympy2_extended.antlr_parser import PSParser
 

@@ -3,15 +3,15 @@ function; errors in user input are one line on stderr and exit code 2."""
 
 from __future__ import annotations
 
+import errno
 import functools
+import glob
 import os
 import sys
 
 import click
 
 from graft_cli.errors import GraftError
-import glob
-import errno
 
 
 def one_line_errors(fn):
@@ -93,6 +93,7 @@ def train(pair, method, steps, out, seed, name, no_progress, dry_run, overrides)
         return
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.eval.validation import ValidationHook
+
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.train.run import train as run_train
 
@@ -108,8 +109,10 @@ def _dry_run(cfg) -> None:
 
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.errors import GraftError
+
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.eval.benchmarks import resolve_benchmarks
+
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.reward import make_grader
 
@@ -165,6 +168,7 @@ def _print_summary(run_dir: str) -> None:
     """What the run did (reward first -> last, exchange counts, clipping of grafted tokens) and its picture."""
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.console import make_console
+
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.report.run_summary import run_summary, run_variant, summary_markdown, summary_plot
 

@@ -62,10 +62,10 @@ import re
 import secrets
 import sys
 import time
+import warnings
 
 from graft_cli.reward import REWARDS, MathVerifyGrader, serve
 from graft_cli.sandbox import ALL_FEATURES, Limits, Sandbox
-import warnings
 
 # ------------------------------------------------------------------------------------------------ extraction
 _FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.#-]*)[^\n]*$", re.M)

@@ -8,41 +8,34 @@ naming the key.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import math
 import os
 import re
+import sys
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from graft_cli.errors import GraftError
-from graft_cli.schema import ROLES, Config, PolicyConfig, SourceConfig
-import yaml
-import importlib
-import sys
-import dataclasses
-from graft_cli.algorithms import CONTROLLERS
-from graft_cli.algorithms import LOSS_MASKS
-from graft_cli.algorithms import TOKEN_ADVANTAGES
+from graft_cli.algorithms import CONTROLLERS, LOSS_MASKS, TOKEN_ADVANTAGES
 from graft_cli.algorithms.advantages import ADVANTAGES
-from graft_cli.algorithms.correction import IS_CORRECTIONS
-from graft_cli.algorithms.correction import ROLLOUT_REJECTIONS
+from graft_cli.algorithms.controllers import controller_params
+from graft_cli.algorithms.correction import IS_CORRECTIONS, ROLLOUT_REJECTIONS
 from graft_cli.algorithms.exchange import EXCHANGES
-from graft_cli.algorithms.losses import AGG_MODES
-from graft_cli.algorithms.losses import KL_KINDS
-from graft_cli.algorithms.losses import KL_ROWS
-from graft_cli.algorithms.losses import POLICY_LOSSES
+from graft_cli.algorithms.losses import AGG_MODES, KL_KINDS, KL_ROWS, POLICY_LOSSES
 from graft_cli.algorithms.minibatch import MINIBATCH_ORDERINGS
+from graft_cli.algorithms.signals import loss_mask_params, token_adv_params
+from graft_cli.errors import GraftError
 from graft_cli.models.loading import DTYPES
 from graft_cli.models.logprobs import AUTOCAST
 from graft_cli.models.scoring import SCORERS
 from graft_cli.registry import validate_params
 from graft_cli.reward import REWARDS
 from graft_cli.rollout import ENGINES
-from graft_cli.algorithms.signals import token_adv_params
-from graft_cli.algorithms.signals import loss_mask_params
-from graft_cli.algorithms.controllers import controller_params
+from graft_cli.schema import ROLES, Config, PolicyConfig, SourceConfig
 
 
 def _scaled(x, f) -> int:
@@ -72,10 +65,13 @@ def compose(overrides: list[str] | None = None, config_dir: str | None = None) -
     with one line on any problem (an unknown key names the key)."""
     # lazy: Hydra only composes configs
     from hydra import compose as hcompose
+
     # lazy: Hydra only composes configs
     from hydra import initialize_config_dir
+
     # lazy: Hydra only composes configs
     from hydra.core.global_hydra import GlobalHydra
+
     # lazy: Hydra only composes configs
     from hydra.errors import HydraException
 

@@ -9,11 +9,11 @@ import ctypes
 import errno
 import math
 import os
+import resource
 import signal
 import stat
 import sys
 import time
-import resource
 
 _libc = None
 

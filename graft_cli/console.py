@@ -5,10 +5,11 @@ names, paths and hub ids are full of colons."""
 
 from __future__ import annotations
 
-from rich.console import Console
 import logging
 import os
 import warnings
+
+from rich.console import Console
 
 
 def make_console(**kwargs) -> Console:

@@ -6,11 +6,11 @@ under a string name and looked up from the config, so the training loop never br
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Callable, Generic, TypeVar
 
 from graft_cli.errors import GraftError
-import importlib
 
 T = TypeVar("T")
 

@@ -13,8 +13,10 @@ since the trainer holds torch threads) and kills a worker that overruns ``timeou
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import multiprocessing as mp
 import os
+import resource
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -24,8 +26,6 @@ import numpy as np
 
 from graft_cli.answers import OPTIONS, _ensure_math_verify, grade_one, grade_status, last_boxed
 from graft_cli.registry import Registry
-import hashlib
-import resource
 
 # a registered reward is a factory ``(num_workers, timeout_s, chunk_size, sci_notation, memory_mb) -> grader`` (the
 # ``reward:`` section's options; make_grader); a grader has ``grade(responses, golds) -> Grades`` and ``close()``

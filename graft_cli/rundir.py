@@ -17,14 +17,15 @@ Nothing here unpickles anything.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
 
 import numpy as np
-from graft_cli.errors import GraftError
-import hashlib
 import yaml
+
+from graft_cli.errors import GraftError
 
 METRICS = "metrics.jsonl"
 CONFIG = "config.yaml"
@@ -126,6 +127,7 @@ def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
 def write_parquet(path: str, columns: dict) -> None:
     # lazy: pyarrow is heavy
     import pyarrow as pa
+
     # lazy: pyarrow is heavy
     import pyarrow.parquet as pq
 

@@ -65,16 +65,33 @@ import os
 import select
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 
-from graft_cli.confine import (CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER, MS_NODEV, MS_NOSUID, MS_PRIVATE, MS_REC,
-                               PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, Cgroup,
-                               apply_landlock, apply_rlimits, children, kill_each, libc, read_roots,
-                               tasks_of_uid)
-import subprocess
+from graft_cli.confine import (
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWUSER,
+    MS_NODEV,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_REC,
+    PR_CAPBSET_DROP,
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
+    PR_SET_PDEATHSIG,
+    Cgroup,
+    apply_landlock,
+    apply_rlimits,
+    children,
+    kill_each,
+    libc,
+    read_roots,
+    tasks_of_uid,
+)
 
 ALL_FEATURES = ("cgroup", "netns", "mountns", "landlock", "landlock_read", "uid", "nproc", "nocaps")
 

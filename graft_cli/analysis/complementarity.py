@@ -26,27 +26,19 @@ import os
 import re
 
 import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from graft_cli.algorithms.exchange.selection import solved_share
 from graft_cli.console import make_console
-from graft_cli.errors import GraftError
-from graft_cli.rundir import run_policies
-from graft_cli.data.prompts import PromptSpec
-from graft_cli.models.loading import load_model
-from graft_cli.models.loading import load_tokenizer
-from graft_cli.models.loading import resolve_path
-from graft_cli.rollout import ENGINES
-from graft_cli.rollout import SamplingParams
-from graft_cli.rollout.graded import sample_and_grade
-from rich.progress import BarColumn
-from rich.progress import MofNCompleteColumn
-from rich.progress import Progress
-from rich.progress import TextColumn
-from rich.progress import TimeElapsedColumn
 from graft_cli.data.problems import load_problems
-from graft_cli.schema import RewardConfig
+from graft_cli.data.prompts import PromptSpec
+from graft_cli.errors import GraftError
+from graft_cli.models.loading import load_model, load_tokenizer, resolve_path
 from graft_cli.reward import make_grader
-from graft_cli.rundir import atomic_write_json
+from graft_cli.rollout import ENGINES, SamplingParams
+from graft_cli.rollout.graded import sample_and_grade
+from graft_cli.rundir import atomic_write_json, run_policies
+from graft_cli.schema import RewardConfig
 
 STEP_FILE_RE = re.compile(r"^step_(\d{6,})\.parquet$")
 
@@ -178,7 +170,6 @@ def _labels(x: tuple[str, str], y: tuple[str, str]) -> tuple[str, str]:
 def sample_k(model_path: str, problems, samples: int, temperature: float, top_p: float, max_new_tokens: int,
              seed: int, grader, device: str = "auto", dtype: str = "float32", chat_template: str = "auto",
              progress=None, task=None) -> tuple[np.ndarray, int]:
-
     path = resolve_path(model_path)
     tok = load_tokenizer(path)
     model = load_model(path, dtype, device)
@@ -203,7 +194,6 @@ def from_models(models: list[str], data: str, samples: int = 8, temperature: flo
                 console=None, reward: str = "math_verify") -> dict:
     """Sample ``samples`` responses per prompt of ``data`` from each of two models, graded by the registered
     ``reward`` (5 s per answer); one "step"."""
-
 
     if len(models) != 2:
         raise GraftError(f"--models takes two models, got {len(models)}")

@@ -38,6 +38,7 @@ def _offline():
     at call time."""
     # lazy: datasets is heavy and only for hub data
     import datasets.config as dc
+
     # lazy: only for hub downloads
     from huggingface_hub import constants as hc
 

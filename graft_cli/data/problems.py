@@ -14,15 +14,16 @@ code}``); a local path may be a glob (``data/eurus2-rl-code/train-*.parquet``: t
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from dataclasses import dataclass
 
-from graft_cli.errors import GraftError
-from graft_cli.data import hub
-import glob
 import numpy as np
+
 from graft_cli.answers import last_boxed
+from graft_cli.data import hub
+from graft_cli.errors import GraftError
 
 PROBLEM_KEYS = ("problem", "question", "prompt", "query")
 ANSWER_KEYS = ("answer", "final_answer", "expected_answer", "gt_answer", "solution")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
 from graft_cli.errors import GraftError
 
 SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."

@@ -43,6 +43,7 @@ import json
 import os
 import random
 from fractions import Fraction
+
 from graft_cli.rundir import atomic_write_text
 
 # ----------------------------------------------------------------------------------------------------

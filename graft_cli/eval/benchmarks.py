@@ -32,13 +32,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from graft_cli.data.code_problems import LOADERS, parse_window
+from graft_cli.data.problems import Problem, load_hub_subset, load_problems
 from graft_cli.errors import GraftError
 from graft_cli.tiny.build import ensure_tiny
-from graft_cli.data.code_problems import parse_window
-from graft_cli.data.problems import Problem
-from graft_cli.data.problems import load_hub_subset
-from graft_cli.data.problems import load_problems
-from graft_cli.data.code_problems import LOADERS
 
 
 @dataclass(frozen=True)

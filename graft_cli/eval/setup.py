@@ -8,19 +8,17 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-
-from graft_cli.schema import RewardConfig
+from graft_cli import config as C
+from graft_cli.data.problems import load_problems, split_holdout
+from graft_cli.data.prompts import PromptSpec
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import BenchmarkSource, resolve_benchmarks
 from graft_cli.eval.summary import Selection
-from graft_cli.rundir import (config_path)
-from graft_cli.rollout import ENGINES
-from graft_cli.data.prompts import PromptSpec
-from graft_cli import config as C
-from graft_cli.data.problems import load_problems
-from graft_cli.data.problems import split_holdout
 from graft_cli.models.loading import resolve_path
 from graft_cli.reward import make_grader
+from graft_cli.rollout import ENGINES
+from graft_cli.rundir import config_path
+from graft_cli.schema import RewardConfig
 
 CHUNK_PROMPTS = 32  # prompts per generate call (progress granularity; each chunk has its own seed)
 

@@ -31,17 +31,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from graft_cli.errors import GraftError
-from graft_cli.rundir import atomic_write_json, read_json, read_json_or_none, read_jsonl, write_jsonl_atomic
-from graft_cli.models.loading import vocab_difference
-from graft_cli.rollout import ENGINES
 from graft_cli.batch import TrainBatch
-from graft_cli.eval.files import run_file
-from graft_cli.models.scoring import ScoreSettings
-from graft_cli.models.scoring import score_rows
-from graft_cli.eval.files import read_grades
+from graft_cli.errors import GraftError
+from graft_cli.eval.files import read_grades, run_file, step_dirs
 from graft_cli.eval.metrics import pass_at_k_run
-from graft_cli.eval.files import step_dirs
+from graft_cli.models.loading import vocab_difference
+from graft_cli.models.scoring import ScoreSettings, score_rows
+from graft_cli.rollout import ENGINES
+from graft_cli.rundir import atomic_write_json, read_json, read_json_or_none, read_jsonl, write_jsonl_atomic
 
 HANDOFF_DIR, LEGIBILITY_DIR = "handoff", "legibility"
 

@@ -6,18 +6,36 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 
 import numpy as np
 
-from graft_cli.rundir import (eval_step_dir)
-from graft_cli.eval.runner import Evaluator, context_length, evaluate_model, evaluate_run
-from graft_cli.eval.setup import (EvalSettings, eval_prompt_spec, final_settings, reward_kind, run_benches,
-                                  run_graders, run_seed, run_selection, validation_root, validation_settings)
-from graft_cli.eval.summary import (Selection, save_best_weights, select_best, selection_runs, summarize_dir,
-                                    update_best, write_policy_summary, write_summary)
-from graft_cli.train.hooks import AfterStep
 from graft_cli.data.prompts import PromptSpec
-import warnings
+from graft_cli.eval.runner import Evaluator, context_length, evaluate_model, evaluate_run
+from graft_cli.eval.setup import (
+    EvalSettings,
+    eval_prompt_spec,
+    final_settings,
+    reward_kind,
+    run_benches,
+    run_graders,
+    run_seed,
+    run_selection,
+    validation_root,
+    validation_settings,
+)
+from graft_cli.eval.summary import (
+    Selection,
+    save_best_weights,
+    select_best,
+    selection_runs,
+    summarize_dir,
+    update_best,
+    write_policy_summary,
+    write_summary,
+)
+from graft_cli.rundir import eval_step_dir
+from graft_cli.train.hooks import AfterStep
 
 
 # --------------------------------------------------------------------------- validation in training

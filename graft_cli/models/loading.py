@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import torch
 
 from graft_cli.errors import GraftError
 from graft_cli.models import shards
-from graft_cli.registry import Registry
-import hashlib
 from graft_cli.models.shapes import random_model
+from graft_cli.registry import Registry
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -93,6 +93,7 @@ def synthetic_tokenizer(cfg):
     """A character-level tokenizer over the config's whole vocabulary (module docstring)."""
     # lazy: tokenizers only for building tokenizers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
     # lazy: transformers is slow to import
     from transformers import PreTrainedTokenizerFast
 

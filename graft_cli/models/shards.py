@@ -25,11 +25,11 @@ import os
 import re
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch.distributed.tensor import DTensor
 
 from graft_cli.errors import GraftError
-from torch.distributed.tensor import DTensor
-from safetensors.torch import save_file
-from safetensors import safe_open
 
 SHARDS = "shards"
 FORMAT = 1

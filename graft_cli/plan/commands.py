@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 
 import click
 
+from graft_cli.config import EXPERIMENTS_DIR
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.plan import execute as X
 from graft_cli.plan import spec as P
-from graft_cli.config import EXPERIMENTS_DIR
-import importlib
 from graft_cli.report.tables import report_main
 
 

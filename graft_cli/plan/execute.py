@@ -16,30 +16,34 @@ markdown table to ``<out>/plan_<name>.md``.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import signal
 import sys
 import threading
 import time
 import traceback
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+from graft_cli.config import compose
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError, Stopped
+from graft_cli.eval.runner import evaluate_run
+from graft_cli.eval.validation import ValidationHook
 from graft_cli.plan import status as S
-from graft_cli.report.markdown import md_table
-from graft_cli.rundir import atomic_write_text, best_path, read_json_or_none, read_metrics, training_rows
 from graft_cli.plan.spec import Plan, PlanRun
-from graft_cli.config import compose
+from graft_cli.report.markdown import md_table
+from graft_cli.rundir import (
+    atomic_write_json,
+    atomic_write_text,
+    best_path,
+    read_json_or_none,
+    read_metrics,
+    training_rows,
+)
 from graft_cli.tiny import build as T
 from graft_cli.tiny.sft import default_recipe
-from graft_cli.rundir import atomic_write_json
-from graft_cli.eval.validation import ValidationHook
 from graft_cli.train.run import train
-from graft_cli.eval.runner import evaluate_run
-import multiprocessing as mp
-from concurrent.futures import FIRST_COMPLETED
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import wait
 
 
 # ------------------------------------------------------------------------------------------ dry run
@@ -475,7 +479,6 @@ def results_markdown(plan: Plan, records: list[dict]) -> str:
 
 def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny: dict | None = None
                   ) -> tuple[str, str]:
-
     base = os.path.join(out, f"plan_{plan.name}")
     prev = read_json_or_none(base + ".json") or {}
     history = list(prev.get("executions") or []) + [{"finished": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -38,9 +38,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from graft_cli.config import EXPERIMENTS_DIR
 from graft_cli.errors import GraftError
-import yaml
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 EVAL_KEYS = ("steps", "runs", "samples", "benchmarks", "temperature", "top_p", "top_k", "max_new_tokens", "seed")

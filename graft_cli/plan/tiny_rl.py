@@ -24,17 +24,16 @@ from __future__ import annotations
 import json
 import os
 
-from graft_cli.console import make_console
-from graft_cli.errors import GraftError
 from rich.table import Table
+
 from graft_cli.config import compose
+from graft_cli.console import make_console
 from graft_cli.data.prompts import PromptSpec
+from graft_cli.errors import GraftError
+from graft_cli.eval.runner import evaluate_model, evaluate_run
 from graft_cli.eval.setup import EvalSettings
-from graft_cli.eval.runner import evaluate_model
-from graft_cli.eval.runner import evaluate_run
 from graft_cli.eval.validation import ValidationHook
-from graft_cli.rundir import atomic_write_json
-from graft_cli.rundir import read_json
+from graft_cli.rundir import atomic_write_json, read_json
 from graft_cli.train.run import train as run_train
 
 
@@ -55,8 +54,6 @@ def rl_check(steps: int = 80, method: str = "grpo", out: str = "results/tiny_rl_
              samples: int = 8, runs: int = 1, temperature: float = 1.0, top_p: float = 1.0, eval_seed: int = 0,
              min_gain_points: float = 3.0, overrides: tuple = (), benchmarks=None,
              progress: bool = True) -> dict:
-
-
     console = make_console()
     name = f"{method}-s{seed}"
     cfg = compose(["pair='tiny'", f"method='{method}'", f"run.steps={steps}", f"run.out={out}",

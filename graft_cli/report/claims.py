@@ -30,20 +30,19 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from graft_cli.report.stats import overall_verdict, points, verdict
-from graft_cli.rundir import atomic_write_text
-from graft_cli.report.stats import compare
-from graft_cli.report.stats import diff_interval
-from graft_cli.report.stats import mean_interval
-from graft_cli.rundir import read_metrics
-from graft_cli.rundir import training_rows
-from graft_cli.eval.files import read_problems
-from graft_cli.rundir import eval_step_dir
-from graft_cli.rundir import run_policies
-from graft_cli.report.markdown import md_table
-from graft_cli.rundir import atomic_write_json
-from graft_cli.report.mechanism import mechanism_markdown
 from graft_cli.analysis.complementarity import from_runs
+from graft_cli.eval.files import read_problems
+from graft_cli.report.markdown import md_table
+from graft_cli.report.mechanism import mechanism_markdown
+from graft_cli.report.stats import compare, diff_interval, mean_interval, overall_verdict, points, verdict
+from graft_cli.rundir import (
+    atomic_write_json,
+    atomic_write_text,
+    eval_step_dir,
+    read_metrics,
+    run_policies,
+    training_rows,
+)
 
 DEFAULTS = {"baseline": "grpo", "method": "graft", "no_gate": "graft_nogate", "peer_first": "graft_first",
             "peer_last": None, "complementarity_min": 0.0, "clip_steps": 48, "n_boot": 2000,
@@ -324,7 +323,6 @@ def headline_rows(records: list[dict], baseline: str = "grpo") -> tuple[list[str
 def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg: dict | None = None,
                     title: str = "Claims of the paper on this pair (from the measured numbers)",
                     report_dir: str | None = None, measured: dict | None = None) -> str:
-
     s = settings(cfg)
     out = [f"## {title}", ""]
     out.append(md_table(["#", "Claim", "Verdict", "Measured", "Paper"],

@@ -19,20 +19,17 @@
 
 from __future__ import annotations
 
+import glob
 import os
 
 import numpy as np
 
-from graft_cli.eval.files import STEP_DIR_RE, run_file
-from graft_cli.rundir import eval_step_dir, read_json_or_none, read_jsonl
-from graft_cli.eval.rescue import RESCUE_DIR
-from graft_cli.report.plots import _plt, _save
-from graft_cli.rundir import read_metrics
-from graft_cli.rundir import training_rows
-from graft_cli.rundir import run_config_raw
-import glob
-from graft_cli.report.markdown import md_table
 from graft_cli.algorithms.exchange.graft import DEFAULTS
+from graft_cli.eval.files import STEP_DIR_RE, run_file
+from graft_cli.eval.rescue import RESCUE_DIR
+from graft_cli.report.markdown import md_table
+from graft_cli.report.plots import _plt, _save
+from graft_cli.rundir import eval_step_dir, read_json_or_none, read_jsonl, read_metrics, run_config_raw, training_rows
 from graft_cli.tiny.build import default_cache_dir
 
 FAMILY_KEYS = ("family", "subject", "type")

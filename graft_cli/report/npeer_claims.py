@@ -24,15 +24,15 @@ evaluated step (``eval/<policy>/step_<step>/<bench>_run<k>.jsonl``); anything mi
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
 from graft_cli.eval.files import read_problems
-from graft_cli.rundir import atomic_write_json, eval_step_dir, metrics_path, read_jsonl
-from graft_cli.report.stats import compare, macro_mean, overall_verdict, verdict
-from graft_cli.report.markdown import md_table
-import re
 from graft_cli.report.claims import write_section
+from graft_cli.report.markdown import md_table
+from graft_cli.report.stats import compare, macro_mean, overall_verdict, verdict
+from graft_cli.rundir import atomic_write_json, eval_step_dir, metrics_path, read_jsonl
 
 RULES = ("best_source", "round_robin", "pooled_donor")
 DEFAULTS = {"kind": "npeer", "grpo": "grpo", "pairwise": ["graft_ab", "graft_ac", "graft_bc"],

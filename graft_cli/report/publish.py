@@ -20,16 +20,16 @@ import argparse
 import glob
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 import time
 
-from graft_cli.rundir import atomic_write_json, read_json
 import torch
-from graft_cli.report.claims import BEGIN
-from graft_cli.report.claims import END
-import re
+
+from graft_cli.report.claims import BEGIN, END
+from graft_cli.rundir import atomic_write_json, read_json
 
 FILES = ("report.md", "tables.tex", "claims.json")
 

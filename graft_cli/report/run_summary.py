@@ -22,10 +22,8 @@ import os
 import numpy as np
 
 from graft_cli.report.markdown import md_table
+from graft_cli.report.runs import identify, method_label, variant_label
 from graft_cli.rundir import read_metrics, run_config_raw, training_rows
-from graft_cli.report.runs import identify
-from graft_cli.report.runs import method_label
-from graft_cli.report.runs import variant_label
 
 
 def run_variant(run_dir: str) -> str | None:

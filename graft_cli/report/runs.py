@@ -4,21 +4,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 
+import yaml
 
+from graft_cli.config import EXPERIMENTS_DIR, asdict, compose
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import BENCHMARKS, FIVE
-from graft_cli.report import paper_numbers as P
-from graft_cli.rundir import (EVAL, best_path, config_path, read_json,
-                              read_metrics)
-import yaml
-from graft_cli.config import EXPERIMENTS_DIR
-from graft_cli.eval.summary import select_best
 from graft_cli.eval.files import step_dirs
-import json
-from graft_cli.config import asdict, compose
+from graft_cli.eval.summary import select_best
+from graft_cli.report import paper_numbers as P
+from graft_cli.rundir import EVAL, best_path, config_path, read_json, read_metrics
 
 METHOD_NAMES = {
     "grpo": "GRPO n=8", "grpo_n16": "GRPO n=16", "grpo_n32": "GRPO n=32", "grpo_dapo": "GRPO n=8 + Dynamic Sampling",
@@ -145,7 +143,6 @@ def _method_files(exp_dir: str | None = None) -> dict:
     """Each method config's own settings: its file merged over its ``defaults`` chain (values as written,
     interpolations kept as strings), flattened, ``method`` left out; with the chain's depth (0: no parent).
     Returns {method: (settings, depth)}."""
-
 
     exp_dir = exp_dir or EXPERIMENTS_DIR
     if exp_dir in _METHOD_FILES:

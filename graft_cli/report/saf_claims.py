@@ -21,10 +21,10 @@ import os
 
 import numpy as np
 
+from graft_cli.report.claims import write_section
+from graft_cli.report.markdown import md_table
 from graft_cli.report.stats import verdict, welch_interval
 from graft_cli.rundir import atomic_write_json, read_metrics
-from graft_cli.report.markdown import md_table
-from graft_cli.report.claims import write_section
 
 DEFAULTS = {"kind": "saf", "grpo": "grpo", "fixed": "grpo_opd", "saf": "saf", "opd_only": "opd_only",
             "early_steps": 10, "policy": "a"}

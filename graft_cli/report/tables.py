@@ -51,20 +51,33 @@ import os
 
 import numpy as np
 
+from graft_cli.analysis.complementarity import from_runs
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import display_name
-from graft_cli.report import paper_numbers as P
-from graft_cli.report.render import Table, fdelta, fmt, to_latex, to_markdown
-from graft_cli.report.runs import (ABLATIONS, DESIGNS, ORDERINGS, SWEEP, T1_METHODS, Index, PolicyResult, Run,
-                                   code_average, find_dirs, is_code, load_runs, method_label, pct)
-from graft_cli.rundir import atomic_write_text, eval_step_dir, read_json, read_json_or_none
-from graft_cli.analysis.complementarity import from_runs
 from graft_cli.eval.tandem import macro_pass_at_k
-from graft_cli.report.tandem_claims import KS
-from graft_cli.report.tandem_claims import legibility_ce
-from graft_cli.rundir import atomic_write_json
+from graft_cli.report import paper_numbers as P
 from graft_cli.report.plots import make_plots
+from graft_cli.report.render import Table, fdelta, fmt, to_latex, to_markdown
+from graft_cli.report.runs import (
+    ABLATIONS,
+    DESIGNS,
+    ORDERINGS,
+    SWEEP,
+    T1_METHODS,
+    Index,
+    PolicyResult,
+    Run,
+    code_average,
+    find_dirs,
+    is_code,
+    load_runs,
+    method_label,
+    pct,
+)
+from graft_cli.report.tandem_claims import KS, legibility_ce
+from graft_cli.rundir import atomic_write_json, atomic_write_text, eval_step_dir, read_json, read_json_or_none
+
 
 # ------------------------------------------------------------------------------------------ helpers
 def _cells(res: PolicyResult, idx: Index) -> list[str]:

@@ -41,11 +41,11 @@ import os
 import numpy as np
 
 from graft_cli.eval.files import read_problems
-from graft_cli.rundir import atomic_write_json, eval_step_dir, read_json_or_none
 from graft_cli.eval.tandem import CURVE_KS, legibility_problems, macro_pass_at_k, pass_at_k_curve
-from graft_cli.report.stats import compare, equivalence_verdict, verdict
-from graft_cli.report.markdown import md_table
 from graft_cli.report.claims import write_section
+from graft_cli.report.markdown import md_table
+from graft_cli.report.stats import compare, equivalence_verdict, verdict
+from graft_cli.rundir import atomic_write_json, eval_step_dir, read_json_or_none
 
 DEFAULTS = {"kind": "tandem", "tandem": "tandem", "grpo": "grpo", "kl": "grpo_kl", "n16": "grpo_n16",
             "policy": "a", "margin": 2.0, "n_boot": 2000}
@@ -270,6 +270,7 @@ def plot(measured: dict, cfg: dict | None, path: str) -> str | None:
         matplotlib.use("Agg")
         # lazy: matplotlib is only needed for plots
         import matplotlib.pyplot as plt
+
         # lazy: matplotlib is only needed for plots
         import matplotlib.ticker
     except ImportError:

@@ -47,8 +47,8 @@ import warnings
 import numpy as np
 import torch
 
-from graft_cli.models.logprobs import AUTOCAST, _is_fsdp, autocast, cache_kwarg, distinct, left_pad
 from graft_cli.batch import Rollouts
+from graft_cli.models.logprobs import AUTOCAST, _is_fsdp, autocast, cache_kwarg, distinct, left_pad
 from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams
 
 

@@ -6,35 +6,30 @@ tokenizer family), the cache folder with its lock and ``manifest.json`` (written
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import math
 import os
 import random
+import selectors
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 
 import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from graft_cli.console import make_console
-from graft_cli.errors import GraftError
-from graft_cli.models.loading import MODEL_SOURCES
-from graft_cli.rundir import read_jsonl
-from graft_cli.tiny.sft import Recipe, default_recipe, make_model, num_params, sft, sharpen, weight_hash
-from graft_cli.tiny.tokenizers import _prompt_text, build_tokenizer_a, build_tokenizer_b, build_tokenizer_c
-import copy
-from rich.progress import BarColumn
-from rich.progress import MofNCompleteColumn
-from rich.progress import Progress
-from rich.progress import TextColumn
-from rich.progress import TimeElapsedColumn
 from graft_cli.data import synthetic
 from graft_cli.data.synthetic import write_task
-import selectors
-import subprocess
-import tempfile
-from graft_cli.rundir import atomic_write_text
+from graft_cli.errors import GraftError
+from graft_cli.models.loading import MODEL_SOURCES
+from graft_cli.rundir import atomic_write_text, read_jsonl
+from graft_cli.tiny.sft import Recipe, default_recipe, make_model, num_params, sft, sharpen, weight_hash
+from graft_cli.tiny.tokenizers import _prompt_text, build_tokenizer_a, build_tokenizer_b, build_tokenizer_c
 
 TINY_VERSION = 3
 ROLES = ("a", "b", "c", "teacher", "junior")

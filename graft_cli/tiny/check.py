@@ -11,21 +11,20 @@ import sys
 import time
 
 import torch
+from rich.table import Table
 
 from graft_cli.algorithms.exchange.selection import filled_share, trigger
 from graft_cli.console import make_console
 from graft_cli.data.prompts import PromptSpec
+from graft_cli.data.synthetic import CANONICAL_STYLE
+from graft_cli.reward import make_grader
 from graft_cli.rollout.base import SamplingParams
 from graft_cli.rollout.graded import Graded, sample_and_grade
 from graft_cli.rollout.hf import HFEngine
 from graft_cli.rundir import read_jsonl
 from graft_cli.tiny.build import POLICY_ROLES, ROLES, build_tiny, read_manifest
+from graft_cli.tiny.regime import REGIME_TARGETS, measure_regime
 from graft_cli.tiny.sft import Recipe
-from graft_cli.reward import make_grader
-from graft_cli.data.synthetic import CANONICAL_STYLE
-from rich.table import Table
-from graft_cli.tiny.regime import REGIME_TARGETS
-from graft_cli.tiny.regime import measure_regime
 
 # ----------------------------------------------------------------------------------------------------
 # Measurement
@@ -276,8 +275,6 @@ def _families_table(props: dict):
 
 
 def _regime_table(reg: dict):
-
-
     t = Table(title=f"regime before RL (gate δ = {reg['delta']}): target / a <- b / b <- a")
     for c in ("figure", "target", "a", "b"):
         t.add_column(c)

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from graft_cli.tiny.tokenizers import _prompt_text
-from graft_cli.data.synthetic import sft_example
-from graft_cli.data.synthetic import CANONICAL_STYLE
+from graft_cli.data.synthetic import CANONICAL_STYLE, sft_example
 from graft_cli.errors import GraftError
+from graft_cli.tiny.tokenizers import _prompt_text
 
 # ----------------------------------------------------------------------------------------------------
 # Recipe

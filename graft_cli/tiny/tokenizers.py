@@ -3,11 +3,11 @@ Llama-3-style byte-level BPE with the constant prompt suffix as one added token,
 BPE, each trained on its own seeded corpus of the synthetic task."""
 
 from __future__ import annotations
-from graft_cli.data.prompts import RAW_TEMPLATE
-from graft_cli.data.prompts import SUFFIX
-from graft_cli.data.prompts import PromptSpec
-from graft_cli.data.synthetic import corpus
+
 import string
+
+from graft_cli.data.prompts import RAW_TEMPLATE, SUFFIX, PromptSpec
+from graft_cli.data.synthetic import corpus
 
 EOS_A, PAD_A = "<|endoftext|>", "<|pad|>"
 BOS_B, EOS_B, PAD_B = "<s>", "</s>", "<pad>"
@@ -68,6 +68,7 @@ def build_tokenizer_a(seed: int = 0, vocab_size: int = 384, style: str = "chain"
     tokens. Specials: ``<|endoftext|>`` (EOS) and ``<|pad|>``; no BOS, no chat template."""
     # lazy: tokenizers only for building tokenizers
     from tokenizers import Regex, pre_tokenizers
+
     # lazy: transformers is slow to import
     from transformers import PreTrainedTokenizerFast
 
@@ -99,6 +100,7 @@ def build_tokenizer_b(seed: int = 0, vocab_size: int = 512, style: str = "chain"
     measured figures. Specials ``<s>`` (unused BOS), ``</s>`` (EOS), ``<pad>``."""
     # lazy: tokenizers only for building tokenizers
     from tokenizers import AddedToken, pre_tokenizers
+
     # lazy: transformers is slow to import
     from transformers import PreTrainedTokenizerFast
 
@@ -125,6 +127,7 @@ def build_tokenizer_c(seed: int = 0, vocab_size: int = 384, style: str = "chain"
 
     # lazy: tokenizers only for building tokenizers
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
     # lazy: transformers is slow to import
     from transformers import PreTrainedTokenizerFast
 

@@ -20,19 +20,19 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pickle
 import random
 import re
 import shutil
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
 from graft_cli import faults
 from graft_cli.errors import GraftError
 from graft_cli.models import shards
 from graft_cli.rundir import sha256_file, step_name
-import pickle
-from safetensors.torch import save_file
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
 FORMAT = 2

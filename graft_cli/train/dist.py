@@ -35,25 +35,25 @@ resumes from the last complete checkpoint (every write is rank 0's and atomic).
 from __future__ import annotations
 
 import os
+import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from graft_cli.errors import GraftError, PeerLost
-import re
-from torch.distributed.fsdp import MixedPrecisionPolicy
-from torch.distributed.fsdp import fully_shard
-from dataclasses import replace
-from graft_cli.train import checkpoint as ckpt
-from graft_cli.reward import Grades
 from graft_cli.batch import Rollouts
-from torch.distributed.checkpoint.state_dict import StateDictOptions
-from torch.distributed.checkpoint.state_dict import get_model_state_dict
-from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-from torch.distributed.checkpoint.state_dict import set_model_state_dict
-from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+from graft_cli.errors import GraftError, PeerLost
+from graft_cli.reward import Grades
+from graft_cli.train import checkpoint as ckpt
 
 
 def _env_int(name: str, default: int) -> int:
@@ -284,7 +284,6 @@ def save_checkpoint(d: Dist, ckpt_root: str, step: int, policies: dict, state: d
     """``checkpoint.save`` on rank 0 with full state dicts gathered first (collective in FSDP mode), or with
     ``fmt`` sharded (:func:`sharded_checkpoints`) ``checkpoint.save_sharded``: every rank its part, no gather."""
 
-
     if sharded_checkpoints(d, fmt):
         return ckpt.save_sharded(d, ckpt_root, step, policies, state, keep, protect)
 
@@ -321,6 +320,7 @@ def setup(cfg) -> Dist:
     if accel_fsdp:
         # lazy: accelerate is only for multi-GPU
         from accelerate import Accelerator
+
         # lazy: accelerate is only for multi-GPU
         from accelerate.utils import InitProcessGroupKwargs
 
@@ -335,7 +335,6 @@ def setup(cfg) -> Dist:
 
 def concat_rollouts(parts: list):
     """Concatenate the ``(Rollouts, Grades)`` of the rollout groups, in prompt order."""
-
 
     ros, grs = [p[0] for p in parts], [p[1] for p in parts]
     cat = lambda attr: [x for r in ros for x in getattr(r, attr)]  # noqa: E731

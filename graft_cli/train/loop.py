@@ -23,36 +23,49 @@ import time
 
 import numpy as np
 import torch
+from rich.markup import escape
 
 from graft_cli import config as C
 from graft_cli import faults
 from graft_cli.algorithms.advantages import ADVANTAGES
 from graft_cli.algorithms.controllers import build_controllers
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
-from graft_cli.algorithms.signals import (LOSS_MASKS, TOKEN_ADVANTAGES, SignalContext, rollout_rejection,
-                                          token_adv_params)
+from graft_cli.algorithms.signals import (
+    LOSS_MASKS,
+    TOKEN_ADVANTAGES,
+    SignalContext,
+    rollout_rejection,
+    token_adv_params,
+)
 from graft_cli.batch import PolicyStep, TrainBatch
 from graft_cli.console import make_console
 from graft_cli.data.problems import Problem, load_problems, split_holdout
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
-from graft_cli.models.loading import resolve_path
 from graft_cli.models import shards
+from graft_cli.models.loading import resolve_path
 from graft_cli.models.scoring import SCORERS
+from graft_cli.reward import make_grader
 from graft_cli.rollout import SamplingParams
-from graft_cli.rundir import (MetricsLog, best_path, checkpoints_dir, exchange_log_path, metrics_path,
-                              read_json_or_none, rollout_log_path, write_parquet)
+from graft_cli.rundir import (
+    MetricsLog,
+    best_path,
+    checkpoints_dir,
+    exchange_log_path,
+    metrics_path,
+    read_json_or_none,
+    rollout_log_path,
+    write_parquet,
+)
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.collect import collector_for
 from graft_cli.train.parallel import LockedGrader, PolicyPool, resolve_workers
 from graft_cli.train.phases import Phases
 from graft_cli.train.setup import Policy, build_frozen, build_policy, encode_prompt
-from graft_cli.train.update import UpdateContext, old_logprobs, score_logprobs, score_settings, update_policy
 from graft_cli.train.sources import STEP_SOURCES
-from rich.markup import escape
-from graft_cli.reward import make_grader
+from graft_cli.train.update import UpdateContext, old_logprobs, score_logprobs, score_settings, update_policy
 
 
 def sampling_seed(run_seed: int, step: int, policy_index: int) -> int:

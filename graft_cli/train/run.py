@@ -5,9 +5,14 @@ one-line endings of a stopped run (SIGTERM, a lost data-parallel peer)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+import signal
+import threading
 
 import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from graft_cli import config as C
 from graft_cli.console import make_console
@@ -16,18 +21,9 @@ from graft_cli.rundir import atomic_write_text, check_writable, config_path
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.hooks import AfterStep
-from graft_cli.train.trackers import TRACKERS, Trackers
 from graft_cli.train.loop import Trainer
 from graft_cli.train.setup import preflight
-import fcntl
-from rich.progress import BarColumn
-from rich.progress import MofNCompleteColumn
-from rich.progress import Progress
-from rich.progress import TextColumn
-from rich.progress import TimeElapsedColumn
-import signal
-import threading
-import shutil
+from graft_cli.train.trackers import TRACKERS, Trackers
 
 
 def run_dir_for(cfg: C.Config) -> str:

@@ -12,15 +12,19 @@ import torch
 from graft_cli import config as C
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.errors import GraftError
-from graft_cli.models.loading import load_role, load_tokenizer, resolve_path, weights_sha256
+from graft_cli.models.loading import (
+    check_model_path,
+    load_role,
+    load_tokenizer,
+    looks_local,
+    resolve_path,
+    vocab_difference,
+    weights_sha256,
+)
 from graft_cli.models.scoring import SCORERS
+from graft_cli.models.shapes import shape_config, synthetic_tokenizer
 from graft_cli.rollout import ENGINES
 from graft_cli.train import dist as D
-from graft_cli.models.loading import check_model_path
-from graft_cli.models.loading import looks_local
-from graft_cli.models.loading import vocab_difference
-from graft_cli.models.shapes import shape_config
-from graft_cli.models.shapes import synthetic_tokenizer
 
 
 @dataclass

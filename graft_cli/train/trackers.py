@@ -15,13 +15,13 @@ Only numeric values are logged (metrics.jsonl also holds strings and nulls). The
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
 
 from graft_cli.errors import GraftError
 from graft_cli.registry import Registry
-import dataclasses
 
 TRACKERS: Registry = Registry("tracker")
 

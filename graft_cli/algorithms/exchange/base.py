@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from graft_cli.registry import Registry
 from graft_cli.batch import PolicyStep, TrainBatch, self_batch
 from graft_cli.errors import GraftError
+from graft_cli.registry import Registry
 
 EXCHANGES: Registry = Registry("exchange")
 

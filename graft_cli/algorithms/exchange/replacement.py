@@ -27,11 +27,11 @@ from typing import Callable
 import numpy as np
 import torch
 
+from graft_cli.algorithms.advantages import grpo_advantages
 from graft_cli.algorithms.exchange.gates import source_mean_logprob
 from graft_cli.batch import PolicyStep, TrainBatch
 from graft_cli.models.retokenize import retokenize
 from graft_cli.registry import Registry
-from graft_cli.algorithms.advantages import grpo_advantages
 
 REPLACEMENTS: Registry = Registry("replacement mode")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 import threading
+
 from graft_cli.answers import grade_one
 from graft_cli.eval.metrics import pass_at_k
 
