@@ -68,7 +68,7 @@ reproduce: setup
 # The pure-Python packages graft needs that a bare torch + transformers GPU machine lacks, for
 # benchmarks/gpu_proof.sh (carried there as .gpu_deps; the script puts it on PYTHONPATH).
 gpu-deps: setup
-	$(PY) -m pip install -q --target .gpu_deps --no-deps omegaconf hydra-core "antlr4-python3-runtime==4.9.3" \
+	$(PY) -m pip install -q --target .gpu_deps --no-deps "omegaconf==2.3.*" hydra-core "antlr4-python3-runtime==4.9.3" \
 		click rich markdown-it-py mdurl pygments
 
 # Everything CI runs: the fast suite, then the slow group (process kills, full builds).

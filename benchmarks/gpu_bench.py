@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from graft_cli.algorithms.losses import Normaliser, ppo_token_loss  # noqa: E402
+from graft_cli.algorithms.losses import LossInputs, Normaliser, ppo_token_loss  # noqa: E402
 from graft_cli.models.logprobs import response_logprobs  # noqa: E402
 from graft_cli.rollout.base import SamplingParams  # noqa: E402
 from graft_cli.rollout.hf import HFEngine  # noqa: E402
@@ -155,8 +155,8 @@ def bench_train(model, cfg, args, dev, ceiling, checkpointing: bool) -> dict:
         logp, _ = response_logprobs(model, ids, att, resp, 1.0, args.chunk_tokens)
         if old is None:
             old = logp.detach()
-        loss, _ = ppo_token_loss(logp, old, adv, mask, torch.ones(B, device=dev), torch.zeros(B, dtype=torch.bool,
-                                 device=dev), norm=norm)
+        loss, _ = ppo_token_loss(LossInputs.of(logp, old, adv, mask, torch.ones(B, device=dev),
+                                               torch.zeros(B, dtype=torch.bool, device=dev), norm=norm))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -288,6 +288,7 @@ def main(argv=None):
             shown = "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items())
             print(f"  {label:<18} {shown}  ({time.perf_counter() - t:.0f}s)", flush=True)
         results.append(row)
+        print("ROW " + json.dumps(row), flush=True)  # each model's figures at once (a capped run keeps them)
         del model
         if dev.type == "cuda":
             torch.cuda.empty_cache()

@@ -353,7 +353,9 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(o.on_nonfinite in ("stop", "skip"), "optim.on_nonfinite", f"must be stop or skip, got {o.on_nonfinite!r}")
     _check(cfg.run.dtype in DTYPES, "run.dtype", f"must be one of {', '.join(DTYPES)}")
     _check(cfg.run.steps is None or cfg.run.steps >= 1, "run.steps", "must be >= 1")
-    _check(cfg.run.save_every >= 1, "run.save_every", "must be >= 1")
+    _check(cfg.run.save_every >= 0, "run.save_every", "must be >= 0 (0: no checkpoint at all)")
+    _check(cfg.run.save_every or not (cfg.eval.every > 0 or cfg.run.save_on_signal), "run.save_every",
+           "0 (no checkpoint) leaves nothing for eval.every > 0 or run.save_on_signal; set one of them to 0/false")
     _check(cfg.run.keep_rollouts >= 0, "run.keep_rollouts", "must be >= 0 (0 = keep all)")
     _check(cfg.run.wandb_mode in ("online", "offline", "disabled"), "run.wandb_mode",
            "must be online, offline or disabled")

@@ -55,7 +55,7 @@ class RunConfig:
     seed: int = 0
     steps: Optional[int] = None  # default: epochs x steps per epoch
     epochs: int = 3
-    save_every: int = 10
+    save_every: int = 10  # and at the last step; 0: no checkpoint at all (benchmarks: nothing to resume from)
     save_initial: bool = False  # a checkpoint of the initial weights (step 0), kept through rotation: evaluation then
     # scores the base models by the same code path (graft eval --run, steps all / 0), e.g. a study's gain over them
     save_on_signal: bool = False  # on SIGTERM: finish the step, write its checkpoint, then exit 143 (else the step

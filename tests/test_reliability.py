@@ -206,6 +206,21 @@ def test_temperature_zero_is_refused_for_training(setup, tmp_path):
     assert not os.path.exists(os.path.join(str(tmp_path / "runs"), "t0"))
 
 
+def test_save_every_zero_trains_without_any_checkpoint_and_refuses_what_needs_one(setup, tmp_path):
+    """run.save_every=0 (benchmarks on multi-GB models): the steps run and log, no checkpoint is written, not even
+    the last step's; with eval.every > 0 or run.save_on_signal it is refused in one line before anything runs."""
+    out = str(tmp_path / "runs")
+    res = run(args(setup, out, "nock", steps=2, extra=["run.save_every=0"]))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [r["step"] for r in metric_rows(os.path.join(out, "nock"))] == [1, 2]
+    ck = os.path.join(out, "nock", "checkpoints")
+    assert not os.path.isdir(ck) or os.listdir(ck) == [], os.listdir(ck)
+    for extra in (["eval.every=1"], ["run.save_on_signal=true"]):
+        res = run(args(setup, out, "refused", steps=2, extra=["run.save_every=0", *extra]))
+        one_line_error(res, "run.save_every", "no checkpoint")
+        assert not os.path.exists(os.path.join(out, "refused"))
+
+
 # ----------------------------------------------------------------------------------------- non-finite
 NAN_PLUGIN = '''
 import torch

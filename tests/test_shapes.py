@@ -68,4 +68,10 @@ def test_gpu_proof_script_runs_on_a_cpu(tmp_path):
 
     proof = json.load(open(tmp_path / "proof" / "proof.json"))
     assert proof["grpo"]["s_per_step"] > 0 and proof["graft"]["s_per_step"] > 0 and proof["graft_over_grpo"] > 0
+    assert proof["grpo"]["step"] == proof["graft"]["step"] == 2
+    # every kernel section of gpu_bench ran (a section that raises is reported in its row as "error")
+    assert [r["model"] for r in proof["gpu_bench"]] == ["tiny"]
+    assert not [r["error"] for r in proof["gpu_bench"] if "error" in r]
+    assert {"train_tok_s", "train_gc_tok_s", "score_tok_s", "rollout_tok_s"} <= set(proof["gpu_bench"][0])
+    assert not os.path.exists(tmp_path / "proof" / "runs" / "1-graft-s0" / "checkpoints" / "step_000002")
     assert "GRAFT / GRPO step time" in res.stdout

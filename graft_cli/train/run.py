@@ -192,8 +192,9 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
                     if is_main:
                         trainer.metrics.write(rows)
                         trackers.log(rows)
-                    if (trainer.step % cfg.run.save_every == 0 or trainer.step == trainer.total_steps
-                            or any(h.due(trainer, cfg) for h in after_step) or stop.requested):
+                    if cfg.run.save_every and (trainer.step % cfg.run.save_every == 0
+                                               or trainer.step == trainer.total_steps
+                                               or any(h.due(trainer, cfg) for h in after_step) or stop.requested):
                         trainer.save()  # complete on disk before any hook runs
                     if stop.requested:  # run.save_on_signal: the step is finished and checkpointed
                         raise Stopped(f"stopped by SIGTERM after step {trainer.step}; its checkpoint is written "
