@@ -152,8 +152,7 @@ def load_role(model: str, tokenizer: str | None, dtype: str, device: str, keys: 
     random weights in its published shape and a synthetic tokenizer (``init: random``,
     :mod:`graft_cli.models.shapes`; no download)."""
     if init == "random":
-        m, tok = random_model(model, DTYPES[dtype], shrink)
-        return m.to(resolve_device(device)), tok
+        return random_model(model, DTYPES[dtype], shrink, resolve_device(device))
     tok = load_tokenizer(resolve_path(tokenizer or model), keys[1], trust_remote_code)
     m = load_model(resolve_path(model), dtype, device, key=keys[0], trust_remote_code=trust_remote_code)
     return m, tok
