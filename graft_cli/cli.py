@@ -202,14 +202,23 @@ def tiny():
               "$GRAFT_TINY_RECIPE or v4]")
 @click.option("--prompts", type=click.IntRange(8, 8192), default=1024, show_default=True,
               help="with --check: training prompts sampled (x 8) for the measurements")
+@click.option("--code", is_flag=True, help="the tiny code models instead (tiny_code:junior, tiny_code:teacher: the "
+              "code arm of tiny_saf); with --check: pass@1 and group shapes on the held-out code problems")
 @one_line_errors
-def tiny_build(check, cache_dir, seed, force, recipe, prompts):
-    """Build (or reuse) the tiny pair, teacher and junior.
+def tiny_build(check, cache_dir, seed, force, recipe, prompts, code):
+    """Build (or reuse) the tiny pair, teacher and junior (--code: the tiny code models).
 
     \b
     Example:
       graft tiny build --check
+      graft tiny build --code --check
     """
+    if code:
+        # lazy: `graft --help` and each command load only what they use
+        from graft_cli.tiny.code import code_main
+
+        code_main(check=check, cache_dir=cache_dir, seed=seed, force=force)
+        return
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.tiny.check import tiny_main
 

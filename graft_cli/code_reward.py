@@ -64,7 +64,7 @@ import sys
 import time
 import warnings
 
-from graft_cli.reward import REWARDS, MathVerifyGrader, serve
+from graft_cli.reward import REWARDS, Grades, MathVerifyGrader, serve
 from graft_cli.sandbox import ALL_FEATURES, Limits, Sandbox
 
 # ------------------------------------------------------------------------------------------------ extraction
@@ -409,9 +409,11 @@ class CodeGrader(MathVerifyGrader):
     slack_s = 10.0
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 10.0, chunk_size: int = 4, memory_mb: int = 4096,
-                 nproc: int = 32, features=ALL_FEATURES, startup_timeout_s: float = 120.0, **_ignored):
+                 nproc: int = 32, features=ALL_FEATURES, startup_timeout_s: float = 120.0, dedupe: bool = True,
+                 **_ignored):
         super().__init__(num_workers=num_workers, timeout_s=timeout_s + self.slack_s, chunk_size=chunk_size,
                          startup_timeout_s=startup_timeout_s, memory_mb=0)
+        self.dedupe = bool(dedupe)
         unknown = set(features) - set(ALL_FEATURES)
         if unknown:
             raise ValueError(f"unknown sandbox features {sorted(unknown)}; known: {', '.join(ALL_FEATURES)}")
@@ -433,6 +435,29 @@ class CodeGrader(MathVerifyGrader):
     @staticmethod
     def extract(response: str, gold) -> str | None:
         return _extract_for(response, gold)
+
+    def grade(self, responses: list[str], golds: list[str]) -> Grades:
+        """Grade a batch; with ``dedupe`` (the default) each distinct (extracted program, gold) pair runs once and
+        its verdict, status and time are copied to the responses that carry the same program for the same problem
+        (a group of 8 samples from a small policy repeats its program often; a sandboxed run costs ~0.1 s). A
+        response whose program cannot be extracted is its own item, as without ``dedupe``."""
+        if not self.dedupe or len(responses) != len(golds):
+            return super().grade(responses, golds)
+        rep: dict = {}
+        which = []
+        for i, (r, g) in enumerate(zip(responses, golds)):
+            prog = _extract_for(r, g)
+            key = (prog, g) if prog is not None else (None, i)  # no program: its own item
+            which.append(rep.setdefault(key, len(rep)))
+        if len(rep) == len(responses):
+            return super().grade(responses, golds)
+        first = {}
+        for i, k in enumerate(which):
+            first.setdefault(k, i)
+        order = [first[k] for k in range(len(rep))]
+        g = super().grade([responses[i] for i in order], [golds[i] for i in order])
+        return Grades(g.rewards[which], g.timed_out[which], [g.extracted[k] for k in which],
+                      [g.status[k] for k in which], None if g.seconds is None else g.seconds[which])
 
     def grade_inline(self, response: str, gold):
         reward, program, status, seconds, _ = grade_code(response, gold, _sandbox_for(self.options))

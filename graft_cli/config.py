@@ -56,7 +56,10 @@ def _one_line(e: Exception) -> str:
     return f"config key {key!r}: {head}" if key else f"config: {head}"
 
 
-GROUPS = ("pair", "method", "scale")  # scale=<name>: optional hardware overlay (experiments/scale/), applied last
+# scale=<name>: an optional hardware overlay (experiments/scale/); task=<name>: an optional task overlay
+# (experiments/task/: another task's data, reward, prompt, student and teacher for the pair); both applied last
+GROUPS = ("pair", "method", "scale", "task")
+OVERLAYS = ("scale", "task")
 
 
 def compose(overrides: list[str] | None = None, config_dir: str | None = None) -> Config:
@@ -87,7 +90,7 @@ def compose(overrides: list[str] | None = None, config_dir: str | None = None) -
                 known = sorted(f[:-5] for f in os.listdir(os.path.join(config_dir, key))
                                if f.endswith(".yaml") and not f.startswith("_"))
                 raise GraftError(f"{key} {val!r}: no {key}/{val}.yaml in {config_dir}; known: {', '.join(known)}")
-            groups.append(f"{'+' if key == 'scale' else ''}{key}='{val}'")
+            groups.append(f"{'+' if key in OVERLAYS else ''}{key}='{val}'")
         else:
             rest.append(ov)
     GlobalHydra.instance().clear()

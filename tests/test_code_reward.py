@@ -332,3 +332,29 @@ def test_the_code_reward_is_registered_lazily():
             "print(type(g).__name__, 'graft_cli.code_reward' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["CodeGrader", "True"]
+
+
+def test_duplicate_programs_run_once_and_share_the_verdict():
+    """dedupe (default): each distinct (program, gold) runs once; its verdict, status and time go to every response
+    carrying it. Worked by hand: f(x) = x + 1 on (1 -> 2, 5 -> 6); g0 is that spec, g1 asks f(2) == 4."""
+    g0 = json.dumps({"fn_name": "f", "inputs": [[1], [5]], "outputs": [2, 6]})
+    g1 = json.dumps({"fn_name": "f", "inputs": [[2]], "outputs": [4]})
+    right = "```python\ndef f(x): return x + 1\n```"
+    double = "```python\ndef f(x): return x * 2\n```"
+    responses = [right, "prose first\n" + right, double, "no program", right, double, "no program"]
+    golds = [g0, g0, g0, g0, g1, g1, g1]
+    # right on g0: 1; the same program after other text: the same extracted program, 1; double on g0: 0 (f(5)=10);
+    # no fenced block: 0; right on g1: f(2)=3 != 4: 0; double on g1: f(2)=4: 1
+    want = [1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    on, off = CodeGrader(num_workers=1, timeout_s=5.0), CodeGrader(num_workers=1, timeout_s=5.0, dedupe=False)
+    try:
+        a, b = on.grade(responses, golds), off.grade(responses, golds)
+    finally:
+        on.close()
+        off.close()
+    assert list(a.rewards) == list(b.rewards) == want
+    assert a.status == b.status and a.status[3] == a.status[6] == "code_no_program"
+    assert a.extracted == b.extracted
+    assert a.seconds[0] == a.seconds[1]  # copied from the one run, not measured twice
+    assert b.seconds[0] != b.seconds[1]  # two runs of the same program take different times
+    assert len(a) == len(responses)

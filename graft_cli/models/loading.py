@@ -109,6 +109,7 @@ def from_shards(path: str, dtype=torch.float32, trust_remote_code: bool = False,
 # by the tiny pair's package, imported when first named (so this layer does not import it)
 MODEL_SOURCES: Registry = Registry("model source")
 MODEL_SOURCES.lazy("tiny", "graft_cli.tiny.build")
+MODEL_SOURCES.lazy("tiny_code", "graft_cli.tiny.code")
 
 
 def resolve_path(spec: str) -> str:

@@ -42,6 +42,8 @@ from graft_cli.rundir import (
     training_rows,
 )
 from graft_cli.tiny import build as T
+from graft_cli.tiny.code import build_code
+from graft_cli.tiny.code import read_manifest as read_code_manifest
 from graft_cli.tiny.sft import default_recipe
 from graft_cli.train.run import train
 
@@ -206,23 +208,30 @@ def stop_workers(procs: dict, grace_s: float = STOP_GRACE_S) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------ tiny pair pin
-def uses_tiny(plan: Plan, out: str) -> bool:
-    """Whether the plan's runs load the embedded tiny pair (``tiny:<role>`` models or data)."""
+def uses_tiny(plan: Plan, out: str, source: str = "tiny") -> bool:
+    """Whether the plan's runs load the embedded tiny pair (``tiny:<role>`` models or data; ``source="tiny_code"``:
+    the tiny code models, ``tiny_code:<name>``, in any run)."""
 
-    first = next((r for r in plan.runs if not r.partner), None)
-    if first is None:
-        return False
-    cfg = compose(plan.compose_overrides(first, out))
-    return any(str(p.model).startswith("tiny:") for p in cfg.policies) or str(cfg.data.train).startswith("tiny:")
+    runs = [r for r in plan.runs if not r.partner]
+    for r in runs[:1] if source == "tiny" else runs:
+        cfg = compose(plan.compose_overrides(r, out))
+        if any(str(p.model).startswith(f"{source}:") for p in cfg.policies) or str(cfg.data.train).startswith(
+                f"{source}:"):
+            return True
+    return False
 
 
-def tiny_identity(progress: bool = True) -> dict:
-    """Build the tiny pair once here if needed (workers never build it concurrently) and return its
-    identity: cache folder and the manifest's model hashes."""
+def tiny_identity(progress: bool = True, code: bool = False) -> dict:
+    """Build the tiny pair (and with ``code`` the tiny code models) once here if needed (workers never build them
+    concurrently) and return its identity: cache folder and the manifests' model hashes."""
 
     T.ensure_tiny(progress=progress)
     man = T.read_manifest() or {}
-    return {"cache": T.default_cache_dir(), "hashes": man.get("hashes"), "version": man.get("version")}
+    out = {"cache": T.default_cache_dir(), "hashes": man.get("hashes"), "version": man.get("version")}
+    if code:
+        build_code()
+        out["code_hashes"] = (read_code_manifest() or {}).get("hashes")
+    return out
 
 
 def check_tiny(expected: dict | None) -> None:
@@ -319,9 +328,10 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
             todo.append(r)
     tiny = None
     if todo and uses_tiny(plan, out):
-        tiny = tiny_identity(progress)
+        tiny = tiny_identity(progress, code=uses_tiny(plan, out, "tiny_code"))
         prev = (load_results(out, plan.name) or {}).get("tiny")
-        if prev and prev.get("hashes") != tiny["hashes"]:
+        if prev and (prev.get("hashes") != tiny["hashes"] or prev.get("code_hashes", tiny.get("code_hashes"))
+                     != tiny.get("code_hashes")):
             raise GraftError(f"{out}: its runs were made with another build of the tiny pair (manifest model hashes "
                              f"differ from {tiny['cache']}); use a new --out")
     console.print(f"plan {plan.name}: {len(runs)} runs, {len(runs) - len(todo)} already finished and evaluated, "

@@ -27,7 +27,7 @@ from graft_cli.report.stats import verdict, welch_interval
 from graft_cli.rundir import atomic_write_json, read_metrics
 
 DEFAULTS = {"kind": "saf", "grpo": "grpo", "fixed": "grpo_opd", "saf": "saf", "opd_only": "opd_only",
-            "early_steps": 10, "policy": "a"}
+            "early_steps": 10, "policy": "a", "label": "math", "arms": []}
 PAPER = {"saf_beats_fixed": "SAF > fixed fusion in 6/6 settings, +0.51 to +2.70 pp aggregate (per-method numbers "
                             "[U]); 4B ablation: magnitude control alone 44.35% vs fixed fusion 44.38%",
          "fixed_collapses_entropy": "fixed fusion's entropy collapses early; SAF keeps entropy and response length "
@@ -36,6 +36,19 @@ PAPER = {"saf_beats_fixed": "SAF > fixed fusion in 6/6 settings, +0.51 to +2.70 
 
 def settings(cfg: dict | None) -> dict:
     return {**DEFAULTS, **(cfg or {})}
+
+
+def arms(cfg: dict | None) -> list[dict]:
+    """The settings of each arm the claims are judged on: the plan's ``claims`` (label ``math`` by default), then
+    each entry of its ``arms`` (e.g. ``{label: code, grpo: grpo_code, fixed: grpo_opd_code, saf: saf_code,
+    opd_only: opd_only_code}``), which inherits what it does not set. The paper judges SAF in both domains."""
+    base = settings(cfg)
+    out = [{**base, "arms": []}]
+    for a in base["arms"] or []:
+        if not isinstance(a, dict) or not a.get("label"):
+            raise ValueError(f"claims.arms: each entry needs a label, got {a!r}")
+        out.append({**base, "arms": [], **a})
+    return out
 
 
 def entropy_drop(curve: dict[int, float], early_steps: int) -> float | None:
@@ -162,18 +175,31 @@ def plot(measured: dict, cfg: dict | None, path: str) -> str | None:
 
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
-    """The SAF section (table, plot, claims) into ``<report_dir>/report.md`` and ``claims.json``."""
-
-    measured = measure(records, cfg)
-    claims = judge(measured, cfg)
-    png = plot(measured, cfg, os.path.join(report_dir, "plots", "saf_entropy_validation.png"))
-    md = "\n".join(["## SAF-OPD on this pair (from the measured numbers)", "", table_markdown(measured, cfg), "",
-                    *([f"![entropy and validation]({os.path.relpath(png, report_dir)})", ""] if png else []),
-                    "### Claims", "", claims_markdown(claims), "",
-                    "Verdicts: `held` when the 95% interval excludes 0 in the paper's direction, `not significant` "
-                    "when it straddles 0, `did not hold` when it excludes 0 the other way.", ""])
+    """The SAF section (per arm: table, plot, claims) into ``<report_dir>/report.md`` and ``claims.json``. The
+    first arm's claims keep their keys; a further arm's are keyed ``<label>/<key>``."""
+    parts, all_claims, per_arm = ["## SAF-OPD on this pair (from the measured numbers)", ""], [], {}
+    arm_list = arms(cfg)
+    for i, arm in enumerate(arm_list):
+        measured = measure(records, arm)
+        claims = judge(measured, arm)
+        if i:
+            claims = [{**c, "key": f"{arm['label']}/{c['key']}", "claim": f"[{arm['label']}] {c['claim']}"}
+                      for c in claims]
+        name = "saf_entropy_validation" + (f"_{arm['label']}" if i else "") + ".png"
+        png = plot(measured, arm, os.path.join(report_dir, "plots", name))
+        if len(arm_list) > 1:
+            parts += [f"### The {arm['label']} arm", ""]
+        parts += [table_markdown(measured, arm), "",
+                  *([f"![entropy and validation]({os.path.relpath(png, report_dir)})", ""] if png else []),
+                  "#### Claims" if len(arm_list) > 1 else "### Claims", "", claims_markdown(claims), ""]
+        all_claims += claims
+        per_arm[arm["label"]] = {"settings": arm, "measured": {k: v for k, v in measured.items() if k != "curves"}}
+    parts += ["Verdicts: `held` when the 95% interval excludes 0 in the paper's direction, `not significant` "
+              "when it straddles 0, `did not hold` when it excludes 0 the other way.", ""]
+    md = "\n".join(parts)
     write_section(report_dir, md)
+    first = per_arm[arm_list[0]["label"]]
     atomic_write_json(os.path.join(report_dir, "claims.json"),
-                      {"settings": settings(cfg), "measured": {k: v for k, v in measured.items() if k != "curves"},
-                       "claims": claims})
-    return md, claims
+                      {"settings": settings(cfg), "measured": first["measured"], "claims": all_claims,
+                       "arms": per_arm})
+    return md, all_claims

@@ -293,10 +293,11 @@ def _lr_at(stage: Stage, step: int) -> float:
     return stage.lr * (stage.final_lr_ratio + (1 - stage.final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * prog)))
 
 
-def sft_batch(tokenizer, examples: list[tuple[str, str]]):
+def sft_batch(tokenizer, examples: list[tuple[str, str]], prompt=_prompt_text):
     """Right-padded ``(input_ids, attention_mask, labels)`` for (problem, solution) pairs: the prompt
-    is :class:`PromptSpec` text, the target the solution + EOS; labels are -100 except on the target."""
-    prompts = tokenizer([_prompt_text(p) for p, _ in examples], add_special_tokens=False)["input_ids"]
+    is ``prompt(problem)`` (default: :class:`PromptSpec` text), the target the solution + EOS; labels are -100
+    except on the target."""
+    prompts = tokenizer([prompt(p) for p, _ in examples], add_special_tokens=False)["input_ids"]
     targets = tokenizer([s for _, s in examples], add_special_tokens=False)["input_ids"]
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     seqs = [(p, t + [eos]) for p, t in zip(prompts, targets)]
@@ -312,14 +313,14 @@ def sft_batch(tokenizer, examples: list[tuple[str, str]]):
     return ids, mask, labels
 
 
-def sft_batch_packed(tokenizer, examples: list[tuple[str, str]], row_len: int):
+def sft_batch_packed(tokenizer, examples: list[tuple[str, str]], row_len: int, prompt=_prompt_text):
     """The examples of :func:`sft_batch` packed into rows of ``row_len`` tokens, in order (a row takes the next
     example while it fits; an example longer than a row gets a row of its own): ``(input_ids, position_ids,
     labels)``. Positions restart at 0 with every example, which is how transformers recognises packed sequences and
     masks attention block-diagonally (each example sees only itself, as in a padded batch), so the loss is the
     padded batch's (same tokens, same labels) without computing the padding: ~30% less SFT work on the v3 styles'
     ~20-60-token examples. Padding fills each row's tail (label -100, positions counting on)."""
-    prompts = tokenizer([_prompt_text(p) for p, _ in examples], add_special_tokens=False)["input_ids"]
+    prompts = tokenizer([prompt(p) for p, _ in examples], add_special_tokens=False)["input_ids"]
     targets = tokenizer([s for _, s in examples], add_special_tokens=False)["input_ids"]
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     rows: list[list[tuple[list[int], int]]] = [[]]
@@ -358,16 +359,18 @@ def _example_stream(tokenizer, stage: Stage, rng: random.Random):
         yield [sft_example(rng, stage.families, stage.levels, stage.styles, stage.slip) for _ in range(stage.batch)]
 
 
-def sft(model, tokenizer, stage: Stage, data_seed: str, on_step=None, snapshot_at: dict | None = None):
+def sft(model, tokenizer, stage: Stage, data_seed: str, on_step=None, snapshot_at: dict | None = None,
+        stream=None, prompt=_prompt_text):
     """Supervised pretraining on freshly generated worked solutions (never repeats a batch).
 
     Loss: token-mean cross-entropy over response tokens + EOS. AdamW (betas 0.9/0.98, fused CPU
     kernel), gradient clipping, :func:`_lr_at` schedule, i.i.d. batches (:func:`_example_stream`).
     Batch 32 beat 16 and 64 per CPU-second in the calibration runs.
     ``snapshot_at`` maps a step count to a callback receiving the model after that many steps (the
-    junior). Returns the list of per-step losses."""
+    junior). ``stream``: batches of (problem, solution) pairs from another task (default: the arithmetic task's
+    stage mix, :func:`_example_stream`), each prompt written by ``prompt``. Returns the list of per-step losses."""
     rng = random.Random(data_seed)
-    stream = _example_stream(tokenizer, stage, rng)
+    stream = stream if stream is not None else _example_stream(tokenizer, stage, rng)
     opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.98), eps=1e-8,
                             weight_decay=stage.weight_decay, fused=True)
     model.train()
@@ -376,10 +379,10 @@ def sft(model, tokenizer, stage: Stage, data_seed: str, on_step=None, snapshot_a
         for g in opt.param_groups:
             g["lr"] = _lr_at(stage, step)
         if stage.pack:
-            ids, pos, labels = sft_batch_packed(tokenizer, next(stream), stage.pack)
+            ids, pos, labels = sft_batch_packed(tokenizer, next(stream), stage.pack, prompt)
             logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits
         else:
-            ids, mask, labels = sft_batch(tokenizer, next(stream))
+            ids, mask, labels = sft_batch(tokenizer, next(stream), prompt)
             logits = model(input_ids=ids, attention_mask=mask).logits
         loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
                                                  labels[:, 1:].reshape(-1), ignore_index=-100)
