@@ -155,3 +155,19 @@ def test_a_tiny_code_grpo_run_trains_end_to_end(reduced, tmp_path):
                  "--runs", "1", "--steps", "last"])
     assert r.returncode == 0, r.stderr[-3000:]
 
+
+
+def test_the_tiny_saf_plan_has_a_code_arm_and_pins_its_models(tmp_path):
+    """`graft reproduce --pair tiny_saf`: the code arm's runs use the task overlay and the tiny code models, the plan
+    is detected as using them (so it builds them once and records their hashes), the math-only GRAFT plan is not."""
+    from graft_cli.plan import execute as X
+    from graft_cli.plan.spec import load_reproduce
+
+    plan = load_reproduce("tiny_saf")
+    code = [r for r in plan.runs if r.name.endswith("_code")]
+    assert sorted({r.name for r in code}) == ["grpo_code", "grpo_opd_code", "saf_code"] and len(code) == 7
+    assert all("task=tiny_code" in r.overrides for r in code)
+    assert plan.eval_for(code[0]).benchmarks == ["tiny_code"]
+    assert [a["label"] for a in plan.claims["arms"]] == ["code"]
+    assert X.uses_tiny(plan, str(tmp_path), "tiny_code")
+    assert not X.uses_tiny(load_reproduce("tiny"), str(tmp_path), "tiny_code")
