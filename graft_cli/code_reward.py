@@ -444,17 +444,15 @@ class CodeGrader(MathVerifyGrader):
         if not self.dedupe or len(responses) != len(golds):
             return super().grade(responses, golds)
         rep: dict = {}
-        which = []
+        which, order = [], []  # per response its distinct item; per distinct item its first response
         for i, (r, g) in enumerate(zip(responses, golds)):
             prog = _extract_for(r, g)
-            key = (prog, g) if prog is not None else (None, i)  # no program: its own item
-            which.append(rep.setdefault(key, len(rep)))
-        if len(rep) == len(responses):
+            k = rep.setdefault((prog, g) if prog is not None else (None, i), len(rep))  # no program: its own item
+            if k == len(order):
+                order.append(i)
+            which.append(k)
+        if len(order) == len(responses):
             return super().grade(responses, golds)
-        first = {}
-        for i, k in enumerate(which):
-            first.setdefault(k, i)
-        order = [first[k] for k in range(len(rep))]
         g = super().grade([responses[i] for i in order], [golds[i] for i in order])
         return Grades(g.rewards[which], g.timed_out[which], [g.extracted[k] for k in which],
                       [g.status[k] for k in which], None if g.seconds is None else g.seconds[which])

@@ -49,7 +49,7 @@ from graft_cli.rundir import atomic_write_text
 from graft_cli.schema import RewardConfig
 from graft_cli.tiny.build import _deterministic_single_thread, _file_hash, _lock, _save, default_cache_dir
 from graft_cli.tiny.sft import Shape, Stage, make_model, num_params, sft, sharpen
-from graft_cli.tiny.tokenizers import EOS_A, PAD_A, QWEN_PRETOKENIZE
+from graft_cli.tiny.tokenizers import EOS_A, PAD_A, QWEN_PRETOKENIZE, _prompt_text
 
 CODE_VERSION = 1
 ROLES = ("junior", "teacher")
@@ -93,13 +93,9 @@ class CodeRecipe:
 PROMPT = PromptSpec(suffix="", raw_template="{problem}\n")  # experiments/task/tiny_code.yaml; a code benchmark's
 
 
-class _Raw:
-    chat_template = None
-
-
 def prompt_text(problem: str) -> str:
     """The code runs' prompt (the problem, a newline): what SFT, RL and evaluation all see."""
-    return PROMPT.text(problem, _Raw())
+    return _prompt_text(problem, PROMPT)
 
 
 def build_tokenizer(seed: int = 0, vocab_size: int = 512):

@@ -30,8 +30,9 @@ class _Raw:
     chat_template = None
 
 
-def _prompt_text(problem: str) -> str:
-    return PromptSpec().text(problem, _Raw())
+def _prompt_text(problem: str, spec: PromptSpec = PromptSpec()) -> str:
+    """The prompt a tiny model sees for ``problem`` under ``spec`` (no chat template: the raw template)."""
+    return spec.text(problem, _Raw())
 
 
 def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], style="chain"):
