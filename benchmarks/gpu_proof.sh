@@ -3,7 +3,7 @@
 # models, then two GRAFT and two GRPO steps of pair 1's shapes (SmolLM3-3B <-> Qwen3-1.7B, random weights:
 # run.model_init=random, no download) through `graft train` in bf16 on the HF engine's CUDA fast path.
 # Everything goes under $OUT (default results/gpu_proof): train_*.log, gpu_bench.jsonl, runs/, proof.json.
-# Section caps: GPU_PROOF_TRAIN_S (each training run, 170), GPU_PROOF_BENCH_S (200), GPU_PROOF_ISA_S (0: off).
+# Section caps: GPU_PROOF_TRAIN_S (each training run, 170), GPU_PROOF_BENCH_S (200; 0: off), GPU_PROOF_ISA_S (0: off).
 #
 #   bash benchmarks/gpu_proof.sh              # on the GPU machine (torch + transformers there; the pure-Python
 #                                             # deps below come in .gpu_deps, built here by `make gpu-deps`)
@@ -54,12 +54,14 @@ for m in grpo graft; do
 done
 
 # 3. kernels: train / score / rollout throughput, MFU, peak memory, engine-vs-trainer log-prob gap
-set +e
-timeout -k 10 "$BENCH_S" $PY benchmarks/gpu_bench.py "${BENCH[@]}" > "$OUT/gpu_bench.log" 2>&1
-echo "gpu_bench: exit $? (124: capped at ${BENCH_S} s)" >> "$OUT/gpu_bench.log"
-set -e
-grep -v '^JSON \|^ROW ' "$OUT/gpu_bench.log" || true
-grep '^ROW ' "$OUT/gpu_bench.log" | sed 's/^ROW //' > "$OUT/gpu_bench.jsonl" || true
+if [ "$BENCH_S" -gt 0 ]; then
+  set +e
+  timeout -k 10 "$BENCH_S" $PY benchmarks/gpu_bench.py "${BENCH[@]}" > "$OUT/gpu_bench.log" 2>&1
+  echo "gpu_bench: exit $? (124: capped at ${BENCH_S} s)" >> "$OUT/gpu_bench.log"
+  set -e
+  grep -v '^JSON \|^ROW ' "$OUT/gpu_bench.log" || true
+  grep '^ROW ' "$OUT/gpu_bench.log" | sed 's/^ROW //' > "$OUT/gpu_bench.jsonl" || true
+fi
 
 # 4. optional: the tiny build's hashes per CPU kernel level on this machine's CPU (issue 27)
 if [ "$ISA_S" -gt 0 ]; then
