@@ -11,8 +11,9 @@
 #
 # Batch shape scaled to one GPU: 16 prompts x 8 samples per policy (the paper: 128 x 8 on 8 GPUs), 512 new tokens
 # (the paper: 4096), 2 minibatches; prompts are the tiny task's problems after a long preamble (~600 tokens under
-# the synthetic character tokenizer); the reward is the benchmark-only coin flip, so groups are mixed and the
-# exchange runs (random weights never solve anything).
+# the synthetic character tokenizer); the reward is the benchmark-only coin flip at p = 0.2 (random weights never
+# solve anything): ~17% of groups all-fail, most with a peer group that has a success, so GRAFT's exchange runs
+# (at p = 0.5 a group of 8 is all-fail 1 time in 256 and nothing is grafted).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-results/gpu_proof}"
@@ -44,7 +45,7 @@ PYEOF
 for m in grpo graft; do
   set +e
   timeout -k 10 "$TRAIN_S" $PY -m graft_cli.cli train --pair 1 --method "$m" --steps 2 --out "$OUT/runs" --no-progress \
-    run.model_init=random "${SHAPE[@]}" reward.name=coinflip "data.train=$OUT/problems.jsonl" \
+    run.model_init=random "${SHAPE[@]}" reward.name=coinflip reward.coinflip_p=0.2 "data.train=$OUT/problems.jsonl" \
     data.prompt_batch=$B rollout.n=$N rollout.max_new_tokens=$T algo.minibatch_prompts=$((B / 2)) \
     rollout.max_prompt_tokens=4096 run.log_rollouts=false run.save_every=0 eval.every=0 run.resume=false \
     optim.gradient_checkpointing=true > "$OUT/train_$m.log" 2>&1
@@ -88,7 +89,9 @@ for m in ("grpo", "graft"):
               "phases_s": {k: max(r.get(k, 0) for r in last) for k in ("time/rollout", "time/reward",
                                                                       "time/old_logprob", "time/update")},
               "peak_gib": {k: max(r.get(k, 0) for r in last) for k in last[0] if k.startswith("memory/")},
-              "tokens": sum(r.get("num_tokens", 0) for r in last)}
+              "tokens": sum(r.get("num_tokens", 0) for r in last),
+              "exchange": {k: sum(r.get(k) or 0 for r in rows) for k in ("graft/candidates", "graft/selected",
+                                                                        "graft/admitted", "graft/transferred")}}
 if all("s_per_step" in res[m] for m in ("grpo", "graft")):
     res["graft_over_grpo"] = res["graft"]["s_per_step"] / res["grpo"]["s_per_step"]
 bench_path = os.path.join(out, "gpu_bench.jsonl")

@@ -197,9 +197,9 @@ def tiny():
               help="where to save the models (default: $GRAFT_CACHE or ~/.cache/graft/tiny)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--force", is_flag=True, help="rebuild even if the cache holds a complete build")
-@click.option("--recipe", default=None, help="v4 (default: writing styles, weak families, final-step slips that "
-              "leave RL room; issue 27), v3 (no slips) or v2 (one style, blind families) [default: "
-              "$GRAFT_TINY_RECIPE or v4]")
+@click.option("--recipe", default=None, help="v5 (default: writing styles, weak families, final-step slips that "
+              "leave RL room; issue 27), v4 (a's weak family weaker), v3 (no slips) or v2 (one style, blind "
+              "families) [default: $GRAFT_TINY_RECIPE or v5]")
 @click.option("--prompts", type=click.IntRange(8, 8192), default=1024, show_default=True,
               help="with --check: training prompts sampled (x 8) for the measurements")
 @click.option("--code", is_flag=True, help="the tiny code models instead (tiny_code:junior, tiny_code:teacher: the "

@@ -25,6 +25,7 @@ from multiprocessing.connection import wait as mp_wait
 import numpy as np
 
 from graft_cli.answers import OPTIONS, _ensure_math_verify, grade_one, grade_status, last_boxed
+from graft_cli.errors import GraftError
 from graft_cli.registry import Registry
 
 # a registered reward is a factory ``(num_workers, timeout_s, chunk_size, sci_notation, memory_mb) -> grader`` (the
@@ -401,7 +402,7 @@ class MathVerifyGrader:
 
 @REWARDS.register("math_verify")
 def make_math_verify(num_workers: int = 2, timeout_s: float = 5.0, chunk_size: int = 64, sci_notation: bool = True,
-                     memory_mb: int = 4096) -> MathVerifyGrader:
+                     memory_mb: int = 4096, **_other_rewards_options) -> MathVerifyGrader:
     """Binary math-verify reward on the last boxed answer, graded in worker processes (each capped at
     ``memory_mb`` MiB of address space; 0 = no cap)."""
     return MathVerifyGrader(num_workers=num_workers, timeout_s=timeout_s, chunk_size=chunk_size,
@@ -409,9 +410,11 @@ def make_math_verify(num_workers: int = 2, timeout_s: float = 5.0, chunk_size: i
 
 
 class CoinFlipGrader:
-    """A benchmark-only reward: 1.0 for about half the responses, decided by a hash of (response, gold), so
-    random-weight models (``run.model_init: random``) still give mixed groups and every exchange path runs. Never a
-    measure of anything."""
+    """A benchmark-only reward: 1.0 for about a share ``p`` of the responses, decided by a hash of (response, gold),
+    so random-weight models (``run.model_init: random``) still give mixed groups. At ``p`` = 0.5 a group of 8 is
+    all-fail 1 time in 256, so GRAFT's exchange has nothing to graft; ``p`` = 0.2 (``reward.coinflip_p``) leaves
+    (0.8)^8 ~ 17% of groups all-fail with a peer group that has a success ~83% of the time, and the exchange runs.
+    Never a measure of anything."""
 
     def __init__(self, p: float = 0.5, **_):
         self.p = float(p)
@@ -426,9 +429,12 @@ class CoinFlipGrader:
 
 
 @REWARDS.register("coinflip")
-def make_coinflip(**kwargs) -> CoinFlipGrader:
-    """Benchmark-only: a hashed coin flip per response (:class:`CoinFlipGrader`)."""
-    return CoinFlipGrader()
+def make_coinflip(coinflip_p: float = 0.5, **kwargs) -> CoinFlipGrader:
+    """Benchmark-only: a hashed coin flip per response, 1 with probability ``reward.coinflip_p``
+    (:class:`CoinFlipGrader`)."""
+    if not 0.0 <= coinflip_p <= 1.0:
+        raise GraftError(f"reward.coinflip_p={coinflip_p}: must be in [0, 1]")
+    return CoinFlipGrader(coinflip_p)
 
 
 REWARDS.lazy("code", "graft_cli.code_reward")  # the sandboxed test-execution reward, imported when asked for

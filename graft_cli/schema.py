@@ -120,6 +120,7 @@ class RewardConfig:
     chunk_size: int = 64
     sci_notation: bool = True  # read 4e33 as 4·10^33 (math-verify alone reads the e as Euler's number)
     memory_mb: int = 4096  # address-space cap of each grading worker (0 = none); over it an answer scores 0
+    coinflip_p: float = 0.5  # coinflip only: the share of responses scored 1 (0.2 leaves ~17% all-fail groups of 8)
 
 
 @dataclass

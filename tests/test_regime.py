@@ -130,14 +130,21 @@ def test_style_of_table(text, style):
 
 
 def test_recipes_by_name(monkeypatch):
-    """v4 is the default (v3's writing styles and weak families, with final-step slips in the pair's SFT); v3 and v2
-    (one style, blind families) by name; an unknown name is one line naming the known ones."""
+    """v5 is the default (v4 with a's weak family at 0.10); v4 (v3's writing styles and weak families, with final-step
+    slips in the pair's SFT), v3 and v2 (one style, blind families) by name; an unknown name is one line naming the
+    known ones."""
     from graft_cli.errors import GraftError
     from graft_cli.tiny import sft as tiny_sft
 
     monkeypatch.delenv("GRAFT_TINY_RECIPE", raising=False)
-    v4 = tiny_sft.default_recipe()
-    assert v4 == tiny_sft.Recipe.v4() and v4.name == "v4"
+    v5 = tiny_sft.default_recipe()
+    assert v5 == tiny_sft.Recipe.v5() and v5.name == "v5"
+    v4 = tiny_sft.Recipe.named("v4")
+    # v5 differs from v4 only in a's two-step weight
+    assert v5.stage_a.families == {**v4.stage_a.families, "two": 0.10}
+    assert (v5.stage_b, v5.stage_c, v5.stage_teacher, v5.junior_step) == (v4.stage_b, v4.stage_c, v4.stage_teacher,
+                                                                           v4.junior_step)
+    assert tiny_sft.Recipe.from_dict(v5.to_dict()) == v5
     assert (v4.stage_a.slip, v4.stage_b.slip, v4.stage_c.slip, v4.stage_teacher.slip) == (0.4, 0.4, 0.0, 0.0)
     assert v4.stage_a.families["two"] == 0.08 and v4.stage_b.families["lin"] == 0.14
     assert v4.stage_c == tiny_sft.Recipe.v3().stage_c and v4.own_style("a") == "prose"
@@ -155,7 +162,7 @@ def test_recipes_by_name(monkeypatch):
     assert v2.split_a == "free" and v2.tokenizer_style("b") == "chain"
     assert tiny_sft.Recipe.from_dict(v3.to_dict()) == v3 and tiny_sft.Recipe.from_dict(v2.to_dict()) == v2
     monkeypatch.setenv("GRAFT_TINY_RECIPE", "v9")
-    with pytest.raises(GraftError, match="tiny recipe 'v9': unknown; known: v2, v3, v4"):
+    with pytest.raises(GraftError, match="tiny recipe 'v9': unknown; known: v2, v3, v4, v5"):
         tiny_sft.default_recipe()
 
 

@@ -387,3 +387,30 @@ def test_registry():
     assert isinstance(g, MathVerifyGrader)
     assert (g.num_workers, g.timeout_s, g.chunk_size) == (0, 3.0, 16)
     assert g.grade([box("2")], ["2"]).rewards.tolist() == [1.0]
+
+
+def test_coinflip_share_follows_reward_coinflip_p():
+    """The benchmark-only coin flip scores 1 for about a share p of distinct responses (the hash of response and
+    gold, so the same answer always gets the same grade), p comes from ``reward.coinflip_p``, and p outside [0, 1]
+    is refused in one line. At p = 0.2 about (0.8)^8 = 16.8% of groups of 8 are all-fail (gpu_proof relies on it)."""
+    import hashlib
+
+    from graft_cli.schema import RewardConfig
+    from graft_cli.errors import GraftError
+    from graft_cli.reward import make_grader
+
+    responses = [f"answer {i}" for i in range(4000)]
+    golds = ["7"] * len(responses)
+    for p in (0.2, 0.5):
+        g = make_grader(RewardConfig(name="coinflip", coinflip_p=p))
+        r = g.grade(responses, golds).rewards
+        # computed independently: the first 8 hex digits of sha256(response \0 gold) over 2^32, below p
+        want = [float(int(hashlib.sha256(f"{a}\x00{b}".encode()).hexdigest()[:8], 16) / 2**32 < p)
+                for a, b in zip(responses, golds)]
+        assert list(r) == want
+        assert abs(r.mean() - p) < 0.03
+        assert list(g.grade(responses[:10], golds[:10]).rewards) == want[:10]
+    groups = make_grader(RewardConfig(name="coinflip", coinflip_p=0.2)).grade(responses, golds).rewards.reshape(-1, 8)
+    assert 0.12 < (groups.sum(1) == 0).mean() < 0.22
+    with pytest.raises(GraftError, match=r"reward.coinflip_p=1.5: must be in \[0, 1\]"):
+        make_grader(RewardConfig(name="coinflip", coinflip_p=1.5))

@@ -84,6 +84,12 @@ _V4_SLIP = 0.4
 # fell to 0.11, target >= 0.15)
 _A4_FAMS = {**_A3_FAMS, "two": 0.08}
 _B4_FAMS = {**_B3_FAMS, "lin": 0.14}
+# v5 (issue 27, 2026-12-04): v4 built on an AMD AVX2 CPU (other float kernels than the Intel AVX-512 build the v4
+# weights were calibrated on) missed one target by 0.011: a's weak-family admission 0.189 (Intel 0.223; target
+# >= 0.20). The builds cannot be made bit-identical across CPU types at speed (MKL_CBWR=COMPATIBLE, the only pin
+# measured to make a and b agree, makes the GEMMs ~3x slower: docs/tiny_pair.md), so v5 gives the target a margin
+# instead: a's two-step weight 0.10 (v4 build 1 -> 2: 0.05 -> 0.08 moved the admission 0.05 -> 0.22).
+_A5_FAMS = {**_A4_FAMS, "two": 0.10}
 _PACK = 128  # v3's SFT packs each batch into rows of 128 tokens (sft_batch_packed): the padded loss, less work
 _ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
 _LEVELS = {1: 2.0, 2: 2.0, 3: 1.0}
@@ -169,6 +175,14 @@ class Recipe:
             stage_b=dataclasses.replace(v3.stage_b, slip=_V4_SLIP, families=_B4_FAMS))
 
     @classmethod
+    def v5(cls) -> Recipe:
+        """Tiny pair v5 (issue 27): v4 with ``a``'s weak family (two-step expressions) at weight :data:`_A5_FAMS`
+        0.10 (v4: 0.08), so its weak-family gate admission clears the target on CPU types other than the one v4 was
+        calibrated on (v4 on an AMD AVX2 CPU: 0.189, target >= 0.20). Everything else is v4's."""
+        v4 = cls.v4()
+        return dataclasses.replace(v4, name="v5", stage_a=dataclasses.replace(v4.stage_a, families=_A5_FAMS))
+
+    @classmethod
     def named(cls, name: str) -> Recipe:
         """The recipe called ``name`` (:data:`RECIPES`); a one-line error naming the known ones otherwise."""
         if name not in RECIPES:
@@ -207,14 +221,15 @@ class Recipe:
                    tokenizer_styles=tuple(d["tokenizer_styles"]) if d.get("tokenizer_styles") else None)
 
 
-RECIPES = {"v2": "full", "v3": "v3", "v4": "v4"}
+RECIPES = {"v2": "full", "v3": "v3", "v4": "v4", "v5": "v5"}
 
 
 def default_recipe() -> Recipe:
-    """``$GRAFT_TINY_RECIPE`` (default ``v4``, the pair in the GRAFT paper's regime with room for RL; ``v3`` the pair
+    """``$GRAFT_TINY_RECIPE`` (default ``v5``, the pair in the GRAFT paper's regime with room for RL, its weak-family
+    targets met on the CPU types measured; ``v4`` its predecessor (``results/tiny3``); ``v3`` the pair
     of the SAF-OPD and Tandem RLVR studies published on 2026-12-03, ``v2`` that of the studies published before):
     the recipe :func:`build_tiny` / :func:`ensure_tiny` build."""
-    return Recipe.named(os.environ.get("GRAFT_TINY_RECIPE") or "v4")
+    return Recipe.named(os.environ.get("GRAFT_TINY_RECIPE") or "v5")
 
 
 # ----------------------------------------------------------------------------------------------------
