@@ -105,5 +105,8 @@ test-fast: setup
 lint: setup
 	$(VENV)/bin/ruff check graft_cli tests benchmarks
 
+# Keeps the published studies (results/tiny*, tracked); removes the venvs and every other output under results/.
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) results .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache
+	[ ! -d results ] || find results -mindepth 1 -maxdepth 1 ! -name tiny ! -name tiny3 ! -name tiny_saf \
+		! -name tiny_tandem -exec rm -rf {} +
