@@ -254,6 +254,11 @@ def test_build_outputs_and_auto_round_trip(built):
     assert set(paths) == {"a", "b", "c", "teacher", "junior", "task"}
     man = tiny_build.read_manifest(d)
     assert man["version"] == tiny_build.TINY_VERSION and set(man["hashes"]) == set(tiny_build.ROLES)
+    # the machine the weights were built on: this one's CPU model, kernel level and torch
+    cpu = next((x.split(":", 1)[1].strip() for x in open("/proc/cpuinfo") if x.startswith("model name")), None)
+    assert man["machine"]["torch"] == torch.__version__ and man["machine"]["cpu"] == (cpu or man["machine"]["cpu"])
+    assert man["machine"]["kernels"] == torch.backends.cpu.get_cpu_capability()
+    assert all(f.startswith(("avx", "fma", "amx")) for f in man["machine"]["vector"])
     arch = {}
     for role in tiny_build.ROLES:
         m = AutoModelForCausalLM.from_pretrained(paths[role])

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import random
 import selectors
 import shutil
@@ -290,11 +291,29 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
             "task": {k: {"path": os.path.relpath(v, cache_dir), "sha256": _file_hash(v)}
                      for k, v in task_paths.items()},
             "token_stats": stats, "build_seconds": time.time() - t0,
-            "max_new_tokens": _suggest_max_new_tokens(stats),
+            "max_new_tokens": _suggest_max_new_tokens(stats), "machine": build_machine(),
         }
 
         atomic_write_text(_manifest_path(cache_dir), json.dumps(manifest, indent=1))
     return paths
+
+
+def build_machine() -> dict:
+    """The CPU the build ran on (``/proc/cpuinfo``'s model name and its vector-instruction flags), the kernel level
+    torch dispatched to and torch's version: the weights depend on them (CPU types with other float kernels build
+    other weights, docs/tiny_pair.md), so the manifest and ``graft tiny build --check`` name them."""
+    model, flags = "?", set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name") and model == "?":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:  # not Linux
+        model = platform.processor() or "?"
+    return {"cpu": model, "vector": sorted(f for f in flags if f.startswith(("avx", "fma", "amx"))),
+            "kernels": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__}
 
 
 def _suggest_max_new_tokens(stats: dict) -> int:

@@ -323,6 +323,9 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
                    str(ts[f"tokens_total_max_{k}"]))
     console.print(tt)
     console.print(f"cache: {cache}")
+    if man.get("machine"):  # the weights depend on the CPU's float kernels (docs/tiny_pair.md)
+        mc = man["machine"]
+        console.print(f"built on: {mc['cpu']} ({mc['kernels']} kernels), torch {mc['torch']}")
     result: dict = {"cache": cache, "paths": paths, "build_seconds": man["build_seconds"], "hashes": man["hashes"]}
     if check:
         props = check_tiny(paths, num_prompts=num_prompts, n=n, seed=seed, heldout=heldout,
@@ -344,6 +347,7 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
         met = targets_met(props)
         props["targets_met"] = met
         props["build_seconds"] = man["build_seconds"]
+        props["machine"] = man.get("machine")  # the CPU the weights were built on (absent in older caches)
         result = props
         console.file.flush()
         sys.stdout.flush()
