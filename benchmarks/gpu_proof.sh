@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Issue 17's proof on one GPU (<= 9.5 min with its caps): graft's training, scoring and rollout kernels on real-shape
-# models, then two GRAFT and two GRPO steps of pair 1's shapes (SmolLM3-3B <-> Qwen3-1.7B, random weights:
-# run.model_init=random, no download) through `graft train` in bf16 on the HF engine's CUDA fast path.
+# Issue 17's proof on one GPU (<= 9 min with its default caps): three GRPO and three GRAFT steps of pair 1's shapes
+# (SmolLM3-3B <-> Qwen3-1.7B, random weights: run.model_init=random, no download) through `graft train` in bf16 on
+# the HF engine's CUDA fast path (step 1 compiles; steps 2-3 are the steady figures), then, when
+# GPU_PROOF_BENCH_S > 0, graft's training, scoring and rollout kernels on real-shape models (gpu_bench.py: ~3 min;
+# run it as a second device call, the device lends 10 minutes a command).
 # Everything goes under $OUT (default results/gpu_proof): train_*.log, gpu_bench.jsonl, runs/, proof.json.
-# Section caps: GPU_PROOF_TRAIN_S (each training run, 170), GPU_PROOF_BENCH_S (200; 0: off), GPU_PROOF_ISA_S (0: off).
+# Section caps: GPU_PROOF_TRAIN_S (each training run, 240), GPU_PROOF_BENCH_S (0: off; 200 measures the kernels),
+# GPU_PROOF_ISA_S (0: off).
 #
 #   bash benchmarks/gpu_proof.sh              # on the GPU machine (torch + transformers there; the pure-Python
 #                                             # deps below come in .gpu_deps, built here by `make gpu-deps`)
-#   GPU_PROOF_SMOKE=1 bash benchmarks/gpu_proof.sh   # the same script on a CPU, shrunk shapes (seconds)
+#   GPU_PROOF_SMOKE=1 bash benchmarks/gpu_proof.sh   # the same script on a CPU, shrunk shapes, 2 steps (seconds)
 #
-# Batch shape scaled to one GPU: 16 prompts x 8 samples per policy (the paper: 128 x 8 on 8 GPUs), 512 new tokens
+# Batch shape scaled to one GPU: 16 prompts x 8 samples per policy (the paper: 128 x 8 on 8 GPUs), 256 new tokens
 # (the paper: 4096), 2 minibatches; prompts are the tiny task's problems after a long preamble (~600 tokens under
-# the synthetic character tokenizer); the reward is the benchmark-only coin flip at p = 0.2 (random weights never
-# solve anything): ~17% of groups all-fail, most with a peer group that has a success, so GRAFT's exchange runs
-# (at p = 0.5 a group of 8 is all-fail 1 time in 256 and nothing is grafted).
+# the synthetic character tokenizer). Measured 2026-12-04 at 512 new tokens: step 1 106-172 s (compilation), then
+# ~83 s a GRAFT step, 62% of it generation; 256 tokens lets three steps of each method fit their caps. The reward
+# is the benchmark-only coin flip at p = 0.2 (random weights never solve anything): ~17% of groups all-fail, most
+# with a peer group that has a success, so GRAFT's exchange runs (at p = 0.5 a group of 8 is all-fail 1 time in
+# 256 and nothing is grafted).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-results/gpu_proof}"
@@ -22,13 +27,13 @@ if [ -d .gpu_deps ]; then export PYTHONPATH="$PWD/.gpu_deps:$PWD${PYTHONPATH:+:$
 PY="${PY:-python3}"
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 if [ -n "${GPU_PROOF_SMOKE:-}" ]; then
-  BENCH=(--tiny); SHAPE=(run.random_shrink=true run.dtype=float32 run.device=cpu); B=4; N=2; T=8; PRE=2
+  BENCH=(--tiny); SHAPE=(run.random_shrink=true run.dtype=float32 run.device=cpu); B=4; N=2; T=8; PRE=2; STEPS=2
 else
-  BENCH=(); SHAPE=(run.dtype=bfloat16 run.device=cuda); B=16; N=8; T=512; PRE=12
+  BENCH=(); SHAPE=(run.dtype=bfloat16 run.device=cuda); B=16; N=8; T=256; PRE=12; STEPS=3
 fi
 
 # Every section is capped (seconds; a capped section keeps what it wrote): the device lends 10 minutes a command.
-TRAIN_S="${GPU_PROOF_TRAIN_S:-170}"; BENCH_S="${GPU_PROOF_BENCH_S:-200}"; ISA_S="${GPU_PROOF_ISA_S:-0}"
+TRAIN_S="${GPU_PROOF_TRAIN_S:-240}"; BENCH_S="${GPU_PROOF_BENCH_S:-0}"; ISA_S="${GPU_PROOF_ISA_S:-0}"
 
 # 1. a problem file with long prompts (the tiny task's problems after a preamble)
 $PY - "$OUT/problems.jsonl" "$PRE" <<'PYEOF'
@@ -41,10 +46,10 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"id": r["id"], "problem": pre + " " + r["problem"], "answer": r["answer"]}) + "\n")
 PYEOF
 
-# 2. two steps each of GRPO and GRAFT on pair 1's shapes
+# 2. three steps each of GRPO and GRAFT on pair 1's shapes (two in the smoke mode)
 for m in grpo graft; do
   set +e
-  timeout -k 10 "$TRAIN_S" $PY -m graft_cli.cli train --pair 1 --method "$m" --steps 2 --out "$OUT/runs" --no-progress \
+  timeout -k 10 "$TRAIN_S" $PY -m graft_cli.cli train --pair 1 --method "$m" --steps "$STEPS" --out "$OUT/runs" --no-progress \
     run.model_init=random "${SHAPE[@]}" reward.name=coinflip reward.coinflip_p=0.2 "data.train=$OUT/problems.jsonl" \
     data.prompt_batch=$B rollout.n=$N rollout.max_new_tokens=$T algo.minibatch_prompts=$((B / 2)) \
     rollout.max_prompt_tokens=4096 run.log_rollouts=false run.save_every=0 eval.every=0 run.resume=false \

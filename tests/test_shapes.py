@@ -59,7 +59,8 @@ def test_unknown_model_is_one_line():
 def test_gpu_proof_script_runs_on_a_cpu(tmp_path):
     """benchmarks/gpu_proof.sh in its CPU smoke mode: gpu_bench (tiny), two GRPO and two GRAFT steps of pair 1's
     shrunk shapes through graft train, and proof.json."""
-    env = {**os.environ, "GPU_PROOF_SMOKE": "1", "OUT": str(tmp_path / "proof"), "PY": sys.executable,
+    env = {**os.environ, "GPU_PROOF_SMOKE": "1", "GPU_PROOF_BENCH_S": "200", "OUT": str(tmp_path / "proof"),
+           "PY": sys.executable,
            "OMP_NUM_THREADS": "2"}
     res = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_proof.sh")], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=900)
