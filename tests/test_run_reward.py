@@ -44,7 +44,7 @@ def test_make_grader_builds_the_named_reward_with_the_sections_options():
     g = make_grader(RewardConfig(name="test_parity", timeout_s=7.5, chunk_size=3), num_workers=0)
     assert isinstance(g, ParityGrader)
     assert ParityGrader.made == [{"num_workers": 0, "timeout_s": 7.5, "chunk_size": 3, "sci_notation": True,
-                                  "memory_mb": 4096}]
+                                  "memory_mb": 4096, "coinflip_p": 0.5}]
     assert type(make_grader(RewardConfig())).__name__ == "MathVerifyGrader"
     with pytest.raises(GraftError, match="test_parity"):  # an unknown name lists the registered ones
         make_grader(RewardConfig(name="test_parityy"))
