@@ -35,16 +35,11 @@ print("HASHES " + json.dumps({"torch": torch.__version__, "capability": torch.ba
 
 
 def cpu() -> dict:
-    model, flags = "?", set()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name") and model == "?":
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return {"model": model, "vector": sorted(f for f in flags if f.startswith(("avx", "fma", "amx")))}
+    """The CPU model and its vector flags, as the tiny build's manifest records them."""
+    from graft_cli.tiny.build import build_machine  # lazy: torch, only when measuring
+
+    m = build_machine()
+    return {"model": m["cpu"], "vector": m["vector"]}
 
 
 def main(argv=None) -> dict:

@@ -135,11 +135,10 @@ def main(argv=None):
     if args.compare:
         compare(*(json.load(open(p)) for p in args.compare))
         return None
-    cpu = "?"
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+    sys.path.insert(0, ROOT)
+    from graft_cli.tiny.build import build_machine  # lazy: torch, only when measuring
+
+    cpu = build_machine()["cpu"]
     out = {"cpu": cpu, "steps": args.steps, "recipe": args.recipe, "envs": run(args.env or ["plain"], args.steps,
                                                                                args.recipe)}
     if args.out:

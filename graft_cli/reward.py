@@ -28,8 +28,8 @@ from graft_cli.answers import OPTIONS, _ensure_math_verify, grade_one, grade_sta
 from graft_cli.errors import GraftError
 from graft_cli.registry import Registry
 
-# a registered reward is a factory ``(num_workers, timeout_s, chunk_size, sci_notation, memory_mb) -> grader`` (the
-# ``reward:`` section's options; make_grader); a grader has ``grade(responses, golds) -> Grades`` and ``close()``
+# a registered reward is a factory ``(num_workers, timeout_s, chunk_size, sci_notation, memory_mb, coinflip_p) ->
+# grader`` (the ``reward:`` section's options, each factory ignoring the others'; make_grader); a grader has ``grade(responses, golds) -> Grades`` and ``close()``
 REWARDS: Registry = Registry("reward")
 # ----------------------------------------------------------------------------------------------------
 # Worker processes with a hard wall-clock timeout
