@@ -29,7 +29,8 @@ from graft_cli.errors import GraftError
 from graft_cli.registry import Registry
 
 # a registered reward is a factory ``(num_workers, timeout_s, chunk_size, sci_notation, memory_mb, coinflip_p) ->
-# grader`` (the ``reward:`` section's options, each factory ignoring the others'; make_grader); a grader has ``grade(responses, golds) -> Grades`` and ``close()``
+# grader`` (the ``reward:`` section's options, each factory ignoring the others'; make_grader); a grader has
+# ``grade(responses, golds) -> Grades`` and ``close()``
 REWARDS: Registry = Registry("reward")
 # ----------------------------------------------------------------------------------------------------
 # Worker processes with a hard wall-clock timeout
