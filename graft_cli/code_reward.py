@@ -463,8 +463,7 @@ class CodeGrader(MathVerifyGrader):
 
 
 @REWARDS.register("code")
-def make_code(num_workers: int = 2, timeout_s: float = 10.0, chunk_size: int = 4, memory_mb: int = 4096,
-              **_ignored) -> CodeGrader:
+def make_code(num_workers: int = 2, timeout_s: float = 10.0, chunk_size: int = 4, memory_mb: int = 4096) -> CodeGrader:
     """Binary test-execution reward for code (:class:`CodeGrader`): each answer runs sandboxed with ``timeout_s``
     of wall clock and ``memory_mb`` MiB of address space (0: 4096)."""
     return CodeGrader(num_workers=num_workers, timeout_s=timeout_s, chunk_size=min(int(chunk_size), 4),

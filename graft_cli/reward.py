@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import multiprocessing as mp
 import os
 import resource
@@ -28,8 +29,8 @@ from graft_cli.answers import OPTIONS, _ensure_math_verify, grade_one, grade_sta
 from graft_cli.errors import GraftError
 from graft_cli.registry import Registry
 
-# a registered reward is a factory ``(num_workers, timeout_s, chunk_size, sci_notation, memory_mb, coinflip_p) ->
-# grader`` (the ``reward:`` section's options, each factory ignoring the others'; make_grader); a grader has
+# a registered reward is a factory taking the ``reward:`` section's options by keyword (make_grader passes each
+# factory only those its signature names, or all to one with ``**kwargs``) and returning a grader:
 # ``grade(responses, golds) -> Grades`` and ``close()``
 REWARDS: Registry = Registry("reward")
 # ----------------------------------------------------------------------------------------------------
@@ -403,7 +404,7 @@ class MathVerifyGrader:
 
 @REWARDS.register("math_verify")
 def make_math_verify(num_workers: int = 2, timeout_s: float = 5.0, chunk_size: int = 64, sci_notation: bool = True,
-                     memory_mb: int = 4096, **_other_rewards_options) -> MathVerifyGrader:
+                     memory_mb: int = 4096) -> MathVerifyGrader:
     """Binary math-verify reward on the last boxed answer, graded in worker processes (each capped at
     ``memory_mb`` MiB of address space; 0 = no cap)."""
     return MathVerifyGrader(num_workers=num_workers, timeout_s=timeout_s, chunk_size=chunk_size,
@@ -430,7 +431,7 @@ class CoinFlipGrader:
 
 
 @REWARDS.register("coinflip")
-def make_coinflip(coinflip_p: float = 0.5, **kwargs) -> CoinFlipGrader:
+def make_coinflip(coinflip_p: float = 0.5) -> CoinFlipGrader:
     """Benchmark-only: a hashed coin flip per response, 1 with probability ``reward.coinflip_p``
     (:class:`CoinFlipGrader`)."""
     if not 0.0 <= coinflip_p <= 1.0:
@@ -446,9 +447,13 @@ def make_grader(rc=None, **overrides):
     ``REWARDS``), built with that section's options; ``overrides`` replace some (an evaluation's worker count).
     ``rc=None``: the default reward (math-verify, its defaults being ``RewardConfig``'s). The one way the trainer,
     ``graft eval``, the analyses and the tiny pair's check build a grader, so a run is graded by its own reward
-    wherever it is graded."""
-    if rc is None:
-        return REWARDS.get("math_verify")(**overrides)
-    opts = {f.name: getattr(rc, f.name) for f in dataclasses.fields(rc) if f.name != "name"}
-    return REWARDS.get(rc.name)(**{**opts, **overrides})
-
+    wherever it is graded. The section holds every reward's options; a factory gets those its signature names
+    (all of them if it takes ``**kwargs``), so ``reward.coinflip_p`` never reaches math-verify."""
+    name = "math_verify" if rc is None else rc.name
+    factory = REWARDS.get(name)
+    opts = {} if rc is None else {f.name: getattr(rc, f.name) for f in dataclasses.fields(rc) if f.name != "name"}
+    opts.update(overrides)
+    params = inspect.signature(factory).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        opts = {k: v for k, v in opts.items() if k in params}
+    return factory(**opts)

@@ -674,11 +674,11 @@ class _StoredGraft:
 
     def __init__(self, cfg):
         from graft_cli.algorithms.advantages import ADVANTAGES
-        from graft_cli.reward import REWARDS
+        from graft_cli.reward import make_grader
         from graft_cli.train.sources import STEP_SOURCES
 
         self.exchange = EXCHANGES.get("graft_stored")(cfg)
-        self.grader = REWARDS.get(cfg.reward.name)(num_workers=0, timeout_s=5.0)
+        self.grader = make_grader(cfg.reward, num_workers=0, timeout_s=5.0)
         (sc,) = cfg.sources
         self.source = STEP_SOURCES.get(sc.kind)(sc, self.grader, ADVANTAGES.get(cfg.algo.advantage), cfg.algo,
                                                 cfg.run.seed)

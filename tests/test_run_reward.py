@@ -50,6 +50,24 @@ def test_make_grader_builds_the_named_reward_with_the_sections_options():
         make_grader(RewardConfig(name="test_parityy"))
 
 
+def test_make_grader_passes_a_factory_only_the_options_its_signature_names():
+    made = []
+
+    def named(timeout_s: float = 1.0, coinflip_p: float = 0.5):  # no **kwargs: gets these two and nothing else
+        made.append({"timeout_s": timeout_s, "coinflip_p": coinflip_p})
+        return ParityGrader()
+
+    if "test_named" not in REWARDS:
+        REWARDS.register("test_named")(named)
+    make_grader(RewardConfig(name="test_named", timeout_s=7.5, coinflip_p=0.2, memory_mb=0), num_workers=0)
+    assert made == [{"timeout_s": 7.5, "coinflip_p": 0.2}]  # num_workers (override), memory_mb, ... not passed
+    # the shipped factories name their own options: math-verify is built from a section that sets coinflip_p
+    g = make_grader(RewardConfig(coinflip_p=0.2, timeout_s=2.5, num_workers=0))
+    assert type(g).__name__ == "MathVerifyGrader" and g.timeout_s == 2.5
+    g.close()
+    assert make_grader(RewardConfig(name="coinflip", coinflip_p=0.2, num_workers=3)).p == 0.2
+
+
 def test_a_run_with_another_reward_validates_and_evaluates_with_it(problems_file, tmp_path):
     from graft_cli.eval.validation import ValidationHook
     from graft_cli.eval.runner import evaluate_run
