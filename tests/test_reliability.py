@@ -281,6 +281,7 @@ def test_a_checkpoint_is_never_written_from_nonfinite_weights(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # test_faults kills GRPO mid-update and after each checkpoint write, and compares the weights
 def test_kill_during_the_run_resumes_to_identical_weights(setup, reference, tmp_path):
     out = str(tmp_path / "runs")
     marker = os.path.join(out, "killed", "checkpoints", "step_000002", "COMPLETE")

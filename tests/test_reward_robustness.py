@@ -190,8 +190,9 @@ def adversarial(n: int, seed: int = 0) -> list[str]:
 
 
 @pytest.mark.slow
-def test_fuzz_the_grader_with_a_thousand_adversarial_answers():
-    answers = adversarial(1008)
+@pytest.mark.parametrize("n", [252, pytest.param(1008, marks=pytest.mark.extended)])  # CI: a quarter of the 1008
+def test_fuzz_the_grader_with_a_thousand_adversarial_answers(n):
+    answers = adversarial(n)
     timeout = 1.0
     g = MathVerifyGrader(num_workers=2, timeout_s=timeout, chunk_size=16, memory_mb=2048)
     pids = set()
@@ -212,7 +213,7 @@ def test_fuzz_the_grader_with_a_thousand_adversarial_answers():
     boxes = [last_boxed(a) for a in answers]
     want = [b is not None and b != "1" and (len(b) > MAX_ANSWER_CHARS or nesting_depth(b) > MAX_NESTING)
             for b in boxes]
-    assert [s == "rejected" for s in res.status] == want and sum(want) > 100
+    assert [s == "rejected" for s in res.status] == want and sum(want) > n // 10
     time.sleep(0.2)
     assert not any(_alive(p) for p in pids)
     print(f"fuzz: {len(answers)} answers in {wall:.1f} s; statuses "

@@ -394,3 +394,46 @@ def test_rl_check_compares_final_with_base_on_held_out(built, tmp_path, monkeypa
     # pooled pass@1 weights each benchmark by its number of problems (hand values)
     s = {"benchmarks": {"x": {"mean": 0.5, "num_problems": 30}, "y": {"mean": 0.25, "num_problems": 10}}}
     assert pooled_pass1(s) == (pytest.approx((0.5 * 30 + 0.25 * 10) / 40), 40)
+
+
+def test_the_task_alone_is_written_without_building_a_model(tmp_path, monkeypatch):
+    """`tiny:train`, `tiny:task` and the synthetic benchmarks need only the task files: on an empty cache they are
+    written (the same bytes as write_task at the default recipe's training size) and no model is trained."""
+    from graft_cli.errors import GraftError
+    from graft_cli.eval.benchmarks import tiny_task_dir
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GRAFT_CACHE", str(cache))
+
+    def no_build(*a, **k):
+        raise AssertionError("a model build was started for a task file")
+
+    monkeypatch.setattr(tiny_build, "build_tiny", no_build)
+    assert tiny_build.resolve_tiny("eval_math500") == str(cache / "task" / "eval_math500.jsonl")
+    assert sorted(os.listdir(cache)) == ["task"]  # no model folder, no manifest
+    ref = syn.write_task(str(tmp_path / "ref"), seed=0, train_size=tiny_sft.default_recipe().train_size)
+    assert sorted(os.listdir(cache / "task")) == sorted(os.path.basename(p) for p in ref.values())
+    for name, p in ref.items():
+        assert (cache / "task" / f"{name}.jsonl").read_bytes() == open(p, "rb").read()
+    assert tiny_build.resolve_tiny("task") == tiny_task_dir() == str(cache / "task")
+    assert tiny_build.resolve_tiny("train") == str(cache / "task" / "train.jsonl")
+    with pytest.raises(GraftError, match="unknown tiny name 'nope'"):
+        tiny_build.resolve_tiny("nope")
+    # a model role still builds the pair
+    with pytest.raises(AssertionError, match="a model build was started"):
+        tiny_build.resolve_tiny("a")
+
+
+def test_a_complete_caches_task_is_returned_as_built(tmp_path):
+    """A cache whose manifest lists its task files (e.g. a reduced build, 512 training problems) keeps them: the
+    task is not rewritten at the default size."""
+    task = tmp_path / "task"
+    task.mkdir()
+    (task / "train.jsonl").write_text('{"id": "x"}\n')
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"seed": 0, "task": {"train": {"path": "task/train.jsonl", "sha256": "-"}}}))
+    assert tiny_build.ensure_task(str(tmp_path)) == str(task)
+    assert (task / "train.jsonl").read_text() == '{"id": "x"}\n' and os.listdir(task) == ["train.jsonl"]
+    # another seed than the cache's: the task of that seed is written
+    tiny_build.ensure_task(str(tmp_path), seed=1)
+    assert (task / "train.jsonl").read_text() != '{"id": "x"}\n' and len(os.listdir(task)) == 6

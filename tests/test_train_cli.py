@@ -83,6 +83,7 @@ def _strip(rows):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the same kill (after step 2's checkpoint) as test_faults' every-point GRAFT matrix
 def test_kill_and_resume_matches_uninterrupted_run(tiny_models, problems_file, tmp_path):
     base = train_overrides(tiny_models, problems_file, str(tmp_path / "runs"), ["run.save_every=2"])
     args = ["train", "--steps", "4", "--no-progress", *base]
@@ -114,7 +115,8 @@ def test_kill_and_resume_matches_uninterrupted_run(tiny_models, problems_file, t
 
 
 def test_tiny_names_resolve_to_models_and_task_files(tmp_path, monkeypatch):
-    """pair=tiny uses `tiny:a` (a model folder) and `tiny:train` (the task's train.jsonl)."""
+    """pair=tiny uses `tiny:a` (a model folder, built on first use) and `tiny:train` (the task's train.jsonl, which
+    needs the task alone: ensure_task)."""
     from graft_cli.tiny import build as tiny_build
     from graft_cli.errors import GraftError
     from graft_cli.models.loading import resolve_path
@@ -124,6 +126,7 @@ def test_tiny_names_resolve_to_models_and_task_files(tmp_path, monkeypatch):
     (task / "train.jsonl").write_text("")
     paths = {"a": str(tmp_path / "a"), "b": str(tmp_path / "b"), "task": str(task)}
     monkeypatch.setattr(tiny_build, "ensure_tiny", lambda *a, **k: paths)
+    monkeypatch.setattr(tiny_build, "ensure_task", lambda *a, **k: str(task))
     assert resolve_path("tiny:a") == paths["a"]
     assert resolve_path("tiny:train") == str(task / "train.jsonl")
     assert resolve_path("/some/model") == "/some/model"

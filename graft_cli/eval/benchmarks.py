@@ -7,9 +7,9 @@ February and November (``hmmt25_feb``, ``hmmt25_nov``; opd_saf.md §5).
 
 Resolution of one entry of ``--benchmarks`` / ``eval.benchmarks`` (:func:`resolve_benchmarks`):
 
-* ``math500`` (a registry name): for the tiny pair, the tiny task's ``eval_math500.jsonl``
-  (``ensure_tiny()["task"]``); otherwise ``<eval dir>/math500.jsonl`` when an eval data directory is
-  given (``--eval-dir``, ``eval.data_dir`` or ``$GRAFT_EVAL_DIR``) and holds it (taken as it is: a
+* ``math500`` (a registry name): for the tiny pair, the tiny task's ``eval_math500.jsonl`` (``ensure_task()``:
+  the task alone, no model is built); otherwise ``<eval dir>/math500.jsonl`` when an eval data directory is given
+  (``--eval-dir``, ``eval.data_dir`` or ``$GRAFT_EVAL_DIR``) and holds it (taken as it is: a
   ``{id, problem, answer}`` file, e.g. SAF-OPD's released ``hmmt25_feb/test.jsonl`` copied to
   ``hmmt25_feb.jsonl``); otherwise the hub id (with the registry's field map, selection and parts).
 * ``name=SOURCE``: benchmark ``name`` read from ``SOURCE`` (a local file or a hub ``id[:split]``).
@@ -38,7 +38,7 @@ from graft_cli.data.code_problems import LOADERS, parse_window
 from graft_cli.data.problems import Problem, load_hub_subset, load_problems
 from graft_cli.errors import GraftError
 from graft_cli.models.loading import resolve_path
-from graft_cli.tiny.build import ensure_tiny
+from graft_cli.tiny.build import ensure_task
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def display_name(name: str) -> str:
 def tiny_task_dir() -> str:
     """The tiny pair's task folder (``eval_<name>.jsonl`` for the five synthetic sets)."""
 
-    return ensure_tiny(progress=False)["task"]
+    return ensure_task()
 
 
 def _looks_like_file(s: str) -> bool:

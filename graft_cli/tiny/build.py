@@ -398,18 +398,35 @@ def ensure_tiny(cache_dir: str | None = None, seed: int = 0, progress: bool = Tr
     return build_tiny(cache_dir, seed=seed, force=False, progress=progress, recipe=recipe)
 
 
+def ensure_task(cache_dir: str | None = None, seed: int = 0) -> str:
+    """The tiny task's folder (``train.jsonl`` and the five ``eval_<name>.jsonl``), written if the cache has no
+    complete build, without training any model: the synthetic task is a pure function of the seed and the
+    training-split size (graft_cli/data/synthetic.py, same seed same bytes, atomic writes), so reading the task
+    (``tiny:train``, the synthetic benchmarks) never waits for the ~10-minute model build. A complete cache's
+    task is returned as it was built."""
+    cache_dir = os.path.abspath(cache_dir or default_cache_dir())
+    task = _paths(cache_dir)["task"]
+    man = read_manifest(cache_dir)
+    if not (man and man.get("seed") == seed and man.get("task")
+            and all(os.path.isfile(os.path.join(cache_dir, t["path"])) for t in man["task"].values())):
+        write_task(task, seed=seed, train_size=default_recipe().train_size)
+    return task
+
+
 @MODEL_SOURCES.register("tiny")
 def resolve_tiny(role: str) -> str:
     """``tiny:<role>``: the folder of a built role (the pair is built on first use), or a task file of the pair
-    (``tiny:train``, ``tiny:eval_math500``, ...)."""
-    paths = ensure_tiny()
-    if role in paths:
-        return paths[role]
-    task_file = os.path.join(paths["task"], f"{role}.jsonl")
-    if os.path.exists(task_file):
+    (``tiny:train``, ``tiny:eval_math500``, ...: the task alone, no model is built for it)."""
+    if role in ROLES:
+        return ensure_tiny()[role]
+    task = ensure_task()
+    if role == "task":
+        return task
+    task_file = os.path.join(task, f"{role}.jsonl")
+    if os.path.isfile(task_file):
         return task_file
-    known = ", ".join(sorted(paths))
-    raise GraftError(f"unknown tiny name {role!r}; known: {known}, or a task file in {paths['task']}")
+    known = ", ".join(sorted((*ROLES, "task")))
+    raise GraftError(f"unknown tiny name {role!r}; known: {known}, or a task file in {task}")
 
 
 if __name__ == "__main__":  # a build worker: python -m graft_cli.tiny.build _worker KIND SEED DIR RECIPE
