@@ -60,5 +60,6 @@ Cache layout (``$GRAFT_CACHE`` or ``~/.cache/graft/tiny``): ``a/ b/ c/ teacher/ 
 ``save_pretrained`` model + tokenizer folder, loadable offline with the Auto classes), ``task/``
 (:func:`graft_cli.data.synthetic.write_task` output) and ``manifest.json`` (recipe, seed, hashes,
 measured token statistics), written last and atomically: a cache without a valid manifest is
-rebuilt by :func:`ensure_tiny`.
+rebuilt by :func:`ensure_tiny`. The task alone (``tiny:train``, the synthetic benchmarks) is written by
+:func:`graft_cli.tiny.build.ensure_task` without building the models.
 """
