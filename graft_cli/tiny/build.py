@@ -389,6 +389,11 @@ def _manifest_ok(man: dict | None, cache_dir: str, seed: int, recipe: Recipe) ->
         d = os.path.join(cache_dir, r)
         if not (os.path.isfile(os.path.join(d, "config.json")) and os.path.isfile(os.path.join(d, "tokenizer.json"))):
             return False
+    return _task_files_present(man, cache_dir)
+
+
+def _task_files_present(man: dict, cache_dir: str) -> bool:
+    """Every task file the manifest lists is in the cache."""
     return all(os.path.isfile(os.path.join(cache_dir, t["path"])) for t in man.get("task", {}).values())
 
 
@@ -407,8 +412,7 @@ def ensure_task(cache_dir: str | None = None, seed: int = 0) -> str:
     cache_dir = os.path.abspath(cache_dir or default_cache_dir())
     task = _paths(cache_dir)["task"]
     man = read_manifest(cache_dir)
-    if not (man and man.get("seed") == seed and man.get("task")
-            and all(os.path.isfile(os.path.join(cache_dir, t["path"])) for t in man["task"].values())):
+    if not (man and man.get("seed") == seed and man.get("task") and _task_files_present(man, cache_dir)):
         write_task(task, seed=seed, train_size=default_recipe().train_size)
     return task
 
