@@ -209,7 +209,7 @@ def test_execute_skips_finished_and_resumes_partial(tmp_path, monkeypatch):
     monkeypatch.setattr(X, "run_job", fake_job)
     # the plan pins the tiny pair's identity; faked here (the real one builds the full tiny models: minutes)
     monkeypatch.setattr(X, "tiny_identity",
-                        lambda progress=True, code=False: {"cache": "c", "hashes": {"a": "1"}, "version": 2})
+                        lambda progress=True, code=False, roles=None: {"cache": "c", "hashes": {"a": "1"}, "version": 2})
     recs = {r["name"]: r for r in X.execute(plan, out, jobs=1, progress=False)}
     # finished + evaluated: nothing; finished: eval only; partial and new: train; a failed partner: dependent skipped
     assert calls == [("tiny-noeval-s0", True), ("tiny-half-s0", False), ("tiny-fresh-s0", False)]
@@ -432,19 +432,33 @@ def test_tiny_pair_is_pinned_for_a_plan(monkeypatch, tmp_path):
         X.check_tiny({"hashes": {"a": "1", "b": "2"}})  # ensure_tiny would rebuild it
     # a folder made with another build is refused before anything runs
     monkeypatch.setattr(X, "uses_tiny", lambda plan, out, source="tiny": True)
-    monkeypatch.setattr(X, "tiny_identity", lambda progress=True, code=False: {"cache": "c", "hashes": {"a": "9"}})
+    monkeypatch.setattr(X, "tiny_identity",
+                        lambda progress=True, code=False, roles=None: {"cache": "c", "hashes": {"a": "9"}})
     with open(tmp_path / "plan_p.json", "w") as f:
         json.dump({"tiny": {"hashes": {"a": "1"}}}, f)
     plan = P.build_plan({"name": "p", "steps": 1, "runs": [{"name": "g", "method": "grpo"}]})
     with pytest.raises(GraftError, match="another build of the tiny pair"):
         X.execute(plan, str(tmp_path), progress=False)
     # the same pair but other tiny code models (a plan with a code arm) is refused too
-    monkeypatch.setattr(X, "tiny_identity", lambda progress=True, code=False: {
+    monkeypatch.setattr(X, "tiny_identity", lambda progress=True, code=False, roles=None: {
         "cache": "c", "hashes": {"a": "1"}, **({"code_hashes": {"junior": "8"}} if code else {})})
     with open(tmp_path / "plan_p.json", "w") as f:
         json.dump({"tiny": {"hashes": {"a": "1"}, "code_hashes": {"junior": "7"}}}, f)
     with pytest.raises(GraftError, match="another build of the tiny pair"):
         X.execute(plan, str(tmp_path), progress=False)
+
+
+def test_a_plan_builds_the_roles_its_policies_train(tmp_path):
+    """tiny_roles: the tiny policies the runs train (tiny: a, b; tiny3 adds c); teachers and c otherwise come when a
+    run asks for them. same_models: a role built since the plan started is no change; another hash for a role
+    it had is."""
+    assert X.tiny_roles(P.load_reproduce("tiny"), str(tmp_path)) == ("a", "b")
+    plan3 = P.build_plan({"name": "p", "pair": "tiny3", "steps": 1, "runs": [{"name": "g", "method": "grpo"}]})
+    assert X.tiny_roles(plan3, str(tmp_path)) == ("a", "b", "c")
+    assert X.same_models({"a": "1", "b": "2"}, {"a": "1", "b": "2", "teacher": "3"})
+    assert not X.same_models({"a": "1", "b": "2"}, {"a": "1", "b": "4"})
+    assert not X.same_models({"a": "1", "teacher": "3"}, {"a": "1"})  # a role it had is gone: rebuilt
+    assert X.same_models(None, {"a": "1"})
 
 
 def test_per_run_eval_refines_the_plan_eval():

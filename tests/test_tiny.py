@@ -229,6 +229,69 @@ def test_packed_sft_batch_has_the_padded_loss(arch):
     assert seqs == [[t for t in row if t != tok.pad_token_id] for row in ids.tolist()]
 
 
+@pytest.mark.parametrize("lengths,capacity,bins", [
+    ([], 10, []),
+    ([4, 4, 4], 10, [[0, 1], [2]]),                     # in order: 4+4, then 4
+    ([3, 7, 5, 5], 10, [[1, 0], [2, 3]]),               # 7 first, 5 and 5 share; 3 joins 7 (first bin it fits)
+    ([6, 5, 4, 3, 2], 10, [[0, 2], [1, 3, 4]]),       # 6+4, 5+3+2
+    ([12, 3], 10, [[0], [1]]),                          # longer than a row: a row of its own, nothing joins it
+    ([2, 9, 2, 9], 10, [[1], [3], [0, 2]]),             # greedy in order would use 4 rows: 2 | 9 | 2 | 9
+])
+def test_first_fit_decreasing_table(lengths, capacity, bins):
+    got = tiny_sft.first_fit_decreasing(lengths, capacity)
+    assert got == bins
+    assert sorted(i for b in got for i in b) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in b) <= capacity or len(b) == 1 for b in got)
+
+
+def test_ffd_packing_has_the_padded_loss_in_fewer_rows():
+    """order="ffd": the same examples and label tokens as the in-order packing, each still at positions 0..n-1, in
+    no more rows; the loss (one model, no grad) equals the padded batch's."""
+    v3 = tiny_sft.Recipe.v3()
+    tok = tiny_tok.build_tokenizer_b(0, v3.bpe_vocab_b, "steps")
+    model = tiny_sft.make_model(tiny_sft.Shape("llama", 64, 2, 2, 2, 128), tok, 0).eval()
+    rng = random.Random(2)
+    ex = [syn.sft_example(rng, syn.TRAIN_MIX["families"], None, {"steps": 1.0}) for _ in range(32)]
+    ids, mask, labels = tiny_sft.sft_batch(tok, ex)
+    g_ids, _, _ = tiny_sft.sft_batch_packed(tok, ex, 128)
+    f_ids, f_pos, f_labels = tiny_sft.sft_batch_packed(tok, ex, 128, order="ffd")
+    assert f_ids.shape[0] <= g_ids.shape[0] and f_ids.shape[1] == 128
+    assert int((f_labels != -100).sum()) == int((labels != -100).sum())
+
+    def loss(logits, lab):
+        return float(torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
+                                                       lab[:, 1:].reshape(-1), ignore_index=-100))
+
+    with torch.no_grad():
+        want = loss(model(input_ids=ids, attention_mask=mask).logits, labels)
+        got = loss(model(input_ids=f_ids, position_ids=f_pos, use_cache=False).logits, f_labels)
+    assert got == pytest.approx(want, abs=1e-5)
+    seqs = []  # every example, whole, once: split the rows where positions restart
+    for r in range(f_ids.shape[0]):
+        cur = []
+        for t, p in zip(f_ids[r].tolist(), f_pos[r].tolist()):
+            if p == 0 and cur:
+                seqs.append(cur)
+                cur = []
+            cur.append(t)
+        seqs.append(cur)
+    seqs = sorted(q for q in seqs if set(q) != {tok.pad_token_id})
+    assert seqs == sorted([t for t in row if t != tok.pad_token_id] for row in ids.tolist())
+    with pytest.raises(ValueError, match="pack order 'nope'"):
+        tiny_sft.sft_batch_packed(tok, ex, 128, order="nope")
+
+
+def test_recipe_v6_is_v5_packed_ffd_and_old_caches_keep_their_recipe_dict():
+    v5, v6 = tiny_sft.Recipe.v5(), tiny_sft.Recipe.v6()
+    for k in ("stage_a", "stage_b", "stage_c", "stage_teacher"):
+        assert getattr(v6, k).pack_order == "ffd" and getattr(v5, k).pack_order == "greedy"
+        # v5's dict has no pack_order key (a cache built before the field existed still matches its recipe)
+        assert "pack_order" not in v5.to_dict()[k] and v6.to_dict()[k]["pack_order"] == "ffd"
+    assert v6.stage_b.steps == 700 and v6.stage_a.steps == v5.stage_a.steps
+    assert v6.stage_b.families == v5.stage_b.families and v6.shape_b == v5.shape_b
+    assert tiny_sft.Recipe.from_dict(v6.to_dict()) == v6 and tiny_sft.Recipe.from_dict(v5.to_dict()) == v5
+
+
 def test_digits_are_single_tokens(toks):
     ta, tb = toks
     for tk in (ta, tb):
@@ -306,6 +369,52 @@ def test_ensure_reuses_and_rebuilds_half_built(built):
     os.remove(man_path)  # a half-built cache has no manifest
     tiny_build.ensure_tiny(d, recipe=tiny_sft.Recipe.reduced(), progress=False)
     assert tiny_build.read_manifest(d)["hashes"] == hashes
+
+
+@pytest.mark.parametrize("missing,have,jobs", [
+    ({"a", "b", "junior"}, set(), ["a", "b"]),          # the pair
+    ({"teacher"}, set(), ["a", "teacher"]),             # the teacher continues a: a first
+    ({"teacher"}, {"a", "junior"}, ["teacher"]),        # ... unless a is built
+    ({"junior"}, set(), ["a"]),                         # the junior is a snapshot of a's run
+    ({"c", "b"}, {"a", "junior"}, ["b", "c"]),
+    (set(tiny_build.ROLES), set(), ["a", "b", "c", "teacher"]),
+    (set(), {"a"}, []),
+])
+def test_jobs_for_roles(missing, have, jobs):
+    assert tiny_build._jobs_for(missing, have) == jobs
+
+
+def test_the_pair_builds_alone_and_the_rest_later_gives_the_same_weights(built, tmp_path):
+    """roles=("a", "b"): jobs a and b only (a, its junior, b in the manifest; no teacher or c folder); asking for the
+    teacher and c later builds them into the same manifest (the teacher from the saved a), with the weights of a
+    build of all five at once (the module's `built`)."""
+    d, _ = built
+    lazy = str(tmp_path / "lazy")
+    rec = tiny_sft.Recipe.reduced()
+    tiny_build.ensure_tiny(lazy, recipe=rec, progress=False, roles=("a", "b"))
+    man = tiny_build.read_manifest(lazy)
+    assert set(man["models"]) == {"a", "b", "junior"} == set(man["hashes"])
+    assert not os.path.exists(os.path.join(lazy, "teacher")) and not os.path.exists(os.path.join(lazy, "c"))
+    assert [b["jobs"] for b in man["builds"]] == [["a", "b"]] and "ratio_a_over_c" not in man["token_stats"]
+    full = tiny_build.read_manifest(d)
+    assert {r: full["hashes"][r] for r in man["hashes"]} == man["hashes"]
+    task_before = man["task"]
+    tiny_build.ensure_tiny(lazy, recipe=rec, progress=False, roles=("teacher",))
+    man = tiny_build.read_manifest(lazy)
+    assert set(man["models"]) == {"a", "b", "junior", "teacher"} and man["task"] == task_before
+    assert [b["jobs"] for b in man["builds"]] == [["a", "b"], ["teacher"]]
+    assert man["build_seconds"] == pytest.approx(sum(b["seconds"] for b in man["builds"]))
+    tiny_build.ensure_tiny(lazy, recipe=rec, progress=False)
+    man = tiny_build.read_manifest(lazy)
+    assert man["hashes"] == full["hashes"] and man["token_stats"] == full["token_stats"]
+    # another recipe: nothing of the cache is reused, the asked-for roles are built from scratch
+    tiny_build.ensure_tiny(lazy, recipe=tiny_sft.Recipe.reduced(steps=4), progress=False, roles=("b",))
+    man = tiny_build.read_manifest(lazy)
+    assert set(man["models"]) == {"b"} and [b["jobs"] for b in man["builds"]] == [["b"]]
+    from graft_cli.errors import GraftError
+
+    with pytest.raises(GraftError, match="unknown"):
+        tiny_build.ensure_tiny(lazy, recipe=rec, progress=False, roles=("d",))
 
 
 def test_sft_lowers_loss_and_mixes_specialise(built):

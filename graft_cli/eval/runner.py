@@ -42,6 +42,7 @@ from graft_cli.data.problems import load_problems
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.errors import GraftError
 from graft_cli.eval import rescue as R
+from graft_cli.eval import reuse
 from graft_cli.eval import tandem as TE
 from graft_cli.eval.benchmarks import BenchmarkSource, resolve_benchmarks
 from graft_cli.eval.files import RUN_FILE_RE, run_file
@@ -308,7 +309,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                  seed: int | None = None, device: str | None = None, workers: int | None = None,
                  force: bool = False, progress: bool = True, console=None, tandem: bool | None = None,
                  junior: str | None = None, rescue: bool | None = None, top_k: int | None = None,
-                 lcb_window=None) -> dict:
+                 lcb_window=None, reuse_dir: str | None = None) -> dict:
     """``graft eval --run DIR``: evaluate the run's checkpoints (every policy; ``steps``: ``all`` complete
     checkpoints and the kept best weights (default), ``last``, ``best`` or a list) into
     ``<run>/eval/<policy>/step_NNNNNN/``; then the policy summaries and ``best.json``.
@@ -321,7 +322,9 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     evaluations of :mod:`graft_cli.eval.tandem` with the ``junior`` (default :func:`run_junior`) and a pass@k
     plot per policy. With ``rescue`` (default: the
     run's ``eval.rescue``) each policy's last evaluated step also re-draws the run's all-fail prompts
-    (:mod:`graft_cli.eval.rescue`) into ``step_N/rescue/`` (``rescue.json``). ``best.json`` is then recomputed
+    (:mod:`graft_cli.eval.rescue`) into ``step_N/rescue/`` (``rescue.json``). With ``reuse_dir`` (a plan's), a
+    checkpoint evaluated before with the same weights and settings (another seed's step 0) is copied, not
+    sampled again (:mod:`graft_cli.eval.reuse`). ``best.json`` is then recomputed
     by the run's selection (:func:`run_selection`: the validation's folders when they sample otherwise, e.g.
     Tandem RLVR's held-out pass@4). Returns policy -> step -> summary."""
 
@@ -390,8 +393,16 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                 ev = Evaluator(engine, tok, spec, settings, grader, bar, context_len=context_length(model),
                                console=console)
                 label = f"{p} step {s} "
-                task = bar.add_task(label, total=ev.todo(out_dir, benches))
-                ev.evaluate(out_dir, benches, task=task, label=label)
+                key = reuse.reuse_key(folder, out_dir, {
+                    "dtype": cfg.run.dtype, "device": str(device or cfg.run.device).split(":")[0],
+                    "engine": cfg.rollout.engine, "engine_kwargs": cfg.rollout.engine_kwargs,
+                    "max_batch": cfg.rollout.max_batch, "reward": cfg.reward}) if reuse_dir else None
+                with reuse.shared(reuse_dir, key, out_dir) as copied:
+                    if copied:
+                        console.print(f"{p} step {s}: {copied} evaluation file(s) of the same weights and settings "
+                                      f"reused from {reuse_dir}")
+                    task = bar.add_task(label, total=ev.todo(out_dir, benches))
+                    ev.evaluate(out_dir, benches, task=task, label=label)
                 summary = write_summary(out_dir, {"model": os.path.relpath(folder, run_dir), "policy": p, "step": s})
                 results.setdefault(p, {})[s] = summary
                 if tandem:

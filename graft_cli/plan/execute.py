@@ -132,7 +132,8 @@ def run_job(job: dict) -> dict:
                                              "max_new_tokens", "seed")}
                 bench = ev.get("benchmarks")
                 evaluate_run(job["run_dir"], benchmarks=",".join(bench) if bench else None,
-                             progress=job.get("progress", False), console=console, **kw)
+                             progress=job.get("progress", False), console=console,
+                             reuse_dir=job.get("eval_reuse"), **kw)
                 rec["evaluated"] = "evaluated"
                 rec["eval_s"] = time.perf_counter() - t0
     except BaseException as e:  # noqa: B036 — recorded, the plan goes on (KeyboardInterrupt re-raised)
@@ -149,6 +150,7 @@ def run_job(job: dict) -> dict:
     return rec
 
 
+EVAL_REUSE = ".eval_reuse"  # <out>/.eval_reuse: evaluations shared between a plan's runs (graft_cli/eval/reuse.py)
 STOP_GRACE_S = 8.0  # after SIGTERM to the workers' groups, this long before SIGKILL (the whole stop: < 10 s)
 
 
@@ -221,11 +223,25 @@ def uses_tiny(plan: Plan, out: str, source: str = "tiny") -> bool:
     return False
 
 
-def tiny_identity(progress: bool = True, code: bool = False) -> dict:
-    """Build the tiny pair (and with ``code`` the tiny code models) once here if needed (workers never build them
-    concurrently) and return its identity: cache folder and the manifests' model hashes."""
+def tiny_roles(plan: Plan, out: str) -> tuple:
+    """The tiny roles the plan's runs train (``tiny:<role>`` policy models; the pair's a and b when none is named):
+    built before the runs start. Frozen roles a method loads (a teacher, c) are built when a run first asks for
+    them (:func:`graft_cli.tiny.build.resolve_tiny`), so a GRAFT study on a clean machine waits for the pair alone."""
+    roles: set = set()
+    for r in plan.runs:
+        if r.partner:
+            continue
+        cfg = compose(plan.compose_overrides(r, out))
+        roles |= {str(p.model).split(":", 1)[1] for p in cfg.policies if str(p.model).startswith("tiny:")}
+    return tuple(x for x in T.ROLES if x in roles) or ("a", "b")
 
-    T.ensure_tiny(progress=progress)
+
+def tiny_identity(progress: bool = True, code: bool = False, roles=("a", "b")) -> dict:
+    """Build the tiny ``roles`` (and with ``code`` the tiny code models) once here if needed (workers never build
+    them concurrently) and return the identity: cache folder and the manifests' model hashes (of every role the
+    cache has)."""
+
+    T.ensure_tiny(progress=progress, roles=roles)
     man = T.read_manifest() or {}
     out = {"cache": T.default_cache_dir(), "hashes": man.get("hashes"), "version": man.get("version")}
     if code:
@@ -234,14 +250,22 @@ def tiny_identity(progress: bool = True, code: bool = False) -> dict:
     return out
 
 
+def same_models(before: dict | None, now: dict | None) -> bool:
+    """Every role in ``before`` (a hash per role) has the same hash in ``now``; roles built since (a teacher asked
+    for later) are not a change."""
+    before, now = before or {}, now or {}
+    return all(now.get(r) == h for r, h in before.items())
+
+
 def check_tiny(expected: dict | None) -> None:
     """Refuse to train when the tiny pair differs from the one the plan started with: a rebuilt cache
-    (other hashes), or code whose recipe no longer matches the cache (ensure_tiny would rebuild it)."""
+    (other hashes for the roles it had), or code whose recipe no longer matches the cache (ensure_tiny would
+    rebuild it)."""
     if not expected:
         return
 
     man = T.read_manifest() or {}
-    if man.get("hashes") != expected.get("hashes"):
+    if not same_models(expected.get("hashes"), man.get("hashes")):
         raise GraftError(f"the tiny pair in {T.default_cache_dir()} changed since this plan started (model hashes "
                          f"differ): its runs would mix two pairs; use a new --out")
     try:
@@ -328,10 +352,10 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
             todo.append(r)
     tiny = None
     if todo and uses_tiny(plan, out):
-        tiny = tiny_identity(progress, code=uses_tiny(plan, out, "tiny_code"))
+        tiny = tiny_identity(progress, code=uses_tiny(plan, out, "tiny_code"), roles=tiny_roles(plan, out))
         prev = (load_results(out, plan.name) or {}).get("tiny")
-        if prev and (prev.get("hashes") != tiny["hashes"] or prev.get("code_hashes", tiny.get("code_hashes"))
-                     != tiny.get("code_hashes")):
+        if prev and (not same_models(prev.get("hashes"), tiny["hashes"])
+                     or prev.get("code_hashes", tiny.get("code_hashes")) != tiny.get("code_hashes")):
             raise GraftError(f"{out}: its runs were made with another build of the tiny pair (manifest model hashes "
                              f"differ from {tiny['cache']}); use a new --out")
     console.print(f"plan {plan.name}: {len(runs)} runs, {len(runs) - len(todo)} already finished and evaluated, "
@@ -345,6 +369,7 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
                 "threads": None if in_process and jobs == 1 else threads,
                 "log": None if in_process else os.path.join(out, "logs", f"{plan.run_name(r)}.log"),
                 "progress": progress and in_process, "tiny": tiny,
+                "eval_reuse": os.path.join(out, EVAL_REUSE),  # another run's identical evaluation is copied
                 "parent_pid": None if in_process else os.getpid()}
 
     def partner_state(r: PlanRun) -> str:

@@ -6,7 +6,6 @@ tokenizer family), the cache folder with its lock and ``manifest.json`` (written
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import json
 import math
@@ -71,10 +70,13 @@ def _save(model, tokenizer, out: str) -> str:
 
 
 def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
-    """``kind`` 'a': tokenizer A, model a (snapshot -> junior), then the teacher; 'b': model b.
+    """One build job (:data:`JOBS`): 'a' builds tokenizer A and model a (its snapshot at ``junior_step`` is the
+    junior); 'teacher' continues a's SFT from the saved ``a`` (the same float32 weights the in-memory model had, so
+    the teacher is the same whether it is built with a or later); 'b' and 'c' their own tokenizer and model.
     ``report(role, step, total, loss)`` is called as training proceeds. Returns role -> info."""
 
     # lazy: transformers is slow to import
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -97,8 +99,10 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
                         "final_loss": sum(la[-10:]) / len(la[-10:]), "arch": recipe.shape_a.arch, "tokenizer": "a",
                         "params": num_params(model), "seconds": time.time() - t0}
             out["junior"]["final_loss"] = la[recipe.junior_step - 1]
+        elif kind == "teacher":
             t0 = time.time()
-            teacher = copy.deepcopy(model)
+            tok = AutoTokenizer.from_pretrained(os.path.join(cache_dir, "a"))
+            teacher = AutoModelForCausalLM.from_pretrained(os.path.join(cache_dir, "a"), dtype=torch.float32)
             lt = sft(teacher, tok, recipe.stage_teacher, f"graft-tiny-sft:{seed}:teacher",
                      on_step=lambda s, n, loss: report("teacher", s, n, loss))
             sharpen(teacher, recipe.teacher_sharpen)
@@ -152,13 +156,14 @@ def _worker_main(argv: list[str]) -> None:
 # Build / ensure
 
 
-def _stage_totals(recipe: Recipe) -> dict:
-    return {"a": recipe.stage_a.steps, "b": recipe.stage_b.steps, "c": recipe.stage_c.steps,
-            "teacher": recipe.stage_teacher.steps}
+def _stage_totals(recipe: Recipe, jobs=None) -> dict:
+    totals = {"a": recipe.stage_a.steps, "b": recipe.stage_b.steps, "c": recipe.stage_c.steps,
+              "teacher": recipe.stage_teacher.steps}
+    return {k: v for k, v in totals.items() if jobs is None or k in jobs}
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, recipe: Recipe):
+def _progress(enabled: bool, recipe: Recipe, jobs=None):
     if not enabled:
         yield lambda role, step, total, loss: None
         return
@@ -166,7 +171,7 @@ def _progress(enabled: bool, recipe: Recipe):
     prog = Progress(TextColumn("[bold]{task.fields[role]:>8}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
                     console=make_console(stderr=True), transient=False)
-    tasks = {r: prog.add_task("", total=n, role=f"sft {r}", loss="-") for r, n in _stage_totals(recipe).items()}
+    tasks = {r: prog.add_task("", total=n, role=f"sft {r}", loss="-") for r, n in _stage_totals(recipe, jobs).items()}
     with prog:
         def update(role, step, total, loss):
             prog.update(tasks[role], completed=step, loss=f"{loss:.3f}")
@@ -216,32 +221,35 @@ def read_manifest(cache_dir: str | None = None) -> dict | None:
         return None
 
 
-def token_stats(paths: dict, n: int = 512, seed: int = 0, recipe: Recipe | None = None) -> dict:
+def token_stats(paths: dict, n: int = 512, seed: int = 0, recipe: Recipe | None = None,
+                roles=POLICY_ROLES) -> dict:
     """Mean/max prompt and reference-response (+EOS) token counts under each tokenizer, the share of responses
     whose token counts differ between a and b, and the re-tokenized length ratios ``ratio_{y}_over_{x}``: x's
     reference responses re-tokenized with y's tokenizer over their length under x's. Reference responses are the
     training split's solutions when every model writes the canonical style (v2); with ``recipe``'s own styles
-    (v3) each model's responses are ``n`` fresh problems written in its own style."""
+    (v3) each model's responses are ``n`` fresh problems written in its own style. Over the peers among ``roles``
+    (a build of some roles, :func:`build_tiny`, has the tokenizers of those alone)."""
     # lazy: transformers is slow to import
     from transformers import AutoTokenizer
 
 
+    roles = [r for r in POLICY_ROLES if r in roles]
     recs = read_jsonl(os.path.join(paths["task"], "train.jsonl"))[:n]
     styled = recipe is not None and bool(recipe.own_styles)
     if styled:
         rng = random.Random(f"graft-tiny-token-stats:{seed}")
         worked = [synthetic.sample_problem(rng)["worked"] for _ in range(n)]  # the training mix
-        texts = {r: [synthetic.render(w, recipe.own_style(r)) for w in worked] for r in POLICY_ROLES}
+        texts = {r: [synthetic.render(w, recipe.own_style(r)) for w in worked] for r in roles}
         prompts = [w[0] for w in worked]
     else:
-        texts = {r: [x["solution"] for x in recs] for r in POLICY_ROLES}
+        texts = {r: [x["solution"] for x in recs] for r in roles}
         prompts = [x["problem"] for x in recs]
-    toks = {tk: AutoTokenizer.from_pretrained(paths[tk]) for tk in POLICY_ROLES}
+    toks = {tk: AutoTokenizer.from_pretrained(paths[tk]) for tk in roles}
     out: dict = {}
     counts = {}  # counts[(x, y)]: x's responses under y's tokenizer (+EOS)
     for tk, tok in toks.items():
         p = [len(x) for x in tok([_prompt_text(q) for q in prompts], add_special_tokens=False)["input_ids"]]
-        for x in POLICY_ROLES:
+        for x in roles:
             counts[(x, tk)] = [len(i) + 1 for i in tok(texts[x], add_special_tokens=False)["input_ids"]]
         s = counts[(tk, tk)]
         out[f"tokens_prompt_{tk}"] = sum(p) / len(p)
@@ -249,48 +257,65 @@ def token_stats(paths: dict, n: int = 512, seed: int = 0, recipe: Recipe | None 
         out[f"tokens_response_max_{tk}"] = max(s)
         out[f"tokens_total_max_{tk}"] = max(a + b for a, b in zip(p, s))
         out[f"vocab_{tk}"] = len(tok)
-    out["response_len_differs"] = sum(x != y for x, y in zip(counts[("a", "a")], counts[("a", "b")])) / len(prompts)
-    for x in POLICY_ROLES:
-        for y in POLICY_ROLES:
+    if ("a", "b") in counts:
+        out["response_len_differs"] = sum(x != y for x, y in zip(counts[("a", "a")], counts[("a", "b")])) / len(prompts)
+    for x in roles:
+        for y in roles:
             if x != y:
                 out[f"ratio_{y}_over_{x}"] = sum(counts[(x, y)]) / sum(counts[(x, x)])
     return out
 
 
 def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False, progress: bool = True,
-               recipe: Recipe | None = None, workers: int = 2) -> dict[str, str]:
-    """Build (or reuse) the tiny models (a, b, c, teacher, junior) and task under ``cache_dir``.
+               recipe: Recipe | None = None, workers: int = 2, roles=ROLES) -> dict[str, str]:
+    """Build (or reuse) the tiny models ``roles`` (default all of :data:`ROLES`: a, b, c, teacher, junior) and the
+    task under ``cache_dir``.
 
-    Returns role -> folder for each of :data:`ROLES` and ``task``. An existing cache whose manifest
-    matches (version, seed, recipe) is reused unless ``force``. ``workers >= 2`` trains the three
-    tokenizer families (:data:`JOBS`) in single-threaded spawned processes at once; ``workers=1`` runs
-    the same jobs in-process (identical weights)."""
+    Returns role -> folder for each of :data:`ROLES` and ``task`` (the folders of roles not built are empty). A
+    cache whose manifest matches (version, seed, recipe) is reused for the roles it has; the jobs (:data:`JOBS`)
+    of the missing roles run and the manifest is rewritten with them, atomically, last: the pair (a with its
+    junior, and b) builds without the teacher and c, which are built when first asked for (``tiny:teacher``,
+    ``tiny:c``; a later build gives the same weights as one build of all). ``force`` rebuilds from scratch.
+    ``workers >= 2`` trains the jobs in single-threaded worker processes at once (the teacher once a is saved);
+    ``workers=1`` runs the same jobs in-process (identical weights)."""
 
     cache_dir = os.path.abspath(cache_dir or default_cache_dir())
     recipe = recipe or default_recipe()
     paths = _paths(cache_dir)
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown:
+        raise GraftError(f"tiny roles {unknown}: unknown; known: {', '.join(ROLES)}")
     with _lock(cache_dir):
         man = read_manifest(cache_dir)
-        if not force and _manifest_ok(man, cache_dir, seed, recipe):
+        if force or not _manifest_ok(man, cache_dir, seed, recipe, roles=()):
+            man = None  # nothing of it is reused
+        have = set((man or {}).get("models", {}))
+        if man and _manifest_ok(man, cache_dir, seed, recipe, roles=roles):
             return paths
+        jobs = _jobs_for(set(roles) - have, have)
         with contextlib.suppress(FileNotFoundError):
             os.remove(_manifest_path(cache_dir))
         t0 = time.time()
-        task_paths = write_task(paths["task"], seed=seed, train_size=recipe.train_size)
-        results: dict = {}
-        with _progress(progress, recipe) as update:
+        if man is None:
+            task_paths = write_task(paths["task"], seed=seed, train_size=recipe.train_size)
+            task = {k: {"path": os.path.relpath(v, cache_dir), "sha256": _file_hash(v)} for k, v in task_paths.items()}
+        else:
+            task = man["task"]
+        results: dict = dict((man or {}).get("models", {}))
+        with _progress(progress, recipe, jobs) as update:
             if workers <= 1:
-                for kind in JOBS:
+                for kind in jobs:
                     results.update(_job(kind, recipe, seed, cache_dir, update))
             else:
-                results.update(_run_parallel(recipe, seed, cache_dir, update))
-        stats = token_stats(paths, recipe=recipe)
+                results.update(_run_parallel(recipe, seed, cache_dir, update, jobs))
+        built = [r for r in ROLES if r in results]
+        stats = token_stats(paths, recipe=recipe, roles=built)
+        seconds = time.time() - t0
+        builds = [*(man or {}).get("builds", []), {"jobs": list(jobs), "seconds": seconds}]
         manifest = {
             "version": TINY_VERSION, "seed": seed, "recipe": recipe.to_dict(),
-            "models": results, "hashes": {r: results[r]["hash"] for r in ROLES},
-            "task": {k: {"path": os.path.relpath(v, cache_dir), "sha256": _file_hash(v)}
-                     for k, v in task_paths.items()},
-            "token_stats": stats, "build_seconds": time.time() - t0,
+            "models": {r: results[r] for r in built}, "hashes": {r: results[r]["hash"] for r in built},
+            "task": task, "token_stats": stats, "build_seconds": sum(b["seconds"] for b in builds), "builds": builds,
             "max_new_tokens": _suggest_max_new_tokens(stats), "machine": build_machine(),
         }
 
@@ -325,37 +350,63 @@ def _suggest_max_new_tokens(stats: dict) -> int:
     return int(math.ceil(longest * 4 / 3 / 16) * 16)
 
 
-# The build's jobs: 'a' (a, its junior snapshot, then the teacher), 'b', 'c'. Each is ~780-960 single-threaded
-# SFT steps; on 2 cores the three workers share the cores (the build's wall time is ~their CPU time / 2).
-JOBS = ("a", "b", "c")
+# The build's jobs -> the roles each makes, and the job each needs done first: 'a' (a and its junior snapshot),
+# 'b', 'c', and 'teacher' (a's SFT continued, from the saved a). Each is ~700-1000 single-threaded SFT steps but
+# the teacher's 220; on 2 cores the workers share the cores (the wall time is ~their CPU time / 2).
+JOBS = {"a": ("a", "junior"), "b": ("b",), "c": ("c",), "teacher": ("teacher",)}
+_NEEDS = {"teacher": "a"}
+PAIR = ("a", "b", "junior")  # what the GRAFT studies on pair=tiny load
 
 
-def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update) -> dict:
-    """Run the build's jobs (:data:`JOBS`) in single-threaded worker interpreters at once; relay progress."""
+def _jobs_for(missing: set, have: set) -> list[str]:
+    """The jobs that build the ``missing`` roles (and the jobs they need whose roles are not in ``have``), in
+    :data:`JOBS` order."""
+    need = {k for k, made in JOBS.items() if missing & set(made)}
+    need |= {_NEEDS[k] for k in need if k in _NEEDS and not set(JOBS[_NEEDS[k]]) <= have}
+    return [k for k in JOBS if k in need]
+
+
+def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update, jobs=tuple(JOBS)) -> dict:
+    """Run ``jobs`` (:data:`JOBS`) in single-threaded worker interpreters, each as soon as the job it needs
+    (:data:`_NEEDS`) is done; relay progress."""
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     pypath = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=os.pathsep.join(pypath))
-    procs = {}
+    procs: dict = {}
     sel = selectors.DefaultSelector()
-    errs = {}
-    try:
-        for kind in JOBS:
+    errs: dict = {}
+    results: dict = {}
+    waiting = list(jobs)
+
+    def start_ready():
+        for kind in list(waiting):
+            if _NEEDS.get(kind) in waiting or (_NEEDS.get(kind) in procs and _NEEDS[kind] not in results):
+                continue
+            waiting.remove(kind)
             errs[kind] = tempfile.TemporaryFile()
             p = subprocess.Popen([sys.executable, "-m", "graft_cli.tiny.build", "_worker", kind, str(seed), cache_dir,
                                   json.dumps(recipe.to_dict())], stdout=subprocess.PIPE, stderr=errs[kind], env=env,
                                  cwd=root)
             procs[kind] = p
             sel.register(p.stdout, selectors.EVENT_READ, kind)
-        results: dict = {}
-        open_streams = len(procs)
-        while open_streams:
+
+    def failed(kind):
+        errs[kind].seek(0)
+        tail = errs[kind].read().decode(errors="replace")[-3000:]
+        return RuntimeError(f"tiny build worker {kind!r} failed (exit code {procs[kind].wait()}):\n{tail}")
+
+    try:
+        start_ready()
+        while sel.get_map():
             for key, _ in sel.select(timeout=1.0):
                 line = key.fileobj.readline()
                 if not line:
                     sel.unregister(key.fileobj)
-                    open_streams -= 1
+                    if procs[key.data].wait() != 0 or key.data not in results:
+                        raise failed(key.data)
+                    start_ready()
                     continue
                 try:
                     msg = json.loads(line)
@@ -365,12 +416,9 @@ def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update) -> dict:
                     update(*msg["progress"])
                 elif "done" in msg:
                     results[key.data] = msg["done"]
-        for kind, p in procs.items():
-            if p.wait() != 0 or kind not in results:
-                errs[kind].seek(0)
-                tail = errs[kind].read().decode(errors="replace")[-3000:]
-                raise RuntimeError(f"tiny build worker {kind!r} failed (exit code {p.returncode}):\n{tail}")
-        return {role: info for kind in JOBS for role, info in results[kind].items()}
+        if waiting:  # pragma: no cover - a job whose prerequisite never ran
+            raise RuntimeError(f"tiny build jobs {waiting} never started")
+        return {role: info for kind in jobs for role, info in results[kind].items()}
     finally:
         for p in procs.values():
             if p.poll() is None:
@@ -380,14 +428,17 @@ def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update) -> dict:
             f.close()
 
 
-def _manifest_ok(man: dict | None, cache_dir: str, seed: int, recipe: Recipe) -> bool:
+def _manifest_ok(man: dict | None, cache_dir: str, seed: int, recipe: Recipe, roles=ROLES) -> bool:
+    """``man`` is this build's (version, seed, recipe), its task files are in the cache, and so is each of
+    ``roles`` (listed in it, with its folder)."""
     if not man or man.get("version") != TINY_VERSION or man.get("seed") != seed:
         return False
     if man.get("recipe") != recipe.to_dict():
         return False
-    for r in ROLES:
+    for r in roles:
         d = os.path.join(cache_dir, r)
-        if not (os.path.isfile(os.path.join(d, "config.json")) and os.path.isfile(os.path.join(d, "tokenizer.json"))):
+        if r not in man.get("models", {}) or not (os.path.isfile(os.path.join(d, "config.json"))
+                                                   and os.path.isfile(os.path.join(d, "tokenizer.json"))):
             return False
     return _task_files_present(man, cache_dir)
 
@@ -398,9 +449,9 @@ def _task_files_present(man: dict, cache_dir: str) -> bool:
 
 
 def ensure_tiny(cache_dir: str | None = None, seed: int = 0, progress: bool = True,
-                recipe: Recipe | None = None) -> dict:
-    """Role -> folder of a complete tiny cache, building it first if missing or half-built."""
-    return build_tiny(cache_dir, seed=seed, force=False, progress=progress, recipe=recipe)
+                recipe: Recipe | None = None, roles=ROLES) -> dict:
+    """Role -> folder of a tiny cache that has ``roles`` (default all), building what is missing first."""
+    return build_tiny(cache_dir, seed=seed, force=False, progress=progress, recipe=recipe, roles=roles)
 
 
 def ensure_task(cache_dir: str | None = None, seed: int = 0) -> str:
@@ -419,10 +470,10 @@ def ensure_task(cache_dir: str | None = None, seed: int = 0) -> str:
 
 @MODEL_SOURCES.register("tiny")
 def resolve_tiny(role: str) -> str:
-    """``tiny:<role>``: the folder of a built role (the pair is built on first use), or a task file of the pair
+    """``tiny:<role>``: the folder of a built role (built on first use, with what it needs), or a task file of the pair
     (``tiny:train``, ``tiny:eval_math500``, ...: the task alone, no model is built for it)."""
-    if role in ROLES:
-        return ensure_tiny()[role]
+    if role in ROLES:  # a role of the pair builds the pair (its two jobs side by side), a teacher or c itself
+        return ensure_tiny(roles=PAIR if role in PAIR else (role,))[role]
     task = ensure_task()
     if role == "task":
         return task

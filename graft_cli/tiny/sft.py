@@ -49,6 +49,9 @@ class Stage:
     styles: dict | None = None  # solution style -> weight (graft_cli.data.synthetic.STYLES); None: canonical only
     pack: int = 0  # > 0: pack each batch's examples into rows of this many tokens (sft_batch_packed); 0: pad (v2)
     slip: float = 0.0  # share of solutions with a final-step slip (graft_cli.data.synthetic.slip); 0: none (v2, v3)
+    # how packed rows are filled (sft_batch_packed): "greedy", in the batch's order (v3-v5); "ffd", first-fit
+    # decreasing (v6: 12% fewer rows of b's, 6% of a's, for the same examples and the same loss)
+    pack_order: str = "greedy"
 
 
 # The skill mixes (module docstring, "Structural complementarity"): each model's blind family at 0.01.
@@ -90,6 +93,9 @@ _B4_FAMS = {**_B3_FAMS, "lin": 0.14}
 # measured to make a and b agree, makes the GEMMs ~3x slower: docs/tiny_pair.md), so v5 gives the target a margin
 # instead: a's two-step weight 0.10 (v4 build 1 -> 2: 0.05 -> 0.08 moved the admission 0.05 -> 0.22).
 _A5_FAMS = {**_A4_FAMS, "two": 0.10}
+# v6 (issue 27): b's SFT steps, so b (the pair's longer job: its responses are ~13% longer than a's) trains in
+# ~260 s of a core beside a's job (0.368 s per ffd-packed step, measured two workers side by side)
+_V6_B_STEPS = 700
 _PACK = 128  # v3's SFT packs each batch into rows of 128 tokens (sft_batch_packed): the padded loss, less work
 _ALL_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 1.0, "two": 1.0, "frac": 1.0}
 _LEVELS = {1: 2.0, 2: 2.0, 3: 1.0}
@@ -183,6 +189,19 @@ class Recipe:
         return dataclasses.replace(v4, name="v5", stage_a=dataclasses.replace(v4.stage_a, families=_A5_FAMS))
 
     @classmethod
+    def v6(cls) -> Recipe:
+        """Tiny pair v6 (issue 27, 2026-12-05): v5 built in less time. Every stage packs its rows first-fit
+        decreasing (:func:`first_fit_decreasing`; same examples, same loss, 9% / 13% less SFT time per step for a /
+        b, two workers side by side on an AMD EPYC) and b trains :data:`_V6_B_STEPS` steps (v5: 780), so the pair
+        (a with its junior snapshot, and b) builds in <= 300 s on 2 cores (v5: ~331 s of b alone); the skills,
+        styles, slips, tokenizers and shapes are v5's."""
+        v5 = cls.v5()
+        ffd = {k: dataclasses.replace(getattr(v5, k), pack_order="ffd")
+               for k in ("stage_a", "stage_b", "stage_c", "stage_teacher")}
+        ffd["stage_b"] = dataclasses.replace(ffd["stage_b"], steps=_V6_B_STEPS)
+        return dataclasses.replace(v5, name="v6", **ffd)
+
+    @classmethod
     def named(cls, name: str) -> Recipe:
         """The recipe called ``name`` (:data:`RECIPES`); a one-line error naming the known ones otherwise."""
         if name not in RECIPES:
@@ -205,6 +224,10 @@ class Recipe:
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        for k in ("stage_a", "stage_b", "stage_c", "stage_teacher"):  # fields added after v5, written only when set,
+            for f, default in _STAGE_ADDED.items():                    # so caches built before them stay valid
+                if d[k].get(f) == default:
+                    del d[k][f]
         return json.loads(json.dumps(d))  # int level keys -> str, JSON-safe
 
     @classmethod
@@ -221,7 +244,8 @@ class Recipe:
                    tokenizer_styles=tuple(d["tokenizer_styles"]) if d.get("tokenizer_styles") else None)
 
 
-RECIPES = {"v2": "full", "v3": "v3", "v4": "v4", "v5": "v5"}
+RECIPES = {"v2": "full", "v3": "v3", "v4": "v4", "v5": "v5", "v6": "v6"}
+_STAGE_ADDED = {"pack_order": "greedy"}  # Stage fields added after v5 -> their default (Recipe.to_dict)
 
 
 def default_recipe() -> Recipe:
@@ -328,25 +352,52 @@ def sft_batch(tokenizer, examples: list[tuple[str, str]], prompt=_prompt_text):
     return ids, mask, labels
 
 
-def sft_batch_packed(tokenizer, examples: list[tuple[str, str]], row_len: int, prompt=_prompt_text):
-    """The examples of :func:`sft_batch` packed into rows of ``row_len`` tokens, in order (a row takes the next
-    example while it fits; an example longer than a row gets a row of its own): ``(input_ids, position_ids,
-    labels)``. Positions restart at 0 with every example, which is how transformers recognises packed sequences and
-    masks attention block-diagonally (each example sees only itself, as in a padded batch), so the loss is the
-    padded batch's (same tokens, same labels) without computing the padding: ~30% less SFT work on the v3 styles'
-    ~20-60-token examples. Padding fills each row's tail (label -100, positions counting on)."""
+def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Bin packing by first-fit decreasing: indices of ``lengths`` grouped into bins of total ``<= capacity``
+    (longest first, each into the first bin it fits; an item longer than ``capacity`` gets a bin of its own; ties
+    keep their order). At most 11/9 OPT + 6/9 bins (Dósa 2007); on the tiny styles' 20-80-token examples in
+    128-token rows it uses 6-12% fewer rows than filling them in order."""
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda j: -lengths[j]):
+        for b, r in enumerate(room):
+            if lengths[i] <= r:
+                bins[b].append(i)
+                room[b] -= lengths[i]
+                break
+        else:
+            bins.append([i])
+            room.append(capacity - lengths[i])
+    return bins
+
+
+def sft_batch_packed(tokenizer, examples: list[tuple[str, str]], row_len: int, prompt=_prompt_text,
+                     order: str = "greedy"):
+    """The examples of :func:`sft_batch` packed into rows of ``row_len`` tokens: ``order`` "greedy" fills them in
+    order (a row takes the next example while it fits), "ffd" by :func:`first_fit_decreasing`; an example longer
+    than a row gets a row of its own. Returns ``(input_ids, position_ids, labels)``. Positions restart at 0 with
+    every example, which is how transformers recognises packed sequences and masks attention block-diagonally
+    (each example sees only itself, as in a padded batch), so the loss is the padded batch's (same tokens, same
+    labels) without computing the padding: ~30% less SFT work on the v3 styles' ~20-60-token examples. Padding
+    fills each row's tail (label -100, positions counting on)."""
     prompts = tokenizer([prompt(p) for p, _ in examples], add_special_tokens=False)["input_ids"]
     targets = tokenizer([s for _, s in examples], add_special_tokens=False)["input_ids"]
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     rows: list[list[tuple[list[int], int]]] = [[]]
-    used = 0
-    for p, t in zip(prompts, targets):
-        seq = p + t + [eos]
-        if rows[-1] and used + len(seq) > row_len:
-            rows.append([])
-            used = 0
-        rows[-1].append((seq, len(p)))
-        used += len(seq)
+    seqs = [(p + t + [eos], len(p)) for p, t in zip(prompts, targets)]
+    if order == "ffd":
+        rows = first_fit_decreasing([len(q) for q, _ in seqs], row_len)
+        rows = [[seqs[i] for i in r] for r in rows]
+    elif order == "greedy":
+        used = 0
+        for seq, np_ in seqs:
+            if rows[-1] and used + len(seq) > row_len:
+                rows.append([])
+                used = 0
+            rows[-1].append((seq, np_))
+            used += len(seq)
+    else:
+        raise ValueError(f"pack order {order!r}: greedy or ffd")
     L = max(row_len, max(sum(len(q) for q, _ in r) for r in rows))
     ids = torch.full((len(rows), L), pad, dtype=torch.long)
     pos = torch.zeros((len(rows), L), dtype=torch.long)
@@ -394,7 +445,7 @@ def sft(model, tokenizer, stage: Stage, data_seed: str, on_step=None, snapshot_a
         for g in opt.param_groups:
             g["lr"] = _lr_at(stage, step)
         if stage.pack:
-            ids, pos, labels = sft_batch_packed(tokenizer, next(stream), stage.pack, prompt)
+            ids, pos, labels = sft_batch_packed(tokenizer, next(stream), stage.pack, prompt, stage.pack_order)
             logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits
         else:
             ids, mask, labels = sft_batch(tokenizer, next(stream), prompt)
