@@ -197,22 +197,27 @@ def tiny():
               help="where to save the models (default: $GRAFT_CACHE or ~/.cache/graft/tiny)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--force", is_flag=True, help="rebuild even if the cache holds a complete build")
-@click.option("--recipe", default=None, help="v5 (default: writing styles, weak families, final-step slips that "
-              "leave RL room; issue 27), v4 (a's weak family weaker), v3 (no slips) or v2 (one style, blind "
-              "families) [default: $GRAFT_TINY_RECIPE or v5]")
+@click.option("--recipe", default=None, help="v6 (default: writing styles, weak families, final-step slips that "
+              "leave RL room; issue 27; built in less time than v5), v5 (the pair of results/tiny3), v4 (a's weak "
+              "family weaker), v3 (no slips) or v2 (one style, blind families) [default: $GRAFT_TINY_RECIPE or v6]")
 @click.option("--prompts", type=click.IntRange(8, 8192), default=1024, show_default=True,
               help="with --check: training prompts sampled (x 8) for the measurements")
 @click.option("--code", is_flag=True, help="the tiny code models instead (tiny_code:junior, tiny_code:teacher: the "
               "code arm of tiny_saf); with --check: pass@1 and group shapes on the held-out code problems")
+@click.option("--roles", default=None, help="comma-separated roles to build (a, b, c, teacher, junior; e.g. a,b: the "
+              "pair, which GRAFT studies load); default: all five. Not with --check (it measures all five)")
 @one_line_errors
-def tiny_build(check, cache_dir, seed, force, recipe, prompts, code):
+def tiny_build(check, cache_dir, seed, force, recipe, prompts, code, roles):
     """Build (or reuse) the tiny pair, teacher and junior (--code: the tiny code models).
 
     \b
     Example:
       graft tiny build --check
+      graft tiny build --roles a,b
       graft tiny build --code --check
     """
+    if roles and (check or code):
+        raise click.UsageError("--roles: not with --check or --code (those build and measure every role)")
     if code:
         # lazy: `graft --help` and each command load only what they use
         from graft_cli.tiny.code import code_main
@@ -222,7 +227,8 @@ def tiny_build(check, cache_dir, seed, force, recipe, prompts, code):
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.tiny.check import tiny_main
 
-    tiny_main(check=check, cache_dir=cache_dir, seed=seed, force=force, recipe=recipe, num_prompts=prompts)
+    tiny_main(check=check, cache_dir=cache_dir, seed=seed, force=force, recipe=recipe, num_prompts=prompts,
+              roles=tuple(r.strip() for r in roles.split(",") if r.strip()) if roles else None)
 
 
 @tiny.command("rl-check")

@@ -209,7 +209,8 @@ def test_execute_skips_finished_and_resumes_partial(tmp_path, monkeypatch):
     monkeypatch.setattr(X, "run_job", fake_job)
     # the plan pins the tiny pair's identity; faked here (the real one builds the full tiny models: minutes)
     monkeypatch.setattr(X, "tiny_identity",
-                        lambda progress=True, code=False, roles=None: {"cache": "c", "hashes": {"a": "1"}, "version": 2})
+                        lambda progress=True, code=False, roles=None: {"cache": "c", "hashes": {"a": "1"},
+                                                                       "version": 2})
     recs = {r["name"]: r for r in X.execute(plan, out, jobs=1, progress=False)}
     # finished + evaluated: nothing; finished: eval only; partial and new: train; a failed partner: dependent skipped
     assert calls == [("tiny-noeval-s0", True), ("tiny-half-s0", False), ("tiny-fresh-s0", False)]

@@ -417,6 +417,23 @@ def test_the_pair_builds_alone_and_the_rest_later_gives_the_same_weights(built, 
         tiny_build.ensure_tiny(lazy, recipe=rec, progress=False, roles=("d",))
 
 
+def test_tiny_build_cli_roles(built, tmp_path, monkeypatch, capsys):
+    """`graft tiny build --roles b` builds b alone (its summary row, no other); --roles with --check is refused."""
+    from click.testing import CliRunner
+
+    from graft_cli.cli import main
+
+    monkeypatch.setattr(tiny_sft, "default_recipe", lambda: tiny_sft.Recipe.reduced())
+    monkeypatch.setattr(tiny_build, "default_recipe", lambda: tiny_sft.Recipe.reduced())
+    d = str(tmp_path / "c")
+    res = CliRunner().invoke(main, ["tiny", "build", "--cache-dir", d, "--roles", "b"])
+    assert res.exit_code == 0, res.output
+    assert set(tiny_build.read_manifest(d)["models"]) == {"b"}
+    assert tiny_build.read_manifest(d)["hashes"]["b"] == tiny_build.read_manifest(built[0])["hashes"]["b"]
+    res = CliRunner().invoke(main, ["tiny", "build", "--cache-dir", d, "--roles", "a,b", "--check"])
+    assert res.exit_code != 0 and "--roles: not with --check" in res.output
+
+
 def test_sft_lowers_loss_and_mixes_specialise(built):
     """SFT lowers the response loss; each base model is relatively better on its favoured families."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

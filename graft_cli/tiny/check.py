@@ -238,10 +238,14 @@ def targets_met(props: dict) -> dict:
 
 
 def _summary_table(man: dict):
-    t = Table(title=f"tiny pair (seed {man['seed']}, built in {man['build_seconds']:.0f} s)")
+    builds = " + ".join(f"{'/'.join(b['jobs'])} {b['seconds']:.0f} s" for b in man.get("builds", []))
+    t = Table(title=f"tiny pair (seed {man['seed']}, built in {man['build_seconds']:.0f} s"
+                    f"{': ' + builds if len(man.get('builds', [])) > 1 else ''})")
     for c in ("role", "arch", "tokenizer", "params", "SFT steps", "final loss", "weights sha256"):
         t.add_column(c)
     for r in ROLES:
+        if r not in man["models"]:
+            continue
         m = man["models"][r]
         t.add_row(r, m["arch"], m["tokenizer"], f"{m['params'] / 1e6:.2f}M", str(m["steps"]),
                   f"{m.get('final_loss', float('nan')):.3f}", m["hash"][:12])
@@ -304,13 +308,14 @@ def _fills_table(props: dict):
 
 
 def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, force: bool = False, *,
-              recipe: Recipe | str | None = None, num_prompts: int = 256, n: int = 8, heldout: int = 500) -> dict:
-    """``graft tiny build [--check]``: build or reuse the cache, print a summary table; with
-    ``check``, measure the properties and print them, the LAST line being one JSON object."""
+              recipe: Recipe | str | None = None, num_prompts: int = 256, n: int = 8, heldout: int = 500,
+              roles=None) -> dict:
+    """``graft tiny build [--check] [--roles a,b]``: build or reuse the cache (``roles``, default all), print a
+    summary table; with ``check``, measure the properties and print them, the LAST line being one JSON object."""
 
     console = make_console()
     recipe = Recipe.named(recipe) if isinstance(recipe, str) else recipe
-    paths = build_tiny(cache_dir, seed=seed, force=force, progress=True, recipe=recipe)
+    paths = build_tiny(cache_dir, seed=seed, force=force, progress=True, recipe=recipe, roles=roles or ROLES)
     cache = os.path.dirname(paths["a"])
     man = read_manifest(cache)
     console.print(_summary_table(man))
@@ -318,7 +323,7 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
     tt = Table(title="tokens per sequence (training split, reference responses + EOS)")
     for c in ("tokenizer", "vocab", "prompt (mean)", "response (mean)", "prompt+response (max)"):
         tt.add_column(c)
-    for k in POLICY_ROLES:
+    for k in (r for r in POLICY_ROLES if f"vocab_{r}" in ts):
         tt.add_row(k, str(ts[f"vocab_{k}"]), f"{ts[f'tokens_prompt_{k}']:.1f}", f"{ts[f'tokens_response_{k}']:.1f}",
                    str(ts[f"tokens_total_max_{k}"]))
     console.print(tt)
