@@ -130,14 +130,16 @@ def test_style_of_table(text, style):
 
 
 def test_recipes_by_name(monkeypatch):
-    """v5 is the default (v4 with a's weak family at 0.10); v4 (v3's writing styles and weak families, with final-step
-    slips in the pair's SFT), v3 and v2 (one style, blind families) by name; an unknown name is one line naming the
-    known ones."""
+    """v6 is the default (v5 packed first-fit decreasing, b 700 SFT steps); v5 (v4 with a's weak family at 0.10), v4
+    (v3's writing styles and weak families, with final-step slips in the pair's SFT), v3 and v2 (one style, blind
+    families) by name; an unknown name is one line naming the known ones."""
     from graft_cli.errors import GraftError
     from graft_cli.tiny import sft as tiny_sft
 
     monkeypatch.delenv("GRAFT_TINY_RECIPE", raising=False)
-    v5 = tiny_sft.default_recipe()
+    v6 = tiny_sft.default_recipe()
+    assert v6 == tiny_sft.Recipe.v6() and v6.name == "v6"
+    v5 = tiny_sft.Recipe.named("v5")
     assert v5 == tiny_sft.Recipe.v5() and v5.name == "v5"
     v4 = tiny_sft.Recipe.named("v4")
     # v5 differs from v4 only in a's two-step weight

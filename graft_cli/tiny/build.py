@@ -77,7 +77,7 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
 
     # lazy: transformers is slow to import
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # lazy: as above
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -458,8 +458,8 @@ def ensure_task(cache_dir: str | None = None, seed: int = 0) -> str:
     """The tiny task's folder (``train.jsonl`` and the five ``eval_<name>.jsonl``), written if the cache has no
     complete build, without training any model: the synthetic task is a pure function of the seed and the
     training-split size (graft_cli/data/synthetic.py, same seed same bytes, atomic writes), so reading the task
-    (``tiny:train``, the synthetic benchmarks) never waits for the ~10-minute model build. A complete cache's
-    task is returned as it was built."""
+    (``tiny:train``, the synthetic benchmarks) never waits for a model build (the pair: ~4 minutes on 2 cores). A
+    complete cache's task is returned as it was built."""
     cache_dir = os.path.abspath(cache_dir or default_cache_dir())
     task = _paths(cache_dir)["task"]
     man = read_manifest(cache_dir)
