@@ -59,7 +59,9 @@ Speed and determinism
 Cache layout (``$GRAFT_CACHE`` or ``~/.cache/graft/tiny``): ``a/ b/ c/ teacher/ junior/`` (each a
 ``save_pretrained`` model + tokenizer folder, loadable offline with the Auto classes), ``task/``
 (:func:`graft_cli.data.synthetic.write_task` output) and ``manifest.json`` (recipe, seed, hashes,
-measured token statistics), written last and atomically: a cache without a valid manifest is
-rebuilt by :func:`ensure_tiny`. The task alone (``tiny:train``, the synthetic benchmarks) is written by
+measured token statistics, each build's jobs and seconds), written last and atomically: a cache without a valid
+manifest is rebuilt by :func:`ensure_tiny`. Roles are built when first asked for (``tiny:a``, ``tiny:b`` and
+``tiny:junior`` build the pair, ``tiny:teacher`` and ``tiny:c`` themselves, with the weights one build of all five
+gives); the manifest grows with them. The task alone (``tiny:train``, the synthetic benchmarks) is written by
 :func:`graft_cli.tiny.build.ensure_task` without building the models.
 """
