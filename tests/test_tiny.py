@@ -399,6 +399,15 @@ def test_the_pair_builds_alone_and_the_rest_later_gives_the_same_weights(built, 
     full = tiny_build.read_manifest(d)
     assert {r: full["hashes"][r] for r in man["hashes"]} == man["hashes"]
     task_before = man["task"]
+
+    def stopped(kind, *a, **k):
+        raise RuntimeError(f"job {kind} stopped")
+
+    with pytest.MonkeyPatch.context() as mp:  # a build of the teacher stopped half-way: the pair stays listed
+        mp.setattr(tiny_build, "_job", stopped)
+        with pytest.raises(RuntimeError, match="job teacher stopped"):
+            tiny_build.build_tiny(lazy, recipe=rec, progress=False, roles=("teacher",), workers=1)
+    assert set(tiny_build.read_manifest(lazy)["models"]) == {"a", "b", "junior"}
     tiny_build.ensure_tiny(lazy, recipe=rec, progress=False, roles=("teacher",))
     man = tiny_build.read_manifest(lazy)
     assert set(man["models"]) == {"a", "b", "junior", "teacher"} and man["task"] == task_before

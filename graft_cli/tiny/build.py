@@ -273,7 +273,8 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
 
     Returns role -> folder for each of :data:`ROLES` and ``task`` (the folders of roles not built are empty). A
     cache whose manifest matches (version, seed, recipe) is reused for the roles it has; the jobs (:data:`JOBS`)
-    of the missing roles run and the manifest is rewritten with them, atomically, last: the pair (a with its
+    of the missing roles run and the manifest is rewritten with them, atomically, last (until then it lists the
+    roles built before, so a build stopped half-way loses only its own roles): the pair (a with its
     junior, and b) builds without the teacher and c, which are built when first asked for (``tiny:teacher``,
     ``tiny:c``; a later build gives the same weights as one build of all). ``force`` rebuilds from scratch.
     ``workers >= 2`` trains the jobs in single-threaded worker processes at once (the teacher once a is saved);
@@ -293,8 +294,9 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
         if man and _manifest_ok(man, cache_dir, seed, recipe, roles=roles):
             return paths
         jobs = _jobs_for(set(roles) - have, have)
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(_manifest_path(cache_dir))
+        if man is None or any(set(JOBS[k]) & have for k in jobs):  # folders the manifest lists will be rewritten
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(_manifest_path(cache_dir))
         t0 = time.time()
         if man is None:
             task_paths = write_task(paths["task"], seed=seed, train_size=recipe.train_size)
