@@ -198,8 +198,9 @@ def tiny():
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--force", is_flag=True, help="rebuild even if the cache holds a complete build")
 @click.option("--recipe", default=None, help="v6 (default: writing styles, weak families, final-step slips that "
-              "leave RL room; issue 27; built in less time than v5), v5 (the pair of results/tiny3), v4 (a's weak "
-              "family weaker), v3 (no slips) or v2 (one style, blind families) [default: $GRAFT_TINY_RECIPE or v6]")
+              "leave RL room; issue 27; built in less time than v5), v5 (the pair of the 2026-12-04 studies), v4 "
+              "(a's weak family weaker), v3 (no slips) or v2 (one style, blind families) "
+              "[default: $GRAFT_TINY_RECIPE or v6]")
 @click.option("--prompts", type=click.IntRange(8, 8192), default=1024, show_default=True,
               help="with --check: training prompts sampled (x 8) for the measurements")
 @click.option("--code", is_flag=True, help="the tiny code models instead (tiny_code:junior, tiny_code:teacher: the "

@@ -250,7 +250,7 @@ _STAGE_ADDED = {"pack_order": "greedy"}  # Stage fields added after v5 -> their 
 
 def default_recipe() -> Recipe:
     """``$GRAFT_TINY_RECIPE`` (default ``v6``, the pair in the GRAFT paper's regime with room for RL, v5's built in
-    less time; ``v5`` the pair of the studies published on 2026-12-04 (``results/tiny3`` is still on it), ``v4``
+    less time; ``v5`` the pair of the studies published on 2026-12-04, ``v4``
     its predecessor; ``v3`` the pair of the SAF-OPD and Tandem RLVR studies published on 2026-12-03, ``v2`` that of
     the studies published before): the recipe :func:`build_tiny` / :func:`ensure_tiny` build."""
     return Recipe.named(os.environ.get("GRAFT_TINY_RECIPE") or "v6")
