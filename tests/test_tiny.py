@@ -10,6 +10,7 @@ import json
 import os
 import random
 import re
+import shutil
 
 import pytest
 import torch
@@ -416,6 +417,11 @@ def test_the_pair_builds_alone_and_the_rest_later_gives_the_same_weights(built, 
     tiny_build.ensure_tiny(lazy, recipe=rec, progress=False)
     man = tiny_build.read_manifest(lazy)
     assert man["hashes"] == full["hashes"] and man["token_stats"] == full["token_stats"]
+    # a role the manifest lists whose folder is gone is built again (its job only)
+    shutil.rmtree(os.path.join(lazy, "c"))
+    tiny_build.ensure_tiny(lazy, recipe=rec, progress=False, roles=("c",))
+    man = tiny_build.read_manifest(lazy)
+    assert man["hashes"] == full["hashes"] and man["builds"][-1]["jobs"] == ["c"]
     # another recipe: nothing of the cache is reused, the asked-for roles are built from scratch
     tiny_build.ensure_tiny(lazy, recipe=tiny_sft.Recipe.reduced(steps=4), progress=False, roles=("b",))
     man = tiny_build.read_manifest(lazy)

@@ -233,10 +233,10 @@ def tiny_roles(plan: Plan, out: str) -> tuple:
             continue
         cfg = compose(plan.compose_overrides(r, out))
         roles |= {str(p.model).split(":", 1)[1] for p in cfg.policies if str(p.model).startswith("tiny:")}
-    return tuple(x for x in T.ROLES if x in roles) or ("a", "b")
+    return tuple(x for x in T.ROLES if x in roles) or T.PAIR
 
 
-def tiny_identity(progress: bool = True, code: bool = False, roles=("a", "b")) -> dict:
+def tiny_identity(progress: bool = True, code: bool = False, roles=T.PAIR) -> dict:
     """Build the tiny ``roles`` (and with ``code`` the tiny code models) once here if needed (workers never build
     them concurrently) and return the identity: cache folder and the manifests' model hashes (of every role the
     cache has)."""

@@ -290,7 +290,7 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
         man = read_manifest(cache_dir)
         if force or not _manifest_ok(man, cache_dir, seed, recipe, roles=()):
             man = None  # nothing of it is reused
-        have = set((man or {}).get("models", {}))
+        have = {r for r in (man or {}).get("models", {}) if _role_present(man, cache_dir, r)}
         if man and _manifest_ok(man, cache_dir, seed, recipe, roles=roles):
             return paths
         jobs = _jobs_for(set(roles) - have, have)
@@ -437,12 +437,14 @@ def _manifest_ok(man: dict | None, cache_dir: str, seed: int, recipe: Recipe, ro
         return False
     if man.get("recipe") != recipe.to_dict():
         return False
-    for r in roles:
-        d = os.path.join(cache_dir, r)
-        if r not in man.get("models", {}) or not (os.path.isfile(os.path.join(d, "config.json"))
-                                                   and os.path.isfile(os.path.join(d, "tokenizer.json"))):
-            return False
-    return _task_files_present(man, cache_dir)
+    return all(_role_present(man, cache_dir, r) for r in roles) and _task_files_present(man, cache_dir)
+
+
+def _role_present(man: dict, cache_dir: str, role: str) -> bool:
+    """``role`` is listed in the manifest and its folder holds a model and tokenizer."""
+    d = os.path.join(cache_dir, role)
+    return role in man.get("models", {}) and all(os.path.isfile(os.path.join(d, f))
+                                                 for f in ("config.json", "tokenizer.json"))
 
 
 def _task_files_present(man: dict, cache_dir: str) -> bool:
