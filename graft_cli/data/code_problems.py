@@ -12,7 +12,9 @@ The ``problem`` is the whole user message of the benchmark's own prompt for chat
   problem in a markdown code block:`` and the task's function header and docstring in a fence (EvalPlus also
   prefills the assistant turn with a response prefix; graft's prompts have no prefill). MBPP+'s header is
   EvalPlus's: the task in words and the first original assert inside a docstring. The spec keeps that header as
-  ``prompt``, so a raw completion is graded HumanEval-style (prompt + completion).
+  ``prompt``, so a raw completion is graded HumanEval-style (prompt + completion), and the reference solution
+  (HumanEval's ``prompt + canonical_solution``, MBPP+'s ``code``) as ``reference``: the code reward records its
+  calls under the tests to grade answers outside the sandboxed process (graft_cli/code_convert.py).
 * **LiveCodeBench** (``livecodebench/code_generation_lite`` rows: ``question_id, question_content,
   contest_date, starter_code, public_test_cases, private_test_cases, metadata``; the private tests are JSON, or
   JSON pickled as a str, zlib-compressed and base64-encoded, read here with an unpickler that refuses every
@@ -131,6 +133,8 @@ def humaneval_problems(source: str | None = None) -> list[Problem]:
         where = f"{source}: row {i}"
         _need(row, ("task_id", "prompt", "entry_point", "test"), where)
         spec = {"tests": row["test"], "entry_point": row["entry_point"], "prompt": row["prompt"]}
+        if row.get("canonical_solution"):
+            spec["reference"] = row["prompt"] + row["canonical_solution"]
         out.append(Problem(str(row["task_id"]), evalplus_message(row["prompt"]), json.dumps(spec)))
     return _done(out, source)
 
@@ -153,6 +157,8 @@ def mbppplus_problems(source: str) -> list[Problem]:
         tests = list(row["test_list"])
         header = f'"""\n{row["prompt"]}\n{tests[0] if tests else ""}\n"""\n'
         spec = {"tests": row["test"], "entry_point": entry, "prompt": header}
+        if row.get("code"):
+            spec["reference"] = str(row["code"])
         out.append(Problem(f"Mbpp/{row['task_id']}", evalplus_message(header), json.dumps(spec)))
     return _done(out, source)
 

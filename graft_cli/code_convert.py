@@ -1,0 +1,369 @@
+"""Assert-kind code tests turned into call-kind tests whose verdict is decided outside the untrusted process.
+
+An ``assert`` spec (HumanEval / EvalPlus test code) can only be judged inside the program's process, where the
+program can reach the harness. Most such tests, though, only call the entry point and compare what it returned
+with a value of their own. :func:`rewrite_tests` finds every call of the entry point in the test code (``f(...)``,
+and ``candidate(...)`` inside ``check``) and accepts the tests when each call sits in one of these places, giving
+the call a comparison rule:
+
+=========================================  ==========  ==================================================
+the call in the tests                      rule        passes when (``got``: the value returned)
+=========================================  ==========  ==================================================
+``assert f(x) == y`` / ``y == f(x)``       ``eq``      ``got == y``
+``assert f(x) != y``                       ``ne``      ``got != y``
+``assert f(x) is y`` / ``is not y``        ``is``      ``got is y`` (``None``, ``True``, ``False``)
+``assert f(x) in y`` / ``not in y``        ``in``      ``got in y``
+``assert abs(f(x) - y) < t`` (``<=``)      ``close``   ``abs(got - y) < t`` (``<=``)
+``assert f(x)`` / ``assert not f(x)``      ``truthy``  ``bool(got)`` is True / False
+``assertion(f(*inp), exp, atol)``          ``allclose``EvalPlus's ``assertion``: ``got == exp``, or within
+                                                       ``atol`` (1e-6 when ``atol`` is 0 and ``exp`` holds
+                                                       floats) element-wise
+=========================================  ==========  ==================================================
+
+and ``set``/``sorted``/``len``/``list``/``tuple``/``abs``/``round`` of the call (``assert sorted(f(x)) == y``)
+applied to ``got`` before the rule. Any other use of the entry point (its result stored in a variable, passed
+to a helper such as ``poly(xs, f(x))``, compared in a chain) leaves the problem in the assert kind.
+
+The rewritten tests are then run once with the problem's **reference solution** in the sandbox (the harness's
+``record`` mode): each call's arguments, the reference's result and the test's own expected value (``y``,
+``t``, ``exp``, ``atol``) are recorded as plain data, as EvalPlus derives its expected outputs from the
+reference. The reference must pass its own tests and every recorded value must be plain data (below); else the
+problem stays assert-kind (:data:`graft_cli.code_reward.HARNESS` hardened fallback), counted as such.
+
+**Plain data** crosses the sandbox boundary in a tagged JSON form with exact types: ``None``, ``bool``, ``int``,
+``float`` (non-finite as ``{"f": "nan"}``...), ``str`` and ``list`` as themselves, ``{"t": [...]}`` a tuple,
+``{"s": [...]}`` a set, ``{"fs": [...]}`` a frozenset, ``{"d": [[k, v], ...]}`` a dict, ``{"b": hex}`` bytes,
+``{"c": [re, im]}`` a complex. Only objects whose type is exactly one of these are encoded (a subclass, whose
+``__eq__`` could lie, is refused). :func:`decode` rebuilds them here, in the trusted process, where the rules
+compare real built-in values.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+
+RULES = ("eq", "ne", "is", "in", "close", "truthy", "allclose")
+TRANSFORMS = {"set": set, "sorted": sorted, "len": len, "list": list, "tuple": tuple, "abs": abs, "round": round}
+MAX_DEPTH = 64
+
+
+class NotPlain(ValueError):
+    """A tagged value that does not decode (unknown tag, wrong shape, nested too deep)."""
+
+
+# --------------------------------------------------------------------------------------------- plain data
+def decode(x, depth: int = 0):
+    """The built-in value of a tagged JSON value (module docstring); raises :class:`NotPlain`."""
+    if depth > MAX_DEPTH:
+        raise NotPlain("nested too deep")
+    t = type(x)
+    if x is None or t in (bool, int, float, str):
+        return x
+    if t is list:
+        return [decode(v, depth + 1) for v in x]
+    if t is dict and len(x) == 1:
+        (tag, v), = x.items()
+        if tag == "t" and type(v) is list:
+            return tuple(decode(e, depth + 1) for e in v)
+        if tag in ("s", "fs") and type(v) is list:
+            items = [decode(e, depth + 1) for e in v]
+            try:
+                return set(items) if tag == "s" else frozenset(items)
+            except TypeError:
+                raise NotPlain("unhashable set element") from None
+        if tag == "d" and type(v) is list:
+            out = {}
+            for kv in v:
+                if type(kv) is not list or len(kv) != 2:
+                    raise NotPlain("bad dict item")
+                try:
+                    out[decode(kv[0], depth + 1)] = decode(kv[1], depth + 1)
+                except TypeError:
+                    raise NotPlain("unhashable dict key") from None
+            return out
+        if tag == "f" and v in ("nan", "inf", "-inf"):
+            return float(v)
+        if tag == "b" and type(v) is str:
+            try:
+                return bytes.fromhex(v)
+            except ValueError:
+                raise NotPlain("bad bytes") from None
+        if tag == "c" and type(v) is list and len(v) == 2 and all(type(e) in (int, float) for e in v):
+            return complex(*v)
+    raise NotPlain(f"not a tagged value: {type(x).__name__}")
+
+
+def encode(x, depth: int = 0):
+    """The tagged JSON form of a plain built-in value (the trusted side's twin of the harness's encoder)."""
+    if depth > MAX_DEPTH:
+        raise NotPlain("nested too deep")
+    t = type(x)
+    if x is None or t in (bool, int, str):
+        return x
+    if t is float:
+        return x if math.isfinite(x) else {"f": repr(x)}
+    if t is list:
+        return [encode(v, depth + 1) for v in x]
+    if t is tuple:
+        return {"t": [encode(v, depth + 1) for v in x]}
+    if t in (set, frozenset):
+        return {"s" if t is set else "fs": [encode(v, depth + 1) for v in x]}
+    if t is dict:
+        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]}
+    if t is bytes:
+        return {"b": x.hex()}
+    if t is complex:
+        return {"c": [x.real, x.imag]}
+    raise NotPlain(f"not plain data: {t.__name__}")
+
+
+def json_form(x):
+    """A decoded value as JSON would carry it (tuples -> lists, ...): what plain call-kind golds compare with."""
+    t = type(x)
+    if t in (list, tuple):
+        return [json_form(v) for v in x]
+    if t is dict:
+        return {str(k) if type(k) is not str else k: json_form(v) for k, v in x.items()}
+    if t in (set, frozenset):
+        return sorted((json_form(v) for v in x), key=repr)
+    return x
+
+
+# ------------------------------------------------------------------------------------------------- rules
+def _floats(x) -> bool:
+    if type(x) is float:
+        return True
+    if type(x) in (list, tuple):
+        return len(x) > 0 and all(_floats(v) for v in x)
+    return False
+
+
+def _allclose(got, exp, atol: float) -> bool:
+    """numpy.testing.assert_allclose(got, exp, atol=atol, rtol=1e-7) on plain values (EvalPlus's ``assertion``)."""
+    if type(got) in (list, tuple) and type(exp) in (list, tuple):
+        return len(got) == len(exp) and all(_allclose(a, b, atol) for a, b in zip(got, exp))
+    if type(got) in (int, float, bool) and type(exp) in (int, float, bool):
+        if math.isnan(got) or math.isnan(exp):
+            return math.isnan(got) and math.isnan(exp)
+        return abs(got - exp) <= atol + 1e-7 * abs(exp)
+    return got == exp
+
+
+def passes(rule: dict, got) -> bool:
+    """Whether ``got`` (a decoded value) passes one recorded call's rule (module docstring's table)."""
+    try:
+        for name, *args in rule.get("transform", []):
+            got = TRANSFORMS[name](got, *args)
+        kind, want = rule["rule"], rule.get("want")
+        if kind == "eq":
+            return bool(got == want)
+        if kind == "ne":
+            return bool(got != want)
+        if kind == "is":
+            return got is want if not rule.get("negate") else got is not want
+        if kind == "in":
+            return (got in want) != bool(rule.get("negate"))
+        if kind == "truthy":
+            return bool(got) != bool(rule.get("negate"))
+        if kind == "close":
+            d = abs(got - want)
+            return bool(d <= rule["tol"]) if rule.get("le") else bool(d < rule["tol"])
+        if kind == "allclose":
+            atol = rule.get("tol") or 0
+            if got == want:
+                return True
+            if atol == 0 and _floats(want):
+                atol = 1e-6
+            return atol != 0 and _allclose(got, want, atol)
+    except Exception:  # a value of the wrong shape for the rule (len of an int, ...): the test would have failed
+        return False
+    return False
+
+
+# ---------------------------------------------------------------------------------------- rewriting tests
+class NotConvertible(ValueError):
+    """The tests use the entry point in a way the call kind cannot express (module docstring)."""
+
+
+_CMP = {ast.Eq: "eq", ast.NotEq: "ne", ast.Is: "is", ast.IsNot: "is", ast.In: "in", ast.NotIn: "in"}
+
+
+def _site_call(node, names) -> tuple[ast.Call, list] | None:
+    """``node`` is a call of the entry point, possibly inside transforms: (the call, transforms outermost last)."""
+    chain = []
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in TRANSFORMS \
+            and node.args and not node.keywords and node.func.id not in names:
+        extra = node.args[1:]
+        if not all(isinstance(a, ast.Constant) and type(a.value) is int for a in extra):
+            return None
+        chain.append([node.func.id] + [a.value for a in extra])
+        node = node.args[0]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
+        return node, chain[::-1]
+    return None
+
+
+def _has_entry(node, names) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+
+
+def _rec(site: int, call: ast.Call) -> ast.Call:
+    return ast.Call(ast.Name("__graft_rec__", ast.Load()), [ast.Constant(site), call.func] + call.args,
+                    call.keywords)
+
+
+def _wrap(chain: list, node):
+    """``node`` inside the transforms of ``chain`` again (innermost first), as the tests wrote it."""
+    for name, *extra in chain:
+        node = ast.Call(ast.Name(name, ast.Load()), [node] + [ast.Constant(e) for e in extra], [])
+    return node
+
+
+def _exp(site: int, key: str, node) -> ast.Call:
+    return ast.Call(ast.Name("__graft_exp__", ast.Load()), [ast.Constant(site), ast.Constant(key), node], [])
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self, names):
+        self.names, self.sites = names, []
+
+    def _new(self, rule: dict) -> int:
+        self.sites.append(rule)
+        return len(self.sites) - 1
+
+    def _check_clean(self, node) -> None:
+        if _has_entry(node, self.names):
+            raise NotConvertible("the entry point is used outside a recognised comparison")
+
+    def visit_FunctionDef(self, node):
+        if node.name == "check" and node.args.args:  # human-eval's check(candidate)
+            self.names = self.names | {node.args.args[0].arg}
+        return self.generic_visit(node)
+
+    def visit_Assert(self, node):
+        test = node.test
+        negate = False
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test, negate = test.operand, True
+        sc = _site_call(test, self.names)
+        if sc is not None:  # assert f(x) / assert not f(x)
+            call, chain = sc
+            self._args_clean(call)
+            site = self._new({"rule": "truthy", "negate": negate, "transform": chain})
+            rec = _wrap(chain, _rec(site, call))
+            node.test = ast.UnaryOp(ast.Not(), rec) if negate else rec
+            return node
+        if not negate and isinstance(test, ast.Compare) and len(test.ops) == 1:
+            new = self._compare(test)
+            if new is not None:
+                node.test = new
+                return node
+        self._check_clean(node)
+        return node
+
+    def _args_clean(self, call: ast.Call) -> None:
+        for a in call.args + [k.value for k in call.keywords]:
+            self._check_clean(a)
+
+    def _compare(self, test: ast.Compare):
+        op, left, right = test.ops[0], test.left, test.comparators[0]
+        if type(op) in _CMP:
+            for mine, other, flip in ((left, right, False), (right, left, True)):
+                sc = _site_call(mine, self.names)
+                if sc is None or (flip and type(op) in (ast.In, ast.NotIn)):
+                    continue
+                call, chain = sc
+                self._args_clean(call)
+                self._check_clean(other)
+                rule = {"rule": _CMP[type(op)], "transform": chain}
+                if type(op) in (ast.IsNot, ast.NotIn):
+                    rule["negate"] = True
+                site = self._new(rule)
+                new_mine, new_other = _wrap(chain, _rec(site, call)), _exp(site, "want", other)
+                return ast.Compare(new_other if flip else new_mine, [op], [new_mine if flip else new_other])
+        if isinstance(op, (ast.Lt, ast.LtE)) and isinstance(left, ast.Call) and isinstance(left.func, (ast.Name,
+                                                                                                       ast.Attribute)):
+            fname = left.func.id if isinstance(left.func, ast.Name) else left.func.attr
+            if fname in ("abs", "fabs") and len(left.args) == 1 and isinstance(left.args[0], ast.BinOp) \
+                    and isinstance(left.args[0].op, ast.Sub):
+                sub = left.args[0]
+                sc = _site_call(sub.left, self.names)
+                if sc is not None:
+                    call, chain = sc
+                    self._args_clean(call)
+                    self._check_clean(sub.right)
+                    self._check_clean(right)
+                    site = self._new({"rule": "close", "le": isinstance(op, ast.LtE), "transform": chain})
+                    left.args[0] = ast.BinOp(_wrap(chain, _rec(site, call)), ast.Sub(), _exp(site, "want", sub.right))
+                    return ast.Compare(left, [op], [_exp(site, "tol", right)])
+        return None
+
+    def visit_Expr(self, node):  # EvalPlus: assertion(f(*inp), exp, atol)
+        v = node.value
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "assertion" \
+                and len(v.args) == 3 and not v.keywords:
+            sc = _site_call(v.args[0], self.names)
+            if sc is not None:
+                call, chain = sc
+                self._args_clean(call)
+                self._check_clean(v.args[1])
+                self._check_clean(v.args[2])
+                site = self._new({"rule": "allclose", "transform": chain})
+                v.args = [_wrap(chain, _rec(site, call)), _exp(site, "want", v.args[1]), _exp(site, "tol", v.args[2])]
+                return node
+        self._check_clean(node)
+        return node
+
+    def generic_visit(self, node):
+        if isinstance(node, ast.Name) and node.id in self.names and isinstance(node.ctx, ast.Load):
+            raise NotConvertible("the entry point is used outside a recognised comparison")
+        return super().generic_visit(node)
+
+
+def rewrite_tests(tests: str, entry_point: str) -> tuple[str, list[dict]]:
+    """The tests with each call of the entry point recorded (``__graft_rec__``) and each expected value recorded
+    (``__graft_exp__``), and the rule of each call site; raises :class:`NotConvertible`."""
+    if not entry_point:
+        raise NotConvertible("no entry point")
+    try:
+        tree = ast.parse(tests)
+    except SyntaxError:
+        raise NotConvertible("the tests do not parse") from None
+    rw = _Rewriter(frozenset({entry_point}))
+    tree = rw.visit(tree)
+    if not rw.sites:
+        raise NotConvertible("the tests never call the entry point in a recognised comparison")
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree), rw.sites
+
+
+def calls_from_records(records: list, sites: list[dict]) -> tuple[list, list[dict]]:
+    """``(inputs, rules)`` of a converted spec from the record run's events (``[site, args, kwargs, result]``
+    calls and ``[site, key, value]`` expected values, all tagged). Raises :class:`NotConvertible` when a call
+    site's expected value is missing."""
+    inputs, rules, waiting, last = [], [], {}, {}
+    for ev in records:
+        if len(ev) == 4:
+            site, args, kwargs, _result = ev
+            if decode(kwargs):
+                raise NotConvertible("keyword arguments")
+            rule = dict(sites[site])
+            rule["transform"] = list(rule.get("transform", []))
+            rule.update(waiting.pop(site, {}))  # ``y == f(x)``: the expected value came first
+            rules.append(rule)
+            inputs.append(args)
+            last[site] = rule
+        else:
+            site, key, val = ev
+            rule = last.get(site)
+            if rule is not None and key not in rule:
+                rule[key] = val
+            else:
+                waiting.setdefault(site, {})[key] = val
+    for rule in rules:
+        need = {"eq": ("want",), "ne": ("want",), "is": ("want",), "in": ("want",), "close": ("want", "tol"),
+                "allclose": ("want", "tol"), "truthy": ()}[rule["rule"]]
+        if any(k not in rule for k in need):
+            raise NotConvertible("a call's expected value was not recorded")
+    return inputs, rules

@@ -1,0 +1,123 @@
+"""Assert-kind tests converted to call-kind ones (graft_cli/code_convert.py): the rules found in test code, the
+plain-data codec, the pairing of recorded calls with expected values, and the trusted-side comparisons, all against
+values worked by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from graft_cli.code_convert import (NotConvertible, NotPlain, calls_from_records, decode, encode, json_form, passes,
+                                    rewrite_tests)
+
+
+@pytest.mark.parametrize("tests,rule", [
+    ("def check(candidate):\n    assert candidate(1) == 2\n", {"rule": "eq", "transform": []}),
+    ("def check(c):\n    assert 2 == c(1)\n", {"rule": "eq", "transform": []}),
+    ("assert f(1) != 3\n", {"rule": "ne", "transform": []}),
+    ("assert f(1) is None\n", {"rule": "is", "transform": []}),
+    ("assert f(1) is not None\n", {"rule": "is", "transform": [], "negate": True}),
+    ("assert f(1) in (2, 3)\n", {"rule": "in", "transform": []}),
+    ("assert not f(1)\n", {"rule": "truthy", "negate": True, "transform": []}),
+    ("assert abs(f(1) - 2.0) < 1e-6\n", {"rule": "close", "le": False, "transform": []}),
+    ("import math\nassert math.fabs(f(1) - 2.0) <= 1e-6\n", {"rule": "close", "le": True, "transform": []}),
+    ("assert sorted(f(1)) == [1, 2]\n", {"rule": "eq", "transform": [["sorted"]]}),
+    ("assert tuple(f(1)) == (1, 2)\n", {"rule": "eq", "transform": [["tuple"]]}),
+    ("assert round(f(1), 2) == 0.5\n", {"rule": "eq", "transform": [["round", 2]]}),
+    ("for inp, exp in zip([[1]], [2]):\n    assertion(f(*inp), exp, 0)\n", {"rule": "allclose", "transform": []}),
+])
+def test_rewrite_finds_each_rule(tests, rule):
+    _, sites = rewrite_tests(tests, "f")
+    assert sites == [rule]
+
+
+@pytest.mark.parametrize("tests", [
+    "def check(candidate):\n    x = candidate(1)\n    assert x == 2\n",  # the result kept in a variable
+    "def check(candidate):\n    assert poly([1], candidate(1)) < 1e-6\n",  # passed to a helper
+    "assert f(1) == f(2)\n",  # the entry point on both sides
+    "assert 1 < f(1) < 3\n",  # a chained comparison
+    "def check(candidate):\n    assert tuple(candidate([1])) == tuple(f([1]))\n",  # compared with itself
+    "assert g(1) == 2\n",  # never calls the entry point
+    "assert f(1 == 2\n",  # does not parse
+])
+def test_rewrite_refuses_what_the_call_kind_cannot_express(tests):
+    with pytest.raises(NotConvertible):
+        rewrite_tests(tests, "f")
+
+
+def test_rewritten_tests_record_calls_and_expected_values():
+    """The rewritten code calls __graft_rec__ / __graft_exp__ with the site number; run here with recorders that
+    behave as the harness's (record, then return the value)."""
+    code, sites = rewrite_tests("def check(candidate):\n    assert candidate(2) == 4\n    assert 9 == candidate(3)\n",
+                                "f")
+    events = []
+    ns = {"__graft_rec__": lambda s, fn, *a: events.append(("call", s, a)) or fn(*a),
+          "__graft_exp__": lambda s, k, v: events.append(("exp", s, k, v)) or v}
+    exec(code, ns)
+    ns["check"](lambda x: x * x)
+    assert events == [("call", 0, (2,)), ("exp", 0, "want", 4), ("exp", 1, "want", 9), ("call", 1, (3,))]
+    assert [s["rule"] for s in sites] == ["eq", "eq"]
+
+
+def test_calls_from_records_pairs_expected_values_either_side():
+    sites = [{"rule": "eq", "transform": []}, {"rule": "eq", "transform": []}, {"rule": "close", "le": False,
+                                                                              "transform": []}]
+    records = [[0, [2], {"d": []}, 4], [0, "want", 4],  # f(2) == 4
+               [1, "want", 9], [1, [3], {"d": []}, 9],  # 9 == f(3)
+               [1, "want", 16], [1, [4], {"d": []}, 16],  # the same site again, in a loop
+               [2, [1], {"d": []}, 0.5], [2, "want", 0.5], [2, "tol", 1e-6]]
+    inputs, rules = calls_from_records(records, sites)
+    assert inputs == [[2], [3], [4], [1]]
+    assert [r.get("want") for r in rules] == [4, 9, 16, 0.5] and rules[3]["tol"] == 1e-6
+    with pytest.raises(NotConvertible):
+        calls_from_records([[0, [2], {"d": [["k", 1]]}, 4], [0, "want", 4]], sites)  # keyword arguments
+    with pytest.raises(NotConvertible):
+        calls_from_records([[0, [2], {"d": []}, 4]], sites)  # no expected value recorded
+
+
+@pytest.mark.parametrize("value", [None, True, 3, -2**80, 0.1, float("inf"), "é\n", [1, [2]], (1, (2,)), {1, 2},
+                                   frozenset({3}), {"a": 1, 2: (3,)}, b"\x00\xff", 1 + 2j, []])
+def test_plain_data_round_trips_with_exact_types(value):
+    back = decode(json.loads(json.dumps(encode(value))))
+    assert back == value and type(back) is type(value)
+
+
+def test_plain_data_keeps_what_json_would_merge_apart():
+    assert decode({"t": [1, 2]}) != decode([1, 2])  # a tuple is not a list
+    assert type(decode({"s": [1]})) is set and type(decode({"fs": [1]})) is frozenset
+    assert json_form(decode({"t": [1, {"t": [2]}]})) == [1, [2]]  # what plain call-kind golds compare with
+    nested = []
+    for _ in range(200):
+        nested = [nested]
+    for bad in ({"x": 1}, {"t": 1}, {"s": [[1]]}, {"f": "1.5"}, {"c": ["a", 1]}, nested, {"b": "zz"}):
+        with pytest.raises(NotPlain):
+            decode(bad)
+
+    class Liar(int):
+        def __eq__(self, other):
+            return True
+
+    with pytest.raises(NotPlain):
+        encode(Liar(1))
+
+
+@pytest.mark.parametrize("rule,got,ok", [
+    ({"rule": "eq", "want": 4}, 4, True), ({"rule": "eq", "want": 4}, 4.0, True),  # Python's == on built-ins
+    ({"rule": "eq", "want": (1, 2)}, [1, 2], False), ({"rule": "eq", "want": (1, 2), "transform": [["tuple"]]},
+                                                      [1, 2], True),
+    ({"rule": "ne", "want": 3}, 2, True), ({"rule": "ne", "want": 3}, 3, False),
+    ({"rule": "is", "want": None}, None, True), ({"rule": "is", "want": None}, 0, False),
+    ({"rule": "is", "want": None, "negate": True}, 0, True),
+    ({"rule": "in", "want": [2, 3]}, 3, True), ({"rule": "in", "want": [2, 3]}, 4, False),
+    ({"rule": "truthy"}, [1], True), ({"rule": "truthy", "negate": True}, [1], False),
+    ({"rule": "close", "want": 0.33, "tol": 1e-6}, 0.3300001, True),  # |d| = 1e-7 < 1e-6
+    ({"rule": "close", "want": 0.33, "tol": 1e-6}, 0.331, False),
+    ({"rule": "close", "want": 1.0, "tol": 0.5, "le": True}, 1.5, True),
+    ({"rule": "allclose", "want": [1.0, 2.0], "tol": 0}, [1.0000001, 2.0], True),  # atol 0 with floats: 1e-6
+    ({"rule": "allclose", "want": [1.0, 2.0], "tol": 0}, [1.01, 2.0], False),
+    ({"rule": "allclose", "want": 5, "tol": 0}, 6, False),
+    ({"rule": "eq", "want": 2, "transform": [["len"]]}, 7, False),  # len of an int: the test would have raised
+])
+def test_passes_rules_worked_by_hand(rule, got, ok):
+    assert passes({"transform": [], **rule}, got) is ok
