@@ -26,7 +26,7 @@ from graft_cli.algorithms.controllers import controller_params
 from graft_cli.algorithms.correction import IS_CORRECTIONS, ROLLOUT_REJECTIONS
 from graft_cli.algorithms.exchange import EXCHANGES
 from graft_cli.algorithms.losses import AGG_MODES, KL_KINDS, KL_ROWS, POLICY_LOSSES
-from graft_cli.algorithms.minibatch import MINIBATCH_ORDERINGS
+from graft_cli.algorithms.minibatch import LAYOUTS, MINIBATCH_ORDERINGS
 from graft_cli.algorithms.signals import loss_mask_params, token_adv_params
 from graft_cli.errors import GraftError
 from graft_cli.models.loading import DTYPES
@@ -309,6 +309,15 @@ def validate(cfg: Config, registries: bool = True) -> None:
         a.loss_params = POLICY_LOSSES.get(a.loss).validate(a.loss_params)
     _known(cfg.exchange.name, EXCHANGES, "exchange.name")
     _known(cfg.exchange.ordering, MINIBATCH_ORDERINGS, "exchange.ordering")
+    ex = cfg.exchange
+    _check(ex.layout in LAYOUTS, "exchange.layout", f"unknown layout {ex.layout!r}; known: {', '.join(LAYOUTS)}")
+    if ex.layout == "rank_chunks":
+        _check(ex.ordering == "self_first_rows", "exchange.layout",
+               f"rank_chunks splits the rows of ordering self_first_rows, not {ex.ordering!r}")
+        _check(ex.layout_ranks >= 1, "exchange.layout_ranks", "must be >= 1")
+        _check((a.minibatch_prompts * r.n) % ex.layout_ranks == 0, "exchange.layout_ranks",
+               f"must divide the minibatch's rows, algo.minibatch_prompts × rollout.n = {a.minibatch_prompts * r.n} "
+               f"(exchange.layout=whole_batch: one process's minibatches)")
     hint = " (vLLM is not installed: pip install -e '.[vllm]')" if r.engine == "vllm" else ""
     _check(r.engine in ENGINES, "rollout.engine", f"unknown; known: {', '.join(ENGINES.names())}{hint}")
     if r.engine in ENGINES:  # the engine's own option check; then options that name a frozen model (tandem)

@@ -204,6 +204,10 @@ class ExchangeConfig:
     name: str = "none"  # registered exchange step: none | graft | ...
     ordering: str = "last"  # registered minibatch ordering (graft_cli/algorithms/minibatch.py): last | first |
     # uniform (groups holding peer samples after / before the own groups / shuffled) | self_first_rows (HACPO)
+    layout: str = "whole_batch"  # whole_batch: the ordering cuts one process's rows | rank_chunks (self_first_rows
+    # only): the rows split over layout_ranks data-parallel ranks first, as verl dispatches them (HACPO's 8-GPU
+    # launcher); optimizer step m = every rank's m-th minibatch (graft_cli/algorithms/minibatch.py)
+    layout_ranks: int = 8  # W of rank_chunks: (algo.minibatch_prompts × rollout.n) % W == 0
     params: dict = field(default_factory=dict)  # exchange-specific options, validated by the exchange
 
 
@@ -218,6 +222,7 @@ class FinalEvalConfig:
     ``<run>/eval/`` (graft_cli/eval/setup.py ``validation_root``)."""
     benchmarks: Optional[list] = None
     runs: Optional[int] = None
+    bench_runs: Optional[dict] = None  # benchmark -> runs where it differs from ``runs`` (e.g. more on small sets)
     samples: Optional[int] = None
     temperature: Optional[float] = None
     top_p: Optional[float] = None

@@ -328,9 +328,13 @@ HACPO_TABLE = {
     "b": {"adv": [0.0, 0.0, 0.0, -1.999996, 1.499997, -0.499999, -0.499999, -0.499999], "c": 1 / 3},
 }
 HACPO_MINIBATCHES = [([0, 1], None), ([4, 5], None), ([2, 3], 0.85), ([6, 7], 0.875)]  # (rows, L_m of peer rows)
+# the same rows laid out over 2 ranks (layout rank_chunks): self-first order 0 1 4 5 | 2 3 6 7, rank 0 the self rows,
+# rank 1 the peer rows, minibatches of 2 / 2 = 1 row a rank: every update holds one self and one peer row
+HACPO_RANK_MINIBATCHES = [([0, 2], 0.8), ([1, 3], 0.825), ([4, 6], 0.85), ([5, 7], 0.875)]
 
 
-def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems_file, monkeypatch):
+@pytest.mark.parametrize("layout,plan", [("whole_batch", HACPO_MINIBATCHES), ("rank_chunks", HACPO_RANK_MINIBATCHES)])
+def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems_file, monkeypatch, layout, plan):
     from conftest import make_random_model
 
     from graft_cli.config import compose
@@ -342,6 +346,7 @@ def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems
     pols = ",".join(f"{{name: {k}, model: '{v}'}}" for k, v in models.items())
     cfg = compose(["method=hacpo", f"policies=[{pols}]", f"data.train={problems_file}", f"run.out={tmp_path}",
                    "data.prompt_batch=2", "rollout.n=2", "rollout.max_new_tokens=24", "reward.name=test_hacpo_scripted",
+                   f"exchange.layout={layout}", "exchange.layout_ranks=2",
                    "run.device=cpu", "run.log_rollouts=false", "run.policy_workers=1", "optim.lr=1e-2"])
     assert cfg.algo.minibatch_prompts == 1  # half the prompt batch, as 64 of 128
     calls = []
@@ -378,15 +383,16 @@ def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems
         assert b.advantages == pytest.approx(want["adv"], abs=2e-6)
         assert b.extra["hacpo_c"][2:4] == pytest.approx([want["c"]] * 2)
         mine = [c for c in calls if c["batch"] is b]
-        assert [(c["rows"], c["inp"].mb_index) for c in mine] == [(r, m) for m, (r, _) in enumerate(HACPO_MINIBATCHES)]
-        for c, (r, lower) in zip(mine, HACPO_MINIBATCHES):
-            inp, st = c["inp"], c["st"]
+        assert [(sorted(c["rows"]), c["inp"].mb_index) for c in mine] == [(r, m) for m, (r, _) in enumerate(plan)]
+        for c, (_, lower) in zip(mine, plan):
+            inp, st, r = c["inp"], c["st"], c["rows"]  # the micro-batch's row order (longest first)
             peer = [b.source[i] == "peer" for i in r]
-            assert inp.is_peer.tolist() == peer and len(set(peer)) == 1  # self-only or peer-only
+            # whole_batch: self-only or peer-only minibatches; rank_chunks: one of each
+            assert inp.is_peer.tolist() == peer and (len(set(peer)) == 1) == (layout == "whole_batch")
             # the bound each peer row got (the loss's per-row sum over its peer rows), and none on self rows
-            assert float(st["hacpo/L_m/n"]) == (2.0 if lower else 0.0)
+            assert float(st["hacpo/L_m/n"]) == sum(peer)
             if lower:
-                assert float(st["hacpo/L_m/sum"]) == pytest.approx(2 * lower)
+                assert float(st["hacpo/L_m/sum"]) == pytest.approx(sum(peer) * lower)
             # strip_eos: each row's loss tokens are its response less a terminal EOS (id 1)
             eos = 1  # the EOS id of conftest's character tokenizer
             ntok = [len(b.response_ids[i]) - (b.response_ids[i][-1] == eos and len(b.response_ids[i]) > 1) for i in r]
@@ -396,46 +402,64 @@ def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems
             lp, m = inp.logp.detach().double(), inp.mask.double()
             mean = (lp * m).sum(-1) / m.sum(-1)
             adv = torch.tensor([want["adv"][i] for i in r], dtype=D)
+            pk = torch.tensor(peer)
+            s = torch.exp(((lp - inp.old_logp.double()) * m).sum(-1) / m.sum(-1))
+            obj = torch.minimum(s * adv, s.clamp(1 - 3e-4, 1 + 4e-4) * adv)
             if lower:
-                src = torch.tensor([b.extra["src_logp_mean"][i] for i in r], dtype=D)
+                src = torch.tensor([b.extra["src_logp_mean"][i] or 0.0 for i in r], dtype=D)
                 s_hat = torch.exp((mean - src).clamp(-10, 10)).clamp(lower, 1.0)
-                obj = s_hat ** 2 * want["c"] * adv
-            else:
-                s = torch.exp(((lp - inp.old_logp.double()) * m).sum(-1) / m.sum(-1))
-                obj = torch.minimum(s * adv, s.clamp(1 - 3e-4, 1 + 4e-4) * adv)
+                obj = torch.where(pk, s_hat ** 2 * want["c"] * adv, obj)
             assert float(c["pg"]) == pytest.approx(float(-obj.sum() / 2), abs=1e-5)
-            # KL scope: 1e-3 · Σ_self token-mean k3 / N on self minibatches, exactly 0 on peer ones although
-            # the peer rows' own k3 is not 0 (the policy moved in m0, m1)
+            # KL scope: 1e-3 · Σ_self token-mean k3 / N; exactly 0 on peer-only minibatches although the peer
+            # rows' own k3 is not 0 (the policy moved in m0, m1)
             d = (inp.columns["ref_logprobs"].double() - lp).clamp(-20, 20)
             k3 = ((torch.exp(d) - d - 1) * m).sum(-1) / m.sum(-1)
             kl_term = float(c["loss"] - c["pg"])
-            if lower:
+            if all(peer):
                 assert kl_term == 0.0 and float(st["kl/n"]) == 0.0 and float(k3.sum()) > 0
             else:
-                assert float(st["kl_seq_mean/sum"]) == pytest.approx(float(k3.sum()), rel=1e-5, abs=1e-7)  # self k3
-                assert kl_term == pytest.approx(1e-3 * float(k3.sum()) / 2, abs=2e-7 * max(1.0, abs(float(c["loss"]))))
-                assert float(st["kl/n"]) == sum(ntok)
-        assert rows[name]["hacpo/L_m"] == pytest.approx((0.85 + 0.875) / 2)
+                k3_self = float(k3[~pk].sum())
+                assert float(st["kl_seq_mean/sum"]) == pytest.approx(k3_self, rel=1e-5, abs=1e-7)  # self k3
+                assert kl_term == pytest.approx(1e-3 * k3_self / 2, abs=2e-7 * max(1.0, abs(float(c["loss"]))))
+                assert float(st["kl/n"]) == sum(k for k, p in zip(ntok, peer) if not p)
+        assert rows[name]["hacpo/L_m"] == pytest.approx(np.mean([x for _, x in plan if x]))
     assert stripped >= 1  # some response of this seeded step ended with EOS, so the EOS rule is exercised
 
 
 def test_hacpo_matches_an_independent_reimplementation_of_the_released_update():
     """benchmarks/hacpo_compare.py: graft's registered functions against the released code's formulas, written out
-    independently, on small random inputs (3 steps × both receivers × 4 minibatches)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("hacpo_compare", os.path.join(ROOT, "benchmarks", "hacpo_compare.py"))
-    H = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(H)
-    out = H.compare(steps=3, prompts=4, n=2, seed=1)
+    independently, on small random inputs (2 steps × both receivers × 4 updates, 8 ranks; 1 step on one GPU)."""
+    H = _load_benchmark("hacpo_compare")
+    out = H.compare(steps=2, prompts=8, n=2, seed=1)  # the launcher's 8 GPUs against graft's default layout
     diffs = {k: v for k, v in out.items() if not k.startswith("count/")}
     assert max(diffs.values()) <= 1e-6, diffs
-    assert out["count/minibatches"] == 24 and out["count/self_only"] == out["count/peer_only"] == 12
-    # the comparison is not vacuous: each pre-issue setting is caught
-    for over, key in (("exchange.params.hacpo_capability=lagged", "advantage"), ("exchange.ordering=last", "partition"),
-                      ("algo.kl_rows=all", "kl_term"), ("algo.loss_mask=response", "loss_gradient"),
-                      ("exchange.params.peer_logprobs=sampler", "loss")):
-        assert H.compare(steps=1, prompts=4, n=2, seed=1, overrides=[over])[key] > 1e-5, over
+    # every update mixes self and peer rows; EOS-only peer responses were compared
+    assert out["count/minibatches"] == 16 and out["count/self_only"] == out["count/peer_only"] == 0
+    assert out["count/eos_only_peer_rows"] > 0
+    one = H.compare(steps=1, prompts=8, n=2, seed=1, overrides=["exchange.layout=whole_batch"], world=1)
+    assert max(v for k, v in one.items() if not k.startswith("count/")) <= 1e-6
+    assert one["count/self_only"] == one["count/peer_only"] == 4
+
+
+@pytest.mark.parametrize("over", ["exchange.layout=whole_batch", "exchange.params.hacpo_capability=lagged",
+                                  "exchange.ordering=last", "algo.kl_rows=all", "algo.loss_mask=response",
+                                  "exchange.params.peer_logprobs=sampler"])
+def test_hacpo_compare_fails_in_one_line_on_each_old_behaviour(over, capsys):
+    """Each old behaviour put back through graft's options: the benchmark exits 1 with one line naming what
+    differs (its last line)."""
+    H = _load_benchmark("hacpo_compare")
+    assert H.main(["--steps", "1", "--prompts", "8", "--n", "2", over]) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("FAIL: graft differs from the released HACPO beyond 1e-06: 8-GPU launcher: ")
+
+
+def _load_benchmark(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_k3_kl_against_its_formula_and_in_the_loss():

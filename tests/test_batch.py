@@ -174,6 +174,63 @@ def test_hacpo_schedule_at_the_papers_size():
     assert [len(mb) for mb in minibatch_plan(b, "last", 64, 8)] == [1024, 1024]
 
 
+# layout rank_chunks (verl's data-parallel split of the self-first rows, HACPO's 8-GPU launcher), worked by hand:
+#  4 prompts × (2 self + 2 peer), minibatch 2 prompts (4 rows), W = 2: rank 0 holds the 8 self rows, rank 1 the 8
+#    peer rows, each cuts minibatches of 4 / 2 = 2 rows; step m = rank 0's m-th pair + rank 1's m-th pair
+#  the same with W = 4: ranks hold g0s g1s | g2s g3s | g0p g1p | g2p g3p, minibatches of 1 row
+RANK_CHUNKS_TABLE = [
+    (2, [["g0s0", "g0s1", "g0p0", "g0p1"], ["g1s0", "g1s1", "g1p0", "g1p1"],
+         ["g2s0", "g2s1", "g2p0", "g2p1"], ["g3s0", "g3s1", "g3p0", "g3p1"]]),
+    (4, [["g0s0", "g2s0", "g0p0", "g2p0"], ["g0s1", "g2s1", "g0p1", "g2p1"],
+         ["g1s0", "g3s0", "g1p0", "g3p0"], ["g1s1", "g3s1", "g1p1", "g3p1"]]),
+    (1, SELF_FIRST_TABLE[0][4]),
+]
+
+
+@pytest.mark.parametrize("W,want", RANK_CHUNKS_TABLE)
+def test_rank_chunks_table(W, want):
+    from graft_cli.algorithms.minibatch import minibatch_plan
+
+    b = hacpo_batch(4, 2)
+    mbs = minibatch_plan(b, "self_first_rows", 2, 2, None, W)
+    assert [[b.texts[i] for i in mb] for mb in mbs] == want
+
+
+def test_rank_chunks_at_the_launchers_size():
+    # run_hacpo_math_8gpu.sh: 128 prompts × (8 + 8), 64-prompt minibatches, 8 GPUs: rank r holds rows
+    # [256r, 256r + 256) of the self-first order (ranks 0-3 self, 4-7 peer), 64-row minibatches, so every one of
+    # the 4 updates holds 256 self and 256 peer rows; rank r's m-th block is prompts 32(r mod 4) + 8m .. + 7
+    from graft_cli.algorithms.minibatch import minibatch_plan
+
+    b = hacpo_batch(128, 8)
+    mbs = minibatch_plan(b, "self_first_rows", 64, 8, None, 8)
+    assert [len(mb) for mb in mbs] == [512] * 4
+    for m, mb in enumerate(mbs):
+        assert sum(b.source[i] == "self" for i in mb) == 256
+        want = sorted(32 * r + 8 * m + k for r in range(4) for k in range(8))
+        for src in ("self", "peer"):
+            assert sorted({b.group[i] for i in mb if b.source[i] == src}) == want
+    assert sorted(i for mb in mbs for i in mb) == list(range(len(b)))
+
+
+def test_rank_chunks_refuses_an_uneven_split():
+    from graft_cli.algorithms.minibatch import minibatch_plan
+    from graft_cli.config import compose
+    from graft_cli.errors import GraftError
+
+    with pytest.raises(ValueError, match="do not split evenly over 3 ranks"):
+        minibatch_plan(hacpo_batch(4, 2), "self_first_rows", 2, 2, None, 3)
+    cfg = compose(["method=hacpo"])
+    assert (cfg.exchange.layout, cfg.exchange.layout_ranks) == ("rank_chunks", 8)
+    with pytest.raises(GraftError, match=r"'exchange.layout_ranks': must divide the minibatch's rows.* = 256"):
+        compose(["method=hacpo", "exchange.layout_ranks=3"])
+    with pytest.raises(GraftError, match=r"'exchange.layout': rank_chunks splits the rows of ordering "
+                                         r"self_first_rows, not 'last'"):
+        compose(["method=graft", "exchange.layout=rank_chunks"])
+    with pytest.raises(GraftError, match=r"'exchange.layout': unknown layout 'diagonal'"):
+        compose(["method=hacpo", "exchange.layout=diagonal"])
+
+
 @pytest.mark.parametrize("G,peers,k,ordering,want", SCHEDULE_TABLE[:6])
 def test_group_orderings_through_the_registry(G, peers, k, ordering, want):
     # the registered group orderings take algo.minibatch_prompts: ⌈G / prompts⌉ minibatches (8 / 2 → 4)

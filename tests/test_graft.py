@@ -802,3 +802,100 @@ def test_graft_stored_trains_against_a_grpo_run(tiny_models, problems_file, tmp_
     with pytest.raises(GraftError, match="no partner rollout log .*step_000003.parquet for step 3"):
         train(short, progress=False)
     assert not os.path.exists(os.path.join(str(tmp_path), "stored3"))
+
+
+# ------------------------------------------------------------------ EOS-only and empty peer responses
+def custom_step(name, tok, responses, rewards):
+    """One prompt; ``responses``: (text, ended, log-probs: a list, or one value for every token) each, ids = the
+    text's tokens (+ EOS)."""
+    from graft_cli.algorithms.advantages import grpo_advantages
+
+    probs = problems(1)
+    ids = [tok(t, add_special_tokens=False)["input_ids"] + ([tok.eos_token_id] if e else []) for t, e, _ in responses]
+    lps = [list(lp) if isinstance(lp, list) else [lp] * len(i) for i, (_, _, lp) in zip(ids, responses)]
+    assert [len(x) for x in lps] == [len(i) for i in ids]
+    ro = Rollouts([tok(p.problem)["input_ids"] for p in probs], ids, [t for t, _, _ in responses], lps,
+                  [not e for _, e, _ in responses], n=len(responses))
+    r = torch.tensor([rewards], dtype=torch.float32)
+    return PolicyStep(name, probs, [tok(p.problem + "=")["input_ids"] for p in probs], ro, r, grpo_advantages(r))
+
+
+EOS_ONLY = ("", True, [-0.8])  # the source wrote only its EOS; that token's log-prob −0.8
+
+
+def test_eos_only_peer_row_keeps_its_eos_as_the_released_code(tok_char, tok_bpe):
+    # HACPO's materialize_rollout_records keeps an EOS-only response's EOS (its one action): the source mean is
+    # −0.8, and build_training_view gives the learner its own EOS, scored (n_scored 1)
+    src = custom_step("b", tok_bpe, [EOS_ONLY, ("so 4", True, -0.5)], [0.0, 1.0])
+    opts = {"append_eos": True}
+    rows = replacement.peer_group_rows(src, 0, [5, 6], tok_char, opts, "b")
+    assert rows.response_ids[0] == [tok_char.eos_token_id] and rows.extra["n_scored"][0] == 1
+    assert rows.source_logp_mean[0] == pytest.approx(-0.8) and rows.extra["src_logp_mean"][0] == pytest.approx(-0.8)
+    assert rows.source_logp_mean[1] == pytest.approx(-0.5)  # an ordinary response: its EOS left out
+    same = replacement.peer_group_rows(src, 0, [5, 6], tok_bpe, opts, "b", same_tokenizer=True)
+    assert same.response_ids[0] == [tok_bpe.eos_token_id] and same.extra["n_scored"][0] == 1
+    assert gates.source_mean_logprob([-0.8], True) == pytest.approx(-0.8)
+    assert math.isnan(gates.source_mean_logprob([], True))
+
+
+def test_hacpo_loss_on_an_eos_only_peer_row():
+    # one peer row, the receiver's EOS at log-prob −1.0, the source's −0.8: s_x = exp(−0.2) = 0.818731 ∈ [L_0, 1]
+    # → ŝ = 0.818731, objective ŝ²·c·Â = 0.670320 (c = 1, Â = 1), loss −0.670320 (N = 1); a ratio taken as 1
+    # (the mean over no token) would give −1
+    spec = POLICY_LOSSES.get("hacpo_peer")
+    lp = torch.tensor([[-1.0]])
+    cols = {"n_scored": [1], "src_logp_mean": [-0.8], "hacpo_c": [1.0]}
+    loss, _ = call_loss(spec, lp, lp.clone(), torch.ones(1, 1), torch.ones(1, 1), torch.ones(1),
+                        torch.tensor([True]), norm=Normaliser(1.0, 1.0), agg="seq-mean-token-mean", extra=cols,
+                        clip_low=3e-4, clip_high=4e-4)
+    assert float(loss) == pytest.approx(-math.exp(-0.2) ** 2, abs=1e-6)
+    with pytest.raises(ValueError, match="no source mean log-prob"):
+        call_loss(spec, lp, lp.clone(), torch.ones(1, 1), torch.ones(1, 1), torch.ones(1), torch.tensor([True]),
+                  norm=Normaliser(1.0, 1.0), agg="seq-mean-token-mean", extra={**cols, "src_logp_mean": [None]})
+
+
+def test_hacpo_refuses_an_empty_peer_response(tok_char, tok_bpe):
+    # a truncated response of one pad token decodes to "" and encodes to no learner token: HACPO's
+    # build_training_view raises on it; graft stops with one line naming the policy and the prompt
+    src = custom_step("b", tok_bpe, [("so 4", True, -0.5), ("so 4", True, -0.5)], [0.0, 1.0])
+    src.rollouts.response_ids[1], src.rollouts.texts[1] = [tok_bpe.pad_token_id], ""
+    src.rollouts.logprobs[1], src.rollouts.truncated[1] = [-0.3], True
+    recv = custom_step("a", tok_char, [("so 4", True, -0.5), ("so 5", True, -0.5)], [0.0, 0.0])
+    ctx = make_ctx({"a": tok_char, "b": tok_bpe})
+    with pytest.raises(GraftError, match=r"HACPO: a response of policy 'b' to prompt 0 has no token to score"):
+        G.GraftExchange(cfg_for("hacpo", ["exchange.params.peer_logprobs=sampler"])).select({"a": recv, "b": src},
+                                                                                             ctx)
+
+
+def test_graft_gate_scores_an_eos_only_response_and_drops_an_empty_one(tok_char, tok_bpe):
+    # s = exp(mean log π_old^R − mean log π_S): the EOS-only row scores its receiver EOS (−1.0) against the
+    # source EOS (−0.8): s = 0.818731 > δ = 0.8, admitted with w = s; an empty row (nothing to score) has no s
+    # and the floor drops it
+    assert gates.compatibility([-1.0], 1, -0.8) == pytest.approx(math.exp(-0.2))
+    assert math.isnan(gates.compatibility([-1.0], 0, -0.8)) and math.isnan(gates.compatibility([-1.0], 1, math.nan))
+    recv = custom_step("a", tok_char, [("so 5", True, -0.5), ("so 6", True, -0.5)], [0.0, 0.0])
+    src = custom_step("b", tok_bpe, [EOS_ONLY, ("so \\boxed{1}", True, -0.5)], [0.0, 1.0])
+    ctx = make_ctx({"a": tok_char, "b": tok_bpe})
+    ex = G.GraftExchange(cfg_for("graft_nobalance", ["exchange.params.peer_logprobs=sampler"]))
+    b = ex.select({"a": recv, "b": src}, ctx)[0]["a"]
+    assert b.source == ["peer", "peer"] and b.response_ids[0] == [tok_char.eos_token_id]
+    b.old_logprobs = [[-1.0], [-0.5] * len(b.response_ids[1])]
+    b, met = ex.admit("a", b, ctx)
+    assert b.extra["graft_s"][0] == pytest.approx(math.exp(-0.2)) and b.weights[0] == pytest.approx(math.exp(-0.2))
+    assert met["graft/admitted"] == 2
+
+
+def test_sgt_nll_on_an_eos_only_correct_peer_response(tok_char, tok_bpe):
+    # SGT's NLL row for a correct EOS-only response is the receiver's EOS alone: NLL = −log π(EOS) = 1.0 for
+    # log-prob −1.0, so the loss is λ·1.0 = 0.1 (no PG row carries an advantage)
+    recv = custom_step("a", tok_char, [("so 5", True, -0.5), ("so 6", True, -0.5)], [0.0, 0.0])
+    src = custom_step("b", tok_bpe, [EOS_ONLY, ("so 6", True, -0.5)], [1.0, 0.0])
+    b = G.GraftExchange(cfg_for("sgt")).select({"a": recv, "b": src}, make_ctx({"a": tok_char, "b": tok_bpe}))[0]["a"]
+    assert b.source == ["self", "self", "peer"] and b.in_pg[2] is False
+    assert b.response_ids[2] == [tok_char.eos_token_id] and b.extra["n_scored"][2] == 1
+    spec = POLICY_LOSSES.get("ppo_token_nll")
+    lp = torch.tensor([[-1.0]])
+    norm = Normaliser(0.0, 0.0, aux_seqs=1.0)
+    loss, st = call_loss(spec, lp, lp.clone(), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1),
+                         torch.tensor([True]), norm=norm, in_pg=torch.tensor([False]))
+    assert float(loss) == pytest.approx(0.1) and float(st["nll_sum"]) == pytest.approx(1.0)

@@ -70,6 +70,8 @@ def hacpo_peer_loss(inp: LossInputs):
     scored = m * (torch.cumsum(m, -1) <= n_scored[:, None]).float()
     mean_tgt = (logp * scored).sum(-1) / scored.sum(-1).clamp(min=1.0)
     src_mean = inp.row("src_logp_mean", float("nan"))
+    if bool((inp.is_peer & ~torch.isfinite(src_mean)).any()):
+        raise ValueError("hacpo_peer: a peer row has no source mean log-prob (column src_logp_mean)")
     log_x = torch.nan_to_num((mean_tgt - src_mean).clamp(-10.0, 10.0), nan=0.0)
     s_x = torch.exp(log_x)
     idx = torch.full((B,), float(inp.mb_index if p["schedule"] == "minibatch" else inp.step), device=dev)

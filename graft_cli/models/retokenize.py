@@ -8,13 +8,18 @@ be moved as they are.
 from __future__ import annotations
 
 
-def retokenize(text: str, tokenizer, ended_with_eos: bool, append_eos: bool = True) -> tuple[list[int], int]:
+def retokenize(text: str, tokenizer, ended_with_eos: bool, append_eos: bool = True,
+               terminal_only: bool = False) -> tuple[list[int], int]:
     """graft.md §2.2 step 6 / §8 item 3 (HACPO's contract): ``tokenizer(text, add_special_tokens=False)``;
     the receiver's EOS is appended when the source ended with EOS and ``append_eos``. Returns
-    ``(ids, n_scored)``, ``n_scored`` = tokens that enter s (the appended EOS excluded)."""
+    ``(ids, n_scored)``, ``n_scored`` = tokens that enter s (the appended EOS excluded). ``terminal_only`` (the
+    source wrote only its EOS): the receiver's EOS alone, scored (``n_scored`` 1), as HACPO's released
+    ``build_training_view`` does for a terminal-only trajectory."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if terminal_only and eos is not None:
+        return [int(eos)], 1
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     n_scored = len(ids)
-    eos = getattr(tokenizer, "eos_token_id", None)
     if append_eos and ended_with_eos and eos is not None:
         ids.append(int(eos))
     return ids, n_scored

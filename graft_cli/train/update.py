@@ -20,7 +20,7 @@ from graft_cli.errors import GraftError
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs, to_padded
 from graft_cli.models.scoring import ScoreSettings, score_rows
 from graft_cli.train import dist as D
-from graft_cli.algorithms.minibatch import minibatch_plan
+from graft_cli.algorithms.minibatch import layout_ranks, minibatch_plan
 from graft_cli.train.setup import Policy
 
 
@@ -113,7 +113,8 @@ def nonfinite_quantity(logp: torch.Tensor, old: torch.Tensor, loss: torch.Tensor
 
 def update_policy(pol: Policy, batch: TrainBatch, ctx: UpdateContext) -> dict:
     """One optimisation epoch (``algo.ppo_epochs`` of them) over the minibatches of the registered
-    ``exchange.ordering`` (whole prompt groups, or HACPO's self-first row chunks), ordered by ``ctx.rng``.
+    ``exchange.ordering`` (whole prompt groups, or HACPO's self-first row chunks, split over ``exchange.layout``'s
+    ranks), ordered by ``ctx.rng``.
     Data-parallel (``ctx.dist``): each rank runs its shard of every minibatch with the minibatch's global
     ``Normaliser``; gradients are averaged across ranks (train/dist.py)."""
     cfg, step = ctx.cfg, ctx.step
@@ -128,8 +129,9 @@ def update_policy(pol: Policy, batch: TrainBatch, ctx: UpdateContext) -> dict:
     losses, grad_norms, ent_sum, ent_n = [], [], 0.0, 0.0
     skipped, bad = 0, None
     for _epoch in range(a.ppo_epochs):
-        for mb_idx, mb in enumerate(minibatch_plan(batch, cfg.exchange.ordering, a.minibatch_prompts, cfg.rollout.n,
-                                                   ctx.rng)):
+        plan = minibatch_plan(batch, cfg.exchange.ordering, a.minibatch_prompts, cfg.rollout.n, ctx.rng,
+                              layout_ranks(cfg.exchange.layout, cfg.exchange.layout_ranks))
+        for mb_idx, mb in enumerate(plan):
             # rows outside the PG (auxiliary rows), and rows without loss tokens, stay out of its denominators
             norm = Normaliser.of_rows([row_tokens(batch, i) for i in mb], [batch.in_pg[i] for i in mb],
                                       a.loss_scale_factor or float(cfg.rollout.max_new_tokens))

@@ -24,9 +24,10 @@ ADMISSIONS: Registry = Registry("admission rule")
 
 def source_mean_logprob(logprobs, ended_with_eos: bool) -> float:
     """Denominator of s (Eq. 7): mean generation log-prob over the source tokens, terminal EOS excluded
-    (graft.md §8 item 3). nan when no token remains."""
+    (graft.md §8 item 3), except in an EOS-only response, whose one action is its EOS (HACPO's released
+    ``materialize_rollout_records`` keeps it: the mean is that token's log-prob). nan for an empty response."""
     lp = list(logprobs)
-    if ended_with_eos and lp:
+    if ended_with_eos and len(lp) > 1:
         lp = lp[:-1]
     return float(np.mean(lp)) if lp else math.nan
 

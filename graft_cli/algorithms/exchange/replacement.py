@@ -30,6 +30,7 @@ import torch
 from graft_cli.algorithms.advantages import grpo_advantages
 from graft_cli.algorithms.exchange.gates import source_mean_logprob
 from graft_cli.batch import PolicyStep, TrainBatch
+from graft_cli.errors import GraftError
 from graft_cli.models.retokenize import retokenize
 from graft_cli.registry import Registry
 
@@ -88,11 +89,12 @@ def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokeniz
     for j in (range(n) if only is None else only):
         r = q * n + j
         ended = not bool(ro.truncated[r])
+        terminal_only = ended and len(ro.response_ids[r]) == 1  # an EOS-only response: its EOS is its action
         if same_tokenizer:
             ids = list(ro.response_ids[r])
-            n_scored = len(ids) - 1 if ended and ids else len(ids)
+            n_scored = len(ids) - 1 if ended and len(ids) > 1 else len(ids)
         else:
-            ids, n_scored = retokenize(ro.texts[r], tokenizer, ended, opts["append_eos"])
+            ids, n_scored = retokenize(ro.texts[r], tokenizer, ended, opts["append_eos"], terminal_only)
         src_mean = source_mean_logprob(ro.logprobs[r], ended)
         adv = float(src.advantages[q, j]) if advantages is None else float(advantages[j])
         out.append(prompt_ids=recv_prompt_ids, response_ids=ids, advantages=adv, weights=1.0, source="peer",
@@ -185,10 +187,22 @@ def sft_rows(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
     return out
 
 
+def _refuse_empty(rows: TrainBatch, q: int, who: str) -> None:
+    """HACPO's released trajectory code refuses a response with no token to score (``materialize_rollout_records``:
+    no generated token; ``build_training_view``: a text that encodes to no learner token): its mean log-prob, and
+    so its ratio, does not exist. An EOS-only response is not empty (its EOS is scored)."""
+    for k, t in zip(rows.extra["n_scored"], rows.texts):
+        if int(k) <= 0:
+            raise GraftError(f"HACPO: a response of {who} to prompt {q} has no token to score in the receiver's "
+                             f"tokens (text {t!r}); its mean log-prob and ratio do not exist (HACPO's released "
+                             f"code refuses such a response too)")
+
+
 def _hacpo_rows(rc: ReceiverContext, s: int, q: int, advantages, only=None) -> TrainBatch:
     sname = rc.names[s]
     o = rc.opts
     rows = rc.peer_rows(s, q, advantages=advantages, only=only)
+    _refuse_empty(rows, q, f"policy {sname!r}")
     rows.extra["hacpo_c"] = [hacpo_capability(rc.caps[sname], rc.caps[rc.name], o["hacpo_c_min"],
                                               o["hacpo_c_max"])] * len(rows)
     return rows
@@ -202,6 +216,7 @@ def _hacpo_own_rows(rc: ReceiverContext, q: int, advantages=None) -> TrainBatch:
     out.extra["n_scored"] = [len(ro.response_ids[q * n + j]) - (not bool(ro.truncated[q * n + j])
                                                                 and len(ro.response_ids[q * n + j]) > 1)
                              for j in range(n)]
+    _refuse_empty(out, q, f"policy {rc.name!r}")
     return out
 
 
