@@ -899,3 +899,50 @@ def test_sgt_nll_on_an_eos_only_correct_peer_response(tok_char, tok_bpe):
     loss, st = call_loss(spec, lp, lp.clone(), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1),
                          torch.tensor([True]), norm=norm, in_pg=torch.tensor([False]))
     assert float(loss) == pytest.approx(0.1) and float(st["nll_sum"]) == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------ decoding for re-tokenization
+CLEANUP_TEXT = "so x = 3 , y = 4 . it is n't 7 ! is it ?"
+
+
+def test_decode_keeps_the_text_a_clean_up_tokenizer_would_change():
+    # a tokenizer whose config sets clean_up_tokenization_spaces (as many hub tokenizers do): its default decode
+    # drops the spaces before , . ! ? and n't; decode_responses keeps the text the source wrote
+    tok = make_char_tokenizer()
+    tok.clean_up_tokenization_spaces = True
+    ids = tok(CLEANUP_TEXT, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    cleaned = tok.decode(ids, skip_special_tokens=True)
+    assert cleaned == "so x = 3, y = 4. it isn't 7! is it?"  # what the default would hand the receiver
+    assert RT.decode_responses(tok, [ids]) == [CLEANUP_TEXT]
+    recv_ids, n_scored = RT.retokenize(RT.decode_responses(tok, [ids])[0], make_char_tokenizer(), True)
+    assert n_scored == len(CLEANUP_TEXT) and len(tok(cleaned, add_special_tokens=False)["input_ids"]) < n_scored
+
+
+def shipped_tokenizers():
+    """Every tokenizer the tests use: conftest's character tokenizer, test_graft's byte-level BPE, the tiny pair's
+    a, b and c and the tiny code model's (as built), hacpo_compare's character tokenizer."""
+    import importlib.util
+
+    from graft_cli.tiny import code, tokenizers as T
+
+    spec = importlib.util.spec_from_file_location("hacpo_compare", os.path.join(ROOT, "benchmarks", "hacpo_compare.py"))
+    H = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(H)
+    return {"char": make_char_tokenizer(), "bpe": tok_bpe.__wrapped__(), "tiny_a": T.build_tokenizer_a(),
+            "tiny_b": T.build_tokenizer_b(), "tiny_c": T.build_tokenizer_c(), "tiny_code": code.build_tokenizer(),
+            "hacpo_compare": H.char_tokenizer()}
+
+
+def test_a_sources_text_survives_decode_encode_decode_on_every_shipped_tokenizer():
+    texts = [CLEANUP_TEXT, "Let's compute: 12 + 30 = 42.\n\nSo the answer is \\boxed{42}.", "a  b\t c ,d", ""]
+    for name, tok in shipped_tokenizers().items():
+        checked = 0
+        for t in texts:
+            ids = tok(t, add_special_tokens=False)["input_ids"]
+            if tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) != t:
+                continue  # the tokenizer cannot write this text at all (an unknown character): nothing to keep
+            first = RT.decode_responses(tok, [ids + [tok.eos_token_id]])[0]
+            again = RT.decode_responses(tok, [tok(first, add_special_tokens=False)["input_ids"]])[0]
+            assert first == t and again == t, (name, t)
+            checked += 1
+        assert checked >= 2, name  # the empty text and at least one other

@@ -1,11 +1,20 @@
 """Moving a response between two policies' tokenizers (graft.md §2.2 step 6, §8 items 3 and 10).
 
-The source's response *string* (decoded with ``skip_special_tokens=True``) is encoded with the receiver's
+The source's response *string* (decoded with ``skip_special_tokens=True`` and no clean-up of tokenization
+spaces: :func:`decode_responses`) is encoded with the receiver's
 tokenizer, ``tokenizer(text, add_special_tokens=False)``; with byte-identical vocabularies the token ids can
 be moved as they are.
 """
 
 from __future__ import annotations
+
+
+def decode_responses(tokenizer, ids: list) -> list[str]:
+    """Response texts as their source wrote them, for grading and for re-tokenization: special tokens skipped and
+    ``clean_up_tokenization_spaces=False`` whatever the tokenizer's default (the clean-up drops the space before
+    punctuation and in contractions, ``x , y`` → ``x, y``, so the receiver would train on text the source never
+    wrote), as HACPO's released ``materialize_rollout_records`` decodes."""
+    return tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
 def retokenize(text: str, tokenizer, ended_with_eos: bool, append_eos: bool = True,

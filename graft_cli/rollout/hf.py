@@ -47,6 +47,7 @@ import warnings
 import numpy as np
 import torch
 
+from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
 from graft_cli.models.logprobs import AUTOCAST, _is_fsdp, autocast, cache_kwarg, distinct, left_pad
 from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams
@@ -253,7 +254,7 @@ class HFEngine(RolloutEngine):
             trunc += c
         if was_training:
             self.model.train()
-        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        texts = decode_responses(self.tokenizer, ids)
         return Rollouts(prompt_ids=[list(x) for x in prompt_ids], response_ids=ids, texts=texts,
                         logprobs=lps, truncated=trunc, n=params.n)
 

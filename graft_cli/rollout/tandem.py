@@ -34,6 +34,7 @@ import warnings
 
 import torch
 
+from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
 from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams
 from graft_cli.rollout.handoff import HANDOFFS, HandoffContext, boundary_for, initial_state, row_uniforms
@@ -164,7 +165,7 @@ class TandemEngine(RolloutEngine):
             redraws += e
         for m, w in zip(models, was):
             m.train(w)
-        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        texts = decode_responses(self.tokenizer, ids)
         ro = Rollouts(prompt_ids=[list(x) for x in prompt_ids], response_ids=ids, texts=texts, logprobs=lps,
                       truncated=trunc, n=params.n)
         ro.token_columns["author"] = author

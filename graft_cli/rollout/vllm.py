@@ -42,6 +42,7 @@ import tempfile
 
 import torch
 
+from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
 from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams, full_state_dict
 from graft_cli.rollout.hf import eos_ids_of
@@ -185,7 +186,7 @@ class VLLMEngine(RolloutEngine):
                 ids.append(toks)
                 lps.append(lp)
                 trunc.append(c.finish_reason == "length" and not (toks and toks[-1] in self.eos_ids))
-        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        texts = decode_responses(self.tokenizer, ids)
         return Rollouts(prompt_ids=[list(x) for x in prompt_ids], response_ids=ids, texts=texts, logprobs=lps,
                         truncated=trunc, n=params.n, meta={"engine": "vllm"})
 

@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
 from graft_cli.errors import GraftError
 from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams, full_state_dict
@@ -187,7 +188,7 @@ class VLLMServerEngine(RolloutEngine):
                 ids.append(toks)
                 lps.append([float(v) for v in vals])
                 trunc.append(c.get("finish_reason") == "length" and not (toks and toks[-1] in self.eos_ids))
-        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        texts = decode_responses(self.tokenizer, ids)
         return Rollouts(prompt_ids=[list(x) for x in prompt_ids], response_ids=ids, texts=texts, logprobs=lps,
                         truncated=trunc, n=params.n, meta={"engine": "vllm_server"})
 
