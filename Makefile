@@ -30,7 +30,7 @@ endif
 
 # The main job on the embedded tiny pair: build the tiny models (first time, ~5 min), then GRAFT training.
 demo: setup
-	$(VENV)/bin/graft tiny build
+	$(VENV)/bin/graft tiny build --roles a,b
 	$(VENV)/bin/graft train --pair tiny --method graft --steps $(STEPS)
 
 # A miniature study, published into results/<dest>/ (report, tables, claims, plots, provenance) and quoted by the

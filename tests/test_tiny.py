@@ -578,3 +578,16 @@ def test_a_complete_caches_task_is_returned_as_built(tmp_path):
     # another seed than the cache's: the task of that seed is written
     tiny_build.ensure_task(str(tmp_path), seed=1)
     assert (task / "train.jsonl").read_text() != '{"id": "x"}\n' and len(os.listdir(task)) == 6
+
+
+def test_tiny_build_says_which_roles_it_builds_and_make_demo_builds_the_pair():
+    from graft_cli.tiny.check import roles_line
+
+    # a's job makes the junior too; the teacher's job needs a's
+    assert roles_line(("a", "b")) == ("tiny roles built (or reused): a, b, junior; not built: c, teacher (built "
+                                      "when a run first asks for them)")
+    assert roles_line(("teacher",)).startswith("tiny roles built (or reused): a, teacher, junior; not built: b, c")
+    assert roles_line(("a", "b", "c", "teacher", "junior")) == "tiny roles built (or reused): a, b, c, teacher, junior"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    demo = open(os.path.join(root, "Makefile")).read().split("\ndemo:")[1].split("\n\n")[0]
+    assert "graft tiny build --roles a,b\n" in demo + "\n" and "graft train --pair tiny --method graft" in demo

@@ -22,7 +22,7 @@ from graft_cli.rollout.base import SamplingParams
 from graft_cli.rollout.graded import Graded, sample_and_grade
 from graft_cli.rollout.hf import HFEngine
 from graft_cli.rundir import read_jsonl
-from graft_cli.tiny.build import POLICY_ROLES, ROLES, build_tiny, read_manifest
+from graft_cli.tiny.build import JOBS, POLICY_ROLES, ROLES, _jobs_for, build_tiny, read_manifest
 from graft_cli.tiny.regime import REGIME_TARGETS, measure_regime
 from graft_cli.tiny.sft import Recipe
 
@@ -307,6 +307,15 @@ def _fills_table(props: dict):
     return t
 
 
+def roles_line(roles) -> str:
+    """What ``graft tiny build`` builds (or reuses): the roles asked for, with the roles their jobs make too (a's
+    job makes the junior), and the roles left for a run to build when it first asks for them."""
+    made = [r for r in ROLES if r in {x for job in _jobs_for(set(roles), set()) for x in JOBS[job]}]
+    rest = [r for r in ROLES if r not in made]
+    return (f"tiny roles built (or reused): {', '.join(made)}"
+            + (f"; not built: {', '.join(rest)} (built when a run first asks for them)" if rest else ""))
+
+
 def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, force: bool = False, *,
               recipe: Recipe | str | None = None, num_prompts: int = 256, n: int = 8, heldout: int = 500,
               roles=None) -> dict:
@@ -315,6 +324,7 @@ def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, 
 
     console = make_console()
     recipe = Recipe.named(recipe) if isinstance(recipe, str) else recipe
+    console.print(roles_line(roles or ROLES))
     paths = build_tiny(cache_dir, seed=seed, force=force, progress=True, recipe=recipe, roles=roles or ROLES)
     cache = os.path.dirname(paths["a"])
     man = read_manifest(cache)
