@@ -292,6 +292,10 @@ def _not_yet(name: str, issue: str):
 @click.option("--pair", default=None, help="with --model: 'tiny' uses the tiny pair's synthetic benchmarks")
 @click.option("--runs", type=int, default=None,
               help="independent eval runs (a seed each) [default: 5; --run: its eval.final.runs, else 5]")
+@click.option("--bench-runs", default=None,
+              help="more (or fewer) runs for some benchmarks, e.g. aime24=5,aime25=5,amc23=5: each run adds "
+                   "--samples samples per problem [default: --runs for every benchmark; --run: its "
+                   "eval.final.bench_runs]")
 @click.option("--samples", type=int, default=None,
               help="samples per problem [default: 8; --run: its eval.final.samples, else eval.samples]")
 @click.option("--temperature", type=float, default=None,
@@ -320,7 +324,8 @@ def _not_yet(name: str, issue: str):
               help="with --run --tandem: the junior [default: the run's tandem junior, eval.junior or tandem.junior]")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @one_line_errors
-def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, runs, samples, temperature, top_p,
+def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, runs, bench_runs, samples, temperature,
+             top_p,
              top_k, max_new_tokens, seed, out, dtype, device, chat_template, workers, lcb_window, force, tandem, junior,
              no_progress):
     """Evaluate a run's checkpoints or one model: 5 runs x 8 samples at T=0.6, top-p 0.95 on MATH500,
@@ -349,7 +354,7 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
               eval_dir=eval_dir, pair=pair, runs=runs, samples=samples, temperature=temperature, top_p=top_p,
               top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, out=out, dtype=dtype, device=device,
               chat_template=chat_template, workers=workers, force=force, progress=not no_progress, tandem=tandem,
-              junior=junior, lcb_window=lcb_window)
+              junior=junior, lcb_window=lcb_window, bench_runs=bench_runs)
 
 
 @main.command("export")

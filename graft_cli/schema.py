@@ -222,6 +222,7 @@ class FinalEvalConfig:
     ``<run>/eval/`` (graft_cli/eval/setup.py ``validation_root``)."""
     benchmarks: Optional[list] = None
     runs: Optional[int] = None
+    bench_runs: Optional[dict] = None  # benchmark -> runs where it differs from ``runs`` (e.g. more on small sets)
     samples: Optional[int] = None
     temperature: Optional[float] = None
     top_p: Optional[float] = None

@@ -400,3 +400,54 @@ def test_a_validation_set_that_cannot_load_stops_the_run_before_it_trains(tiny_m
     with pytest.raises(GraftError, match="no_such_bench.jsonl"):
         train(cfg, progress=False, after_step=(ValidationHook(),))
     assert not os.path.exists(out / "v")
+
+
+def test_benchmark_average_with_more_runs_on_some_benchmarks():
+    # A has 3 runs [.5, .7, .9] (mean .7), B one [.1]: mean = (.7 + .1)/2 = .4 uses every run; the per-run
+    # averages (and their std) only the run both have: [(.5 + .1)/2] = [.3]
+    avg = average_over_benchmarks({"A": [0.5, 0.7, 0.9], "B": [0.1]})
+    assert avg["mean"] == pytest.approx(0.4) and avg["runs"] == pytest.approx([0.3]) and avg["std"] is None
+
+
+def test_eval_bench_runs_adds_runs_to_the_named_benchmarks(random_model, tmp_path):
+    out = tmp_path / "out"
+    args = ["eval", "--model", random_model, "--benchmarks", f"small={SMOKE},big={SMOKE}", "--runs", "1",
+            "--samples", "2", "--max-new-tokens", "4", "--out", str(out), "--no-progress", "--workers", "1",
+            "--bench-runs", "small=3"]
+    r = run_cli(args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(f for f in os.listdir(out) if f.endswith(".jsonl")) == [
+        "big_run1.jsonl", "small_run1.jsonl", "small_run2.jsonl", "small_run3.jsonl"]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["benchmarks"]["small"]["num_runs"] == 3 and s["benchmarks"]["big"]["num_runs"] == 1
+    small = np.mean(s["benchmarks"]["small"]["runs"])
+    assert s["average"]["mean"] == pytest.approx((small + s["benchmarks"]["big"]["runs"][0]) / 2)
+    # the per-problem sampling variance reads all six grades of a small problem
+    from graft_cli.eval.files import read_problem_stats
+    means, var, _ = read_problem_stats(str(out))
+    rows = [x for k in (1, 2, 3) for x in read_jsonl(out / f"small_run{k}.jsonl") if x["problem_index"] == 0]
+    assert len(rows) == 6 and means["small"][0] == pytest.approx(np.mean([x["grade"] for x in rows]))
+    # a benchmark the evaluation does not score, or a malformed value: one line, exit 2, nothing written
+    for bad, word in (("tiny=2", "tiny"), ("small:3", "NAME=RUNS"), ("small=0", ">= 1")):
+        r = run_cli([*args[:-1], bad, "--out", str(tmp_path / "bad")])
+        lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and word in lines[0], r.stderr
+        assert not (tmp_path / "bad").exists()
+
+
+def test_plan_eval_bench_runs_and_eval_done(monkeypatch):
+    from graft_cli.plan import status as S
+    from graft_cli.plan.spec import parse_eval
+
+    ev = parse_eval({"runs": 1, "samples": 4, "bench_runs": {"aime24": 5, "amc23": "5"}})
+    assert ev.bench_runs == {"aime24": 5, "amc23": 5} and ev.kwargs()["bench_runs"] == {"aime24": 5, "amc23": 5}
+    with pytest.raises(GraftError, match=r"eval.bench_runs: aime24: runs must be a whole number >= 1"):
+        parse_eval({"bench_runs": {"aime24": 0}})
+    summ = {"num_runs": 1, "settings": {"samples": 4},
+            "benchmarks": {"aime24": {"num_runs": 5}, "amc23": {"num_runs": 2}, "math500": {"num_runs": 1}}}
+    monkeypatch.setattr(S, "eval_targets", lambda run_dir, steps: {"a": [36]})
+    monkeypatch.setattr(S, "eval_summary", lambda run_dir, p, s: summ)
+    monkeypatch.setattr(S, "_tandem_eval", lambda run_dir: False)
+    assert S.eval_done("r", "last", 1, 4)
+    assert S.eval_done("r", "last", 1, 4, bench_runs={"aime24": 5})
+    assert not S.eval_done("r", "last", 1, 4, bench_runs={"aime24": 5, "amc23": 5})  # amc23 has 2 of 5

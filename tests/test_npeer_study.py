@@ -37,7 +37,7 @@ def test_three_model_targets():
                    "b_only_c_fills": True}
 
 
-def _arm(rng, p, seeds=(0, 1), n=200):
+def _arm(rng, p, seeds=(0, 1, 2, 3), n=200):
     """seed -> {bench: per-problem pass@1} with success probability p (two benchmarks)."""
     return {s: {"math500": (rng.random(n) < p).astype(float), "amc23": (rng.random(n // 2) < p).astype(float)}
             for s in seeds}
@@ -77,13 +77,18 @@ def test_two_peer_claim_against_an_independent_bootstrap():
     # a: 0.60 vs its best pair 0.40 (held); b: 0.36 vs 0.36 (not significant); c: 0.50 vs 0.31 (held)
     assert c["per_model"]["a"]["verdict"] == "held" and c["per_model"]["c"]["verdict"] == "held"
     assert c["per_model"]["b"]["verdict"] == "not significant" and c["verdict"] == "mixed"
-    # the interval is the stats module's paired hierarchical bootstrap over (seed, problem), in points
+    # the interval is the paired t over the 4 seeds' macro pass@1 (points); the stats module's hierarchical
+    # bootstrap over (seed, problem) stands beside it
     pa = m["problems"]["a"]
     best = c["per_model"]["a"]["best_single"]
+    dd = [_mean({s: pa["graft3"][s]}) - _mean({s: pa[best][s]}) for s in range(4)]
+    h = 3.182446 * np.std(dd, ddof=1) / 2  # t(0.975, 3) · S_d / √4
+    assert c["per_model"]["a"]["interval"] == pytest.approx((np.mean(dd), np.mean(dd) - h, np.mean(dd) + h))
+    assert c["per_model"]["a"]["method"] == "paired t over 4 seeds"
     x = {s: [v[b] for b in ("amc23", "math500")] for s, v in pa["graft3"].items()}
     y = {s: [v[b] for b in ("amc23", "math500")] for s, v in pa[best].items()}
     d, lo, hi = hierarchical_bootstrap(x, y, n_boot=500, seed=0)
-    assert c["per_model"]["a"]["interval"] == pytest.approx((100 * d, 100 * lo, 100 * hi))
+    assert c["per_model"]["a"]["bootstrap"] == pytest.approx((100 * d, 100 * lo, 100 * hi))
     assert d == pytest.approx((_mean(pa["graft3"]) - _mean(pa[best])) / 100)
 
 

@@ -356,9 +356,9 @@ def test_welch_interval_and_verdicts_by_hand():
     from graft_cli.report.stats import verdict, welch_interval
 
     # x = [3, 4, 5] (mean 4, var 1), y = [1, 2, 3] (mean 2, var 1): se = sqrt(1/3 + 1/3) = 0.816497,
-    # df = (2/3)² / ((1/3)²/2 · 2) = 4 → t = 2.776: Δ = 2 ± 2.776·0.816497 = 2 ± 2.266596
+    # df = (2/3)² / ((1/3)²/2 · 2) = 4 → t(0.975, 4) = 2.776445: Δ = 2 ± 2.776445·0.816497 = 2 ± 2.266958
     d, lo, hi = welch_interval([3, 4, 5], [1, 2, 3])
-    assert (d, lo, hi) == pytest.approx((2.0, -0.266596, 4.266596), abs=1e-5)
+    assert (d, lo, hi) == pytest.approx((2.0, -0.266958, 4.266958), abs=1e-5)
     assert verdict((d, lo, hi)) == "not significant"
     assert verdict((1.0, 0.2, 1.8)) == "held" and verdict((-1.0, -1.8, -0.2)) == "did not hold"
     assert welch_interval([1.0], [1.0, 2.0]) is None and verdict(None) == "not measured"

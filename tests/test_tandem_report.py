@@ -288,15 +288,20 @@ def test_write_claims_end_to_end(tmp_path):
     assert c1["verdict"] == "held" and c1["interval"] == pytest.approx((0.0, 0.0, 0.0))
     assert c1["welch"] == pytest.approx((0.0, 0.0, 0.0)) and c1["benchmarks"] == ["b1", "b2"]
     # handoff, per benchmark mean over seeds and problems: Tandem b1 (1+1+1+.5)/4 = .875, b2 (1+.5+.5+.5)/4 = .625;
-    # GRPO b1 (0+0+.5+0)/4 = .125, b2 0 → Δ = (.75 + .625)/2 = .6875 = +68.75 pts. Every paired per-problem
-    # difference of seed-resampled means is ≥ .5 (Tandem ≥ [1, .5] and GRPO ≤ [.5, 0] on b1; ≥ .5 and 0 on b2)
-    # and ≤ 1, so 50 ≤ lo ≤ hi ≤ 100: held.
+    # GRPO b1 (0+0+.5+0)/4 = .125, b2 0 → Δ = (.75 + .625)/2 = .6875 = +68.75 pts. The interval of record pairs
+    # the seeds' macro pass@1: Tandem [(1 + .75)/2, (.75 + .5)/2] = [87.5, 62.5], GRPO [0, (.25 + 0)/2] = [0, 12.5]
+    # → d = [87.5, 50]: S_d = 37.5/√2, SE = 18.75, t(0.975, 1) = 12.7062047: 68.75 ± 238.241338, not significant
     d, lo, hi = c2["interval"]
-    assert d == pytest.approx(68.75) and 50.0 <= lo <= d <= hi <= 100.0 and c2["verdict"] == "held"
-    # Welch over the seeds' macro pass@1: Tandem [(1 + .75)/2, (.75 + .5)/2] = [87.5, 62.5] (mean 75, var 312.5),
-    # GRPO [0, (.25 + 0)/2] = [0, 12.5] (mean 6.25, var 78.125): se = √(156.25 + 39.0625) = 13.975425,
-    # df = 195.3125² / (156.25² + 39.0625²) = 1.47 → t = 12.706: 68.75 ± 177.571748
-    assert c2["welch"] == pytest.approx((68.75, -108.821748, 246.321748), abs=1e-5)
+    assert (d, lo, hi) == pytest.approx((68.75, 68.75 - 238.241338, 68.75 + 238.241338), abs=1e-4)
+    assert c2["verdict"] == "not significant" and c2["method"] == "paired t over 2 seeds"
+    # beside it the hierarchical bootstrap: every paired per-problem difference of seed-resampled means is ≥ .5
+    # (Tandem ≥ [1, .5] and GRPO ≤ [.5, 0] on b1; ≥ .5 and 0 on b2) and ≤ 1, so 50 ≤ lo ≤ hi ≤ 100
+    d, lo, hi = c2["bootstrap"]
+    assert d == pytest.approx(68.75) and 50.0 <= lo <= d <= hi <= 100.0
+    # Welch over the same seed scores: Tandem (mean 75, var 312.5), GRPO (mean 6.25, var 78.125):
+    # se = √(156.25 + 39.0625) = 13.975425, df = 195.3125² / (156.25² + 39.0625²) = 1.47 → t(1) = 12.7062047:
+    # 68.75 ± 177.574609
+    assert c2["welch"] == pytest.approx((68.75, -108.824609, 246.324609), abs=1e-5)
     assert c2["per_benchmark"]["b1"][0] == pytest.approx(75.0) and c2["per_benchmark"]["b2"][0] == pytest.approx(62.5)
     # claim 3: the KL-Reg run's files are torn: not measured
     assert c3["key"] == "handoff_beats_kl" and c3["verdict"] == "not measured" and c3["interval"] is None
@@ -340,7 +345,7 @@ def test_write_claims_end_to_end(tmp_path):
 
     saved = json.loads((report / "claims.json").read_text())
     assert saved["settings"]["kind"] == "tandem" and saved["settings"]["n_boot"] == 2000
-    assert [c["verdict"] for c in saved["claims"]] == ["held", "held", "not measured", "held"]
+    assert [c["verdict"] for c in saved["claims"]] == ["held", "not significant", "not measured", "held"]
     assert saved["measured"]["arms"]["tandem"]["curve"]["handoff"]["2"] == pytest.approx([100.0, 100.0])
     assert saved["claims"][1]["interval"][0] == pytest.approx(68.75)
     assert saved["measured"]["arms"]["tandem"]["legibility_ce"] == [1.2, 1.4]

@@ -38,14 +38,22 @@ def read_problems(folder: str) -> tuple[dict[str, np.ndarray], list[float]]:
     """Per benchmark the per-problem pass@1 (mean grade over every run and sample of problem ``problem_index``),
     from ``<folder>/<bench>_run<k>.jsonl``; and the ``senior_frac`` of every row that has one. A benchmark
     with an unreadable file, a malformed row or a problem index without rows is left out."""
+    means, _, fracs = read_problem_stats(folder)
+    return means, fracs
+
+
+def read_problem_stats(folder: str) -> tuple[dict[str, np.ndarray], dict[str, float], list[float]]:
+    """:func:`read_problems` with, per benchmark, the sampling variance of its mean pass@1,
+    v_b = (1/N²) Σ_p s²_p / n_p (s² the problem's grades' sample variance over its n_p runs × samples;
+    ``graft_cli.report.power`` eq. 2)."""
     if not os.path.isdir(folder):
-        return {}, []
+        return {}, {}, []
     files: dict[str, list[str]] = {}
     for f in sorted(os.listdir(folder)):
         m = RUN_FILE_RE.match(f)
         if m:
             files.setdefault(m["bench"], []).append(os.path.join(folder, f))
-    out, fracs = {}, []
+    out, var, fracs = {}, {}, []
     for bench, paths in files.items():
         grades: dict[int, list[float]] = {}
         bench_fracs: list[float] = []
@@ -62,9 +70,21 @@ def read_problems(folder: str) -> tuple[dict[str, np.ndarray], list[float]]:
             continue
         if not grades or min(grades) < 0 or sorted(grades) != list(range(max(grades) + 1)):
             continue
-        out[bench] = np.array([np.mean(grades[i]) for i in range(len(grades))])
+        ordered = [grades[i] for i in range(len(grades))]
+        out[bench] = np.array([np.mean(g) for g in ordered])
+        var[bench] = grade_variance(ordered)
         fracs += bench_fracs
-    return out, fracs
+    return out, var, fracs
+
+
+def grade_variance(grades: list[list[float]]) -> float:
+    """(1/N²) Σ_p s²_p / n_p over the problems' grade lists (ddof 1; a problem with one grade counts 0)."""
+    N = len(grades)
+    tot = 0.0
+    for g in grades:
+        if len(g) > 1:
+            tot += float(np.var(np.asarray(g, dtype=np.float64), ddof=1)) / len(g)
+    return tot / N ** 2 if N else 0.0
 
 
 def read_grades(folder: str) -> dict[str, np.ndarray]:

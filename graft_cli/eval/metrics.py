@@ -87,15 +87,19 @@ def summarize_benchmark(correct: np.ndarray, ks: Sequence[int] | None = None) ->
 
 
 def average_over_benchmarks(per_bench_runs: Mapping[str, Sequence[float]]) -> dict:
-    """Unweighted mean of the benchmarks' pass@1 within each run, then mean ± sample std over runs.
+    """The benchmark average: ``mean`` = the unweighted mean over benchmarks of each benchmark's pass@1 averaged
+    over all its runs; ``runs`` = the average within each run that every benchmark has (aligned by index), and
+    ``std`` their sample std. With the same runs everywhere ``mean`` is the mean of ``runs``; where some
+    benchmarks have more runs (``eval.final.bench_runs``) ``mean`` uses them all.
 
-    ``per_bench_runs`` maps benchmark -> pass@1 of each run; runs are aligned by index and only the
-    runs every benchmark has are used."""
+    ``per_bench_runs`` maps benchmark -> pass@1 of each run."""
     if not per_bench_runs:
         return {"runs": [], "mean": math.nan, "std": None, "benchmarks": []}
     R = min(len(v) for v in per_bench_runs.values())
     runs = [float(np.mean([per_bench_runs[b][r] for b in per_bench_runs])) for r in range(R)]
     mean, std = mean_std(runs)
+    if len({len(v) for v in per_bench_runs.values()}) > 1:
+        mean = float(np.mean([np.mean(v) for v in per_bench_runs.values()]))
     return {"runs": runs, "mean": mean, "std": std, "benchmarks": list(per_bench_runs)}
 
 

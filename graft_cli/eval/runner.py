@@ -57,6 +57,7 @@ from graft_cli.eval.setup import (
     load_benches,
     load_run_config,
     make_engine,
+    parse_bench_runs,
     run_benches,
     run_graders,
     run_seed,
@@ -153,7 +154,7 @@ class Evaluator:
     def todo(self, out_dir: str, benches) -> int:
         """Responses still to generate in ``out_dir`` (for progress totals)."""
         s = self.settings
-        return sum(len(p) * s.samples for b, p in benches for k in range(1, s.runs + 1)
+        return sum(len(p) * s.samples for b, p in benches for k in range(1, s.runs_for(b.name) + 1)
                    if not os.path.exists(run_file(out_dir, b.name, k)))
 
     def run_one(self, out_dir: str, bench: BenchmarkSource, problems, run: int, task=None) -> list[dict]:
@@ -212,7 +213,7 @@ class Evaluator:
         self.settings.check()
         prepare_folder(out_dir, self.settings, self.spec, benches, force)
         for b, probs in benches:
-            for k in range(1, self.settings.runs + 1):
+            for k in range(1, self.settings.runs_for(b.name) + 1):
                 if os.path.exists(run_file(out_dir, b.name, k)):
                     continue
                 if self.progress is not None and task is not None:
@@ -251,6 +252,7 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
         pair = "tiny"
     sources = resolve_benchmarks(benchmarks, data, pair, eval_dir, lcb_window)
     benches = load_benches(sources)
+    check_bench_runs(settings, benches)
     path = resolve_path(model)
     out_dir = out_dir or os.path.join("results", "eval", re.sub(r"[^A-Za-z0-9_.-]+", "_", model.strip("/")))
     spec = prompt_spec or PromptSpec()
@@ -303,13 +305,22 @@ def run_junior(cfg, junior: str | None = None) -> str:
                      "tandem.junior in the run's config")
 
 
+def check_bench_runs(settings: EvalSettings, benches) -> None:
+    """One line when ``bench_runs`` names a benchmark the evaluation does not score."""
+    names = {b.name for b, _ in benches}
+    unknown = sorted(set(settings.bench_runs) - names)
+    if unknown:
+        raise GraftError(f"--bench-runs: {', '.join(unknown)} not among the evaluated benchmarks "
+                         f"({', '.join(sorted(names))})")
+
+
 def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data: str | None = None,
                  eval_dir: str | None = None, runs: int | None = None, samples: int | None = None,
                  temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
                  seed: int | None = None, device: str | None = None, workers: int | None = None,
                  force: bool = False, progress: bool = True, console=None, tandem: bool | None = None,
                  junior: str | None = None, rescue: bool | None = None, top_k: int | None = None,
-                 lcb_window=None, reuse_dir: str | None = None) -> dict:
+                 lcb_window=None, reuse_dir: str | None = None, bench_runs: dict | None = None) -> dict:
     """``graft eval --run DIR``: evaluate the run's checkpoints (every policy; ``steps``: ``all`` complete
     checkpoints and the kept best weights (default), ``last``, ``best`` or a list) into
     ``<run>/eval/<policy>/step_NNNNNN/``; then the policy summaries and ``best.json``.
@@ -317,7 +328,8 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     Settings default to the run's ``eval.final`` section, then its ``eval`` section (temperature, top-p,
     top-k, samples, seed, benchmarks, max new tokens; the latter falls back to the training
     ``rollout.max_new_tokens``, graft.md §1 "same length limits as training"); ``runs`` defaults to
-    ``eval.final.runs``, else 5 (:func:`final_settings`). The prompt: :func:`eval_prompt_spec`. With
+    ``eval.final.runs``, else 5 (:func:`final_settings`); ``bench_runs`` (benchmark -> runs) gives some
+    benchmarks more. The prompt: :func:`eval_prompt_spec`. With
     ``tandem`` (default: the run's ``eval.tandem``) each checkpoint also gets the handoff and legibility
     evaluations of :mod:`graft_cli.eval.tandem` with the ``junior`` (default :func:`run_junior`) and a pass@k
     plot per policy. With ``rescue`` (default: the
@@ -333,7 +345,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     ec = cfg.eval
     if lcb_window:
         ec.lcb_window = lcb_window
-    settings = final_settings(cfg, runs, samples, temperature, top_p, max_new_tokens, seed, top_k)
+    settings = final_settings(cfg, runs, samples, temperature, top_p, max_new_tokens, seed, top_k, bench_runs)
     settings.check()
     names = [p.name for p in cfg.policies if p.role == "train"]  # frozen models have no checkpoints
     chosen = names if not policies else [p.strip() for p in (policies.split(",") if isinstance(policies, str)
@@ -344,6 +356,7 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     if not benchmarks and not data:
         benchmarks = list(ec.final.benchmarks if ec.final.benchmarks is not None else ec.benchmarks) or None
     benches = run_benches(cfg, benchmarks, data, eval_dir or ec.data_dir)
+    check_bench_runs(settings, benches)
     spec = eval_prompt_spec(cfg)
     train_spec = PromptSpec.from_config(cfg.prompt)  # the rescue re-draw samples training prompts
 
@@ -485,10 +498,12 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
               top_p=None,
               max_new_tokens=None, seed=None, out=None, dtype: str = "float32", device=None,
               chat_template: str = "auto", workers=None, force: bool = False, progress: bool = True,
-              tandem: bool | None = None, junior: str | None = None, top_k: int | None = None, lcb_window=None):
+              tandem: bool | None = None, junior: str | None = None, top_k: int | None = None, lcb_window=None,
+              bench_runs=None):
     """The ``graft eval`` command: exactly one of ``run_dir`` / ``model``."""
     if bool(run_dir) == bool(model):
         raise GraftError("give exactly one of --run DIR or --model PATH")
+    bench_runs = parse_bench_runs(bench_runs) if bench_runs is not None else None
     if run_dir:
         for opt, val in (("--out", out), ("--pair", pair)):
             if val:
@@ -497,7 +512,8 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
         return evaluate_run(run_dir, steps=steps, policies=policy, benchmarks=benchmarks, data=data, eval_dir=eval_dir,
                             runs=runs, samples=samples, temperature=temperature, top_p=top_p,
                             max_new_tokens=max_new_tokens, seed=seed, device=device, workers=workers, force=force,
-                            progress=progress, tandem=tandem, junior=junior, top_k=top_k, lcb_window=lcb_window)
+                            progress=progress, tandem=tandem, junior=junior, top_k=top_k, lcb_window=lcb_window,
+                            bench_runs=bench_runs)
     for opt, val in (("--steps", steps), ("--policy", policy), ("--tandem", tandem), ("--junior", junior)):
         if val:
             raise GraftError(f"{opt} applies to --run only")
@@ -507,7 +523,8 @@ def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, 
                             temperature=d.temperature if temperature is None else temperature,
                             top_p=d.top_p if top_p is None else top_p,
                             max_new_tokens=max_new_tokens or d.max_new_tokens,
-                            seed=d.seed if seed is None else seed, top_k=d.top_k if top_k is None else top_k)
+                            seed=d.seed if seed is None else seed, top_k=d.top_k if top_k is None else top_k,
+                            bench_runs=bench_runs or {})
     return evaluate_model(model, out, benchmarks, data, eval_dir, pair, settings,
                           PromptSpec(chat_template=chat_template), dtype, device or "auto",
                           workers=2 if workers is None else workers, force=force, progress=progress,

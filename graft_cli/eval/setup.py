@@ -33,6 +33,13 @@ class EvalSettings:
     seed: int = 0
     extra: dict = field(default_factory=dict)  # further identity (a handoff folder: junior, schedule, delimiter)
     top_k: int = 0  # 0 = off
+    bench_runs: dict = field(default_factory=dict)  # benchmark -> runs where it differs from ``runs``
+
+    def runs_for(self, bench: str) -> int:
+        """The runs of benchmark ``bench``: its ``bench_runs`` entry, else ``runs``. A small benchmark gets more
+        runs where its sampling noise dominates a study's interval (docs/studies.md); runs only add files, so a
+        folder's identity does not depend on them."""
+        return int(self.bench_runs.get(bench, self.runs))
 
     def identity(self) -> dict:
         """What the files of a folder depend on (``runs`` only adds files); ``top_k`` only when on, so folders
@@ -44,6 +51,9 @@ class EvalSettings:
     def check(self) -> None:
         if self.runs < 1:
             raise GraftError(f"--runs must be >= 1, got {self.runs}")
+        for b, r in self.bench_runs.items():
+            if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+                raise GraftError(f"--bench-runs {b}={r}: runs must be a whole number >= 1")
         if self.samples < 1:
             raise GraftError(f"--samples must be >= 1, got {self.samples}")
         if self.max_new_tokens < 1:
@@ -54,6 +64,27 @@ class EvalSettings:
             raise GraftError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise GraftError(f"--top-k must be >= 0 (0 = off), got {self.top_k}")
+
+
+def parse_bench_runs(raw, where: str = "--bench-runs") -> dict[str, int]:
+    """``{benchmark: runs}`` from a mapping or ``"aime24=5,aime25=5"``; one line naming ``where`` when malformed."""
+    if isinstance(raw, str):
+        pairs = [x.strip() for x in raw.split(",") if x.strip()]
+        if any("=" not in x for x in pairs):
+            raise GraftError(f"{where}: expected NAME=RUNS[,NAME=RUNS...], got {raw!r}")
+        raw = dict(x.split("=", 1) for x in pairs)
+    if not isinstance(raw, dict):
+        raise GraftError(f"{where}: must be a mapping benchmark -> runs, got {raw!r}")
+    out = {}
+    for b, r in raw.items():
+        try:
+            n = int(str(r).strip())
+        except ValueError:
+            n = 0
+        if n < 1 or isinstance(r, bool) or (isinstance(r, float) and r != int(r)):
+            raise GraftError(f"{where}: {b}: runs must be a whole number >= 1, got {r!r}")
+        out[str(b).strip()] = n
+    return out
 
 
 def run_seed(base: int, run: int) -> int:
@@ -161,9 +192,10 @@ def eval_prompt_spec(cfg):
 
 def final_settings(cfg, runs: int | None = None, samples: int | None = None, temperature: float | None = None,
                    top_p: float | None = None, max_new_tokens: int | None = None,
-                   seed: int | None = None, top_k: int | None = None) -> EvalSettings:
+                   seed: int | None = None, top_k: int | None = None, bench_runs: dict | None = None) -> EvalSettings:
     """``graft eval --run``'s settings: each option given, else ``eval.final.<key>``, else the validation's
-    ``eval.<key>`` (runs: 5; max new tokens: the training ``rollout.max_new_tokens``)."""
+    ``eval.<key>`` (runs: 5; per-benchmark runs: ``eval.final.bench_runs``; max new tokens: the training
+    ``rollout.max_new_tokens``)."""
     ec, fc = cfg.eval, cfg.eval.final
 
     def pick(given, final, validation):
@@ -174,7 +206,8 @@ def final_settings(cfg, runs: int | None = None, samples: int | None = None, tem
                         top_p=pick(top_p, fc.top_p, ec.top_p),
                         max_new_tokens=max_new_tokens or fc.max_new_tokens or ec.max_new_tokens
                         or cfg.rollout.max_new_tokens,
-                        seed=pick(seed, fc.seed, ec.seed), top_k=pick(top_k, fc.top_k, ec.top_k))
+                        seed=pick(seed, fc.seed, ec.seed), top_k=pick(top_k, fc.top_k, ec.top_k),
+                        bench_runs={str(k): int(v) for k, v in dict(pick(bench_runs, fc.bench_runs, {}) or {}).items()})
 
 
 def validation_settings(cfg) -> EvalSettings:

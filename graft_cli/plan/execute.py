@@ -60,7 +60,7 @@ def describe(plan: Plan, out: str, check_configs: bool = True) -> list[dict]:
                "overrides": list(r.overrides), "partner": f"{r.partner_key()}:{r.partner[1]}" if r.partner else "",
                "steps": plan.steps, "status": st.label(), "dir": d, "config": "ok"}
         ev = plan.eval_for(r)
-        if ev.enabled and st.finished and S.eval_done(d, ev.steps, ev.runs, ev.samples, ev.benchmarks):
+        if ev.enabled and st.finished and S.eval_done(d, ev.steps, ev.runs, ev.samples, ev.benchmarks, ev.bench_runs):
             row["status"] += ", evaluated"
         partner_ready = True
         if r.partner:
@@ -124,11 +124,12 @@ def run_job(job: dict) -> dict:
             rec["train_s"] = time.perf_counter() - t0
         ev = job.get("eval")
         if ev and ev.get("enabled", True):
-            if S.eval_done(job["run_dir"], ev["steps"], ev["runs"], ev.get("samples"), ev.get("benchmarks")):
+            if S.eval_done(job["run_dir"], ev["steps"], ev["runs"], ev.get("samples"), ev.get("benchmarks"),
+                           ev.get("bench_runs")):
                 rec["evaluated"] = "done before"
             else:
                 t0 = time.perf_counter()
-                kw = {k: ev.get(k) for k in ("steps", "runs", "samples", "temperature", "top_p", "top_k",
+                kw = {k: ev.get(k) for k in ("steps", "runs", "bench_runs", "samples", "temperature", "top_p", "top_k",
                                              "max_new_tokens", "seed")}
                 bench = ev.get("benchmarks")
                 evaluate_run(job["run_dir"], benchmarks=",".join(bench) if bench else None,
@@ -340,7 +341,8 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
         d = plan.run_dir(r, out)
         st = S.run_status(d, plan.steps)
         ev = plan.eval_for(r)
-        ev_done = (not ev.enabled) or (st.finished and S.eval_done(d, ev.steps, ev.runs, ev.samples, ev.benchmarks))
+        ev_done = (not ev.enabled) or (st.finished and S.eval_done(d, ev.steps, ev.runs, ev.samples, ev.benchmarks,
+                                                                   ev.bench_runs))
         records[r.key] = {"key": r.key, "name": r.name, "method": r.method, "seed": r.seed, "run": plan.run_name(r),
                           "dir": d, "overrides": list(r.overrides), "partner": r.partner_key(),
                           "status_before": st.label(), "trained": None, "evaluated": None, "error": None,

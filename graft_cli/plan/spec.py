@@ -42,9 +42,11 @@ import yaml
 
 from graft_cli.config import EXPERIMENTS_DIR
 from graft_cli.errors import GraftError
+from graft_cli.eval.setup import parse_bench_runs
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-EVAL_KEYS = ("steps", "runs", "samples", "benchmarks", "temperature", "top_p", "top_k", "max_new_tokens", "seed")
+EVAL_KEYS = ("steps", "runs", "bench_runs", "samples", "benchmarks", "temperature", "top_p", "top_k", "max_new_tokens",
+             "seed")
 PLAN_KEYS = ("name", "description", "pair", "seeds", "steps", "overrides", "eval", "jobs", "claims", "runs")
 RUN_KEYS = ("name", "method", "seeds", "overrides", "partner", "note", "eval")
 
@@ -62,9 +64,10 @@ class EvalPlan:
     seed: int | None = None
     enabled: bool = True
     top_k: int | None = None  # None: the run's eval.final.top_k / eval.top_k (0 = off)
+    bench_runs: dict | None = None  # benchmark -> runs where it differs from ``runs`` (graft eval --bench-runs)
 
     def kwargs(self) -> dict:
-        return {"steps": self.steps, "runs": self.runs, "samples": self.samples,
+        return {"steps": self.steps, "runs": self.runs, "bench_runs": self.bench_runs, "samples": self.samples,
                 "benchmarks": ",".join(self.benchmarks) if self.benchmarks else None,
                 "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                 "max_new_tokens": self.max_new_tokens, "seed": self.seed}
@@ -194,6 +197,8 @@ def parse_eval(raw, base: EvalPlan | None = None, where: str = "eval") -> EvalPl
                 v = "last" if v is None else str(v)
             if k == "benchmarks" and v is not None:
                 v = [x.strip() for x in v.split(",")] if isinstance(v, str) else [str(x) for x in v]
+            if k == "bench_runs" and v is not None:
+                v = parse_bench_runs(v, f"{where}.bench_runs")
             setattr(ev, k, v)
         else:
             raise GraftError(f"{where}: unknown key {k!r}; known: {', '.join(EVAL_KEYS)}, enabled")

@@ -89,9 +89,10 @@ def eval_summary(run_dir: str, policy: str, step: int) -> dict | None:
 
 
 def eval_done(run_dir: str, steps_spec: str, runs: int, samples: int | None = None,
-              benchmarks: list | None = None) -> bool:
-    """True when every target (policy, step) has a summary with at least ``runs`` eval runs, made with
-    ``samples`` samples (when given) and covering ``benchmarks`` (names; when given)."""
+              benchmarks: list | None = None, bench_runs: dict | None = None) -> bool:
+    """True when every target (policy, step) has a summary with at least ``runs`` eval runs (a benchmark of
+    ``bench_runs``: at least its own), made with ``samples`` samples (when given) and covering ``benchmarks``
+    (names; when given)."""
     targets = eval_targets(run_dir, steps_spec)
     if not targets or not any(targets.values()):
         return False
@@ -101,6 +102,9 @@ def eval_done(run_dir: str, steps_spec: str, runs: int, samples: int | None = No
             if summ is None or int(summ.get("num_runs") or 0) < runs:
                 return False
             if samples is not None and int((summ.get("settings") or {}).get("samples", -1)) != int(samples):
+                return False
+            have = summ.get("benchmarks") or {}
+            if any(int((have.get(b) or {}).get("num_runs") or 0) < int(r) for b, r in (bench_runs or {}).items()):
                 return False
             if benchmarks:
                 names = {b.split("=", 1)[0] for b in benchmarks}

@@ -13,8 +13,9 @@ Claims (graft.md §2.7, §6.1/§6.8, §6.4, §6.7):
    almost never does (Table 9: 0.277/0.440% vs 0.004/0.002%). Δ = mean ``clip_ratio/peer`` over steps
    1..``clip_steps``, peer-last − peer-first.
 
-Every Δ gets a 95% interval (claims 2-3: the paired hierarchical bootstrap over seeds and problems; 1 and 4:
-a t-interval over seeds, or with one seed the bootstrap over steps; see :func:`judge`). Per model the verdict
+Every Δ gets a 95% interval (claims 2-3: the t-interval over the seeds' macro scores, paired where the arms ran the
+same seeds, with the variance decomposition of :mod:`graft_cli.report.power`; 1 and 4: a t-interval over seeds, or
+with one seed the bootstrap over steps; see :func:`judge`). Per model the verdict
 is ``held`` (interval above zero), ``not significant`` (straddles zero), ``did not hold`` (below zero) or
 ``not measured``; a claim's verdict is the models' common one, else ``mixed``.
 :func:`judge` is pure (numbers in, verdicts out); :func:`measure` reads the
@@ -31,9 +32,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from graft_cli.analysis.complementarity import from_runs
-from graft_cli.eval.files import read_problems
+from graft_cli.eval.files import read_problem_stats, read_problems
 from graft_cli.report.markdown import md_table
 from graft_cli.report.mechanism import mechanism_markdown
+from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
 from graft_cli.report.stats import compare, diff_interval, mean_interval, overall_verdict, points, verdict
 from graft_cli.rundir import (
     atomic_write_json,
@@ -94,15 +96,17 @@ def _fmt_iv(iv, digits=2, unit=""):
     return f"{d:+.{digits}f}{unit} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
-def _compare_scores(problems: dict, x: str, y: str, policy: str, n_boot: int) -> dict:
-    """Δ = run x − run y (pass@1 points, macro over the benchmarks both have) for ``policy``, with the paired
-    hierarchical bootstrap (seeds, then problems; :func:`graft_cli.report.stats.hierarchical_bootstrap`) and,
-    alongside, the Welch t-interval over seeds."""
+def _compare_scores(problems: dict, x: str, y: str, policy: str, n_boot: int, eval_var: dict | None = None) -> dict:
+    """Δ = run x − run y (pass@1 points, macro over the benchmarks both have) for ``policy``: the interval of record
+    (the t-interval over seeds, paired where the arms share their seeds; :func:`graft_cli.report.stats.compare`),
+    the variance decomposition, and alongside the hierarchical bootstrap and the Welch interval."""
 
     arm = lambda run: (problems.get(run) or {}).get(policy) or {}
-    c = compare({"x": arm(x), "y": arm(y)}, "x", "y", n_boot)
-    return {"interval": c["bootstrap"], "welch": c["welch"], "seeds": c["seeds"], "benchmarks": c["benchmarks"],
-            "verdict": verdict(c["bootstrap"])}
+    ev = lambda run: ((eval_var or {}).get(run) or {}).get(policy)
+    c = compare({"x": arm(x), "y": arm(y)}, "x", "y", n_boot, eval_var={"x": ev(x), "y": ev(y)})
+    return {"interval": c["interval"], "method": c["method"], "bootstrap": c["bootstrap"], "welch": c["welch"],
+            "decomposition": c["decomposition"], "seeds": c["seeds"], "benchmarks": c["benchmarks"],
+            "verdict": verdict(c["interval"])}
 
 
 def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
@@ -118,14 +122,16 @@ def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
     Each claim, per model: the measured difference Δ in the paper's direction's sign convention and its 95%
     interval; ``held`` when the interval excludes zero in the paper's direction, ``not significant`` when it
     straddles zero, ``did not hold`` when it excludes zero the other way (:func:`graft_cli.report.stats.verdict`).
-    Intervals: claims 2 and 3, the paired hierarchical bootstrap over seeds and held-out problems; claims 1
-    and 4, the t-interval over seeds when both sides have ≥ 2 seeds, else the percentile bootstrap over
-    training steps (:func:`graft_cli.report.stats.mean_interval` / ``diff_interval``)."""
+    Intervals: claims 2 and 3, the t-interval over the seeds' macro scores, paired where the arms ran the same
+    seeds, with the variance decomposition beside it (``eval_var``: run -> policy -> seed -> benchmark -> v_b,
+    :mod:`graft_cli.report.power`); claims 1 and 4, the t-interval over seeds when both sides have ≥ 2 seeds, else
+    the percentile bootstrap over training steps (:func:`graft_cli.report.stats.mean_interval` / ``diff_interval``)."""
 
     s = settings(cfg)
     n_boot = int(s.get("n_boot", N_BOOT))
     pols = list(measured.get("policies") or [])
     probs = measured.get("problems") or {}
+    evar = measured.get("eval_var") or {}
     out = []
 
     # 1. complementarity: share − min > 0
@@ -146,14 +152,14 @@ def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
                      "Smol solves 47.9% of Qwen's all-fail prompts, Qwen 18.7% of Smol's", _overall(per), per, ev))
 
     # 2. GRAFT > GRPO n=8
-    per = {p: _compare_scores(probs, s["method"], s["baseline"], p, n_boot) for p in pols}
+    per = {p: _compare_scores(probs, s["method"], s["baseline"], p, n_boot, evar) for p in pols}
     ev = "; ".join(f"{p}: Δ GRAFT − GRPO n=8 {_fmt_iv(per[p]['interval'], 2, ' pts')} (seeds {per[p]['seeds'][0]} vs "
                    f"{per[p]['seeds'][1]}; {per[p]['verdict']})" for p in pols)
     out.append(Claim("graft_beats_grpo", "GRAFT > GRPO n=8 for both models",
                      "Pair 1 over 3 runs: +3.97 (Smol), +1.86 (Qwen); Table 1 mean Δ +2.1", _overall(per), per, ev))
 
     # 3. removing the gate hurts: Δ = GRAFT − w/o gate > 0
-    per = {p: _compare_scores(probs, s["method"], s["no_gate"], p, n_boot) for p in pols}
+    per = {p: _compare_scores(probs, s["method"], s["no_gate"], p, n_boot, evar) for p in pols}
     ev = "; ".join(f"{p}: Δ GRAFT − w/o gate {_fmt_iv(per[p]['interval'], 2, ' pts')} (seeds {per[p]['seeds'][0]} vs "
                    f"{per[p]['seeds'][1]}; {per[p]['verdict']})" for p in pols)
     out.append(Claim("gate_matters", "Removing the compatibility gate hurts (both models)",
@@ -206,6 +212,7 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
     pols: list[str] = []
     scores: dict = {}
     problems: dict = {}
+    eval_var: dict = {}  # run -> policy -> seed -> benchmark -> v_b (graft_cli.report.power eq. 2)
     base: dict = {}  # the baseline runs' step-0 evaluation (run.save_initial): the base models
     for r in records:
         for p, sc in (r.get("scores") or {}).items():
@@ -213,9 +220,10 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
                 continue
             scores.setdefault(r["name"], {}).setdefault(p, {})[str(r["seed"])] = float(sc["avg"])
             if r["name"] in (s["baseline"], s["method"], s["no_gate"]) and sc.get("step") is not None:
-                arrays = read_problems(eval_step_dir(r["dir"], p, sc["step"]))[0]
+                arrays, var, _ = read_problem_stats(eval_step_dir(r["dir"], p, sc["step"]))
                 if arrays:
                     problems.setdefault(r["name"], {}).setdefault(p, {})[str(r["seed"])] = arrays
+                    eval_var.setdefault(r["name"], {}).setdefault(p, {})[str(r["seed"])] = var
             if r["name"] == s["baseline"] and sc.get("step"):
                 arrays = read_problems(eval_step_dir(r["dir"], p, 0))[0]
                 if arrays:
@@ -246,8 +254,8 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
                 for p, v in peer_clip_steps(r["dir"], s["clip_steps"]).items():
                     if v:
                         clip.setdefault(name, {}).setdefault(p, {})[str(r["seed"])] = v
-    return {"policies": pols, "scores": scores, "problems": problems, "complementarity": comp, "clip_peer": clip,
-            "base": base}
+    return {"policies": pols, "scores": scores, "problems": problems, "eval_var": eval_var, "complementarity": comp,
+            "clip_peer": clip, "base": base}
 
 
 def half_width(iv) -> float | None:
@@ -256,25 +264,28 @@ def half_width(iv) -> float | None:
 
 
 def regime_figures(measured: dict, cfg: dict | None = None) -> dict:
-    """The study's regime, reported beside the verdicts (issue 27): per model, the baseline's gain over the base
-    models (Δ = baseline at its scored step − the same runs' step-0 evaluation, paired bootstrap over seeds and
-    problems; needs ``run.save_initial``) and the half-widths of claims 2 and 3's intervals."""
+    """The study's regime, reported beside the verdicts: per model, the baseline's gain over the base models
+    (Δ = baseline at its scored step − the same runs' step-0 evaluation, t over seeds; needs ``run.save_initial``),
+    and per claim 2 and 3 its interval's half-width and variance decomposition (:func:`graft_cli.report.power
+    .decompose`)."""
 
     s = settings(cfg)
     n_boot = int(s.get("n_boot", N_BOOT))
     probs = measured.get("problems") or {}
     base = measured.get("base") or {}
+    evar = measured.get("eval_var") or {}
     out = {}
     for p in measured.get("policies") or []:
         row: dict = {}
         last = (probs.get(s["baseline"]) or {}).get(p)
         if base.get(p) and last:
             g = compare({"last": last, "base": base[p]}, "last", "base", n_boot)
-            row["baseline_gain"] = g["bootstrap"]
+            row["baseline_gain"] = g["interval"]
             row["baseline_gain_seeds"] = g["seeds"]
         for key, other in (("graft_beats_grpo", s["baseline"]), ("gate_matters", s["no_gate"])):
-            c = _compare_scores(probs, s["method"], other, p, n_boot)
+            c = _compare_scores(probs, s["method"], other, p, n_boot, evar)
             row[f"{key}_half_width"] = half_width(c["interval"])
+            row[f"{key}_decomposition"] = c["decomposition"]
         out[p] = row
     return out
 
@@ -330,8 +341,9 @@ def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg:
     out.append("")
     out.append(f"Runs compared: baseline `{s['baseline']}`, method `{s['method']}`, w/o gate `{s['no_gate']}`, "
                f"peer-last `{s['peer_last']}`, peer-first `{s['peer_first']}` (names in the plan). Each claim "
-               "states Δ and its 95% interval: claims 2-3 a paired hierarchical bootstrap over seeds and held-out "
-               "problems (macro over benchmarks); claims 1 and 4 a t-interval over seeds (one seed: a bootstrap "
+               "states Δ and its 95% interval: claims 2-3 a t-interval over the seeds' macro pass@1 (paired where "
+               "the arms ran the same seeds; the evaluation's sampling noise is inside each seed's score); claims 1 "
+               "and 4 a t-interval over seeds (one seed: a bootstrap "
                "over training steps). `held`: the interval excludes zero in the paper's direction; `not "
                "significant`: it straddles zero; `did not hold`: it excludes zero the other way; `mixed`: the "
                "models differ.")
@@ -347,6 +359,12 @@ def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg:
                          + " pts, of claim 3 " + ("—" if hw[1] is None else f"{hw[1]:.2f}") + " pts")
         if lines:
             out += ["", "Regime of this study (measured, not tuned on the verdicts):", "", *lines]
+        rows = [variance_row(label, p, reg[p].get(f"{key}_decomposition"))
+                for key, label in (("graft_beats_grpo", "2. GRAFT − GRPO n=8"), ("gate_matters", "3. GRAFT − w/o gate"))
+                for p in reg]
+        if rows:
+            out += ["", "### Where the variance comes from (claims 2-3)", "", md_table(VARIANCE_COLUMNS, rows), "",
+                    VARIANCE_NOTE]
     if records:
         cols, rows = headline_rows(records, s["baseline"])
         out += ["", "### Headline: eval average pass@1 (%) per model, mean ± sample std over seeds", "",

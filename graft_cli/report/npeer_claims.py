@@ -14,10 +14,11 @@ every pair of models, and three-way GRAFT under each N-peer rule (``exchange.par
    ``held`` when every interval excludes 0 upwards (that rule is best), ``not significant`` otherwise. Per
    model, the rule with the highest mean and its Δ to the runner-up are listed too.
 
-Also measured without a verdict: every arm against GRPO per model. Intervals: the paired hierarchical
-bootstrap of :func:`~graft_cli.report.stats.compare` over seeds and held-out problems (macro over benchmarks),
-Welch's t-interval over seeds beside it. Per-problem pass@1 comes from each run's evaluation files of its
-evaluated step (``eval/<policy>/step_<step>/<bench>_run<k>.jsonl``); anything missing is ``not measured``.
+Also measured without a verdict: every arm against GRPO per model. Intervals: the interval of record of
+:func:`~graft_cli.report.stats.compare`, the t-interval over the seeds' macro pass@1, paired where the arms share
+their seeds, with the variance decomposition and the hierarchical bootstrap beside it. Per-problem pass@1 comes
+from each run's evaluation files of its evaluated step (``eval/<policy>/step_<step>/<bench>_run<k>.jsonl``);
+anything missing is ``not measured``.
 :func:`judge` is pure; :func:`measure` reads the run directories.
 """
 
@@ -28,9 +29,10 @@ import re
 
 import numpy as np
 
-from graft_cli.eval.files import read_problems
+from graft_cli.eval.files import read_problem_stats
 from graft_cli.report.claims import write_section
 from graft_cli.report.markdown import md_table
+from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
 from graft_cli.report.stats import compare, macro_mean, overall_verdict, verdict
 from graft_cli.rundir import atomic_write_json, eval_step_dir, metrics_path, read_jsonl
 
@@ -46,9 +48,10 @@ def settings(cfg: dict | None) -> dict:
 
 # ---------------------------------------------------------------------------------------------- measure
 def measure(records: list[dict], cfg: dict | None = None) -> dict:
-    """``{"problems": model -> run name -> seed -> bench -> per-problem pass@1 (0..1)}, "models": [...],
+    """``{"problems": model -> run name -> seed -> bench -> per-problem pass@1 (0..1)}, "eval_var": the same keys ->
+    v_b (graft_cli.report.power eq. 2), "models": [...],
     "peers": run name -> [models it trains]}`` from the records' evaluated steps."""
-    out: dict = {"problems": {}, "models": [], "peers": {}, "exchange": {}}
+    out: dict = {"problems": {}, "eval_var": {}, "models": [], "peers": {}, "exchange": {}}
     for r in records:
         name, seed, rd = r.get("name"), r.get("seed"), r.get("dir") or ""
         if name is None or not os.path.isdir(rd):
@@ -59,10 +62,11 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
         for pol, sc in sorted((r.get("scores") or {}).items()):
             if not isinstance(sc, dict) or sc.get("step") is None:
                 continue
-            probs, _ = read_problems(eval_step_dir(rd, pol, int(sc["step"])))
+            probs, var, _ = read_problem_stats(eval_step_dir(rd, pol, int(sc["step"])))
             if not probs:
                 continue
             out["problems"].setdefault(pol, {}).setdefault(name, {})[seed] = probs
+            out["eval_var"].setdefault(pol, {}).setdefault(name, {})[seed] = var
             if pol not in out["models"]:
                 out["models"].append(pol)
             peers = out["peers"].setdefault(name, [])
@@ -135,6 +139,7 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
     s = settings(cfg)
     n_boot = int(s["n_boot"])
     probs, models = measured.get("problems") or {}, list(measured.get("models") or [])
+    evar = measured.get("eval_var") or {}
     three = {r: n for r, n in s["three_way"].items() if n}
     claims = []
     for rule, run in three.items():
@@ -144,14 +149,15 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
             if single is None or run not in (probs.get(m) or {}):
                 per[m] = {"verdict": "not measured", "interval": None, "welch": None, "best_single": single}
                 continue
-            c = compare(probs[m], run, single, n_boot)
-            per[m] = {"verdict": verdict(c["bootstrap"]), "interval": c["bootstrap"], "welch": c["welch"],
+            c = compare(probs[m], run, single, n_boot, eval_var=evar.get(m))
+            per[m] = {"verdict": verdict(c["interval"]), "interval": c["interval"], "method": c["method"],
+                      "bootstrap": c["bootstrap"], "welch": c["welch"], "decomposition": c["decomposition"],
                       "best_single": single, "benchmarks": c["benchmarks"], "seeds": c["seeds"]}
         claims.append({"key": f"two_peers_beat_best_single[{rule}]", "rule": rule, "run": run,
                        "claim": f"each model gains more from two peers ({rule}) than from its best single peer",
                        "verdict": overall_verdict(v["verdict"] for v in per.values()), "per_model": per,
                        "measured": "Δ = three-way GRAFT − GRAFT with the best single peer, pass@1 points (macro "
-                                   "over benchmarks); 95% paired hierarchical bootstrap (seeds, problems)"})
+                                   "over benchmarks); 95% t-interval over seeds, paired where the arms share seeds"})
     pool = pooled(probs, models)
     means = {r: arm_mean(pool.get(n)) for r, n in three.items()}
     ranked = sorted((r for r in three if means[r] is not None), key=lambda r: -means[r])
@@ -160,34 +166,36 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
     if not best:
         v = "not measured"
     else:
-        v = "held" if vs and all(verdict(c["bootstrap"]) == "held" for c in vs.values()) else "not significant"
+        v = "held" if vs and all(verdict(c["interval"]) == "held" for c in vs.values()) else "not significant"
     per_model = {}
     for m in models:
         ms = {r: arm_mean((probs.get(m) or {}).get(n)) for r, n in three.items()}
         rk = sorted((r for r in ms if ms[r] is not None), key=lambda r: -ms[r])
         if len(rk) >= 2:
-            c = compare(probs[m], three[rk[0]], three[rk[1]], n_boot)
-            per_model[m] = {"best": rk[0], "runner_up": rk[1], "interval": c["bootstrap"], "means": ms}
+            c = compare(probs[m], three[rk[0]], three[rk[1]], n_boot, eval_var=evar.get(m))
+            per_model[m] = {"best": rk[0], "runner_up": rk[1], "interval": c["interval"], "means": ms,
+                            "decomposition": c["decomposition"]}
         elif rk:
             per_model[m] = {"best": rk[0], "runner_up": None, "interval": None, "means": ms}
     claims.append({"key": "best_rule", "rule": best, "claim": f"the best N-peer rule is {best or '—'}",
-                   "verdict": v, "means": means, "versus": {r: {"interval": c["bootstrap"], "welch": c["welch"]}
+                   "verdict": v, "means": means, "versus": {r: {"interval": c["interval"], "welch": c["welch"]}
                                                            for r, c in vs.items()},
                    "per_model": per_model,
-                   "measured": "pooled over the models: Δ = best rule − each other rule, pass@1 points; 95% paired "
-                               "hierarchical bootstrap"})
+                   "measured": "pooled over the models: Δ = best rule − each other rule, pass@1 points; 95% t-interval "
+                               "over (model, seed) pairs, paired where the arms share them"})
     return claims
 
 
 def versus_grpo(measured: dict, cfg: dict | None = None) -> dict:
-    """model -> arm name -> bootstrap (Δ, lo, hi) of the arm − GRPO (points), for every arm with the model."""
+    """model -> arm name -> (Δ, lo, hi) of the arm − GRPO (points; the interval of record of
+    :func:`graft_cli.report.stats.compare`), for every arm with the model."""
     s = settings(cfg)
     probs = measured.get("problems") or {}
     out: dict = {}
     for m, arms in probs.items():
         if s["grpo"] not in arms:
             continue
-        out[m] = {n: compare(arms, n, s["grpo"], int(s["n_boot"]))["bootstrap"] for n in arms if n != s["grpo"]}
+        out[m] = {n: compare(arms, n, s["grpo"], int(s["n_boot"]))["interval"] for n in arms if n != s["grpo"]}
     return out
 
 
@@ -283,6 +291,9 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, repor
     grpo_rows = [[n, *[_iv((vg.get(m) or {}).get(n)) if n in (vg.get(m) or {}) else "—" for m in models]]
                  for n in names]
     exchange = exchange_markdown(measured, cfg)
+    var_rows = [variance_row(f"{c['rule']} − best single ({v['best_single']})", m, v.get("decomposition"))
+                for c in claims if c["key"].startswith("two_peers") for m, v in c["per_model"].items()
+                if v.get("decomposition")]
     plots = sorted(f for f in os.listdir(os.path.join(report_dir, "plots"))
                    if f.startswith("transfer_")) if os.path.isdir(os.path.join(report_dir, "plots")) else []
     return "\n".join([
@@ -290,6 +301,8 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, repor
         "Held-out pass@1 (%, macro over the benchmarks, mean ± std over seeds; the number of seeds in brackets):", "",
         table_markdown(measured, cfg), "",
         "### Claims", "", claims_markdown(claims, models), "",
+        *(["### Where the variance comes from (two peers − best single peer)", "",
+           md_table(VARIANCE_COLUMNS, var_rows), "", VARIANCE_NOTE, ""] if var_rows else []),
         *(["Exchange volume (admitted grafted responses per step, mean over steps and seeds; the share of the "
            "receiver's update batch that is grafted):", "", exchange, ""] if exchange else []),
         "Each arm against GRPO (Δ pass@1 points [95% CI], no verdict):", "",
@@ -297,10 +310,10 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, repor
         *(["Transfer matrices (admitted grafted responses per step, source → receiver), the first seed of each "
            "three-peer run (every run's is `plots/transfer_<run>.png`):", "",
            *[f"![transfer {p[len('transfer_'):-4]}](plots/{p})" for p in first_seed(plots)], ""] if plots else []),
-        f"Intervals: 95% paired hierarchical bootstrap ({int(s['n_boot'])} replicates: seeds resampled within each "
-        "arm, held-out problems resampled once per replicate for both arms, Δ macro-averaged over the benchmarks "
-        "both have). The best single peer is chosen per model as the pairwise run with the higher mean, on the "
-        "same numbers (which favours it). `held`: the interval excludes 0 upwards; `not significant`: it "
+        "Intervals: the 95% t-interval over the seeds' macro pass@1 (Δ macro-averaged over the benchmarks both "
+        "arms have; paired where the arms ran the same seeds, Welch otherwise; the evaluation's sampling noise is "
+        "inside each seed's score). The best single peer is chosen per model as the pairwise run with the higher "
+        "mean, on the same numbers (which favours it). `held`: the interval excludes 0 upwards; `not significant`: it "
         "straddles 0; `did not hold`: it excludes 0 downwards; `mixed`: the models disagree.", ""])
 
 

@@ -7,8 +7,10 @@ Claims (opd_saf.md §6):
 2. **fixed_collapses_entropy** — fixed fusion collapses the policy's entropy early in training, SAF does not
    (SAF "avoids entropy collapse and keeps entropy and response length higher").
 
-Each claim is a difference with a 95% Welch t-interval over seeds: 1. mean(SAF) − mean(fixed) of the eval
-average (pass@1 %, the five held-out sets); 2. the relative entropy drop over the early window (steps
+Each claim is a difference with a 95% interval over seeds: 1. mean(SAF) − mean(fixed) of the eval average (pass@1
+%, macro over the evaluated sets), the t-interval over the seeds' scores paired where both arms ran the same seeds,
+with its variance decomposition (:func:`graft_cli.report.stats.compare`; the Welch interval over the recorded
+averages where the per-problem files are missing); 2. the relative entropy drop over the early window (steps
 1..``early_steps``: 1 − H(end of window)/H(step 1), H the token-mean policy entropy logged in training) of
 fixed fusion minus SAF's. Verdict: ``held`` when the interval excludes 0 in the paper's direction,
 ``not significant`` when it straddles 0, ``did not hold`` when it excludes 0 the other way, ``not measured``
@@ -23,11 +25,14 @@ import numpy as np
 
 from graft_cli.report.claims import write_section
 from graft_cli.report.markdown import md_table
-from graft_cli.report.stats import verdict, welch_interval
+from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
+from graft_cli.eval.files import read_problem_stats
+from graft_cli.report.stats import compare, verdict, welch_interval
+from graft_cli.rundir import eval_step_dir
 from graft_cli.rundir import atomic_write_json, read_metrics
 
 DEFAULTS = {"kind": "saf", "grpo": "grpo", "fixed": "grpo_opd", "saf": "saf", "opd_only": "opd_only",
-            "early_steps": 10, "policy": "a", "label": "math", "arms": []}
+            "early_steps": 10, "policy": "a", "label": "math", "arms": [], "n_boot": 2000}
 PAPER = {"saf_beats_fixed": "SAF > fixed fusion in 6/6 settings, +0.51 to +2.70 pp aggregate (per-method numbers "
                             "[U]); 4B ablation: magnitude control alone 44.35% vs fixed fusion 44.38%",
          "fixed_collapses_entropy": "fixed fusion's entropy collapses early; SAF keeps entropy and response length "
@@ -63,12 +68,17 @@ def entropy_drop(curve: dict[int, float], early_steps: int) -> float | None:
 def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
     s = settings(cfg)
     sc, drops = measured["scores"], measured["entropy_drop"]
-    iv1 = welch_interval(sc.get(s["saf"], []), sc.get(s["fixed"], []))
+    probs = measured.get("problems") or {}
+    if probs.get(s["saf"]) and probs.get(s["fixed"]):
+        c = compare(probs, s["saf"], s["fixed"], int(s["n_boot"]), eval_var=measured.get("eval_var"))
+        iv1, method, dec = c["interval"], c["method"] or "—", c["decomposition"]
+    else:
+        iv1, method, dec = welch_interval(sc.get(s["saf"], []), sc.get(s["fixed"], [])), "Welch t over seeds", None
     iv2 = welch_interval(drops.get(s["fixed"], []), drops.get(s["saf"], []))
     return [
         {"key": "saf_beats_fixed", "claim": "SAF beats fixed-coefficient fusion (aggregate score)",
-         "paper": PAPER["saf_beats_fixed"], "verdict": verdict(iv1), "interval": iv1,
-         "measured": "Δ = SAF − fixed, eval average pass@1 % (95% Welch t-interval over seeds)"},
+         "paper": PAPER["saf_beats_fixed"], "verdict": verdict(iv1), "interval": iv1, "method": method,
+         "decomposition": dec, "measured": f"Δ = SAF − fixed, eval average pass@1 % (95%: {method})"},
         {"key": "fixed_collapses_entropy",
          "claim": f"fixed fusion collapses entropy early, SAF does not (steps 1–{s['early_steps']})",
          "paper": PAPER["fixed_collapses_entropy"], "verdict": verdict(iv2), "interval": iv2,
@@ -95,17 +105,24 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
     scores: dict = {}
     drops: dict = {}
     curve: dict = {}
+    problems: dict = {}  # name -> seed -> benchmark -> per-problem pass@1
+    eval_var: dict = {}  # name -> seed -> benchmark -> v_b (graft_cli.report.power eq. 2)
     for r in records:
         sc = (r.get("scores") or {}).get(s["policy"]) or {}
         if sc.get("avg") is not None:
             scores.setdefault(r["name"], []).append(float(sc["avg"]))  # plan records hold pass@1 in %
+            if sc.get("step") is not None and r.get("dir"):
+                arrays, var, _ = read_problem_stats(eval_step_dir(r["dir"], s["policy"], sc["step"]))
+                if arrays:
+                    problems.setdefault(r["name"], {})[str(r["seed"])] = arrays
+                    eval_var.setdefault(r["name"], {})[str(r["seed"])] = var
         if os.path.isdir(r.get("dir") or ""):
             c = curves(r["dir"], s["policy"])
             curve.setdefault(r["name"], []).append(c)
             d = entropy_drop(c["entropy"], int(s["early_steps"]))
             if d is not None:
                 drops.setdefault(r["name"], []).append(d)
-    return {"scores": scores, "entropy_drop": drops, "curves": curve}
+    return {"scores": scores, "entropy_drop": drops, "curves": curve, "problems": problems, "eval_var": eval_var}
 
 
 # ---------------------------------------------------------------------------------------------- render
@@ -178,6 +195,7 @@ def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) 
     """The SAF section (per arm: table, plot, claims) into ``<report_dir>/report.md`` and ``claims.json``. The
     first arm's claims keep their keys; a further arm's are keyed ``<label>/<key>``."""
     parts, all_claims, per_arm = ["## SAF-OPD on this pair (from the measured numbers)", ""], [], {}
+    var_rows = []
     arm_list = arms(cfg)
     for i, arm in enumerate(arm_list):
         measured = measure(records, arm)
@@ -193,9 +211,13 @@ def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) 
                   *([f"![entropy and validation]({os.path.relpath(png, report_dir)})", ""] if png else []),
                   "#### Claims" if len(arm_list) > 1 else "### Claims", "", claims_markdown(claims), ""]
         all_claims += claims
+        var_rows.append(variance_row(f"SAF − fixed ({arm['label']})", arm["policy"], claims[0].get("decomposition")))
         per_arm[arm["label"]] = {"settings": arm, "measured": {k: v for k, v in measured.items() if k != "curves"}}
     parts += ["Verdicts: `held` when the 95% interval excludes 0 in the paper's direction, `not significant` "
               "when it straddles 0, `did not hold` when it excludes 0 the other way.", ""]
+    if any(r[2] != "—" for r in var_rows):
+        parts += ["### Where the variance comes from (claim 1)", "", md_table(VARIANCE_COLUMNS, var_rows), "",
+                  VARIANCE_NOTE, ""]
     md = "\n".join(parts)
     write_section(report_dir, md)
     first = per_arm[arm_list[0]["label"]]

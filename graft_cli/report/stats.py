@@ -17,12 +17,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+from graft_cli.report.power import decompose, seed_interval, t975
 
 
 def welch_interval(x: list[float], y: list[float]) -> tuple[float, float, float] | None:
-    """mean(x) − mean(y) and its 95% Welch t-interval (Welch–Satterthwaite df, t from a table, df rounded
-    down); None with fewer than 2 values on a side."""
+    """mean(x) − mean(y) and its 95% Welch t-interval (Welch–Satterthwaite df, rounded down); None with fewer
+    than 2 values on a side."""
     if len(x) < 2 or len(y) < 2:
         return None
     mx, my = float(np.mean(x)), float(np.mean(y))
@@ -32,7 +32,7 @@ def welch_interval(x: list[float], y: list[float]) -> tuple[float, float, float]
     if se == 0:
         return d, d, d
     df = (vx + vy) ** 2 / ((vx ** 2) / (len(x) - 1) + (vy ** 2) / (len(y) - 1))
-    t = T975.get(max(1, int(df)), 1.96 if df > 30 else T975[10])
+    t = t975(max(1, int(df)))
     return d, d - t * se, d + t * se
 
 
@@ -168,20 +168,47 @@ def points(iv, scale: float = 100.0):
     return None if iv is None else tuple(scale * float(v) for v in iv[:3])
 
 
-def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0, scale: float = 100.0) -> dict:
-    """Δ = a − b in points (%; ``scale`` 1: in the scores' own unit, e.g. nats): the bootstrap interval, the
-    Welch interval over seeds of each seed's macro mean (1/B Σ_b mean_p), the benchmarks used, seeds per arm
-    and each benchmark's own bootstrap Δ."""
+def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0, scale: float = 100.0,
+            eval_var: dict | None = None) -> dict:
+    """Δ = a − b in points (%; ``scale`` 1: in the scores' own unit, e.g. nats) over the benchmarks both arms have.
+
+    ``interval``, the interval of record: the t-interval over the seeds' macro scores, paired when both arms ran
+    the same seeds (:func:`graft_cli.report.power.seed_interval`); with one seed on a side, the hierarchical
+    bootstrap over problems (the only variation measured). ``method`` names it. Alongside: ``bootstrap`` (the paired
+    hierarchical percentile bootstrap over seeds and problems), ``welch``, ``decomposition`` (the parts of
+    Var(Δ̂), :func:`graft_cli.report.power.decompose`; its sampling part from ``eval_var``: name -> seed ->
+    benchmark -> v_{s,b}), the benchmarks, seeds per arm and each benchmark's bootstrap Δ."""
     x, y, benches = paired(problems, a, b)
+    empty = {"interval": None, "method": None, "bootstrap": None, "welch": None, "decomposition": None,
+             "benchmarks": [], "seeds": [len(x), len(y)], "per_benchmark": {}}
     if not benches:
-        return {"bootstrap": None, "welch": None, "benchmarks": [], "seeds": [len(x), len(y)], "per_benchmark": {}}
+        return empty
     boot = points(hierarchical_bootstrap(x, y, n_boot=n_boot, seed=seed), scale)
-    welch = welch_interval([scale * macro_mean(v) for v in x.values()], [scale * macro_mean(v) for v in y.values()])
+    mx = {s: scale * macro_mean(v) for s, v in x.items()}
+    my = {s: scale * macro_mean(v) for s, v in y.items()}
+    welch = welch_interval(list(mx.values()), list(my.values()))
+    t = seed_interval(mx, my)
+    if t is not None:
+        interval = t["interval"]
+        method = (f"paired t over {t['n'][0]} seeds" if t["paired"]
+                  else f"Welch t over {t['n'][0]} vs {t['n'][1]} seeds")
+    else:
+        interval, method = boot, "bootstrap over problems (one seed: no training-seed variance measured)"
+    ev = eval_var or {}
+    arm = lambda name, vals: {s: dict(zip(benches, v)) for s, v in vals.items()}
+    dec = decompose(arm(a, x), arm(b, y), _ev(ev.get(a), benches), _ev(ev.get(b), benches), benches, scale=scale)
     per = {bn: points(hierarchical_bootstrap({s: v[i] for s, v in x.items()}, {s: v[i] for s, v in y.items()},
                                               n_boot=n_boot, seed=seed), scale)
            for i, bn in enumerate(benches)}
-    return {"bootstrap": boot, "welch": welch, "benchmarks": benches, "seeds": [len(x), len(y)],
-            "per_benchmark": per}
+    return {"interval": interval, "method": method, "bootstrap": boot, "welch": welch, "decomposition": dec,
+            "benchmarks": benches, "seeds": [len(x), len(y)], "per_benchmark": per}
+
+
+def _ev(e: dict | None, benches: list[str]) -> dict | None:
+    """seed -> benchmark -> v_{s,b} for ``benches``, or None when a seed lacks one of them."""
+    if not e or any(bn not in v for v in e.values() for bn in benches):
+        return None
+    return {s: {bn: float(v[bn]) for bn in benches} for s, v in e.items()}
 
 
 def _percentile_boot(values: list[np.ndarray], n_boot: int, seed: int, alpha: float = 0.05):
@@ -206,7 +233,7 @@ def mean_interval(per_seed: Mapping, offset: float = 0.0, n_boot: int = 2000, se
     d = float(np.mean(means)) - offset
     if len(means) >= 2:
         se = float(np.std(means, ddof=1)) / np.sqrt(len(means))
-        t = T975.get(len(means) - 1, 1.96)
+        t = t975(len(means) - 1)
         return d, d - t * se, d + t * se, f"t over {len(means)} seeds"
     v = np.asarray(next(iter(x for x in per_seed.values() if len(x))), dtype=np.float64)
     lo, hi = _percentile_boot([(1.0, v)], n_boot, seed, alpha)

@@ -21,9 +21,10 @@ near the base" from co-generation; §2.10: legibility, the junior's cross-entrop
    table's ``macro_ce`` pools tokens per benchmark instead, so its difference can differ slightly). Verdict as
    claim 2 (``held``: the tandem senior is more legible to the junior).
 
-The interval of record is the paired hierarchical bootstrap (:func:`~graft_cli.report.stats.hierarchical_bootstrap`,
-seeds within each arm, problems shared by both arms) over the per-problem values read from the evaluation files;
-the 95% Welch t-interval over seeds of each seed's macro value is reported beside it (``welch``). Also
+The interval of record is the t-interval over the seeds' macro values, paired where the arms ran the same seeds
+(:func:`graft_cli.report.stats.compare`; one seed on a side: the hierarchical bootstrap over problems), with the
+variance decomposition of :mod:`graft_cli.report.power` beside it and the paired hierarchical bootstrap
+(``bootstrap``) and the Welch interval (``welch``) for comparison. Also
 measured, without a verdict: solo and handoff pass@{1,2,4,8} (summary files), the pass@k curves k = 1..8 from the
 run files (:func:`graft_cli.eval.tandem.pass_at_k_curve`; table and plot in the claims section), the legibility CE
 and the senior's token share in handoff chains, for every arm (Tandem RLVR, GRPO, KL-Reg GRPO, GRPO n=16).
@@ -40,10 +41,11 @@ import os
 
 import numpy as np
 
-from graft_cli.eval.files import read_problems
+from graft_cli.eval.files import read_problem_stats
 from graft_cli.eval.tandem import CURVE_KS, legibility_problems, macro_pass_at_k, pass_at_k_curve
 from graft_cli.report.claims import write_section
 from graft_cli.report.markdown import md_table
+from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
 from graft_cli.report.stats import compare, equivalence_verdict, verdict
 from graft_cli.rundir import atomic_write_json, eval_step_dir, read_json_or_none
 
@@ -97,11 +99,15 @@ def finite_common(problems: dict, a: str, b: str) -> dict:
 
 def _handoff_claim(key: str, claim: str, c: dict, other: str) -> dict:
     """A "Tandem beats ``other`` on handoff pass@1" claim from its comparison ``c`` (:func:`compare`)."""
-    return {"key": key, "claim": claim, "paper": PAPER[key], "verdict": verdict(c["bootstrap"]),
-            "interval": c["bootstrap"], "welch": c["welch"], "benchmarks": c["benchmarks"], "seeds": c["seeds"],
-            "per_benchmark": c["per_benchmark"],
-            "measured": f"Δ = Tandem − {other} handoff pass@1 (points, macro over benchmarks); 95% paired "
-                        "hierarchical bootstrap (seeds, problems); Welch t-interval over seeds in `welch`"}
+    return {"key": key, "claim": claim, "paper": PAPER[key], "verdict": verdict(c["interval"]),
+            **_intervals(c), "measured": f"Δ = Tandem − {other} handoff pass@1 (points, macro over benchmarks); "
+                                         f"95% interval: {c['method'] or '—'}"}
+
+
+def _intervals(c: dict) -> dict:
+    """The interval of record and what stands beside it (:func:`graft_cli.report.stats.compare`)."""
+    return {k: c[k] for k in ("interval", "method", "bootstrap", "welch", "decomposition", "benchmarks", "seeds",
+                              "per_benchmark")}
 
 
 def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
@@ -110,29 +116,28 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
     s = settings(cfg)
     probs = measured.get("problems") or {}
     n_boot, margin = int(s["n_boot"]), float(s["margin"])
-    solo = compare(probs.get("solo") or {}, s["tandem"], s["grpo"], n_boot)
-    hand = compare(probs.get("handoff") or {}, s["tandem"], s["grpo"], n_boot)
-    hand_kl = compare(probs.get("handoff") or {}, s["tandem"], s["kl"], n_boot)
+    ev = measured.get("eval_var") or {}
+    solo = compare(probs.get("solo") or {}, s["tandem"], s["grpo"], n_boot, eval_var=ev.get("solo"))
+    hand = compare(probs.get("handoff") or {}, s["tandem"], s["grpo"], n_boot, eval_var=ev.get("handoff"))
+    hand_kl = compare(probs.get("handoff") or {}, s["tandem"], s["kl"], n_boot, eval_var=ev.get("handoff"))
     leg = compare(finite_common(probs.get("legibility") or {}, s["grpo"], s["tandem"]), s["grpo"], s["tandem"],
                   n_boot, scale=1.0)
     return [
         {"key": "solo_matches_grpo", "claim": f"Tandem RLVR matches vanilla GRPO on solo pass@1 (±{margin:g} pts)",
-         "paper": PAPER["solo_matches_grpo"], "verdict": equivalence_verdict(solo["bootstrap"], margin),
-         "interval": solo["bootstrap"], "welch": solo["welch"], "margin": margin,
-         "benchmarks": solo["benchmarks"], "seeds": solo["seeds"], "per_benchmark": solo["per_benchmark"],
-         "measured": "Δ = Tandem − GRPO solo pass@1 (points, macro over benchmarks); 95% paired hierarchical "
-                     "bootstrap (seeds, problems); Welch t-interval over seeds in `welch`"},
+         "paper": PAPER["solo_matches_grpo"], "verdict": equivalence_verdict(solo["interval"], margin),
+         "margin": margin, **_intervals(solo),
+         "measured": f"Δ = Tandem − GRPO solo pass@1 (points, macro over benchmarks); 95% interval: "
+                     f"{solo['method'] or '—'}"},
         _handoff_claim("handoff_beats_grpo", "Tandem RLVR beats GRPO on handoff pass@1 (reasoning-step schedule)",
                        hand, "GRPO"),
         _handoff_claim("handoff_beats_kl", "Tandem RLVR beats KL-Reg GRPO on handoff pass@1", hand_kl, "KL-Reg GRPO"),
         {"key": "more_legible_than_grpo",
          "claim": "Tandem RLVR is more legible to the junior than GRPO (lower legibility CE)",
-         "paper": PAPER["more_legible_than_grpo"], "verdict": verdict(leg["bootstrap"]),
-         "interval": leg["bootstrap"], "welch": leg["welch"], "unit": "nats", "digits": 4,
-         "benchmarks": leg["benchmarks"], "seeds": leg["seeds"], "per_benchmark": leg["per_benchmark"],
+         "paper": PAPER["more_legible_than_grpo"], "verdict": verdict(leg["interval"]),
+         "unit": "nats", "digits": 4, **_intervals(leg),
          "measured": "Δ = CE(GRPO) − CE(Tandem), nats per token (the junior on each senior's solo answers; per "
-                     "problem its responses pooled; macro over benchmarks of the mean over problems); 95% paired "
-                     "hierarchical bootstrap (seeds, problems); Welch t-interval over seeds in `welch`"},
+                     "problem its responses pooled; macro over benchmarks of the mean over problems); 95% interval: "
+                     f"{leg['method'] or '—'}"},
     ]
 
 
@@ -160,7 +165,7 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
     token share of each seed's handoff rows], ``junior``: the legibility junior(s). ``problems["legibility"]``:
     name -> seed -> bench -> per-problem CE."""
     s = settings(cfg)
-    out: dict = {"arms": {}, "problems": {m: {} for m in (*MODES, "legibility")}}
+    out: dict = {"arms": {}, "problems": {m: {} for m in (*MODES, "legibility")}, "eval_var": {m: {} for m in MODES}}
     for r in records:
         name, seed = r.get("name"), r.get("seed")
         sc = (r.get("scores") or {}).get(s["policy"]) or {}
@@ -178,9 +183,10 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
                 arm[mode].setdefault(k, []).append(v)
             for k, v in pass_at_k_curve(folder).items():
                 arm["curve"][mode].setdefault(str(k), []).append(100.0 * v)
-            probs, fracs = read_problems(folder)
+            probs, var, fracs = read_problem_stats(folder)
             if probs:
                 out["problems"][mode].setdefault(name, {})[seed] = probs
+                out["eval_var"][mode].setdefault(name, {})[seed] = var
             if mode == "handoff" and fracs:
                 arm["senior_frac"].append(float(np.mean(fracs)))
         ce_probs = legibility_problems(os.path.join(E, "legibility"))
@@ -305,6 +311,8 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, png: 
                      report_dir: str) -> str:
     s = settings(cfg)
     juniors = sorted({j for a in (measured.get("arms") or {}).values() for j in a.get("junior", [])})
+    var_rows = [variance_row(c["claim"].split(" (")[0], s.get("policy", "a"), c.get("decomposition"))
+                for c in claims if c.get("decomposition") and c.get("unit") != "nats"]
     return "\n".join([
         "## Tandem RLVR on this pair (from the measured numbers)", "",
         table_markdown(measured, cfg), "",
@@ -312,9 +320,12 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, png: 
         f"{', '.join(juniors) if juniors else '—'}.", "",
         "### Claims", "", claims_markdown(claims), "",
         *[line for c in claims if per_benchmark_markdown(c) for line in (per_benchmark_markdown(c), "")],
-        f"Intervals: 95% paired hierarchical bootstrap ({int(s['n_boot'])} replicates: seeds resampled within each "
-        "arm, problems resampled once per replicate for both arms, Δ macro-averaged over the benchmarks both arms "
-        "have), with the Welch t-interval over seeds beside it. Claim 1 (equivalence, margin "
+        *(["### Where the variance comes from", "", md_table(VARIANCE_COLUMNS, var_rows), "", VARIANCE_NOTE, ""]
+          if var_rows else []),
+        "Intervals: the 95% t-interval over the seeds' macro values (Δ macro-averaged over the benchmarks both "
+        "arms have; paired where the arms ran the same seeds, Welch otherwise; one seed on a side: the "
+        "hierarchical bootstrap over problems), the evaluation's sampling noise inside each seed's value. "
+        "Claim 1 (equivalence, margin "
         f"±{float(s['margin']):g} pts): `held` when the interval lies within the margin, `did not hold` when it "
         "lies outside, `inconclusive` otherwise. Claims 2-4: `held` when the interval excludes 0 upwards, "
         "`not significant` when it straddles 0, `did not hold` when it excludes 0 downwards; `not measured` "

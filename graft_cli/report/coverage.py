@@ -1,0 +1,93 @@
+"""Does a study's interval keep its 95%? Simulated studies from a published study's own variance components.
+
+The components come from a claims file's ``measured`` section (:func:`components`): each arm's per-problem pass
+rates (the mean of its seeds) and its training spread σ_T (:func:`graft_cli.report.power.arm_components`). Each
+simulated study draws, per seed, a training shift and the evaluated answers (binomial at the design's samples per
+problem; :func:`graft_cli.report.power.coverage`) and is judged by each procedure of :data:`PROCEDURES`:
+
+- ``bootstrap``: the paired hierarchical percentile bootstrap over seeds and problems
+  (:func:`graft_cli.report.stats.hierarchical_bootstrap`), the studies' interval before this one;
+- ``welch``: the Welch t-interval over the seeds' macro scores;
+- ``paired_t``: the paired t-interval over the seeds' macro scores (:func:`graft_cli.report.power.seed_interval`),
+  the interval of record.
+
+Two truths are simulated: the study's measured Δ (arm x's and arm y's own pass rates and spreads) and the null
+(y := x, Δ = 0); training shifts normal or Student t with 4 df (heavier tails than six seeds can rule out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from graft_cli.report.power import EvalDesign, arm_components, binomial_variance, coverage, seed_interval
+from graft_cli.report.stats import hierarchical_bootstrap, macro_mean
+
+
+def _lists(arm: Mapping, benches: Sequence[str]) -> dict:
+    return {s: [np.asarray(v[b], dtype=np.float64) for b in benches] for s, v in arm.items()}
+
+
+def _bootstrap(n_boot: int):
+    def proc(x, y, ex, ey):
+        benches = list(next(iter(x.values())))
+        return hierarchical_bootstrap(_lists(x, benches), _lists(y, benches), n_boot=n_boot, seed=0)
+    return proc
+
+
+def _t(paired: bool):
+    def proc(x, y, ex, ey):
+        benches = list(next(iter(x.values())))
+        mx = {s: macro_mean(v) for s, v in _lists(x, benches).items()}
+        my = {s: macro_mean(v) for s, v in _lists(y, benches).items()}
+        iv = seed_interval(mx, my, paired)
+        return None if iv is None else iv["interval"]
+    return proc
+
+
+def procedures(n_boot: int = 400) -> dict:
+    """name -> interval procedure over simulated arms (see the module docstring)."""
+    return {"bootstrap": _bootstrap(n_boot), "welch": _t(False), "paired_t": _t(True)}
+
+
+def components(measured: Mapping, run_x: str, run_y: str, policy: str, samples: Mapping[str, int] | None = None,
+               scale: float = 100.0) -> dict:
+    """Both arms' parts for a simulation from a claims file's ``measured`` section: per-problem pass rates, σ_T
+    (fractions) and the benchmarks. A file without ``eval_var`` gets it from the pass rates and ``samples`` (0/1
+    grades per problem per benchmark)."""
+    probs = measured["problems"]
+    x, y = probs[run_x][policy], probs[run_y][policy]
+    benches = sorted(set.intersection(*[set(v) for v in list(x.values()) + list(y.values())]))
+    ev_all = measured.get("eval_var") or {}
+
+    def ev(run, arm):
+        e = (ev_all.get(run) or {}).get(policy)
+        if e:
+            return e
+        if samples is None:
+            return None
+        return {s: {b: binomial_variance(np.asarray(v[b]), int(samples[b])) for b in benches} for s, v in arm.items()}
+
+    cx = arm_components(x, ev(run_x, x), benches, scale)
+    cy = arm_components(y, ev(run_y, y), benches, scale)
+    return {"px": cx["p"], "py": cy["p"], "sd_x": float(np.sqrt(cx["training"])) / scale,
+            "sd_y": float(np.sqrt(cy["training"])) / scale, "benchmarks": benches, "arms": (cx, cy)}
+
+
+def coverage_table(comp: Mapping, designs: Sequence[EvalDesign], studies: int = 1000, seed: int = 0,
+                   n_boot: int = 400, tails: Sequence[int | None] = (None, 4)) -> list[dict]:
+    """One row per (design, truth, tails): each procedure's coverage and mean half-width (points)."""
+    rows = []
+    procs = procedures(n_boot)
+    for d in designs:
+        for null in (False, True):
+            for tl in tails:
+                res = coverage(comp["px"], comp["py"], comp["sd_x"], comp["sd_y"], d, procs, studies=studies,
+                               seed=seed, tails=tl, null=null)
+                rows.append({"design": d.label(), "seeds": d.seeds, "truth": "Δ = 0" if null else "measured Δ",
+                             "true_delta": 100 * res["true_delta"], "shifts": "normal" if tl is None else f"t{tl}",
+                             **{name: {"coverage": res[name]["coverage"],
+                                       "half_width": None if res[name]["half_width"] is None
+                                       else 100 * res[name]["half_width"]} for name in procs}})
+    return rows
