@@ -79,6 +79,7 @@ import warnings
 
 from graft_cli.code_convert import RULES, NotConvertible, NotPlain, calls_from_records, decode, json_form, passes, \
     rewrite_tests
+from graft_cli.errors import GraftError
 from graft_cli.reward import REWARDS, Grades, MathVerifyGrader, serve
 from graft_cli.sandbox import ALL_FEATURES, Limits, Sandbox
 
@@ -647,7 +648,7 @@ def code_worker_main(conn, options: dict | None = None) -> None:
     options = dict(options or {})
     sb = _sandbox_for(options)
     state = _own_state()
-    conn.send(("ready", os.getpid(), sb.features()))
+    conn.send(("ready", os.getpid(), sb.features(), sb.root))
 
     def answer(idx, response, gold):
         reward, program, status, sec = grade_item(response, gold, sb)
@@ -679,7 +680,7 @@ class CodeGrader(MathVerifyGrader):
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 10.0, chunk_size: int = 4, memory_mb: int = 4096,
                  nproc: int = 32, features=ALL_FEATURES, startup_timeout_s: float = 120.0, dedupe: bool = True,
-                 convert: bool = True, **_ignored):
+                 convert: bool = True, allow_root: bool = False, **_ignored):
         super().__init__(num_workers=num_workers, timeout_s=timeout_s + self.slack_s, chunk_size=chunk_size,
                          startup_timeout_s=startup_timeout_s, memory_mb=0)
         self.dedupe = bool(dedupe)
@@ -690,6 +691,7 @@ class CodeGrader(MathVerifyGrader):
                         "features": tuple(features)}
         self.sandbox_features: dict | None = None  # what the workers' sandboxes got on this machine (first report)
         self.convert = bool(convert)
+        self.allow_root = bool(allow_root)
         self.test_kinds: dict = {}  # gold -> (kind, why): io, call, assert_converted, assert_fallback (test_kind)
         self._converted: dict = {}  # assert-kind gold -> the call-kind gold its answers are graded against
 
@@ -698,7 +700,12 @@ class CodeGrader(MathVerifyGrader):
         if self.sandbox_features is not None or len(msg) < 3:
             return
         self.sandbox_features = dict(msg[2])
-        wanted = set(self.options["features"]) - {"nproc", "uid", "nocaps"}  # those three depend on the user
+        root = len(msg) > 3 and bool(msg[3])
+        if root and "uid" in self.options["features"] and not self.sandbox_features.get("uid") \
+                and not self.allow_root:
+            raise GraftError("code reward: the sandbox could not run answers under a uid of their own (running as "
+                             "root here); set reward.code.allow_root=true to run them as root without capabilities")
+        wanted = set(self.options["features"]) - {"nproc", "nocaps"} - (set() if root else {"uid"})
         off = sorted(k for k in wanted if not self.sandbox_features.get(k))
         if off:
             warnings.warn(f"code reward sandbox: {', '.join(off)} refused on this machine (graft_cli/sandbox.py says "
@@ -770,6 +777,9 @@ class CodeGrader(MathVerifyGrader):
                       [g.status[k] for k in which], None if g.seconds is None else g.seconds[which])
 
     def grade_inline(self, response: str, gold):
+        if self.sandbox_features is None:
+            sb = _sandbox_for(self.options)
+            self.on_ready(("ready", os.getpid(), sb.features(), sb.root))
         return grade_item(response, gold, _sandbox_for(self.options))
 
     def close(self) -> None:
@@ -779,8 +789,11 @@ class CodeGrader(MathVerifyGrader):
 
 
 @REWARDS.register("code")
-def make_code(num_workers: int = 2, timeout_s: float = 10.0, chunk_size: int = 4, memory_mb: int = 4096) -> CodeGrader:
+def make_code(num_workers: int = 2, timeout_s: float = 10.0, chunk_size: int = 4, memory_mb: int = 4096,
+              code=None) -> CodeGrader:
     """Binary test-execution reward for code (:class:`CodeGrader`): each answer runs sandboxed with ``timeout_s``
-    of wall clock and ``memory_mb`` MiB of address space (0: 4096)."""
+    of wall clock and ``memory_mb`` MiB of address space (0: 4096). ``code.allow_root`` (``reward.code``): as
+    root, grade even where answers cannot get a uid of their own (else the first grading stops in one line)."""
+    allow = bool(code.get("allow_root", False) if isinstance(code, dict) else getattr(code, "allow_root", False))
     return CodeGrader(num_workers=num_workers, timeout_s=timeout_s, chunk_size=min(int(chunk_size), 4),
-                      memory_mb=memory_mb or 4096)
+                      memory_mb=memory_mb or 4096, allow_root=allow)

@@ -1,6 +1,8 @@
 """The kernel's confinement primitives the sandbox (:mod:`graft_cli.sandbox`) applies in its child: Landlock
-rulesets through ``ctypes`` (file access, TCP, signals), resource limits, a pids cgroup per slot, and the process
-bookkeeping that finds and kills what a program left behind. Each is best effort; the sandbox records which held.
+rulesets through ``ctypes`` (file access, TCP, signals), a seccomp filter through libseccomp (``libseccomp.so.2``,
+the library behind Docker's and systemd's filters), resource limits, a pids / cpu / memory cgroup per slot, the
+mounts of the sandbox's own mount namespace, and the process bookkeeping that finds and kills what a program left
+behind. Each is best effort; the sandbox records which held.
 """
 
 from __future__ import annotations
@@ -27,7 +29,143 @@ def libc():
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 24, 38, 36
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
+CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWUTS, CLONE_NEWCGROUP, CLONE_NEWTIME = 0x08000000, 0x20000000, 0x04000000, \
+    0x02000000, 0x00000080
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+
+# ------------------------------------------------------------------------------------------------------ seccomp
+# Denied with EPERM: namespaces (a user namespace gives full capabilities inside it: the surface most local
+# privilege escalations need), keyrings, other processes (ptrace, their memory, their limits), mounts, kernel
+# modules and other administration, io_uring (its operations bypass seccomp), SysV IPC, inotify/fanotify watches.
+SECCOMP_DENY = ("unshare", "setns", "add_key", "request_key", "keyctl", "ptrace", "process_vm_readv",
+                "process_vm_writev", "pidfd_getfd", "kcmp", "mount", "umount2", "pivot_root", "chroot", "open_tree",
+                "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open",
+                "userfaultfd", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+                "swapon", "swapoff", "reboot", "acct", "quotactl", "ioperm", "iopl", "io_uring_setup",
+                "io_uring_enter", "io_uring_register", "shmget", "msgget", "semget", "inotify_init",
+                "inotify_init1", "fanotify_init", "personality", "syslog", "lookup_dcookie", "name_to_handle_at",
+                "open_by_handle_at", "setdomainname", "sethostname", "settimeofday", "clock_settime",
+                "vhangup", "nfsservctl")
+_SCMP_ACT_ALLOW, _SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 2, 7
+
+
+def _scmp_errno(e: int) -> int:
+    return 0x00050000 | (e & 0xFFFF)
+
+
+class _ScmpArg(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
+
+
+_seccomp = None
+
+
+def _libseccomp():
+    global _seccomp
+    if _seccomp is None:
+        try:
+            lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
+        except OSError:
+            lib = False
+        if lib:
+            lib.seccomp_init.restype = ctypes.c_void_p
+            lib.seccomp_init.argtypes = [ctypes.c_uint32]
+            lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+            lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                                   ctypes.POINTER(_ScmpArg)]
+            lib.seccomp_load.argtypes = [ctypes.c_void_p]
+            lib.seccomp_release.argtypes = [ctypes.c_void_p]
+        _seccomp = lib
+    return _seccomp
+
+
+def seccomp_available() -> bool:
+    return bool(_libseccomp())
+
+
+def apply_seccomp() -> None:
+    """Load the filter (:data:`SECCOMP_DENY`; ``clone`` with a namespace flag, ``clone3`` (ENOSYS: libc falls
+    back to ``clone``) and ``prlimit64`` on another process also refused) into this process and its children;
+    raises OSError when libseccomp is missing or the kernel refuses. Sets no_new_privs."""
+    lib = _libseccomp()
+    if not lib:
+        raise OSError(errno.ENOSYS, "libseccomp.so.2 not found")
+    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
+    if not ctx:
+        raise OSError(errno.ENOMEM, "seccomp_init")
+    eperm = _scmp_errno(errno.EPERM)
+
+    def add(name: str, action: int, *args: _ScmpArg) -> None:
+        nr = lib.seccomp_syscall_resolve_name(name.encode())
+        if nr < 0:
+            return  # not on this architecture
+        arr = (_ScmpArg * len(args))(*args) if args else None
+        rc = lib.seccomp_rule_add_array(ctx, action, nr, len(args), arr)
+        if rc < 0:
+            raise OSError(-rc, f"seccomp_rule_add {name}")
+
+    try:
+        for name in SECCOMP_DENY:
+            add(name, eperm)
+        for flag in (CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWUTS,
+                     CLONE_NEWCGROUP):
+            add("clone", eperm, _ScmpArg(0, _SCMP_CMP_MASKED_EQ, flag, flag))
+        add("clone3", _scmp_errno(errno.ENOSYS))
+        add("prlimit64", eperm, _ScmpArg(0, _SCMP_CMP_NE, 0, 0))
+        rc = lib.seccomp_load(ctx)
+        if rc < 0:
+            raise OSError(-rc, "seccomp_load")
+    finally:
+        lib.seccomp_release(ctx)
+
+
+# ------------------------------------------------------------------------------------------------------- mounts
+EMPTIED = ("/tmp", "/run", "/var/tmp", "/dev/shm", "/home", "/root")
+
+
+def _mount(src, target: str, fstype, flags: int, data) -> None:
+    enc = lambda x: x.encode() if isinstance(x, str) else x  # noqa: E731
+    if libc().mount(enc(src), target.encode(), enc(fstype), flags, enc(data)) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"mount {target}: {os.strerror(e)}")
+
+
+def private_mounts(workdir: str, keep: list[str], tmpfs_mb: int, inodes: int, owner: int | None,
+                   new_proc: bool) -> None:
+    """In a fresh mount namespace: empty size- and inode-capped tmpfs over :data:`EMPTIED` (the paths of ``keep``
+    below ``/home`` and ``/root`` - the Python installation - bound back read-only, so a sandbox uid can run a Python that lives under
+    ``/root``), ``workdir`` created inside the new ``/tmp`` (owned by ``owner``), and with ``new_proc`` a procfs of
+    the new PID namespace over ``/proc``. Raises OSError."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    holds = {}
+    for path in keep:  # opened before they are covered
+        if any(path.startswith(d + "/") for d in ("/home", "/root")) and os.path.isdir(path):
+            holds[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        for d in EMPTIED:
+            if not os.path.isdir(d) or os.path.islink(d):
+                continue
+            scratch = d == "/tmp"
+            mode = "1777" if d in ("/tmp", "/var/tmp", "/dev/shm") else "0755"
+            _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(tmpfs_mb) if scratch else 1}m,"
+                   f"nr_inodes={int(inodes) if scratch else 64},mode={mode}")
+        for path in sorted(holds, key=len):
+            if any(path.startswith(q + "/") for q in holds if q != path):
+                continue  # inside another bound path
+            os.makedirs(path, 0o755, exist_ok=True)
+            _mount(f"/proc/self/fd/{holds[path]}", path, None, MS_BIND | MS_REC, None)
+            _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    finally:
+        for fd in holds.values():
+            os.close(fd)
+    os.makedirs(workdir, 0o700, exist_ok=True)
+    if owner is not None:
+        os.chown(workdir, owner, owner)
+    os.chdir(workdir)
+    if new_proc:
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
 
 # Landlock (include/uapi/linux/landlock.h); the three syscalls have the same numbers on every architecture
 _LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
@@ -188,26 +326,49 @@ def kill_each(pids) -> int:
 
 
 class Cgroup:
-    """A pids cgroup of one sandbox slot (v2 under the caller's own cgroup, else a writable v1 ``pids``)."""
+    """The cgroup of one sandbox slot: ``pids.max = nproc`` and, where the controllers are there, ``cpus`` CPUs of
+    bandwidth and ``memory_mb`` MiB of memory (tmpfs pages included). cgroup v2 under the caller's own cgroup, else
+    one directory per v1 hierarchy (``pids``, ``cpu``, ``memory``). ``path`` is None when no pids cgroup could be
+    made; :attr:`limits` names the limits that hold."""
 
-    def __init__(self, name: str, nproc: int):
-        self.path = None
-        for base in self._bases():
-            path = os.path.join(base, name)
-            try:
-                os.makedirs(path, exist_ok=True)
-                with open(os.path.join(path, "pids.max"), "w") as f:
-                    f.write(str(int(nproc)))
-                self.path = path
-                return
-            except OSError:
+    def __init__(self, name: str, nproc: int, cpus: float = 0.0, memory_mb: int = 0):
+        self.path, self.dirs, self.limits = None, [], set()
+        want = {"pids": [("pids.max", str(int(nproc)))]}
+        if cpus > 0:
+            want["cpu"] = [("cpu.max", f"{int(cpus * 100000)} 100000")]
+        if memory_mb > 0:
+            want["memory"] = [("memory.max", str(int(memory_mb) << 20)), ("memory.swap.max", "0")]
+        v1 = {"cpu": [("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", str(int(cpus * 100000)))],
+              "memory": [("memory.limit_in_bytes", str(int(memory_mb) << 20))]}
+        for base, ctrls in self._bases():
+            for ctrl in [c for c in want if c in ctrls and c not in self.limits]:
+                path = os.path.join(base, name)
                 try:
-                    os.rmdir(path)
+                    os.makedirs(path, exist_ok=True)
+                    for fname, value in v1.get(ctrl, want[ctrl]) if self._v1(base) else want[ctrl]:
+                        if fname == "memory.swap.max" and not os.path.exists(os.path.join(path, fname)):
+                            continue
+                        with open(os.path.join(path, fname), "w") as f:
+                            f.write(value)
+                    self.limits.add(ctrl)
+                    if path not in self.dirs:
+                        self.dirs.append(path)
+                    if ctrl == "pids":
+                        self.path = path
                 except OSError:
-                    pass
+                    if path not in self.dirs:
+                        try:
+                            os.rmdir(path)
+                        except OSError:
+                            pass
 
     @staticmethod
-    def _bases() -> list[str]:
+    def _v1(base: str) -> bool:
+        return not os.path.exists(os.path.join(base, "cgroup.controllers")) and "/sys/fs/cgroup/" in base + "/"
+
+    @staticmethod
+    def _bases() -> list[tuple[str, set]]:
+        """(directory, controllers usable there) to create a slot's cgroup under."""
         out = []
         try:
             with open("/proc/self/cgroup") as f:
@@ -217,14 +378,25 @@ class Cgroup:
         for line in lines:
             hid, ctrls, path = (line.split(":", 2) + ["", ""])[:3]
             if hid == "0" and not ctrls and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-                out.append("/sys/fs/cgroup" + path.rstrip("/"))
-            elif "pids" in ctrls.split(","):
-                out.append("/sys/fs/cgroup/pids" + path.rstrip("/"))
+                base = "/sys/fs/cgroup" + path.rstrip("/")
+                try:
+                    with open(os.path.join(base, "cgroup.subtree_control")) as f:
+                        have = set(f.read().split())
+                except OSError:
+                    have = set()
+                out.append((base, have | {"pids"}))
+            else:
+                for c in ("pids", "cpu", "memory"):
+                    if c in ctrls.split(","):
+                        mnt = "/sys/fs/cgroup/" + ("cpu,cpuacct" if c == "cpu" and os.path.isdir(
+                            "/sys/fs/cgroup/cpu,cpuacct") else c)
+                        out.append((mnt + path.rstrip("/"), {c}))
         return out
 
     def join(self) -> None:
-        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
+        for d in self.dirs:
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
 
     def pids(self) -> list[int]:
         try:
@@ -253,7 +425,8 @@ class Cgroup:
     def remove(self) -> None:
         if self.path:
             self.kill_all(1.0)
+        for d in self.dirs:
             try:
-                os.rmdir(self.path)
+                os.rmdir(d)
             except OSError:
                 pass

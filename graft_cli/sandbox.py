@@ -72,13 +72,12 @@ import time
 from dataclasses import dataclass, field
 
 from graft_cli.confine import (
+    CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
+    CLONE_NEWPID,
     CLONE_NEWUSER,
-    MS_NODEV,
-    MS_NOSUID,
-    MS_PRIVATE,
-    MS_REC,
+    CLONE_NEWUTS,
     PR_CAPBSET_DROP,
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
@@ -86,14 +85,17 @@ from graft_cli.confine import (
     Cgroup,
     apply_landlock,
     apply_rlimits,
+    apply_seccomp,
     children,
     kill_each,
     libc,
+    private_mounts,
     read_roots,
     tasks_of_uid,
 )
 
-ALL_FEATURES = ("cgroup", "netns", "mountns", "landlock", "landlock_read", "uid", "nproc", "nocaps")
+ALL_FEATURES = ("cgroup", "cgroup_cpu", "cgroup_memory", "netns", "mountns", "ipcns", "pidns", "landlock",
+                "landlock_read", "seccomp", "uid", "nproc", "nocaps")
 
 @dataclass(frozen=True)
 class Limits:
@@ -106,6 +108,8 @@ class Limits:
     nofile: int = 256
     fsize_mb: int = 16
     tmpfs_mb: int = 64
+    tmpfs_inodes: int = 4096
+    cpus: float = 1.0  # CPU bandwidth of the slot's cgroup
     output_bytes: int = 1 << 20
     result_bytes: int = 32 << 20
 
@@ -140,10 +144,13 @@ class Sandbox:
             raise ValueError(f"unknown sandbox features {sorted(unknown)}; known: {', '.join(ALL_FEATURES)}")
         self.root = os.geteuid() == 0
         self.uid = uid_base + int(slot) if self.root and "uid" in self.wanted else None
-        self.read_roots = read_roots() if "landlock_read" in self.wanted else None
+        self.keep = read_roots()  # the Python installation: readable under landlock_read, bound into the mount ns
+        self.read_roots = self.keep if "landlock_read" in self.wanted else None
         self.cgroup = None
         if "cgroup" in self.wanted:
-            cg = Cgroup(f"graft-sandbox-{os.getpid()}-{slot}", self.limits.nproc)
+            cg = Cgroup(f"graft-sandbox-{os.getpid()}-{slot}", self.limits.nproc,
+                        self.limits.cpus if "cgroup_cpu" in self.wanted else 0,
+                        self.limits.memory_mb + self.limits.tmpfs_mb + 64 if "cgroup_memory" in self.wanted else 0)
             self.cgroup = cg if cg.path else None
         try:
             libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -168,45 +175,51 @@ class Sandbox:
             pass
         apply_rlimits(self.limits, nproc_limit)
         got["nproc"] = nproc_limit is not None
-        got["cgroup"] = False
+        got["cgroup"] = got["cgroup_cpu"] = got["cgroup_memory"] = False
         if "cgroup" in use and self.cgroup is not None:
             try:
                 self.cgroup.join()
                 got["cgroup"] = True
+                got["cgroup_cpu"] = "cpu" in self.cgroup.limits and "cgroup_cpu" in use
+                got["cgroup_memory"] = "memory" in self.cgroup.limits and "cgroup_memory" in use
             except OSError:
                 pass
-        got["netns"] = got["mountns"] = False
-        if "netns" in use or "mountns" in use:
-            flags = (CLONE_NEWNET if "netns" in use else 0) | (CLONE_NEWNS if "mountns" in use else 0)
+        names = {"netns": CLONE_NEWNET, "mountns": CLONE_NEWNS | CLONE_NEWUTS, "ipcns": CLONE_NEWIPC,
+                 "pidns": CLONE_NEWPID}
+        flags = sum(f for k, f in names.items() if k in use)
+        if "pidns" in use and "mountns" not in use:
+            flags &= ~CLONE_NEWPID  # a PID namespace needs its own /proc, hence a mount namespace
+        done = 0
+        if flags and self.root:
+            if c.unshare(flags) == 0:
+                done = flags
+            else:  # one at a time: what this machine allows
+                for f in names.values():
+                    if f & flags and c.unshare(f) == 0:
+                        done |= f
+        elif flags:
             uid, gid = os.getuid(), os.getgid()
-            if c.unshare(flags) != 0 and not self.root:
-                if c.unshare(flags | CLONE_NEWUSER) == 0:
-                    try:
-                        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                                           ("gid_map", f"{gid} {gid} 1")):
-                            with open(f"/proc/self/{name}", "w") as f:
-                                f.write(text)
-                        flags_ok = True
-                    except OSError:
-                        flags_ok = False
-                else:
-                    flags_ok = False
-            else:
-                flags_ok = True
-            if flags_ok:
-                got["netns"] = "netns" in use
-                if "mountns" in use:
-                    try:
-                        if c.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-                            raise OSError(ctypes.get_errno(), "mount private")
-                        owner = f",uid={self.uid},gid={self.uid}" if self.uid is not None and "uid" in use else ""
-                        opts = f"size={int(self.limits.tmpfs_mb)}m,mode=0700{owner}".encode()
-                        if c.mount(b"tmpfs", workdir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
-                            raise OSError(ctypes.get_errno(), "mount tmpfs")
-                        os.chdir(workdir)
-                        got["mountns"] = True
-                    except OSError:
-                        pass
+            if c.unshare(flags | CLONE_NEWUSER) == 0:
+                try:
+                    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                                       ("gid_map", f"{gid} {gid} 1")):
+                        with open(f"/proc/self/{name}", "w") as f:
+                            f.write(text)
+                    done = flags
+                except OSError:
+                    pass
+        got.update({k: bool(done & f) and k in use for k, f in names.items()})
+        if done & CLONE_NEWPID:
+            self._init_of_namespace()
+        if got["mountns"]:
+            try:
+                owner = self.uid if self.uid is not None and "uid" in use else None
+                private_mounts(workdir, self.keep, self.limits.tmpfs_mb, self.limits.tmpfs_inodes, owner,
+                               new_proc=got["pidns"])
+            except OSError:
+                got["mountns"] = False
+        if got["pidns"] and not got["mountns"]:
+            got["pidns"] = False  # without its own /proc the namespace would show the host's processes
         got["landlock"] = got["landlock_read"] = False
         if "landlock" in use:
             roots = self.read_roots if "landlock_read" in use else None
@@ -234,8 +247,40 @@ class Sandbox:
                 got["nocaps"] = True
             except Exception:
                 pass
+        got["seccomp"] = False
+        if "seccomp" in use:
+            try:
+                apply_seccomp()
+                got["seccomp"] = True
+            except OSError:
+                pass
         line = "#features " + " ".join(f"{k}={int(v)}" for k, v in sorted(got.items())) + "\n"
         os.write(result_fd, line.encode())
+
+    @staticmethod
+    def _init_of_namespace() -> None:
+        """After ``unshare(CLONE_NEWPID)``: fork; the child goes on to exec the program as PID 1 of the new
+        namespace (when it ends, the kernel kills every process left in it); this process, the one ``Popen``
+        knows, closes every descriptor (so pipes and ``Popen``'s exec-error pipe see the program's own end) and
+        ends as the program ended (same exit code or signal)."""
+        pid = os.fork()
+        if pid == 0:
+            libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            return
+        os.closerange(0, 65536)
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                os._exit(1)
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
     # ------------------------------------------------------------------------------------------ parent side
     def run(self, argv: list[str], stdin: bytes = b"") -> RunResult:
@@ -251,6 +296,8 @@ class Sandbox:
         nproc_limit = None
         if "nproc" in use and not self.root:
             nproc_limit = tasks_of_uid(os.getuid()) + lim.nproc
+        elif "nproc" in use and self.uid is not None and "uid" in use:
+            nproc_limit = lim.nproc  # the slot's own uid: every one of its tasks is this run's
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
                "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         args = [a.replace("{fd}", str(wfd)) for a in argv]

@@ -113,6 +113,11 @@ class RolloutConfig:
 
 
 @dataclass
+class CodeRewardConfig:
+    allow_root: bool = False  # as root, grade even where answers cannot run under a uid of their own
+
+
+@dataclass
 class RewardConfig:
     name: str = "math_verify"  # math_verify | code (tests run sandboxed, graft_cli/code_reward.py) | coinflip
     num_workers: int = 2
@@ -121,6 +126,7 @@ class RewardConfig:
     sci_notation: bool = True  # read 4e33 as 4·10^33 (math-verify alone reads the e as Euler's number)
     memory_mb: int = 4096  # address-space cap of each grading worker (0 = none); over it an answer scores 0
     coinflip_p: float = 0.5  # coinflip only: the share of responses scored 1 (0.2 leaves ~17% all-fail groups of 8)
+    code: CodeRewardConfig = field(default_factory=CodeRewardConfig)  # code only: graft_cli/code_reward.py
 
 
 @dataclass
@@ -222,7 +228,7 @@ class FinalEvalConfig:
     ``<run>/eval/`` (graft_cli/eval/setup.py ``validation_root``)."""
     benchmarks: Optional[list] = None
     runs: Optional[int] = None
-    bench_runs: Optional[dict] = None  # benchmark -> runs where it differs from ``runs`` (e.g. more on small sets)
+    bench_runs: dict = field(default_factory=dict)  # benchmark -> runs where it differs from ``runs`` ({}: none)
     samples: Optional[int] = None
     temperature: Optional[float] = None
     top_p: Optional[float] = None

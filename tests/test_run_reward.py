@@ -14,7 +14,7 @@ import pytest
 from conftest import make_random_model, train_overrides
 
 from graft_cli.config import compose
-from graft_cli.schema import RewardConfig
+from graft_cli.schema import CodeRewardConfig, RewardConfig
 from graft_cli.errors import GraftError
 from graft_cli.reward import REWARDS, Grades, make_grader
 
@@ -44,7 +44,7 @@ def test_make_grader_builds_the_named_reward_with_the_sections_options():
     g = make_grader(RewardConfig(name="test_parity", timeout_s=7.5, chunk_size=3), num_workers=0)
     assert isinstance(g, ParityGrader)
     assert ParityGrader.made == [{"num_workers": 0, "timeout_s": 7.5, "chunk_size": 3, "sci_notation": True,
-                                  "memory_mb": 4096, "coinflip_p": 0.5}]
+                                  "memory_mb": 4096, "coinflip_p": 0.5, "code": CodeRewardConfig()}]
     assert type(make_grader(RewardConfig())).__name__ == "MathVerifyGrader"
     with pytest.raises(GraftError, match="test_parity"):  # an unknown name lists the registered ones
         make_grader(RewardConfig(name="test_parityy"))
