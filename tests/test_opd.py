@@ -464,7 +464,7 @@ def test_saf_matches_the_released_formulas_on_random_inputs():
     S = _saf_compare()
     diffs = S.compare(cases=3, steps=6, seed=1)
     assert set(diffs) == {"grpo_advantage", "fused_advantage_with_is", "loss", "loss_gradient", "kl_statistic",
-                          "warmup_scale", "anneal"}
+                          "warmup_scale", "anneal", "warmup_end_step"}
     assert max(diffs.values()) <= 1e-6, diffs
     assert S.compare(2, 4, overrides=["algo.token_advantages=[is_correction,opd_fusion]"])[
         "fused_advantage_with_is"] > 1e-3
@@ -472,4 +472,16 @@ def test_saf_matches_the_released_formulas_on_random_inputs():
     # long answers (low KL per token) growing from 15% to 87% of the rows: the released per-sequence statistic and
     # graft's kl_seq_mean stop the warm-up on the same step; the step's token mean would stop it earlier
     stop = S.warmup_stop_scenario(seed=0, steps=30, rows=32)
-    assert stop["released"] == stop["graft (kl_seq_mean)"] > stop["graft (kl)"]
+    assert stop["released"] == stop["graft (composed)"] == stop["graft (kl_seq_mean)"] > stop["graft (kl)"]
+
+
+@pytest.mark.parametrize("over,what", [
+    ("algo.controllers.0.kl_metric=kl", "warmup_end_step"),  # the step's token mean as the KL statistic
+    ("algo.controllers.0.anneal_total_steps=0", "anneal"),  # the anneal budget R = anneal_steps by default
+    ("algo.token_advantages=[is_correction,opd_fusion]", "fused_advantage_with_is"),  # IS on GRPO's part only
+    ("algo.agg=token-mean", "loss_gradient"), ("algo.clip_ratio_c=0", "loss_gradient")])  # no dual clip
+def test_saf_compare_fails_in_one_line_on_each_old_behaviour(over, what, capsys):
+    S = _saf_compare()
+    assert S.main(["--cases", "3", "--steps", "12", over]) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("FAIL: graft differs from the released SAF-OPD beyond 1e-06: ") and what in last, last
