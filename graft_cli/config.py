@@ -178,7 +178,8 @@ def _dict_field(cfg: DictConfig, key: str) -> bool:
 
 
 FREE_DICTS = ("exchange.params", "extra", "data.fields", "data.where", "rollout.engine_kwargs", "algo.loss_params",
-              "algo.token_adv_params", "algo.loss_mask_params", "algo.rollout_correction.params", "distill", "tandem")
+              "algo.token_adv_params", "algo.loss_mask_params", "algo.rollout_correction.params", "distill", "tandem",
+              "eval.final.bench_runs")
 
 
 def to_yaml(cfg: Config) -> str:
@@ -396,6 +397,9 @@ def validate(cfg: Config, registries: bool = True) -> None:
                          ("top_k", f.top_k, f.top_k is None or f.top_k >= 0),
                          ("max_new_tokens", f.max_new_tokens, f.max_new_tokens is None or f.max_new_tokens >= 1)):
         _check(ok, f"eval.final.{key}", f"out of range: {val!r}")
+    for bench, r in dict(f.bench_runs).items():
+        _check(isinstance(r, int) and not isinstance(r, bool) and r >= 1, f"eval.final.bench_runs.{bench}",
+               f"must be a whole number >= 1, got {r!r}")
     _check(cfg.run.policy_workers >= 0, "run.policy_workers", "must be >= 0 (0 = auto, 1 = sequential)")
     _check(e.rescue_cap >= 0, "eval.rescue_cap", "must be >= 0 (0 = every event)")
     _check(e.max_new_tokens is None or e.max_new_tokens >= 1, "eval.max_new_tokens", "must be >= 1")

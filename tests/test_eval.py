@@ -451,3 +451,16 @@ def test_plan_eval_bench_runs_and_eval_done(monkeypatch):
     assert S.eval_done("r", "last", 1, 4)
     assert S.eval_done("r", "last", 1, 4, bench_runs={"aime24": 5})
     assert not S.eval_done("r", "last", 1, 4, bench_runs={"aime24": 5, "amc23": 5})  # amc23 has 2 of 5
+
+
+def test_eval_final_bench_runs_from_the_config():
+    from graft_cli.config import compose
+    from graft_cli.eval.setup import final_settings
+
+    assert final_settings(compose([])).bench_runs == {}
+    cfg = compose(["eval.final.bench_runs.aime24=5", "eval.final.bench_runs.amc23=3"])
+    s = final_settings(cfg)
+    assert s.bench_runs == {"aime24": 5, "amc23": 3} and s.runs_for("aime24") == 5 and s.runs_for("math500") == 5
+    assert final_settings(cfg, runs=1).runs_for("math500") == 1 and final_settings(cfg, runs=1).runs_for("amc23") == 3
+    with pytest.raises(GraftError, match=r"eval.final.bench_runs.aime24': must be a whole number >= 1, got 0"):
+        compose(["eval.final.bench_runs.aime24=0"])

@@ -207,7 +207,8 @@ def final_settings(cfg, runs: int | None = None, samples: int | None = None, tem
                         max_new_tokens=max_new_tokens or fc.max_new_tokens or ec.max_new_tokens
                         or cfg.rollout.max_new_tokens,
                         seed=pick(seed, fc.seed, ec.seed), top_k=pick(top_k, fc.top_k, ec.top_k),
-                        bench_runs={str(k): int(v) for k, v in dict(pick(bench_runs, fc.bench_runs, {}) or {}).items()})
+                        bench_runs={str(k): int(v) for k, v in dict(pick(bench_runs, fc.bench_runs or None, {})
+                                                                    or {}).items()})
 
 
 def validation_settings(cfg) -> EvalSettings:
