@@ -480,10 +480,11 @@ def report_cmd(dirs, out, devices, clip_steps, no_plots):
 @click.option("--no-progress", is_flag=True, help="no progress bars")
 @one_line_errors
 def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress):
-    """The miniature study in one command: GRPO n=8 (3 seeds) and n=32, GRAFT (3 seeds), stored-trajectory
-    GRAFT, the gate/floor/ordering ablations and the other design variants; then evaluation and
-    `graft report` with the paper's qualitative claims judged from the measured numbers. Resumable:
-    finished runs and evaluations are skipped.
+    """A miniature study in one command: the runs of experiments/reproduce/<PAIR>.yaml (tiny: GRPO n=8, GRAFT
+    and GRAFT without the gate, 13 seeds each, peer-first ordering with 2; tiny_full: every design variant;
+    tiny3, tiny_saf, tiny_tandem: the other studies), then their evaluation and `graft report` with the paper's
+    claims judged from the measured numbers (95% t-intervals over seeds and where their variance comes from).
+    Resumable: finished runs and evaluations are skipped. --dry-run lists the runs.
 
     \b
     Writes <out>/<pair>-<run>-s<seed>/ per run, <out>/plan_<name>.{md,json}, <out>/report/report.md (with the

@@ -81,7 +81,7 @@ def dry_run_markdown(plan: Plan, out: str, rows: list[dict]) -> str:
     steps = plan.steps if plan.steps is not None else "run.epochs"
     ev = plan.eval
     head = (f"Plan {plan.name} ({plan.source}): pair {plan.pair}, {len(rows)} runs, steps {steps}, "
-            f"eval {'off' if not ev.enabled else f'steps={ev.steps} runs={ev.runs} samples={ev.samples or 8}'}, "
+            f"eval {'off' if not ev.enabled else _eval_label(ev)}, "
             f"out {out}")
     cols = ["#", "run", "method", "seed", "overrides", "partner", "status", "config"]
     table = md_table(cols, [[r["index"], r["run"], r["method"], r["seed"], " ".join(r["overrides"]) or "—",
@@ -318,6 +318,12 @@ def train_seconds(run_dir: str) -> float:
 
 
 # ------------------------------------------------------------------------------------------ the plan
+def _eval_label(ev) -> str:
+    """``steps=last runs=1 samples=4`` and the benchmarks with runs of their own (``aime24=5 ...``)."""
+    more = "".join(f" {b}={r}" for b, r in (ev.bench_runs or {}).items())
+    return f"steps={ev.steps} runs={ev.runs}{more} samples={ev.samples or 8}"
+
+
 def _eval_dict(plan: Plan, r: PlanRun | None = None) -> dict | None:
     ev = plan.eval_for(r) if r is not None else plan.eval
     if not ev.enabled:
