@@ -164,3 +164,34 @@ def test_the_paired_t_interval_keeps_its_95_percent_at_the_studies_seed_counts()
     six = [r["paired_t"]["half_width"] for r in rows if r["seeds"] == 6]
     twelve = [r["paired_t"]["half_width"] for r in rows if r["seeds"] == 12]
     assert max(twelve) < min(six)
+
+
+def test_the_claims_report_renders_each_claims_decomposition():
+    from graft_cli.report import claims as CL
+
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0.2, 0.8, 40)
+
+    def arm(shift):  # 4 seeds, 8 grades per problem
+        out, ev = {}, {}
+        for s in range(4):
+            ph = rng.binomial(8, np.clip(p + shift + 0.02 * rng.standard_normal(), 0, 1)) / 8
+            out[str(s)], ev[str(s)] = {"math500": ph}, {"math500": binomial_variance(ph, 8)}
+        return out, ev
+
+    probs, evar = {}, {}
+    for run, shift in (("grpo", 0.0), ("graft", 0.03), ("graft_nogate", -0.02)):
+        for pol in ("a", "b"):
+            probs.setdefault(run, {})[pol], evar.setdefault(run, {})[pol] = arm(shift)
+    m = {"policies": ["a", "b"], "problems": probs, "eval_var": evar, "complementarity": {}, "clip_peer": {}}
+    claims = CL.judge(m)
+    c2 = claims[1].per_model["a"]
+    assert c2["method"] == "paired t over 4 seeds"
+    want = decompose(probs["graft"]["a"], probs["grpo"]["a"], evar["graft"]["a"], evar["grpo"]["a"], ["math500"])
+    assert c2["decomposition"]["evaluation"] == pytest.approx(want["evaluation"])
+    assert c2["decomposition"]["seeds"] == pytest.approx(want["seeds"])
+    md = CL.claims_markdown(claims, measured=m)
+    assert "### Where the variance comes from (claims 2-3)" in md
+    row = next(line for line in md.splitlines() if line.startswith("| 2. GRAFT − GRPO n=8 | a |"))
+    assert f"{want['evaluation']:.3f} ({100 * want['shares']['evaluation']:.0f}%)" in row
+    assert "4 (paired)" in row
