@@ -81,6 +81,7 @@ from graft_cli.code_convert import RULES, NotConvertible, NotPlain, calls_from_r
     rewrite_tests
 from graft_cli.errors import GraftError
 from graft_cli.reward import REWARDS, Grades, MathVerifyGrader, serve
+from graft_cli.confine import Cgroup
 from graft_cli.sandbox import ALL_FEATURES, Limits, Sandbox
 
 # ------------------------------------------------------------------------------------------------ extraction
@@ -607,7 +608,8 @@ def _sandbox_for(options: dict) -> Sandbox:
     if not _SANDBOX:
         lim = Limits(timeout_s=float(options.get("timeout_s", 10.0)), memory_mb=int(options.get("memory_mb") or 4096),
                      nproc=int(options.get("nproc", 32)), output_bytes=int(options.get("output_bytes", 1 << 20)))
-        _SANDBOX.append(Sandbox(int(options.get("slot", 0)), lim, options.get("features", ALL_FEATURES)))
+        _SANDBOX.append(Sandbox(int(options.get("slot", 0)), lim, options.get("features", ALL_FEATURES),
+                                own_cgroup=bool(options.get("worker"))))
     return _SANDBOX[0]
 
 
@@ -645,7 +647,7 @@ def code_worker_main(conn, options: dict | None = None) -> None:
     """A code-grading worker (the math grader's protocol, :func:`graft_cli.reward._worker_main`): ``("grade",
     [(idx, response, gold), ...])`` -> ``("r", idx, reward, program, status, seconds)`` per item. A worker whose
     own limits, priority or CPU affinity changed while it graded stops after that item (the pool replaces it)."""
-    options = dict(options or {})
+    options = dict(options or {}, worker=True)  # a worker process: it joins its slot's cgroup itself
     sb = _sandbox_for(options)
     state = _own_state()
     conn.send(("ready", os.getpid(), sb.features(), sb.root))
@@ -782,8 +784,17 @@ class CodeGrader(MathVerifyGrader):
             self.on_ready(("ready", os.getpid(), sb.features(), sb.root))
         return grade_item(response, gold, _sandbox_for(self.options))
 
+    def _new_worker(self, i: int):
+        if i < len(self._workers):  # the worker it replaces was killed: it could not remove its slot's cgroup
+            Cgroup.remove_stale(f"graft-sandbox-{self._workers[i].proc.pid}-")
+        return super()._new_worker(i)
+
     def close(self) -> None:
+        pids = [w.proc.pid for w in getattr(self, "_workers", [])]
         super().close()
+        if getattr(self, "_pid", None) == os.getpid():
+            for pid in pids:
+                Cgroup.remove_stale(f"graft-sandbox-{pid}-")
         if self.num_workers == 0 and _SANDBOX and getattr(self, "_pid", None) == os.getpid():
             _SANDBOX.pop().close()  # the inline sandbox's cgroup
 

@@ -405,14 +405,24 @@ class Cgroup:
         except OSError:
             return []
 
-    def kill_all(self, limit_s: float = 5.0) -> int:
+    def leave(self) -> None:
+        """Move this process back to the cgroups it came from (each directory's parent)."""
+        for d in self.dirs:
+            try:
+                with open(os.path.join(os.path.dirname(d), "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError:
+                pass
+
+    def kill_all(self, limit_s: float = 5.0, spare: int | None = None) -> int:
+        """SIGKILL every task in the cgroup but ``spare`` (the supervisor when it lives inside)."""
         killed, deadline = 0, time.monotonic() + limit_s
         kill_file = os.path.join(self.path, "cgroup.kill")
         while time.monotonic() < deadline:
-            pids = self.pids()
+            pids = [p for p in self.pids() if p != spare]
             if not pids:
                 break
-            if os.path.exists(kill_file):
+            if spare is None and os.path.exists(kill_file):
                 try:
                     with open(kill_file, "w") as f:
                         f.write("1")
@@ -430,3 +440,28 @@ class Cgroup:
                 os.rmdir(d)
             except OSError:
                 pass
+
+    @classmethod
+    def remove_stale(cls, prefix: str) -> int:
+        """Remove the empty cgroups named ``prefix*`` under this process's own cgroups (those of a supervisor that
+        was killed before it could remove its own); how many were removed."""
+        n = 0
+        for base, _ in cls._bases():
+            try:
+                names = [d for d in os.listdir(base) if d.startswith(prefix)]
+            except OSError:
+                continue
+            for d in names:
+                path, deadline = os.path.join(base, d), time.monotonic() + 2.0
+                while True:
+                    try:
+                        with open(os.path.join(path, "cgroup.procs")) as f:
+                            kill_each(int(x) for x in f.read().split())
+                        os.rmdir(path)
+                        n += 1
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline or not os.path.isdir(path):
+                            break
+                        time.sleep(0.01)
+        return n

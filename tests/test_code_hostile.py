@@ -497,3 +497,24 @@ def _cwd_in_sandbox(pid: str) -> bool:
         return os.readlink(f"/proc/{pid}/cwd").startswith(os.path.join(tempfile.gettempdir(), "graft-code-"))
     except OSError:
         return False
+
+
+def test_a_killed_workers_cgroup_is_removed_when_it_is_replaced():
+    """A worker killed from outside (the OOM killer, the pool's stuck-worker kill) cannot remove its slot's cgroup;
+    the grader removes it when it starts the replacement, and removes the last ones on close."""
+    if not world_features().get("cgroup"):
+        pytest.skip("no cgroups here")
+    grader = CodeGrader(num_workers=1, timeout_s=TIMEOUT)
+    try:
+        assert list(grader.grade([GOOD], [CONVERTED]).rewards) == [1.0]
+        pid = grader._workers[0].proc.pid
+        assert _slot_cgroups(pid)
+        os.kill(pid, signal.SIGKILL)
+        grader._workers[0].proc.join(5)
+        assert list(grader.grade([GOOD], [CONVERTED]).rewards) == [1.0]
+        assert _slot_cgroups(pid) == []
+        new = grader._workers[0].proc.pid
+        assert new != pid and _slot_cgroups(new)
+    finally:
+        grader.close()
+    assert _slot_cgroups(new) == []
