@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -181,7 +182,20 @@ def _features():
         sb.close()
 
 
-def test_hostile_programs_score_0_in_time_and_leave_nothing(tmp_path, monkeypatch):
+def leftover_sandbox_processes(before: set, seconds: float = 60.0) -> set:
+    """Sandbox processes not in ``before`` once they are gone, or those still there after ``seconds`` (a hang
+    guard, not a speed bound): a killed sandbox's processes are reaped shortly after its verdict."""
+    deadline = time.monotonic() + seconds
+    while (left := set(sandbox_processes()) - before) and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    return left
+
+
+@pytest.mark.parametrize("timed", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_hostile_programs_score_0_in_time_and_leave_nothing(tmp_path, monkeypatch, timed):
+    """Every hostile program scores 0, ended by its sandbox (its own time limit for the loops and sleeps), and
+    leaves nothing behind. ``timed`` (slow group only: the fast suite bounds no wall-clock time): each also
+    returns within its time limit + 2.5 s on the wall clock."""
     monkeypatch.setenv(SECRET_NAME, SECRET)  # the grader's workers inherit it; the sandbox must not pass it on
     feats = _features()
     home = os.path.expanduser("~")
@@ -218,7 +232,7 @@ def test_hostile_programs_score_0_in_time_and_leave_nothing(tmp_path, monkeypatc
             assert r == 1.0, (n, s, table)
         else:
             assert r == 0.0, (n, s)
-            assert t <= TIMEOUT + 2.5, (n, t)  # within its time limit (+ start-up and the sweep)
+            assert not timed or t <= TIMEOUT + 2.5, (n, t)  # within its time limit (+ start-up and the sweep)
             assert s != "timeout" and s != "crash", (n, s)  # the sandbox, not the pool, ended it
     expect = {"infinite_loop": "code_timeout", "sleep_past_timeout": "code_timeout", "ignore_sigterm": "code_timeout",
               "alloc_10gb": "code_error", "syntax_error": "code_error", "sys_exit_before_tests": "code_error",
@@ -227,8 +241,7 @@ def test_hostile_programs_score_0_in_time_and_leave_nothing(tmp_path, monkeypatc
               "redefine_check": "ok", "redefine_assert_helper": "ok", "monkeypatch_builtins": "ok",
               "patch_from_thread": "code_error", "read_env": "ok"}
     assert {n: table[n][1] for n in expect} == expect
-    time.sleep(0.3)
-    assert set(sandbox_processes()) - before == set()  # no process left behind
+    assert leftover_sandbox_processes(before) == set()  # no process left behind
     assert os.listdir(outside) == []  # nothing written outside the working directory
     assert not [f for f in os.listdir(home) if f.startswith("graft_hostile")]
     assert not os.path.exists("/tmp/graft_hostile_home")
@@ -236,9 +249,12 @@ def test_hostile_programs_score_0_in_time_and_leave_nothing(tmp_path, monkeypatc
     assert res.counts()["reward/code_timeouts"] == sum(s == "code_timeout" for s in res.status) >= 4
 
 
-def test_always_on_protections_hold_without_the_optional_ones():
+@pytest.mark.parametrize("timed", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_always_on_protections_hold_without_the_optional_ones(timed):
     """With every optional protection off (what a machine without namespaces, Landlock, cgroups gets): the
-    environment is scrubbed, the wall clock and output caps hold, and exits before the tests do not pass."""
+    environment is scrubbed, the wall clock and output caps hold (the loop and the sleep end as the sandbox's own
+    timeout), and exits before the tests do not pass. ``timed`` (slow group only): each returns within its time
+    limit + 2.5 s on the wall clock."""
     safe = {n: c for n, *c in hostile_cases("/nonexistent", "/nonexistent", "/nonexistent")
             if n in ("infinite_loop", "alloc_10gb", "sys_exit_before_tests", "os_exit_before_tests", "huge_output",
                      "sleep_past_timeout", "syntax_error", "monkeypatch_builtins", "redefine_check")}
@@ -254,7 +270,10 @@ def test_always_on_protections_hold_without_the_optional_ones():
         grader.close()
         os.environ.pop(SECRET_NAME, None)
     assert list(res.rewards) == [0.0] * (len(safe) + 1) + [1.0]
-    assert all(t <= TIMEOUT + 2.5 for t in res.seconds)
+    status = dict(zip(safe, res.status))
+    assert status["infinite_loop"] == status["sleep_past_timeout"] == "code_timeout", status
+    assert not {"timeout", "crash"} & set(res.status), res.status  # the sandbox ended each, not the pool
+    assert not timed or all(t <= TIMEOUT + 2.5 for t in res.seconds), res.seconds
 
 
 def test_sandbox_reports_its_protections_and_cleans_up(monkeypatch):

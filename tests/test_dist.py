@@ -261,8 +261,9 @@ def test_a_killed_or_hung_rank_stops_the_other_and_the_relaunched_pair_resumes_i
             f = os.path.join("checkpoints", "step_000003", pol, "shards", f"rank-0000{r}-of-00002.safetensors")
             assert sha256_file(os.path.join(run, f)) == sha256_file(os.path.join(ref_run, f))
     assert not [d for d in os.listdir(os.path.join(run, "checkpoints")) if ".tmp-" in d]
-    time.sleep(1)
-    left = set().union(*(tree(pid) for pid in w["sessions"]))
+    deadline = time.time() + 60  # waits until they have exited (60 s: a hang guard, not a speed bound)
+    while (left := set().union(*(tree(pid) for pid in w["sessions"]))) and time.time() < deadline:
+        time.sleep(0.1)
     assert not left, left  # every rank, reward worker and forkserver of every launch is gone
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 
 from conftest import train_overrides
 
@@ -48,28 +47,53 @@ def _write_runs(out_dir, text):
             f.write(text)
 
 
-def test_shared_stores_then_copies_and_a_second_waits_for_the_first(tmp_path):
+def test_shared_stores_then_copies_and_a_second_waits_for_the_first(tmp_path, monkeypatch):
+    import fcntl
+
     store = str(tmp_path / "store")
     first, second = _meta(str(tmp_path / "first"), {}), _meta(str(tmp_path / "second"), {})
     with reuse.shared(None, "k", first) as n:  # no reuse folder: nothing happens
         assert n == 0
     assert not os.path.exists(store)
-    order = []
+    order, blocked = [], []
+    first_in, second_at_lock, release = threading.Event(), threading.Event(), threading.Event()
+    real_flock = fcntl.flock
+
+    def flock(f, op):  # the second evaluation finds the lock taken (a non-blocking try fails), then waits on it
+        if threading.current_thread().name == "second":
+            try:
+                real_flock(f, op | fcntl.LOCK_NB)
+                second_at_lock.set()
+                return
+            except BlockingIOError:
+                blocked.append(True)
+                second_at_lock.set()
+        real_flock(f, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
 
     def evaluate_first():
         with reuse.shared(store, "k", first) as n:
             order.append(("first in", n))
-            time.sleep(0.5)  # the second evaluation must wait for this one
+            first_in.set()
+            assert release.wait(60)  # the second evaluation is at the lock: only now does this one finish
             _write_runs(first, "x\n")
-        order.append(("first out", None))
+
+    def evaluate_second():
+        with reuse.shared(store, "k", second) as n:
+            order.append(("second in", n))
 
     t = threading.Thread(target=evaluate_first)
     t.start()
-    time.sleep(0.1)
-    with reuse.shared(store, "k", second) as n:
-        order.append(("second in", n))
-    t.join()
-    assert order == [("first in", 0), ("first out", None), ("second in", 2)]
+    assert first_in.wait(60)
+    t2 = threading.Thread(target=evaluate_second, name="second")
+    t2.start()
+    assert second_at_lock.wait(60)
+    release.set()
+    t.join(60)
+    t2.join(60)
+    # the second found the lock held and entered only after the first had stored its 2 run files
+    assert blocked == [True] and order == [("first in", 0), ("second in", 2)]
     assert sorted(os.listdir(os.path.join(store, "k"))) == ["aime_run1.jsonl", "math_run1.jsonl"]
     assert open(os.path.join(second, "math_run1.jsonl")).read() == "x\n"
     # a failed evaluation stores nothing; a folder that has the files keeps its own

@@ -536,8 +536,6 @@ def test_every_input_of_the_run_is_checked_before_step_1(tmp_path, silent_hub):
     tokenizer without the chat template the config requires, and hub datasets (training, validation) while the hub
     does not answer: each is one line naming the file, key or dataset, exit 2, nothing written. The hub is asked
     once for the whole process (1 s), not through datasets' retry loop."""
-    import time
-
     from click.testing import CliRunner
 
     from graft_cli.cli import main
@@ -549,19 +547,17 @@ def test_every_input_of_the_run_is_checked_before_step_1(tmp_path, silent_hub):
     s, out = {"a": model, "data": good}, str(tmp_path / "runs")
 
     def bad(extra, *needles):
-        t0 = time.time()
         res = CliRunner().invoke(main, args(s, out, "x", steps=2, extra=extra))
         assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.output[-3000:]
         for n in needles:
             assert n in res.stderr, res.stderr
         assert not os.path.exists(out), os.listdir(out)
-        return time.time() - t0
 
     bad([f"data.train={dup}"], f"{dup}:17: duplicate id 'p3' (first at {dup}:4)")
     bad(["eval.every=1", f"eval.benchmarks=[dups={dup}]"], f"{dup}:17: duplicate id 'p3'")
     bad(["prompt.chat_template=required"], "config key 'policies.0.model': tokenizer", "has no chat template")
-    took = bad(["data.train=graft-test/no-such-set:train"], "graft-test/no-such-set:train: could not load hub dataset",
+    bad(["data.train=graft-test/no-such-set:train"], "graft-test/no-such-set:train: could not load hub dataset",
                "not in the local cache", "did not answer")
-    took += bad(["eval.every=1", "eval.benchmarks=[remote=graft-test/no-such-bench:test]"],
+    bad(["eval.every=1", "eval.benchmarks=[remote=graft-test/no-such-bench:test]"],
                 "graft-test/no-such-bench:test: could not load hub dataset")
-    assert len(silent_hub) == 1 and took < 30, (len(silent_hub), took)  # one request in all, no retry loop
+    assert len(silent_hub) == 1, len(silent_hub)  # one request in all, no retry loop

@@ -59,15 +59,13 @@ def test_last_boxed(text, expected):
     assert last_boxed(text) == expected
 
 
-def test_last_boxed_linear_time():
-    cases = ["\\boxed{" * 50_000, "{" * 100_000 + "\\boxed{1}", "\\boxed{" + "{" * 100_000,
-             "\\boxed{" + "x" * 100_000 + "}", "\\boxed{1}" * 10_000, "\\boxed" * 20_000]
-    for text in cases:
-        t = time.perf_counter()
-        last_boxed(text)
-        assert time.perf_counter() - t < 0.5
-    assert last_boxed("\\boxed{1}" * 10_000) == "1"
-    assert last_boxed("\\boxed{" + "x" * 100_000 + "}") == "x" * 100_000
+LONG_BOXED = ["\\boxed{" * 50_000, "{" * 100_000 + "\\boxed{1}", "\\boxed{" + "{" * 100_000,
+              "\\boxed{" + "x" * 100_000 + "}", "\\boxed{1}" * 10_000, "\\boxed" * 20_000]
+
+
+def test_last_boxed_on_long_inputs():
+    # unclosed boxes have no answer; the last closed one wins (its time: test_grader_time_bounds, slow group)
+    assert [last_boxed(t) for t in LONG_BOXED] == [None, "1", None, "x" * 100_000, "1", None]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -270,16 +268,13 @@ def grader():
 
 
 @pytest.mark.parametrize("name,response,gold,expect_timeout", PATHOLOGICAL, ids=[p[0] for p in PATHOLOGICAL])
-def test_pathological_inputs_return_in_time(grader, name, response, gold, expect_timeout):
-    t = time.perf_counter()
+def test_pathological_inputs_score_0(grader, name, response, gold, expect_timeout):
+    # each returns (the hard timeout ends the ones math-verify would hang on) and scores 0; how long each takes on
+    # the wall clock: test_grader_time_bounds (slow group)
     out = grader.grade([response], [gold])
-    wall = time.perf_counter() - t
-    assert wall < TIMEOUT_S + SLACK_S, f"{name}: {wall:.2f} s"
     assert out.rewards[0] == 0.0
     if expect_timeout is not None:
         assert bool(out.timed_out[0]) is expect_timeout, name
-    if out.timed_out[0]:
-        assert wall >= TIMEOUT_S * 0.9
 
 
 def test_timeout_in_batch_requeues_rest_of_chunk():
@@ -290,10 +285,7 @@ def test_timeout_in_batch_requeues_rest_of_chunk():
     responses[5] = TOWER
     expected = np.array([0.0 if i % 3 == 0 or i == 5 else 1.0 for i in range(12)], dtype=np.float32)
     with MathVerifyGrader(num_workers=2, timeout_s=TIMEOUT_S, chunk_size=4).start() as g:
-        t = time.perf_counter()
         out = g.grade(responses, golds)
-        wall = time.perf_counter() - t
-        assert wall < TIMEOUT_S + SLACK_S
         np.testing.assert_array_equal(out.rewards, expected)
         assert out.timed_out.tolist() == [i == 5 for i in range(12)]
         assert out.extracted[5] == "10^{10^{10^{10}}}"
@@ -304,16 +296,37 @@ def test_timeout_in_batch_requeues_rest_of_chunk():
         assert out2.rewards.tolist() == [1.0] * 8 and not out2.timed_out.any()
 
 
+SEVERAL_TIMEOUTS = ([TOWER, box("1"), TOWER, box("2"), TOWER, box("3")], ["5", "1", "5", "2", "5", "0"])
+
+
 def test_several_timeouts_in_one_batch():
-    responses = [TOWER, box("1"), TOWER, box("2"), TOWER, box("3")]
-    golds = ["5", "1", "5", "2", "5", "0"]
     with MathVerifyGrader(num_workers=2, timeout_s=TIMEOUT_S, chunk_size=2).start() as g:
-        t = time.perf_counter()
-        out = g.grade(responses, golds)
-        wall = time.perf_counter() - t
+        out = g.grade(*SEVERAL_TIMEOUTS)
     assert out.rewards.tolist() == [0, 1, 0, 1, 0, 0]
     assert out.timed_out.tolist() == [True, False, True, False, True, False]
-    assert wall < 2 * TIMEOUT_S + 2 * SLACK_S  # three kills over two workers: two deadlines in a row
+
+
+@pytest.mark.slow
+def test_grader_time_bounds(grader):
+    """The wall-clock side of the hard timeout, in the slow group (a loaded machine stretches wall time; the fast
+    suite bounds none): each pathological input returns within TIMEOUT_S + SLACK_S and a timed-out one not before
+    0.9 · TIMEOUT_S; three kills over two workers take at most two deadlines in a row; last_boxed reads each long
+    input in under 0.5 s (linear time)."""
+    for name, response, gold, _ in PATHOLOGICAL:
+        t = time.perf_counter()
+        out = grader.grade([response], [gold])
+        wall = time.perf_counter() - t
+        assert wall < TIMEOUT_S + SLACK_S, f"{name}: {wall:.2f} s"
+        if out.timed_out[0]:
+            assert wall >= TIMEOUT_S * 0.9, name
+    with MathVerifyGrader(num_workers=2, timeout_s=TIMEOUT_S, chunk_size=2).start() as g:
+        t = time.perf_counter()
+        g.grade(*SEVERAL_TIMEOUTS)
+        assert time.perf_counter() - t < 2 * TIMEOUT_S + 2 * SLACK_S
+    for text in LONG_BOXED:
+        t = time.perf_counter()
+        last_boxed(text)
+        assert time.perf_counter() - t < 0.5
 
 
 def test_results_align_with_inputs_across_workers():
