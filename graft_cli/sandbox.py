@@ -27,11 +27,21 @@ Where the OS allows (each tried in the child, in this order; a refusal is record
 * ``cgroup``: a pids cgroup per sandbox slot (cgroup v2 where the caller's cgroup is delegated, or a writable v1
   ``pids`` hierarchy) with ``pids.max = nproc``: fork bombs are bounded even for root, for whom ``RLIMIT_NPROC``
   does not count; every task in it is killed after each run;
-* ``netns`` / ``mountns``: ``unshare`` of a new network namespace (loopback only, down: no network at all) and a
-  new mount namespace with a size-capped tmpfs (``tmpfs_mb``) over the working directory (a disk-filling program
-  fills only that; its files vanish with the namespace). Root unshares directly; another user first unshares a
+* ``netns`` / ``mountns`` / ``ipcns`` / ``pidns``: ``unshare`` of new network (loopback only, down: no network at
+  all), mount (+ UTS), IPC and PID namespaces. In the mount namespace :func:`graft_cli.confine.private_mounts`
+  puts empty tmpfs over ``/tmp`` (the working directory is made inside it: ``tmpfs_mb`` MiB and ``tmpfs_inodes``
+  inodes, so a disk- or inode-filling program fills only that), ``/run``, ``/var/tmp``, ``/dev/shm``, ``/home``
+  and ``/root``, binds the Python installation found under ``/home`` or ``/root`` back read-only (so the ``uid``
+  drop works for a Python there), and mounts the PID namespace's own ``/proc``. With ``pidns`` the child forks
+  once more: the program is PID 1 of its namespace (no other process visible; when it ends the kernel kills all
+  it left) and the process ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a
   user namespace (refused where unprivileged user namespaces are off: e.g. ``kernel.unprivileged_userns_clone=0``
   or Ubuntu's AppArmor restriction);
+* ``cgroup_cpu`` / ``cgroup_memory``: the slot's cgroup also gets ``cpus`` CPUs of bandwidth and ``memory_mb`` +
+  ``tmpfs_mb`` MiB of memory, so a program and whatever it spawned cannot take the other slots' CPU; a grading
+  worker joins its slot's cgroup once (``own_cgroup``), its runs start inside it;
+* ``seccomp`` (libseccomp): :data:`graft_cli.confine.SECCOMP_DENY` refused with EPERM - namespaces, keyrings,
+  ptrace and other processes' memory and limits, mounts, io_uring, SysV IPC, inotify - loaded last, before exec;
 * ``landlock`` (Linux >= 5.13, unprivileged): writes only beneath the working directory (and ``/dev/null``);
   with ABI >= 4 no TCP bind/connect (the network denial where no namespace could be made; UDP is not covered);
   with ABI >= 6 no signals to processes outside the sandbox (a program cannot kill its supervisor or the
@@ -44,8 +54,9 @@ Where the OS allows (each tried in the child, in this order; a refusal is record
   users' processes); the supervisor is made non-dumpable, so a same-uid program without ``CAP_SYS_PTRACE``
   cannot read its ``/proc`` files;
 * ``uid`` (root only): the program runs as an unprivileged uid of its own (``uid_base + slot``), so
-  ``RLIMIT_NPROC`` counts and root-owned files are out of reach. Skipped for good when the Python interpreter is
-  not readable by that uid (e.g. a pyenv under ``/root``).
+  ``RLIMIT_NPROC`` counts and root-owned files are out of reach (chmod, chown, xattrs and setuid bits on them,
+  which Landlock does not cover, included). Skipped for good when the Python interpreter is not readable by that
+  uid and no mount namespace could bind it back.
 
 What this is not: a VM. A kernel exploit escapes it; without ``netns`` UDP is open; without ``mountns`` a
 program can fill the disk at its write speed until the timeout (``fsize_mb`` caps each file); without
