@@ -13,7 +13,8 @@ Same signature as :mod:`graft_cli.algorithms.losses`: ``spec(LossInputs) -> (los
   step). Parameters ``lower_bound`` L_0 (0.8), ``lower_bound_step`` Δ (0.025), ``schedule``
   (minibatch | step), ``peer_coef`` (1.0). Per-row columns ``n_scored``, ``src_logp_mean``, ``hacpo_c``.
   Use ``algo.agg=seq-mean-token-mean`` (HACPO); HACPO's released schedule of m (self rows first, then peer
-  rows, in chunks of minibatch_prompts × n rows) is the minibatch ordering ``self_first_rows``, its EOS
+  rows, in chunks of minibatch_prompts × n rows, split over the launcher's 8 ranks: ``exchange.layout``) is the
+  minibatch ordering ``self_first_rows``, its EOS
   contract the loss mask ``strip_eos`` and its KL scope ``algo.kl_rows: self``. Metric ``hacpo/L_m``: the
   mean bound over the step's peer rows.
 - ``ppo_token_nll``: "SFT update" (SGT; baselines.md §2.3 defaults): the PPO token loss on the rows in the
