@@ -234,6 +234,20 @@ def _main():
         except _exc:
             return '"?"'
 
+    def run_tests(ns, cand):  # True when the tests passed; else the failure's line is written
+        try:
+            _exec(tests, ns)
+            if _callable(ns.get("check")) and cand is not None:
+                ns["check"](cand)
+            return True
+        except AssertionError:
+            emit('{"status":"fail"}')
+        except _NP:
+            emit('{"status":"error","error":"NotPlainData","phase":"tests"}')
+        except _exc as e:
+            emit('{"status":"error","error":' + ename(e) + ',"phase":"tests"}')
+        return False
+
     p = _loads(sys.stdin.buffer.read())
     nonce, kind = p.pop("nonce"), p["kind"]
     try:
@@ -284,7 +298,8 @@ def _main():
             pass
     if kind == "assert":  # the hardened fallback: everything the tests rely on is saved before the program runs
         mods = sys.modules
-        saved = tuple((n, m, tuple(_items(m.__dict__))) for n, m in tuple(_items(mods)) if _type(m).__name__ == "module")
+        saved = tuple((n, m, tuple(_items(m.__dict__))) for n, m in tuple(_items(mods))
+                      if _type(m).__name__ == "module")
         names = frozenset(mods)
         bsaved = tuple(_items(builtins.__dict__))
         paths = tuple((lst, tuple(lst)) for lst in (sys.path, sys.meta_path, sys.path_hooks))
@@ -359,20 +374,8 @@ def _main():
             return v
 
         g["__graft_rec__"], g["__graft_exp__"] = rec, expect
-        try:
-            _exec(tests, g)
-            if _callable(g.get("check")) and entry:
-                g["check"](g[entry])
-        except AssertionError:
-            emit('{"status":"fail"}')
-            return
-        except _NP:
-            emit('{"status":"error","error":"NotPlainData","phase":"tests"}')
-            return
-        except _exc as e:
-            emit('{"status":"error","error":' + ename(e) + ',"phase":"tests"}')
-            return
-        emit('{"status":"pass","events":[' + _join(events) + "]}")
+        if run_tests(g, g.get(entry) if entry else None):
+            emit('{"status":"pass","events":[' + _join(events) + "]}")
         return
     fn = g.get(entry)
     state[0] = 1
@@ -414,17 +417,8 @@ def _main():
     except _exc:
         pass
     t[entry] = candidate
-    try:
-        _exec(tests, t)
-        if _callable(t.get("check")):
-            t["check"](candidate)
-    except AssertionError:
-        emit('{"status":"fail"}')
-        return
-    except _exc as e:
-        emit('{"status":"error","error":' + ename(e) + ',"phase":"tests"}')
-        return
-    emit('{"status":"pass","nonce":' + _esc(nonce) + "}")
+    if run_tests(t, candidate):
+        emit('{"status":"pass","nonce":' + _esc(nonce) + "}")
 _main()
 """
 
@@ -755,10 +749,11 @@ class CodeGrader(MathVerifyGrader):
         return out
 
     def grade(self, responses: list[str], golds: list[str]) -> Grades:
-        """Grade a batch (assert-kind golds converted first where they can be: :meth:`convert_golds`); with ``dedupe`` (the default) each distinct (extracted program, gold) pair runs once and
-        its verdict, status and time are copied to the responses that carry the same program for the same problem
-        (a group of 8 samples from a small policy repeats its program often; a sandboxed run costs ~0.1 s). A
-        response whose program cannot be extracted is its own item, as without ``dedupe``."""
+        """Grade a batch (assert-kind golds converted first where they can be: :meth:`convert_golds`); with
+        ``dedupe`` (the default) each distinct (extracted program, gold) pair runs once and its verdict, status and
+        time are copied to the responses that carry the same program for the same problem (a group of 8 samples from
+        a small policy repeats its program often; a sandboxed run costs ~0.1 s). A response whose program cannot be
+        extracted is its own item, as without ``dedupe``."""
         if len(responses) != len(golds):
             return super().grade(responses, golds)
         golds = self.convert_golds(list(golds))

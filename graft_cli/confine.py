@@ -31,7 +31,8 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWUTS, CLONE_NEWCGROUP, CLONE_NEWTIME = 0x08000000, 0x20000000, 0x04000000, \
     0x02000000, 0x00000080
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 
 # ------------------------------------------------------------------------------------------------------ seccomp
 # Denied with EPERM: namespaces (a user namespace gives full capabilities inside it: the surface most local
@@ -134,9 +135,9 @@ def _mount(src, target: str, fstype, flags: int, data) -> None:
 def private_mounts(workdir: str, keep: list[str], tmpfs_mb: int, inodes: int, owner: int | None,
                    new_proc: bool) -> None:
     """In a fresh mount namespace: empty size- and inode-capped tmpfs over :data:`EMPTIED` (the paths of ``keep``
-    below ``/home`` and ``/root`` - the Python installation - bound back read-only, so a sandbox uid can run a Python that lives under
-    ``/root``), ``workdir`` created inside the new ``/tmp`` (owned by ``owner``), and with ``new_proc`` a procfs of
-    the new PID namespace over ``/proc``. Raises OSError."""
+    below ``/home`` and ``/root`` - the Python installation - bound back read-only, so a sandbox uid can run a
+    Python that lives under ``/root``), ``workdir`` created inside the new ``/tmp`` (owned by ``owner``), and with
+    ``new_proc`` a procfs of the new PID namespace over ``/proc``. Raises OSError."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     holds = {}
     for path in keep:  # opened before they are covered
