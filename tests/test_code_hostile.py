@@ -23,11 +23,12 @@ import stat
 import sys
 import tempfile
 import uuid
+import warnings
 
 import pytest
 
 from graft_cli.code_reward import CodeGrader
-from graft_cli.sandbox import Limits, Sandbox
+from graft_cli.sandbox import ALL_FEATURES, Limits, Sandbox
 
 TIMEOUT = 2.0
 TAG = "graft-hostile-" + uuid.uuid4().hex[:10]
@@ -522,3 +523,19 @@ def test_a_killed_workers_cgroup_is_removed_when_it_is_replaced():
     finally:
         grader.close()
     assert _slot_cgroups(new) == []
+
+
+def test_root_without_the_uid_drop_stops_in_one_line_unless_allowed():
+    """A worker's report (its sandbox's features, whether it runs as root): as root with the uid drop refused,
+    grading stops with one line naming reward.code.allow_root; allowed, it goes on and warns that uid is off."""
+    from graft_cli.errors import GraftError
+
+    feats = {k: True for k in ALL_FEATURES} | {"uid": False}
+    with pytest.raises(GraftError, match=r"reward\.code\.allow_root=true") as e:
+        CodeGrader(num_workers=0).on_ready(("ready", 1, feats, True))
+    assert "\n" not in str(e.value)
+    with pytest.warns(UserWarning, match=r"sandbox: uid refused"):
+        CodeGrader(num_workers=0, allow_root=True).on_ready(("ready", 1, feats, True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CodeGrader(num_workers=0).on_ready(("ready", 1, feats, False))  # not root: no uid drop is asked for
