@@ -51,6 +51,8 @@ def main() -> None:
     ap.add_argument("--studies", type=int, default=1000, help="simulated studies per coverage cell")
     ap.add_argument("--n-boot", type=int, default=400, help="bootstrap replicates of today's interval (simulation)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--also-seeds", default="", help="more designs to simulate: seed counts at the file's samples, "
+                                                      "e.g. 2,3")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
 
@@ -92,7 +94,8 @@ def main() -> None:
     four = {b: a.samples for b in benches}
     planned = {b: int(round(a.samples * factors[b])) for b in benches}
     today = len(measured["problems"]["graft"][measured["policies"][0]])
-    designs = [EvalDesign(today, four), EvalDesign(seeds["graft"], planned)]
+    designs = [EvalDesign(int(n), four) for n in a.also_seeds.split(",") if n.strip()]
+    designs += [EvalDesign(today, four), EvalDesign(seeds["graft"], planned)]
     cov_rows, out["coverage"] = [], []
     for key, (x, y) in CLAIMS.items():
         for pol in measured["policies"]:

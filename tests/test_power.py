@@ -155,15 +155,16 @@ def test_the_paired_t_interval_keeps_its_95_percent_at_the_studies_seed_counts()
     four = {b: 4 for b in ("aime24", "aime25", "amc23", "math500", "minerva")}
     comp = components(measured, "graft", "grpo", "a", four)
     planned = {**four, "aime24": 20, "aime25": 20, "amc23": 20}
-    rows = coverage_table(comp, [EvalDesign(6, four), EvalDesign(12, planned)], studies=600, seed=11, n_boot=200)
+    rows = coverage_table(comp, [EvalDesign(6, four), EvalDesign(13, planned)], studies=1000, seed=11,
+                          only=("welch", "paired_t"))
     assert len(rows) == 8
     for r in rows:
         assert r["paired_t"]["coverage"] >= 0.93, r
         assert r["welch"]["coverage"] >= 0.92, r  # independent arms in the simulation: Welch is valid too
     # more seeds and samples buy a narrower interval
     six = [r["paired_t"]["half_width"] for r in rows if r["seeds"] == 6]
-    twelve = [r["paired_t"]["half_width"] for r in rows if r["seeds"] == 12]
-    assert max(twelve) < min(six)
+    thirteen = [r["paired_t"]["half_width"] for r in rows if r["seeds"] == 13]
+    assert max(thirteen) < min(six)
 
 
 def test_the_claims_report_renders_each_claims_decomposition():
