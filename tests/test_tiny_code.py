@@ -165,9 +165,11 @@ def test_the_tiny_saf_plan_has_a_code_arm_and_pins_its_models(tmp_path):
 
     plan = load_reproduce("tiny_saf")
     code = [r for r in plan.runs if r.name.endswith("_code")]
-    assert sorted({r.name for r in code}) == ["grpo_code", "grpo_opd_code", "saf_code"] and len(code) == 7
+    # GRPO once, fixed fusion and SAF on the 5 seeds the plan budgets for the code arm
+    assert sorted({r.name for r in code}) == ["grpo_code", "grpo_opd_code", "saf_code"] and len(code) == 11
     assert all("task=tiny_code" in r.overrides for r in code)
     assert plan.eval_for(code[0]).benchmarks == ["tiny_code"]
+    assert all(plan.eval_for(r).bench_runs == {"tiny_code": 2} for r in code)  # not the math arm's small sets
     assert [a["label"] for a in plan.claims["arms"]] == ["code"]
     assert X.uses_tiny(plan, str(tmp_path), "tiny_code")
     assert not X.uses_tiny(load_reproduce("tiny"), str(tmp_path), "tiny_code")
