@@ -20,6 +20,7 @@ import os
 import resource
 import time
 from collections import deque
+from typing import Protocol
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as mp_wait
 
@@ -30,9 +31,22 @@ from graft_cli.errors import GraftError
 from graft_cli.registry import Registry
 
 # a registered reward is a factory taking the ``reward:`` section's options by keyword (make_grader passes each
-# factory only those its signature names, or all to one with ``**kwargs``) and returning a grader:
-# ``grade(responses, golds) -> Grades`` and ``close()``
+# factory only those its signature names, or all to one with ``**kwargs``) and returning a :class:`Grader`
 REWARDS: Registry = Registry("reward")
+
+
+class Grader(Protocol):
+    """What a registered reward returns. ``start`` readies its workers (the trainer calls it before step 1, so a
+    reward that cannot run on the machine stops the run there) and returns the grader; ``grade`` scores responses
+    against their golds; ``close`` stops what ``start`` started."""
+
+    def start(self, wait: bool = True) -> Grader: ...
+
+    def grade(self, responses: list[str], golds: list) -> Grades: ...
+
+    def close(self) -> None: ...
+
+
 # ----------------------------------------------------------------------------------------------------
 # Worker processes with a hard wall-clock timeout
 
@@ -421,6 +435,10 @@ class CoinFlipGrader:
     def __init__(self, p: float = 0.5, **_):
         self.p = float(p)
 
+    def start(self, wait: bool = True) -> CoinFlipGrader:
+        """Nothing to start (no worker processes)."""
+        return self
+
     def grade(self, responses: list[str], golds: list[str]) -> Grades:
         r = np.array([float(int(hashlib.sha256(f"{a}\x00{g}".encode()).hexdigest()[:8], 16) / 2**32 < self.p)
                       for a, g in zip(responses, golds)], dtype=np.float32)
@@ -440,6 +458,16 @@ def make_coinflip(coinflip_p: float = 0.5) -> CoinFlipGrader:
 
 
 REWARDS.lazy("code", "graft_cli.code_reward")  # the sandboxed test-execution reward, imported when asked for
+
+
+def started(grader: Grader) -> Grader:
+    """``grader`` with its workers started and ready (a code sandbox that refuses this machine raises here, in one
+    line); closed again if starting fails."""
+    try:
+        return grader.start()
+    except BaseException:
+        grader.close()
+        raise
 
 
 def make_grader(rc=None, **overrides):

@@ -294,6 +294,9 @@ class _ScriptedGrader:
     def __init__(self, **_):
         self.calls = 0
 
+    def start(self, wait=True):
+        return self
+
     def grade(self, responses, golds):
         from graft_cli.reward import Grades
 

@@ -27,6 +27,9 @@ class ParityGrader:
     def __init__(self, **opts):
         ParityGrader.made.append(opts)
 
+    def start(self, wait=True):
+        return self
+
     def grade(self, responses, golds):
         r = np.array([float(len(a) % 2 == 0) for a in responses], dtype=np.float32)
         return Grades(r, np.zeros(len(r), dtype=bool), [MARK] * len(r), ["ok"] * len(r))
@@ -92,3 +95,43 @@ def test_a_run_with_another_reward_validates_and_evaluates_with_it(problems_file
         assert len(rows) == 4 * samples
         for r in rows:  # math-verify would have extracted a boxed answer (or None), and graded it
             assert r["extracted"] == MARK and r["grade"] == float(len(r["response"]) % 2 == 0), (folder, r)
+
+
+class _RefusingGrader:
+    """A reward that cannot run on this machine: ``start`` raises as the code sandbox does as root without the
+    uid drop; ``close`` is recorded."""
+
+    closed = 0
+
+    def __init__(self, **_):
+        pass
+
+    def start(self, wait=True):
+        raise GraftError("test reward: refused on this machine")
+
+    def grade(self, responses, golds):
+        raise AssertionError("a refused reward never grades")
+
+    def close(self):
+        _RefusingGrader.closed += 1
+
+
+if "test_refusing" not in REWARDS:
+    REWARDS.register("test_refusing")(_RefusingGrader)
+
+
+def test_a_reward_that_cannot_start_stops_the_run_before_step_1(problems_file, tmp_path):
+    from graft_cli.train.run import train
+
+    model = make_random_model(str(tmp_path / "m"), "qwen3", 5)
+    out = tmp_path / "runs"
+    cfg = compose(train_overrides({"a": model}, problems_file, str(out),
+                                  ["run.steps=2", "run.name=t", "reward.name=test_refusing", "run.device=cpu"]))
+    _RefusingGrader.closed = 0
+    with pytest.raises(GraftError, match="test reward: refused on this machine"):
+        train(cfg, progress=False)
+    assert _RefusingGrader.closed == 1  # started() closes what it could not start
+    run = out / "t"
+    assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())  # no step was trained
+    metrics = run / "metrics.jsonl"
+    assert not metrics.exists() or "time/step" not in metrics.read_text()

@@ -46,7 +46,7 @@ from graft_cli.errors import GraftError
 from graft_cli.models import shards
 from graft_cli.models.loading import resolve_path
 from graft_cli.models.scoring import SCORERS
-from graft_cli.reward import make_grader
+from graft_cli.reward import make_grader, started
 from graft_cli.rollout import SamplingParams
 from graft_cli.rundir import (
     MetricsLog,
@@ -102,7 +102,7 @@ class Trainer:
         self.exchange = EXCHANGES.get(cfg.exchange.name)(cfg)
         self.adv_fn = ADVANTAGES.get(cfg.algo.advantage)
 
-        self.grader = make_grader(cfg.reward)
+        self.grader = started(make_grader(cfg.reward))  # a reward that cannot run here stops the run before step 1
         first = next(iter(self.policies.values()))
         self.policy_workers = resolve_workers(cfg.run.policy_workers, len(self.policies), torch.get_num_threads(),
                                               next(first.model.parameters()).device.type, self.dist.enabled)
