@@ -72,6 +72,7 @@ import json
 import math
 import os
 import re
+import resource
 import secrets
 import sys
 import time
@@ -627,8 +628,6 @@ def grade_item(response, gold, sb: Sandbox) -> tuple[float, str | None, str, flo
 
 def _own_state() -> tuple:
     """What a sandboxed program could change about its supervisor from outside (prlimit, renice, affinity)."""
-    import resource
-
     lims = tuple(resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_"))
     try:
         aff = tuple(sorted(os.sched_getaffinity(0)))

@@ -135,13 +135,13 @@ def _mount(src, target: str, fstype, flags: int, data) -> None:
 def private_mounts(workdir: str, keep: list[str], tmpfs_mb: int, inodes: int, owner: int | None,
                    new_proc: bool) -> None:
     """In a fresh mount namespace: empty size- and inode-capped tmpfs over :data:`EMPTIED` (the paths of ``keep``
-    below ``/home`` and ``/root`` - the Python installation - bound back read-only, so a sandbox uid can run a
-    Python that lives under ``/root``), ``workdir`` created inside the new ``/tmp`` (owned by ``owner``), and with
-    ``new_proc`` a procfs of the new PID namespace over ``/proc``. Raises OSError."""
+    below any of them - the Python installation, e.g. a venv under ``/root`` or in a checkout under ``/tmp`` - bound
+    back read-only, so a sandbox uid can still run that Python), ``workdir`` created inside the new ``/tmp`` (owned
+    by ``owner``), and with ``new_proc`` a procfs of the new PID namespace over ``/proc``. Raises OSError."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     holds = {}
     for path in keep:  # opened before they are covered
-        if any(path.startswith(d + "/") for d in ("/home", "/root")) and os.path.isdir(path):
+        if any(path.startswith(d + "/") for d in EMPTIED) and os.path.isdir(path):
             holds[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
         for d in EMPTIED:
