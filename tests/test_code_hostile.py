@@ -566,3 +566,31 @@ def test_root_without_the_uid_drop_stops_in_one_line_unless_allowed():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         CodeGrader(num_workers=0).on_ready(("ready", 1, feats, False))  # not root: no uid drop is asked for
+
+
+def test_the_uid_drop_holds_for_a_python_whose_venv_lives_under_an_emptied_directory(tmp_path):
+    """A checkout under /tmp (CI's fresh clones may be there) has its venv hidden by the sandbox's empty /tmp: the
+    installation is bound back read-only, so its programs still run under a uid of their own."""
+    import json
+    import subprocess
+    import sys
+    import sysconfig
+
+    from graft_cli.sandbox import Sandbox
+
+    here = Sandbox().features()
+    if os.geteuid() != 0 or not here.get("mountns") or not here.get("uid"):
+        pytest.skip("needs root with a mount namespace and the uid drop on this machine")
+    venv = tmp_path / "venv"  # pytest's tmp_path is below /tmp
+    if not str(venv).startswith(("/tmp/", "/var/tmp/")):
+        pytest.skip(f"tmp_path {tmp_path} is not under an emptied directory")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, sysconfig.get_paths()["purelib"],
+                                                         sysconfig.get_paths()["platlib"]])}
+    code = "import json; from graft_cli.sandbox import Sandbox; print(json.dumps(Sandbox().features()))"
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    feats = json.loads(out.stdout.strip().splitlines()[-1])
+    assert feats["mountns"] and feats["uid"], feats
