@@ -71,9 +71,9 @@ def main() -> None:
     rows = []
     for key, (x, y) in CLAIMS.items():
         for pol in measured["policies"]:
-            arm = lambda run: measured["problems"][run][pol]
-            ev = lambda run: measured["eval_var"][run][pol]
-            c = compare({"x": arm(x), "y": arm(y)}, "x", "y", n_boot=2000, eval_var={"x": ev(x), "y": ev(y)})
+            probs, evar = measured["problems"], measured["eval_var"]
+            c = compare({"x": probs[x][pol], "y": probs[y][pol]}, "x", "y", n_boot=2000,
+                        eval_var={"x": evar[x][pol], "y": evar[y][pol]})
             d = c["decomposition"]
             n_plan = min(seeds.get(x, 0), seeds.get(y, 0))
             proj = projected_half_width(d["per_seed"], n_plan, factors)
