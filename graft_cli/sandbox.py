@@ -33,8 +33,8 @@ Where the OS allows (each tried in the child, in this order; a refusal is record
   inodes, so a disk- or inode-filling program fills only that), ``/run``, ``/var/tmp``, ``/dev/shm``, ``/home``
   and ``/root``, binds the Python installation found under any of them back read-only (so the ``uid`` drop works
   for a venv under ``/root`` or in a checkout under ``/tmp``), and mounts the PID namespace's own ``/proc``. With
-  ``pidns`` the child forks once more: the program is PID 1 of its namespace (no other process visible; when it ends the kernel kills all
-  it left) and the process ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a
+  ``pidns`` the child forks once more: the program is PID 1 of its namespace (no other process visible; when it
+  ends the kernel kills all it left) and the process ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a
   user namespace (refused where unprivileged user namespaces are off: e.g. ``kernel.unprivileged_userns_clone=0``
   or Ubuntu's AppArmor restriction);
 * ``cgroup_cpu`` / ``cgroup_memory``: the slot's cgroup also gets ``cpus`` CPUs of bandwidth and ``memory_mb`` +
