@@ -27,16 +27,16 @@ Where the OS allows (each tried in the child, in this order; a refusal is record
 * ``cgroup``: a pids cgroup per sandbox slot (cgroup v2 where the caller's cgroup is delegated, or a writable v1
   ``pids`` hierarchy) with ``pids.max = nproc``: fork bombs are bounded even for root, for whom ``RLIMIT_NPROC``
   does not count; every task in it is killed after each run;
-* ``netns`` / ``mountns`` / ``ipcns`` / ``pidns``: ``unshare`` of new network (loopback only, down: no network at
-  all), mount (+ UTS), IPC and PID namespaces. In the mount namespace :func:`graft_cli.confine.private_mounts`
-  puts empty tmpfs over ``/tmp`` (the working directory is made inside it: ``tmpfs_mb`` MiB and ``tmpfs_inodes``
-  inodes, so a disk- or inode-filling program fills only that), ``/run``, ``/var/tmp``, ``/dev/shm``, ``/home``
-  and ``/root``, binds the Python installation found under any of them back read-only (so the ``uid`` drop works
-  for a venv under ``/root`` or in a checkout under ``/tmp``), and mounts the PID namespace's own ``/proc``. With
-  ``pidns`` the child forks once more: the program is PID 1 of its namespace (no other process visible; when it
-  ends the kernel kills all it left) and the process ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a
-  user namespace (refused where unprivileged user namespaces are off: e.g. ``kernel.unprivileged_userns_clone=0``
-  or Ubuntu's AppArmor restriction);
+* ``netns`` / ``mountns`` / ``ipcns`` / ``pidns``: ``unshare`` of new network (loopback only, down: no network at all),
+  mount (+ UTS), IPC and PID namespaces. In the mount namespace :func:`graft_cli.confine.private_mounts` puts empty
+  tmpfs over ``/tmp`` (the working directory is made inside it: ``tmpfs_mb`` MiB and ``tmpfs_inodes`` inodes, so a disk-
+  or inode-filling program fills only that), ``/run``, ``/var/tmp``, ``/dev/shm``, ``/home`` and ``/root``, binds the
+  Python installation found under any of them back read-only (so the ``uid`` drop works for a venv under ``/root`` or in
+  a checkout under ``/tmp``), and mounts the PID namespace's own ``/proc``. With ``pidns`` the child forks once more:
+  the program is PID 1 of its namespace (no other process visible; when it ends the kernel kills all it left) and the
+  process ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a user namespace (refused
+  where unprivileged user namespaces are off: e.g. ``kernel.unprivileged_userns_clone=0`` or Ubuntu's AppArmor
+  restriction);
 * ``cgroup_cpu`` / ``cgroup_memory``: the slot's cgroup also gets ``cpus`` CPUs of bandwidth and ``memory_mb`` +
   ``tmpfs_mb`` MiB of memory, so a program and whatever it spawned cannot take the other slots' CPU; a grading
   worker joins its slot's cgroup once (``own_cgroup``), its runs start inside it;
