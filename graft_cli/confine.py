@@ -47,7 +47,7 @@ SECCOMP_DENY = ("unshare", "setns", "add_key", "request_key", "keyctl", "ptrace"
                 "inotify_init1", "fanotify_init", "personality", "syslog", "lookup_dcookie", "name_to_handle_at",
                 "open_by_handle_at", "setdomainname", "sethostname", "settimeofday", "clock_settime",
                 "vhangup", "nfsservctl")
-_SCMP_ACT_ALLOW, _SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 2, 7
+_SCMP_ACT_ALLOW, _SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 1, 7  # enum scmp_compare: NE 1, LT 2, MASKED_EQ 7
 
 
 def _scmp_errno(e: int) -> int:

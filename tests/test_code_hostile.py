@@ -594,3 +594,24 @@ def test_the_uid_drop_holds_for_a_python_whose_venv_lives_under_an_emptied_direc
     assert out.returncode == 0, out.stderr[-2000:]
     feats = json.loads(out.stdout.strip().splitlines()[-1])
     assert feats["mountns"] and feats["uid"], feats
+
+
+@pytest.mark.parametrize("target", ["parent", "self"])
+def test_the_seccomp_filter_alone_refuses_prlimit_on_another_process(target):
+    """Seccomp without the PID namespace that hides the supervisor as root (a user's sandbox has none): prlimit64 on
+    another pid is EPERM and the supervisor's limit is unchanged; on the program itself (pid 0) it is allowed."""
+    sb = Sandbox(0, Limits(timeout_s=5), features=("seccomp",))
+    try:
+        if not sb.features().get("seccomp"):
+            pytest.skip("no seccomp (libseccomp) on this machine")
+        pid = os.getpid() if target == "parent" else 0
+        before = resource.getrlimit(resource.RLIMIT_CORE)
+        code = ("import resource\ntry:\n"
+                f"    resource.prlimit({pid}, resource.RLIMIT_CORE, (0, 0))\n    print('changed')\n"
+                "except PermissionError:\n    print('refused')\n")
+        res = sb.run([sys.executable, "-I", "-c", code])
+        assert res.features["seccomp"] and not res.features.get("pidns")
+        assert res.stdout.strip() == (b"refused" if target == "parent" else b"changed")
+        assert resource.getrlimit(resource.RLIMIT_CORE) == before
+    finally:
+        sb.close()
