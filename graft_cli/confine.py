@@ -47,7 +47,13 @@ SECCOMP_DENY = ("unshare", "setns", "add_key", "request_key", "keyctl", "ptrace"
                 "inotify_init1", "fanotify_init", "personality", "syslog", "lookup_dcookie", "name_to_handle_at",
                 "open_by_handle_at", "setdomainname", "sethostname", "settimeofday", "clock_settime",
                 "vhangup", "nfsservctl")
-_SCMP_ACT_ALLOW, _SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 1, 7  # enum scmp_compare: NE 1, LT 2, MASKED_EQ 7
+# enum scmp_compare (seccomp.h): NE 1, LT 2, LE 3, EQ 4, GE 5, GT 6, MASKED_EQ 7
+_SCMP_ACT_ALLOW, _SCMP_CMP_NE, _SCMP_CMP_EQ, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 1, 4, 7
+# Sockets that reach outside where no namespace hides it (a user's sandbox): no AF_UNIX socket (pathname sockets of
+# tmux or the grader's forkserver, abstract ones), no connect (TCP, a datagram socket re-targeted), no datagram to an
+# address (sendto with one, sendmsg), no datagram socketpair (re-connectable). Stream socketpairs stay (asyncio's
+# self-pipe).
+_AF_UNIX, _SOCK_DGRAM, _SOCK_TYPE_MASK = 1, 2, 0xF
 
 
 def _scmp_errno(e: int) -> int:
@@ -87,8 +93,8 @@ def seccomp_available() -> bool:
 
 def apply_seccomp() -> None:
     """Load the filter (:data:`SECCOMP_DENY`; ``clone`` with a namespace flag, ``clone3`` (ENOSYS: libc falls
-    back to ``clone``) and ``prlimit64`` on another process also refused) into this process and its children;
-    raises OSError when libseccomp is missing or the kernel refuses. Sets no_new_privs."""
+    back to ``clone``), ``prlimit64`` on another process and the outward sockets above also refused) into this
+    process and its children; raises OSError when libseccomp is missing or the kernel refuses. Sets no_new_privs."""
     lib = _libseccomp()
     if not lib:
         raise OSError(errno.ENOSYS, "libseccomp.so.2 not found")
@@ -114,6 +120,11 @@ def apply_seccomp() -> None:
             add("clone", eperm, _ScmpArg(0, _SCMP_CMP_MASKED_EQ, flag, flag))
         add("clone3", _scmp_errno(errno.ENOSYS))
         add("prlimit64", eperm, _ScmpArg(0, _SCMP_CMP_NE, 0, 0))
+        add("socket", eperm, _ScmpArg(0, _SCMP_CMP_EQ, _AF_UNIX, 0))
+        for name in ("connect", "sendmsg", "sendmmsg"):
+            add(name, eperm)
+        add("sendto", eperm, _ScmpArg(4, _SCMP_CMP_NE, 0, 0))
+        add("socketpair", eperm, _ScmpArg(1, _SCMP_CMP_MASKED_EQ, _SOCK_TYPE_MASK, _SOCK_DGRAM))
         rc = lib.seccomp_load(ctx)
         if rc < 0:
             raise OSError(-rc, "seccomp_load")
