@@ -37,7 +37,8 @@ MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 # ------------------------------------------------------------------------------------------------------ seccomp
 # Denied with EPERM: namespaces (a user namespace gives full capabilities inside it: the surface most local
 # privilege escalations need), keyrings, other processes (ptrace, their memory, their limits), mounts, kernel
-# modules and other administration, io_uring (its operations bypass seccomp), SysV IPC, inotify/fanotify watches.
+# modules and other administration, io_uring (its operations bypass seccomp), SysV IPC, inotify/fanotify watches,
+# file modes, owners and extended attributes.
 SECCOMP_DENY = ("unshare", "setns", "add_key", "request_key", "keyctl", "ptrace", "process_vm_readv",
                 "process_vm_writev", "pidfd_getfd", "kcmp", "mount", "umount2", "pivot_root", "chroot", "open_tree",
                 "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open",
@@ -46,7 +47,10 @@ SECCOMP_DENY = ("unshare", "setns", "add_key", "request_key", "keyctl", "ptrace"
                 "io_uring_enter", "io_uring_register", "shmget", "msgget", "semget", "inotify_init",
                 "inotify_init1", "fanotify_init", "personality", "syslog", "lookup_dcookie", "name_to_handle_at",
                 "open_by_handle_at", "setdomainname", "sethostname", "settimeofday", "clock_settime",
-                "vhangup", "nfsservctl")
+                "vhangup", "nfsservctl",
+                # metadata of files outside, which Landlock does not cover (a user's sandbox has no uid drop)
+                "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "setxattr",
+                "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr")
 # enum scmp_compare (seccomp.h): NE 1, LT 2, LE 3, EQ 4, GE 5, GT 6, MASKED_EQ 7
 _SCMP_ACT_ALLOW, _SCMP_CMP_NE, _SCMP_CMP_EQ, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 1, 4, 7
 # Sockets that reach outside where no namespace hides it (a user's sandbox): no AF_UNIX socket (pathname sockets of
