@@ -615,3 +615,52 @@ def test_the_seccomp_filter_alone_refuses_prlimit_on_another_process(target):
         assert resource.getrlimit(resource.RLIMIT_CORE) == before
     finally:
         sb.close()
+
+
+@pytest.mark.slow
+def test_the_hostile_suite_holds_as_a_user():
+    """The suite again as an unprivileged user (``runuser -u nobody``), where the sandbox has no uid drop and may
+    have no namespaces: every escape that a protection the user's sandbox got holds is run, and none gets out."""
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("runuser"):
+        pytest.skip("needs root and runuser to run the suite as another user")
+    system = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None)
+    if system is None:
+        pytest.skip("no system Python that an unprivileged user can run")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from pathlib import Path
+
+    base = Path(tempfile.mkdtemp(prefix="graft-as-user-"))  # pytest's tmp_path is private to root
+    try:
+        _suite_as_nobody(root, base, system)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _suite_as_nobody(root: str, base, system: str) -> None:
+    import shutil
+    import subprocess
+
+    home = base / "user"
+    (home / "tests").mkdir(parents=True)
+    shutil.copytree(os.path.join(root, "graft_cli"), home / "graft_cli")
+    for f in ("conftest.py", "test_code_hostile.py"):
+        shutil.copy(os.path.join(root, "tests", f), home / "tests" / f)
+    os.chmod(base, 0o755)
+    subprocess.run(["chown", "-R", "nobody", str(home)], check=True)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(home), "OMP_NUM_THREADS": "1"}
+    as_user = ["runuser", "-u", "nobody", "--", "env", *[f"{k}={v}" for k, v in env.items()]]
+    venv = home / "venv"
+    made = subprocess.run([*as_user, system, "-m", "venv", str(venv)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a venv as nobody: {made.stderr.strip()[-200:]}")
+    got = subprocess.run([*as_user, str(venv / "bin" / "pip"), "install", "-q", "numpy", "pytest"],
+                         capture_output=True, text=True, timeout=600)
+    if got.returncode != 0:
+        pytest.skip(f"cannot install numpy and pytest for nobody: {got.stderr.strip()[-200:]}")
+    out = subprocess.run([*as_user, str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-m", "not slow", "tests/test_code_hostile.py"], cwd=home, capture_output=True, text=True,
+                         timeout=900)
+    tail = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-500:]
+    assert out.returncode == 0 and " passed" in tail and "failed" not in tail, out.stdout[-3000:] + out.stderr[-2000:]
