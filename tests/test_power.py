@@ -196,3 +196,32 @@ def test_the_claims_report_renders_each_claims_decomposition():
     row = next(line for line in md.splitlines() if line.startswith("| 2. GRAFT − GRPO n=8 | a |"))
     assert f"{want['evaluation']:.3f} ({100 * want['shares']['evaluation']:.0f}%)" in row
     assert "4 (paired)" in row
+
+
+def test_paired_grade_variance_by_hand(tmp_path):
+    from graft_cli.eval.files import paired_grade_variance
+
+    # one benchmark, 2 problems x 1 run x 4 samples; x and y share the sampling seed of each (run, sample)
+    x = {0: [1, 0, 1, 1], 1: [0, 0, 1, 0]}
+    y = {0: [1, 0, 0, 1], 1: [0, 0, 1, 0]}  # differs from x on problem 0, sample 2 only
+    for name, grades in (("x", x), ("y", y)):
+        os.makedirs(tmp_path / name)
+        rows = [{"problem_index": p, "sample": j, "run": 1, "grade": float(g)} for p, gs in grades.items()
+                for j, g in enumerate(gs)]
+        (tmp_path / name / "b_run1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # differences: problem 0 [0, 0, 1, 0] (mean 1/4, s² = (3/16 + 9/16)/3 = 1/4), problem 1 all 0:
+    # v^d = (1/4 / 4 + 0) / 2² = 1/64. Each arm alone: x [1,0,1,1] and [0,0,1,0] (s² 1/4 each): v^x = (1/16 + 1/16)/4
+    # = 1/32; y [1,0,0,1] (s² 1/3) and [0,0,1,0]: v^y = (1/12 + 1/16)/4 = 7/192; v^x + v^y = 13/192 > 3/192
+    v = paired_grade_variance(str(tmp_path / "x"), str(tmp_path / "y"))
+    assert v == {"b": pytest.approx(1 / 64)}
+    _, vx, _ = read_problem_stats(str(tmp_path / "x"))
+    _, vy, _ = read_problem_stats(str(tmp_path / "y"))
+    assert (vx["b"], vy["b"]) == (pytest.approx(1 / 32), pytest.approx(7 / 192))
+    # the decomposition takes it for the paired sampling part
+    xs = {s: {"b": np.array([0.75 + 0.01 * s, 0.25])} for s in range(3)}
+    ys = {s: {"b": np.array([0.5, 0.25 - 0.02 * s])} for s in range(3)}
+    ex = {s: {"b": vx["b"]} for s in range(3)}
+    ey = {s: {"b": vy["b"]} for s in range(3)}
+    d = decompose(xs, ys, ex, ey, ["b"], ed={s: {"b": v["b"]} for s in range(3)})
+    assert d["evaluation"] == pytest.approx(1e4 * v["b"] / 3) and d["evaluation_from"] == "paired grades"
+    assert decompose(xs, ys, ex, ey, ["b"])["evaluation"] == pytest.approx(1e4 * (vx["b"] + vy["b"]) / 3)

@@ -117,3 +117,20 @@ def read_grades(folder: str) -> dict[str, np.ndarray]:
         if runs and len({r.shape for r in runs}) == 1:
             out[bench] = np.stack(runs)
     return out
+
+
+def paired_grade_variance(x_folder: str, y_folder: str) -> dict[str, float]:
+    """Per benchmark both folders hold with the same runs, problems and samples: the sampling variance of the
+    difference of their mean pass@1, (1/N²) Σ_p s²_p(g^x − g^y) / n_p, over the grade differences of the same
+    (run, problem, sample) (``graft_cli.report.power`` eq. 2 on the pairs: sampled with the same seeds, the two
+    folders' answers can be correlated)."""
+    gx, gy = read_grades(x_folder), read_grades(y_folder)
+    out = {}
+    for bench in sorted(set(gx) & set(gy)):
+        a, b = gx[bench], gy[bench]
+        if a.shape != b.shape or a.shape[0] * a.shape[2] < 2:
+            continue
+        d = (a - b).transpose(1, 0, 2).reshape(a.shape[1], -1)  # [problem, run x sample]
+        out[bench] = float(np.sum(d.var(axis=1, ddof=1) / d.shape[1])) / d.shape[0] ** 2
+    return out
+

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from graft_cli.analysis.complementarity import from_runs
-from graft_cli.eval.files import read_problem_stats, read_problems
+from graft_cli.eval.files import paired_grade_variance, read_problem_stats, read_problems
 from graft_cli.report.markdown import md_table
 from graft_cli.report.mechanism import mechanism_markdown
 from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
@@ -96,14 +96,17 @@ def _fmt_iv(iv, digits=2, unit=""):
     return f"{d:+.{digits}f}{unit} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
-def _compare_scores(problems: dict, x: str, y: str, policy: str, n_boot: int, eval_var: dict | None = None) -> dict:
+def _compare_scores(problems: dict, x: str, y: str, policy: str, n_boot: int, eval_var: dict | None = None,
+                    eval_var_paired: dict | None = None) -> dict:
     """Δ = run x − run y (pass@1 points, macro over the benchmarks both have) for ``policy``: the interval of record
     (the t-interval over seeds, paired where the arms share their seeds; :func:`graft_cli.report.stats.compare`),
     the variance decomposition, and alongside the hierarchical bootstrap and the Welch interval."""
 
     arm = lambda run: (problems.get(run) or {}).get(policy) or {}
     ev = lambda run: ((eval_var or {}).get(run) or {}).get(policy)
-    c = compare({"x": arm(x), "y": arm(y)}, "x", "y", n_boot, eval_var={"x": ev(x), "y": ev(y)})
+    paired_ev = ((eval_var_paired or {}).get(pair_key(x, y)) or {}).get(policy)
+    c = compare({"x": arm(x), "y": arm(y)}, "x", "y", n_boot, eval_var={"x": ev(x), "y": ev(y)},
+                eval_var_paired=paired_ev)
     return {"interval": c["interval"], "method": c["method"], "bootstrap": c["bootstrap"], "welch": c["welch"],
             "decomposition": c["decomposition"], "seeds": c["seeds"], "benchmarks": c["benchmarks"],
             "verdict": verdict(c["interval"])}
@@ -131,7 +134,7 @@ def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
     n_boot = int(s.get("n_boot", N_BOOT))
     pols = list(measured.get("policies") or [])
     probs = measured.get("problems") or {}
-    evar = measured.get("eval_var") or {}
+    evar, evar_d = measured.get("eval_var") or {}, measured.get("eval_var_paired") or {}
     out = []
 
     # 1. complementarity: share − min > 0
@@ -152,14 +155,14 @@ def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
                      "Smol solves 47.9% of Qwen's all-fail prompts, Qwen 18.7% of Smol's", _overall(per), per, ev))
 
     # 2. GRAFT > GRPO n=8
-    per = {p: _compare_scores(probs, s["method"], s["baseline"], p, n_boot, evar) for p in pols}
+    per = {p: _compare_scores(probs, s["method"], s["baseline"], p, n_boot, evar, evar_d) for p in pols}
     ev = "; ".join(f"{p}: Δ GRAFT − GRPO n=8 {_fmt_iv(per[p]['interval'], 2, ' pts')} (seeds {per[p]['seeds'][0]} vs "
                    f"{per[p]['seeds'][1]}; {per[p]['verdict']})" for p in pols)
     out.append(Claim("graft_beats_grpo", "GRAFT > GRPO n=8 for both models",
                      "Pair 1 over 3 runs: +3.97 (Smol), +1.86 (Qwen); Table 1 mean Δ +2.1", _overall(per), per, ev))
 
     # 3. removing the gate hurts: Δ = GRAFT − w/o gate > 0
-    per = {p: _compare_scores(probs, s["method"], s["no_gate"], p, n_boot, evar) for p in pols}
+    per = {p: _compare_scores(probs, s["method"], s["no_gate"], p, n_boot, evar, evar_d) for p in pols}
     ev = "; ".join(f"{p}: Δ GRAFT − w/o gate {_fmt_iv(per[p]['interval'], 2, ' pts')} (seeds {per[p]['seeds'][0]} vs "
                    f"{per[p]['seeds'][1]}; {per[p]['verdict']})" for p in pols)
     out.append(Claim("gate_matters", "Removing the compatibility gate hurts (both models)",
@@ -254,8 +257,34 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
                 for p, v in peer_clip_steps(r["dir"], s["clip_steps"]).items():
                     if v:
                         clip.setdefault(name, {}).setdefault(p, {})[str(r["seed"])] = v
-    return {"policies": pols, "scores": scores, "problems": problems, "eval_var": eval_var, "complementarity": comp,
-            "clip_peer": clip, "base": base}
+    return {"policies": pols, "scores": scores, "problems": problems, "eval_var": eval_var,
+            "eval_var_paired": paired_eval_var(records, [(s["method"], s["baseline"]), (s["method"], s["no_gate"])]),
+            "complementarity": comp, "clip_peer": clip, "base": base}
+
+
+def pair_key(x: str, y: str) -> str:
+    return f"{x}|{y}"
+
+
+def paired_eval_var(records: list[dict], pairs: list[tuple[str, str]]) -> dict:
+    """``"x|y"`` -> policy -> seed -> benchmark -> the sampling variance of the seed's paired difference
+    (:func:`graft_cli.eval.files.paired_grade_variance` of the two runs' scored steps), for each pair of run names
+    and every seed and policy both evaluated."""
+    scored = {(r["name"], str(r["seed"])): (r["dir"], r.get("scores") or {}) for r in records}
+    out: dict = {}
+    for x, y in pairs:
+        for (name, seed), (dx, sx) in scored.items():
+            if name != x or (y, seed) not in scored:
+                continue
+            dy, sy = scored[(y, seed)]
+            for p, sc in sx.items():
+                other = sy.get(p) or {}
+                if sc.get("step") is None or other.get("step") is None:
+                    continue
+                v = paired_grade_variance(eval_step_dir(dx, p, sc["step"]), eval_step_dir(dy, p, other["step"]))
+                if v:
+                    out.setdefault(pair_key(x, y), {}).setdefault(p, {})[seed] = v
+    return out
 
 
 def half_width(iv) -> float | None:
@@ -273,7 +302,7 @@ def regime_figures(measured: dict, cfg: dict | None = None) -> dict:
     n_boot = int(s.get("n_boot", N_BOOT))
     probs = measured.get("problems") or {}
     base = measured.get("base") or {}
-    evar = measured.get("eval_var") or {}
+    evar, evar_d = measured.get("eval_var") or {}, measured.get("eval_var_paired") or {}
     out = {}
     for p in measured.get("policies") or []:
         row: dict = {}
@@ -283,7 +312,7 @@ def regime_figures(measured: dict, cfg: dict | None = None) -> dict:
             row["baseline_gain"] = g["interval"]
             row["baseline_gain_seeds"] = g["seeds"]
         for key, other in (("graft_beats_grpo", s["baseline"]), ("gate_matters", s["no_gate"])):
-            c = _compare_scores(probs, s["method"], other, p, n_boot, evar)
+            c = _compare_scores(probs, s["method"], other, p, n_boot, evar, evar_d)
             row[f"{key}_half_width"] = half_width(c["interval"])
             row[f"{key}_decomposition"] = c["decomposition"]
         out[p] = row

@@ -22,7 +22,10 @@ papers' fixed sets); what a new draw of problems would add is reported beside, n
 
 **Decomposition** of SE² (:func:`decompose`), each part estimated from the study's own files:
 
-    evaluation  V_E = mean_s (v^x_s + v^y_s) / n               (paired; Welch: mean v^x / n_x + mean v^y / n_y)
+    evaluation  V_E = mean_s v^d_s / n                          (paired: eq. 2 over the grade differences of the same
+                                                                 (problem, run, sample), the arms sharing sampling
+                                                                 seeds; without them mean_s (v^x_s + v^y_s) / n, an
+                                                                 upper bound; Welch: mean v^x / n_x + mean v^y / n_y)
     seeds       V_T = max(SE² − V_E, 0)                          (training: what remains of the seed-to-seed spread)
     problems    V_P = (1/B²) Σ_b max(S²_p(δ_b) − mean_p q_{b,p}, 0) / N_b                                  (3)
 
@@ -106,11 +109,14 @@ def _macro(arr_by_bench: Mapping[str, np.ndarray], benches: Sequence[str]) -> fl
 
 
 def decompose(x: Mapping, y: Mapping, ex: Mapping | None, ey: Mapping | None, benches: Sequence[str],
-              paired: bool | None = None, scale: float = 100.0) -> dict | None:
+              paired: bool | None = None, scale: float = 100.0, ed: Mapping | None = None) -> dict | None:
     """The parts of Var(Δ̂), eq. (3), in ``scale``² units (points² for pass@1 × 100).
 
     ``x``/``y``: seed -> {benchmark: per-problem mean grades}; ``ex``/``ey``: seed -> {benchmark: v_{s,b}} (eq. 2;
-    None: no sampling part is known). Returns {"seeds", "evaluation", "problems" (variances of Δ̂), "shares"
+    None: no sampling part is known); ``ed`` (paired): seed -> {benchmark: v^d_{s,b}}, the sampling variance of the
+    difference itself, eq. (2) over the paired grade differences g^x − g^y of the same (problem, run, sample): the
+    arms are sampled with the same seeds, so their sampling noise can be correlated and v^x + v^y overstates it.
+    Returns {"seeds", "evaluation", "problems" (variances of Δ̂), "shares"
     (of their sum), "per_seed": {"training", "evaluation", "evaluation_by_benchmark"} (σ², eq. 4), "paired",
     "n"} or None when an arm has < 2 seeds."""
     if paired is None:
@@ -139,7 +145,12 @@ def decompose(x: Mapping, y: Mapping, ex: Mapping | None, ey: Mapping | None, be
         return {b: s2 * float(np.mean([es[k][b] for k in keys])) / B ** 2 for b in benches}
 
     vx, vy = ev_bench(ex, list(xs)), ev_bench(ey, list(ys))
-    if vx is None or vy is None:
+    vd = ev_bench(ed, list(xs)) if paired and ed else None
+    if vd is not None:
+        by_bench = dict(vd)  # σ²_{E,b} of one seed pair's difference, from the paired grades
+        per_seed_eval = float(sum(by_bench.values()))
+        v_eval = per_seed_eval / nx
+    elif vx is None or vy is None:
         by_bench, v_eval = None, 0.0
         per_seed_eval = None
     elif paired:
@@ -163,7 +174,7 @@ def decompose(x: Mapping, y: Mapping, ex: Mapping | None, ey: Mapping | None, be
     parts = {"seeds": v_seeds, "evaluation": v_eval, "problems": v_prob}
     tot = sum(parts.values())
     n_eff = nx if paired else (nx * ny / (nx + ny)) * 2  # the per-seed reading: Var(Δ̂) = σ²/n for n per arm
-    return {**parts, "total": total,
+    return {**parts, "total": total, "evaluation_from": "paired grades" if vd is not None else "each arm's grades",
             "shares": {k: (v / tot if tot > 0 else None) for k, v in parts.items()},
             "per_seed": {"training": v_seeds * n_eff, "evaluation": per_seed_eval,
                          "evaluation_by_benchmark": by_bench},

@@ -169,14 +169,15 @@ def points(iv, scale: float = 100.0):
 
 
 def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0, scale: float = 100.0,
-            eval_var: dict | None = None) -> dict:
+            eval_var: dict | None = None, eval_var_paired: dict | None = None) -> dict:
     """Δ = a − b in points (%; ``scale`` 1: in the scores' own unit, e.g. nats) over the benchmarks both arms have.
 
     ``interval``, the interval of record: the t-interval over the seeds' macro scores, paired when both arms ran
     the same seeds (:func:`graft_cli.report.power.seed_interval`); with one seed on a side, the hierarchical
     bootstrap over problems (the only variation measured). ``method`` names it. Alongside: ``bootstrap`` (the paired
     hierarchical percentile bootstrap over seeds and problems), ``welch``, ``decomposition`` (the parts of
-    Var(Δ̂), :func:`graft_cli.report.power.decompose`; its sampling part from ``eval_var``: name -> seed ->
+    Var(Δ̂), :func:`graft_cli.report.power.decompose`; its sampling part from ``eval_var_paired``: seed ->
+    benchmark -> v^d_{s,b} of the pair's grade differences where given, else from ``eval_var``: name -> seed ->
     benchmark -> v_{s,b}), the benchmarks, seeds per arm and each benchmark's bootstrap Δ."""
     x, y, benches = paired(problems, a, b)
     empty = {"interval": None, "method": None, "bootstrap": None, "welch": None, "decomposition": None,
@@ -196,7 +197,8 @@ def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0, s
         interval, method = boot, "bootstrap over problems (one seed: no training-seed variance measured)"
     ev = eval_var or {}
     arm = lambda name, vals: {s: dict(zip(benches, v)) for s, v in vals.items()}
-    dec = decompose(arm(a, x), arm(b, y), _ev(ev.get(a), benches), _ev(ev.get(b), benches), benches, scale=scale)
+    dec = decompose(arm(a, x), arm(b, y), _ev(ev.get(a), benches), _ev(ev.get(b), benches), benches, scale=scale,
+                    ed=_ev(eval_var_paired, benches))
     per = {bn: points(hierarchical_bootstrap({s: v[i] for s, v in x.items()}, {s: v[i] for s, v in y.items()},
                                               n_boot=n_boot, seed=seed), scale)
            for i, bn in enumerate(benches)}
