@@ -330,7 +330,8 @@ VARIANCE_COLUMNS = ["Comparison", "Model", "Seeds", "95% half-width", "Var: seed
 
 VARIANCE_NOTE = ("Var(Δ̂) in points², split as in `graft_cli/report/power.py` (docs/studies.md, \"Where the variance "
                  "comes from\"): *seeds* is what the training seeds add, *evaluation* the sampling of the evaluated "
-                 "answers (from each checkpoint's own grades), *problems* what a new draw of the benchmarks' problems "
+                 "answers (from the paired grade differences where both arms' grades are at hand, else each "
+                 "checkpoint's own: an upper bound), *problems* what a new draw of the benchmarks' problems "
                  "would add (not inside the interval: the benchmarks are fixed). σ_T and σ_E are per seed (per seed "
                  "pair when paired). The last two columns: seeds per arm for a 95% half-width ≤ the target at this "
                  "evaluation, and with the evaluation noise removed.")
