@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from graft_cli.report.claims import write_section
+from graft_cli.report.claims import pair_key, paired_eval_var, write_section
 from graft_cli.report.markdown import md_table
 from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
 from graft_cli.eval.files import read_problem_stats
@@ -70,7 +70,9 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
     sc, drops = measured["scores"], measured["entropy_drop"]
     probs = measured.get("problems") or {}
     if probs.get(s["saf"]) and probs.get(s["fixed"]):
-        c = compare(probs, s["saf"], s["fixed"], int(s["n_boot"]), eval_var=measured.get("eval_var"))
+        pev = ((measured.get("eval_var_paired") or {}).get(pair_key(s["saf"], s["fixed"])) or {}).get(s["policy"])
+        c = compare(probs, s["saf"], s["fixed"], int(s["n_boot"]), eval_var=measured.get("eval_var"),
+                    eval_var_paired=pev)
         iv1, method, dec = c["interval"], c["method"] or "—", c["decomposition"]
     else:
         iv1, method, dec = welch_interval(sc.get(s["saf"], []), sc.get(s["fixed"], [])), "Welch t over seeds", None
@@ -122,7 +124,8 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
             d = entropy_drop(c["entropy"], int(s["early_steps"]))
             if d is not None:
                 drops.setdefault(r["name"], []).append(d)
-    return {"scores": scores, "entropy_drop": drops, "curves": curve, "problems": problems, "eval_var": eval_var}
+    return {"scores": scores, "entropy_drop": drops, "curves": curve, "problems": problems, "eval_var": eval_var,
+            "eval_var_paired": paired_eval_var(records, [(s["saf"], s["fixed"])])}
 
 
 # ---------------------------------------------------------------------------------------------- render
