@@ -270,7 +270,8 @@ def paired_eval_var(records: list[dict], pairs: list[tuple[str, str]]) -> dict:
     """``"x|y"`` -> policy -> seed -> benchmark -> the sampling variance of the seed's paired difference
     (:func:`graft_cli.eval.files.paired_grade_variance` of the two runs' scored steps), for each pair of run names
     and every seed and policy both evaluated."""
-    scored = {(r["name"], str(r["seed"])): (r["dir"], r.get("scores") or {}) for r in records}
+    scored = {(r["name"], str(r["seed"])): (r["dir"], r.get("scores") or {}) for r in records
+              if r.get("seed") is not None and r.get("dir")}
     out: dict = {}
     for x, y in pairs:
         for (name, seed), (dx, sx) in scored.items():
