@@ -78,7 +78,7 @@ class _Tok:
     def __init__(self, eos: int, pad: int):
         self.eos_token_id, self.pad_token_id = eos, pad
 
-    def batch_decode(self, ids, skip_special_tokens=True):
+    def batch_decode(self, ids, skip_special_tokens=True, clean_up_tokenization_spaces=None):
         return [""] * len(ids)
 
 

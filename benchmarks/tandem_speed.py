@@ -53,7 +53,7 @@ class _VocabTok:
     def convert_ids_to_tokens(self, ids):
         return [self._toks[i] for i in ids]
 
-    def batch_decode(self, ids, skip_special_tokens=True):
+    def batch_decode(self, ids, skip_special_tokens=True, clean_up_tokenization_spaces=None):
         return [""] * len(ids)
 
 
