@@ -53,7 +53,8 @@ Where the OS allows (each tried in the child, in this order; a refusal is record
   capabilities (no ptrace of other processes, no mounts, no raw sockets, no module loading, no ``kill`` of other
   users' processes); the supervisor is made non-dumpable, so a same-uid program without ``CAP_SYS_PTRACE``
   cannot read its ``/proc`` files;
-* ``uid`` (root only): the program runs as an unprivileged uid of its own (``uid_base + slot``), so
+* ``uid`` (root only): the program runs as an unprivileged uid of its own (:func:`sandbox_uid`: distinct for every
+  slot of every live process, so two graders on one machine never share one), so
   ``RLIMIT_NPROC`` counts and root-owned files are out of reach (chmod, chown, xattrs and setuid bits on them,
   which Landlock does not cover, included). Skipped for good when the Python interpreter is not readable by that
   uid and no mount namespace could bind it back.
@@ -142,6 +143,16 @@ class RunResult:
         return -self.returncode if self.returncode is not None and self.returncode < 0 else None
 
 
+PID_SPAN, SLOT_SPAN = 1 << 22, 64  # Linux pids are below 2^22 (pid_max); slots of one process below 64
+
+
+def sandbox_uid(uid_base: int, pid: int, slot: int) -> int:
+    """The uid a slot's programs run as: ``uid_base + (pid mod 2^22) · 64 + slot mod 64``, distinct for every slot of
+    every live process (pids are unique while they run), so concurrent graders (a plan's jobs, test workers) never
+    share a uid: its ``RLIMIT_NPROC`` and its sweeps are one slot's alone."""
+    return int(uid_base) + (int(pid) % PID_SPAN) * SLOT_SPAN + int(slot) % SLOT_SPAN
+
+
 class Sandbox:
     """One sandbox slot: runs programs one at a time (:meth:`run`). Create it in a single-threaded process (the
     code reward's worker processes): the child is set up in ``preexec_fn``, which is unsafe with threads."""
@@ -154,7 +165,7 @@ class Sandbox:
         if unknown:
             raise ValueError(f"unknown sandbox features {sorted(unknown)}; known: {', '.join(ALL_FEATURES)}")
         self.root = os.geteuid() == 0
-        self.uid = uid_base + int(slot) if self.root and "uid" in self.wanted else None
+        self.uid = sandbox_uid(uid_base, os.getpid(), slot) if self.root and "uid" in self.wanted else None
         self.keep = read_roots()  # the Python installation: readable under landlock_read, bound into the mount ns
         self.read_roots = self.keep if "landlock_read" in self.wanted else None
         self.cgroup = None

@@ -22,6 +22,7 @@ import socket
 import stat
 import sys
 import tempfile
+import time
 import uuid
 import warnings
 
@@ -664,3 +665,50 @@ def _suite_as_nobody(root: str, base, system: str) -> None:
                          timeout=900)
     tail = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-500:]
     assert out.returncode == 0 and " passed" in tail and "failed" not in tail, out.stdout[-3000:] + out.stderr[-2000:]
+
+
+def test_sandbox_uids_are_distinct_across_processes_and_slots():
+    from graft_cli.sandbox import sandbox_uid
+
+    base = 1_990_000_000
+    uids = {sandbox_uid(base, pid, slot) for pid in (1, 2, 4_194_303, 12345) for slot in range(8)}
+    assert len(uids) == 32 and max(uids) < 2 ** 32 - 2 and min(uids) > base
+    assert sandbox_uid(base, 7, 3) == base + 7 * 64 + 3  # (pid mod 2^22)·64 + slot
+
+
+@pytest.mark.slow
+def test_a_fork_bomb_in_another_grader_does_not_starve_this_one(tmp_path):
+    """Two graders on one machine (a plan's two jobs): a program of the other one holds its slot's whole process
+    budget; a correct program of this one, in a slot with the same number, still runs (each has a uid of its own)."""
+    import subprocess
+
+    from graft_cli.confine import tasks_of_uid
+
+    here = Sandbox(0, Limits(timeout_s=5))
+    try:
+        if not here.features().get("uid"):
+            pytest.skip("the uid drop is not available here")
+        nproc = here.limits.nproc
+        hog = ("import os, time\nfor _ in range(%d):\n    try:\n        pid = os.fork()\n    except OSError:\n"
+               "        break\n    if pid == 0:\n        time.sleep(60)\n        os._exit(0)\n"
+               "time.sleep(60)\n" % (nproc + 8))
+        code = ("import sys\nfrom graft_cli.sandbox import Limits, Sandbox\nsb = Sandbox(0, Limits(timeout_s=60))\n"
+                f"print(sb.uid, flush=True)\nsb.run([sys.executable, '-I', '-c', {hog!r}])\n")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                 env={**os.environ, "PYTHONPATH": root})
+        try:
+            uid = int(other.stdout.readline())
+            deadline = time.monotonic() + 60  # a hang guard while the other fills its budget, not a speed bound
+            while tasks_of_uid(uid) < nproc - 1 and other.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert tasks_of_uid(uid) >= nproc - 1, "the other grader's program did not fill its budget"
+            assert here.uid != uid
+            prog = "import os\nif os.fork() == 0:\n    os._exit(0)\nos.wait()\nprint('ran')"
+            res = here.run([sys.executable, "-I", "-c", prog])
+            assert res.stdout.strip() == b"ran", (res.returncode, res.stderr[-500:])
+        finally:
+            other.kill()
+            other.wait()
+    finally:
+        here.close()
