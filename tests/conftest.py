@@ -235,6 +235,9 @@ def register_parity_reward() -> None:
         def __init__(self, **_):
             pass
 
+        def start(self, wait=True):
+            return self
+
         def grade(self, texts, golds):
             r = np.array([float(bool(t) and ord(t[0]) % 2 == 0) for t in texts], dtype=np.float32)
             return Grades(r, np.zeros(len(texts), dtype=bool), [None] * len(texts))
