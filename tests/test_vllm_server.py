@@ -97,7 +97,8 @@ def test_rollouts_and_weight_pushes_through_a_server(servers):
         assert ro.response_ids == [[EOS]] * 12 and ro.truncated == [False] * 12
         set_eos_bias(model, 3.5)  # both kinds of ending; log-probs of the pushed weights, EOS included
         eng.sync_weights(model)
-        ro = eng.generate(prompts, SamplingParams(n=8, temperature=1.0, max_new_tokens=10, seed=5))
+        # 3 x 32 samples: both endings occur (with 8 per prompt a run without a truncated sample happened)
+        ro = eng.generate(prompts, SamplingParams(n=32, temperature=1.0, max_new_tokens=10, seed=5))
         check_eos_contract(ro, 10)
         assert any(ro.truncated) and not all(ro.truncated)
         gap = max_gap(model, ro, prompts, 1.0)
