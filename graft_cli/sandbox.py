@@ -98,6 +98,7 @@ from graft_cli.confine import (
     apply_landlock,
     apply_rlimits,
     apply_seccomp,
+    seccomp_available,
     children,
     kill_each,
     libc,
@@ -164,6 +165,8 @@ class Sandbox:
         unknown = self.wanted - set(ALL_FEATURES)
         if unknown:
             raise ValueError(f"unknown sandbox features {sorted(unknown)}; known: {', '.join(ALL_FEATURES)}")
+        if "seccomp" in self.wanted:
+            seccomp_available()  # libseccomp loaded here: a dlopen in the child forked from a threaded process can fail
         self.root = os.geteuid() == 0
         self.uid = sandbox_uid(uid_base, os.getpid(), slot) if self.root and "uid" in self.wanted else None
         self.keep = read_roots()  # the Python installation: readable under landlock_read, bound into the mount ns
