@@ -363,7 +363,9 @@ def headline_rows(records: list[dict], baseline: str = "grpo") -> tuple[list[str
 
 def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg: dict | None = None,
                     title: str = "Claims of the paper on this pair (from the measured numbers)",
-                    report_dir: str | None = None, measured: dict | None = None) -> str:
+                    report_dir: str | None = None, measured: dict | None = None,
+                    regime: dict | None = None) -> str:
+    """The claims section; ``regime``: :func:`regime_figures` of ``measured`` when the caller has them."""
     s = settings(cfg)
     out = [f"## {title}", ""]
     out.append(md_table(["#", "Claim", "Verdict", "Measured", "Paper"],
@@ -378,7 +380,7 @@ def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg:
                "significant`: it straddles zero; `did not hold`: it excludes zero the other way; `mixed`: the "
                "models differ.")
     if measured is not None:
-        reg = regime_figures(measured, cfg)
+        reg = regime if regime is not None else regime_figures(measured, cfg)
         lines = []
         for p, row in reg.items():
             g = row.get("baseline_gain")
@@ -436,9 +438,10 @@ def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) 
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)
-    md = claims_markdown(claims, records, cfg, report_dir=report_dir, measured=measured)
+    regime = regime_figures(measured, cfg)  # once: its comparisons resample 2000 times per claim and model
+    md = claims_markdown(claims, records, cfg, report_dir=report_dir, measured=measured, regime=regime)
     write_section(report_dir, md)
     atomic_write_json(os.path.join(report_dir, "claims.json"),
                       {"settings": settings(cfg), "measured": measured, "claims": [asdict(c) for c in claims],
-                       "regime": regime_figures(measured, cfg)})
+                       "regime": regime})
     return md, claims

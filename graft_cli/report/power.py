@@ -162,6 +162,20 @@ def decompose(x: Mapping, y: Mapping, ex: Mapping | None, ey: Mapping | None, be
         per_seed_eval = float(sum(by_bench.values()))
         v_eval = float(sum(vx.values())) / nx + float(sum(vy.values())) / ny
     v_seeds = max(total - v_eval, 0.0)
+    parts = {"seeds": v_seeds, "evaluation": v_eval, "problems": _problem_variance(xs, ys, benches, paired, scale)}
+    tot = sum(parts.values())
+    n_eff = nx if paired else (nx * ny / (nx + ny)) * 2  # the per-seed reading: Var(Δ̂) = σ²/n for n per arm
+    return {**parts, "total": total, "evaluation_from": "paired grades" if vd is not None else "each arm's grades",
+            "shares": {k: (v / tot if tot > 0 else None) for k, v in parts.items()},
+            "per_seed": {"training": v_seeds * n_eff, "evaluation": per_seed_eval,
+                         "evaluation_by_benchmark": by_bench},
+            "paired": bool(paired), "n": [nx, ny], "interval": iv["interval"], "df": iv["df"]}
+
+
+def _problem_variance(xs: Mapping, ys: Mapping, benches: Sequence[str], paired: bool, scale: float) -> float:
+    """V_P of eq. (3): per benchmark the spread of the per-problem differences of the arms' seed means, less what
+    seeds and sampling put into each (q_p), over N_b; averaged over benchmarks as the macro score is."""
+    nx, ny, B = len(xs), len(ys), len(benches)
     v_prob = 0.0
     for b in benches:
         X = scale * np.stack([np.asarray(v[b], dtype=np.float64) for v in xs.values()])
@@ -171,14 +185,7 @@ def decompose(x: Mapping, y: Mapping, ex: Mapping | None, ey: Mapping | None, be
         delta_p = X.mean(0) - Y.mean(0)
         q = ((X - Y).var(0, ddof=1) / nx) if paired else (X.var(0, ddof=1) / nx + Y.var(0, ddof=1) / ny)
         v_prob += max(float(delta_p.var(ddof=1)) - float(q.mean()), 0.0) / X.shape[1] / B ** 2
-    parts = {"seeds": v_seeds, "evaluation": v_eval, "problems": v_prob}
-    tot = sum(parts.values())
-    n_eff = nx if paired else (nx * ny / (nx + ny)) * 2  # the per-seed reading: Var(Δ̂) = σ²/n for n per arm
-    return {**parts, "total": total, "evaluation_from": "paired grades" if vd is not None else "each arm's grades",
-            "shares": {k: (v / tot if tot > 0 else None) for k, v in parts.items()},
-            "per_seed": {"training": v_seeds * n_eff, "evaluation": per_seed_eval,
-                         "evaluation_by_benchmark": by_bench},
-            "paired": bool(paired), "n": [nx, ny], "interval": iv["interval"], "df": iv["df"]}
+    return v_prob
 
 
 # ------------------------------------------------------------------------------------ eq. (4): projections
