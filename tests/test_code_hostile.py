@@ -22,6 +22,7 @@ import socket
 import stat
 import sys
 import tempfile
+import threading
 import time
 import uuid
 import warnings
@@ -498,8 +499,10 @@ def test_a_worker_whose_limits_changed_is_replaced():
         grader.close()
 
 
-HOG = py("import os\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n        while True:\n"
-         "            pass\ndef add(a, b):\n    while True:\n        pass")
+HOG_MARK = f"hog-{uuid.uuid4().hex}"  # each spinner works in a directory of this name: it finds this test's spinners
+HOG = py(f"import os\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n        os.makedirs('{HOG_MARK}', "
+         f"exist_ok=True)\n        os.chdir('{HOG_MARK}')\n        while True:\n            pass\n"
+         "def add(a, b):\n    while True:\n        pass")
 
 
 @pytest.mark.slow
@@ -507,27 +510,40 @@ def test_hogs_with_escaped_children_do_not_change_other_answers():
     """Four answers that leave three setsid() CPU spinners each, beside correct answers on the other worker: every
     correct answer scores 1 with status ok (not a timeout), the hogs time out, and no spinner outlives its run."""
     grader = CodeGrader(num_workers=2, timeout_s=TIMEOUT, chunk_size=1)
+    seen, stop = set(), threading.Event()
+
+    def watch():  # the spinners did start (else "none left" below would hold for nothing)
+        while not stop.is_set():
+            seen.update(p for p in os.listdir("/proc") if p.isdigit() and _cwd_is_a_spinners(p))
+            stop.wait(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
     try:
         grader.start()
+        watcher.start()
         responses, golds = [], []
         for _ in range(4):
             responses += [HOG, GOOD, GOOD.replace("a + b", "b + a")]
             golds += [CONVERTED, CONVERTED, FALLBACK]
         res = grader.grade(responses, golds)
     finally:
+        stop.set()
         grader.close()
+    watcher.join()
+    assert seen, "no spinner was seen while the hogs ran"
     for i, (r, s) in enumerate(zip(res.rewards, res.status)):
         if i % 3 == 0:
             assert (r, s) == (0.0, "code_timeout")
         else:
             assert (r, s) == (1.0, "ok"), (i, s, res.seconds[i])
-    spinners = [p for p in os.listdir("/proc") if p.isdigit() and _cwd_in_sandbox(p)]
+    # only this test's spinners: a sandbox another test runs at the same moment (xdist) is not a leftover
+    spinners = [p for p in os.listdir("/proc") if p.isdigit() and _cwd_is_a_spinners(p)]
     assert spinners == []
 
 
-def _cwd_in_sandbox(pid: str) -> bool:
+def _cwd_is_a_spinners(pid: str) -> bool:
     try:
-        return os.readlink(f"/proc/{pid}/cwd").startswith(os.path.join(tempfile.gettempdir(), "graft-code-"))
+        return HOG_MARK in os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return False
 
