@@ -480,11 +480,13 @@ def report_cmd(dirs, out, devices, clip_steps, no_plots):
 @click.option("--no-progress", is_flag=True, help="no progress bars")
 @one_line_errors
 def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress):
-    """A miniature study in one command: the runs of experiments/reproduce/<PAIR>.yaml (tiny: GRPO n=8, GRAFT
-    and GRAFT without the gate, 13 seeds each, peer-first ordering with 2; tiny_full: every design variant;
-    tiny3, tiny_saf, tiny_tandem: the other studies), then their evaluation and `graft report` with the paper's
-    claims judged from the measured numbers (95% t-intervals over seeds and where their variance comes from).
-    Resumable: finished runs and evaluations are skipped. --dry-run lists the runs.
+    """Run a reproduction plan, experiments/reproduce/<PAIR>.yaml: train and evaluate each run, then `graft
+    report` on the output folder. The miniatures on the tiny pair (tiny, tiny_full, tiny3, tiny_saf,
+    tiny_tandem; each plan's file says its runs and seeds) add the paper's claims judged from the measured
+    numbers (95% t-intervals over seeds and where their variance comes from). The papers' own tables
+    (graft_table1, graft_ablations, graft_table6, saf_table, tandem_table: docs/cluster.md) name each run's
+    GPUs and hours. Resumable: finished runs and evaluations are skipped. --dry-run lists the runs with their
+    resources and the plan's GPU-hours.
 
     \b
     Writes <out>/<pair>-<run>-s<seed>/ per run, <out>/plan_<name>.{md,json}, <out>/report/report.md (with the

@@ -59,6 +59,9 @@ def describe(plan: Plan, out: str, check_configs: bool = True) -> list[dict]:
         row = {"index": i, "run": plan.run_name(r), "name": r.name, "method": r.method, "seed": r.seed,
                "overrides": list(r.overrides), "partner": f"{r.partner_key()}:{r.partner[1]}" if r.partner else "",
                "steps": plan.steps, "status": st.label(), "dir": d, "config": "ok"}
+        res = plan.resources_for(r)
+        row["resources"] = res.label()
+        row["gpu_hours"] = res.train_gpu_hours() + res.eval_gpu_hours()
         ev = plan.eval_for(r)
         if ev.enabled and st.finished and S.eval_done(d, ev.steps, ev.runs, ev.samples, ev.benchmarks, ev.bench_runs):
             row["status"] += ", evaluated"
@@ -83,10 +86,14 @@ def dry_run_markdown(plan: Plan, out: str, rows: list[dict]) -> str:
     head = (f"Plan {plan.name} ({plan.source}): pair {plan.pair}, {len(rows)} runs, steps {steps}, "
             f"eval {'off' if not ev.enabled else _eval_label(ev)}, "
             f"out {out}")
-    cols = ["#", "run", "method", "seed", "overrides", "partner", "status", "config"]
+    cols = ["#", "run", "method", "seed", "overrides", "partner", "status", "config", "resources", "GPU-h"]
     table = md_table(cols, [[r["index"], r["run"], r["method"], r["seed"], " ".join(r["overrides"]) or "—",
-                             r["partner"] or "—", r["status"], r["config"]] for r in rows])
-    return head + "\n\n" + table
+                             r["partner"] or "—", r["status"], r["config"], r["resources"],
+                             f"{r['gpu_hours']:.1f}"] for r in rows])
+    train_h, eval_h = plan.gpu_hours()
+    total = (f"GPU-hours: {train_h + eval_h:,.1f} ({train_h:,.1f} training + {eval_h:,.1f} evaluation) over "
+             f"{len(rows)} runs" if train_h + eval_h > 0 else "GPU-hours: 0 (the plan names no GPUs)")
+    return head + "\n\n" + table + "\n\n" + total
 
 
 # ---------------------------------------------------------------------------------------- one run

@@ -11,16 +11,24 @@ A plan file (YAML) has these keys (all optional except ``runs``)::
     eval: {steps: last, runs: 2, samples: 4, benchmarks: null}   # how each run is evaluated
     jobs: 1                         # runs trained at the same time (worker processes)
     claims: {...}                   # reproduce plans: which runs the claims compare (report/claims.py)
+    resources: {nodes: 1, gpus: 4, gpu: H200, gpu_gb: 141, cpus: 64, hours: 13.7, eval_hours: 0.9}  # per run
+    slurm: {partition: gpu, account: ..., qos: ..., time: "24:00:00", extra: ["--mail-type=END"]}  # plan/slurm.py
     runs:
       - {name: grpo, method: grpo, seeds: [0, 1, 2]}
       - {name: graft-delta0p5, method: graft, overrides: {exchange.params.delta: 0.5}}
       - {name: graft_stored-a, method: graft_stored, partner: {run: grpo, policy: b}}
+      - {name: hacpo, method: hacpo, pair: "2", resources: {gpus: 8}}
+
+``pair`` (an entry's own pair) lets one plan span pairs (the GRAFT paper's Table 1 is pairs 1-3); such a run's
+key is ``<pair>:<name>-s<seed>``. ``resources`` (:class:`Resources`; an entry's keys refine the plan's) are what
+each run asks a scheduler for and what the plan's GPU-hours are computed from.
 
 ``partner`` (stored-trajectory GRAFT, graft.md §5): the run named ``run`` of this plan with the *same seed*
-is the partner; its directory and ``policy`` become ``exchange.params.partner_run`` / ``partner_policy``,
-and the expansion orders it first. An entry may repeat a name with other seeds (e.g. to run seed 0 of
-everything before seeds 1-2); (name, seed) must be unique and repeated names must agree on method and
-overrides.
+is the partner (``pair: P`` names the partner entry's own pair, default this entry's); its directory and
+``policy`` become ``exchange.params.partner_run`` / ``partner_policy``, and the expansion orders it first.
+An entry may repeat a name with other seeds or pairs (e.g. to run seed 0 of everything before seeds 1-2);
+(pair, name, seed) must be unique and repeated names must agree on method, overrides and eval (and on the
+partner within a pair).
 
 A run's directory is ``<out>/<pair>-<name>-s<seed>`` (``run.name`` = ``<pair>-<name>-s<seed>``), the same
 name ``graft train --pair P --method M --seed S`` uses when ``name`` equals the method, so runs are shared
@@ -47,8 +55,10 @@ from graft_cli.eval.setup import parse_bench_runs
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 EVAL_KEYS = ("steps", "runs", "bench_runs", "samples", "benchmarks", "temperature", "top_p", "top_k", "max_new_tokens",
              "seed")
-PLAN_KEYS = ("name", "description", "pair", "seeds", "steps", "overrides", "eval", "jobs", "claims", "runs")
-RUN_KEYS = ("name", "method", "seeds", "overrides", "partner", "note", "eval")
+PLAN_KEYS = ("name", "description", "pair", "seeds", "steps", "overrides", "eval", "jobs", "claims", "runs",
+             "resources", "slurm")
+RUN_KEYS = ("name", "method", "seeds", "overrides", "partner", "note", "eval", "pair", "resources")
+LAUNCH_MODES = ("auto", "torchrun", "direct")
 
 
 @dataclass
@@ -74,22 +84,96 @@ class EvalPlan:
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What one run of a plan asks a scheduler for, and the hours it is expected to take (for GPU-hours)."""
+    nodes: int = 1
+    gpus: int = 0  # GPUs per node
+    gpu: str = ""  # the GPU the plan was sized for (a label: "H200")
+    gpu_gb: float | None = None  # its memory (GB), for the fit check against benchmarks/plan_resources.py
+    cpus: int = 1  # CPU cores per node
+    mem: str | None = None  # memory per node (sbatch --mem), None: the partition's default
+    hours: float | None = None  # expected wall-clock hours of the training job
+    eval_gpus: int | None = None  # GPUs of the evaluation job (None: ``gpus``)
+    eval_hours: float | None = None  # expected wall-clock hours of the evaluation job
+    launch: str = "auto"  # auto: torchrun when the run spans more than one GPU, else one process; torchrun; direct
+
+    @property
+    def eval_gpu_count(self) -> int:
+        return self.gpus if self.eval_gpus is None else self.eval_gpus
+
+    def train_gpu_hours(self) -> float:
+        return self.nodes * self.gpus * (self.hours or 0.0)
+
+    def eval_gpu_hours(self) -> float:
+        return self.eval_gpu_count * (self.eval_hours or 0.0)
+
+    def uses_torchrun(self) -> bool:
+        return self.launch == "torchrun" or (self.launch == "auto" and self.nodes * self.gpus > 1)
+
+    def label(self) -> str:
+        gpus = f"{self.nodes}x{self.gpus} {self.gpu or 'GPU'}" if self.gpus else f"{self.nodes} node, {self.cpus} CPU"
+        return gpus + (f", {self.hours:g} h" if self.hours is not None else "") + (
+            f" + eval {self.eval_gpu_count} GPU x {self.eval_hours:g} h" if self.eval_hours is not None else "")
+
+
+RESOURCE_KEYS = tuple(Resources.__dataclass_fields__)
+
+
+def parse_resources(raw, base: Resources | None = None, where: str = "resources") -> Resources:
+    """A ``resources:`` mapping over ``base`` (keys: :data:`RESOURCE_KEYS`)."""
+    base = base or Resources()
+    if raw is None:
+        return base
+    if not isinstance(raw, dict):
+        raise GraftError(f"{where}: must be a mapping (keys {', '.join(RESOURCE_KEYS)})")
+    vals = {k: getattr(base, k) for k in RESOURCE_KEYS}
+    for k, v in raw.items():
+        if k not in RESOURCE_KEYS:
+            raise GraftError(f"{where}: unknown key {k!r}; known: {', '.join(RESOURCE_KEYS)}")
+        vals[k] = v
+    for k in ("nodes", "gpus", "cpus", "eval_gpus"):
+        v = vals[k]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (1 if k in ("nodes", "cpus")
+                                                                                    else 0)):
+            raise GraftError(f"{where}.{k}: must be an integer >= {1 if k in ('nodes', 'cpus') else 0}, got {v!r}")
+    for k in ("hours", "eval_hours", "gpu_gb"):
+        v = vals[k]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
+            raise GraftError(f"{where}.{k}: must be a positive number, got {v!r}")
+    if vals["launch"] not in LAUNCH_MODES:
+        raise GraftError(f"{where}.launch: {vals['launch']!r}; known: {', '.join(LAUNCH_MODES)}")
+    vals["gpu"] = str(vals["gpu"] or "")
+    vals["mem"] = None if vals["mem"] is None else str(vals["mem"])
+    return Resources(**vals)
+
+
+@dataclass(frozen=True)
 class PlanRun:
     """One training run of a plan."""
     name: str  # the entry's name (e.g. "graft", "graft-delta0p5", "graft_stored-a")
     method: str
     seed: int
     overrides: tuple = ()  # key=value strings of this entry
-    partner: tuple | None = None  # (partner entry name, partner policy): same seed
+    partner: tuple | None = None  # (partner entry name, partner policy, partner's own pair or None): same seed
     note: str = ""
     eval_over: tuple = ()  # (key, value) pairs of the entry's `eval:` mapping, refining the plan's eval
+    pair: str | None = None  # the entry's own pair (None: the plan's)
+    resources: tuple = ()  # (key, value) pairs of the entry's `resources:` mapping, refining the plan's
 
     @property
     def key(self) -> str:
-        return f"{self.name}-s{self.seed}"
+        return run_key(self.name, self.seed, self.pair)
 
     def partner_key(self) -> str | None:
-        return f"{self.partner[0]}-s{self.seed}" if self.partner else None
+        if not self.partner:
+            return None
+        ppair = self.partner[2] if len(self.partner) > 2 and self.partner[2] is not None else self.pair
+        return run_key(self.partner[0], self.seed, ppair)
+
+
+def run_key(name: str, seed: int, pair: str | None = None) -> str:
+    """``name-sSEED``, prefixed with ``pair:`` for an entry that names its own pair."""
+    return f"{pair}:{name}-s{seed}" if pair is not None else f"{name}-s{seed}"
 
 
 @dataclass
@@ -104,6 +188,8 @@ class Plan:
     claims: dict = field(default_factory=dict)
     description: str = ""
     source: str = ""
+    resources: Resources = field(default_factory=Resources)
+    slurm: dict = field(default_factory=dict)  # the plan's `slurm:` section (graft_cli/plan/slurm.py)
 
     def eval_for(self, r: PlanRun) -> EvalPlan:
         """How run ``r`` is evaluated: the plan's ``eval`` refined by the entry's own ``eval:`` keys."""
@@ -111,8 +197,20 @@ class Plan:
             return self.eval
         return parse_eval({k: (list(v) if isinstance(v, tuple) else v) for k, v in r.eval_over}, base=self.eval)
 
+    def resources_for(self, r: PlanRun) -> Resources:
+        """What run ``r`` asks for: the plan's ``resources`` refined by the entry's own keys."""
+        return parse_resources(dict(r.resources), base=self.resources) if r.resources else self.resources
+
+    def gpu_hours(self) -> tuple[float, float]:
+        """(training, evaluation) GPU-hours of every run of the plan: Σ nodes·gpus·hours, Σ eval_gpus·eval_hours."""
+        res = [self.resources_for(r) for r in self.runs]
+        return sum(x.train_gpu_hours() for x in res), sum(x.eval_gpu_hours() for x in res)
+
+    def run_pair(self, r: PlanRun) -> str:
+        return r.pair if r.pair is not None else self.pair
+
     def run_name(self, r: PlanRun) -> str:
-        return f"{self.pair}-{r.name}-s{r.seed}"
+        return f"{self.run_pair(r)}-{r.name}-s{r.seed}"
 
     def run_dir(self, r: PlanRun, out: str) -> str:
         return os.path.join(out, self.run_name(r))
@@ -122,7 +220,7 @@ class Plan:
 
     def compose_overrides(self, r: PlanRun, out: str, steps: int | None = None) -> list[str]:
         """The ``compose()`` overrides of run ``r`` writing into ``out`` (plan, then entry, then partner)."""
-        ov = [f"pair={self.pair}", f"method={r.method}", f"run.out={out}", f"run.name={self.run_name(r)}",
+        ov = [f"pair={self.run_pair(r)}", f"method={r.method}", f"run.out={out}", f"run.name={self.run_name(r)}",
               f"run.seed={r.seed}"]
         steps = self.steps if steps is None else steps
         if steps is not None:
@@ -241,6 +339,11 @@ def build_plan(raw: dict, pair: str | None = None, source: str = "", seeds=None,
         raise GraftError(f"{where}: 'runs' must be a non-empty list")
     expanded: list[PlanRun] = []
     seen: dict[str, PlanRun] = {}
+    dirs: set[str] = set()
+    plan_res = parse_resources(raw.get("resources"), where=f"{where}: resources")
+    slurm = raw.get("slurm") or {}
+    if not isinstance(slurm, dict):
+        raise GraftError(f"{where}: slurm must be a mapping")
     for i, e in enumerate(entries):
         w = f"{where}: runs[{i}]"
         if not isinstance(e, dict):
@@ -256,9 +359,13 @@ def build_plan(raw: dict, pair: str | None = None, source: str = "", seeds=None,
         partner = None
         if e.get("partner") is not None:
             p = e["partner"]
-            if not isinstance(p, dict) or "run" not in p or "policy" not in p:
-                raise GraftError(f"{w}: partner must be {{run: NAME, policy: POLICY}}")
-            partner = (str(p["run"]), str(p["policy"]))
+            if not isinstance(p, dict) or "run" not in p or "policy" not in p or set(p) - {"run", "policy", "pair"}:
+                raise GraftError(f"{w}: partner must be {{run: NAME, policy: POLICY}} (and optionally pair: P)")
+            partner = (str(p["run"]), str(p["policy"]), None if p.get("pair") is None else str(p["pair"]))
+        entry_pair = None if e.get("pair") is None else str(e["pair"])
+        res_raw = e.get("resources")
+        parse_resources(res_raw, base=plan_res, where=f"{w}: resources")  # validated here, applied per run
+        res_over = tuple((res_raw or {}).items())
         # command-line seeds replace every entry's seeds; else the entry's, else the plan's
         run_seeds = default_seeds if seeds else (parse_seeds(e["seeds"], f"{w}: seeds") if "seeds" in e
                                                  else default_seeds)
@@ -269,20 +376,24 @@ def build_plan(raw: dict, pair: str | None = None, source: str = "", seeds=None,
             parse_eval(ev_raw, where=f"{w}: eval")  # validated here, applied on top of the plan's eval
         ev_over = tuple((str(k), tuple(v) if isinstance(v, list) else v) for k, v in (ev_raw or {}).items())
         for s in run_seeds:
-            r = PlanRun(rname, method, s, ov, partner, str(e.get("note") or ""), ev_over)
-            if r.key in seen:
+            r = PlanRun(rname, method, s, ov, partner, str(e.get("note") or ""), ev_over, entry_pair, res_over)
+            dir_name = f"{entry_pair if entry_pair is not None else pair}-{rname}-s{s}"
+            if r.key in seen or dir_name in dirs:
                 raise GraftError(f"{w}: run {rname!r} seed {s} is listed twice")
-            same = next((x for x in seen.values() if x.name == rname), None)
-            if same is not None and (same.method, same.overrides, same.partner, same.eval_over) != (
-                    method, ov, partner, ev_over):
-                raise GraftError(f"{w}: run name {rname!r} is used with different method/overrides/partner/eval")
+            dirs.add(dir_name)
+            # a name means one configuration: the same method/overrides/eval everywhere, the same partner per pair
+            for x in (x for x in seen.values() if x.name == rname):
+                if (x.method, x.overrides, x.eval_over) != (method, ov, ev_over) or (
+                        x.pair == entry_pair and x.partner != partner):
+                    raise GraftError(f"{w}: run name {rname!r} is used with different method/overrides/partner/eval")
             seen[r.key] = r
             expanded.append(r)
     ordered = order_runs(expanded, where)
     ev = parse_eval(raw.get("eval"), where=f"{where}: eval")
     return Plan(name=name, pair=pair, runs=ordered, steps=plan_steps,
                 overrides=parse_overrides(raw.get("overrides"), f"{where}: overrides"), eval=ev, jobs=jobs,
-                claims=dict(raw.get("claims") or {}), description=str(raw.get("description") or ""), source=source)
+                claims=dict(raw.get("claims") or {}), description=str(raw.get("description") or ""), source=source,
+                resources=plan_res, slurm=dict(slurm))
 
 
 def order_runs(runs: list[PlanRun], where: str = "plan") -> list[PlanRun]:
@@ -291,7 +402,7 @@ def order_runs(runs: list[PlanRun], where: str = "plan") -> list[PlanRun]:
     for r in runs:
         if r.partner and r.partner_key() not in keys:
             raise GraftError(f"{where}: run {r.key}: partner {r.partner[0]!r} has no run with seed {r.seed} "
-                             f"in the plan")
+                             f"in the plan" + (f" (key {r.partner_key()})" if ":" in r.partner_key() else ""))
         if r.partner and r.partner_key() == r.key:
             raise GraftError(f"{where}: run {r.key} is its own partner")
     placed: list[PlanRun] = []
