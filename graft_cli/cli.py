@@ -362,13 +362,17 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
 @click.option("--out", required=True, help="folder to write <policy>/ Hugging Face folders into")
 @click.option("--step", type=int, default=None, help="checkpoint step [default: the newest that verifies]")
 @click.option("--policy", "policies", multiple=True, help="only this policy (repeatable) [default: every policy]")
+@click.option("--merge", is_flag=True,
+              help="LoRA policies: the adapter merged into its base (a plain model folder) [default: the PEFT adapter "
+                   "folder]")
 @one_line_errors
-def export_cmd(run_dir, out, step, policies):
-    """Export a run's checkpoint as Hugging Face model folders (from_pretrained / vLLM / lm-eval load them)."""
+def export_cmd(run_dir, out, step, policies, merge):
+    """Export a run's checkpoint as Hugging Face model folders (from_pretrained / vLLM / lm-eval load them); a LoRA
+    policy as its PEFT adapter folder, or merged with --merge."""
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.train.checkpoint import export
 
-    for name, path in export(run_dir, out, step, list(policies) or None).items():
+    for name, path in export(run_dir, out, step, list(policies) or None, merge=merge).items():
         click.echo(f"{name}: {path}")
 
 

@@ -30,6 +30,7 @@ from graft_cli.algorithms.minibatch import LAYOUTS, MINIBATCH_ORDERINGS
 from graft_cli.algorithms.signals import loss_mask_params, token_adv_params
 from graft_cli.errors import GraftError
 from graft_cli.models.loading import DTYPES
+from graft_cli.models.lora import INITS as LORA_INITS
 from graft_cli.models.logprobs import AUTOCAST
 from graft_cli.models.scoring import SCORERS
 from graft_cli.registry import validate_params
@@ -131,6 +132,9 @@ def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None, 
         merged.policies = [OmegaConf.merge(OmegaConf.structured(PolicyConfig), p) for p in merged.policies]
         merged.sources = [OmegaConf.merge(OmegaConf.structured(SourceConfig), p) for p in merged.sources]
         apply(lists)
+        # a list given whole on the command line holds plain mappings: into the schema too (nested sections typed)
+        merged.policies = [OmegaConf.merge(OmegaConf.structured(PolicyConfig), p) if isinstance(p, DictConfig) else p
+                           for p in merged.policies]
         cfg: Config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise GraftError(_one_line(e)) from None
@@ -217,6 +221,28 @@ def _float_fields(obj, prefix: str = ""):
                     yield from _float_fields(x, f"{key}.{i}.")
 
 
+def _check_lora(p: PolicyConfig, i: int, cfg: Config) -> None:
+    """``policies.<i>.lora`` and ``base_of``: ranges, a known init, LoRA on trained policies only, and a frozen
+    base that names a LoRA policy."""
+    lo, key = p.lora, f"policies.{i}.lora"
+    _check(isinstance(lo.r, int) and lo.r >= 0, f"{key}.r", f"must be an integer >= 0 (0: full weights), got {lo.r!r}")
+    _check(lo.alpha > 0, f"{key}.alpha", f"must be > 0, got {lo.alpha}")
+    _check(0 <= lo.dropout < 1, f"{key}.dropout", f"must be in [0, 1), got {lo.dropout}")
+    _check(lo.init in LORA_INITS, f"{key}.init", f"must be one of {', '.join(LORA_INITS)}, got {lo.init!r}")
+    tm = lo.target_modules
+    _check((isinstance(tm, str) and bool(tm)) or (isinstance(tm, (list, tuple)) and len(tm) > 0
+                                                  and all(isinstance(x, str) and x for x in tm)),
+           f"{key}.target_modules", "must be all-linear or a non-empty list of module names")
+    _check(lo.r == 0 or p.role == "train", f"{key}.r", "LoRA adapters are for trained policies (role: train)")
+    if p.base_of is not None:
+        by_name = {q.name: q for q in cfg.policies}
+        q = by_name.get(p.base_of)
+        _check(p.role == "frozen", f"policies.{i}.base_of", "only a frozen model is the base of a policy")
+        _check(q is not None and q.role == "train" and q.lora.r > 0, f"policies.{i}.base_of",
+               f"{p.base_of!r} is not a trained policy with LoRA adapters (lora.r > 0)")
+        _check(p.model == q.model, f"policies.{i}.model", f"the base of {p.base_of!r} is its model {q.model!r}")
+
+
 def validate(cfg: Config, registries: bool = True) -> None:
     """Ranges and cross-field rules. ``registries=False`` (a config read back from a run directory, whose
     plugins were not imported) skips the checks that a registered name exists."""
@@ -236,6 +262,7 @@ def validate(cfg: Config, registries: bool = True) -> None:
         _check(bool(p.name) and p.name.replace("-", "").replace("_", "").isalnum(), f"policies.{i}.name",
                "must be a non-empty alphanumeric name")
         _check(p.role in ROLES, f"policies.{i}.role", f"must be one of {', '.join(ROLES)}, got {p.role!r}")
+        _check_lora(p, i, cfg)
         if p.role == "frozen":
             _known(p.scorer, SCORERS, f"policies.{i}.scorer")
             for s in p.serves:
@@ -268,7 +295,8 @@ def validate(cfg: Config, registries: bool = True) -> None:
         for p in [p for p in cfg.policies if p.role == "train"]:
             if not any(q.name == f"{p.name}_ref" for q in cfg.policies):
                 cfg.policies.append(PolicyConfig(name=f"{p.name}_ref", model=p.model, tokenizer=p.tokenizer,
-                                                 role="frozen", serves=[p.name], column="ref_logprobs"))
+                                                 role="frozen", serves=[p.name], column="ref_logprobs",
+                                                 base_of=p.name if p.lora.r > 0 else None))
     if a.kl_coef > 0:
         for t in trained:
             _check(any(q.role == "frozen" and q.score_column == "ref_logprobs" and (not q.serves or t in q.serves)

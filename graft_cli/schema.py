@@ -14,6 +14,20 @@ ROLES = ("train", "frozen")
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters for a trained policy (graft_cli/models/lora.py, through PEFT): ``r`` 0 trains the full weights;
+    ``r > 0`` trains rank-``r`` adapters scaled by ``alpha / r`` on ``target_modules`` (``all-linear``: every
+    linear layer but the LM head, or a list of module names), the base frozen. ``init``: default (B = 0, the
+    adapted model starts as the base), gaussian, pissa, olora (PEFT's ``init_lora_weights``)."""
+
+    r: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: Any = "all-linear"
+    init: str = "default"
+
+
+@dataclass
 class PolicyConfig:
     """A model of the run. ``role: train`` is a policy (optimizer, rollout engine, checkpoints); ``role: frozen``
     is only scored (a KL reference, an OPD teacher, a tandem junior): loaded once in the run's dtype and
@@ -30,6 +44,8 @@ class PolicyConfig:
     scorer: str = "logprobs"  # frozen: registered scorer (graft_cli/models/scoring.py)
     column: Optional[str] = None  # frozen: the batch column it fills (default <name>_logprobs)
     trust_remote_code: bool = False  # run the model's own code from its folder / hub repo (off unless set here)
+    lora: LoraConfig = field(default_factory=LoraConfig)  # train: LoRA adapters instead of the full weights (r > 0)
+    base_of: Optional[str] = None  # frozen: the LoRA policy whose base this is (its adapter disabled; no second copy)
 
     @property
     def score_column(self) -> str:

@@ -8,7 +8,7 @@ import os
 import torch
 
 from graft_cli.errors import GraftError
-from graft_cli.models import shards
+from graft_cli.models import lora, shards
 from graft_cli.models.shapes import random_model
 from graft_cli.registry import Registry
 
@@ -72,6 +72,9 @@ def load_model(path: str, dtype: str = "float32", device: str = "auto", attn_imp
     try:
         if os.path.isdir(path) and shards.is_sharded(path):  # a sharded checkpoint's policy: assembled whole
             model = from_shards(path, **kwargs)
+        elif os.path.isdir(path) and lora.is_adapter_folder(path):  # a LoRA policy's checkpoint: base + adapter
+            model = lora.load_adapter_folder(path, lambda base: load_model(base, dtype, "cpu", attn_implementation,
+                                                                           trust_remote_code=trust_remote_code))
         else:
             model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(path), **kwargs)
     except GraftError:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from graft_cli.models.lora import unwrap
+
 
 def _head_chunk(head, h, tgt, temperature: float, with_entropy: bool):
     logits = head(h).float()
@@ -38,6 +40,7 @@ def _head_chunk(head, h, tgt, temperature: float, with_entropy: bool):
 
 
 def _backbone(model):
+    model = unwrap(model)  # a LoRA policy: the transformers model inside PEFT's wrapper (its adapters injected)
     base = getattr(model, "base_model", None)
     if base is None or base is model:
         base = getattr(model, "model", None)

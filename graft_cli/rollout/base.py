@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graft_cli.batch import Rollouts
+from graft_cli.models.lora import is_lora, merged_state_dict
 from graft_cli.registry import Registry, validate_params
 
 ENGINES: Registry = Registry("rollout engine")
@@ -90,6 +91,8 @@ def full_state_dict(model) -> dict:
     """The model's parameters and buffers as full tensors, for an engine that loads weights outside the trainer
     (gathers FSDP2 DTensors: collective, every rank calls it)."""
     unwrapped = getattr(model, "module", model)
+    if is_lora(unwrapped):  # the engine gets the adapted weights merged, under the base model's names
+        return merged_state_dict(unwrapped)
     out = {}
     for k, v in unwrapped.state_dict().items():
         if hasattr(v, "full_tensor"):

@@ -42,6 +42,7 @@ import tempfile
 
 import torch
 
+from graft_cli.models.lora import unwrap
 from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
 from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams, full_state_dict
@@ -83,7 +84,7 @@ class VLLMEngine(RolloutEngine):
         path = model_path or getattr(model, "name_or_path", None)
         if not path or not (os.path.isdir(path) or not os.path.isabs(path)):
             path = os.path.join(self._tmp, "init")  # random-initialised or unnamed model: write it out
-            getattr(model, "module", model).save_pretrained(path)
+            unwrap(getattr(model, "module", model)).save_pretrained(path, state_dict=full_state_dict(model))
             tokenizer.save_pretrained(path)
         dist_on = torch.distributed.is_available() and torch.distributed.is_initialized() \
             and torch.distributed.get_world_size() > 1
@@ -119,7 +120,7 @@ class VLLMEngine(RolloutEngine):
         else:
             d = os.path.join(self._tmp, "sync")  # per-process temporary folder
             shutil.rmtree(d, ignore_errors=True)
-            getattr(model, "module", model).save_pretrained(d, state_dict=sd)
+            unwrap(getattr(model, "module", model)).save_pretrained(d, state_dict=sd)
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": d})
         self.llm.reset_prefix_cache()
 

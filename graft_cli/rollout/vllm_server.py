@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from graft_cli.models.lora import unwrap
 from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
 from graft_cli.errors import GraftError
@@ -140,7 +141,7 @@ class VLLMServerEngine(RolloutEngine):
             d = os.path.join(self.sync_dir, f"weights-{os.getpid()}-{self._pushes:06d}")
             tmp = d + ".tmp"
             shutil.rmtree(tmp, ignore_errors=True)
-            getattr(model, "module", model).save_pretrained(tmp, state_dict=sd)
+            unwrap(getattr(model, "module", model)).save_pretrained(tmp, state_dict=sd)
             os.rename(tmp, d)
             for url, _ in self.servers:
                 self._post(url, "/collective_rpc", "weight reload",

@@ -31,7 +31,7 @@ from safetensors.torch import save_file
 
 from graft_cli import faults
 from graft_cli.errors import GraftError
-from graft_cli.models import shards
+from graft_cli.models import lora, shards
 from graft_cli.rundir import sha256_file, step_name
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
@@ -373,9 +373,12 @@ def load_optimizer_state(path: str) -> dict:
 EXPORT_SKIP = ("optimizer.pt",)  # the trainer's state; an exported folder is what from_pretrained needs
 
 
-def export(run_dir: str, out: str, step: int | None = None, policies: list | None = None) -> dict[str, str]:
+def export(run_dir: str, out: str, step: int | None = None, policies: list | None = None,
+           merge: bool = False) -> dict[str, str]:
     """Copy the policies of one verified checkpoint of ``run_dir`` into Hugging Face folders ``out/<policy>/``
-    (weights, config, generation config, tokenizer; no optimizer state). ``step`` None: the newest checkpoint that
+    (weights, config, generation config, tokenizer; no optimizer state). A LoRA policy's folder is a PEFT adapter
+    folder (``adapter_config.json``, ``adapter_model.safetensors``); with ``merge`` it is the merged model instead
+    (the adapter added into its base: a plain transformers folder). ``step`` None: the newest checkpoint that
     verifies; a named step must verify. Nothing is written unless the checkpoint verifies and every policy exists;
     each folder is written under a temporary name and renamed; an existing ``out/<policy>`` is refused. Returns
     policy -> folder."""
@@ -409,6 +412,11 @@ def export(run_dir: str, out: str, step: int | None = None, policies: list | Non
         tmp = f"{final}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
+            if merge and lora.is_adapter_folder(os.path.join(src, n)):
+                _export_merged(os.path.join(src, n), tmp)
+                os.rename(tmp, final)
+                done[n] = final
+                continue
             shutil.copytree(os.path.join(src, n), tmp, ignore=shutil.ignore_patterns(*EXPORT_SKIP, shards.SHARDS))
             if shards.is_sharded(os.path.join(src, n)):  # every rank's part of the weights assembled in one file
 
@@ -423,3 +431,18 @@ def export(run_dir: str, out: str, step: int | None = None, policies: list | Non
             raise GraftError(f"{final}: not written ({err.strerror or err})") from None
         done[n] = final
     return done
+
+
+def _export_merged(adapter_dir: str, dest: str) -> None:
+    """A LoRA policy's checkpoint folder as a merged transformers folder: its base with the adapter added in
+    (``merge_and_unload``) in the base's dtype, saved as safetensors with the checkpoint's tokenizer."""
+    # lazy: transformers is slow to import
+    from transformers import AutoConfig, AutoTokenizer
+
+    from graft_cli.models.loading import DTYPES, load_model
+
+    base = AutoConfig.from_pretrained(lora.adapter_base(adapter_dir))
+    dtype = str(getattr(base, "dtype", None) or getattr(base, "torch_dtype", None) or "float32").replace("torch.", "")
+    model = load_model(adapter_dir, dtype if dtype in DTYPES else "float32", "cpu")
+    model.save_pretrained(dest, safe_serialization=True)
+    AutoTokenizer.from_pretrained(adapter_dir).save_pretrained(dest)

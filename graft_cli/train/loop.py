@@ -24,6 +24,7 @@ import time
 import numpy as np
 import torch
 from rich.markup import escape
+from safetensors.torch import load_file
 
 from graft_cli import config as C
 from graft_cli import faults
@@ -43,7 +44,7 @@ from graft_cli.data.problems import Problem, load_problems, split_holdout
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
-from graft_cli.models import shards
+from graft_cli.models import lora, shards
 from graft_cli.models.loading import resolve_path
 from graft_cli.models.scoring import SCORERS
 from graft_cli.reward import make_grader, started
@@ -63,7 +64,7 @@ from graft_cli.train import dist as D
 from graft_cli.train.collect import collector_for
 from graft_cli.train.parallel import LockedGrader, PolicyPool, resolve_workers
 from graft_cli.train.phases import Phases
-from graft_cli.train.setup import Policy, build_frozen, build_policy, encode_prompt
+from graft_cli.train.setup import Policy, base_frozen, build_frozen, build_policy, encode_prompt
 from graft_cli.train.sources import STEP_SOURCES
 from graft_cli.train.update import UpdateContext, old_logprobs, score_logprobs, score_settings, update_policy
 
@@ -94,9 +95,12 @@ class Trainer:
         self.problems: list[Problem] = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None,
                                                      cfg.data.where or None)
         self.problems, self.held_out = split_holdout(self.problems, cfg.data.holdout, cfg.data.holdout_seed)
-        self.frozen = {pc.name: build_frozen(pc, cfg, self.dist) for pc in cfg.policies if pc.role == "frozen"}
+        self.frozen = {pc.name: build_frozen(pc, cfg, self.dist) for pc in cfg.policies
+                       if pc.role == "frozen" and pc.base_of is None}
         self.policies = {pc.name: build_policy(pc, cfg, self.dist, self.frozen) for pc in cfg.policies
                          if pc.role == "train"}
+        self.frozen.update({pc.name: base_frozen(pc, self.policies[pc.base_of]) for pc in cfg.policies
+                            if pc.role == "frozen" and pc.base_of is not None})  # a LoRA policy's base
         self._filter_long_prompts()
         self.sampler = PromptSampler(len(self.problems), cfg.data.prompt_batch, cfg.run.seed, cfg.data.shuffle)
         self.exchange = EXCHANGES.get(cfg.exchange.name)(cfg)
@@ -146,7 +150,19 @@ class Trainer:
         return {"step": self.step, "sampler": self.sampler.state_dict(), "exchange": self.exchange.state_dict(),
                 "total_steps": self.total_steps,
                 "controllers": [{"name": n, "state": c.state_dict()} for n, c in self.controllers],
-                "frozen": {n: {"model": f.cfg.model, "sha256": f.sha256} for n, f in self.frozen.items()}}
+                "frozen": {n: {"model": f.cfg.model, "sha256": f.sha256} for n, f in self.frozen.items()},
+                "lora_base": {n: p.base_sha256 for n, p in self.policies.items() if p.base_sha256 is not None}}
+
+    def check_lora_bases(self, st: dict, path: str) -> None:
+        """A LoRA policy's checkpoint holds its adapter only: its base must be the one the adapter was trained on."""
+        for name, pol in self.policies.items():
+            if pol.base_sha256 is None:
+                continue
+            was = (st.get("lora_base") or {}).get(name)
+            if was != pol.base_sha256:
+                raise GraftError(f"{path}: policy {name!r}'s LoRA adapter was trained on another base model (now "
+                                 f"sha256 {pol.base_sha256[:12]}, checkpoint: {str(was)[:12] if was else 'no record'});"
+                                 f" use the same base weights or run.resume=false")
 
     def check_frozen(self, st: dict, path: str) -> None:
         """Frozen models are not in checkpoints: their weights must be the ones the run was trained with."""
@@ -171,17 +187,21 @@ class Trainer:
             try:  # read everything first: a checkpoint that fails to load leaves the trainer untouched
                 st = ckpt.load_state(path)
                 self.check_frozen(st, path)
+                self.check_lora_bases(st, path)
                 loaded = {}
                 for name, pol in self.policies.items():
                     d = os.path.join(path, name)
                     if shards.is_sharded(d):  # this rank's part, on any world size (the shards' boxes re-cut)
                         reader = shards.ShardReader(d)
                         loaded[name] = (shards.read_model(reader, pol.model),
-                                        shards.read_optimizer(reader, pol.model, pol.optimizer), True)
+                                        shards.read_optimizer(reader, pol.model, pol.optimizer), "sharded")
+                        continue
+                    osd = ckpt.load_optimizer_state(os.path.join(d, "optimizer.pt"))
+                    if pol.base_sha256 is not None:  # a LoRA policy: its adapter (the base is the one checked above)
+                        loaded[name] = (load_file(os.path.join(d, lora.ADAPTER_WEIGHTS)), osd, "adapter")
                         continue
                     model = AutoModelForCausalLM.from_pretrained(d, dtype=next(pol.model.parameters()).dtype)
-                    loaded[name] = (model.state_dict(), ckpt.load_optimizer_state(os.path.join(d, "optimizer.pt")),
-                                    False)
+                    loaded[name] = (model.state_dict(), osd, "full")
             except GraftError:
                 raise
             except ckpt.RefusedCheckpoint as e:  # a crafted pickle behind a matching manifest
@@ -192,9 +212,12 @@ class Trainer:
                           f"{(str(e).splitlines() or [''])[0][:200]}")
                 continue
             for name, pol in self.policies.items():
-                msd, osd, sharded = loaded[name]
-                if sharded:
+                msd, osd, kind = loaded[name]
+                if kind == "sharded":
                     shards.load_state_into(pol.model, msd)
+                    pol.optimizer.load_state_dict(osd)
+                elif kind == "adapter":
+                    lora.load_adapter_state(pol.model, msd)
                     pol.optimizer.load_state_dict(osd)
                 else:
                     self.dist.load_full_state(pol.model, pol.optimizer, msd, osd)
@@ -252,7 +275,8 @@ class Trainer:
         """Every frozen model serving policy ``name`` fills its column of the batch (one no-grad pass each)."""
         for f in self.frozen.values():
             if not f.cfg.serves or name in f.cfg.serves:
-                col = SCORERS.get(f.cfg.scorer)(f.model, f.tokenizer, batch, score_settings(self.cfg, self.dist))
+                with f.scope():
+                    col = SCORERS.get(f.cfg.scorer)(f.model, f.tokenizer, batch, score_settings(self.cfg, self.dist))
                 if col is not None:  # scorer "none" (a co-generating junior) fills nothing
                     batch.extra[f.cfg.score_column] = col
 

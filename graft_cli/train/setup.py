@@ -5,13 +5,16 @@ loaded from the config, the prompt cache, and :func:`preflight`, the checks that
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from graft_cli import config as C
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.errors import GraftError
+from graft_cli.models import lora
 from graft_cli.models.loading import (
     check_model_path,
     load_role,
@@ -29,23 +32,30 @@ from graft_cli.train import dist as D
 
 @dataclass
 class Policy:
+    """A trained policy. With LoRA (``lora.r > 0``) ``model`` is the PEFT model, the optimizer holds the adapter's
+    parameters only and ``base_sha256`` is the hash of the frozen base its adapter trains on (None: full weights)."""
+
     name: str
     model: object
     tokenizer: object
     optimizer: torch.optim.Optimizer
     engine: object
     prompt_cache: dict
+    base_sha256: str | None = None
 
 
 @dataclass
 class Frozen:
-    """A model with ``role: frozen``: scored, never updated (no optimizer, not checkpointed)."""
+    """A model with ``role: frozen``: scored, never updated (no optimizer, not checkpointed). ``scope()`` is the
+    context it is scored in: for the base of a LoRA policy (``base_of``) the policy's own model with its adapter
+    disabled (:func:`graft_cli.models.lora.adapter_off`), else nothing."""
 
     name: str
     model: object
     tokenizer: object
     cfg: C.PolicyConfig
     sha256: str
+    scope: Callable[[], AbstractContextManager] = nullcontext
 
 
 # ----------------------------------------------------------------------------------------------- setup
@@ -70,14 +80,28 @@ def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None, 
     if cfg.optim.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.config.use_cache = True
+    base_sha = None
+    if pc.lora.r > 0:  # the adapter trains, the base is frozen (models/lora.py)
+        lo = pc.lora
+        if cfg.optim.gradient_checkpointing:
+            model.enable_input_require_grads()  # checkpointed blocks of a frozen base still pass gradients back
+        model = lora.wrap(model, lo.r, lo.alpha, lo.dropout, lo.target_modules, lo.init)
+        base_sha = lora.base_sha256(model)
     o = cfg.optim
-    opt = torch.optim.AdamW(model.parameters(), lr=pc.lr or o.lr, betas=tuple(o.betas), eps=o.eps,
+    opt = torch.optim.AdamW(lora.trainable_parameters(model), lr=pc.lr or o.lr, betas=tuple(o.betas), eps=o.eps,
                             weight_decay=o.weight_decay)
     if dist is not None:
         model, opt = dist.prepare(model, opt)  # FSDP wrap under `accelerate launch`; else unchanged
     engine = ENGINES.get(cfg.rollout.engine)(model, tok, max_batch=cfg.rollout.max_batch,
                                              **engine_kwargs(cfg, frozen or {}))
-    return Policy(pc.name, model, tok, opt, engine, {})
+    return Policy(pc.name, model, tok, opt, engine, {}, base_sha)
+
+
+def base_frozen(pc: C.PolicyConfig, policy: Policy) -> Frozen:
+    """The frozen model that is a LoRA policy's base (``base_of``): the policy's own model scored with its adapter
+    disabled; its hash is the base's."""
+    return Frozen(pc.name, policy.model, policy.tokenizer, pc, policy.base_sha256,
+                  lambda: lora.adapter_off(policy.model))
 
 
 def build_frozen(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None) -> Frozen:
