@@ -1,4 +1,4 @@
-"""How many GPUs and nodes a real pair needs, worked from the models' configs (issue 32 item 5; docs/scale_out.md).
+"""How many GPUs and nodes a real pair needs, worked from the models' configs (docs/scale_out.md).
 
     python benchmarks/plan_resources.py                  # every real run of experiments/pair, 80 GB and 141 GB GPUs
     python benchmarks/plan_resources.py --gpu-gb 141 --markdown
@@ -8,7 +8,9 @@ hub). Per run it prints the parameters, then the memory per GPU of each part at 
 smallest count (in whole nodes of ``--gpus-per-node``) that fits ``--gpu-gb`` with ``--headroom`` left over:
 
 - trained policies: fp32 master weights + fp32 gradients + AdamW's two fp32 moments = 16 B per parameter
-  (graft's FSDP2 setting: ``run.dtype: float32`` with bf16 compute), FSDP-sharded over every GPU;
+  (graft's FSDP2 setting: ``run.dtype: float32`` with bf16 compute), FSDP-sharded over every GPU; with LoRA
+  (``--lora-r``, ``policies.N.lora.r``) the base is frozen in bf16 (2 B per parameter, ``run.dtype: bfloat16``) and
+  only the adapters' parameters cost 16 B (a KL reference is the base with the adapter disabled: no copy);
 - frozen models (teacher, reference, junior): bf16 weights, 2 B per parameter, sharded the same way;
 - activations of the update with gradient checkpointing: one checkpoint (d_model bf16 values) per layer and
   token of a micro-batch (``optim.micro_batch_tokens`` per rank), plus one layer's working set recomputed
@@ -61,6 +63,15 @@ class Shape:
         norms = 2 * self.d + 2 * self.head_dim  # two RMSNorms per layer (+ Qwen3's q/k norms)
         emb = self.vocab * self.d * (1 if self.tied else 2)
         return self.layers * (attn + mlp + norms) + emb + self.d
+
+    def lora_params(self, r: int) -> int:
+        """Parameters of rank-``r`` LoRA adapters on every linear layer but the LM head (``all-linear``): r x (d_in +
+        d_out) for q, k, v, o and each MLP projection (each expert's, for a MoE)."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        attn = (self.d + q) + 2 * (self.d + kv) + (q + self.d)
+        width, n = (self.expert_mlp, self.experts) if self.experts else (self.mlp, 1)
+        mlp = n * 3 * (self.d + width)
+        return self.layers * r * (attn + mlp)
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * 2  # K and V, bf16
@@ -118,10 +129,18 @@ def activations_gb(s: Shape, micro_tokens: int, chunk_tokens: int) -> float:
 
 
 def plan(run: Run, gpus: int, gpu_gb: float, micro_tokens: int, chunk_tokens: int, tp: int,
-         concurrent_seqs: int) -> dict:
+         concurrent_seqs: int, lora_r: int = 0) -> dict:
+    """Memory per GPU of ``run`` on ``gpus`` GPUs; ``lora_r`` > 0: each trained policy is its bf16 base (frozen, 2 B
+    per parameter, sharded) plus rank-``lora_r`` adapters at 16 B per adapter parameter; a KL reference would be the
+    base with the adapter disabled, so it costs nothing."""
     trained = sum(SHAPES[m].params() for m in run.trained)
     frozen = sum(SHAPES[m].params() for m in run.frozen)
-    states = 16 * trained / gpus / GB
+    if lora_r:
+        adapter = sum(SHAPES[m].lora_params(lora_r) for m in run.trained)
+        states = (2 * trained + 16 * adapter) / gpus / GB
+    else:
+        adapter = 0
+        states = 16 * trained / gpus / GB
     frozen_gb = 2 * frozen / gpus / GB
     act = max(activations_gb(SHAPES[m], micro_tokens, chunk_tokens) for m in run.trained)
     trainer = states + frozen_gb + act
@@ -130,7 +149,8 @@ def plan(run: Run, gpus: int, gpu_gb: float, micro_tokens: int, chunk_tokens: in
     engine = max(2 * SHAPES[m].params() / tp / GB + SHAPES[m].kv_bytes_per_token() * seq * concurrent_seqs / tp / GB
                  for m in run.trained)
     rollout = states + frozen_gb + engine
-    return {"trained_B": trained / 1e9, "frozen_B": frozen / 1e9, "states": states, "frozen": frozen_gb,
+    return {"trained_B": trained / 1e9, "frozen_B": frozen / 1e9, "adapter_M": adapter / 1e6, "states": states,
+            "frozen": frozen_gb,
             "activations": act, "engine": engine, "peak": max(trainer, rollout), "gpu_gb": gpu_gb}
 
 
@@ -144,8 +164,22 @@ def main(argv=None) -> None:
     ap.add_argument("--max-tp", type=int, default=8, help="largest vLLM tensor_parallel_size to try")
     ap.add_argument("--concurrent-seqs", type=int, default=64,
                     help="sequences a rollout group holds in its KV cache at once (vLLM max_num_seqs)")
+    ap.add_argument("--lora-r", type=int, nargs="+", default=[0, 16],
+                    help="LoRA ranks to plan for (0: full weights); one table each")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv)
+    for r in a.lora_r:
+        print(f"\n{'full weights' if not r else f'LoRA r={r} (all-linear adapters, bf16 base)'}\n")
+        table(a, r)
+    print(f"\nassumptions: 16 B/trained parameter sharded over all GPUs (fp32 weights, grads, AdamW; with LoRA: the "
+          f"adapter's parameters, the base at 2 B), frozen bf16 sharded, gradient checkpointing at {a.micro_tokens} "
+          f"tokens per rank, LM-head chunks of {a.chunk_tokens} rows, the smallest vLLM tp (<= {a.max_tp}) whose "
+          f"engine holds {a.concurrent_seqs} sequences of prompt + max_new_tokens in its KV cache, {a.headroom:.0%} "
+          f"headroom. The minimum that fits, not the fastest; launch forms: docs/scale_out.md.")
+
+
+def table(a, lora_r: int) -> None:
+    """One table: per run and GPU size, the smallest layout that fits."""
     print("| run | trained / frozen params (B) | GPU | GPUs (nodes), vLLM tp | per GPU: policy states + frozen + "
           "activations / engine -> peak (GiB) |")
     print("|---|---|---|---|---|")
@@ -157,7 +191,7 @@ def main(argv=None) -> None:
                 for gpus in sorted(set(counts)) if nodes == 1 else [a.gpus_per_node]:
                     total = nodes * gpus
                     for tp in (t for t in (1, 2, 4, 8) if t <= min(gpus, a.max_tp)):
-                        p = plan(run, total, gb, a.micro_tokens, a.chunk_tokens, tp, a.concurrent_seqs)
+                        p = plan(run, total, gb, a.micro_tokens, a.chunk_tokens, tp, a.concurrent_seqs, lora_r)
                         if p["peak"] <= gb * 1e9 / GB * (1 - a.headroom):  # the data sheet's GB -> GiB
                             best = (total, nodes, tp, p)
                             break
@@ -169,14 +203,10 @@ def main(argv=None) -> None:
                 print(f"| {run.name} | | {gb:.0f} GB | > 64 nodes | |")
                 continue
             total, nodes, tp, p = best
-            print(f"| {run.name} | {p['trained_B']:.2f} / {p['frozen_B']:.2f} | {gb:.0f} GB | {total} ({nodes}), "
+            adapter = f" (adapters {p['adapter_M']:.1f}M)" if lora_r else ""
+            print(f"| {run.name} | {p['trained_B']:.2f}{adapter} / {p['frozen_B']:.2f} | {gb:.0f} GB | {total} ({nodes}), "
                   f"tp {tp} | {p['states']:.1f} + {p['frozen']:.1f} + {p['activations']:.1f} / {p['engine']:.1f} "
                   f"-> {p['peak']:.1f} |")
-    print(f"\nassumptions: 16 B/trained parameter sharded over all GPUs (fp32 weights, grads, AdamW), frozen bf16 "
-          f"sharded, gradient checkpointing at {a.micro_tokens} tokens per rank, LM-head chunks of {a.chunk_tokens} "
-          f"rows, the smallest vLLM tp (<= {a.max_tp}) whose engine holds {a.concurrent_seqs} sequences of "
-          f"prompt + max_new_tokens in its KV cache, {a.headroom:.0%} headroom. The minimum that fits, not the "
-          f"fastest; launch forms: docs/scale_out.md.")
 
 
 if __name__ == "__main__":

@@ -346,3 +346,26 @@ def test_every_method_trains_two_steps_with_lora(world, tmp_path, method):
         assert any(r["kl"] != 0.0 for r in rows)  # the adapters moved away from their bases within the run
         assert [{k: v for k, v in r.items() if not k.startswith(("time/", "memory/"))} for r in other] == \
             [{k: v for k, v in r.items() if not k.startswith(("time/", "memory/"))} for r in rows]
+
+
+def test_plan_resources_counts_the_adapter_parameters_peft_makes():
+    """benchmarks/plan_resources.py's LoRA parameter count against PEFT's on a Qwen3 of the same dimensions."""
+    import importlib.util
+
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    spec = importlib.util.spec_from_file_location("plan_resources_lora", os.path.join(ROOT, "benchmarks",
+                                                                                      "plan_resources.py"))
+    pr = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = pr
+    spec.loader.exec_module(pr)
+    cfg = Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=24, tie_word_embeddings=True)
+    m = lora.wrap(Qwen3ForCausalLM(cfg), 4, 16.0, 0.0, "all-linear", "default")
+    shape = pr.Shape("q", 3, 64, 4, 2, 24, 96, 97, True)
+    assert shape.lora_params(4) == sum(p.numel() for p in lora.trainable_parameters(m))
+    full = pr.plan(pr.RUNS[0], 2, 80.0, 32768, 4096, 1, 64)
+    with_lora = pr.plan(pr.RUNS[0], 2, 80.0, 32768, 4096, 1, 64, lora_r=16)
+    adapters = sum(pr.SHAPES[n].lora_params(16) for n in pr.RUNS[0].trained)
+    assert with_lora["states"] == pytest.approx((2 * full["trained_B"] * 1e9 + 16 * adapters) / 2 / pr.GB)
+    assert with_lora["activations"] == full["activations"] and with_lora["engine"] == full["engine"]
