@@ -12,6 +12,7 @@ import sys
 import click
 
 from graft_cli.errors import GraftError
+from graft_cli.plan.options import launch_kwargs, launch_options
 
 
 def one_line_errors(fn):
@@ -426,8 +427,9 @@ def complementarity_cmd(from_runs, from_models, sources, data, samples, temperat
 @click.option("--seeds", multiple=True, help="seeds, e.g. --seeds 0,1,2 [default: the sweep's]")
 @click.option("--jobs", type=int, default=None, help="runs trained at the same time [default: the sweep's, 1]")
 @click.option("--no-progress", is_flag=True, help="no progress bars")
+@launch_options
 @one_line_errors
-def ablate_cmd(sweep, pair, dry_run, out, steps, seeds, jobs, no_progress):
+def ablate_cmd(sweep, pair, dry_run, out, steps, seeds, jobs, no_progress, **launch):
     """Run an ablation sweep: each run is trained (skipped when finished, resumed when partial) and
     evaluated (skipped when done). Per-pair steps/eval settings: experiments/sweep/_pairs.yaml.
 
@@ -443,7 +445,7 @@ def ablate_cmd(sweep, pair, dry_run, out, steps, seeds, jobs, no_progress):
     from graft_cli.plan.commands import ablate_main
 
     ablate_main(sweep, pair=pair, dry_run=dry_run, out=out, steps=steps, seeds=list(seeds), jobs=jobs,
-                progress=not no_progress)
+                progress=not no_progress, **launch_kwargs(**launch))
 
 
 @main.command("report")
@@ -482,8 +484,9 @@ def report_cmd(dirs, out, devices, clip_steps, no_plots):
 @click.option("--steps", type=int, default=None, help="training steps of every run [default: the plan's]")
 @click.option("--no-report", is_flag=True, help="train and evaluate only")
 @click.option("--no-progress", is_flag=True, help="no progress bars")
+@launch_options
 @one_line_errors
-def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress):
+def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress, **launch):
     """Run a reproduction plan, experiments/reproduce/<PAIR>.yaml: train and evaluate each run, then `graft
     report` on the output folder. The miniatures on the tiny pair (tiny, tiny_full, tiny3, tiny_saf,
     tiny_tandem; each plan's file says its runs and seeds) add the paper's claims judged from the measured
@@ -497,14 +500,17 @@ def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress):
     claims section), claims.json, tables.tex, plots/.
 
     \b
-    Example:
+    Examples:
       graft reproduce --pair tiny --out results/reproduce_tiny
+      graft reproduce --pair graft_table1 --dry-run
+      graft reproduce --pair graft_table1 --launcher slurm --partition gpu --out /shared/graft_table1
+      graft reproduce --pair graft_table1 --launcher slurm --out /shared/graft_table1 --status
     """
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.plan.commands import reproduce_main
 
     reproduce_main(pair, out=out, dry_run=dry_run, jobs=jobs, steps=steps, report=not no_report,
-                   progress=not no_progress)
+                   progress=not no_progress, **launch_kwargs(**launch))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The `graft ablate` and `graft reproduce` commands (thin: load a plan, list or execute it, report)."""
+"""The `graft ablate` and `graft reproduce` commands (thin: load a plan, list it, or hand it to a launcher, report)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from graft_cli.config import EXPERIMENTS_DIR
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.plan import execute as X
+from graft_cli.plan import launch as L
 from graft_cli.plan import spec as P
+from graft_cli.report.markdown import md_table
 from graft_cli.report.tables import report_main
 
 
@@ -20,24 +22,33 @@ def _console():
     return make_console(stderr=True)
 
 
-def ablate_main(sweep: str, pair: str = "tiny", dry_run: bool = False, out: str | None = None,
-                steps: int | None = None, seeds=None, jobs: int | None = None, progress: bool = True) -> list[dict]:
-    """``graft ablate --sweep NAME``: expand the sweep, list it (dry run) or train + evaluate its runs."""
+def _check_counts(steps: int | None, jobs: int | None) -> None:
     if steps is not None and steps < 1:
         raise GraftError("--steps must be >= 1")
     if jobs is not None and jobs < 1:
         raise GraftError("--jobs must be >= 1")
+
+
+def ablate_main(sweep: str, pair: str = "tiny", dry_run: bool = False, out: str | None = None,
+                steps: int | None = None, seeds=None, jobs: int | None = None, progress: bool = True,
+                launcher: str = "local", status: bool = False, cancel: bool = False, report_only: bool = False,
+                launch: L.LaunchOptions | None = None) -> dict:
+    """``graft ablate --sweep NAME``: expand the sweep, list it (dry run), or train + evaluate its runs through the
+    launcher (``--status``, ``--cancel``, ``--report-only``: :func:`run_plan`)."""
+    _check_counts(steps, jobs)
+    opts = _options(launch, jobs, progress)
+    chosen = L.get_launcher(launcher, opts)
     plan = P.load_sweep(sweep, pair=pair, seeds=seeds or None, steps=steps)
     out = out or os.path.join("results", "ablate")
     if dry_run:
         click.echo(X.dry_run_markdown(plan, out, X.describe(plan, out)))
-        return []
-    console = _console()
-    records = X.execute(plan, out, jobs=jobs, progress=progress, console=console)
-    click.echo(X.results_markdown(plan, records))
-    console.print(f"sweep {plan.name}: runs in {out}/ ; results {os.path.join(out, f'plan_{plan.name}.md')} and "
-                  f"{os.path.join(out, f'plan_{plan.name}.json')} (tables: graft report {out})")
-    return records
+        return {}
+    argv = ["ablate", "--sweep", os.path.abspath(plan.source), "--pair", pair, "--out", os.path.abspath(out),
+            "--report-only", "--no-progress"]
+    argv += (["--steps", str(steps)] if steps is not None else []) + [x for s in (seeds or []) for x in ("--seeds", s)]
+    finish = L.Finish(argv, lambda records: {})
+    return run_plan(plan, out, chosen, finish, status=status, cancel=cancel, report_only=report_only,
+                    console=opts.console, what=f"sweep {plan.name}")
 
 
 def unplanned_methods(plan: P.Plan) -> list[str]:
@@ -48,16 +59,19 @@ def unplanned_methods(plan: P.Plan) -> list[str]:
 
 
 def reproduce_main(pair: str = "tiny", out: str | None = None, dry_run: bool = False, jobs: int | None = None,
-                   steps: int | None = None, report: bool = True, progress: bool = True) -> dict:
+                   steps: int | None = None, report: bool = True, progress: bool = True, launcher: str = "local",
+                   status: bool = False, cancel: bool = False, report_only: bool = False,
+                   launch: L.LaunchOptions | None = None) -> dict:
     """``graft reproduce --pair P``: the plan ``experiments/reproduce/<P>.yaml``: train and evaluate every run
-    (resumable), then ``graft report`` on the output folder with the claims section."""
-    if steps is not None and steps < 1:
-        raise GraftError("--steps must be >= 1")
-    if jobs is not None and jobs < 1:
-        raise GraftError("--jobs must be >= 1")
+    through the launcher (resumable), then ``graft report`` on the output folder with the claims section."""
+    _check_counts(steps, jobs)
+    opts = _options(launch, jobs, progress)
+    chosen = L.get_launcher(launcher, opts)
     plan = P.load_reproduce(pair, steps=steps)
     out = out or os.path.join("results", f"reproduce_{plan.name}")
-    missing = unplanned_methods(plan) if plan.pair == "tiny" else []  # the miniatures name what they leave out
+    # the miniatures name what they leave out
+    miniature = plan.pair == "tiny" and os.path.dirname(os.path.abspath(plan.source)) == P.reproduce_dir()
+    missing = unplanned_methods(plan) if miniature else []
     full = f"{plan.name}_full"
     has_full = os.path.exists(os.path.join(P.reproduce_dir(), f"{full}.yaml"))
     hint = f"add a line to {plan.source}" + (f", or run the plan that has them: --pair {full}" if has_full else "")
@@ -66,22 +80,63 @@ def reproduce_main(pair: str = "tiny", out: str | None = None, dry_run: bool = F
         if missing:
             click.echo(f"\nmethod configs not in the plan: {', '.join(missing)} ({hint})")
         return {}
-    console = _console()
-    if missing:
-        console.print(f"note: method configs not in the plan: {', '.join(missing)} ({hint})")
+    if missing and not (status or cancel or report_only):
+        opts.console.print(f"note: method configs not in the plan: {', '.join(missing)} ({hint})")
+    argv = ["reproduce", "--pair", os.path.abspath(plan.source), "--out", os.path.abspath(out), "--report-only",
+            "--no-progress"] + (["--steps", str(steps)] if steps is not None else [])
+
+    def finish(records: list[dict]) -> dict:
+        return report_and_claims(plan, out, records, opts.console) if report else {}
+
+    return run_plan(plan, out, chosen, L.Finish(argv, finish), status=status, cancel=cancel,
+                    report_only=report_only, console=opts.console, what=f"reproduce {plan.name}")
+
+
+def _options(launch: L.LaunchOptions | None, jobs: int | None, progress: bool) -> L.LaunchOptions:
+    opts = launch or L.LaunchOptions()
+    opts.jobs, opts.progress, opts.console = jobs, progress, opts.console or _console()
+    return opts
+
+
+def run_plan(plan: P.Plan, out: str, launcher: L.Launcher, finish: L.Finish, status: bool = False,
+             cancel: bool = False, report_only: bool = False, console=None, what: str = "plan") -> dict:
+    """``--status`` (each run's state), ``--cancel`` (the plan's jobs), ``--report-only`` (results and report from
+    the run directories), or the launch itself; prints what happened."""
+    if sum((status, cancel, report_only)) > 1:
+        raise GraftError("--status, --cancel and --report-only: one at a time")
+    if status:
+        click.echo(L.status_markdown(plan, launcher.status(plan, out)))
+        return {}
+    if cancel:
+        ids = launcher.cancel(plan, out)
+        console.print(f"{what}: cancelled {len(ids)} job(s)" + (f": {', '.join(ids)}" if ids else ""))
+        return {"cancelled": ids}
     t0 = time.time()
-    records = X.execute(plan, out, jobs=jobs, progress=progress, console=console)
-    result = {"records": records, "out": out, "report": None, "claims": []}
-    if report:
-        result.update(report_and_claims(plan, out, records, console))
-    wall = time.time() - t0
-    click.echo(X.results_markdown(plan, records))
+    if report_only:
+        records = X.disk_records(plan, out)
+        X.write_results(plan, out, records, 0.0)
+        result = {"records": records, **finish.call(records)}
+    else:
+        result = launcher.launch(plan, out, finish)
+    if "submitted" in result:
+        click.echo(submission_markdown(result))
+        console.print(f"{what}: {len(result['submitted'])} job(s) submitted, {len(result['kept'])} still queued or "
+                      f"running; scripts and logs in {result['folder']}; `--status` shows each run")
+        return result
+    click.echo(X.results_markdown(plan, result["records"]))
     if result.get("claims_md"):
         click.echo("\n" + result["claims_md"])
-    console.print(f"reproduce {plan.pair}: {len(records)} runs in {out}/ ({wall / 60:.1f} min this time); results "
-                  f"{os.path.join(out, f'plan_{plan.name}.md')}"
+    console.print(f"{what}: {len(result['records'])} runs in {out}/ ({(time.time() - t0) / 60:.1f} min this time); "
+                  f"results {os.path.join(out, f'plan_{plan.name}.md')}"
                   + (f"; report {os.path.join(result['report'], 'report.md')}" if result.get("report") else ""))
     return result
+
+
+def submission_markdown(result: dict) -> str:
+    rows = [[s["kind"], s["run"] or "—", s["job"], "submitted" if new else "kept (queued or running)",
+             s["dependency"] or "—"] for new, items in ((True, result["submitted"]), (False, result["kept"]))
+            for s in items]
+    return md_table(["job", "run", "id", "", "after"], rows) if rows else "nothing to submit: every run is finished"
 
 
 CLAIM_KINDS = {"graft": "graft_cli.report.claims", "saf": "graft_cli.report.saf_claims",

@@ -489,18 +489,28 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
                 signal.signal(sig, h)
             if not stopping:
                 pool.shutdown(wait=True)
-    out_records = []
-    for r in runs:
-        R = records[r.key]
-        R.pop("_finished", None)
-        st = S.run_status(R["dir"], plan.steps)
-        R["status"] = st.label()
-        ev = plan.eval_for(r)
-        R["scores"] = run_scores(R["dir"], ev.steps) if ev.enabled else {}
-        R["train_time_s"] = train_seconds(R["dir"])
-        out_records.append(R)
+    out_records = [measured_record(plan, r, records[r.key]) for r in runs]
     write_results(plan, out, out_records, time.time() - t_start, tiny)
     return out_records
+
+
+def measured_record(plan: Plan, r: PlanRun, rec: dict) -> dict:
+    """``rec`` completed from run ``r``'s directory: status, scores of its evaluated step, training seconds."""
+    rec.pop("_finished", None)
+    rec["status"] = S.run_status(rec["dir"], plan.steps).label()
+    ev = plan.eval_for(r)
+    rec["scores"] = run_scores(rec["dir"], ev.steps) if ev.enabled else {}
+    rec["train_time_s"] = train_seconds(rec["dir"])
+    return rec
+
+
+def disk_records(plan: Plan, out: str) -> list[dict]:
+    """One record per run from what its directory holds (runs trained elsewhere, e.g. as Slurm jobs)."""
+    return [measured_record(plan, r, {"key": r.key, "name": r.name, "method": r.method, "seed": r.seed,
+                                      "run": plan.run_name(r), "dir": plan.run_dir(r, out),
+                                      "overrides": list(r.overrides), "partner": r.partner_key(),
+                                      "trained": "elsewhere", "evaluated": "elsewhere", "error": None,
+                                      "train_s": 0.0, "eval_s": 0.0}) for r in plan.runs]
 
 
 # ------------------------------------------------------------------------------------------- results

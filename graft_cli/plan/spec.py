@@ -225,7 +225,12 @@ class Plan:
         steps = self.steps if steps is None else steps
         if steps is not None:
             ov.append(f"run.steps={steps}")
-        ov += list(self.overrides) + list(r.overrides)
+        return ov + self.entry_overrides(r, out)
+
+    def entry_overrides(self, r: PlanRun, out: str) -> list[str]:
+        """The overrides of run ``r`` past its pair, method, folder, name, seed and steps: the plan's, the entry's,
+        then its partner's run directory and policy."""
+        ov = list(self.overrides) + list(r.overrides)
         if r.partner:
             partner = self.by_key().get(r.partner_key())
             if partner is None:
