@@ -36,7 +36,7 @@ from graft_cli.models.scoring import SCORERS
 from graft_cli.registry import validate_params
 from graft_cli.reward import REWARDS
 from graft_cli.rollout import ENGINES
-from graft_cli.schema import ROLES, Config, PolicyConfig, SourceConfig
+from graft_cli.schema import ROLES, SYNC_CHECKS, Config, PolicyConfig, SourceConfig
 
 
 def _scaled(x, f) -> int:
@@ -401,6 +401,8 @@ def validate(cfg: Config, registries: bool = True) -> None:
     _check(cfg.run.wandb_mode in ("online", "offline", "disabled"), "run.wandb_mode",
            "must be online, offline or disabled")
     _check(cfg.run.log_every >= 1, "run.log_every", "must be >= 1")
+    _check(cfg.run.sync_check in SYNC_CHECKS, "run.sync_check", f"must be one of {', '.join(SYNC_CHECKS)}")
+    _check(cfg.run.sync_tolerance is None or cfg.run.sync_tolerance > 0, "run.sync_tolerance", "must be > 0")
     _check(cfg.run.dist_timeout_s > 0, "run.dist_timeout_s", "must be > 0 (seconds)")
     _check(cfg.run.checkpoint_format in ("auto", "full", "sharded"), "run.checkpoint_format",
            f"{cfg.run.checkpoint_format!r}: one of auto, full, sharded")

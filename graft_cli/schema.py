@@ -11,6 +11,7 @@ from omegaconf import MISSING
 
 
 ROLES = ("train", "frozen")
+SYNC_CHECKS = ("every", "first", "off")  # run.sync_check
 
 
 @dataclass
@@ -74,6 +75,9 @@ class RunConfig:
     save_every: int = 10  # and at the last step; 0: no checkpoint at all (benchmarks: nothing to resume from)
     save_initial: bool = False  # a checkpoint of the initial weights (step 0), kept through rotation: evaluation then
     # scores the base models by the same code path (graft eval --run, steps all / 0), e.g. a study's gain over them
+    sync_check: str = "every"  # every | first | off: after a weight sync, the engine's and the trainer's log-probs of a
+    # fixed probe must agree (graft_cli/train/sync_check.py), else the run stops in one line
+    sync_tolerance: Optional[float] = None  # nats/token the probe gap may reach (default by run.dtype)
     save_on_signal: bool = False  # on SIGTERM: finish the step, write its checkpoint, then exit 143 (else the step
     # is abandoned at once, nothing half-written, and the run resumes from its last checkpoint)
     keep_checkpoints: int = 2  # last k complete checkpoints (the best by validation is kept too)

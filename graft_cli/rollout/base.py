@@ -46,6 +46,7 @@ class RolloutEngine:
       ``graft eval --run`` (None: this engine itself);
     - :meth:`eval_engine`: what validation during training samples from (default: itself);
     - :meth:`sync_weights`: make the engine sample from the model's current weights (default: nothing to copy);
+    - :meth:`score`: log-probs of given responses under the weights it samples from (the sync check's probe);
     - :meth:`close`: release what it holds (default: nothing).
     """
 
@@ -63,6 +64,11 @@ class RolloutEngine:
 
     def sync_weights(self, model) -> None:
         """Make the engine sample from ``model``'s current weights (in-process engines share them: nothing to do)."""
+
+    def score(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[list[float]]:
+        """Per-token log-probs (temperature 1) of each response after its prompt under the weights the engine samples
+        from: the engine's side of the sync check (graft_cli/train/sync_check.py)."""
+        raise NotImplementedError(f"the {type(self).__name__} engine cannot score token ids")
 
     def eval_engine(self) -> RolloutEngine:
         """The engine validation and solo evaluation sample from (a co-generating engine: its senior alone)."""

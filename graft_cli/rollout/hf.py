@@ -49,7 +49,7 @@ import torch
 
 from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
-from graft_cli.models.logprobs import AUTOCAST, _is_fsdp, autocast, cache_kwarg, distinct, left_pad
+from graft_cli.models.logprobs import AUTOCAST, _is_fsdp, autocast, cache_kwarg, distinct, left_pad, naive_logprobs, pack
 from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams
 
 
@@ -156,6 +156,21 @@ class HFEngine(RolloutEngine):
 
     def sync_weights(self, model) -> None:
         self.model = model  # same process, same parameters: nothing to copy (FSDP may hand over its wrapper)
+
+    @torch.no_grad()
+    def score(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[list[float]]:
+        """The responses' log-probs from the forward this engine samples with (its model, its autocast)."""
+        was = self.model.training
+        self.model.eval()
+        try:
+            dev = next(self.model.parameters()).device
+            ids, att, resp = pack(prompt_ids, response_ids, self.pad_id, dev)
+            with autocast(self.autocast, dev):
+                lp, _ = naive_logprobs(self.model, ids, att, resp)
+        finally:
+            self.model.train(was)
+        return [lp[i, len(p) - 1: len(p) - 1 + len(r)].tolist() for i, (p, r) in enumerate(zip(prompt_ids,
+                                                                                                  response_ids))]
 
     def _lockstep(self) -> bool:
         """FSDP-sharded model in a multi-process run: forwards are collective, ranks stop together."""

@@ -83,6 +83,10 @@ class TandemEngine(RolloutEngine):
     def sync_weights(self, model) -> None:
         self.senior.sync_weights(model)
 
+    def score(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[list[float]]:
+        """The senior's log-probs: the trained weights this engine samples from."""
+        return self.senior.score(prompt_ids, response_ids)
+
     def eval_engine(self):
         """The senior alone: what validation and solo evaluation sample from."""
         return self.senior

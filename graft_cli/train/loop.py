@@ -66,6 +66,8 @@ from graft_cli.train.parallel import LockedGrader, PolicyPool, resolve_workers
 from graft_cli.train.phases import Phases
 from graft_cli.train.setup import Policy, base_frozen, build_frozen, build_policy, encode_prompt
 from graft_cli.train.sources import STEP_SOURCES
+from graft_cli.train.sync_check import SyncCheck
+from graft_cli.train.sync_check import tolerance as sync_tolerance
 from graft_cli.train.update import UpdateContext, old_logprobs, score_logprobs, score_settings, update_policy
 
 
@@ -102,6 +104,12 @@ class Trainer:
         self.frozen.update({pc.name: base_frozen(pc, self.policies[pc.base_of]) for pc in cfg.policies
                             if pc.role == "frozen" and pc.base_of is not None})  # a LoRA policy's base
         self._filter_long_prompts()
+        # run.sync_check's probe per policy: two training prompts answered by their reference answers
+        self.check_sync = SyncCheck(cfg.run.sync_check, sync_tolerance(cfg.run.dtype, cfg.run.sync_tolerance),
+                                    cfg.rollout.engine, self.warn, enabled=not self.dist.enabled)
+        for n, pol in self.policies.items():
+            self.check_sync.probe(n, [encode_prompt(pol, q.problem, self.spec) for q in self.problems[:2]],
+                                  [q.answer for q in self.problems[:2]], pol.tokenizer)
         self.sampler = PromptSampler(len(self.problems), cfg.data.prompt_batch, cfg.run.seed, cfg.data.shuffle)
         self.exchange = EXCHANGES.get(cfg.exchange.name)(cfg)
         self.adv_fn = ADVANTAGES.get(cfg.algo.advantage)
@@ -222,6 +230,7 @@ class Trainer:
                 else:
                     self.dist.load_full_state(pol.model, pol.optimizer, msd, osd)
                 pol.engine.sync_weights(pol.model)
+                self.check_sync(name, pol, st["step"])
             self.sampler.load_state_dict(st["sampler"])
             self.exchange.load_state_dict(st["exchange"])
             saved = st.get("controllers") or []
@@ -339,6 +348,7 @@ class Trainer:
             row.update(self.token_signals(name, b, coefs))
             row.update(update_policy(pol, b, UpdateContext(cfg, self.dist, self.step, coefs, rng)))
             pol.engine.sync_weights(pol.model)
+        row.update(self.check_sync(name, pol, self.step + 1))
         row.update({"time/old_logprob": t["score"], "time/update": t["update"],
                     "time/exchange": phase.seconds["exchange"], "train_rows": len(b)})
         if self.frozen:

@@ -32,6 +32,7 @@ def run_dir_for(cfg: C.Config) -> str:
 
 
 RESUME_MAY_DIFFER = {"run.steps", "run.resume", "run.keep_checkpoints", "run.save_every", "run.save_on_signal",
+                     "run.sync_check", "run.sync_tolerance",
                      "run.log_rollouts",
                      "run.loggers", "run.wandb_project", "run.wandb_mode", "run.log_every",
                      "reward.num_workers", "reward.memory_mb", "run.threads", "run.device", "run.keep_rollouts",
