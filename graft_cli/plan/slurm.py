@@ -182,7 +182,7 @@ def slurm_time(hours: float | None) -> str | None:
     """1.5 x the expected hours (at least 10 minutes) as D-HH:MM:SS; None without an estimate."""
     if hours is None:
         return None
-    minutes = max(10, math.ceil(hours * 1.5 * 60))
+    minutes = max(10, math.ceil(round(hours * 90, 6)))  # 1.5 x 60, rounded: 20.8 h is 1,872 min
     return f"{minutes // 1440}-{minutes % 1440 // 60:02d}:{minutes % 60:02d}:00"
 
 
@@ -472,7 +472,7 @@ class Submission:
         if self.active(old) and not new_evals:
             self.note("report", "", old, False)
             return old
-        if self.active(old):
+        if self.active(old) and self.jobs[old].state in QUEUED:  # a running one finishes; the new one runs after
             cancel_jobs([old])
         results = os.path.join(self.out, f"plan_{self.plan.name}.json")
         if not self.submitted and not self.kept and os.path.exists(results):
