@@ -16,6 +16,7 @@ Nothing here unpickles anything.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -289,3 +290,21 @@ class MetricsLog:
             except OSError as e:
                 f.truncate(end)
                 raise write_failed(e, self.path) from None
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str, name: str = ".lock"):
+    """An exclusive ``flock`` on ``<folder>/<name>`` for the block (the folder is made); POSIX only: elsewhere the
+    block runs unlocked."""
+    os.makedirs(folder, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    with open(os.path.join(folder, name), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -34,7 +34,6 @@ CPUs per node, nodes); else one line and nothing is submitted.
 
 from __future__ import annotations
 
-import fcntl
 import math
 import os
 import re
@@ -42,14 +41,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from graft_cli.config import EXPERIMENTS_DIR
 from graft_cli.errors import GraftError
 from graft_cli.plan.launch import Finish, LaunchOptions, RunState, disk_state, step_label
 from graft_cli.plan.spec import Plan, PlanRun, Resources
-from graft_cli.rundir import atomic_write_json, atomic_write_text, read_json_or_none
+from graft_cli.rundir import atomic_write_json, atomic_write_text, folder_lock, read_json_or_none
 
 TEMPLATE = os.path.join(EXPERIMENTS_DIR, "slurm", "graft_multinode.sbatch")
 SLURM_KEYS = ("account", "partition", "qos", "time", "extra", "job_prefix", "gpu_type", "setup", "overrides",
@@ -278,16 +276,9 @@ class Ledger:
         atomic_write_json(self.path, {"runs": self.runs, "reports": self.reports})
 
 
-@contextmanager
 def locked(folder: str):
     """One submission at a time per output folder (``jobs.json.lock``)."""
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "jobs.json.lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return folder_lock(folder, "jobs.json.lock")
 
 
 # ------------------------------------------------------------------------------------------ launcher

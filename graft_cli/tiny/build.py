@@ -27,7 +27,7 @@ from graft_cli.data import synthetic
 from graft_cli.data.synthetic import write_task
 from graft_cli.errors import GraftError
 from graft_cli.models.loading import MODEL_SOURCES
-from graft_cli.rundir import atomic_write_text, read_jsonl
+from graft_cli.rundir import atomic_write_text, folder_lock, read_jsonl
 from graft_cli.tiny.sft import Recipe, default_recipe, make_model, num_params, sft, sharpen, weight_hash
 from graft_cli.tiny.tokenizers import _prompt_text, build_tokenizer_a, build_tokenizer_b, build_tokenizer_c
 
@@ -179,20 +179,9 @@ def _progress(enabled: bool, recipe: Recipe, jobs=None):
         yield update
 
 
-@contextlib.contextmanager
 def _lock(cache_dir: str):
-    os.makedirs(cache_dir, exist_ok=True)
-    try:
-        import fcntl  # optional: POSIX only (the lock is skipped elsewhere)
-    except ImportError:  # pragma: no cover - non-POSIX
-        yield
-        return
-    with open(os.path.join(cache_dir, ".lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    """One build of the cache at a time (``<cache>/.lock``)."""
+    return folder_lock(cache_dir)
 
 
 def _file_hash(path: str) -> str:
