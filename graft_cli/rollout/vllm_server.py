@@ -25,6 +25,12 @@ rollout workers).
   transfer (``/init_weight_transfer_engine``, ``/update_weights``) needs GPUs on both ends and is not implemented
   here (it could not be tested on CPU).
 
+- **LoRA policies** (``lora_sync``): ``adapter`` loads the policy's adapter into every server at each sync as a new
+  version (``/v1/load_lora_adapter``, name ``graft-<pid>-v<N>``, the previous one unloaded) and names it in every
+  request; the servers need ``--enable-lora --max-lora-rank R`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``.
+  ``merged`` pushes the adapter merged into full weights like a full-weight policy's; ``auto`` (default) is
+  ``adapter`` unless a server refuses runtime adapters, then ``merged`` with a warning.
+
 ``graft eval --run`` scores a run's checkpoints with the transformers engine (``solo_engine``): the servers hold the
 run's latest weights, not a checkpoint's.
 """
@@ -34,11 +40,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from graft_cli.models.lora import unwrap
+from graft_cli.models.lora import is_lora, unwrap
 from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
 from graft_cli.errors import GraftError
@@ -63,8 +70,8 @@ def _same_model(served: dict, want: str) -> bool:
 @ENGINES.register("vllm_server")
 class VLLMServerEngine(RolloutEngine):
     options = {"urls": [], "served_model": None, "weight_sync": "folder", "sync_dir": None, "timeout_s": 600.0,
-               "per_request_seed": False, "push_at_start": True}
-    choices = {"weight_sync": ("folder",)}
+               "per_request_seed": False, "push_at_start": True, "lora_sync": "auto"}
+    choices = {"weight_sync": ("folder",), "lora_sync": ("auto", "adapter", "merged")}
     solo_engine = "hf"  # graft eval --run: a checkpoint is scored in process, not by the servers
     own_kwargs = tuple(options)
 
@@ -79,7 +86,7 @@ class VLLMServerEngine(RolloutEngine):
 
     def __init__(self, model, tokenizer, max_batch: int = 256, urls=(), served_model: str | None = None,
                  weight_sync: str = "folder", sync_dir: str | None = None, timeout_s: float = 600.0,
-                 per_request_seed: bool = False, push_at_start: bool = True):
+                 per_request_seed: bool = False, push_at_start: bool = True, lora_sync: str = "auto"):
         # lazy: only for rollout servers
         import httpx
 
@@ -114,7 +121,11 @@ class VLLMServerEngine(RolloutEngine):
         self._own_tmp = sync_dir is None
         self.sync_dir = sync_dir or tempfile.mkdtemp(prefix="graft-vllm-sync-")
         self._pushes = 0
-        if push_at_start:
+        # a LoRA policy: each sync loads its adapter into the servers under a new name (adapter), or pushes the merged
+        # weights (merged; auto: where a server refuses runtime adapters)
+        self.lora_sync = lora_sync if is_lora(getattr(model, "module", model)) else "merged"
+        self._adapter: str | None = None  # the adapter name requests are sent to
+        if push_at_start or self.lora_sync != "merged":
             self.sync_weights(model)
 
     # ------------------------------------------------------------------------------------------ weights
@@ -130,10 +141,40 @@ class VLLMServerEngine(RolloutEngine):
             raise GraftError(f"vLLM server {url}: {what} answered HTTP {r.status_code} ({r.text.strip()[:200]})")
         return r
 
+    def _load_adapter(self, model) -> bool:
+        """The policy's adapter saved under ``sync_dir`` and loaded by every server as ``graft-<pid>-v<N>``
+        (``/v1/load_lora_adapter``; the previous version unloaded). False when a server refuses runtime adapters and
+        ``lora_sync`` is auto (the merged weights are pushed from then on)."""
+        self._pushes += 1
+        name = f"graft-{os.getpid()}-v{self._pushes}"
+        d = os.path.join(self.sync_dir, name)
+        getattr(model, "module", model).save_pretrained(d)
+        for url, _ in self.servers:
+            r = self.client.post(f"{url}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": d})
+            if r.status_code >= 400:
+                if self.lora_sync == "auto" and self._adapter is None:
+                    warnings.warn(f"vLLM server {url} does not load LoRA adapters at runtime (HTTP {r.status_code}); "
+                                  f"pushing the merged weights instead (start it with --enable-lora --max-lora-rank R"
+                                  f" and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True to receive adapters)", stacklevel=2)
+                    self.lora_sync = "merged"
+                    shutil.rmtree(d, ignore_errors=True)
+                    return False
+                raise GraftError(f"vLLM server {url}: loading adapter {name} answered HTTP {r.status_code} "
+                                 f"({r.text.strip()[:200]}); start it with --enable-lora --max-lora-rank R and "
+                                 f"VLLM_ALLOW_RUNTIME_LORA_UPDATING=True")
+        old, self._adapter = self._adapter, name
+        if old is not None:
+            for url, _ in self.servers:
+                self._post(url, "/v1/unload_lora_adapter", "adapter unload", json={"lora_name": old})
+            shutil.rmtree(os.path.join(self.sync_dir, old), ignore_errors=True)
+        return True
+
     def sync_weights(self, model) -> None:
         """Write the policy's weights under ``sync_dir`` and have every server reload them (rank 0 of a
-        data-parallel run; the others wait at a barrier)."""
+        data-parallel run; the others wait at a barrier); a LoRA policy's adapter is loaded as a new version."""
         self.model = model
+        if self.lora_sync != "merged" and self._load_adapter(model):
+            return
         sd = full_state_dict(model)  # collective under FSDP: every rank takes part
         dist_on = torch.distributed.is_available() and torch.distributed.is_initialized()
         if not dist_on or torch.distributed.get_rank() == 0:
@@ -156,7 +197,7 @@ class VLLMServerEngine(RolloutEngine):
     def _request(self, url: str, served: str, prompts: list[list[int]], p: SamplingParams, n: int,
                  first: int) -> list[dict]:
         greedy = p.temperature <= 0
-        body = {"model": served, "prompt": prompts, "n": n, "temperature": float(p.temperature),
+        body = {"model": self._adapter or served, "prompt": prompts, "n": n, "temperature": float(p.temperature),
                 "top_p": 1.0 if greedy else float(p.top_p), "top_k": int(p.top_k) if p.top_k > 0 and not greedy
                 else -1, "max_tokens": int(p.max_new_tokens), "logprobs": 0, "stop_token_ids": list(self.eos_ids),
                 "return_token_ids": True, "skip_special_tokens": True}
@@ -192,6 +233,21 @@ class VLLMServerEngine(RolloutEngine):
         texts = decode_responses(self.tokenizer, ids)
         return Rollouts(prompt_ids=[list(x) for x in prompt_ids], response_ids=ids, texts=texts, logprobs=lps,
                         truncated=trunc, n=params.n, meta={"engine": "vllm_server"})
+
+    def score(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[list[float]]:
+        """The responses' log-probs as the first server computes them (``prompt_logprobs`` of prompt + response at
+        temperature 1, under the current adapter for a LoRA policy)."""
+        url, served = self.servers[0]
+        rows = [list(p) + list(r) for p, r in zip(prompt_ids, response_ids)]
+        body = {"model": self._adapter or served, "prompt": rows, "max_tokens": 1, "temperature": 1.0,
+                "prompt_logprobs": 0}
+        choices = sorted(self._post(url, "/v1/completions", "probe scoring", json=body).json().get("choices") or [],
+                         key=lambda c: c["index"])
+        out = []
+        for c, x, p in zip(choices, rows, prompt_ids, strict=True):
+            plp = c.get("prompt_logprobs") or []
+            out.append([float(plp[t][str(x[t])]["logprob"]) for t in range(len(p), len(x))])
+        return out
 
     def close(self) -> None:
         self.client.close()
