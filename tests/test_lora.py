@@ -369,3 +369,24 @@ def test_plan_resources_counts_the_adapter_parameters_peft_makes():
     adapters = sum(pr.SHAPES[n].lora_params(16) for n in pr.RUNS[0].trained)
     assert with_lora["states"] == pytest.approx((2 * full["trained_B"] * 1e9 + 16 * adapters) / 2 / pr.GB)
     assert with_lora["activations"] == full["activations"] and with_lora["engine"] == full["engine"]
+
+
+def test_gradient_checkpointing_with_a_frozen_base_still_trains_the_adapter(base_path):
+    """What build_policy does with optim.gradient_checkpointing: the checkpointed blocks of a frozen base pass the
+    gradient back to the adapters (enable_input_require_grads); the gradients equal those without checkpointing."""
+    grads = []
+    for ckpt in (False, True):
+        model = _load(base_path)
+        if ckpt:
+            model.gradient_checkpointing_enable()
+            model.enable_input_require_grads()
+        torch.manual_seed(0)  # the same A (PEFT draws it from the global generator)
+        m = lora.wrap(model, 4, 16.0, 0.0, "all-linear", "default")
+        _randomise_adapter(m)
+        m.train()
+        ids, att, resp = _batch()
+        lp, _ = response_logprobs(m, ids, att, resp)
+        (-lp.sum()).backward()
+        grads.append({n: p.grad.clone() for n, p in m.named_parameters() if p.requires_grad})
+    assert all(float(g.abs().max()) > 0 for g in grads[1].values())  # A and B both get gradients (B is not 0)
+    assert len(grads[1]) == len(grads[0]) and all(torch.allclose(grads[0][n], grads[1][n], atol=1e-6) for n in grads[0])
