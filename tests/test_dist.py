@@ -334,3 +334,56 @@ def test_sharded_checkpoints_resume_at_one_process_as_the_gathered_ones_do_and_e
         ref = AutoModelForCausalLM.from_pretrained(os.path.join(step2["F"], pol))
         with torch.no_grad():
             assert torch.equal(got(input_ids=ids).logits, ref(input_ids=ids).logits), pol
+
+
+def test_lora_policies_under_fsdp_shard_the_adapter_resume_at_one_process_and_export(pair_world, tmp_path):
+    """Both policies as LoRA adapters (r 4) in a 2-process FSDP2 run: the optimizer holds the adapters only, the
+    run's adapters after 2 steps are the one-process run's (allclose), a sharded checkpoint holds only adapter
+    tensors (with adapter_config.json) and equals the gathered one (checkpoint_format=full: PEFT's
+    adapter_model.safetensors); both resume at one process identically; `graft export` of the sharded step is the
+    gathered adapter folder."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from graft_cli.models import lora, shards
+    from graft_cli.train import checkpoint as ckpt
+
+    w = dict(pair_world)
+    lo = ["policies.0.lora.r=4", "policies.1.lora.r=4"]
+    runs = {}
+    for tag, fmt, world in (("LS", "auto", 2), ("LF", "full", 2), ("L1", "auto", 1)):
+        w["out"] = str(tmp_path / tag)
+        ends = _ends(_launch(w, tag, extra=[f"run.checkpoint_format={fmt}", *lo], steps=2, world=world))
+        assert [e[0] for e in ends] == [0] * world, _log(w, tag, 0)[-3000:]
+        runs[tag] = os.path.join(w["out"], "r")
+    assert metric_rows(runs["LS"]) == metric_rows(runs["LF"])
+    step2 = {t: os.path.join(r, "checkpoints", "step_000002") for t, r in runs.items()}
+    for pol in ("a", "b"):
+        sdir, fdir, one = (os.path.join(step2[t], pol) for t in ("LS", "LF", "L1"))
+        assert lora.is_adapter_folder(sdir) and shards.is_sharded(sdir)
+        mine = lora.sharded_adapter(sdir)
+        gathered = load_file(os.path.join(fdir, lora.ADAPTER_WEIGHTS))
+        assert set(mine) == set(gathered) and all(".lora_" in k for k in mine)  # no base tensor in the shards
+        assert all(torch.equal(mine[k], gathered[k]) for k in mine), pol
+        single = load_file(os.path.join(one, lora.ADAPTER_WEIGHTS))
+        assert all(torch.allclose(single[k], gathered[k], atol=1e-5, rtol=1e-4) for k in single), pol
+        assert any(float(v.abs().max()) > 0 for k, v in gathered.items() if "lora_B" in k)  # it trained
+    ends = {}
+    for tag in ("LS", "LF"):  # each resumed at one process to step 3
+        one = tmp_path / f"{tag}1"
+        shutil.copytree(runs[tag], one / "r")
+        w["out"] = str(one)
+        ends[tag] = _ends(_launch(w, f"{tag}1", extra=lo, world=1))
+        assert ends[tag][0][0] == 0 and "resumed from step 2" in _log(w, f"{tag}1", 0), _log(w, f"{tag}1", 0)[-3000:]
+    s1, f1 = (os.path.join(str(tmp_path / f"{t}1"), "r") for t in ("LS", "LF"))
+    assert metric_rows(s1) == metric_rows(f1) and len(metric_rows(s1)) == 6
+    for pol in ("a", "b"):
+        f = os.path.join("checkpoints", "step_000003", pol, lora.ADAPTER_WEIGHTS)
+        assert sha256_file(os.path.join(s1, f)) == sha256_file(os.path.join(f1, f))
+    done = ckpt.export(runs["LS"], str(tmp_path / "export"), step=2)
+    for pol, folder in done.items():
+        got = load_file(os.path.join(folder, lora.ADAPTER_WEIGHTS))
+        want = load_file(os.path.join(step2["LF"], pol, lora.ADAPTER_WEIGHTS))
+        assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+        assert lora.is_adapter_folder(folder) and not os.path.exists(os.path.join(folder, "shards"))

@@ -14,7 +14,8 @@ What a run does with it:
   an engine that loads full weights (vLLM), computed without touching the trained weights (PEFT's
   ``merge_adapter`` / ``unmerge_adapter`` would add and subtract the delta in place and drift the base by rounding);
 * **checkpoints** hold the adapter only (PEFT's ``save_pretrained``: ``adapter_config.json`` and
-  ``adapter_model.safetensors``) and its optimizer state; the base's hash is recorded and checked on resume;
+  ``adapter_model.safetensors``; sharded under FSDP: each rank's part of the adapter and ``adapter_config.json``) and
+  its optimizer state; the base's hash is recorded and checked on resume;
 * a checkpoint's adapter folder loads as a merged model for evaluation (:func:`load_adapter_folder`).
 
 Defaults follow verl's (``lora_rank`` 0 = off, ``lora_alpha`` 16, ``target_modules: all-linear``, no dropout).
@@ -126,6 +127,23 @@ def load_adapter_state(model, sd: dict) -> None:
     set_peft_model_state_dict(model, sd)
 
 
+def saved_key(name: str, adapter: str = "default") -> str:
+    """A parameter's name as PEFT saves it: the adapter's name left out (``lora_A.default.weight`` ->
+    ``lora_A.weight``)."""
+    return name.replace(f".{adapter}.", ".")
+
+
+def model_keys(model, saved: dict) -> dict:
+    """A saved adapter (:func:`adapter_state`'s keys) under the model's own parameter names (the FSDP state-dict
+    setters take those)."""
+    names = [n for n, p in model.named_parameters() if ".lora_" in n]
+    missing = [n for n in names if saved_key(n) not in saved]
+    if missing or len(names) != len(saved):
+        raise ValueError(f"the adapter does not fit this policy's LoRA config ({len(saved)} saved tensors, "
+                         f"{len(names)} in the model{', missing ' + repr(saved_key(missing[0])) if missing else ''})")
+    return {n: saved[saved_key(n)] for n in names}
+
+
 def is_adapter_folder(path: str) -> bool:
     return os.path.isfile(os.path.join(path, ADAPTER_CONFIG))
 
@@ -139,13 +157,29 @@ def adapter_base(path: str) -> str:
     return base
 
 
-def load_adapter_folder(path: str, load_base, merge: bool = True):
-    """The model of an adapter folder: its base (``load_base(base_path)``, a model) with the adapter loaded, merged
-    into the weights (``merge_and_unload``: a plain transformers model) unless ``merge`` is false."""
-    # lazy: PEFT imports transformers
-    from peft import PeftModel
+def sharded_adapter(path: str) -> dict:
+    """The adapter of a sharded checkpoint's policy folder (every rank's part assembled), under PEFT's saved keys."""
+    # lazy: the shard reader is only needed for sharded folders
+    from graft_cli.models.shards import ShardReader
 
-    model = PeftModel.from_pretrained(load_base(adapter_base(path)), path, is_trainable=False)
+    return {saved_key(k): v for k, v in ShardReader(path).full_state().items()}
+
+
+def load_adapter_folder(path: str, load_base, merge: bool = True):
+    """The model of an adapter folder (a PEFT folder, or a sharded checkpoint's with ``adapter_config.json``): its
+    base (``load_base(base_path)``, a model) with the adapter loaded, merged into the weights (``merge_and_unload``:
+    a plain transformers model) unless ``merge`` is false."""
+    # lazy: PEFT imports transformers
+    from peft import LoraConfig, PeftModel, set_peft_model_state_dict
+
+    from graft_cli.models import shards
+
+    base = load_base(adapter_base(path))
+    if shards.is_sharded(path):
+        model = PeftModel(base, LoraConfig.from_pretrained(path))
+        set_peft_model_state_dict(model, sharded_adapter(path))
+    else:
+        model = PeftModel.from_pretrained(base, path, is_trainable=False)
     return model.merge_and_unload() if merge else model
 
 

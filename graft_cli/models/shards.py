@@ -30,6 +30,7 @@ from safetensors.torch import save_file
 from torch.distributed.tensor import DTensor
 
 from graft_cli.errors import GraftError
+from graft_cli.models.lora import is_lora
 
 SHARDS = "shards"
 FORMAT = 1
@@ -193,7 +194,10 @@ class ShardReader:
 
 
 def model_tensors(model) -> dict:
-    """``model/<name>`` -> parameter or persistent buffer (DTensor under FSDP2), tied parameters once."""
+    """``model/<name>`` -> parameter or persistent buffer (DTensor under FSDP2), tied parameters once; a LoRA
+    policy's adapter parameters only (its base is the base model's folder, not the checkpoint's)."""
+    if is_lora(model):
+        return {MODEL + n: p for n, p in model.named_parameters() if p.requires_grad}
     out = {MODEL + n: p for n, p in model.named_parameters()}
     non_persistent = {f"{m}.{b}" if m else b for m, mod in model.named_modules()
                       for b in getattr(mod, "_non_persistent_buffers_set", ())}

@@ -228,6 +228,8 @@ def save_sharded(d, ckpt_root: str, step: int, policies: dict, state: dict, keep
                 os.makedirs(os.path.join(pdir, shards.SHARDS))
                 model = getattr(pol.model, "module", pol.model)
                 model.config.save_pretrained(pdir)
+                if lora.is_lora(model):  # the shards hold the adapter: its config makes the folder an adapter's
+                    model.peft_config["default"].save_pretrained(pdir)
                 if getattr(model, "generation_config", None) is not None:
                     model.generation_config.save_pretrained(pdir)
                 pol.tokenizer.save_pretrained(pdir)
@@ -418,8 +420,10 @@ def export(run_dir: str, out: str, step: int | None = None, policies: list | Non
                 done[n] = final
                 continue
             shutil.copytree(os.path.join(src, n), tmp, ignore=shutil.ignore_patterns(*EXPORT_SKIP, shards.SHARDS))
-            if shards.is_sharded(os.path.join(src, n)):  # every rank's part of the weights assembled in one file
-
+            if shards.is_sharded(os.path.join(src, n)) and lora.is_adapter_folder(os.path.join(src, n)):
+                save_file({k: v.contiguous() for k, v in lora.sharded_adapter(os.path.join(src, n)).items()},
+                          os.path.join(tmp, lora.ADAPTER_WEIGHTS), metadata={"format": "pt"})
+            elif shards.is_sharded(os.path.join(src, n)):  # every rank's part of the weights assembled in one file
                 full = shards.ShardReader(os.path.join(src, n)).full_state()
                 save_file({k: v.contiguous() for k, v in full.items()}, os.path.join(tmp, "model.safetensors"),
                           metadata={"format": "pt"})

@@ -52,6 +52,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from graft_cli.batch import Rollouts
 from graft_cli.errors import GraftError, PeerLost
+from graft_cli.models import lora
 from graft_cli.reward import Grades
 from graft_cli.train import checkpoint as ckpt
 
@@ -211,6 +212,17 @@ class Dist:
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(model, options=opts), get_optimizer_state_dict(model, optimizer, options=opts)
 
+    def load_adapter_state(self, model, optimizer, adapter_sd: dict, optim_sd: dict) -> None:
+        """A LoRA policy's saved adapter (PEFT's keys) and its optimizer state into ``model`` (FSDP: the full
+        tensors distributed into the shards, the base left as it is)."""
+        if not self.fsdp:
+            lora.load_adapter_state(model, adapter_sd)
+            optimizer.load_state_dict(optim_sd)
+            return
+        opts = StateDictOptions(full_state_dict=True, strict=False)
+        set_model_state_dict(model, lora.model_keys(model, adapter_sd), options=opts)
+        set_optimizer_state_dict(model, optimizer, optim_sd, options=StateDictOptions(full_state_dict=True))
+
     def load_full_state(self, model, optimizer, model_sd: dict, optim_sd: dict) -> None:
         if not self.fsdp:
             model.load_state_dict(model_sd)
@@ -250,7 +262,7 @@ def _rebuild_optimizer(opt, model):
     """FSDP2 replaced the parameters by sharded DTensors: point the (still stateless) optimizer at them."""
     if len(opt.param_groups) != 1 or opt.state:
         raise ValueError("FSDP wrapping expects a fresh optimizer with one parameter group")
-    opt.param_groups[0]["params"] = [p for p in model.parameters()]
+    opt.param_groups[0]["params"] = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapter only
     return opt
 
 

@@ -225,8 +225,7 @@ class Trainer:
                     shards.load_state_into(pol.model, msd)
                     pol.optimizer.load_state_dict(osd)
                 elif kind == "adapter":
-                    lora.load_adapter_state(pol.model, msd)
-                    pol.optimizer.load_state_dict(osd)
+                    self.dist.load_adapter_state(pol.model, pol.optimizer, msd, osd)
                 else:
                     self.dist.load_full_state(pol.model, pol.optimizer, msd, osd)
                 pol.engine.sync_weights(pol.model)
