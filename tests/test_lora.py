@@ -213,6 +213,7 @@ def _strip(rows):
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
 
+@pytest.mark.slow
 def test_a_lora_graft_run_checkpoints_the_adapter_resumes_identical_and_exports(world, tmp_path):
     from safetensors.torch import load_file
 
@@ -256,6 +257,7 @@ def test_a_lora_graft_run_checkpoints_the_adapter_resumes_identical_and_exports(
         assert torch.allclose(via_eval(input_ids=ids, attention_mask=att).logits, want, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_resuming_a_lora_run_on_another_base_is_refused(world, tmp_path):
     run, _ = _train(world, str(tmp_path / "x"), 2)
     st_path = os.path.join(run, "checkpoints", "step_000002", "state.json")

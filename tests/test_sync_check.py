@@ -158,6 +158,7 @@ def _train(w, out, extra, lora_r=0):
     return subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora_r", [0, 4])
 def test_a_run_logs_the_gap_and_a_stale_engine_stops_it_after_its_first_sync(world, tmp_path, lora_r):
     ok = _train(world, str(tmp_path / "ok"), [], lora_r)
