@@ -204,9 +204,9 @@ def table(a, lora_r: int) -> None:
                 continue
             total, nodes, tp, p = best
             adapter = f" (adapters {p['adapter_M']:.1f}M)" if lora_r else ""
-            print(f"| {run.name} | {p['trained_B']:.2f}{adapter} / {p['frozen_B']:.2f} | {gb:.0f} GB | {total} ({nodes}), "
-                  f"tp {tp} | {p['states']:.1f} + {p['frozen']:.1f} + {p['activations']:.1f} / {p['engine']:.1f} "
-                  f"-> {p['peak']:.1f} |")
+            print(f"| {run.name} | {p['trained_B']:.2f}{adapter} / {p['frozen_B']:.2f} | {gb:.0f} GB | "
+                  f"{total} ({nodes}), tp {tp} | {p['states']:.1f} + {p['frozen']:.1f} + {p['activations']:.1f} / "
+                  f"{p['engine']:.1f} -> {p['peak']:.1f} |")
 
 
 if __name__ == "__main__":

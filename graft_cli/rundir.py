@@ -298,7 +298,7 @@ def folder_lock(folder: str, name: str = ".lock"):
     block runs unlocked."""
     os.makedirs(folder, exist_ok=True)
     try:
-        import fcntl
+        import fcntl  # POSIX only: imported where the lock is taken, so the module loads elsewhere
     except ImportError:  # pragma: no cover - non-POSIX
         yield
         return

@@ -500,8 +500,9 @@ def test_a_worker_whose_limits_changed_is_replaced():
 
 
 HOG_MARK = f"hog-{uuid.uuid4().hex}"  # each spinner works in a directory of this name: it finds this test's spinners
-HOG = py(f"import os\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n        os.makedirs('{HOG_MARK}', "
-         f"exist_ok=True)\n        os.chdir('{HOG_MARK}')\n        while True:\n            pass\n"
+HOG = py(f"import os\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n"
+         f"        os.makedirs('{HOG_MARK}', exist_ok=True)\n        os.chdir('{HOG_MARK}')\n"
+         "        while True:\n            pass\n"
          "def add(a, b):\n    while True:\n        pass")
 
 

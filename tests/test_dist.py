@@ -362,7 +362,7 @@ def test_lora_policies_under_fsdp_shard_the_adapter_resume_at_one_process_and_ex
     for pol in ("a", "b"):
         sdir, fdir, one = (os.path.join(step2[t], pol) for t in ("LS", "LF", "L1"))
         assert lora.is_adapter_folder(sdir) and shards.is_sharded(sdir)
-        mine = lora.sharded_adapter(sdir)
+        mine = shards.sharded_adapter(sdir)
         gathered = load_file(os.path.join(fdir, lora.ADAPTER_WEIGHTS))
         assert set(mine) == set(gathered) and all(".lora_" in k for k in mine)  # no base tensor in the shards
         assert all(torch.equal(mine[k], gathered[k]) for k in mine), pol

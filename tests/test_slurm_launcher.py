@@ -28,7 +28,8 @@ from graft_cli.cli import main
 from graft_cli.errors import GraftError
 from graft_cli.plan import slurm as SL
 from graft_cli.plan import spec as P
-from graft_cli.plan.launch import LaunchOptions, get_launcher
+from graft_cli.plan.launch import LaunchOptions
+from graft_cli.plan.launchers import get_launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_PLAN = os.path.join(ROOT, "tests", "slurm", "tiny_slurm.yaml")

@@ -70,11 +70,13 @@ def load_model(path: str, dtype: str = "float32", device: str = "auto", attn_imp
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     try:
-        if os.path.isdir(path) and shards.is_sharded(path):  # a sharded checkpoint's policy: assembled whole
-            model = from_shards(path, **kwargs)
-        elif os.path.isdir(path) and lora.is_adapter_folder(path):  # a LoRA policy's checkpoint: base + adapter
+        if os.path.isdir(path) and lora.is_adapter_folder(path):  # a LoRA policy's checkpoint: base + adapter
+            state = shards.sharded_adapter(path) if shards.is_sharded(path) else None
             model = lora.load_adapter_folder(path, lambda base: load_model(base, dtype, "cpu", attn_implementation,
-                                                                           trust_remote_code=trust_remote_code))
+                                                                           trust_remote_code=trust_remote_code),
+                                             state=state)
+        elif os.path.isdir(path) and shards.is_sharded(path):  # a sharded checkpoint's policy: assembled whole
+            model = from_shards(path, **kwargs)
         else:
             model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(path), **kwargs)
     except GraftError:

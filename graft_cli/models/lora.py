@@ -157,27 +157,17 @@ def adapter_base(path: str) -> str:
     return base
 
 
-def sharded_adapter(path: str) -> dict:
-    """The adapter of a sharded checkpoint's policy folder (every rank's part assembled), under PEFT's saved keys."""
-    # lazy: the shard reader is only needed for sharded folders
-    from graft_cli.models.shards import ShardReader
-
-    return {saved_key(k): v for k, v in ShardReader(path).full_state().items()}
-
-
-def load_adapter_folder(path: str, load_base, merge: bool = True):
-    """The model of an adapter folder (a PEFT folder, or a sharded checkpoint's with ``adapter_config.json``): its
-    base (``load_base(base_path)``, a model) with the adapter loaded, merged into the weights (``merge_and_unload``:
-    a plain transformers model) unless ``merge`` is false."""
+def load_adapter_folder(path: str, load_base, merge: bool = True, state: dict | None = None):
+    """The model of an adapter folder: its base (``load_base(base_path)``, a model) with the adapter loaded (from the
+    folder's ``adapter_model.safetensors``, or ``state``: PEFT's keys, e.g. a sharded checkpoint's parts assembled),
+    merged into the weights (``merge_and_unload``: a plain transformers model) unless ``merge`` is false."""
     # lazy: PEFT imports transformers
     from peft import LoraConfig, PeftModel, set_peft_model_state_dict
 
-    from graft_cli.models import shards
-
     base = load_base(adapter_base(path))
-    if shards.is_sharded(path):
+    if state is not None:
         model = PeftModel(base, LoraConfig.from_pretrained(path))
-        set_peft_model_state_dict(model, sharded_adapter(path))
+        set_peft_model_state_dict(model, state)
     else:
         model = PeftModel.from_pretrained(base, path, is_trainable=False)
     return model.merge_and_unload() if merge else model

@@ -30,7 +30,7 @@ from safetensors.torch import save_file
 from torch.distributed.tensor import DTensor
 
 from graft_cli.errors import GraftError
-from graft_cli.models.lora import is_lora
+from graft_cli.models.lora import is_lora, saved_key
 
 SHARDS = "shards"
 FORMAT = 1
@@ -282,5 +282,11 @@ def load_state_into(model, parts: dict[str, torch.Tensor]) -> None:
             (t.to_local() if isinstance(t, DTensor) else t).copy_(part)
 
 
+def sharded_adapter(path: str) -> dict:
+    """The LoRA adapter of a sharded checkpoint's policy folder, every rank's part assembled, under PEFT's saved keys
+    (the adapter's name left out)."""
+    return {saved_key(k): v for k, v in ShardReader(path).full_state().items()}
+
+
 __all__ = ["SHARDS", "ShardReader", "is_sharded", "local_box", "write_shard", "model_tensors", "optimizer_tensors",
-           "read_model", "read_optimizer", "load_state_into", "shard_stem"]
+           "read_model", "read_optimizer", "load_state_into", "shard_stem", "sharded_adapter"]

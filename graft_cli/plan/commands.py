@@ -13,6 +13,7 @@ from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.plan import execute as X
 from graft_cli.plan import launch as L
+from graft_cli.plan.launchers import get_launcher
 from graft_cli.plan import spec as P
 from graft_cli.report.markdown import md_table
 from graft_cli.report.tables import report_main
@@ -37,7 +38,7 @@ def ablate_main(sweep: str, pair: str = "tiny", dry_run: bool = False, out: str 
     launcher (``--status``, ``--cancel``, ``--report-only``: :func:`run_plan`)."""
     _check_counts(steps, jobs)
     opts = _options(launch, jobs, progress)
-    chosen = L.get_launcher(launcher, opts)
+    chosen = get_launcher(launcher, opts)
     plan = P.load_sweep(sweep, pair=pair, seeds=seeds or None, steps=steps)
     out = out or os.path.join("results", "ablate")
     if dry_run:
@@ -66,7 +67,7 @@ def reproduce_main(pair: str = "tiny", out: str | None = None, dry_run: bool = F
     through the launcher (resumable), then ``graft report`` on the output folder with the claims section."""
     _check_counts(steps, jobs)
     opts = _options(launch, jobs, progress)
-    chosen = L.get_launcher(launcher, opts)
+    chosen = get_launcher(launcher, opts)
     plan = P.load_reproduce(pair, steps=steps)
     out = out or os.path.join("results", f"reproduce_{plan.name}")
     # the miniatures name what they leave out

@@ -110,17 +110,3 @@ class LocalLauncher:
     def cancel(self, plan: Plan, out: str) -> list[str]:
         raise GraftError("--cancel: the local launcher runs the plan in the command's own process; stop it with "
                          "Ctrl-C (every run resumes from its last checkpoint)")
-
-
-LAUNCHERS = ("local", "slurm")
-
-
-def get_launcher(name: str, opts: LaunchOptions) -> Launcher:
-    """The launcher called ``name`` (one line naming the known ones otherwise)."""
-    if name == "local":
-        return LocalLauncher(opts)
-    if name == "slurm":
-        from graft_cli.plan.slurm import SlurmLauncher
-
-        return SlurmLauncher(opts)
-    raise GraftError(f"--launcher {name!r}: unknown; known: {', '.join(LAUNCHERS)}")

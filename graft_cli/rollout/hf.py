@@ -49,7 +49,16 @@ import torch
 
 from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
-from graft_cli.models.logprobs import AUTOCAST, _is_fsdp, autocast, cache_kwarg, distinct, left_pad, naive_logprobs, pack
+from graft_cli.models.logprobs import (
+    AUTOCAST,
+    _is_fsdp,
+    autocast,
+    cache_kwarg,
+    distinct,
+    left_pad,
+    naive_logprobs,
+    pack,
+)
 from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams
 
 

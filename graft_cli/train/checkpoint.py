@@ -32,6 +32,7 @@ from safetensors.torch import save_file
 from graft_cli import faults
 from graft_cli.errors import GraftError
 from graft_cli.models import lora, shards
+from graft_cli.models.loading import DTYPES, load_model
 from graft_cli.rundir import sha256_file, step_name
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
@@ -421,7 +422,7 @@ def export(run_dir: str, out: str, step: int | None = None, policies: list | Non
                 continue
             shutil.copytree(os.path.join(src, n), tmp, ignore=shutil.ignore_patterns(*EXPORT_SKIP, shards.SHARDS))
             if shards.is_sharded(os.path.join(src, n)) and lora.is_adapter_folder(os.path.join(src, n)):
-                save_file({k: v.contiguous() for k, v in lora.sharded_adapter(os.path.join(src, n)).items()},
+                save_file({k: v.contiguous() for k, v in shards.sharded_adapter(os.path.join(src, n)).items()},
                           os.path.join(tmp, lora.ADAPTER_WEIGHTS), metadata={"format": "pt"})
             elif shards.is_sharded(os.path.join(src, n)):  # every rank's part of the weights assembled in one file
                 full = shards.ShardReader(os.path.join(src, n)).full_state()
@@ -442,8 +443,6 @@ def _export_merged(adapter_dir: str, dest: str) -> None:
     (``merge_and_unload``) in the base's dtype, saved as safetensors with the checkpoint's tokenizer."""
     # lazy: transformers is slow to import
     from transformers import AutoConfig, AutoTokenizer
-
-    from graft_cli.models.loading import DTYPES, load_model
 
     base = AutoConfig.from_pretrained(lora.adapter_base(adapter_dir))
     dtype = str(getattr(base, "dtype", None) or getattr(base, "torch_dtype", None) or "float32").replace("torch.", "")
