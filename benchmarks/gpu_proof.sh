@@ -46,10 +46,17 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"id": r["id"], "problem": pre + " " + r["problem"], "answer": r["answer"]}) + "\n")
 PYEOF
 
-# 2. three steps each of GRPO and GRAFT on pair 1's shapes (two in the smoke mode)
-for m in grpo graft; do
+# 2. three steps each of GRPO and GRAFT on pair 1's shapes (two in the smoke mode); GPU_PROOF_LORA=1 adds GRAFT with
+#    both policies as LoRA r=16 adapters (graft_lora: one GPU for the pair, docs/lora.md)
+METHODS=(grpo graft); if [ -n "${GPU_PROOF_LORA:-}" ]; then METHODS+=(graft_lora); fi
+for m in "${METHODS[@]}"; do
+  if [ "$m" = graft_lora ]; then
+    ARGS=(--method graft run.name=1-graft_lora-s0 policies.0.lora.r=16 policies.1.lora.r=16)
+  else
+    ARGS=(--method "$m")
+  fi
   set +e
-  timeout -k 10 "$TRAIN_S" $PY -m graft_cli.cli train --pair 1 --method "$m" --steps "$STEPS" --out "$OUT/runs" --no-progress \
+  timeout -k 10 "$TRAIN_S" $PY -m graft_cli.cli train --pair 1 "${ARGS[@]}" --steps "$STEPS" --out "$OUT/runs" --no-progress \
     run.model_init=random "${SHAPE[@]}" reward.name=coinflip reward.coinflip_p=0.2 "data.train=$OUT/problems.jsonl" \
     data.prompt_batch=$B rollout.n=$N rollout.max_new_tokens=$T algo.minibatch_prompts=$((B / 2)) \
     rollout.max_prompt_tokens=4096 run.log_rollouts=false run.save_every=0 eval.every=0 run.resume=false \
@@ -80,7 +87,9 @@ $PY - "$OUT" <<'PYEOF'
 import json, os, sys
 out = sys.argv[1]
 res = {}
-for m in ("grpo", "graft"):
+methods = [m for m in ("grpo", "graft", "graft_lora") if m != "graft_lora" or os.path.exists(
+    os.path.join(out, "train_graft_lora.log"))]
+for m in methods:
     path = os.path.join(out, "runs", f"1-{m}-s0", "metrics.jsonl")
     rows = [json.loads(x) for x in open(path) if x.strip()] if os.path.exists(path) else []
     rows = [r for r in rows if "time/step" in r]
@@ -102,7 +111,7 @@ if all("s_per_step" in res[m] for m in ("grpo", "graft")):
 bench_path = os.path.join(out, "gpu_bench.jsonl")
 res["gpu_bench"] = [json.loads(x) for x in open(bench_path) if x.strip()] if os.path.exists(bench_path) else []
 json.dump(res, open(os.path.join(out, "proof.json"), "w"), indent=1)
-for m in ("grpo", "graft"):
+for m in methods:
     r = res[m]
     if "error" in r:
         print(f"{m}: {r['error']}")
