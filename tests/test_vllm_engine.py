@@ -168,24 +168,29 @@ def test_weight_push_changes_samples_eos_and_truncation(setup):
     assert eng.generate(prompts, sp).response_ids == base.response_ids  # the original weights are back
 
 
-def test_trainer_steps_with_vllm_engine(tmp_path):
-    """Two GRPO steps through the trainer with ``rollout.engine=vllm`` (built from the config like any engine):
-    the weights are pushed after each update, so the engine's log-probs stay within TOL of the trainer's
-    recomputation at step 2 although the update moved the policy; the IS metrics are logged (ratio ~ 1)."""
+def vllm_trainer(tmp_path, extra=()):
+    """A GRPO trainer of one policy on ``rollout.engine=vllm`` (built from the config like any engine), the parity
+    reward, CPU."""
     from conftest import register_parity_reward, train_overrides, write_problems
 
     from graft_cli import config as C
     from graft_cli.train.loop import Trainer
 
     register_parity_reward()
-
     path = make_untied_llama(str(tmp_path / "m"), seed=1)
     data = write_problems(str(tmp_path / "train.jsonl"))
     cfg = C.compose(train_overrides({"a": path}, data, str(tmp_path / "runs"),
                                     ["rollout.engine=vllm", "+rollout.engine_kwargs.max_model_len=128",
                                      "algo.is_correction=token", "reward.name=first_char_parity", "run.device=cpu",
-                                     "run.log_rollouts=false", "optim.lr=3e-3"]))
-    tr = Trainer(cfg, str(tmp_path / "runs" / "x"), progress=False)
+                                     "run.log_rollouts=false", *extra]))
+    return Trainer(cfg, str(tmp_path / "runs" / "x"), progress=False)
+
+
+def test_trainer_steps_with_vllm_engine(tmp_path):
+    """Two GRPO steps through the trainer with ``rollout.engine=vllm``: the weights are pushed after each update, so
+    the engine's log-probs stay within TOL of the trainer's recomputation at step 2 although the update moved the
+    policy; the IS metrics are logged (ratio ~ 1)."""
+    tr = vllm_trainer(tmp_path, ["optim.lr=3e-3"])
     before = {k: v.clone() for k, v in tr.policies["a"].model.state_dict().items()}
     rows = [tr.train_step()[0], tr.train_step()[0]]
     tr.close()

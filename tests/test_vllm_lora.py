@@ -12,7 +12,7 @@ import pytest
 import torch
 
 pytest.importorskip("vllm")
-from test_vllm_engine import TOL, make_untied_llama, trainer_rows  # noqa: E402
+from test_vllm_engine import TOL, make_untied_llama, trainer_rows, vllm_trainer  # noqa: E402
 from test_vllm_server import _serve  # noqa: E402
 
 from graft_cli.errors import GraftError  # noqa: E402
@@ -103,19 +103,7 @@ def test_the_colocated_engine_samples_the_trained_adapter_and_the_check_catches_
 def test_a_grpo_run_with_a_lora_policy_on_the_vllm_engine_stays_in_sync(tmp_path):
     """Two GRPO steps of a LoRA policy with rollout.engine=vllm through the trainer: the adapter is served by vLLM
     (a new version each step), the sampler's log-probs agree with the trainer's, and the sync check's gap is logged."""
-    from conftest import register_parity_reward, train_overrides, write_problems
-
-    from graft_cli import config as C
-    from graft_cli.train.loop import Trainer
-
-    register_parity_reward()
-    path = make_untied_llama(str(tmp_path / "m"), seed=1)
-    data = write_problems(str(tmp_path / "train.jsonl"))
-    cfg = C.compose(train_overrides({"a": path}, data, str(tmp_path / "runs"),
-                                    ["rollout.engine=vllm", "+rollout.engine_kwargs.max_model_len=128",
-                                     "algo.is_correction=token", "reward.name=first_char_parity", "run.device=cpu",
-                                     "run.log_rollouts=false", "optim.lr=3e-2", "+policies.0.lora.r=8"]))
-    tr = Trainer(cfg, str(tmp_path / "runs" / "x"), progress=False)
+    tr = vllm_trainer(tmp_path, ["optim.lr=3e-2", "+policies.0.lora.r=8"])
     rows = [tr.train_step()[0], tr.train_step()[0]]
     eng = tr.policies["a"].engine
     tr.close()
