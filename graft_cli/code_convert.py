@@ -31,7 +31,8 @@ reference. The reference must pass its own tests and every recorded value must b
 problem stays assert-kind (:data:`graft_cli.code_reward.HARNESS` hardened fallback), counted as such.
 
 **Plain data** crosses the sandbox boundary in a tagged JSON form with exact types: ``None``, ``bool``, ``int``,
-``float`` (non-finite as ``{"f": "nan"}``...), ``str`` and ``list`` as themselves, ``{"t": [...]}`` a tuple,
+``float`` (non-finite as ``{"f": "nan"}``...), ``str`` and ``list`` as themselves (an ``int`` beyond
+:data:`INT_BITS` bits, past the decimal conversion limit of 4,300 digits, as ``{"i": hex}``: linear both ways), ``{"t": [...]}`` a tuple,
 ``{"s": [...]}`` a set, ``{"fs": [...]}`` a frozenset, ``{"d": [[k, v], ...]}`` a dict, ``{"b": hex}`` bytes,
 ``{"c": [re, im]}`` a complex. Only objects whose type is exactly one of these are encoded (a subclass, whose
 ``__eq__`` could lie, is refused). :func:`decode` rebuilds them here, in the trusted process, where the rules
@@ -46,6 +47,7 @@ import math
 RULES = ("eq", "ne", "is", "in", "close", "truthy", "allclose")
 TRANSFORMS = {"set": set, "sorted": sorted, "len": len, "list": list, "tuple": tuple, "abs": abs, "round": round}
 MAX_DEPTH = 64
+INT_BITS = 14000  # 2**14000 < 10**4300 (sys.int_info.default_max_str_digits): larger ints cross as hex
 
 
 class NotPlain(ValueError):
@@ -84,6 +86,11 @@ def decode(x, depth: int = 0):
             return out
         if tag == "f" and v in ("nan", "inf", "-inf"):
             return float(v)
+        if tag == "i" and type(v) is str and v.lstrip("-").isalnum():
+            try:
+                return int(v, 16)
+            except ValueError:
+                raise NotPlain("bad hex int") from None
         if tag == "b" and type(v) is str:
             try:
                 return bytes.fromhex(v)
@@ -99,8 +106,10 @@ def encode(x, depth: int = 0):
     if depth > MAX_DEPTH:
         raise NotPlain("nested too deep")
     t = type(x)
-    if x is None or t in (bool, int, str):
+    if x is None or t in (bool, str):
         return x
+    if t is int:
+        return x if x.bit_length() <= INT_BITS else {"i": format(x, "x")}
     if t is float:
         return x if math.isfinite(x) else {"f": repr(x)}
     if t is list:

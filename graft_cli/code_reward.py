@@ -168,6 +168,7 @@ def _main():
     from _json import encode_basestring_ascii as _esc
     _w, _fd, _type, _loads, _isfin = os.write, int(sys.argv[1]), type, json.loads, math.isfinite
     _ri, _rf, _hex, _join, _items = int.__repr__, float.__repr__, bytes.hex, ",".join, dict.items
+    _bits, _ifmt, _BIG = int.bit_length, int.__format__, 14000  # 2**14000 < 10**4300: int <-> str's digit limit
     _compile, _exec, _callable, _len, _exc, _str = compile, exec, callable, len, BaseException, str
 
     class _NP(Exception):
@@ -181,8 +182,8 @@ def _main():
             return "null"
         if t is bool:
             return "true" if x else "false"
-        if t is int:
-            return _ri(x)
+        if t is int:  # beyond the decimal conversion limit: hex, linear both ways
+            return _ri(x) if _bits(x) <= _BIG else '{"i":"' + _ifmt(x, "x") + '"}'
         if t is float:
             return _rf(x) if _isfin(x) else '{"f":"' + _rf(x) + '"}'
         if t is str:
@@ -215,6 +216,8 @@ def _main():
                 return {dec(a): dec(b) for a, b in v}
             if k == "f":
                 return float(v)
+            if k == "i":
+                return int(v, 16)
             if k == "b":
                 return bytes.fromhex(v)
             if k == "c":

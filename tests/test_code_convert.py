@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from graft_cli.code_convert import (NotConvertible, NotPlain, calls_from_records, decode, encode, json_form, passes,
-                                    rewrite_tests)
+from graft_cli.code_convert import (INT_BITS, NotConvertible, NotPlain, calls_from_records, decode, encode, json_form,
+                                    passes, rewrite_tests)
 
 
 @pytest.mark.parametrize("tests,rule", [
@@ -81,6 +81,21 @@ def test_calls_from_records_pairs_expected_values_either_side():
 def test_plain_data_round_trips_with_exact_types(value):
     back = decode(json.loads(json.dumps(encode(value))))
     assert back == value and type(back) is type(value)
+
+
+def test_ints_past_the_decimal_digit_limit_cross_as_hex():
+    """Python refuses int <-> decimal str beyond 4,300 digits (json.dumps included): such ints are tagged hex."""
+    big = 10**5000 + 7
+    for v in (big, -big, [big, (1, -big)], 2**INT_BITS):
+        back = decode(json.loads(json.dumps(encode(v))))
+        assert back == v and type(back) is type(v)
+    assert encode(2**INT_BITS - 1) == 2**INT_BITS - 1  # at the bound: a plain JSON number
+    assert encode(2**INT_BITS) == {"i": format(2**INT_BITS, "x")}
+    assert encode(-(2**INT_BITS)) == {"i": "-" + format(2**INT_BITS, "x")}
+    assert decode({"i": "-ff"}) == -255
+    for bad in ({"i": "0xz"}, {"i": 12}, {"i": ""}, {"i": "1 2"}):
+        with pytest.raises(NotPlain):
+            decode(bad)
 
 
 def test_plain_data_keeps_what_json_would_merge_apart():

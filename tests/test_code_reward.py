@@ -352,6 +352,23 @@ def test_humaneval_all_164_canonical_pass_and_broken_fail():
     _humaneval(None)
 
 
+def test_results_past_the_decimal_digit_limit_are_graded():
+    """HumanEval+'s starts_one_ends / special_factorial return ints of more than 4,300 digits, which Python will not
+    write in decimal: the converted gold records them and a correct answer scores 1, a wrong one 0."""
+    tests = "def check(candidate):\n    assert candidate(5000) == 10 ** 5000 + 1\n    assert candidate(3) == 1001\n"
+    gold = json.dumps({"tests": tests, "entry_point": "f", "prompt": "def f(n):\n",
+                       "reference": "def f(n):\n    return 10 ** n + 1\n"})
+    right = "```python\ndef f(n):\n    return 10 ** n + 1\n```"
+    off_by_one = "```python\ndef f(n):\n    return 10 ** n + 2 if n > 10 else 10 ** n + 1\n```"
+    grader = CodeGrader(num_workers=1, timeout_s=10.0)
+    try:
+        res = grader.grade([right, off_by_one], [gold, gold])
+        assert grader.test_kinds[gold][0] == "assert_converted"
+    finally:
+        grader.close()
+    assert list(res.rewards) == [1.0, 0.0], res.status
+
+
 def test_the_code_reward_is_registered_lazily():
     """`reward.name=code` is in the registry without importing the sandbox code, which loads on first use."""
     import subprocess
