@@ -18,7 +18,17 @@ the call in the tests                      rule        passes when (``got``: the
 ``assertion(f(*inp), exp, atol)``          ``allclose``EvalPlus's ``assertion``: ``got == exp``, or within
                                                        ``atol`` (1e-6 when ``atol`` is 0 and ``exp`` holds
                                                        floats) element-wise
+the same, set variant                      ``seteq``   ``set(got) == set(exp)`` (EvalPlus's
+                                                       ``MBPP_OUTPUT_SET_EQ_TASKS``: order ignored)
+the same, not-None variant                 ``notnone`` ``got == exp`` when ``got`` is a bool, else
+                                                       ``(got is not None) == exp`` (EvalPlus's
+                                                       ``MBPP_OUTPUT_NOT_NONE_TASKS``: regex matches)
 =========================================  ==========  ==================================================
+
+EvalPlus's hub tests define ``assertion`` themselves, in one of the three variants of :data:`ASSERTIONS`; the
+rule is the variant's (any other definition leaves the problem in the assert kind). The not-None variant as the
+hub writes it asserts nothing; the rule is the one EvalPlus's own evaluator applies. A ``notnone`` call's result
+is reduced to a bool inside the sandbox (a regex match is not plain data).
 
 and ``set``/``sorted``/``len``/``list``/``tuple``/``abs``/``round`` of the call (``assert sorted(f(x)) == y``)
 applied to ``got`` before the rule. Any other use of the entry point (its result stored in a variable, passed
@@ -32,19 +42,21 @@ problem stays assert-kind (:data:`graft_cli.code_reward.HARNESS` hardened fallba
 
 **Plain data** crosses the sandbox boundary in a tagged JSON form with exact types: ``None``, ``bool``, ``int``,
 ``float`` (non-finite as ``{"f": "nan"}``...), ``str`` and ``list`` as themselves (an ``int`` beyond
-:data:`INT_BITS` bits, past the decimal conversion limit of 4,300 digits, as ``{"i": hex}``: linear both ways), ``{"t": [...]}`` a tuple,
-``{"s": [...]}`` a set, ``{"fs": [...]}`` a frozenset, ``{"d": [[k, v], ...]}`` a dict, ``{"b": hex}`` bytes,
-``{"c": [re, im]}`` a complex. Only objects whose type is exactly one of these are encoded (a subclass, whose
-``__eq__`` could lie, is refused). :func:`decode` rebuilds them here, in the trusted process, where the rules
-compare real built-in values.
+:data:`INT_BITS` bits, past the decimal conversion limit of 4,300 digits, as ``{"i": hex}``: linear both ways),
+``{"t": [...]}`` a tuple, ``{"s": [...]}`` a set, ``{"fs": [...]}`` a frozenset, ``{"d": [[k, v], ...]}`` a dict
+(``collections.Counter``, ``OrderedDict`` and ``defaultdict`` too, read from the dict's own storage),
+``{"b": hex}`` bytes, ``{"c": [re, im]}`` a complex. Only objects whose type is exactly one of these are encoded
+(any other subclass, whose ``__eq__`` could lie, is refused). :func:`decode` rebuilds them here, in the trusted
+process, where the rules compare real built-in values.
 """
 
 from __future__ import annotations
 
 import ast
+import collections
 import math
 
-RULES = ("eq", "ne", "is", "in", "close", "truthy", "allclose")
+RULES = ("eq", "ne", "is", "in", "close", "truthy", "allclose", "seteq", "notnone")
 TRANSFORMS = {"set": set, "sorted": sorted, "len": len, "list": list, "tuple": tuple, "abs": abs, "round": round}
 MAX_DEPTH = 64
 INT_BITS = 14000  # 2**14000 < 10**4300 (sys.int_info.default_max_str_digits): larger ints cross as hex
@@ -118,8 +130,8 @@ def encode(x, depth: int = 0):
         return {"t": [encode(v, depth + 1) for v in x]}
     if t in (set, frozenset):
         return {"s" if t is set else "fs": [encode(v, depth + 1) for v in x]}
-    if t is dict:
-        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]}
+    if t is dict or t in (collections.Counter, collections.OrderedDict, collections.defaultdict):
+        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in dict.items(x)]}
     if t is bytes:
         return {"b": x.hex()}
     if t is complex:
@@ -185,6 +197,10 @@ def passes(rule: dict, got) -> bool:
             if atol == 0 and _floats(want):
                 atol = 1e-6
             return atol != 0 and _allclose(got, want, atol)
+        if kind == "seteq":
+            return set(got) == set(want)
+        if kind == "notnone":  # the result was reduced to a bool in the sandbox (reduce)
+            return type(got) is bool and got == want
     except Exception:  # a value of the wrong shape for the rule (len of an int, ...): the test would have failed
         return False
     return False
@@ -233,9 +249,61 @@ def _exp(site: int, key: str, node) -> ast.Call:
     return ast.Call(ast.Name("__graft_exp__", ast.Load()), [ast.Constant(site), ast.Constant(key), node], [])
 
 
+# EvalPlus's ``assertion`` helpers as its hub tests define them -> the rule of a call checked with each
+_STANDARD_MBPP = '''def assertion(out, exp, atol):
+    if atol == 0 and is_floats(exp):
+        atol = 1e-6
+    if out != exp and atol != 0:
+        assert np.allclose(out, exp, rtol=1e-07, atol=atol)
+    else:
+        assert out == exp, f"out: {out}, exp: {exp}"
+'''
+_STANDARD_HUMANEVAL = '''def assertion(out, exp, atol):
+    exact_match = out == exp
+
+    if atol == 0 and is_floats(exp):
+        atol = 1e-6
+    if not exact_match and atol != 0:
+        assert np.allclose(out, exp, rtol=1e-07, atol=atol)
+    else:
+        assert exact_match
+'''
+_SET_EQ = '''def assertion(out, exp, atol):
+    if atol == 0 and is_floats(exp):
+        atol = 1e-6
+    out = set(out)
+    exp = set(exp)
+    if out != exp and atol != 0:
+        assert np.allclose(out, exp, rtol=1e-07, atol=atol)
+    else:
+        assert out == exp, f"out: {out}, exp: {exp}"
+'''
+_NOT_NONE = '''def assertion(out, exp, atol):
+    if isinstance(out, bool):
+        exact_match = out == exp
+    else:
+        exact_match = exp == (out is not None)
+'''
+ASSERTIONS = {ast.dump(ast.parse(src).body[0]): rule for src, rule in (
+    (_STANDARD_MBPP, "allclose"), (_STANDARD_HUMANEVAL, "allclose"), (_SET_EQ, "seteq"), (_NOT_NONE, "notnone"))}
+
+
+def assertion_rule(tree: ast.Module) -> str:
+    """The rule of ``assertion(f(*inp), exp, atol)`` calls: the variant of the tests' own top-level ``assertion``
+    (:data:`ASSERTIONS`; ``allclose`` when the tests do not define it); raises :class:`NotConvertible` for a
+    definition of another kind."""
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "assertion"]
+    if not defs:
+        return "allclose"
+    rule = ASSERTIONS.get(ast.dump(defs[-1]))
+    if rule is None:
+        raise NotConvertible("the tests define an assertion helper of an unknown kind")
+    return rule
+
+
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, names):
-        self.names, self.sites = names, []
+    def __init__(self, names, assertion: str = "allclose"):
+        self.names, self.sites, self.assertion = names, [], assertion
 
     def _new(self, rule: dict) -> int:
         self.sites.append(rule)
@@ -318,7 +386,7 @@ class _Rewriter(ast.NodeTransformer):
                 self._args_clean(call)
                 self._check_clean(v.args[1])
                 self._check_clean(v.args[2])
-                site = self._new({"rule": "allclose", "transform": chain})
+                site = self._new({"rule": self.assertion, "transform": chain})
                 v.args = [_wrap(chain, _rec(site, call)), _exp(site, "want", v.args[1]), _exp(site, "tol", v.args[2])]
                 return node
         self._check_clean(node)
@@ -339,7 +407,7 @@ def rewrite_tests(tests: str, entry_point: str) -> tuple[str, list[dict]]:
         tree = ast.parse(tests)
     except SyntaxError:
         raise NotConvertible("the tests do not parse") from None
-    rw = _Rewriter(frozenset({entry_point}))
+    rw = _Rewriter(frozenset({entry_point}), assertion_rule(tree))
     tree = rw.visit(tree)
     if not rw.sites:
         raise NotConvertible("the tests never call the entry point in a recognised comparison")
@@ -350,11 +418,13 @@ def rewrite_tests(tests: str, entry_point: str) -> tuple[str, list[dict]]:
 def calls_from_records(records: list, sites: list[dict]) -> tuple[list, list[dict]]:
     """``(inputs, rules)`` of a converted spec from the record run's events (``[site, args, kwargs, result]``
     calls and ``[site, key, value]`` expected values, all tagged). Raises :class:`NotConvertible` when a call
-    site's expected value is missing."""
-    inputs, rules, waiting, last = [], [], {}, {}
+    site's expected value is missing, or when the reference's own recorded result does not pass its call's rule
+    (the rule would not reproduce the tests' verdict)."""
+    inputs, rules, results, waiting, last = [], [], [], {}, {}
     for ev in records:
         if len(ev) == 4:
-            site, args, kwargs, _result = ev
+            site, args, kwargs, result = ev
+            results.append(result)
             if decode(kwargs):
                 raise NotConvertible("keyword arguments")
             rule = dict(sites[site])
@@ -372,7 +442,11 @@ def calls_from_records(records: list, sites: list[dict]) -> tuple[list, list[dic
                 waiting.setdefault(site, {})[key] = val
     for rule in rules:
         need = {"eq": ("want",), "ne": ("want",), "is": ("want",), "in": ("want",), "close": ("want", "tol"),
-                "allclose": ("want", "tol"), "truthy": ()}[rule["rule"]]
+                "allclose": ("want", "tol"), "seteq": ("want", "tol"), "notnone": ("want", "tol"),
+                "truthy": ()}[rule["rule"]]
         if any(k not in rule for k in need):
             raise NotConvertible("a call's expected value was not recorded")
+    for rule, result in zip(rules, results):
+        if not passes({k: decode(v) if k in ("want", "tol") else v for k, v in rule.items()}, decode(result)):
+            raise NotConvertible("the reference's own result does not pass the converted rule")
     return inputs, rules

@@ -164,11 +164,14 @@ def parse_spec(gold) -> dict:
 # -------------------------------------------------------------------------------- the harness (in the sandbox)
 HARNESS = r"""# graft-code-harness
 def _main():
-    import builtins, io, json, math, os, signal, sys
+    import builtins, collections, io, json, math, os, signal, sys
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)  # Python < 3.11's ints: a test's large numbers are the tests' business
     from _json import encode_basestring_ascii as _esc
     _w, _fd, _type, _loads, _isfin = os.write, int(sys.argv[1]), type, json.loads, math.isfinite
     _ri, _rf, _hex, _join, _items = int.__repr__, float.__repr__, bytes.hex, ",".join, dict.items
     _bits, _ifmt, _BIG = int.bit_length, int.__format__, 14000  # 2**14000 < 10**4300: int <-> str's digit limit
+    _Ctr, _OD, _DD = collections.Counter, collections.OrderedDict, collections.defaultdict  # read as plain dicts
     _compile, _exec, _callable, _len, _exc, _str = compile, exec, callable, len, BaseException, str
 
     class _NP(Exception):
@@ -194,7 +197,7 @@ def _main():
             return '{"t":[' + _join([enc(v, d + 1) for v in x]) + "]}"
         if t is set or t is frozenset:
             return '{"' + ("s" if t is set else "fs") + '":[' + _join([enc(v, d + 1) for v in x]) + "]}"
-        if t is dict:
+        if t is dict or t is _Ctr or t is _OD or t is _DD:  # the dict's own storage (dict.items), not its methods
             return '{"d":[' + _join(["[" + enc(k, d + 1) + "," + enc(v, d + 1) + "]" for k, v in _items(x)]) + "]}"
         if t is bytes:
             return '{"b":"' + _hex(x) + '"}'
@@ -349,13 +352,16 @@ def _main():
         except _exc as e:
             emit('{"status":"error","error":' + ename(e) + ',"phase":"entry"}')
             return
-        res = []
+        res, red, i = [], p.get("reduce") or (), 0
         for args in p["inputs"]:
             try:
                 out = fn(*(dec(args) if tagged else args))
             except _exc as e:
                 res.append('{"error":' + ename(e) + "}")
                 break
+            if red and red[i] and _type(out) is not bool:  # the notnone rule: whether it returned something
+                out = out is not None
+            i += 1
             try:
                 res.append('{"out":' + enc(out) + "}")
             except _exc:
@@ -365,12 +371,12 @@ def _main():
         return
     entry = p.get("entry_point") or ""
     if kind == "record":  # the reference solution under the rewritten tests (trusted code, still sandboxed)
-        events = []
+        events, red = [], frozenset(p.get("reduce_sites") or ())
 
         def rec(site, f, *args, **kw):
             events.append("[" + _join([_ri(site), enc(list(args)), enc(kw)]))
             r = f(*args, **kw)
-            events[-1] += "," + enc(r) + "]"
+            events[-1] += "," + enc(r if site not in red or _type(r) is bool else r is not None) + "]"
             return r
 
         def expect(site, key, v):
@@ -427,15 +433,21 @@ _main()
 """
 
 
-def _payload(spec: dict, program: str, nonce: str, out_cap: int, record: str | None = None) -> bytes:
+def _payload(spec: dict, program: str, nonce: str, out_cap: int, record: tuple[str, list] | None = None) -> bytes:
+    """What the harness reads on stdin; ``record``: the rewritten tests and their call sites' rules (record
+    mode)."""
     p = {"kind": spec["kind"], "program": program, "nonce": nonce, "out_cap": out_cap}
     if spec["kind"] == "assert":
-        tests = record if record is not None else spec["tests"]
+        tests = record[0] if record is not None else spec["tests"]
         p.update(kind="record" if record is not None else "assert", tests=tests, entry_point=spec["entry_point"],
                  prompt=spec.get("prompt") or "",
                  preload=[m for m in ("numpy", "numpy.testing", "math") if m.split(".")[0] in spec["tests"]])
+        if record is not None:
+            p["reduce_sites"] = [i for i, r in enumerate(record[1]) if r["rule"] == "notnone"]
     elif spec["kind"] == "call":
         p.update(inputs=spec["inputs"], fn_name=spec["fn_name"], tagged="rules" in spec)
+        if any(r["rule"] == "notnone" for r in spec.get("rules") or ()):
+            p["reduce"] = [int(r["rule"] == "notnone") for r in spec["rules"]]
     else:
         p.update(inputs=spec["inputs"])
     return json.dumps(p).encode()
@@ -551,7 +563,7 @@ def _why(run) -> str:
     return f"exit {run.returncode} without a verdict {tail[0][:200]}".strip()
 
 
-def _run(sandbox: Sandbox, spec: dict, program: str, nonce: str, record: str | None = None):
+def _run(sandbox: Sandbox, spec: dict, program: str, nonce: str, record: tuple[str, list] | None = None):
     return sandbox.run([sys.executable, "-I", "-c", HARNESS, "{fd}"],
                        _payload(spec, program, nonce, sandbox.limits.output_bytes, record))
 
@@ -580,7 +592,7 @@ def convert_spec(spec: dict, sandbox: Sandbox) -> tuple[dict | None, str]:
         tests, sites = rewrite_tests(spec["tests"], spec["entry_point"])
     except NotConvertible as e:
         return None, str(e)
-    run = _run(sandbox, spec, spec["reference"], secrets.token_hex(16), record=tests)
+    run = _run(sandbox, spec, spec["reference"], secrets.token_hex(16), record=(tests, sites))
     try:
         msg = result_message(run)
         if run.timed_out or msg is None or msg.get("status") != "pass":

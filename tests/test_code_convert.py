@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from graft_cli import code_convert
 from graft_cli.code_convert import (INT_BITS, NotConvertible, NotPlain, calls_from_records, decode, encode, json_form,
                                     passes, rewrite_tests)
 
@@ -30,6 +31,24 @@ from graft_cli.code_convert import (INT_BITS, NotConvertible, NotPlain, calls_fr
 def test_rewrite_finds_each_rule(tests, rule):
     _, sites = rewrite_tests(tests, "f")
     assert sites == [rule]
+
+
+@pytest.mark.parametrize("helper,rule", [
+    (code_convert._STANDARD_MBPP, "allclose"), (code_convert._STANDARD_HUMANEVAL, "allclose"),
+    (code_convert._SET_EQ, "seteq"), (code_convert._NOT_NONE, "notnone"), ("", "allclose"),
+])
+def test_evalplus_assertion_helpers_give_their_rule(helper, rule):
+    """EvalPlus's hub tests define assertion() in one of three variants (standard; order-free sets for
+    MBPP_OUTPUT_SET_EQ_TASKS; not-None for MBPP_OUTPUT_NOT_NONE_TASKS): each call gets its variant's rule."""
+    tests = helper + "\nfor i, (inp, exp) in enumerate(zip([[1]], [2])):\n    assertion(f(*inp), exp, 0)\n"
+    _, sites = rewrite_tests(tests, "f")
+    assert sites == [{"rule": rule, "transform": []}]
+
+
+def test_an_assertion_helper_of_another_kind_is_not_converted():
+    tests = "def assertion(out, exp, atol):\n    assert True\n\nassertion(f(1), 2, 0)\n"
+    with pytest.raises(NotConvertible, match="assertion helper"):
+        rewrite_tests(tests, "f")
 
 
 @pytest.mark.parametrize("tests", [
@@ -58,6 +77,18 @@ def test_rewritten_tests_record_calls_and_expected_values():
     ns["check"](lambda x: x * x)
     assert events == [("call", 0, (2,)), ("exp", 0, "want", 4), ("exp", 1, "want", 9), ("call", 1, (3,))]
     assert [s["rule"] for s in sites] == ["eq", "eq"]
+
+
+def test_a_reference_whose_result_fails_its_rule_is_not_converted():
+    """A recorded call whose own result does not pass the rule recorded for it (an order the tests did not
+    check, a nondeterministic result) leaves the problem unconverted."""
+    sites = [{"rule": "allclose", "transform": []}]
+    ok = [[0, [1], {"d": []}, {"t": [1, 2]}], [0, "want", {"t": [1, 2]}], [0, "tol", 0]]
+    assert calls_from_records(ok, sites)[0] == [[1]]
+    bad = [[0, [1], {"d": []}, {"t": [2, 1]}], [0, "want", {"t": [1, 2]}], [0, "tol", 0]]
+    with pytest.raises(NotConvertible, match="own result"):
+        calls_from_records(bad, sites)
+    assert calls_from_records(bad, [{"rule": "seteq", "transform": []}])[0] == [[1]]  # order-free
 
 
 def test_calls_from_records_pairs_expected_values_either_side():
@@ -133,6 +164,13 @@ def test_plain_data_keeps_what_json_would_merge_apart():
     ({"rule": "allclose", "want": [1.0, 2.0], "tol": 0}, [1.01, 2.0], False),
     ({"rule": "allclose", "want": 5, "tol": 0}, 6, False),
     ({"rule": "eq", "want": 2, "transform": [["len"]]}, 7, False),  # len of an int: the test would have raised
+    ({"rule": "seteq", "want": ("a", "b"), "tol": 0}, ["b", "a"], True),  # order ignored
+    ({"rule": "seteq", "want": ("a", "b"), "tol": 0}, ["a", "a"], False),
+    ({"rule": "seteq", "want": ("a",), "tol": 0}, 5, False),  # not iterable: the test would have raised
+    ({"rule": "notnone", "want": True, "tol": 0}, True, True),  # a match (reduced to True in the sandbox)
+    ({"rule": "notnone", "want": True, "tol": 0}, False, False),
+    ({"rule": "notnone", "want": False, "tol": 0}, False, True),
+    ({"rule": "notnone", "want": True, "tol": 0}, 1, False),  # not reduced: not a bool
 ])
 def test_passes_rules_worked_by_hand(rule, got, ok):
     assert passes({"transform": [], **rule}, got) is ok

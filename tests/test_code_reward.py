@@ -369,6 +369,80 @@ def test_results_past_the_decimal_digit_limit_are_graded():
     assert list(res.rewards) == [1.0, 0.0], res.status
 
 
+EVALPLUS_HEADER = ("import numpy as np\nfrom math import inf\n\ndef is_floats(x) -> bool:\n"
+                   "    if isinstance(x, float):\n        return True\n    if isinstance(x, (list, tuple)):\n"
+                   "        return all(isinstance(i, float) for i in x)\n    if isinstance(x, np.ndarray):\n"
+                   "        return x.dtype == np.float64 or x.dtype == np.float32\n    return False\n\n\n")
+
+
+def _evalplus_gold(helper: str, inputs: list, results: list, reference: str, entry: str) -> str:
+    tests = (EVALPLUS_HEADER + helper + f"\n\ninputs = {inputs!r}\nresults = {results!r}\n"
+             f"for i, (inp, exp) in enumerate(zip(inputs, results)):\n    assertion({entry}(*inp), exp, 0)\n")
+    return json.dumps({"tests": tests, "entry_point": entry, "prompt": f"def {entry}(*a):\n", "reference": reference})
+
+
+def test_evalplus_set_and_not_none_oracles_as_evalplus_applies_them():
+    """MBPP+'s hub tests carry EvalPlus's special oracles as assertion() variants: Mbpp/2-like tasks compare sets
+    (a correct answer in another order scores 1, a wrong set 0), Mbpp/737-like ones ask only whether a regex
+    matched (a re.Match crosses as True; None as False). Both convert, and the reference scores 1."""
+    from graft_cli.code_convert import _NOT_NONE, _SET_EQ
+
+    set_gold = _evalplus_gold(_SET_EQ, [[[3, 4, 5], [5, 4, 9]], [["x", "y"], ["y", "x", "z"]]], [(4, 5), ("x", "y")],
+                              "def common(a, b):\n    return tuple(set(a) & set(b))\n", "common")
+    regex_ref = "import re\ndef check_str(s):\n    return re.search('^[aeiou]', s)\n"
+    none_gold = _evalplus_gold(_NOT_NONE, [["apple"], ["pear"], ["olive"]], [True, False, True], regex_ref,
+                               "check_str")
+    answers = [
+        ("```python\ndef common(a, b):\n    return tuple(sorted(set(a) & set(b), reverse=True))\n```", set_gold, 1.0),
+        ("```python\ndef common(a, b):\n    return tuple(set(a) | set(b))\n```", set_gold, 0.0),
+        ("```python\n" + regex_ref + "```", none_gold, 1.0),
+        ("```python\ndef check_str(s):\n    return s[0] in 'aeiou'\n```", none_gold, 1.0),  # a bool is compared as is
+        ("```python\ndef check_str(s):\n    return 'matched'\n```", none_gold, 0.0),  # never None: pear fails
+        ("```python\ndef check_str(s):\n    return None\n```", none_gold, 0.0),
+    ]
+    grader = CodeGrader(num_workers=1, timeout_s=10.0)
+    try:
+        res = grader.grade([a for a, _, _ in answers], [g for _, g, _ in answers])
+        rules = {g: grader.test_kinds[g][0] for g in (set_gold, none_gold)}
+    finally:
+        grader.close()
+    assert rules == {set_gold: "assert_converted", none_gold: "assert_converted"}, grader.test_kinds
+    assert list(res.rewards) == [w for _, _, w in answers], res.status
+
+
+def test_counters_and_huge_decimal_strings_in_references():
+    """A reference returning collections.Counter (Mbpp/88) is read as a dict; one that turns a 5,000-digit int into
+    a str (Mbpp/56) runs, as on the Python EvalPlus's expected values came from. A program that patches
+    Counter.items / __eq__ to lie is still read from the dict's own storage."""
+    counter_ref = "import collections\ndef freq(xs):\n    return collections.Counter(xs)\n"
+    counter_gold = _evalplus_gold(code_convert_std(), [[[1, 1, 2]], [["a"]]], [{1: 2, 2: 1}, {"a": 1}], counter_ref,
+                                  "freq")
+    digits_gold = json.dumps({"tests": "assert f(5000) == 5001\nassert f(3) == 4\n", "entry_point": "f",
+                              "prompt": "def f(n):\n", "reference": "def f(n):\n    return len(str(10 ** n))\n"})
+    liar = ("```python\nimport collections\ndef freq(xs):\n    c = collections.Counter(['zz'])\n"
+            "    collections.Counter.__eq__ = lambda s, o: True\n    collections.Counter.items = lambda s: [(1, 2)]\n"
+            "    return c\n```")
+    answers = [("```python\n" + counter_ref + "```", counter_gold, 1.0),
+               ("```python\ndef freq(xs):\n    return {x: xs.count(x) for x in xs}\n```", counter_gold, 1.0),
+               (liar, counter_gold, 0.0),
+               ("```python\ndef f(n):\n    return len(str(10 ** n))\n```", digits_gold, 1.0),
+               ("```python\ndef f(n):\n    return n\n```", digits_gold, 0.0)]
+    grader = CodeGrader(num_workers=1, timeout_s=10.0)
+    try:
+        res = grader.grade([a for a, _, _ in answers], [g for _, g, _ in answers])
+        kinds = {g: grader.test_kinds[g][0] for g in (counter_gold, digits_gold)}
+    finally:
+        grader.close()
+    assert kinds == {counter_gold: "assert_converted", digits_gold: "assert_converted"}
+    assert list(res.rewards) == [w for _, _, w in answers], res.status
+
+
+def code_convert_std() -> str:
+    from graft_cli.code_convert import _STANDARD_MBPP
+
+    return _STANDARD_MBPP
+
+
 def test_the_code_reward_is_registered_lazily():
     """`reward.name=code` is in the registry without importing the sandbox code, which loads on first use."""
     import subprocess
