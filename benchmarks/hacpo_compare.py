@@ -280,7 +280,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
         ctx = ExchangeContext(step=step, seed=seed, params=dict(cfg.exchange.params),
                               tokenizers={k: tok for k in names},
                               encode_prompt=lambda text, name: tok(text)["input_ids"],
-                              extra={"score_logprobs": score}, receivers=names)
+                              score_logprobs=score, receivers=names)
         batches, met = ex.select(st, ctx)
         caps = rel.update({k: st[k].rewards.flatten() for k in names})
         for rn in names:
@@ -400,7 +400,7 @@ def empty_response_refused(cfg, tok) -> bool:
         steps[name] = PolicyStep(name, probs, [tok("1+1")["input_ids"]], ro, r, grpo_advantages(r))
     ctx = ExchangeContext(step=0, seed=0, params=dict(cfg.exchange.params), tokenizers={"a": tok, "b": tok},
                           encode_prompt=lambda text, name: tok(text)["input_ids"],
-                          extra={"score_logprobs": lambda name, b: [[-0.5] * len(x) for x in b.response_ids]},
+                          score_logprobs=lambda name, b: [[-0.5] * len(x) for x in b.response_ids],
                           receivers=["a", "b"])
     try:
         EXCHANGES.get(cfg.exchange.name)(cfg).select(steps, ctx)

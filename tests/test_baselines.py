@@ -263,7 +263,7 @@ def test_the_update_leaves_rows_without_loss_tokens_out(tmp_path, monkeypatch):
 
     from graft_cli.batch import TrainBatch
     from graft_cli.config import compose
-    from graft_cli.train import update
+    from graft_cli.train import scoring, update
     from graft_cli.train.setup import Policy
 
     path = make_random_model(str(tmp_path / "m"), "qwen3", seed=3)
@@ -274,7 +274,7 @@ def test_the_update_leaves_rows_without_loss_tokens_out(tmp_path, monkeypatch):
     for adv, ids in ((1.0, [5, 6, 7]), (5.0, [8, 9]), (-0.5, [10, 11, 12, 13])):
         b.append(prompt_ids=[3, 4], response_ids=ids, advantages=adv, weights=1.0, source="self", group=0)
     b.loss_mask = [None, [0.0, 0.0], None]
-    b.old_logprobs = update.score_logprobs(pol, b, cfg)  # ρ = 1: each row's token-mean loss is −Â
+    b.old_logprobs = scoring.score_logprobs(pol, b, cfg)  # ρ = 1: each row's token-mean loss is −Â
     seen = []
     real = update.compute_loss
     monkeypatch.setattr(update, "compute_loss", lambda *a, **k: seen.append((a[1].norm, real(*a, **k))) or seen[-1][1])
@@ -524,8 +524,8 @@ def test_informative_groups_table():
 
 
 class _FakeTrainer:
-    """The collector's view of a trainer: a data cursor, problems, policies and a scripted rollout whose rewards
-    depend only on (problem, round): problem i is informative when i % 3 == 0."""
+    """A collector's inputs (a data cursor, problems, policies) with a scripted rollout whose rewards depend only
+    on (problem, round): problem i is informative when i % 3 == 0."""
 
     def __init__(self, n_problems=60, batch=4, informative=lambda i, rnd: i % 3 == 0):
         from graft_cli.data.sampler import PromptSampler
@@ -536,7 +536,12 @@ class _FakeTrainer:
         self.informative = informative
         self.calls = []
 
-    def rollout_policy(self, i, pol, problems, round_=0):
+    def inputs(self):
+        from graft_cli.train.collect import CollectInputs
+
+        return CollectInputs(self.problems, self.sampler, list(self.policies), self.rollout_policy)
+
+    def rollout_policy(self, i, problems, round_=0):
         from graft_cli.batch import PolicyStep
         from graft_cli.data.problems import Problem
         from graft_cli.batch import Rollouts
@@ -560,7 +565,7 @@ def _dyn(max_rounds=0, batch=4):
 
 def test_dynamic_sampling_never_emits_a_zero_variance_group_and_counts():
     tr = _FakeTrainer()
-    steps, rows = _dyn().collect(tr)
+    steps, rows = _dyn().collect(tr.inputs())
     for st in steps.values():
         assert len(st.problems) == 4 and all(int(p.id) % 3 == 0 for p in st.problems)
         assert all(float(st.rewards[q].std()) > 0 for q in range(4))
@@ -576,12 +581,12 @@ def test_dynamic_sampling_never_emits_a_zero_variance_group_and_counts():
 
 def test_dynamic_sampling_stops_at_the_cap_and_trains_on_what_it_has():
     tr = _FakeTrainer(informative=lambda i, rnd: i == 0)  # a single informative problem in the data
-    steps, rows = _dyn(max_rounds=3).collect(tr)
+    steps, rows = _dyn(max_rounds=3).collect(tr.inputs())
     assert rows["a"]["filter_groups/rounds"] == 3 and tr.sampler.step == 3
     assert len(steps["a"].problems) == sum(1 for _, _, ps in tr.calls[::2] for p in ps if p == 0) <= 1
     # a policy already full stops sampling: a is full after round 1 when its first batch is all informative
     tr2 = _FakeTrainer(informative=lambda i, rnd: True)
-    _, rows2 = _dyn().collect(tr2)
+    _, rows2 = _dyn().collect(tr2.inputs())
     assert rows2["a"]["filter_groups/rounds"] == 1 and rows2["a"]["filter_groups/evicted_groups"] == 0
 
 

@@ -96,13 +96,25 @@ def test_paper_table3_values(pair):
                                   "kl_coef": 1e-3}
 
 
-def test_optimizer_is_adamw():
-    # Table 3: AdamW. The trainer builds its optimizer from optim.*; check it names AdamW.
-    import inspect
+def test_the_built_optimizer_is_adamw_with_the_configs_values(tmp_path):
+    """Table 3: AdamW. The policy the trainer builds holds a torch AdamW over its parameters with optim.*'s lr,
+    betas, eps and weight decay (a policy's own lr wins)."""
+    import torch
+    from conftest import make_random_model
 
-    from graft_cli.train import setup
+    from graft_cli.train.setup import build_policy
 
-    assert "AdamW" in inspect.getsource(setup)
+    path = make_random_model(str(tmp_path / "m"), "qwen3", seed=0)
+    cfg = compose([f"policies=[{{name: a, model: '{path}'}}, {{name: b, model: '{path}', lr: 2.5e-6}}]",
+                   "optim.lr=3e-6", "optim.betas=[0.8,0.95]", "optim.weight_decay=0.05", "optim.eps=1e-7",
+                   "run.device=cpu"])
+    for pc, lr in zip(cfg.policies, (3e-6, 2.5e-6)):
+        pol = build_policy(pc, cfg)
+        opt = pol.optimizer
+        assert type(opt) is torch.optim.AdamW
+        (g,) = opt.param_groups
+        assert (g["lr"], g["betas"], g["eps"], g["weight_decay"]) == (lr, (0.8, 0.95), 1e-7, 0.05)
+        assert {id(x) for x in g["params"]} == {id(x) for x in pol.model.parameters()}
 
 
 @pytest.mark.parametrize("pair,models", [
@@ -230,3 +242,57 @@ def test_non_finite_floats_are_refused_at_validation(override, key):
     """inf passes every `> 0` range check: each float option is checked to be finite first (issue 29 item 6)."""
     with pytest.raises(GraftError, match=f"config key '{key}': must be a finite number"):
         compose([override])
+
+
+def _every_method_config(tmp_path) -> list:
+    """Every method file of experiments/method/ on the tiny pair (stored GRAFT with a partner run), and with a KL
+    reference (algo.reference=initial) too."""
+    part = tmp_path / "partner" / "rollouts" / "b"
+    part.mkdir(parents=True)
+    methods = sorted(f[:-5] for f in os.listdir(os.path.join(ROOT, "experiments", "method")) if f.endswith(".yaml"))
+    extra = {"graft_stored": [f"exchange.params.partner_run={tmp_path / 'partner'}",
+                              "exchange.params.partner_policy=b"]}
+    out = []
+    for m in methods:
+        for more in ([], ["algo.reference=initial", "algo.kl_coef=0.001"]):
+            out.append((m, compose([f"method={m}", *extra.get(m, []), *more])))
+    return out
+
+
+def test_validate_changes_nothing_and_resolve_is_idempotent(tmp_path):
+    """compose = merge -> resolve -> validate: validating a composed config changes none of its values, and
+    resolving it again changes nothing (a run directory's config.yaml reads back as itself)."""
+    import copy
+
+    from graft_cli.config import asdict, resolve, validate
+
+    configs = _every_method_config(tmp_path)
+    assert len(configs) >= 40
+    for name, cfg in configs:
+        before = asdict(cfg)
+        validate(cfg)
+        assert asdict(cfg) == before, name
+        again = copy.deepcopy(cfg)
+        resolve(again)
+        assert asdict(again) == before, name
+
+
+def test_stored_graft_resolves_its_partner_into_a_source_and_validate_leaves_the_policies(tmp_path):
+    """graft_stored: resolve drops the partner from the trained policies (a rollout_log source in its place, no
+    KL reference made for it); the exchange's validate reads the config without changing it."""
+    from graft_cli.algorithms.exchange import EXCHANGES
+    from graft_cli.config import asdict
+
+    (tmp_path / "partner" / "rollouts" / "b").mkdir(parents=True)
+    over = ["method=graft_stored", f"exchange.params.partner_run={tmp_path / 'partner'}",
+            "exchange.params.partner_policy=b", "algo.reference=initial", "algo.kl_coef=0.001"]
+    cfg = compose(over)
+    assert [(p.name, p.role) for p in cfg.policies] == [("a", "train"), ("a_ref", "frozen")]
+    assert [(s.name, s.kind, s.policy) for s in cfg.sources] == [("b", "rollout_log", "b")]
+    assert cfg.exchange.params["receiver"] == "a"
+    unresolved = compose(["method=graft_stored"] + over[1:3])
+    unresolved.policies.append(type(unresolved.policies[0])(name="b", model="tiny:b"))
+    unresolved.sources = []
+    before = asdict(unresolved)
+    EXCHANGES.get("graft_stored").validate(unresolved)
+    assert asdict(unresolved) == before

@@ -350,6 +350,7 @@ def test_checkpoint_before_validation_and_resume_into_validation(tiny_models, pr
     (issue 29 item 5)."""
     from graft_cli.config import compose
     from graft_cli.eval.validation import ValidationHook
+    from graft_cli.rundir import checkpoints_dir
     from graft_cli.train import checkpoint as ckpt
     from graft_cli.train.run import train
 
@@ -360,11 +361,11 @@ def test_checkpoint_before_validation_and_resume_into_validation(tiny_models, pr
             super().__init__()
             self.fail = fail
 
-        def __call__(self, trainer, cfg, run_dir, console=None):
-            seen.append((trainer.step, ckpt.complete_steps(trainer.ckpt_root)))
-            if self.fail and trainer.step == 2:
+        def __call__(self, view, cfg, run_dir, console=None):
+            seen.append((view.step, ckpt.complete_steps(checkpoints_dir(run_dir))))
+            if self.fail and view.step == 2:
                 raise RuntimeError("validation died")
-            return super().__call__(trainer, cfg, run_dir, console)
+            return super().__call__(view, cfg, run_dir, console)
 
     out = tmp_path / "runs"
     cfg = compose(train_overrides(tiny_models, problems_file, str(out),

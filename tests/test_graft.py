@@ -79,10 +79,10 @@ def make_step(name, tok, probs, k, n=4, truncated=None, lp=-0.5):
                       grpo_advantages(rewards))
 
 
-def make_ctx(toks, step=0, seed=0, extra=None):
+def make_ctx(toks, step=0, seed=0, score=None):
     return ExchangeContext(step=step, seed=seed, params={}, tokenizers=toks,
                            encode_prompt=lambda text, name: toks[name](f"Q {text} A", add_special_tokens=False)[
-                               "input_ids"], extra=extra or {})
+                               "input_ids"], score_logprobs=score)
 
 
 def cfg_for(method="graft", overrides=()):
@@ -498,7 +498,7 @@ def test_recompute_peer_logprobs_hook(tok_char, tok_bpe):
         # token t of every row scores -(t+1): mean over all but the EOS of L tokens = -(L-1+1)/2·... computed below
         return [[-(t + 1.0) for t in range(len(r))] for r in batch.response_ids]
 
-    ctx = make_ctx({"a": tok_char, "b": tok_bpe}, extra={"score_logprobs": score})
+    ctx = make_ctx({"a": tok_char, "b": tok_bpe}, score=score)
     ex = G.GraftExchange(cfg_for(overrides=["exchange.params.peer_logprobs=recompute"]))
     batches, _ = ex.select({"a": sa, "b": sb}, ctx)
     assert ("b", 4) in calls and ("a", 4) in calls
@@ -583,7 +583,8 @@ def _exchange_batch(tok, seed=0):
 
 @pytest.mark.parametrize("ordering", ["last", "first"])
 def test_first_minibatch_ratio_one_and_peer_last_clipping(random_policy, ordering):
-    from graft_cli.train.update import UpdateContext, score_logprobs, update_policy
+    from graft_cli.train.scoring import score_logprobs
+    from graft_cli.train.update import UpdateContext, update_policy
 
     pol = random_policy(lr=0.05)
     cfg = cfg_for("graft", ["algo.minibatch_prompts=2", "exchange.params.gate=none"])
@@ -614,7 +615,8 @@ def test_first_minibatch_ratio_one_and_peer_last_clipping(random_policy, orderin
 
 def test_graft_update_without_transfer_equals_grpo(random_policy):
     """No prompt triggers: GRAFT's batch and update are GRPO's, parameter for parameter."""
-    from graft_cli.train.update import UpdateContext, score_logprobs, update_policy
+    from graft_cli.train.scoring import score_logprobs
+    from graft_cli.train.update import UpdateContext, update_policy
 
     tok = make_char_tokenizer()
     probs = problems(4)

@@ -173,7 +173,7 @@ def test_sampler_old_logprobs_score_only_foreign_rows():
     from graft_cli import config as C
     from graft_cli.batch import TrainBatch
     from graft_cli.models.scoring import ScoreSettings, score_rows
-    from graft_cli.train.update import old_logprobs
+    from graft_cli.train.scoring import old_logprobs
 
     tok, m = _small_llama()
     b = TrainBatch()

@@ -64,11 +64,16 @@ def test_every_registry_with_parts_is_covered():
 
 
 def test_the_valid_values_pass():
-    """The same parts with their right spelling compose (so each case above fails for its typo alone)."""
-    compose(["method=saf", f"algo.controllers=[{SAF}, warmup_steps: 5, anneal_total_steps: 0}}]"])
-    compose(["method=graft", "exchange.params.delta=0.7", "exchange.params.gate=none"])
-    compose(["method=tandem", "rollout.engine_kwargs.schedule=sentence"])
-    compose(["reward.name=code", "rollout.engine_kwargs.cache=dynamic"])
+    """The same parts with their right spelling compose (so each case above fails for its typo alone), and the
+    values given are the values composed."""
+    cfg = compose(["method=saf", f"algo.controllers=[{SAF}, warmup_steps: 5, anneal_total_steps: 0}}]"])
+    assert (cfg.algo.controllers[0]["warmup_steps"], cfg.algo.controllers[0]["anneal_total_steps"]) == (5, 0)
+    cfg = compose(["method=graft", "exchange.params.delta=0.7", "exchange.params.gate=none"])
+    assert (cfg.exchange.params["delta"], cfg.exchange.params["gate"]) == (0.7, "none")
+    cfg = compose(["method=tandem", "rollout.engine_kwargs.schedule=sentence"])
+    assert cfg.rollout.engine_kwargs["schedule"] == "sentence"
+    cfg = compose(["reward.name=code", "rollout.engine_kwargs.cache=dynamic"])
+    assert (cfg.reward.name, cfg.rollout.engine_kwargs["cache"]) == ("code", "dynamic")
 
 
 def test_the_cli_refuses_a_controller_typo_before_loading_or_writing(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from graft_cli.eval.summary import (
     write_summary,
 )
 from graft_cli.rundir import eval_step_dir
-from graft_cli.train.hooks import AfterStep
+from graft_cli.train.hooks import AfterStep, StepView
 
 
 # --------------------------------------------------------------------------- validation in training
@@ -44,11 +45,10 @@ class _ValidationState:
         self.benches = None
         self.warned = False
 
-    def load(self, cfg, trainer) -> list:
+    def load(self, cfg, view: StepView) -> list:
         """The validation benchmarks, loaded once (before step 1 by :meth:`ValidationHook.prepare`)."""
         if self.benches is None:
-            self.benches = run_benches(cfg, list(cfg.eval.benchmarks), None, cfg.eval.data_dir,
-                                       getattr(trainer, "held_out", None))
+            self.benches = run_benches(cfg, list(cfg.eval.benchmarks), None, cfg.eval.data_dir, view.held_out)
         return self.benches
 
 
@@ -65,26 +65,26 @@ class ValidationHook(AfterStep):
     def __init__(self):
         self.state = _ValidationState()
 
-    def prepare(self, trainer, cfg) -> None:
+    def prepare(self, view: StepView, cfg) -> None:
         """The validation benchmarks, loaded before step 1 (a set that cannot be loaded stops the run before it
         trains, in one line naming it, instead of at the first validation)."""
-        dist = getattr(trainer, "dist", None)
-        if cfg.eval.every > 0 and not (dist is not None and dist.enabled):
-            self.state.load(cfg, trainer)
+        if cfg.eval.every > 0 and not view.data_parallel:
+            self.state.load(cfg, view)
 
-    def due(self, trainer, cfg) -> bool:
-        return validation_due(trainer.step, trainer.total_steps, cfg.eval.every)
+    def due(self, view: StepView, cfg) -> bool:
+        return validation_due(view.step, view.total_steps, cfg.eval.every)
 
-    def done(self, trainer, cfg, run_dir: str) -> bool:
+    def done(self, view: StepView, cfg, run_dir: str) -> bool:
         root = validation_root(cfg)
-        return all(os.path.exists(os.path.join(eval_step_dir(run_dir, name, trainer.step, root), "summary.json"))
-                   for name in trainer.policies)
+        return all(os.path.exists(os.path.join(eval_step_dir(run_dir, name, view.step, root), "summary.json"))
+                   for name in view.policies)
 
-    def __call__(self, trainer, cfg, run_dir: str, console=None) -> list[dict]:
-        return validate_in_training(trainer, cfg, run_dir, console, self.state)
+    def __call__(self, view: StepView, cfg, run_dir: str, console=None) -> list[dict]:
+        return validate_in_training(view, cfg, run_dir, console, self.state)
 
 
-def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _ValidationState | None = None) -> list[dict]:
+def validate_in_training(view: StepView, cfg, run_dir: str, console=None,
+                         state: _ValidationState | None = None) -> list[dict]:
     """Called by the training loop after each step: when ``eval.every`` > 0 and the step is a multiple of
     it (or the last step), score each policy's current weights with the eval protocol (``eval.runs``
     runs, default 1; ``eval.samples`` at ``eval.temperature``/``eval.top_p``/``eval.top_k``) into
@@ -95,11 +95,10 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
     metrics.jsonl; ``[]`` when no validation is due. Sampling uses its own seeded generator, so training is
     unaffected."""
     ec = cfg.eval
-    if not validation_due(trainer.step, trainer.total_steps, ec.every):
+    if not validation_due(view.step, view.total_steps, ec.every):
         return []
     st = state if state is not None else _ValidationState()
-    dist = getattr(trainer, "dist", None)
-    if dist is not None and getattr(dist, "enabled", False):
+    if view.data_parallel:
         if not st.warned:  # sharded models would need every rank in lock-step: evaluate afterwards instead
             st.warned = True
 
@@ -107,36 +106,48 @@ def validate_in_training(trainer, cfg, run_dir: str, console=None, state: _Valid
                           "checkpoints instead", stacklevel=2)
         return []
 
-    st.load(cfg, trainer)
+    st.load(cfg, view)
     spec = eval_prompt_spec(cfg)
     if spec == PromptSpec.from_config(cfg.prompt):
-        spec = trainer.spec  # the training prompt (no eval.prompt_* setting)
+        spec = view.spec  # the training prompt (no eval.prompt_* setting)
     settings = validation_settings(cfg)
     root, sel = validation_root(cfg), run_selection(cfg)
     rows = []
-    graders = run_graders(cfg, given={reward_kind(cfg): trainer.grader})  # the other kind's grader, if needed
+    graders = run_graders(cfg, given={reward_kind(cfg): view.grader})  # the other kind's grader, if needed
     try:
-        rows = _validate_policies(trainer, cfg, run_dir, console, st, spec, settings, root, sel, graders)
+        rows = _validate_policies(view, cfg, run_dir, console, st, _Protocol(spec, settings, root, sel, graders))
     finally:
         graders.close()
     if console is not None:
         console.print("validation step {}: {}".format(
-            trainer.step, " ".join(f"{r['policy']}={100 * r['validation/score']:.2f}" for r in rows)))
+            view.step, " ".join(f"{r['policy']}={100 * r['validation/score']:.2f}" for r in rows)))
     return rows
 
 
-def _validate_policies(trainer, cfg, run_dir, console, st, spec, settings, root, sel, graders) -> list[dict]:
-    ec = cfg.eval
+@dataclass
+class _Protocol:
+    """How a validation samples and scores: the prompt, the sampling settings, the output root, the checkpoint
+    selection, the graders."""
+
+    spec: PromptSpec
+    settings: EvalSettings
+    root: str
+    sel: Selection
+    graders: object
+
+
+def _validate_policies(view: StepView, cfg, run_dir, console, st: _ValidationState, pr: _Protocol) -> list[dict]:
+    ec, sel = cfg.eval, pr.sel
     rows = []
-    for name, pol in trainer.policies.items():
+    for name, pol in view.policies.items():
         t0 = time.perf_counter()
-        out_dir = eval_step_dir(run_dir, name, trainer.step, root)
+        out_dir = eval_step_dir(run_dir, name, view.step, pr.root)
         engine = pol.engine.eval_engine()  # tandem: the senior alone
-        ev = Evaluator(engine, pol.tokenizer, spec, settings, graders,
+        ev = Evaluator(engine, pol.tokenizer, pr.spec, pr.settings, pr.graders,
                        context_len=context_length(pol.model), console=console)
         ev.evaluate(out_dir, st.benches)
-        summary = write_summary(out_dir, {"model": "in-training", "policy": name, "step": trainer.step})
-        row = {"step": trainer.step, "policy": name, "validation/score": summary["average"]["mean"]}
+        summary = write_summary(out_dir, {"model": "in-training", "policy": name, "step": view.step})
+        row = {"step": view.step, "policy": name, "validation/score": summary["average"]["mean"]}
         for b, v in summary["benchmarks"].items():
             row[f"validation/{b}"] = v["mean"]
         if not sel.default:
@@ -144,8 +155,8 @@ def _validate_policies(trainer, cfg, run_dir, console, st, spec, settings, root,
             row["validation/selection"] = float(np.mean(runs)) if runs else None
         best = update_best(run_dir, selection=sel)
         b = best["policies"].get(name)
-        if ec.save_best and b is not None and b["step"] == trainer.step:
-            save_best_weights(run_dir, name, trainer.step, pol.model, pol.tokenizer)
+        if ec.save_best and b is not None and b["step"] == view.step:
+            save_best_weights(run_dir, name, view.step, pol.model, pol.tokenizer)
             best = update_best(run_dir, selection=sel)
         row["validation/best_step"] = best["policies"].get(name, {}).get("step")
         row["time/validation"] = time.perf_counter() - t0

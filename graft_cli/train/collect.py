@@ -1,11 +1,11 @@
 """How a step's rollouts are collected (registry ``COLLECTORS``; :func:`collector_for` picks one from the config:
 ``dynamic`` when ``algo.filter_groups.enable``, else ``single``).
 
-A collector is ``cls(cfg)`` with ``collect(trainer) -> (steps, rows)``: every trained policy's
+A collector is ``cls(cfg)`` with ``collect(inp: CollectInputs) -> (steps, rows)``: every trained policy's
 :class:`~graft_cli.batch.PolicyStep` for this step and its metrics row so far. It draws prompt batches from
-the trainer's data cursor and samples through ``trainer.rollout_policy(i, policy, problems, round)``, whose
-seeds depend on (run seed, step, policy, round) only, so a resumed run collects exactly what the
-uninterrupted one would.
+``inp.sampler`` (indices into ``inp.problems``) and samples through ``inp.sample(i, problems, round)`` (policy
+``i`` of ``inp.policies``), whose seeds depend on (run seed, step, policy, round) only, so a resumed run collects
+exactly what the uninterrupted one would.
 
 - ``single``: one prompt batch, every policy samples it (GRPO, GRAFT: the policies share the prompts); the
   policies sample in parallel threads when the trainer has a pool of them (``run.policy_workers``).
@@ -21,13 +21,34 @@ uninterrupted one would.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 import torch
 
-from graft_cli.batch import cat_groups
+from graft_cli.batch import PolicyStep, cat_groups
+from graft_cli.data.problems import Problem
+from graft_cli.data.sampler import PromptSampler
 from graft_cli.registry import Registry
+from graft_cli.train.parallel import PolicyPool
 
 COLLECTORS: Registry = Registry("rollout collector")
 GROUP_METRICS = ("acc",)
+
+SampleFn = Callable[[int, list, int], tuple[PolicyStep, dict]]  # (policy index, problems, round) -> (step, metrics)
+
+
+@dataclass
+class CollectInputs:
+    """What a collector draws on: the training problems, the data cursor over them, the trained policies' names
+    (in order), how policy ``i`` samples and grades a list of problems in a sampling round, and the threads the
+    policies sample on."""
+
+    problems: list[Problem]
+    sampler: PromptSampler
+    policies: list[str]
+    sample: SampleFn
+    pool: PolicyPool = field(default_factory=lambda: PolicyPool(1))
 
 
 def informative_groups(rewards: torch.Tensor, metric: str = "acc") -> list[int]:
@@ -44,19 +65,15 @@ class SingleRound:
     def __init__(self, cfg):
         self.cfg = cfg
 
-    def prompts_at(self, trainer, step: int) -> list:
+    def prompts_at(self, inp: CollectInputs, step: int) -> list | None:
         """The problems of 0-based ``step``, known in advance (one batch per step); step sources check their data
         against them before step 1."""
-        return [trainer.problems[i] for i in trainer.sampler.batch_at(step)]
+        return [inp.problems[i] for i in inp.sampler.batch_at(step)]
 
-    def collect(self, trainer):
-        idx = trainer.sampler.next()
-        problems = [trainer.problems[i] for i in idx]
-        items = list(trainer.policies.items())
-        pool = getattr(trainer, "pool", None)  # policies in parallel threads (train/parallel.py)
-        run = lambda i: trainer.rollout_policy(i, items[i][1], problems)
-        out = pool.map(run, range(len(items))) if pool is not None else [run(i) for i in range(len(items))]
-        return {n: o[0] for (n, _), o in zip(items, out)}, {n: o[1] for (n, _), o in zip(items, out)}
+    def collect(self, inp: CollectInputs):
+        problems = [inp.problems[i] for i in inp.sampler.next()]
+        out = inp.pool.map(lambda i: inp.sample(i, problems, 0), range(len(inp.policies)))  # policies in threads
+        return {n: o[0] for n, o in zip(inp.policies, out)}, {n: o[1] for n, o in zip(inp.policies, out)}
 
 
 @COLLECTORS.register("dynamic")
@@ -66,22 +83,25 @@ class DynamicSampling:
         fg = cfg.algo.filter_groups
         self.metric, self.max_rounds = fg.metric, int(fg.max_num_gen_batches)
 
-    def collect(self, trainer):
+    def prompts_at(self, inp: CollectInputs, step: int) -> list | None:
+        """Unknown in advance: a step draws as many batches as its groups need."""
+        return None
+
+    def collect(self, inp: CollectInputs):
         B = self.cfg.data.prompt_batch
-        names = list(trainer.policies)
+        names = list(inp.policies)
         kept = {n: [] for n in names}
         count = {n: 0 for n in names}
         evicted = {n: 0 for n in names}
         times = {n: {"time/rollout": 0.0, "time/reward": 0.0} for n in names}
         rounds = consumed = 0
         while True:
-            idx = trainer.sampler.next()
-            problems = [trainer.problems[i] for i in idx]
+            problems = [inp.problems[i] for i in inp.sampler.next()]
             consumed += len(problems)
-            for i, (name, pol) in enumerate(trainer.policies.items()):
+            for i, name in enumerate(names):
                 if count[name] >= B:
                     continue
-                ps, t = trainer.rollout_policy(i, pol, problems, rounds)
+                ps, t = inp.sample(i, problems, rounds)
                 for k, v in t.items():  # times and counts add up over the rounds
                     times[name][k] = times[name].get(k, 0) + v
                 keep = informative_groups(ps.rewards, self.metric)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -31,13 +32,7 @@ from graft_cli import faults
 from graft_cli.algorithms.advantages import ADVANTAGES
 from graft_cli.algorithms.controllers import build_controllers
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
-from graft_cli.algorithms.signals import (
-    LOSS_MASKS,
-    TOKEN_ADVANTAGES,
-    SignalContext,
-    rollout_rejection,
-    token_adv_params,
-)
+from graft_cli.algorithms.signals import token_adv_params
 from graft_cli.batch import PolicyStep, TrainBatch
 from graft_cli.console import make_console
 from graft_cli.data.problems import Problem, load_problems, split_holdout
@@ -46,7 +41,6 @@ from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
 from graft_cli.models import lora, shards
 from graft_cli.models.loading import resolve_path
-from graft_cli.models.scoring import SCORERS
 from graft_cli.reward import make_grader, started
 from graft_cli.rollout import SamplingParams
 from graft_cli.rundir import (
@@ -61,14 +55,16 @@ from graft_cli.rundir import (
 )
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
-from graft_cli.train.collect import collector_for
+from graft_cli.train.collect import CollectInputs, collector_for
 from graft_cli.train.parallel import LockedGrader, PolicyPool, resolve_workers
 from graft_cli.train.phases import Phases
-from graft_cli.train.setup import Policy, base_frozen, build_frozen, build_policy, encode_prompt
+from graft_cli.train.hooks import StepView
+from graft_cli.train.scoring import logprob_gap, old_logprobs, score_frozen, score_logprobs, score_settings
+from graft_cli.train.setup import base_frozen, build_frozen, build_policy, encode_prompt
 from graft_cli.train.sources import STEP_SOURCES
 from graft_cli.train.sync_check import SyncCheck
 from graft_cli.train.sync_check import tolerance as sync_tolerance
-from graft_cli.train.update import UpdateContext, old_logprobs, score_logprobs, score_settings, update_policy
+from graft_cli.train.update import UpdateContext, token_signals, update_policy
 
 
 def sampling_seed(run_seed: int, step: int, policy_index: int) -> int:
@@ -78,6 +74,19 @@ def sampling_seed(run_seed: int, step: int, policy_index: int) -> int:
 
 def step_seed(run_seed: int, step: int) -> int:
     return (run_seed * 999_983 + step * 15_485_863 + 17) % (2**31 - 1)
+
+
+@dataclass
+class PolicyWork:
+    """One trained policy's part of a step: its index and name, its collected step, the batch the exchange built
+    for it, its metrics row so far and the metrics of the exchange and the stored sources."""
+
+    index: int
+    name: str
+    step: PolicyStep
+    batch: TrainBatch
+    row: dict
+    metrics: dict
 
 
 # -------------------------------------------------------------------------------------------- trainer
@@ -127,6 +136,7 @@ class Trainer:
         self.total_steps = cfg.run.steps or cfg.run.epochs * self.sampler.steps_per_epoch
         self.controllers = build_controllers(cfg.algo.controllers, self.total_steps)
         self.collector = collector_for(cfg)
+        self.collect_inputs = CollectInputs(self.problems, self.sampler, list(self.policies), self.sample, self.pool)
         self.signal_params = token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params)
         self.step = 0
         self.metrics = MetricsLog(metrics_path(out_dir))
@@ -140,9 +150,9 @@ class Trainer:
         if not self.sources:
             return
         start = min(ckpt.complete_steps(self.ckpt_root), default=0) if self.cfg.run.resume else 0
-        plan = getattr(self.collector, "prompts_at", None)
+        plan = lambda t: self.collector.prompts_at(self.collect_inputs, t)  # noqa: E731
         for src in self.sources.values():
-            src.check(range(start, self.total_steps), (lambda t: plan(self, t)) if plan else None)
+            src.check(range(start, self.total_steps), plan)
 
     def _filter_long_prompts(self) -> None:
         lim = self.cfg.rollout.max_prompt_tokens
@@ -248,9 +258,11 @@ class Trainer:
         return False
 
     # -- one step
-    def rollout_policy(self, i: int, pol: Policy, problems: list[Problem], round_: int = 0) -> tuple[PolicyStep, dict]:
-        """Policy ``i`` samples ``problems`` (sampling round ``round_`` of the step), grades and scores them."""
+    def sample(self, i: int, problems: list[Problem], round_: int = 0) -> tuple[PolicyStep, dict]:
+        """Policy ``i`` samples ``problems`` (sampling round ``round_`` of the step), grades them and takes the
+        group advantages."""
         cfg, r = self.cfg, self.cfg.rollout
+        pol = self.policies[self.collect_inputs.policies[i]]
         t0 = time.perf_counter()
         prompt_ids = [encode_prompt(pol, p.problem, self.spec) for p in problems]
         lo, hi = self.dist.rollout_slice(len(problems))  # data-parallel: this rollout group's prompts
@@ -279,46 +291,24 @@ class Trainer:
             out.update(c.coefs(self.step))
         return out
 
-    def score_frozen(self, name: str, batch: TrainBatch) -> None:
-        """Every frozen model serving policy ``name`` fills its column of the batch (one no-grad pass each)."""
-        for f in self.frozen.values():
-            if not f.cfg.serves or name in f.cfg.serves:
-                with f.scope():
-                    col = SCORERS.get(f.cfg.scorer)(f.model, f.tokenizer, batch, score_settings(self.cfg, self.dist))
-                if col is not None:  # scorer "none" (a co-generating junior) fills nothing
-                    batch.extra[f.cfg.score_column] = col
-
-    def token_signals(self, name: str, batch: TrainBatch, coefs: dict) -> dict:
-        """The registered loss mask and token-advantage functions, in config order; returns their metrics."""
-        a = self.cfg.algo
-        sctx = SignalContext(step=self.step, policy=name, algo=a, coefs=coefs, params=dict(a.loss_mask_params))
-        batch.loss_mask = LOSS_MASKS.get(a.loss_mask)(batch, sctx)
-        batch.loss_mask, met = rollout_rejection(batch, a.rollout_correction)
-        for fn_name in a.token_advantages:
-            sctx.params = self.signal_params[fn_name]
-            batch.token_adv, m = TOKEN_ADVANTAGES.get(fn_name)(batch, sctx)
-            met.update(m)
-        return met
-
     def train_step(self) -> list[dict]:
-        """One step (module docstring): sample and grade, the stored sources' steps, the exchange's selection, then
-        each policy's update (:meth:`train_one`, one thread per policy where ``run.policy_workers`` > 1), then the
-        controllers see the step. Seconds and peak memory per phase: :class:`~graft_cli.train.phases.Phases`."""
+        """One step (module docstring): collect (sample and grade; the stored sources' logged steps), the
+        exchange's selection, then each policy's update (:meth:`train_one`, one thread per policy where
+        ``run.policy_workers`` > 1), then the controllers see the step. Seconds and peak memory per phase:
+        :class:`~graft_cli.train.phases.Phases`."""
         phase = Phases(next(iter(self.policies.values())).model)
         with phase("step", memory=False):
             with phase("rollout"):
-                steps, rows = self.collector.collect(self)
+                steps, rows = self.collector.collect(self.collect_inputs)
             for name in self.policies:
                 rows[name].update(rollout_metrics(steps[name]))
             source_metrics = self.source_steps(steps)
-            coefs = self.coefs()
-            ctx = self.exchange_context()
+            ctx, coefs = self.exchange_context(), self.coefs()
             with phase("exchange", memory=False):
                 batches, xmetrics = self.exchange.select(steps, ctx)
-            extra = {name: {**xmetrics.get(name, {}), **source_metrics} for name in self.policies}
-            names = list(self.policies)
-            self.pool.map(lambda i: self.train_one(i, names[i], steps[names[i]], batches[names[i]], rows[names[i]],
-                                                   extra[names[i]], ctx, coefs, phase), range(len(names)))
+            work = [PolicyWork(i, name, steps[name], batches[name], rows[name],
+                               {**xmetrics.get(name, {}), **source_metrics}) for i, name in enumerate(self.policies)]
+            self.pool.map(lambda w: self.train_one(w, ctx, coefs, phase), work)
             self.step += 1
         out = [{"step": self.step, "policy": name, **rows[name], "time/step": phase.seconds["step"], **phase.metrics()}
                for name in self.policies]
@@ -328,23 +318,22 @@ class Trainer:
                 r.update(cm)
         return out
 
-    def train_one(self, i: int, name: str, st: PolicyStep, b: TrainBatch, row: dict, extra: dict,
-                  ctx: ExchangeContext, coefs: dict, phase: Phases) -> None:
-        """Policy ``name``'s (the ``i``-th) update on its batch ``b``: old log-probs, the exchange's admission,
-        the frozen models' columns, the token signals, the update; its metrics go into ``row``."""
-        cfg, t = self.cfg, {}
+    def train_one(self, w: PolicyWork, ctx: ExchangeContext, coefs: dict, phase: Phases) -> None:
+        """One policy's update on its batch: score (old log-probs) -> admit (the exchange) -> the frozen models'
+        columns -> token signals -> update -> weight sync; its metrics go into ``w.row``."""
+        cfg, t, name, b, row = self.cfg, {}, w.name, w.batch, w.row
         pol = self.policies[name]
-        rng = np.random.default_rng([step_seed(cfg.run.seed, self.step), i])  # per policy (train/parallel.py)
+        rng = np.random.default_rng([step_seed(cfg.run.seed, self.step), w.index])  # per policy (train/parallel.py)
         with phase("score", t):
             b.old_logprobs = old_logprobs(pol, b, cfg, self.dist)
             faults.point("score", self.step + 1)
         row.update(logprob_gap(b))
         b, amet = self.exchange.admit(name, b, ctx)
-        row.update({**extra, **amet})
+        row.update({**w.metrics, **amet})
         with phase("score_frozen", t, memory=False):
-            self.score_frozen(name, b)
+            score_frozen(self.frozen, name, b, score_settings(cfg, self.dist))
         with phase("update", t):
-            row.update(self.token_signals(name, b, coefs))
+            row.update(token_signals(b, cfg.algo, self.signal_params, self.step, name, coefs))
             row.update(update_policy(pol, b, UpdateContext(cfg, self.dist, self.step, coefs, rng)))
             pol.engine.sync_weights(pol.model)
         row.update(self.check_sync(name, pol, self.step + 1))
@@ -353,8 +342,8 @@ class Trainer:
         if self.frozen:
             row["time/score_frozen"] = t["score_frozen"]
         if cfg.run.log_rollouts and self.dist.is_main:
-            self.log_rollouts(st, peer_rows_per_prompt(b, len(st.problems)))
-            self.log_admission(name, st)
+            self.log_rollouts(w.step, peer_rows_per_prompt(b, len(w.step.problems)))
+            self.log_admission(name, w.step)
 
     def source_steps(self, steps: dict) -> dict:
         """Each stored source's logged step on this step's prompts, added to ``steps``; their metrics."""
@@ -366,12 +355,17 @@ class Trainer:
 
     def exchange_context(self) -> ExchangeContext:
         """What the exchange sees of the trainer this step: the receivers' tokenizers, their prompt encoding and
-        their scoring (``extra["score_logprobs"]``: old log-probs of rows under a receiver's current weights)."""
+        their scoring (``score_logprobs``: old log-probs of rows under a receiver's current weights)."""
         return ExchangeContext(step=self.step, seed=step_seed(self.cfg.run.seed, self.step),
                                params=dict(self.cfg.exchange.params),
                                tokenizers={n: p.tokenizer for n, p in self.policies.items()},
-                               encode_prompt=self.encode_for, extra={"score_logprobs": self.score_for},
+                               encode_prompt=self.encode_for, score_logprobs=self.score_for,
                                receivers=list(self.policies))
+
+    def view(self) -> StepView:
+        """What an after-step hook sees (:class:`~graft_cli.train.hooks.StepView`)."""
+        return StepView(step=self.step, total_steps=self.total_steps, policies=self.policies,
+                        held_out=self.held_out, data_parallel=self.dist.enabled, spec=self.spec, grader=self.grader)
 
     def encode_for(self, text: str, name: str) -> list[int]:
         return encode_prompt(self.policies[name], text, self.spec)
@@ -474,16 +468,3 @@ def peer_rows_per_prompt(batch: TrainBatch, num_prompts: int) -> list[int]:
         if s != "self" and g is not None and 0 <= int(g) < num_prompts:
             out[int(g)] += 1
     return out
-
-
-def logprob_gap(batch: TrainBatch) -> dict:
-    """Sampler-vs-trainer log-prob gap on the policy's own rows (TRL ``sampling/*`` names)."""
-    diffs = []
-    for s, samp, old in zip(batch.source, batch.sampler_logprobs, batch.old_logprobs or []):
-        if s == "self" and samp is not None and len(samp) == len(old) and len(old):
-            diffs.append(np.abs(np.asarray(samp) - np.asarray(old)))
-    if not diffs:
-        return {}
-    d = np.concatenate(diffs)
-    return {"sampling/sampling_logp_difference/mean": float(d.mean()),
-            "sampling/sampling_logp_difference/max": float(d.max())}

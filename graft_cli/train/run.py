@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import threading
+from dataclasses import dataclass
 
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -118,98 +119,51 @@ class SignalStop:
             self._old = None
 
 
-def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[AfterStep, ...] = ()) -> str:
-    """Run (or resume) a training run; returns the run directory. Each :class:`AfterStep` hook that is due is
-    called as ``hook(trainer, cfg, run_dir, console)`` after the step's checkpoint and may return metrics rows
-    to log."""
-
-    console = console or make_console(stderr=True)
-    out = run_dir_for(cfg)
-    check_writable(out, "run.out")  # a run directory that cannot be written: one line before anything is loaded
-    preflight(cfg)  # nothing is written before the models' vocabularies are known to fit
-    is_main = os.environ.get("RANK", "0") == "0"  # data-parallel runs: only rank 0 writes files
-    progress = progress and is_main
+def check_inputs(cfg: C.Config, out: str) -> None:
+    """What can be checked before anything is loaded or written: a writable run directory, the models'
+    vocabularies (:func:`~graft_cli.train.setup.preflight`), a resumed run's config against the one on disk, the
+    trackers' names."""
+    check_writable(out, "run.out")
+    preflight(cfg)
     if cfg.run.resume:
         check_resumable(cfg, out)  # read-only: refuse a different config before loading anything
-    for name in cfg.run.loggers:  # an unknown tracker: one line before anything is loaded
+    for name in cfg.run.loggers:
         TRACKERS.get(name)
+
+
+def open_run_dir(cfg: C.Config, out: str) -> None:
+    """Lock the run directory, clear an earlier run there unless resuming (the lock stays), write
+    ``config.yaml``."""
+    os.makedirs(out, exist_ok=True)
+    _lock_run_dir(out)
+    if os.path.exists(config_path(out)) and not cfg.run.resume:
+        for entry in os.listdir(out):  # start over, keeping only our lock
+            if entry != ".lock":
+                path = os.path.join(out, entry)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    if cfg.run.resume:
+        check_resumable(cfg, out)  # again under the lock
+    atomic_write_text(config_path(out), C.to_yaml(cfg))
+
+
+def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[AfterStep, ...] = ()) -> str:
+    """Run (or resume) a training run; returns the run directory. Each :class:`AfterStep` hook that is due is
+    called as ``hook(view, cfg, run_dir, console)`` (``view``: :class:`~graft_cli.train.hooks.StepView`) after the
+    step's checkpoint and may return metrics rows to log."""
+    console = console or make_console(stderr=True)
+    out = run_dir_for(cfg)
+    is_main = os.environ.get("RANK", "0") == "0"  # data-parallel runs: only rank 0 writes files
+    check_inputs(cfg, out)  # nothing is written before the inputs are known good
     # every input (models, tokenizers, data, rewards) is loaded and checked before the run directory is touched
-    trainer = Trainer(cfg, out, progress, console)
-    stop = SignalStop(cfg.run.save_on_signal)
+    trainer = Trainer(cfg, out, progress and is_main, console)
+    run = _Run(cfg, out, console, trainer, after_step, SignalStop(cfg.run.save_on_signal), is_main,
+               progress and is_main)
     try:
         for hook in after_step:  # the hooks' inputs too (validation benchmarks), before anything is written
-            hook.prepare(trainer, cfg)
+            hook.prepare(trainer.view(), cfg)
         if is_main:
-            os.makedirs(out, exist_ok=True)
-            _lock_run_dir(out)
-            if os.path.exists(config_path(out)) and not cfg.run.resume:
-                for entry in os.listdir(out):  # start over, keeping only our lock
-                    if entry != ".lock":
-                        path = os.path.join(out, entry)
-                        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-            if cfg.run.resume:
-                check_resumable(cfg, out)  # again under the lock
-            atomic_write_text(config_path(out), C.to_yaml(cfg))
-        resumed = cfg.run.resume and trainer.resume()
-        if resumed:
-            console.print(f"resumed from step {trainer.step} in {out}")
-            if trainer.step >= trainer.total_steps:  # e.g. --steps below the checkpoint's step: nothing is undone
-                console.print(f"the checkpoint's step {trainer.step} is at or past this run's {trainer.total_steps} "
-                              f"steps: nothing to train (raise --steps to continue; the checkpoint is unchanged)")
-        elif is_main:
-            mpath = trainer.metrics.path
-            if os.path.exists(mpath) and os.path.getsize(mpath) > 0:
-                console.print(f"{out}: no complete checkpoint; starting at step 0 (metrics.jsonl of the earlier "
-                              f"attempt is cleared)")
-            trainer.metrics.truncate_after(0)
-        trackers = Trackers(cfg, out, trainer.step) if is_main else None
-        # a terminal gets rich's live bar; a log (CI, nohup, a cluster job) one plain line every run.log_every steps
-        live = progress and console.is_terminal
-        cols = [TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TextColumn("{task.fields[info]}")]
-        try:
-            with Progress(*cols, console=console, disable=not live, transient=False) as bar:
-                task = bar.add_task("train", total=trainer.total_steps, completed=trainer.step, info="")
-
-                def run_hooks(pending: bool) -> None:  # e.g. validation: eval/<policy>/step_N/, best.json
-                    for hook in after_step:
-                        if hook.due(trainer, cfg) and not (pending and hook.done(trainer, cfg, out)):
-                            val = hook(trainer, cfg, out, None)
-                            if is_main and val:
-                                trainer.metrics.write(val)
-                                trackers.log(val)
-
-                if resumed:  # the hooks of the step it resumed at, if they had not finished (killed in validation)
-                    run_hooks(pending=True)
-                elif cfg.run.save_initial and trainer.step == 0:  # the base weights, as step 0
-                    trainer.save()
-                while trainer.step < trainer.total_steps:
-                    try:
-                        rows = trainer.train_step()
-                    except PeerLost:
-                        raise
-                    except GraftError as e:  # say what is on disk: the checkpoint a rerun resumes from, if any
-                        raise GraftError(f"{e}; {on_disk(trainer)}") from None
-                    if is_main:
-                        trainer.metrics.write(rows)
-                        trackers.log(rows)
-                    if cfg.run.save_every and (trainer.step % cfg.run.save_every == 0
-                                               or trainer.step == trainer.total_steps
-                                               or any(h.due(trainer, cfg) for h in after_step) or stop.requested):
-                        trainer.save()  # complete on disk before any hook runs
-                    if stop.requested:  # run.save_on_signal: the step is finished and checkpointed
-                        raise Stopped(f"stopped by SIGTERM after step {trainer.step}; its checkpoint is written "
-                                      f"(run.save_on_signal); rerun the same command to continue")
-                    run_hooks(pending=False)
-                    info = step_line(rows)
-                    bar.update(task, completed=trainer.step, info=info)
-                    if progress and not live and (trainer.step % cfg.run.log_every == 0
-                                                  or trainer.step == trainer.total_steps):
-                        console.print(f"step {trainer.step}/{trainer.total_steps} {info}", soft_wrap=True,
-                                      highlight=False)
-        finally:
-            if trackers is not None:
-                trackers.close()
+            open_run_dir(cfg, out)
+        run.loop(run.start())
     except PeerLost as e:  # another data-parallel rank died or hung (train/dist.py): one line, exit 75
         raise PeerLost(f"{e}; {trainer.step} steps done, {on_disk(trainer)}; relaunch every rank to resume") \
             from None
@@ -224,12 +178,103 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
                       + (f"the last checkpoint (step {last[-1]}) is intact; " if last else "no checkpoint yet; ")
                       + "rerun the same command to continue") from None
     finally:
-        stop.restore()
+        run.stop.restore()
         trainer.close()
         _unlock_run_dir(out)
     if is_main:
         console.print(f"run directory: {out} ({disk_use(out) / 2**20:.1f} MiB on disk)", soft_wrap=True)
     return out
+
+
+@dataclass
+class _Run:
+    """One call of :func:`train` once its inputs are loaded: the step loop, its checkpoints, hooks and progress."""
+
+    cfg: C.Config
+    out: str
+    console: object
+    trainer: Trainer
+    hooks: tuple
+    stop: SignalStop
+    is_main: bool
+    progress: bool
+    trackers: Trackers | None = None
+
+    def start(self) -> bool:
+        """Resume from the newest valid checkpoint (True), or start at step 0 with metrics.jsonl cleared."""
+        trainer, console = self.trainer, self.console
+        resumed = self.cfg.run.resume and trainer.resume()
+        if resumed:
+            console.print(f"resumed from step {trainer.step} in {self.out}")
+            if trainer.step >= trainer.total_steps:  # e.g. --steps below the checkpoint's step: nothing is undone
+                console.print(f"the checkpoint's step {trainer.step} is at or past this run's {trainer.total_steps} "
+                              f"steps: nothing to train (raise --steps to continue; the checkpoint is unchanged)")
+        elif self.is_main:
+            mpath = trainer.metrics.path
+            if os.path.exists(mpath) and os.path.getsize(mpath) > 0:
+                console.print(f"{self.out}: no complete checkpoint; starting at step 0 (metrics.jsonl of the earlier "
+                              f"attempt is cleared)")
+            trainer.metrics.truncate_after(0)
+        return resumed
+
+    def log(self, rows: list[dict]) -> None:
+        if self.is_main and rows:
+            self.trainer.metrics.write(rows)
+            self.trackers.log(rows)
+
+    def run_hooks(self, pending: bool) -> None:
+        """The hooks due after the trainer's step (e.g. validation: eval/<policy>/step_N/, best.json);
+        ``pending``: only those whose work for the step is not on disk."""
+        for hook in self.hooks:
+            view = self.trainer.view()
+            if hook.due(view, self.cfg) and not (pending and hook.done(view, self.cfg, self.out)):
+                self.log(hook(view, self.cfg, self.out, None))
+
+    def loop(self, resumed: bool) -> None:
+        """Steps until the run's last: each step's metrics, its checkpoint (before any hook), the hooks, progress
+        (a terminal gets rich's live bar; a log one plain line every ``run.log_every`` steps)."""
+        trainer, cfg = self.trainer, self.cfg
+        self.trackers = Trackers(cfg, self.out, trainer.step) if self.is_main else None
+        live = self.progress and self.console.is_terminal
+        cols = [TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("{task.fields[info]}")]
+        try:
+            with Progress(*cols, console=self.console, disable=not live, transient=False) as bar:
+                task = bar.add_task("train", total=trainer.total_steps, completed=trainer.step, info="")
+                if resumed:  # the hooks of the step it resumed at, if they had not finished (killed in validation)
+                    self.run_hooks(pending=True)
+                elif cfg.run.save_initial and trainer.step == 0:  # the base weights, as step 0
+                    trainer.save()
+                while trainer.step < trainer.total_steps:
+                    info = step_line(self.one_step())
+                    bar.update(task, completed=trainer.step, info=info)
+                    if self.progress and not live and (trainer.step % cfg.run.log_every == 0
+                                                       or trainer.step == trainer.total_steps):
+                        self.console.print(f"step {trainer.step}/{trainer.total_steps} {info}", soft_wrap=True,
+                                           highlight=False)
+        finally:
+            if self.trackers is not None:
+                self.trackers.close()
+
+    def one_step(self) -> list[dict]:
+        """Train one step, log it, checkpoint it when due (always before a hook runs or a requested stop), stop
+        on a requested SIGTERM, run the hooks; returns the step's rows."""
+        trainer, cfg = self.trainer, self.cfg
+        try:
+            rows = trainer.train_step()
+        except PeerLost:
+            raise
+        except GraftError as e:  # say what is on disk: the checkpoint a rerun resumes from, if any
+            raise GraftError(f"{e}; {on_disk(trainer)}") from None
+        self.log(rows)
+        if cfg.run.save_every and (trainer.step % cfg.run.save_every == 0 or trainer.step == trainer.total_steps
+                                   or any(h.due(trainer.view(), cfg) for h in self.hooks) or self.stop.requested):
+            trainer.save()  # complete on disk before any hook runs
+        if self.stop.requested:  # run.save_on_signal: the step is finished and checkpointed
+            raise Stopped(f"stopped by SIGTERM after step {trainer.step}; its checkpoint is written "
+                          f"(run.save_on_signal); rerun the same command to continue")
+        self.run_hooks(pending=False)
+        return rows
 
 
 def on_disk(trainer) -> str:

@@ -1,5 +1,6 @@
-"""One policy's update (README.md, "How a step works"): the old log-probs (one batched no-grad pass), the loss
-inputs of a micro-batch built from the TrainBatch's columns only, and :func:`update_policy`, ``algo.ppo_epochs``
+"""One policy's update (README.md, "How a step works"): the token signals (registered loss mask, rollout rejection
+and token advantages), the loss inputs of a micro-batch built from the TrainBatch's columns only, and
+:func:`update_policy`, ``algo.ppo_epochs``
 passes over the minibatches of the registered ordering with gradient accumulation over token-budget micro-batches,
 non-finite guards and FSDP's zero-weight passes. What it reads besides the batch is one :class:`UpdateContext`."""
 
@@ -14,11 +15,16 @@ import torch
 from graft_cli import config as C
 from graft_cli import faults
 from graft_cli.algorithms.losses import POLICY_LOSSES, LossInputs, Normaliser, compute_loss
-from graft_cli.algorithms.signals import scalar_broadcast
+from graft_cli.algorithms.signals import (
+    LOSS_MASKS,
+    TOKEN_ADVANTAGES,
+    SignalContext,
+    rollout_rejection,
+    scalar_broadcast,
+)
 from graft_cli.batch import TrainBatch, plan_micro_batches
 from graft_cli.errors import GraftError
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs, to_padded
-from graft_cli.models.scoring import ScoreSettings, score_rows
 from graft_cli.train import dist as D
 from graft_cli.algorithms.minibatch import layout_ranks, minibatch_plan
 from graft_cli.train.setup import Policy
@@ -37,31 +43,7 @@ class UpdateContext:
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
 
 
-# --------------------------------------------------------------------------------------- core helpers
-def score_settings(cfg: C.Config, dist: D.Dist | None = None) -> ScoreSettings:
-    return ScoreSettings(temperature=cfg.rollout.temperature, token_budget=cfg.optim.micro_batch_tokens * 2,
-                         chunk_tokens=cfg.optim.chunk_tokens, shared_prefix=cfg.optim.shared_prefix, dist=dist,
-                         autocast=cfg.optim.autocast)
-
-
-def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist | None = None,
-                   only: list[int] | None = None) -> list[list[float] | None]:
-    """Old log-probs of every row (``only``: of those rows) under the policy's current weights: one batched
-    no-grad pass (data-parallel: each rank scores a shard of the rows, then the results are all-gathered)."""
-    return score_rows(pol.model, pol.tokenizer.pad_token_id, batch, score_settings(cfg, dist), only)
-
-
-def old_logprobs(pol: Policy, b: TrainBatch, cfg: C.Config, dist: D.Dist | None = None) -> list[list[float]]:
-    """The old log-probs of the update (``algo.old_logprobs``): ``trainer`` rescores every row under the current
-    weights (verl's convention); ``sampler`` keeps the engine's log-probs on the policy's own rows and scores
-    only the rows another policy generated (GRAFT's grafted rows, stored trajectories), which have none."""
-    if cfg.algo.old_logprobs == "trainer":
-        return score_logprobs(pol, b, cfg, dist)
-    foreign = [i for i, s in enumerate(b.source) if s != "self"]
-    scored = score_logprobs(pol, b, cfg, dist, only=foreign) if foreign else [None] * len(b)
-    return [list(samp) if s == "self" else lp for s, samp, lp in zip(b.source, b.sampler_logprobs, scored)]
-
-
+# --------------------------------------------------------------------------------------- loss inputs
 def _rows_with(col, rows) -> bool:
     return col is not None and any(col[i] is not None for i in rows)
 
@@ -111,91 +93,145 @@ def nonfinite_quantity(logp: torch.Tensor, old: torch.Tensor, loss: torch.Tensor
     return None
 
 
+def token_signals(batch: TrainBatch, algo, signal_params: dict, step: int, name: str, coefs: dict) -> dict:
+    """The registered loss mask, the rollout-rejection mask and the token-advantage functions, in config order,
+    written into ``batch.loss_mask`` / ``batch.token_adv``; returns their metrics."""
+    sctx = SignalContext(step=step, policy=name, algo=algo, coefs=coefs, params=dict(algo.loss_mask_params))
+    batch.loss_mask = LOSS_MASKS.get(algo.loss_mask)(batch, sctx)
+    batch.loss_mask, met = rollout_rejection(batch, algo.rollout_correction)
+    for fn_name in algo.token_advantages:
+        sctx.params = signal_params[fn_name]
+        batch.token_adv, m = TOKEN_ADVANTAGES.get(fn_name)(batch, sctx)
+        met.update(m)
+    return met
+
+
+@dataclass
+class _Pass:
+    """One update's fixed inputs: the policy, its batch, the loss, the context and the data-parallel group."""
+
+    pol: Policy
+    batch: TrainBatch
+    spec: object
+    ctx: UpdateContext
+    d: D.Dist
+
+
+@dataclass
+class _Totals:
+    """What an update accumulates over its minibatches (summed loss statistics, per-step loss and gradient norm,
+    the entropy's token sum and count, the skipped updates)."""
+
+    stats: dict = field(default_factory=dict)
+    losses: list = field(default_factory=list)
+    grad_norms: list = field(default_factory=list)
+    ent_sum: float = 0.0
+    ent_n: float = 0.0
+    skipped: int = 0
+
+
 def update_policy(pol: Policy, batch: TrainBatch, ctx: UpdateContext) -> dict:
     """One optimisation epoch (``algo.ppo_epochs`` of them) over the minibatches of the registered
     ``exchange.ordering`` (whole prompt groups, or HACPO's self-first row chunks, split over ``exchange.layout``'s
-    ranks), ordered by ``ctx.rng``.
+    ranks), ordered by ``ctx.rng``; one optimizer step per minibatch (:func:`_accumulate`, :func:`_step`).
     Data-parallel (``ctx.dist``): each rank runs its shard of every minibatch with the minibatch's global
     ``Normaliser``; gradients are averaged across ranks (train/dist.py)."""
-    cfg, step = ctx.cfg, ctx.step
-    d = ctx.dist or D.Dist()
-    a, o = cfg.algo, cfg.optim
-    spec = POLICY_LOSSES.get(a.loss)
-    model = pol.model
-    model.train()
-    dev = next(model.parameters()).device
-    pad = pol.tokenizer.pad_token_id
-    stats: dict[str, float] = {}
-    losses, grad_norms, ent_sum, ent_n = [], [], 0.0, 0.0
-    skipped, bad = 0, None
+    cfg, a = ctx.cfg, ctx.cfg.algo
+    p = _Pass(pol, batch, POLICY_LOSSES.get(a.loss), ctx, ctx.dist or D.Dist())
+    pol.model.train()
+    acc = _Totals()
     for _epoch in range(a.ppo_epochs):
         plan = minibatch_plan(batch, cfg.exchange.ordering, a.minibatch_prompts, cfg.rollout.n, ctx.rng,
                               layout_ranks(cfg.exchange.layout, cfg.exchange.layout_ranks))
         for mb_idx, mb in enumerate(plan):
-            # rows outside the PG (auxiliary rows), and rows without loss tokens, stay out of its denominators
-            norm = Normaliser.of_rows([row_tokens(batch, i) for i in mb], [batch.in_pg[i] for i in mb],
-                                      a.loss_scale_factor or float(cfg.rollout.max_new_tokens))
-            local = d.shard(mb)
-            total = 0.0
-            micros = plan_micro_batches([batch.prompt_ids[i] for i in local], [batch.response_ids[i] for i in local],
-                                        o.micro_batch_tokens, shared_prefix=o.shared_prefix,
-                                        sort=o.sort_micro_batches)
-            micros += [None] * ((d.max_int(len(micros)) if d.fsdp else len(micros)) - len(micros))
-            for micro in micros:
-                dummy = micro is None  # FSDP: ranks with fewer micro-batches run zero-weight passes
-                rows = [local[i] for i in micro] if not dummy else [mb[0]]
-                prompts, responses = [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows]
-                ids, att, resp = pack(prompts, responses, pad, dev)
-                groups = prefix_groups(prompts, responses, pad, dev) if o.shared_prefix else None
-                logp, ent = response_logprobs(model, ids, att, resp, cfg.rollout.temperature, o.chunk_tokens,
-                                              with_entropy=a.log_entropy, groups=groups, autocast_dtype=o.autocast)
-                inp = loss_inputs(batch, rows, logp, resp, norm, spec, mb_idx, ctx)
-                loss, st = compute_loss(spec, inp, a.kl_coef, a.kl_type, a.kl_rows)
-                if not dummy and bad is None:
-                    bad = nonfinite_quantity(logp, inp.old_logp, loss)
-                (loss * (0.0 if dummy else d.loss_scale)).backward()
-                if dummy:
-                    continue
-                total += float(loss.detach())
-                for k, v in st.items():
-                    stats[k] = stats.get(k, 0.0) + float(v)
-                ent_sum += float((ent * inp.mask).sum())
-                ent_n += float(inp.mask.sum())
-            d.sync_grads(model)
-            gn = d.clip_grad_norm(model, o.max_grad_norm)
-            if bad is None and not math.isfinite(float(gn)):
-                bad = "gradient norm"
-            if d.enabled and d.max_int(int(bad is not None)):  # every rank skips (or stops) together
-                bad = bad or "value on another rank"
-            if bad is not None:
-                if o.on_nonfinite == "stop":
-                    raise GraftError(f"step {step + 1}, policy {pol.name!r}: non-finite {bad} in minibatch {mb_idx}; "
-                                     f"stopped before the optimizer step (optim.on_nonfinite=skip skips such "
-                                     f"updates)")
-                pol.optimizer.zero_grad(set_to_none=True)  # skipped and counted, weights unchanged
-                skipped += 1
-                bad = None
-                continue
-            pol.optimizer.step()
-            pol.optimizer.zero_grad(set_to_none=True)
-            faults.point("update", step + 1)
-            losses.append(total)
-            grad_norms.append(float(gn))
-    if d.enabled:  # sums over the ranks' shards
-        parts = d.gather_objects((stats, ent_sum, ent_n, losses))
-        stats = {k: sum(p[0].get(k, 0.0) for p in parts) for k in set().union(*(p[0] for p in parts))}
-        ent_sum, ent_n = sum(p[1] for p in parts), sum(p[2] for p in parts)
-        losses = [sum(x) for x in zip(*(p[3] for p in parts))]
+            total, bad = _accumulate(p, mb, mb_idx, acc)
+            _step(p, mb_idx, total, bad, acc)
+    return _update_metrics(p, acc)
+
+
+def _accumulate(p: _Pass, mb: list[int], mb_idx: int, acc: _Totals) -> tuple[float, str | None]:
+    """Minibatch ``mb``'s gradients, accumulated over token-budget micro-batches of this rank's shard; returns
+    the summed loss and the first non-finite quantity seen (None when all were finite)."""
+    batch, ctx, d, a, o = p.batch, p.ctx, p.d, p.ctx.cfg.algo, p.ctx.cfg.optim
+    model, dev, pad = p.pol.model, next(p.pol.model.parameters()).device, p.pol.tokenizer.pad_token_id
+    # rows outside the PG (auxiliary rows), and rows without loss tokens, stay out of its denominators
+    norm = Normaliser.of_rows([row_tokens(batch, i) for i in mb], [batch.in_pg[i] for i in mb],
+                              a.loss_scale_factor or float(ctx.cfg.rollout.max_new_tokens))
+    local = d.shard(mb)
+    total, bad = 0.0, None
+    micros = plan_micro_batches([batch.prompt_ids[i] for i in local], [batch.response_ids[i] for i in local],
+                                o.micro_batch_tokens, shared_prefix=o.shared_prefix, sort=o.sort_micro_batches)
+    micros += [None] * ((d.max_int(len(micros)) if d.fsdp else len(micros)) - len(micros))
+    for micro in micros:
+        dummy = micro is None  # FSDP: ranks with fewer micro-batches run zero-weight passes
+        rows = [local[i] for i in micro] if not dummy else [mb[0]]
+        prompts, responses = [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows]
+        ids, att, resp = pack(prompts, responses, pad, dev)
+        groups = prefix_groups(prompts, responses, pad, dev) if o.shared_prefix else None
+        logp, ent = response_logprobs(model, ids, att, resp, ctx.cfg.rollout.temperature, o.chunk_tokens,
+                                      with_entropy=a.log_entropy, groups=groups, autocast_dtype=o.autocast)
+        inp = loss_inputs(batch, rows, logp, resp, norm, p.spec, mb_idx, ctx)
+        loss, st = compute_loss(p.spec, inp, a.kl_coef, a.kl_type, a.kl_rows)
+        if not dummy and bad is None:
+            bad = nonfinite_quantity(logp, inp.old_logp, loss)
+        (loss * (0.0 if dummy else d.loss_scale)).backward()
+        if dummy:
+            continue
+        total += float(loss.detach())
+        for k, v in st.items():
+            acc.stats[k] = acc.stats.get(k, 0.0) + float(v)
+        acc.ent_sum += float((ent * inp.mask).sum())
+        acc.ent_n += float(inp.mask.sum())
+    return total, bad
+
+
+def _step(p: _Pass, mb_idx: int, total: float, bad: str | None, acc: _Totals) -> None:
+    """The optimizer step of one minibatch after the gradient sync and clip; a non-finite value stops the run
+    (``optim.on_nonfinite=stop``) or skips the step on every rank (``skip``)."""
+    d, pol, step = p.d, p.pol, p.ctx.step
+    o = p.ctx.cfg.optim
+    d.sync_grads(pol.model)
+    gn = d.clip_grad_norm(pol.model, o.max_grad_norm)
+    if bad is None and not math.isfinite(float(gn)):
+        bad = "gradient norm"
+    if d.enabled and d.max_int(int(bad is not None)):  # every rank skips (or stops) together
+        bad = bad or "value on another rank"
+    if bad is not None:
+        if o.on_nonfinite == "stop":
+            raise GraftError(f"step {step + 1}, policy {pol.name!r}: non-finite {bad} in minibatch {mb_idx}; "
+                             f"stopped before the optimizer step (optim.on_nonfinite=skip skips such updates)")
+        pol.optimizer.zero_grad(set_to_none=True)  # skipped and counted, weights unchanged
+        acc.skipped += 1
+        return
+    pol.optimizer.step()
+    pol.optimizer.zero_grad(set_to_none=True)
+    faults.point("update", step + 1)
+    acc.losses.append(total)
+    acc.grad_norms.append(float(gn))
+
+
+_COUNTS = ("tokens", "tokens_self", "tokens_peer", "clip_low", "clip_high", "clip_self", "clip_peer", "clip_dual")
+
+
+def _update_metrics(p: _Pass, acc: _Totals) -> dict:
+    """The update's metrics: mean loss and gradient norm, clip fractions, the loss's own statistics, entropy
+    (data-parallel: the ranks' sums first)."""
+    stats, ent_sum, ent_n, losses = acc.stats, acc.ent_sum, acc.ent_n, acc.losses
+    if p.d.enabled:  # sums over the ranks' shards
+        parts = p.d.gather_objects((stats, ent_sum, ent_n, losses))
+        stats = {k: sum(q[0].get(k, 0.0) for q in parts) for k in set().union(*(q[0] for q in parts))}
+        ent_sum, ent_n = sum(q[1] for q in parts), sum(q[2] for q in parts)
+        losses = [sum(x) for x in zip(*(q[3] for q in parts))]
     tok = max(stats.get("tokens", 0.0), 1.0)
     out = {
         "loss": float(np.mean(losses)) if losses else 0.0,
-        "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
+        "grad_norm": float(np.mean(acc.grad_norms)) if acc.grad_norms else 0.0,
         "clip_ratio/low_mean": stats.get("clip_low", 0.0) / tok,
         "clip_ratio/high_mean": stats.get("clip_high", 0.0) / tok,
         "clip_ratio/region_mean": (stats.get("clip_low", 0.0) + stats.get("clip_high", 0.0)) / tok,
         "clip_ratio/self": stats.get("clip_self", 0.0) / max(stats.get("tokens_self", 0.0), 1.0),
         "num_minibatches": len(losses),
-        "train/nonfinite_skipped": skipped,
+        "train/nonfinite_skipped": acc.skipped,
     }
     if stats.get("tokens_peer", 0.0) > 0:
         out["clip_ratio/peer"] = stats["clip_peer"] / stats["tokens_peer"]
@@ -205,9 +241,8 @@ def update_policy(pol: Policy, batch: TrainBatch, ctx: UpdateContext) -> dict:
     for k, v in stats.items():  # a pair <name>/sum, <name>/n is reported as the mean <name> (e.g. kl)
         if k.endswith("/sum") and f"{k[:-4]}/n" in stats:
             out[k[:-4]] = v / max(stats[f"{k[:-4]}/n"], 1.0)
-        elif not k.endswith("/n") and k not in ("tokens", "tokens_self", "tokens_peer", "clip_low", "clip_high",
-                                                "clip_self", "clip_peer", "clip_dual"):
+        elif not k.endswith("/n") and k not in _COUNTS:
             out[f"loss/{k}"] = v
-    if a.log_entropy and ent_n:
+    if p.ctx.cfg.algo.log_entropy and ent_n:
         out["entropy"] = ent_sum / ent_n
     return out

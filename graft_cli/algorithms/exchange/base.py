@@ -2,7 +2,10 @@
 TrainBatch. ``none`` is independent GRPO. Cross-model methods (GRAFT, HACPO, SGT, ...) register here.
 
 An exchange is a class with:
-- ``validate(cfg)`` (static): check ``cfg.exchange.params``; raise GraftError naming the key;
+- ``resolve(cfg)`` (class method): write into the config what the exchange implies (policies it does not train,
+  sources it reads, parameters it infers); idempotent; nothing by default;
+- ``validate(cfg)`` (class method): check ``cfg.exchange.params`` without changing anything; raise GraftError
+  naming the key;
 - ``select(steps, ctx) -> (batches, metrics)``: before scoring, build the TrainBatch of every receiver
   (``ctx.receivers``: the trained policies; ``steps`` may also hold stored sources' steps);
 - ``admit(name, batch, ctx) -> (batch, metrics)``: after the receiver's old log-probs are known
@@ -14,7 +17,8 @@ An exchange is a class with:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from graft_cli.batch import PolicyStep, TrainBatch, self_batch
 from graft_cli.errors import GraftError
@@ -23,14 +27,19 @@ from graft_cli.registry import Registry
 EXCHANGES: Registry = Registry("exchange")
 
 
+ScoreFn = Callable[[str, TrainBatch], list]  # (policy name, rows) -> per-row token log-probs under its weights
+
+
 @dataclass
 class ExchangeContext:
+    """What an exchange sees of the trainer in one step."""
+
     step: int
     seed: int
     params: dict
     tokenizers: dict  # policy name -> tokenizer
-    encode_prompt: object  # callable (problem_text, policy_name) -> list[int]
-    extra: dict = field(default_factory=dict)  # trainer hooks, e.g. "score_logprobs"
+    encode_prompt: Callable[[str, str], list]  # (problem text, policy name) -> prompt token ids
+    score_logprobs: ScoreFn | None = None  # a policy's trainer forward on rows (no grad); None: not available
     receivers: list | None = None  # the policies that train (None: every policy in ``steps``)
 
 
@@ -38,8 +47,12 @@ class Exchange:
     def __init__(self, cfg=None):
         self.cfg = cfg
 
-    @staticmethod
-    def validate(cfg) -> None:
+    @classmethod
+    def resolve(cls, cfg) -> None:
+        pass
+
+    @classmethod
+    def validate(cls, cfg) -> None:
         if cfg.exchange.params:
             key = next(iter(cfg.exchange.params))
             raise GraftError(f"config key 'exchange.params.{key}': not used by exchange {cfg.exchange.name!r}")

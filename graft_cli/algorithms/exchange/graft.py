@@ -45,7 +45,7 @@ source the trainer owns (graft_cli/train/sources.py).
    ``w = min(s, 1)``). The source log-probs are the sampler's (``peer_logprobs: sampler``, GRAFT's default;
    exact where the engine's log-probs equal the trainer's fp32 forward, the HF engine in fp32) or recomputed
    by the source policy's trainer forward at the rollout temperature before any update (``peer_logprobs:
-   recompute``, via ``ctx.extra["score_logprobs"]``; HACPO's default, as its released trainer scores the pool
+   recompute``, via ``ctx.score_logprobs``; HACPO's default, as its released trainer scores the pool
    with each source's actor, and the one to use with bf16 weights or vLLM, whose log-probs differ).
 6. **Objective**: the registered loss (``ppo_token``: token-level PPO ratio against the receiver's own
    old policy for self and grafted tokens, w per response, token-mean over retained responses; with no
@@ -210,11 +210,11 @@ class GraftExchange(Exchange):
     def _recompute_source_means(self, batch: TrainBatch, steps: dict[str, PolicyStep], ctx: ExchangeContext) -> None:
         """``peer_logprobs: recompute`` (graft.md §8 item 2): score each transferred response with its source
         policy's trainer forward (θ_old: no policy has been updated yet in this step) through the hook
-        ``ctx.extra["score_logprobs"](policy_name, TrainBatch) -> per-token log-probs``."""
-        score = ctx.extra.get("score_logprobs")
+        ``ctx.score_logprobs(policy_name, TrainBatch) -> per-token log-probs``."""
+        score = ctx.score_logprobs
         if score is None:
             raise GraftError("config key 'exchange.params.peer_logprobs': recompute needs the trainer's scoring "
-                             "hook (ctx.extra['score_logprobs']), which this trainer does not provide")
+                             "(ExchangeContext.score_logprobs), which this caller does not provide")
         by_src: dict[str, list[int]] = {}
         for i, (s, sp) in enumerate(zip(batch.source, batch.extra.get("src_policy", []))):
             if s == "peer" and sp is not None:

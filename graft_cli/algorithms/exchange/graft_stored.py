@@ -34,6 +34,7 @@ import os
 from graft_cli.algorithms.exchange.base import EXCHANGES
 from graft_cli.algorithms.exchange.graft import DEFAULTS, GraftExchange, check_loss_for_mode, options
 from graft_cli.errors import GraftError
+from graft_cli.schema import SourceConfig
 
 STORED_DEFAULTS = {**DEFAULTS, "selection": "unbalanced"}
 STORED_KEYS = ("partner_run", "partner_policy", "receiver", "reverify")
@@ -47,7 +48,41 @@ class StoredGraftExchange(GraftExchange):
     OPTION_DEFAULTS = STORED_DEFAULTS
 
     @classmethod
-    def validate(cls, cfg) -> list[dict]:
+    def _receiver(cls, cfg) -> str:
+        """``exchange.params.receiver``, or the one trained policy that is not the partner."""
+        p = cfg.exchange.params
+        names = [pc.name for pc in cfg.policies if pc.role == "train"]
+        recv = p.get("receiver")
+        if recv is None:
+            others = [nm for nm in names if nm != p["partner_policy"]]
+            if len(names) == 1:
+                recv = names[0]
+            elif len(others) == 1:
+                recv = others[0]
+            else:
+                raise GraftError("config key 'exchange.params.receiver': name the policy to train "
+                                 f"(one of {', '.join(names)})")
+        if recv not in names:
+            raise GraftError(f"config key 'exchange.params.receiver': {recv!r} is not one of {', '.join(names)}")
+        return recv
+
+    @classmethod
+    def resolve(cls, cfg) -> None:
+        """The receiver named; the partner not loaded or trained (its steps come from its logs): a
+        ``rollout_log`` source in its place."""
+        p = cfg.exchange.params
+        if not p.get("partner_run") or not p.get("partner_policy"):
+            return  # validate names the missing key
+        recv = cls._receiver(cfg)
+        cfg.policies = [pc for pc in cfg.policies if pc.name == recv or pc.role != "train"]
+        cfg.exchange.params["receiver"] = recv
+        name = str(p["partner_policy"])
+        cfg.sources = [x for x in cfg.sources if x.name != name] + [SourceConfig(
+            name=name, kind="rollout_log", run=str(p["partner_run"]), policy=name,
+            reverify=bool(p.get("reverify", True)))]
+
+    @classmethod
+    def validate(cls, cfg) -> None:
         p = dict(cfg.exchange.params)
         opts = options(p, STORED_KEYS, STORED_DEFAULTS)
         check_loss_for_mode(cfg, opts)
@@ -65,21 +100,4 @@ class StoredGraftExchange(GraftExchange):
         if not os.path.isdir(d):
             raise GraftError(f"config key 'exchange.params.partner_run': {d} does not exist (need the partner's "
                              f"GRPO run directory with rollout logs of policy {p['partner_policy']!r})")
-        names = [pc.name for pc in cfg.policies if pc.role == "train"]
-        recv = p.get("receiver")
-        if recv is None:
-            others = [nm for nm in names if nm != p["partner_policy"]]
-            if len(names) == 1:
-                recv = names[0]
-            elif len(others) == 1:
-                recv = others[0]
-            else:
-                raise GraftError("config key 'exchange.params.receiver': name the policy to train "
-                                 f"(one of {', '.join(names)})")
-        if recv not in names:
-            raise GraftError(f"config key 'exchange.params.receiver': {recv!r} is not one of {', '.join(names)}")
-        # the partner is not loaded or trained: its steps come from its logs
-        cfg.policies = [pc for pc in cfg.policies if pc.name == recv or pc.role != "train"]
-        cfg.exchange.params["receiver"] = recv
-        return [{"name": str(p["partner_policy"]), "kind": "rollout_log", "run": str(p["partner_run"]),
-                 "policy": str(p["partner_policy"]), "reverify": bool(p.get("reverify", True))}]
+        cls._receiver(cfg)

@@ -1,0 +1,60 @@
+"""Scoring in a step: the log-probs of a batch's rows under a policy's current weights (no grad), the old
+log-probs of the update (``algo.old_logprobs``), the frozen models' columns (reference, teacher), and the
+sampler-vs-trainer gap on the policy's own rows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graft_cli import config as C
+from graft_cli.batch import TrainBatch
+from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
+from graft_cli.train import dist as D
+from graft_cli.train.setup import Frozen, Policy
+
+
+def score_settings(cfg: C.Config, dist: D.Dist | None = None) -> ScoreSettings:
+    return ScoreSettings(temperature=cfg.rollout.temperature, token_budget=cfg.optim.micro_batch_tokens * 2,
+                         chunk_tokens=cfg.optim.chunk_tokens, shared_prefix=cfg.optim.shared_prefix, dist=dist,
+                         autocast=cfg.optim.autocast)
+
+
+def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist | None = None,
+                   only: list[int] | None = None) -> list[list[float] | None]:
+    """Old log-probs of every row (``only``: of those rows) under the policy's current weights: one batched
+    no-grad pass (data-parallel: each rank scores a shard of the rows, then the results are all-gathered)."""
+    return score_rows(pol.model, pol.tokenizer.pad_token_id, batch, score_settings(cfg, dist), only)
+
+
+def old_logprobs(pol: Policy, b: TrainBatch, cfg: C.Config, dist: D.Dist | None = None) -> list[list[float]]:
+    """The old log-probs of the update (``algo.old_logprobs``): ``trainer`` rescores every row under the current
+    weights (verl's convention); ``sampler`` keeps the engine's log-probs on the policy's own rows and scores
+    only the rows another policy generated (GRAFT's grafted rows, stored trajectories), which have none."""
+    if cfg.algo.old_logprobs == "trainer":
+        return score_logprobs(pol, b, cfg, dist)
+    foreign = [i for i, s in enumerate(b.source) if s != "self"]
+    scored = score_logprobs(pol, b, cfg, dist, only=foreign) if foreign else [None] * len(b)
+    return [list(samp) if s == "self" else lp for s, samp, lp in zip(b.source, b.sampler_logprobs, scored)]
+
+
+def score_frozen(frozen: dict[str, Frozen], name: str, batch: TrainBatch, settings: ScoreSettings) -> None:
+    """Every frozen model serving policy ``name`` fills its column of the batch (one no-grad pass each)."""
+    for f in frozen.values():
+        if not f.cfg.serves or name in f.cfg.serves:
+            with f.scope():
+                col = SCORERS.get(f.cfg.scorer)(f.model, f.tokenizer, batch, settings)
+            if col is not None:  # scorer "none" (a co-generating junior) fills nothing
+                batch.extra[f.cfg.score_column] = col
+
+
+def logprob_gap(batch: TrainBatch) -> dict:
+    """Sampler-vs-trainer log-prob gap on the policy's own rows (TRL ``sampling/*`` names)."""
+    diffs = []
+    for s, samp, old in zip(batch.source, batch.sampler_logprobs, batch.old_logprobs or []):
+        if s == "self" and samp is not None and len(samp) == len(old) and len(old):
+            diffs.append(np.abs(np.asarray(samp) - np.asarray(old)))
+    if not diffs:
+        return {}
+    d = np.concatenate(diffs)
+    return {"sampling/sampling_logp_difference/mean": float(d.mean()),
+            "sampling/sampling_logp_difference/max": float(d.max())}
