@@ -76,7 +76,7 @@ if [ "$BENCH_S" -gt 0 ]; then
   grep '^ROW ' "$OUT/gpu_bench.log" | sed 's/^ROW //' > "$OUT/gpu_bench.jsonl" || true
 fi
 
-# 4. optional: the tiny build's hashes per CPU kernel level on this machine's CPU (issue 27)
+# 4. optional: the tiny build's hashes per CPU kernel level on this machine's CPU
 if [ "$ISA_S" -gt 0 ]; then
   timeout -k 5 "$ISA_S" $PY benchmarks/isa_hashes.py > "$OUT/isa_hashes.log" 2>&1 || true
   cat "$OUT/isa_hashes.log"

@@ -8,7 +8,8 @@
 * **wide**: functions taking more than 6 parameters (``self``/``cls`` not counted, ``*args``/``**kwargs`` counted);
 * **probes**: ``getattr(obj, "name"...)`` / ``hasattr(obj, "name")`` calls with a literal name, except on a module
   imported in that file (``getattr(torch, ...)``) — attributes found by probing instead of declared;
-* **history**: lines naming an issue (``issue 27``) or a date (``2026-12-04``) in code, help texts and docstrings.
+* **history**: lines naming an issue (``issue 27``) or a date (``2026-12-04``) in code, help texts and docstrings
+  (a data window such as LiveCodeBench's ``2025-02-01..2025-05-01`` is not history).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "graft_cli")
 CORE = ("train/", "plan/", "config.py", "schema.py")
 HISTORY = re.compile(r"\bissues? \d+\b|\b20\d\d-\d\d-\d\d\b", re.I)
+DATA_DATES = re.compile(r"\d{4}-\d\d-\d\d\.\.|\.\.\d{4}-\d\d-\d\d|\(\"\d{4}-\d\d-\d\d\"")  # a data window, not history
 
 
 def _files():
@@ -71,7 +73,7 @@ def count() -> dict:
                     probes.append((f"{rel}:{node.lineno} {node.func.id}({ast.unparse(obj)}, {node.args[1].value!r})",
                                    1))
         for i, line in enumerate(src.splitlines(), 1):
-            if HISTORY.search(line):
+            if HISTORY.search(line) and not DATA_DATES.search(line):
                 history.append((f"{rel}:{i} {line.strip()[:100]}", 1))
     return {"functions over 60 lines (train/plan/config)": long_core, "functions over 60 lines (all)": long_any,
             "functions over 6 parameters": wide, "getattr/hasattr probes": probes,

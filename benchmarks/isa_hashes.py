@@ -1,5 +1,5 @@
 """The tiny pair's weight hashes under each CPU kernel level: does pinning ATen's instruction set make two CPU
-types build the same models? (issue 27; docs/tiny_pair.md, "The same recipe on another CPU").
+types build the same models? (docs/tiny_pair.md, "The same recipe on another CPU").
 
     python benchmarks/isa_hashes.py                      # plain, ATEN_CPU_CAPABILITY=avx2, =default
     python benchmarks/isa_hashes.py --levels avx2 --steps 60

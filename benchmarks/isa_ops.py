@@ -1,4 +1,4 @@
-"""Where two CPU types part ways in the tiny build: per-module hashes of one full-shape SFT step (issue 27).
+"""Where two CPU types part ways in the tiny build: per-module hashes of one full-shape SFT step.
 
     python benchmarks/isa_ops.py --env "ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2" --env plain --out ops.json
 

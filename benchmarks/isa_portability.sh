@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does a kernel pin make the tiny build portable across CPU types? (issue 27; docs/tiny_pair.md)
+# Does a kernel pin make the tiny build portable across CPU types? (docs/tiny_pair.md)
 # Run it on two machines (e.g. an AVX-512 Intel and an AVX2 AMD, same torch) and compare what each writes:
 #   1. benchmarks/isa_ops.py: one full-shape SFT run of a, b and c (ISA_STEPS steps) under each candidate pin,
 #      per-module output and gradient hashes -> $OUT/isa_ops.json (compare: isa_ops.py --compare A B);

@@ -272,7 +272,7 @@ def random_step(g: torch.Generator, B: int = 16, n: int = 4, T: int = 24, long_f
 # ----------------------------------------------------------------------------------------------- compare
 def compare(cases: int = 24, steps: int = 30, seed: int = 0, overrides=()) -> dict:
     """Max |difference| of every compared quantity (see the module docstring); ``overrides``: graft config
-    overrides (e.g. the settings before issue 28, to see what they change)."""
+    overrides (e.g. the settings graft used before it matched the released code, to see what they change)."""
     cfg = graft_config(overrides)
     C = float(RELEASED["is_threshold"])
     g = torch.Generator().manual_seed(seed)

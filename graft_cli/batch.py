@@ -29,6 +29,13 @@ import torch
 
 from graft_cli.data.problems import Problem
 
+CORRECT_ABOVE = 0.5  # a reward above this is a correct response (verifiable rewards are 0 or 1)
+
+
+def is_correct(reward):
+    """Whether a reward (a float, or elementwise an array or tensor of them) marks a correct response."""
+    return reward > CORRECT_ABOVE
+
 
 @dataclass
 class Rollouts:
@@ -66,8 +73,8 @@ class PolicyStep:
 
     @property
     def k(self) -> torch.Tensor:
-        """Successes per prompt k(q) (reward > 0.5 counts as correct)."""
-        return (self.rewards > 0.5).sum(-1)
+        """Successes per prompt k(q) (:func:`is_correct` responses)."""
+        return is_correct(self.rewards).sum(-1)
 
     @property
     def n(self) -> int:
@@ -134,7 +141,12 @@ class TrainBatch:
 
     @property
     def is_peer(self) -> list[bool]:
+        """Per row: a peer row (another policy's response: ``source`` is not ``"self"``; docs/glossary.md)."""
         return [s != "self" for s in self.source]
+
+    def peer_rows(self) -> list[int]:
+        """The indices of the peer rows."""
+        return [i for i, s in enumerate(self.source) if s != "self"]
 
     def mask_of(self, i: int) -> list[float]:
         """Row i's loss mask over its response tokens (every token when no mask is set)."""

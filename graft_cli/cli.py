@@ -199,8 +199,8 @@ def tiny():
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--force", is_flag=True, help="rebuild even if the cache holds a complete build")
 @click.option("--recipe", default=None, help="v6 (default: writing styles, weak families, final-step slips that "
-              "leave RL room; issue 27; built in less time than v5), v5 (the pair of the 2026-12-04 studies), v4 "
-              "(a's weak family weaker), v3 (no slips) or v2 (one style, blind families) "
+              "leave RL room, first-fit packing), v5 (v6 with greedy packing and b's longer SFT), v4 (v5 with a's "
+              "weak family weaker), v3 (no slips) or v2 (one style, blind families); docs/tiny_pair.md "
               "[default: $GRAFT_TINY_RECIPE or v6]")
 @click.option("--prompts", type=click.IntRange(8, 8192), default=1024, show_default=True,
               help="with --check: training prompts sampled (x 8) for the measurements")
@@ -351,7 +351,7 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
     # lazy: `graft --help` and each command load only what they use
     from graft_cli.eval.runner import eval_main
 
-    eval_main(run_dir=run_dir, model=model, steps=steps, policy=policy, data=data, benchmarks=benchmarks,
+    eval_main(run_dir=run_dir, model=model, steps=steps, policies=policy, data=data, benchmarks=benchmarks,
               eval_dir=eval_dir, pair=pair, runs=runs, samples=samples, temperature=temperature, top_p=top_p,
               top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, out=out, dtype=dtype, device=device,
               chat_template=chat_template, workers=workers, force=force, progress=not no_progress, tandem=tandem,

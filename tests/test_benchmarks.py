@@ -1,4 +1,4 @@
-"""The benchmarks of the other seeds (issue 28 items 11 and 16): Tandem RLVR's OlympiadBench, AIME26 and AMC
+"""The benchmarks of the other seeds: Tandem RLVR's OlympiadBench, AIME26 and AMC
 2023-25, SAF-OPD's HMMT 2025 February and November, by hub id (the hub served from tests/fixtures/benchmarks/hub/,
 one file per dataset id, config and split, in the hub's own field layout, so a wrong id, config, split or field
 name fails) and by local file (tests/fixtures/benchmarks/local/, an eval data directory). The fixture problems are

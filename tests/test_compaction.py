@@ -1,5 +1,5 @@
 """The HF engine's per-row sampling streams and decode-batch compaction (rollout.engine_kwargs sampler: per_row,
-compact: true; issue 16): the inverse-CDF draw against the distribution it samples, samples independent of
+compact: true): the inverse-CDF draw against the distribution it samples, samples independent of
 the batch a row is in, and compaction giving the uncompacted samples while running fewer rows."""
 
 from __future__ import annotations

@@ -239,7 +239,7 @@ def test_resolved_choices_round_trip_through_the_run_config(tmp_path):
                                                                                   "reward.timeout_s"),
 ])
 def test_non_finite_floats_are_refused_at_validation(override, key):
-    """inf passes every `> 0` range check: each float option is checked to be finite first (issue 29 item 6)."""
+    """inf passes every `> 0` range check: each float option is checked to be finite first."""
     with pytest.raises(GraftError, match=f"config key '{key}': must be a finite number"):
         compose([override])
 

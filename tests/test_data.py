@@ -210,7 +210,7 @@ def test_chat_template_none_forces_raw():
 
 
 def test_chat_template_required_is_auto_or_one_line():
-    """``required`` prompts as ``auto`` does when the tokenizer has a chat template, and refuses one without (issue 29
+    """``required`` prompts as ``auto`` does when the tokenizer has a chat template, and refuses one without
     item 6), naming the tokenizer and where it comes from."""
     tok = make_char_tokenizer()
     spec = PromptSpec(chat_template="required")
@@ -225,7 +225,7 @@ def test_chat_template_required_is_auto_or_one_line():
 
 
 def test_a_folder_a_non_utf8_byte_and_a_10mb_line(tmp_path):
-    """A data path that is a folder, a byte that is not UTF-8, and a 10 MB line (issue 29 item 6): the first two
+    """A data path that is a folder, a byte that is not UTF-8, and a 10 MB line: the first two
     are one line naming the path (file:line for the byte), the long line loads."""
     with pytest.raises(GraftError, match=f"{tmp_path}: is a folder; expected a .jsonl"):
         load_problems(str(tmp_path))

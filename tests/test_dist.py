@@ -73,7 +73,7 @@ def test_two_processes_equal_one(tmp_path, method):
     two = _run([*launch, WORKER, str(tmp_path / "two"), a, b, data, *extra], tmp_path / "two")
     launch[-1] = str(_free_port())
     fsdp = _run([*launch, WORKER, str(tmp_path / "fsdp"), a, b, data, *extra], tmp_path / "fsdp", GRAFT_FSDP="1")
-    # two "nodes" of one process each, joined by the c10d rendezvous as on a cluster (issue 32 item 1; the
+    # two "nodes" of one process each, joined by the c10d rendezvous as on a cluster (the
     # torchrun form of docs/scale_out.md): two torchrun agents on localhost, one output folder (a shared file system)
     nodes = _run_nodes(2, [WORKER, str(tmp_path / "nodes"), a, b, data, *extra], tmp_path / "nodes")
     assert set(nodes) == {0, 1} and nodes[0]["world"] == 2
@@ -139,7 +139,7 @@ def test_frozen_reference_and_kl_two_processes_equal_one(tmp_path):
         assert math.isclose(r1["loss"], r2["loss"], rel_tol=1e-5, abs_tol=1e-7)
 
 
-# ------------------------------------------------------------------------------ faults (issue 29 item 3)
+# ------------------------------------------------------------------------------ faults
 GRAFT = [sys.executable, "-m", "graft_cli.cli"]
 
 

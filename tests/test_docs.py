@@ -1,4 +1,4 @@
-"""The README is the front door and docs/ holds the rest (issue 30 item 7): every relative link of README.md and
+"""The README is the front door and docs/ holds the rest: every relative link of README.md and
 docs/*.md resolves to a file of the repository, and every #anchor to a heading of its page (GitHub's slugs)."""
 
 import glob

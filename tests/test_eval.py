@@ -347,7 +347,7 @@ def test_lm_eval_process_results_hand_example():
 def test_checkpoint_before_validation_and_resume_into_validation(tiny_models, problems_file, tmp_path):
     """A step's checkpoint is complete before its validation starts (also when the step is no scheduled save),
     so a failing validation costs no training; the rerun resumes into that validation, then trains on
-    (issue 29 item 5)."""
+   ."""
     from graft_cli.config import compose
     from graft_cli.eval.validation import ValidationHook
     from graft_cli.rundir import checkpoints_dir
@@ -387,7 +387,7 @@ def test_checkpoint_before_validation_and_resume_into_validation(tiny_models, pr
 
 
 def test_a_validation_set_that_cannot_load_stops_the_run_before_it_trains(tiny_models, problems_file, tmp_path):
-    """The validation benchmarks are loaded with the other inputs, before the run directory exists (issue 29
+    """The validation benchmarks are loaded with the other inputs, before the run directory exists
     item 3): one line naming the file, no step trained, nothing written."""
     from graft_cli.config import compose
     from graft_cli.errors import GraftError

@@ -1,4 +1,4 @@
-"""SAF-OPD's evaluation as released and reported (issue 28 item 16; opd_saf.md §4-5): validation every 10 steps,
+"""SAF-OPD's evaluation as released and reported (opd_saf.md §4-5): validation every 10 steps,
 n = 32 at T 1.0 / top-p 1.0 on AIME24 and AIME25; the final evaluation adds HMMT25 February and November at
 avg@32; the released evaluation prompt. The released strings are written out here from kissshhot/SAF-OPD
 (math_eval/eval_math.py: ``problem + "\\nPlease reason step by step, and put your final answer within

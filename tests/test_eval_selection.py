@@ -1,4 +1,4 @@
-"""Tandem RLVR's evaluation (issue 28 item 9; tandem.md §2.8, §2.10): `graft eval --run` on the tandem pair samples
+"""Tandem RLVR's evaluation (tandem.md §2.8, §2.10): `graft eval --run` on the tandem pair samples
 as the release's eval/config.py does (T 0.7, top-p 0.8, top-k 20, 8 samples, seed 17), validation as its training
 launcher (n = 4, T 0.6, top-p 0.95 on the held-out slice) and the checkpoint is the step with the best held-out
 pass@4. Expected values are worked by hand (the unbiased pass@k of the Codex paper) or counted from the files."""

@@ -1,4 +1,4 @@
-"""graft export (issue 32 item 3, its export part): a run's checkpoint as Hugging Face folders that from_pretrained
+"""graft export: a run's checkpoint as Hugging Face folders that from_pretrained
 loads and that score exactly as the checkpoint does; a damaged checkpoint, a missing step or policy and an existing
 folder are one line with nothing written."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,7 +112,7 @@ def _layer(mod: str) -> str:
 @pytest.mark.parametrize("low,forbidden", [
     ("train", ("eval", "plan", "report", "analysis", "cli", "tiny")),
     ("report", ("plan", "train")),
-    # arrows that once ran back up (issue 30): evaluation below the report (the pass@k picture is eval's), the
+    # arrows that once ran back up: evaluation below the report (the pass@k picture is eval's), the
     # models below the rollout engines and the tiny pair's package (tiny: names resolve through
     # models.loading.MODEL_SOURCES, registered lazily), the per-step data (batch: Rollouts) below the engines
     ("eval", ("report", "plan", "cli")),
@@ -369,3 +370,13 @@ def test_in_function_imports_say_why():
                             if "#" not in here and not above.startswith("#"):
                                 bare.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
     assert bare == []
+
+
+def test_every_module_is_in_the_tests_map():
+    """tests/README.md names each module of graft_cli/ with the tests that exercise it; a new module joins it."""
+    text = open(os.path.join(ROOT, "tests", "README.md"), encoding="utf-8").read()
+    listed = set(re.findall(r"^\| `([^`]+\.py)` \|", text, re.M))
+    mods = {os.path.relpath(os.path.join(d, f), os.path.join(ROOT, "graft_cli")).replace(os.sep, "/")
+            for d, _, fs in os.walk(os.path.join(ROOT, "graft_cli")) for f in fs
+            if f.endswith(".py") and f != "__init__.py"}
+    assert sorted(mods - listed) == [] and sorted(listed - mods) == []

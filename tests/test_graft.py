@@ -12,7 +12,6 @@ import math
 import os
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -657,12 +656,10 @@ def test_params_validation_is_one_line():
 
 # ------------------------------------------------------------------------------------- stored variant
 def _write_partner_log(run_dir, st: PolicyStep, step: int, seed: int = 0):
-    from graft_cli.train.loop import Trainer
+    from graft_cli.train.step_logs import StepLogs
 
-    fake = SimpleNamespace(step=step, out=str(run_dir),
-                           cfg=SimpleNamespace(run=SimpleNamespace(seed=seed, keep_rollouts=0)))
     st.rollouts.meta["extracted"] = [None] * len(st.rollouts)
-    Trainer.log_rollouts(fake, st)
+    StepLogs(str(run_dir), step, seed).rollouts(st)
 
 
 def _stored_cfg(run_dir, extra=()):

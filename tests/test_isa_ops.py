@@ -1,4 +1,4 @@
-"""benchmarks/isa_ops.py's comparison (issue 27): given two machines' per-module hashes it names the first module
+"""benchmarks/isa_ops.py's comparison: given two machines' per-module hashes it names the first module
 whose output differs in forward order, the gradients that differ and the first step whose loss differs; the
 environment specs parse as the build's workers get them. The tables below are written by hand."""
 

@@ -15,7 +15,7 @@ from graft_cli.eval import rescue as R
 from graft_cli.tiny import check as tiny_check
 from graft_cli.report import mechanism as M
 from graft_cli.rundir import read_jsonl
-from graft_cli.train.loop import peer_rows_per_prompt
+from graft_cli.train.step_logs import peer_rows_per_prompt
 
 
 def logs(rows):

@@ -1,4 +1,4 @@
-"""The three-model miniature (issue 15): who fills whose all-fail prompts (tiny_check.peer_fills) on a table worked by
+"""The three-model miniature: who fills whose all-fail prompts (tiny_check.peer_fills) on a table worked by
 hand, and the N-peer claims (report/npeer_claims.py) against values computed independently from the arrays."""
 
 from __future__ import annotations

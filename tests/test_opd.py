@@ -460,7 +460,7 @@ def _saf_compare():
 def test_saf_matches_the_released_formulas_on_random_inputs():
     """graft's registered functions (composed saf on saf_qwen3_4b) against the script's independent re-implementation
     of the released code: stages, schedule, IS placement, aggregation, KL statistic all within 1e-6; the settings
-    before issue 28 (IS before the fusion; token-mean) differ by far more, so the comparison can fail."""
+    of a wrong port (IS before the fusion; token-mean) differ by far more, so the comparison can fail."""
     S = _saf_compare()
     diffs = S.compare(cases=3, steps=6, seed=1)
     assert set(diffs) == {"grpo_advantage", "fused_advantage_with_is", "loss", "loss_gradient", "kl_statistic",

@@ -1,4 +1,4 @@
-"""One parameter check for every registered part, at config time (issue 30 item 3): a typo in a name or a parameter
+"""One parameter check for every registered part, at config time: a typo in a name or a parameter
 of any registry's part (controllers, exchanges, token advantages, loss masks, losses, rewards, engines, advantage
 estimators, IS corrections, minibatch orderings, handoff schedules) fails in `compose`, which the CLI runs before
 anything loads or is written, with one line naming the key; choice lists are the registries' names."""

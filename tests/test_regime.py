@@ -1,4 +1,4 @@
-"""Tiny pair v3's regime (issue 27): writing styles, the regime measurement, and the gate made visible."""
+"""Tiny pair v3's regime: writing styles, the regime measurement, and the gate made visible."""
 
 from __future__ import annotations
 

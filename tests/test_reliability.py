@@ -359,7 +359,7 @@ def test_two_identical_runs_write_byte_identical_run_directories(setup, referenc
 
 
 def test_steps_below_the_checkpoint_say_so_and_change_nothing(setup, reference, tmp_path):
-    """--steps smaller than the checkpoint's step on resume (issue 29 item 6): exit 0, one line saying there is
+    """--steps smaller than the checkpoint's step on resume: exit 0, one line saying there is
     nothing to train, the run directory's checkpoints and metrics untouched."""
     out = str(tmp_path / "runs")
     d = _copy_run(reference, out, "ref")

@@ -1,4 +1,4 @@
-"""Every `graft ablate` sweep renders its paper table (issue 28 item 20): each sweep's `--dry-run` plan
+"""Every `graft ablate` sweep renders its paper table: each sweep's `--dry-run` plan
 (experiments/sweep/*.yaml on the tiny pair, --steps 3) is composed run by run into the config.yaml training
 would write, given a made-up evaluation, and put through the report's grouping (`load_runs`, `build_tables`).
 Each sweep runs twice: as shipped, and with every run configured the other way round (a variant method written

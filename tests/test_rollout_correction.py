@@ -1,4 +1,4 @@
-"""Rollout correction beside TIS (issue 32 item 4): verl's rejection masks (token, sequence, geometric), the IcePop
+"""Rollout correction beside TIS: verl's rejection masks (token, sequence, geometric), the IcePop
 band, the per-token veto and the off-policy metrics, each against values worked by hand here."""
 
 import math

@@ -1,4 +1,4 @@
-"""A run is graded by its own reward wherever it is graded (issue 30 item 4): the trainer, validation during training
+"""A run is graded by its own reward wherever it is graded: the trainer, validation during training
 and `graft eval --run` all build their grader with ``reward.make_grader(cfg.reward)``, so a run whose reward is not
 math-verify is validated and evaluated with that reward (before, `graft eval --run` graded it with math-verify).
 

@@ -1,4 +1,4 @@
-"""The run directory's paths come from one module (graft_cli/rundir.py, issue 30 item 5): the layout its docstring
+"""The run directory's paths come from one module (graft_cli/rundir.py): the layout its docstring
 draws, written out here by hand."""
 
 from __future__ import annotations

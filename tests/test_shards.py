@@ -1,4 +1,4 @@
-"""Sharded checkpoints (issue 32 item 3; graft_cli/models/shards.py): boxes written by ranks, read back at another
+"""Sharded checkpoints (graft_cli/models/shards.py): boxes written by ranks, read back at another
 world size, assembled whole for export and evaluation; every malformed set refused in one line."""
 
 import json

@@ -1,4 +1,4 @@
-"""Shared prompts (issue 16): the rows of a GRPO group share one prompt, so its forward runs once.
+"""Shared prompts: the rows of a GRPO group share one prompt, so its forward runs once.
 
 - ``optim.shared_prefix`` (update and scoring): log-probs, entropies and gradients equal the full pass to float
   order; the micro-batch planner keeps a prompt's rows together within the token budget (a table of cases by

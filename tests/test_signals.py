@@ -1,4 +1,4 @@
-"""Stopping from outside, as a cluster scheduler does (issue 29 items 1-2): SIGTERM to `graft train` abandons the
+"""Stopping from outside, as a cluster scheduler does: SIGTERM to `graft train` abandons the
 step (or, with run.save_on_signal, finishes and checkpoints it) and exits 143 in one line; SIGTERM to a plan with
 two jobs stops every worker and reward process within 10 s; a plan whose parent is SIGKILLed loses its workers
 within seconds; every run resumes. Real processes on random tiny models (conftest); the slow group."""

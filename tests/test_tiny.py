@@ -1,4 +1,4 @@
-"""The embedded tiny pair and its synthetic task (issue 3).
+"""The embedded tiny pair and its synthetic task.
 
 A REDUCED build (tiny shapes, a few dozen SFT steps: seconds) exercises the same code path as the
 full one; the full build's targets are measured by ``graft tiny build --check``.

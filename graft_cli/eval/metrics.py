@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from graft_cli.batch import is_correct
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k for one problem with ``n`` samples, ``c`` correct: ``1 - C(n-c,k)/C(n,k)``.
@@ -39,7 +41,7 @@ def pass_at_k_run(correct: np.ndarray, k: int) -> float:
     """Mean over problems of the unbiased pass@k of one run; ``correct`` is ``(problems, samples)``."""
     correct = np.asarray(correct)
     n = correct.shape[1]
-    counts = (correct > 0.5).sum(axis=1)
+    counts = is_correct(correct).sum(axis=1)
     return float(np.mean([pass_at_k(n, int(c), k) for c in counts])) if len(counts) else math.nan
 
 

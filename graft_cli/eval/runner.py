@@ -314,13 +314,35 @@ def check_bench_runs(settings: EvalSettings, benches) -> None:
                          f"({', '.join(sorted(names))})")
 
 
-def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data: str | None = None,
-                 eval_dir: str | None = None, runs: int | None = None, samples: int | None = None,
-                 temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
-                 seed: int | None = None, device: str | None = None, workers: int | None = None,
-                 force: bool = False, progress: bool = True, console=None, tandem: bool | None = None,
-                 junior: str | None = None, rescue: bool | None = None, top_k: int | None = None,
-                 lcb_window=None, reuse_dir: str | None = None, bench_runs: dict | None = None) -> dict:
+@dataclasses.dataclass
+class RunEval:
+    """The options of ``graft eval --run`` (:func:`evaluate_run`); ``None`` takes the run's own setting."""
+
+    steps: object = None
+    policies: object = None
+    benchmarks: object = None
+    data: str | None = None
+    eval_dir: str | None = None
+    runs: int | None = None
+    samples: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_new_tokens: int | None = None
+    seed: int | None = None
+    device: str | None = None
+    workers: int | None = None
+    force: bool = False
+    progress: bool = True
+    tandem: bool | None = None
+    junior: str | None = None
+    rescue: bool | None = None
+    lcb_window: str | None = None
+    reuse_dir: str | None = None
+    bench_runs: dict | None = None
+
+
+def evaluate_run(run_dir: str, console=None, **options) -> dict:
     """``graft eval --run DIR``: evaluate the run's checkpoints (every policy; ``steps``: ``all`` complete
     checkpoints and the kept best weights (default), ``last``, ``best`` or a list) into
     ``<run>/eval/<policy>/step_NNNNNN/``; then the policy summaries and ``best.json``.
@@ -339,32 +361,54 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
     sampled again (:mod:`graft_cli.eval.reuse`). ``best.json`` is then recomputed
     by the run's selection (:func:`run_selection`: the validation's folders when they sample otherwise, e.g.
     Tandem RLVR's held-out pass@4). Returns policy -> step -> summary."""
-
+    o = RunEval(**options)
     console = console or make_console(stderr=True)
     cfg = load_run_config(run_dir)
     ec = cfg.eval
-    if lcb_window:
-        ec.lcb_window = lcb_window
-    settings = final_settings(cfg, runs, samples, temperature, top_p, max_new_tokens, seed, top_k, bench_runs)
+    if o.lcb_window:
+        ec.lcb_window = o.lcb_window
+    settings = final_settings(cfg, o.runs, o.samples, o.temperature, o.top_p, o.max_new_tokens, o.seed, o.top_k,
+                              o.bench_runs)
     settings.check()
     names = [p.name for p in cfg.policies if p.role == "train"]  # frozen models have no checkpoints
-    chosen = names if not policies else [p.strip() for p in (policies.split(",") if isinstance(policies, str)
-                                                             else policies)]
+    benchmarks = o.benchmarks
+    if not benchmarks and not o.data:
+        benchmarks = list(ec.final.benchmarks if ec.final.benchmarks is not None else ec.benchmarks) or None
+    benches = run_benches(cfg, benchmarks, o.data, o.eval_dir or ec.data_dir)
+    check_bench_runs(settings, benches)
+    jobs = _run_jobs(run_dir, names, o, console)
+    tandem = ec.tandem if o.tandem is None else o.tandem
+    ctx = _RunContext(run_dir, cfg, o, console, settings, eval_prompt_spec(cfg), benches,
+                      junior=run_junior(cfg, o.junior) if tandem else None)
+    ctx.prepare(jobs)  # refuse mismatched folders (and a junior of another vocabulary) before loading a model
+    rescue = ec.rescue if o.rescue is None else o.rescue
+    rescue_step = {p: max(s for q, s, _ in jobs if q == p) for p, _, _ in jobs} if rescue else {}
+    ctx.grader = run_graders(cfg, o.workers)
+    results: dict[str, dict[int, dict]] = {}
+    try:
+        with _progress(o.progress, console) as bar:
+            ctx.bar = bar
+            for p, s, folder in jobs:
+                results.setdefault(p, {})[s] = ctx.evaluate(p, s, folder, rescue_step.get(p) == s)
+    finally:
+        ctx.grader.close()
+    _report_run(run_dir, cfg, names, results, tandem, console)
+    return results
+
+
+def _run_jobs(run_dir: str, names: list[str], o: RunEval, console) -> list[tuple[str, int, str]]:
+    """The (policy, step, model folder) to evaluate: ``o.policies`` (default every trained policy) at ``o.steps``
+    (``all`` complete checkpoints and the kept best weights, ``last``, ``best`` or a list)."""
+    chosen = names if not o.policies else [p.strip() for p in (o.policies.split(",") if isinstance(o.policies, str)
+                                                               else o.policies)]
     for p in chosen:
         if p not in names:
             raise GraftError(f"{run_dir}: no policy {p!r}; policies: {', '.join(names)}")
-    if not benchmarks and not data:
-        benchmarks = list(ec.final.benchmarks if ec.final.benchmarks is not None else ec.benchmarks) or None
-    benches = run_benches(cfg, benchmarks, data, eval_dir or ec.data_dir)
-    check_bench_runs(settings, benches)
-    spec = eval_prompt_spec(cfg)
-    train_spec = PromptSpec.from_config(cfg.prompt)  # the rescue re-draw samples training prompts
-
     available = ckpt.valid_steps(checkpoints_dir(run_dir),  # each damaged checkpoint named, skipped
                                  lambda m: console.print(f"[yellow]warning[/]: {escape(m)}", soft_wrap=True))
     best_steps = {p: s for p in chosen if (s := best_folder_step(os.path.join(run_dir, "best", p))) is not None}
-    want = parse_steps(steps, available, best_steps)
-    jobs: list[tuple[str, int, str]] = []  # (policy, step, model folder)
+    want = parse_steps(o.steps, available, best_steps)
+    jobs: list[tuple[str, int, str]] = []
     for p in chosen:
         pol_steps = [best_steps[p]] if want == "best" and p in best_steps else ([] if want == "best" else want)
         for s in pol_steps:
@@ -373,72 +417,101 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
                 jobs.append((p, s, folder))
             elif best_steps.get(p) == s:
                 jobs.append((p, s, os.path.join(run_dir, "best", p)))
-            elif want not in ("best",) and steps not in (None, "", "all"):
+            elif want not in ("best",) and o.steps not in (None, "", "all"):
                 raise GraftError(f"{run_dir}: no complete checkpoint for policy {p!r} at step {s}; "
                                  f"complete: {', '.join(map(str, available)) or 'none'}")
     if not jobs:
         raise GraftError(f"{run_dir}: no checkpoint to evaluate (complete checkpoints: "
                          f"{', '.join(map(str, available)) or 'none'})")
-    tandem = ec.tandem if tandem is None else tandem
-    junior = run_junior(cfg, junior) if tandem else None
-    if tandem:
-        hsettings = TE.handoff_settings(settings, junior, ec.handoff_delimiter)
-        jtok = load_tokenizer(resolve_path(junior))
-    for p, s, folder in jobs:  # refuse mismatched folders (and a junior of another vocabulary) before loading a model
-        prepare_folder(eval_step_dir(run_dir, p, s), settings, spec, benches, force)
-        if tandem:
-            TE.check_junior(jtok, load_tokenizer(folder), junior, f"{p} step {s}")
-            prepare_folder(os.path.join(eval_step_dir(run_dir, p, s), TE.HANDOFF_DIR), hsettings, spec,
-                           benches, force)
-    jmodel = load_model(resolve_path(junior), cfg.run.dtype, device or cfg.run.device) if tandem else None
-    rescue = ec.rescue if rescue is None else rescue
-    rescue_step = {p: max(s for q, s, _ in jobs if q == p) for p, _, _ in jobs} if rescue else {}
-    grader = run_graders(cfg, workers)
-    results: dict[str, dict[int, dict]] = {}
-    try:
-        with _progress(progress, console) as bar:
-            for p, s, folder in jobs:
-                out_dir = eval_step_dir(run_dir, p, s)
-                tok = load_tokenizer(folder)
-                model = load_model(folder, cfg.run.dtype, device or cfg.run.device)
-                engine = make_engine(model, tok, *solo_engine(cfg.rollout.engine, cfg.rollout.engine_kwargs),
-                                      max_batch=cfg.rollout.max_batch)
-                ev = Evaluator(engine, tok, spec, settings, grader, bar, context_len=context_length(model),
-                               console=console)
-                label = f"{p} step {s} "
-                key = reuse.reuse_key(folder, out_dir, {
-                    "dtype": cfg.run.dtype, "device": str(device or cfg.run.device).split(":")[0],
-                    "engine": cfg.rollout.engine, "engine_kwargs": cfg.rollout.engine_kwargs,
-                    "max_batch": cfg.rollout.max_batch, "reward": cfg.reward}) if reuse_dir else None
-                with reuse.shared(reuse_dir, key, out_dir) as copied:
-                    if copied:
-                        console.print(f"{p} step {s}: {copied} evaluation file(s) of the same weights and settings "
-                                      f"reused from {reuse_dir}")
-                    task = bar.add_task(label, total=ev.todo(out_dir, benches))
-                    ev.evaluate(out_dir, benches, task=task, label=label)
-                summary = write_summary(out_dir, {"model": os.path.relpath(folder, run_dir), "policy": p, "step": s})
-                results.setdefault(p, {})[s] = summary
-                if tandem:
-                    hdir = os.path.join(out_dir, TE.HANDOFF_DIR)
-                    hev = Evaluator(TE.handoff_engine(model, tok, jmodel, ec.handoff_delimiter,
-                                                      dict(cfg.rollout.engine_kwargs), cfg.rollout.max_batch),
-                                    tok, spec, hsettings, grader, bar, context_len=context_length(model),
-                                    console=console)
-                    task = bar.add_task(label + "handoff ", total=hev.todo(hdir, benches))
-                    hev.evaluate(hdir, benches, task=task, label=label + "handoff ")
-                    hsum = write_summary(hdir, {"model": os.path.relpath(folder, run_dir), "policy": p, "step": s,
-                                                "junior": junior})
-                    leg = TE.legibility(jmodel, tok, spec, out_dir, os.path.join(out_dir, TE.LEGIBILITY_DIR),
-                                        benches, junior, cfg.optim.micro_batch_tokens, force)
-                    _print_result(console, f"{p} step {s} handoff", hsum)
-                    console.print(f"{p} step {s} legibility: junior CE {leg['macro_ce']:.4f} nats/token"
-                                  if leg["macro_ce"] is not None else f"{p} step {s} legibility: no tokens")
-                if rescue_step.get(p) == s:
-                    _evaluate_rescue(run_dir, cfg, p, out_dir, engine, model, tok, train_spec, grader, bar, console,
-                                     force)
-                del model, ev, engine
-    finally:
-        grader.close()
+    return jobs
+
+
+@dataclasses.dataclass
+class _RunContext:
+    """What every checkpoint of one :func:`evaluate_run` is evaluated with."""
+
+    run_dir: str
+    cfg: object
+    o: RunEval
+    console: object
+    settings: EvalSettings
+    spec: PromptSpec
+    benches: list
+    junior: str | None = None
+    grader: object = None
+    bar: object = None
+    hsettings: EvalSettings | None = None
+    jmodel: object = None
+
+    def prepare(self, jobs: list) -> None:
+        """Every output folder checked against its settings (the handoff's too, with a junior of the same
+        vocabulary), then the tandem junior loaded."""
+        cfg, o = self.cfg, self.o
+        if self.junior:
+            self.hsettings = TE.handoff_settings(self.settings, self.junior, cfg.eval.handoff_delimiter)
+            jtok = load_tokenizer(resolve_path(self.junior))
+        for p, s, folder in jobs:
+            prepare_folder(eval_step_dir(self.run_dir, p, s), self.settings, self.spec, self.benches, o.force)
+            if self.junior:
+                TE.check_junior(jtok, load_tokenizer(folder), self.junior, f"{p} step {s}")
+                prepare_folder(os.path.join(eval_step_dir(self.run_dir, p, s), TE.HANDOFF_DIR), self.hsettings,
+                               self.spec, self.benches, o.force)
+        if self.junior:
+            self.jmodel = load_model(resolve_path(self.junior), cfg.run.dtype, o.device or cfg.run.device)
+
+    def evaluate(self, p: str, s: int, folder: str, rescue: bool) -> dict:
+        """Policy ``p``'s checkpoint at step ``s`` (weights in ``folder``): sampled and graded into
+        ``eval/<p>/step_N/`` (or copied from the reuse store), its handoff and legibility (tandem), its rescue
+        re-draw (``rescue``); returns its summary."""
+        cfg, o, console, run_dir = self.cfg, self.o, self.console, self.run_dir
+        out_dir = eval_step_dir(run_dir, p, s)
+        tok = load_tokenizer(folder)
+        model = load_model(folder, cfg.run.dtype, o.device or cfg.run.device)
+        engine = make_engine(model, tok, *solo_engine(cfg.rollout.engine, cfg.rollout.engine_kwargs),
+                             max_batch=cfg.rollout.max_batch)
+        ev = Evaluator(engine, tok, self.spec, self.settings, self.grader, self.bar, context_len=context_length(model),
+                       console=console)
+        label = f"{p} step {s} "
+        key = reuse.reuse_key(folder, out_dir, {
+            "dtype": cfg.run.dtype, "device": str(o.device or cfg.run.device).split(":")[0],
+            "engine": cfg.rollout.engine, "engine_kwargs": cfg.rollout.engine_kwargs,
+            "max_batch": cfg.rollout.max_batch, "reward": cfg.reward}) if o.reuse_dir else None
+        with reuse.shared(o.reuse_dir, key, out_dir) as copied:
+            if copied:
+                console.print(f"{p} step {s}: {copied} evaluation file(s) of the same weights and settings "
+                              f"reused from {o.reuse_dir}")
+            task = self.bar.add_task(label, total=ev.todo(out_dir, self.benches))
+            ev.evaluate(out_dir, self.benches, task=task, label=label)
+        summary = write_summary(out_dir, {"model": os.path.relpath(folder, run_dir), "policy": p, "step": s})
+        if self.junior:
+            self.tandem(p, s, folder, model, tok, out_dir)
+        if rescue:
+            _evaluate_rescue(run_dir, cfg, p, out_dir, engine, model, tok, PromptSpec.from_config(cfg.prompt),
+                             self.grader, self.bar, console, o.force)
+        return summary
+
+    def tandem(self, p: str, s: int, folder: str, model, tok, out_dir: str) -> None:
+        """Tandem RLVR's handoff evaluation (the junior finishes what the checkpoint starts) and the junior's
+        legibility of the checkpoint's own answers."""
+        cfg, console, label = self.cfg, self.console, f"{p} step {s} "
+        hdir = os.path.join(out_dir, TE.HANDOFF_DIR)
+        hev = Evaluator(TE.handoff_engine(model, tok, self.jmodel, cfg.eval.handoff_delimiter,
+                                          dict(cfg.rollout.engine_kwargs), cfg.rollout.max_batch),
+                        tok, self.spec, self.hsettings, self.grader, self.bar, context_len=context_length(model),
+                        console=console)
+        task = self.bar.add_task(label + "handoff ", total=hev.todo(hdir, self.benches))
+        hev.evaluate(hdir, self.benches, task=task, label=label + "handoff ")
+        hsum = write_summary(hdir, {"model": os.path.relpath(folder, self.run_dir), "policy": p, "step": s,
+                                    "junior": self.junior})
+        leg = TE.legibility(self.jmodel, tok, self.spec, out_dir, os.path.join(out_dir, TE.LEGIBILITY_DIR),
+                            self.benches, self.junior, cfg.optim.micro_batch_tokens, self.o.force)
+        _print_result(console, f"{p} step {s} handoff", hsum)
+        console.print(f"{p} step {s} legibility: junior CE {leg['macro_ce']:.4f} nats/token"
+                      if leg["macro_ce"] is not None else f"{p} step {s} legibility: no tokens")
+
+
+def _report_run(run_dir: str, cfg, names: list[str], results: dict, tandem: bool, console) -> None:
+    """``best.json`` recomputed by the run's selection, the tandem pass@k plots, and every result printed."""
     sel = run_selection(cfg, run_dir)  # the validation's folders when it samples otherwise (validation_root)
     sel_root = os.path.join(run_dir, sel.root)
     best = update_best(run_dir, sorted(set(names) & set(os.listdir(sel_root) if os.path.isdir(sel_root) else [])),
@@ -456,7 +529,6 @@ def evaluate_run(run_dir: str, steps=None, policies=None, benchmarks=None, data:
             what = "avg" if sel.default else f"{sel.metric} on {', '.join(sel.benchmarks) or 'the average'}"
             console.print(f"{p}: best step {b['step']} ({what} {100 * b['score']:.2f})")
     console.print(f"eval results: {os.path.join(run_dir, 'eval')} (best steps: {os.path.join(run_dir, 'best.json')})")
-    return results
 
 
 def _evaluate_rescue(run_dir: str, cfg, policy: str, step_dir: str, engine, model, tok, spec, grader, bar,
@@ -493,39 +565,32 @@ def _evaluate_rescue(run_dir: str, cfg, policy: str, step_dir: str, engine, mode
     return summary
 
 
-def eval_main(run_dir: str | None = None, model: str | None = None, steps=None, policy=None, data=None,
-              benchmarks=None, eval_dir=None, pair=None, runs: int | None = None, samples=None, temperature=None,
-              top_p=None,
-              max_new_tokens=None, seed=None, out=None, dtype: str = "float32", device=None,
-              chat_template: str = "auto", workers=None, force: bool = False, progress: bool = True,
-              tandem: bool | None = None, junior: str | None = None, top_k: int | None = None, lcb_window=None,
-              bench_runs=None):
-    """The ``graft eval`` command: exactly one of ``run_dir`` / ``model``."""
+def eval_main(run_dir: str | None = None, model: str | None = None, out: str | None = None, pair: str | None = None,
+              dtype: str = "float32", chat_template: str = "auto", **options):
+    """The ``graft eval`` command: exactly one of ``run_dir`` / ``model``; ``options``: the fields of
+    :class:`RunEval` (``--run``; ``out``, ``pair``, ``dtype`` and ``chat_template`` are ``--model``'s own)."""
     if bool(run_dir) == bool(model):
         raise GraftError("give exactly one of --run DIR or --model PATH")
-    bench_runs = parse_bench_runs(bench_runs) if bench_runs is not None else None
+    o = RunEval(**options)
+    o.bench_runs = parse_bench_runs(o.bench_runs) if o.bench_runs is not None else None
     if run_dir:
         for opt, val in (("--out", out), ("--pair", pair)):
             if val:
                 raise GraftError(f"{opt} applies to --model only (a run writes into <run>/eval/; "
                                  f"its pair is in config.yaml)")
-        return evaluate_run(run_dir, steps=steps, policies=policy, benchmarks=benchmarks, data=data, eval_dir=eval_dir,
-                            runs=runs, samples=samples, temperature=temperature, top_p=top_p,
-                            max_new_tokens=max_new_tokens, seed=seed, device=device, workers=workers, force=force,
-                            progress=progress, tandem=tandem, junior=junior, top_k=top_k, lcb_window=lcb_window,
-                            bench_runs=bench_runs)
-    for opt, val in (("--steps", steps), ("--policy", policy), ("--tandem", tandem), ("--junior", junior)):
+        return evaluate_run(run_dir, **dataclasses.asdict(o))
+    for opt, val in (("--steps", o.steps), ("--policy", o.policies), ("--tandem", o.tandem),
+                     ("--junior", o.junior)):
         if val:
             raise GraftError(f"{opt} applies to --run only")
-
     d = EvalSettings()
-    settings = EvalSettings(runs=d.runs if runs is None else runs, samples=samples or d.samples,
-                            temperature=d.temperature if temperature is None else temperature,
-                            top_p=d.top_p if top_p is None else top_p,
-                            max_new_tokens=max_new_tokens or d.max_new_tokens,
-                            seed=d.seed if seed is None else seed, top_k=d.top_k if top_k is None else top_k,
-                            bench_runs=bench_runs or {})
-    return evaluate_model(model, out, benchmarks, data, eval_dir, pair, settings,
-                          PromptSpec(chat_template=chat_template), dtype, device or "auto",
-                          workers=2 if workers is None else workers, force=force, progress=progress,
-                          lcb_window=lcb_window)
+    settings = EvalSettings(runs=d.runs if o.runs is None else o.runs, samples=o.samples or d.samples,
+                            temperature=d.temperature if o.temperature is None else o.temperature,
+                            top_p=d.top_p if o.top_p is None else o.top_p,
+                            max_new_tokens=o.max_new_tokens or d.max_new_tokens,
+                            seed=d.seed if o.seed is None else o.seed, top_k=d.top_k if o.top_k is None else o.top_k,
+                            bench_runs=o.bench_runs or {})
+    return evaluate_model(model, out, o.benchmarks, o.data, o.eval_dir, pair, settings,
+                          PromptSpec(chat_template=chat_template), dtype, o.device or "auto",
+                          workers=2 if o.workers is None else o.workers, force=o.force, progress=o.progress,
+                          lcb_window=o.lcb_window)

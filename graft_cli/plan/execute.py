@@ -342,94 +342,124 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
             only: list[str] | None = None) -> list[dict]:
     """Run the plan into ``out``; returns one record per run (see :func:`record`). ``only``: run keys
     (``name-sSEED``) to restrict to (their partners must be finished or also listed)."""
-    console = console or make_console(stderr=True)
-    jobs = max(1, int(jobs or plan.jobs or 1))
+    ex = _Execution(plan, out, max(1, int(jobs or plan.jobs or 1)), progress, console or make_console(stderr=True))
+    runs = [r for r in plan.runs if not only or r.key in only]
     os.makedirs(out, exist_ok=True)
     t_start = time.time()
-    runs = [r for r in plan.runs if not only or r.key in only]
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    records: dict[str, dict] = {}
-    todo: list[PlanRun] = []
-    for r in runs:
-        d = plan.run_dir(r, out)
-        st = S.run_status(d, plan.steps)
-        ev = plan.eval_for(r)
-        ev_done = (not ev.enabled) or (st.finished and S.eval_done(d, ev.steps, ev.runs, ev.samples, ev.benchmarks,
-                                                                   ev.bench_runs))
-        records[r.key] = {"key": r.key, "name": r.name, "method": r.method, "seed": r.seed, "run": plan.run_name(r),
-                          "dir": d, "overrides": list(r.overrides), "partner": r.partner_key(),
-                          "status_before": st.label(), "trained": None, "evaluated": None, "error": None,
-                          "train_s": 0.0, "eval_s": 0.0, "_finished": st.finished}
-        if st.finished and ev_done:
-            records[r.key]["trained"] = "skipped (finished)"
-            records[r.key]["evaluated"] = "skipped (done)" if ev.enabled else "off"
-        else:
-            todo.append(r)
-    tiny = None
+    todo = ex.survey(runs)
     if todo and uses_tiny(plan, out):
-        tiny = tiny_identity(progress, code=uses_tiny(plan, out, "tiny_code"), roles=tiny_roles(plan, out))
-        prev = (load_results(out, plan.name) or {}).get("tiny")
-        if prev and (not same_models(prev.get("hashes"), tiny["hashes"])
-                     or prev.get("code_hashes", tiny.get("code_hashes")) != tiny.get("code_hashes")):
-            raise GraftError(f"{out}: its runs were made with another build of the tiny pair (manifest model hashes "
-                             f"differ from {tiny['cache']}); use a new --out")
-    console.print(f"plan {plan.name}: {len(runs)} runs, {len(runs) - len(todo)} already finished and evaluated, "
-                  f"{len(todo)} to do ({jobs} at a time) into {out}")
-    failed: set[str] = set()
+        ex.tiny = _tiny_of(plan, out, progress)
+    ex.console.print(f"plan {plan.name}: {len(runs)} runs, {len(runs) - len(todo)} already finished and evaluated, "
+                     f"{len(todo)} to do ({ex.jobs} at a time) into {out}")
+    ex.pending, ex.pending_keys = list(todo), {r.key for r in todo}
+    ex.run_inline() if ex.jobs == 1 else ex.run_parallel()
+    out_records = [measured_record(plan, r, ex.records[r.key]) for r in runs]
+    write_results(plan, out, out_records, time.time() - t_start, ex.tiny)
+    return out_records
 
-    def job_for(r: PlanRun, in_process: bool) -> dict:
-        d = plan.run_dir(r, out)
-        return {"overrides": plan.compose_overrides(r, out), "run_dir": d,
-                "finished": records[r.key]["_finished"], "eval": _eval_dict(plan, r),
-                "threads": None if in_process and jobs == 1 else threads,
+
+def _tiny_of(plan: Plan, out: str, progress: bool) -> dict:
+    """The tiny build the plan's runs use (built if missing), refused when ``out`` holds runs of another build."""
+    tiny = tiny_identity(progress, code=uses_tiny(plan, out, "tiny_code"), roles=tiny_roles(plan, out))
+    prev = (load_results(out, plan.name) or {}).get("tiny")
+    if prev and (not same_models(prev.get("hashes"), tiny["hashes"])
+                 or prev.get("code_hashes", tiny.get("code_hashes")) != tiny.get("code_hashes")):
+        raise GraftError(f"{out}: its runs were made with another build of the tiny pair (manifest model hashes "
+                         f"differ from {tiny['cache']}); use a new --out")
+    return tiny
+
+
+class _Execution:
+    """One :func:`execute`: the runs' records, the ones still pending, their partners, and the jobs (in this
+    process when ``jobs`` is 1, else worker processes)."""
+
+    def __init__(self, plan: Plan, out: str, jobs: int, progress: bool, console):
+        self.plan, self.out, self.jobs, self.progress, self.console = plan, out, jobs, progress, console
+        self.threads = max(1, (os.cpu_count() or 1) // jobs)
+        self.records: dict[str, dict] = {}
+        self.failed: set[str] = set()
+        self.pending: list[PlanRun] = []
+        self.pending_keys: set[str] = set()
+        self.tiny: dict | None = None
+
+    def survey(self, runs: list[PlanRun]) -> list[PlanRun]:
+        """Each run's record as found on disk; returns the runs still to train or evaluate."""
+        plan, todo = self.plan, []
+        for r in runs:
+            d = plan.run_dir(r, self.out)
+            st = S.run_status(d, plan.steps)
+            ev = plan.eval_for(r)
+            ev_done = (not ev.enabled) or (st.finished and S.eval_done(d, ev.steps, ev.runs, ev.samples,
+                                                                       ev.benchmarks, ev.bench_runs))
+            self.records[r.key] = {"key": r.key, "name": r.name, "method": r.method, "seed": r.seed,
+                                   "run": plan.run_name(r), "dir": d, "overrides": list(r.overrides),
+                                   "partner": r.partner_key(), "status_before": st.label(), "trained": None,
+                                   "evaluated": None, "error": None, "train_s": 0.0, "eval_s": 0.0,
+                                   "_finished": st.finished}
+            if st.finished and ev_done:
+                self.records[r.key]["trained"] = "skipped (finished)"
+                self.records[r.key]["evaluated"] = "skipped (done)" if ev.enabled else "off"
+            else:
+                todo.append(r)
+        return todo
+
+    def job_for(self, r: PlanRun, in_process: bool) -> dict:
+        plan, out = self.plan, self.out
+        return {"overrides": plan.compose_overrides(r, out), "run_dir": plan.run_dir(r, out),
+                "finished": self.records[r.key]["_finished"], "eval": _eval_dict(plan, r),
+                "threads": None if in_process and self.jobs == 1 else self.threads,
                 "log": None if in_process else os.path.join(out, "logs", f"{plan.run_name(r)}.log"),
-                "progress": progress and in_process, "tiny": tiny,
+                "progress": self.progress and in_process, "tiny": self.tiny,
                 "eval_reuse": os.path.join(out, EVAL_REUSE),  # another run's identical evaluation is copied
                 "parent_pid": None if in_process else os.getpid()}
 
-    def partner_state(r: PlanRun) -> str:
+    def partner_state(self, r: PlanRun) -> str:
         """ready: the partner run is finished on disk; wait: it is still to run; failed: neither."""
         pk = r.partner_key()
         if not pk:
             return "ready"
-        if pk in failed:
+        if pk in self.failed:
             return "failed"
-        if pk in pending_keys:
+        if pk in self.pending_keys:
             return "wait"
-        partner = plan.by_key()[pk]
-        return "ready" if S.run_status(plan.run_dir(partner, out), plan.steps).finished else "failed"
+        partner = self.plan.by_key()[pk]
+        return "ready" if S.run_status(self.plan.run_dir(partner, self.out), self.plan.steps).finished else "failed"
 
-    def finish(r: PlanRun, rec: dict, t0: float):
-        R = records[r.key]
+    def skip_for_partner(self, r: PlanRun) -> None:
+        self.records[r.key]["error"] = f"partner {r.partner_key()} failed or missing"
+        self.failed.add(r.key)
+        self.pending_keys.discard(r.key)
+        self.console.print(f"[red]skipped[/] {self.plan.run_name(r)}: partner {r.partner_key()} failed")
+
+    def finish(self, r: PlanRun, rec: dict, t0: float) -> None:
+        R = self.records[r.key]
         R.update({k: rec[k] for k in ("trained", "evaluated", "error", "train_s", "eval_s")})
         if R["trained"] is None:
             R["trained"] = "skipped (finished)" if R["_finished"] else "not trained"
         R["wall_s"] = time.time() - t0
         if rec["error"]:
-            failed.add(r.key)
-            console.print(f"[red]failed[/] {plan.run_name(r)}: {rec['error']}"
-                          + (f" (log: {job_for(r, False)['log']})" if jobs > 1 else ""))
+            self.failed.add(r.key)
+            self.console.print(f"[red]failed[/] {self.plan.run_name(r)}: {rec['error']}"
+                               + (f" (log: {self.job_for(r, False)['log']})" if self.jobs > 1 else ""))
         else:
-            console.print(f"done {plan.run_name(r)}: train {R['trained']} ({R['train_s']:.0f}s), eval "
-                          f"{R['evaluated']} ({R['eval_s']:.0f}s)")
+            self.console.print(f"done {self.plan.run_name(r)}: train {R['trained']} ({R['train_s']:.0f}s), eval "
+                               f"{R['evaluated']} ({R['eval_s']:.0f}s)")
 
-    pending = list(todo)
-    pending_keys = {r.key for r in pending}
-    if jobs == 1:
-        for r in pending:
-            ps = partner_state(r)
-            if ps == "failed":
-                records[r.key]["error"] = f"partner {r.partner_key()} failed or missing"
-                failed.add(r.key)
-                console.print(f"[red]skipped[/] {plan.run_name(r)}: partner {r.partner_key()} failed")
-                pending_keys.discard(r.key)
+    def run_inline(self) -> None:
+        """One run at a time, in this process, in plan order."""
+        for r in self.pending:
+            if self.partner_state(r) == "failed":
+                self.skip_for_partner(r)
                 continue
-            console.print(f"run {plan.run_name(r)} ({records[r.key]['status_before']})")
+            self.console.print(f"run {self.plan.run_name(r)} ({self.records[r.key]['status_before']})")
             t0 = time.time()
-            rec = run_job(job_for(r, True))
-            pending_keys.discard(r.key)
-            finish(r, rec, t0)
-    else:
+            rec = run_job(self.job_for(r, True))
+            self.pending_keys.discard(r.key)
+            self.finish(r, rec, t0)
+
+    def run_parallel(self) -> None:
+        """``jobs`` worker processes (one run each, then replaced), a run started when its partner is finished;
+        SIGTERM / SIGINT stop the workers and end with one line saying what resumes."""
         running: dict = {}
 
         def on_signal(signum, frame):
@@ -437,61 +467,58 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
 
         old_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)} \
             if threading.current_thread() is threading.main_thread() else {}
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1)
+        pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1)
         stopping = False
         try:
-            while pending or running:
-                for r in list(pending):
-                    if len(running) >= jobs:
-                        break
-                    ps = partner_state(r)
-                    if ps == "wait":
-                        continue
-                    pending.remove(r)
-                    if ps == "failed":
-                        records[r.key]["error"] = f"partner {r.partner_key()} failed or missing"
-                        failed.add(r.key)
-                        pending_keys.discard(r.key)
-                        console.print(f"[red]skipped[/] {plan.run_name(r)}: partner {r.partner_key()} failed")
-                        continue
-                    console.print(f"start {plan.run_name(r)} ({records[r.key]['status_before']}); "
-                                  f"log {job_for(r, False)['log']}")
-                    running[pool.submit(run_job, job_for(r, False))] = (r, time.time())
+            while self.pending or running:
+                self.start_ready(pool, running)
                 if not running:
-                    if pending:  # only runs waiting on partners that will never come
-                        for r in pending:
-                            records[r.key]["error"] = f"partner {r.partner_key()} never finished"
-                            failed.add(r.key)
-                        pending.clear()
+                    for r in self.pending:  # only runs waiting on partners that will never come
+                        self.records[r.key]["error"] = f"partner {r.partner_key()} never finished"
+                        self.failed.add(r.key)
+                    self.pending.clear()
                     break
                 done, _ = wait(list(running), return_when=FIRST_COMPLETED)
                 for fut in done:
                     r, t0 = running.pop(fut)
-                    pending_keys.discard(r.key)
+                    self.pending_keys.discard(r.key)
                     try:
                         rec = fut.result()
                     except Exception as e:  # a worker that died (e.g. killed for memory)
                         rec = {"trained": None, "train_s": 0.0, "evaluated": None, "eval_s": 0.0,
                                "error": f"worker died: {type(e).__name__}: {e}"}
-                    finish(r, rec, t0)
+                    self.finish(r, rec, t0)
         except _PlanStop as e:
             stopping = True
             procs = dict(getattr(pool, "_processes", None) or {})  # the workers (private, but the only handle)
             killed = stop_workers(procs)
             pool.shutdown(wait=False, cancel_futures=True)
             name = signal.Signals(e.args[0]).name if e.args else "a signal"
-            raise Stopped(f"plan {plan.name} stopped by {name}: {len(running)} running run(s) interrupted"
+            raise Stopped(f"plan {self.plan.name} stopped by {name}: {len(running)} running run(s) interrupted"
                           + (f" ({len(killed)} needed SIGKILL)" if killed else "")
-                          + f", {len(pending)} not started; each resumes from its last checkpoint: rerun the same "
-                            f"command to continue") from None
+                          + f", {len(self.pending)} not started; each resumes from its last checkpoint: rerun the "
+                            f"same command to continue") from None
         finally:
             for sig, h in old_handlers.items():
                 signal.signal(sig, h)
             if not stopping:
                 pool.shutdown(wait=True)
-    out_records = [measured_record(plan, r, records[r.key]) for r in runs]
-    write_results(plan, out, out_records, time.time() - t_start, tiny)
-    return out_records
+
+    def start_ready(self, pool, running: dict) -> None:
+        """Submit pending runs whose partner is ready, up to ``jobs`` running."""
+        for r in list(self.pending):
+            if len(running) >= self.jobs:
+                break
+            ps = self.partner_state(r)
+            if ps == "wait":
+                continue
+            self.pending.remove(r)
+            if ps == "failed":
+                self.skip_for_partner(r)
+                continue
+            self.console.print(f"start {self.plan.run_name(r)} ({self.records[r.key]['status_before']}); "
+                               f"log {self.job_for(r, False)['log']}")
+            running[pool.submit(run_job, self.job_for(r, False))] = (r, time.time())
 
 
 def measured_record(plan: Plan, r: PlanRun, rec: dict) -> dict:

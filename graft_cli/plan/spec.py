@@ -351,46 +351,16 @@ def build_plan(raw: dict, pair: str | None = None, source: str = "", seeds=None,
         raise GraftError(f"{where}: slurm must be a mapping")
     for i, e in enumerate(entries):
         w = f"{where}: runs[{i}]"
-        if not isinstance(e, dict):
-            raise GraftError(f"{w}: expected a mapping with name and method")
-        bad = sorted(set(e) - set(RUN_KEYS))
-        if bad:
-            raise GraftError(f"{w}: unknown key {bad[0]!r}; known: {', '.join(RUN_KEYS)}")
-        rname = str(e.get("name") or e.get("method") or "")
-        method = str(e.get("method") or rname)
-        if not rname or not NAME_RE.match(rname):
-            raise GraftError(f"{w}: name {rname!r}: letters, digits, '_', '-', '.' only")
-        ov = tuple(parse_overrides(e.get("overrides"), w))
-        partner = None
-        if e.get("partner") is not None:
-            p = e["partner"]
-            if not isinstance(p, dict) or "run" not in p or "policy" not in p or set(p) - {"run", "policy", "pair"}:
-                raise GraftError(f"{w}: partner must be {{run: NAME, policy: POLICY}} (and optionally pair: P)")
-            partner = (str(p["run"]), str(p["policy"]), None if p.get("pair") is None else str(p["pair"]))
-        entry_pair = None if e.get("pair") is None else str(e["pair"])
-        res_raw = e.get("resources")
-        parse_resources(res_raw, base=plan_res, where=f"{w}: resources")  # validated here, applied per run
-        res_over = tuple((res_raw or {}).items())
-        # command-line seeds replace every entry's seeds; else the entry's, else the plan's
-        run_seeds = default_seeds if seeds else (parse_seeds(e["seeds"], f"{w}: seeds") if "seeds" in e
-                                                 else default_seeds)
-        ev_raw = e.get("eval")
-        if ev_raw is not None:
-            if not isinstance(ev_raw, dict):
-                raise GraftError(f"{w}: eval must be a mapping (keys {', '.join(EVAL_KEYS)})")
-            parse_eval(ev_raw, where=f"{w}: eval")  # validated here, applied on top of the plan's eval
-        ev_over = tuple((str(k), tuple(v) if isinstance(v, list) else v) for k, v in (ev_raw or {}).items())
-        for s in run_seeds:
-            r = PlanRun(rname, method, s, ov, partner, str(e.get("note") or ""), ev_over, entry_pair, res_over)
-            dir_name = f"{entry_pair if entry_pair is not None else pair}-{rname}-s{s}"
+        for r in _entry_runs(e, w, plan_res, default_seeds, bool(seeds)):
+            dir_name = f"{r.pair if r.pair is not None else pair}-{r.name}-s{r.seed}"
             if r.key in seen or dir_name in dirs:
-                raise GraftError(f"{w}: run {rname!r} seed {s} is listed twice")
+                raise GraftError(f"{w}: run {r.name!r} seed {r.seed} is listed twice")
             dirs.add(dir_name)
             # a name means one configuration: the same method/overrides/eval everywhere, the same partner per pair
-            for x in (x for x in seen.values() if x.name == rname):
-                if (x.method, x.overrides, x.eval_over) != (method, ov, ev_over) or (
-                        x.pair == entry_pair and x.partner != partner):
-                    raise GraftError(f"{w}: run name {rname!r} is used with different method/overrides/partner/eval")
+            for x in (x for x in seen.values() if x.name == r.name):
+                if (x.method, x.overrides, x.eval_over) != (r.method, r.overrides, r.eval_over) or (
+                        x.pair == r.pair and x.partner != r.partner):
+                    raise GraftError(f"{w}: run name {r.name!r} is used with different method/overrides/partner/eval")
             seen[r.key] = r
             expanded.append(r)
     ordered = order_runs(expanded, where)
@@ -399,6 +369,41 @@ def build_plan(raw: dict, pair: str | None = None, source: str = "", seeds=None,
                 overrides=parse_overrides(raw.get("overrides"), f"{where}: overrides"), eval=ev, jobs=jobs,
                 claims=dict(raw.get("claims") or {}), description=str(raw.get("description") or ""), source=source,
                 resources=plan_res, slurm=dict(slurm))
+
+
+def _entry_runs(e, w: str, plan_res, default_seeds: list, cli_seeds: bool) -> list[PlanRun]:
+    """One ``runs:`` entry checked (its keys, name, overrides, partner, pair, resources, eval) and expanded into a
+    run per seed (command-line seeds replace every entry's; else the entry's, else the plan's)."""
+    if not isinstance(e, dict):
+        raise GraftError(f"{w}: expected a mapping with name and method")
+    bad = sorted(set(e) - set(RUN_KEYS))
+    if bad:
+        raise GraftError(f"{w}: unknown key {bad[0]!r}; known: {', '.join(RUN_KEYS)}")
+    rname = str(e.get("name") or e.get("method") or "")
+    method = str(e.get("method") or rname)
+    if not rname or not NAME_RE.match(rname):
+        raise GraftError(f"{w}: name {rname!r}: letters, digits, '_', '-', '.' only")
+    ov = tuple(parse_overrides(e.get("overrides"), w))
+    partner = None
+    if e.get("partner") is not None:
+        p = e["partner"]
+        if not isinstance(p, dict) or "run" not in p or "policy" not in p or set(p) - {"run", "policy", "pair"}:
+            raise GraftError(f"{w}: partner must be {{run: NAME, policy: POLICY}} (and optionally pair: P)")
+        partner = (str(p["run"]), str(p["policy"]), None if p.get("pair") is None else str(p["pair"]))
+    entry_pair = None if e.get("pair") is None else str(e["pair"])
+    res_raw = e.get("resources")
+    parse_resources(res_raw, base=plan_res, where=f"{w}: resources")  # validated here, applied per run
+    res_over = tuple((res_raw or {}).items())
+    run_seeds = default_seeds if cli_seeds else (parse_seeds(e["seeds"], f"{w}: seeds") if "seeds" in e
+                                                 else default_seeds)
+    ev_raw = e.get("eval")
+    if ev_raw is not None:
+        if not isinstance(ev_raw, dict):
+            raise GraftError(f"{w}: eval must be a mapping (keys {', '.join(EVAL_KEYS)})")
+        parse_eval(ev_raw, where=f"{w}: eval")  # validated here, applied on top of the plan's eval
+    ev_over = tuple((str(k), tuple(v) if isinstance(v, list) else v) for k, v in (ev_raw or {}).items())
+    return [PlanRun(rname, method, s, ov, partner, str(e.get("note") or ""), ev_over, entry_pair, res_over)
+            for s in run_seeds]
 
 
 def order_runs(runs: list[PlanRun], where: str = "plan") -> list[PlanRun]:

@@ -1,5 +1,5 @@
-"""``graft tiny rl-check``: does RL move the tiny pair? (issue 3 target: GRPO n=8 for <= 80 steps raises
-each model's held-out mean pass@1 by >= 3 points over its base).
+"""``graft tiny rl-check``: does RL move the tiny pair? (The target: GRPO n=8 for <= 80 steps raises each
+model's held-out mean pass@1 by >= 3 points over its base.)
 
 The check is a command, not a test, because it takes minutes: it trains one run of the pair with the
 chosen method (default GRPO n=8, the tiny pair's default batch), then evaluates each policy's base

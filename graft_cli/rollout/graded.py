@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graft_cli.batch import Rollouts
+from graft_cli.batch import Rollouts, is_correct
 from graft_cli.rollout.base import SamplingParams
 
 
@@ -32,8 +32,8 @@ class Graded:
 
     @property
     def k(self) -> np.ndarray:
-        """Correct responses per prompt (reward > 0.5), shape ``(prompts,)``."""
-        return (np.asarray(self.rewards).reshape(-1, self.n) > 0.5).sum(1)
+        """Correct responses per prompt (:func:`~graft_cli.batch.is_correct`), shape ``(prompts,)``."""
+        return is_correct(np.asarray(self.rewards).reshape(-1, self.n)).sum(1)
 
 
 def sample_and_grade(engine, prompt_ids: list[list[int]], golds: list, params: SamplingParams, grader) -> Graded:

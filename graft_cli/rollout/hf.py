@@ -24,7 +24,7 @@ Three speed options (``rollout.engine_kwargs``), on by default where they change
   generator seeded with (seed, r) where r is the row's index in the prompt-major flat list, and takes the token
   by inverse CDF, o_t = min{v : Σ_{w ≤ v} p(w) > u_{r,t} Σ_w p(w)}. A row's samples then depend on its own
   logits only, not on which other rows share its batch (``max_batch`` no longer changes the samples either).
-  ``sampler: batch`` is one ``torch.multinomial`` stream over the batch (graft before 2026-12-02).
+  ``sampler: batch`` is one ``torch.multinomial`` stream over the batch.
 * ``compact`` (``auto`` = on with per-row streams and the dynamic cache; needs both): rows that ended on EOS
   leave the decode batch (their KV cache rows, mask and positions are dropped) once a quarter of the live rows
   have ended, so the remaining steps cost only what the unfinished rows need. With per-row streams the samples

@@ -1,4 +1,4 @@
-"""The tiny code models (issue 31 item 4): SAF-OPD's code domain on a CPU, built the way the arithmetic pair is.
+"""The tiny code models: SAF-OPD's code domain on a CPU, built the way the arithmetic pair is.
 
 ``tiny_code:<name>`` (a model source, :data:`graft_cli.models.loading.MODEL_SOURCES`) resolves, building on first
 use into ``<tiny cache>/code/`` with its own ``manifest.json`` (the arithmetic pair's cache and hashes are not

@@ -1,4 +1,4 @@
-"""The tiny pair's regime, measured before any RL (issue 27): do the two models write differently, and can
+"""The tiny pair's regime, measured before any RL: do the two models write differently, and can
 GRAFT's gate pass what carries each model's missing skill?
 
 ``graft tiny build --check`` samples groups of ``n`` from each peer on a fixed prompt set and hands them to
@@ -22,7 +22,8 @@ retokenize`, X's EOS appended when Y ended with EOS and excluded from the mean),
 temperature under X's own prompt encoding, over Y's *sampler* log-probs with the terminal EOS excluded
 (``peer_logprobs: sampler``, the default).
 
-The targets (:data:`REGIME_TARGETS`) were fixed before any study of the v3 pair ran (issue 27's list).
+The targets (:data:`REGIME_TARGETS`) were fixed before any study of a pair in this regime ran
+(docs/tiny_pair.md).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class Stage:
 # The skill mixes (module docstring, "Structural complementarity"): each model's blind family at 0.01.
 _A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.01}
 _B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.01, "mul": 1.0, "two": 1.0, "frac": 1.6}
-# v3 (issue 27; Recipe.v3): weak, not blind, families
+# v3 (Recipe.v3): weak, not blind, families
 # v3: a is weak at two-step expressions (precedence, brackets: a plan of one word, "multiply first", that a peer's
 # worked steps make easy to follow), b at linear equations; each trained well on the other's weak family
 _A3_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.05, "frac": 0.6}
@@ -66,7 +66,7 @@ _B3_FAMS = {**_B_FAMS, "lin": 0.11}
 # family after its blind one) and well on fractions (a's blind family), so each model's all-fail prompts are
 # filled by two peers, some by one of them only
 _C_FAMS = {"add": 1.0, "sub": 1.6, "lin": 0.6, "mul": 0.01, "two": 0.6, "frac": 1.0}
-# v3 (issue 27): each model writes its own style (graft_cli.data.synthetic.STYLES) and sees a little of its
+# v3: each model writes its own style (graft_cli.data.synthetic.STYLES) and sees a little of its
 # peers'; the teacher and junior are a's (its style).
 _V3_OWN_STYLES = {"a": "prose", "b": "steps", "c": "words", "teacher": "prose", "junior": "prose"}
 _A_STYLES = {"prose": 0.97, "steps": 0.03}
@@ -75,10 +75,10 @@ _C_STYLES = {"words": 0.95, "prose": 0.025, "steps": 0.025}
 _V3_TOKENIZER_STYLES = ("prose", "steps", "words")
 # The v3 teacher: a's SFT continued on a balanced, harder mix, its logits then scaled x4 (sharpen): an instruct-like
 # teacher, confident where its student is unsure. Calibrated on build 5's teacher and junior against SAF-OPD's regime
-# (issue 28 item 18: OPD advantages >= 5x GRPO's): mean |A_OPD| / mean |A_GRPO| over the junior's samples was 1.4 as
+# (OPD advantages >= 5x GRPO's): mean |A_OPD| / mean |A_GRPO| over the junior's samples was 1.4 as
 # trained, 3.2 / 4.9 / 8.5 with the logits x2 / x3 / x5.
 _V3_TEACHER_SHARPEN = 4.0
-# v4 (issue 27): the share of the students' SFT solutions with a final-step slip. At T = 0.6 a last digit learnt as
+# v4: the share of the students' SFT solutions with a final-step slip. At T = 0.6 a last digit learnt as
 # 0.6 / 0.2 / 0.2 samples the slip ~24% of the time (0.2^(1/0.6) x 2 over the sum): room for GRPO to gain points
 # on every family, which v3 (systematic errors) did not leave.
 _V4_SLIP = 0.4
@@ -87,13 +87,13 @@ _V4_SLIP = 0.4
 # fell to 0.11, target >= 0.15)
 _A4_FAMS = {**_A3_FAMS, "two": 0.08}
 _B4_FAMS = {**_B3_FAMS, "lin": 0.14}
-# v5 (issue 27, 2026-12-04): v4 built on an AMD AVX2 CPU (other float kernels than the Intel AVX-512 build the v4
+# v5: v4 built on an AMD AVX2 CPU (other float kernels than the Intel AVX-512 build the v4
 # weights were calibrated on) missed one target by 0.011: a's weak-family admission 0.189 (Intel 0.223; target
 # >= 0.20). The builds cannot be made bit-identical across CPU types at speed (MKL_CBWR=COMPATIBLE, the only pin
 # measured to make a and b agree, makes the GEMMs ~3x slower: docs/tiny_pair.md), so v5 gives the target a margin
 # instead: a's two-step weight 0.10 (v4 build 1 -> 2: 0.05 -> 0.08 moved the admission 0.05 -> 0.22).
 _A5_FAMS = {**_A4_FAMS, "two": 0.10}
-# v6 (issue 27): b's SFT steps, so b (the pair's longer job: its responses are ~13% longer than a's) trains in
+# v6: b's SFT steps, so b (the pair's longer job: its responses are ~13% longer than a's) trains in
 # ~260 s of a core beside a's job (0.368 s per ffd-packed step, measured two workers side by side)
 _V6_B_STEPS = 700
 _PACK = 128  # v3's SFT packs each batch into rows of 128 tokens (sft_batch_packed): the padded loss, less work
@@ -147,13 +147,13 @@ class Recipe:
 
     @classmethod
     def full(cls) -> Recipe:
-        """The v2 pair (the default until 2026-12-03; ``GRAFT_TINY_RECIPE=v2``): one writing style, blind families
+        """The v2 pair (``GRAFT_TINY_RECIPE=v2``): one writing style, blind families
         (weight 0.01); :meth:`reduced` and the tests' builds start from it."""
         return cls()
 
     @classmethod
     def v3(cls) -> Recipe:
-        """Tiny pair v3 (issue 27): each model writes its own style (a prose, b steps, c words; the
+        """Tiny pair v3: each model writes its own style (a prose, b steps, c words; the
         teacher and junior a's), sees 3-5% of its peers', and has a weak (not blind) family (a: two-step expressions,
         b: linear equations); a's tokenizer splits words as Qwen's does; SFT packed; the teacher sharpened. Build 7
         (seed 0) meets every regime target (docs/tiny_pair.md)."""
@@ -168,7 +168,7 @@ class Recipe:
 
     @classmethod
     def v4(cls) -> Recipe:
-        """Tiny pair v4 (issue 27): v3 whose pair (``a``, ``b``; the junior is a snapshot of ``a``) is trained with
+        """Tiny pair v4: v3 whose pair (``a``, ``b``; the junior is a snapshot of ``a``) is trained with
         :data:`_V4_SLIP` of its solutions slipped in the last computation (:func:`graft_cli.data.synthetic.slip`)
         and slightly stronger weak families; the teacher continues ``a`` on clean solutions, ``c`` is v3's. v3's base
         models err systematically at T = 0.6 and GRPO moved their held-out pass@1 by +0.2 to +2.2 points in 40-200
@@ -182,7 +182,7 @@ class Recipe:
 
     @classmethod
     def v5(cls) -> Recipe:
-        """Tiny pair v5 (issue 27): v4 with ``a``'s weak family (two-step expressions) at weight :data:`_A5_FAMS`
+        """Tiny pair v5: v4 with ``a``'s weak family (two-step expressions) at weight :data:`_A5_FAMS`
         0.10 (v4: 0.08), so its weak-family gate admission clears the target on CPU types other than the one v4 was
         calibrated on (v4 on an AMD AVX2 CPU: 0.189, target >= 0.20). Everything else is v4's."""
         v4 = cls.v4()
@@ -190,7 +190,7 @@ class Recipe:
 
     @classmethod
     def v6(cls) -> Recipe:
-        """Tiny pair v6 (issue 27, 2026-12-05): v5 built in less time. Every stage packs its rows first-fit
+        """Tiny pair v6 (the default): v5 built in less time. Every stage packs its rows first-fit
         decreasing (:func:`first_fit_decreasing`; same examples, same loss, 9% / 13% less SFT time per step for a /
         b, two workers side by side on an AMD EPYC) and b trains :data:`_V6_B_STEPS` steps (v5: 780), so the pair
         (a with its junior snapshot, and b) builds in <= 300 s on 2 cores (v5: ~331 s of b alone); the skills,
@@ -249,10 +249,9 @@ _STAGE_ADDED = {"pack_order": "greedy"}  # Stage fields added after v5 -> their 
 
 
 def default_recipe() -> Recipe:
-    """``$GRAFT_TINY_RECIPE`` (default ``v6``, the pair in the GRAFT paper's regime with room for RL, v5's built in
-    less time; ``v5`` the pair of the studies published on 2026-12-04, ``v4``
-    its predecessor; ``v3`` the pair of the SAF-OPD and Tandem RLVR studies published on 2026-12-03, ``v2`` that of
-    the studies published before): the recipe :func:`build_tiny` / :func:`ensure_tiny` build."""
+    """``$GRAFT_TINY_RECIPE`` (default ``v6``, the pair in the GRAFT paper's regime with room for RL; the others
+    are the recipes v6 grew from, kept buildable so that a result made on one can be re-made: which study used which
+    is in docs/tiny_pair.md and each study's README): the recipe :func:`build_tiny` / :func:`ensure_tiny` build."""
     return Recipe.named(os.environ.get("GRAFT_TINY_RECIPE") or "v6")
 
 

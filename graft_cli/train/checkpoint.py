@@ -376,6 +376,32 @@ def load_optimizer_state(path: str) -> dict:
 EXPORT_SKIP = ("optimizer.pt",)  # the trainer's state; an exported folder is what from_pretrained needs
 
 
+def read_policy_states(path: str, policies: dict) -> dict:
+    """Every policy's saved state in checkpoint ``path``, read without touching the policies: ``name ->
+    (model state, optimizer state, kind)``, kind ``sharded`` (this rank's part, on any world size: the shards'
+    boxes re-cut), ``adapter`` (a LoRA policy's adapter; its base was checked against the checkpoint's record)
+    or ``full``. Raises what a damaged file raises; the caller skips that checkpoint."""
+    # lazy: transformers is slow to import
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    loaded = {}
+    for name, pol in policies.items():
+        d = os.path.join(path, name)
+        if shards.is_sharded(d):
+            reader = shards.ShardReader(d)
+            loaded[name] = (shards.read_model(reader, pol.model),
+                            shards.read_optimizer(reader, pol.model, pol.optimizer), "sharded")
+            continue
+        osd = load_optimizer_state(os.path.join(d, "optimizer.pt"))
+        if pol.base_sha256 is not None:
+            loaded[name] = (load_file(os.path.join(d, lora.ADAPTER_WEIGHTS)), osd, "adapter")
+            continue
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=next(pol.model.parameters()).dtype)
+        loaded[name] = (model.state_dict(), osd, "full")
+    return loaded
+
+
 def export(run_dir: str, out: str, step: int | None = None, policies: list | None = None,
            merge: bool = False) -> dict[str, str]:
     """Copy the policies of one verified checkpoint of ``run_dir`` into Hugging Face folders ``out/<policy>/``

@@ -1,23 +1,21 @@
 """The training loop for N >= 1 policies sharing each prompt batch (README.md, "How a step works").
 
-    prompts -> per policy: rollout -> reward -> advantages      (+ per stored source: its logged step)
-            -> exchange.select (registered; "none" = independent GRPO)
-            -> per policy: old log-probs (one no-grad pass) -> exchange.admit
-                           -> frozen models' scorers -> loss mask -> token advantages (registered)
-                           -> minibatch schedule -> loss (registered) -> optimizer step
-            -> controllers observe the step; metrics.jsonl, rollouts/<policy>/step_N.parquet, checkpoints
+    collect     every trained policy samples the step's prompts, grades them, takes group advantages
+                (+ each stored source's logged step)                                  train/collect.py
+    exchange    exchange.select builds each policy's batch ("none" = independent GRPO)   algorithms/exchange/
+    per policy  score (old log-probs) -> exchange.admit -> frozen models' columns      train/scoring.py
+                -> token signals -> update (minibatches, loss, optimizer) -> sync       train/update.py
+    after       controllers observe the step; rollout and exchange logs                train/step_logs.py
 
-Everything method-specific is looked up by name from the config; nothing here branches on a method, and
-the loss inputs are built from the TrainBatch's columns only. This module holds the :class:`Trainer` (its state,
-resume, and one step: :meth:`Trainer.train_step`); its parts live beside it: loading the models and the checks
-before anything loads (train/setup.py), one policy's update (train/update.py), seconds and peak memory per phase
-(train/phases.py), and the run driver :func:`graft_cli.train.run.train` (run directory, lock, resume check, the
-step loop, checkpoints and hooks).
+Everything method-specific is looked up by name from the config; nothing here branches on a method, and the loss
+inputs are built from the TrainBatch's columns only. This module holds the :class:`Trainer`: its state, resume,
+and one step (:meth:`Trainer.train_step`, :meth:`Trainer.train_one`); loading the models and the checks before
+anything loads are train/setup.py's; the run driver :func:`graft_cli.train.run.train` holds the run directory,
+lock, resume check, the step loop, checkpoints and hooks.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -25,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from rich.markup import escape
-from safetensors.torch import load_file
 
 from graft_cli import config as C
 from graft_cli import faults
@@ -39,7 +36,7 @@ from graft_cli.data.problems import Problem, load_problems, split_holdout
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
-from graft_cli.models import lora, shards
+from graft_cli.models import shards
 from graft_cli.models.loading import resolve_path
 from graft_cli.reward import make_grader, started
 from graft_cli.rollout import SamplingParams
@@ -47,11 +44,8 @@ from graft_cli.rundir import (
     MetricsLog,
     best_path,
     checkpoints_dir,
-    exchange_log_path,
     metrics_path,
     read_json_or_none,
-    rollout_log_path,
-    write_parquet,
 )
 from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
@@ -62,6 +56,7 @@ from graft_cli.train.hooks import StepView
 from graft_cli.train.scoring import logprob_gap, old_logprobs, score_frozen, score_logprobs, score_settings
 from graft_cli.train.setup import base_frozen, build_frozen, build_policy, encode_prompt
 from graft_cli.train.sources import STEP_SOURCES
+from graft_cli.train.step_logs import StepLogs, peer_rows_per_prompt, rollout_metrics
 from graft_cli.train.sync_check import SyncCheck
 from graft_cli.train.sync_check import tolerance as sync_tolerance
 from graft_cli.train.update import UpdateContext, token_signals, update_policy
@@ -196,9 +191,6 @@ class Trainer:
         """Restore the newest checkpoint that verifies against its manifest and loads (each one skipped is named
         in a warning). False when the run has no complete checkpoint; a run whose checkpoints are all damaged
         stops with one line."""
-        # lazy: transformers is slow to import
-        from transformers import AutoModelForCausalLM
-
         complete = ckpt.complete_steps(self.ckpt_root)
         for s in reversed(ckpt.valid_steps(self.ckpt_root, self.warn)):
             path = ckpt.step_path(self.ckpt_root, s)
@@ -206,20 +198,7 @@ class Trainer:
                 st = ckpt.load_state(path)
                 self.check_frozen(st, path)
                 self.check_lora_bases(st, path)
-                loaded = {}
-                for name, pol in self.policies.items():
-                    d = os.path.join(path, name)
-                    if shards.is_sharded(d):  # this rank's part, on any world size (the shards' boxes re-cut)
-                        reader = shards.ShardReader(d)
-                        loaded[name] = (shards.read_model(reader, pol.model),
-                                        shards.read_optimizer(reader, pol.model, pol.optimizer), "sharded")
-                        continue
-                    osd = ckpt.load_optimizer_state(os.path.join(d, "optimizer.pt"))
-                    if pol.base_sha256 is not None:  # a LoRA policy: its adapter (the base is the one checked above)
-                        loaded[name] = (load_file(os.path.join(d, lora.ADAPTER_WEIGHTS)), osd, "adapter")
-                        continue
-                    model = AutoModelForCausalLM.from_pretrained(d, dtype=next(pol.model.parameters()).dtype)
-                    loaded[name] = (model.state_dict(), osd, "full")
+                loaded = ckpt.read_policy_states(path, self.policies)
             except GraftError:
                 raise
             except ckpt.RefusedCheckpoint as e:  # a crafted pickle behind a matching manifest
@@ -229,33 +208,38 @@ class Trainer:
                 self.warn(f"checkpoint step {s} skipped: {path}: {type(e).__name__}: "
                           f"{(str(e).splitlines() or [''])[0][:200]}")
                 continue
-            for name, pol in self.policies.items():
-                msd, osd, kind = loaded[name]
-                if kind == "sharded":
-                    shards.load_state_into(pol.model, msd)
-                    pol.optimizer.load_state_dict(osd)
-                elif kind == "adapter":
-                    self.dist.load_adapter_state(pol.model, pol.optimizer, msd, osd)
-                else:
-                    self.dist.load_full_state(pol.model, pol.optimizer, msd, osd)
-                pol.engine.sync_weights(pol.model)
-                self.check_sync(name, pol, st["step"])
-            self.sampler.load_state_dict(st["sampler"])
-            self.exchange.load_state_dict(st["exchange"])
-            saved = st.get("controllers") or []
-            for i, (n, c) in enumerate(self.controllers):  # in config order (the config cannot change on resume)
-                if i < len(saved) and saved[i].get("name") == n:
-                    c.load_state_dict(saved[i].get("state") or {})
-            ckpt.set_rng_state(st["rng"])
-            self.step = st["step"]
-            if self.dist.is_main:
-                self.metrics.truncate_after(self.step)
+            self.restore(st, loaded)
             return True
         if complete:
             raise GraftError(f"{self.ckpt_root}: none of the {len(complete)} complete checkpoints could be restored "
                              f"(steps {', '.join(map(str, complete))}; see the warnings); move them away or use "
                              f"run.resume=false")
         return False
+
+    def restore(self, st: dict, loaded: dict) -> None:
+        """The policies' weights and optimizer states (:func:`~graft_cli.train.checkpoint.read_policy_states`),
+        synced into their engines, then the data cursor, exchange, controllers and RNG state of ``st``."""
+        for name, pol in self.policies.items():
+            msd, osd, kind = loaded[name]
+            if kind == "sharded":
+                shards.load_state_into(pol.model, msd)
+                pol.optimizer.load_state_dict(osd)
+            elif kind == "adapter":
+                self.dist.load_adapter_state(pol.model, pol.optimizer, msd, osd)
+            else:
+                self.dist.load_full_state(pol.model, pol.optimizer, msd, osd)
+            pol.engine.sync_weights(pol.model)
+            self.check_sync(name, pol, st["step"])
+        self.sampler.load_state_dict(st["sampler"])
+        self.exchange.load_state_dict(st["exchange"])
+        saved = st.get("controllers") or []
+        for i, (n, c) in enumerate(self.controllers):  # in config order (the config cannot change on resume)
+            if i < len(saved) and saved[i].get("name") == n:
+                c.load_state_dict(saved[i].get("state") or {})
+        ckpt.set_rng_state(st["rng"])
+        self.step = st["step"]
+        if self.dist.is_main:
+            self.metrics.truncate_after(self.step)
 
     # -- one step
     def sample(self, i: int, problems: list[Problem], round_: int = 0) -> tuple[PolicyStep, dict]:
@@ -342,8 +326,9 @@ class Trainer:
         if self.frozen:
             row["time/score_frozen"] = t["score_frozen"]
         if cfg.run.log_rollouts and self.dist.is_main:
-            self.log_rollouts(w.step, peer_rows_per_prompt(b, len(w.step.problems)))
-            self.log_admission(name, w.step)
+            logs = StepLogs(self.out, self.step, cfg.run.seed, cfg.run.keep_rollouts)
+            logs.rollouts(w.step, peer_rows_per_prompt(b, len(w.step.problems)))
+            logs.admission(name, w.step, self.exchange.admission_log(name))
 
     def source_steps(self, steps: dict) -> dict:
         """Each stored source's logged step on this step's prompts, added to ``steps``; their metrics."""
@@ -373,48 +358,6 @@ class Trainer:
     def score_for(self, name: str, b: TrainBatch) -> list:
         return score_logprobs(self.policies[name], b, self.cfg, self.dist)
 
-    def log_rollouts(self, st: PolicyStep, peer_rows: list[int] | None = None) -> None:
-        """``rollouts/<policy>/step_N.parquet``: the policy's own samples of the step, one row each, with
-        ``peer_rows``: how many rows of another policy's responses the update used on that prompt (after
-        the exchange's admission; 0 without exchange). The rescue analysis (graft_cli/eval/rescue.py)
-        reads it."""
-        n = st.n
-        B = len(st.problems)
-        ro = st.rollouts
-        cols = {
-            "step": [self.step] * (B * n),
-            "prompt_index": [i for i in range(B) for _ in range(n)],
-            "prompt_id": [p.id for p in st.problems for _ in range(n)],
-            "sample_index": [j for _ in range(B) for j in range(n)],
-            "answer": [p.answer for p in st.problems for _ in range(n)],
-            "response": ro.texts,
-            "token_ids": ro.response_ids,
-            "gen_logprobs": ro.logprobs,
-            "truncated": ro.truncated,
-            "reward": st.rewards.flatten().tolist(),
-            "advantage": st.advantages.flatten().tolist(),
-            "extracted": ro.meta.get("extracted", [None] * (B * n)),
-            "data_seed": [self.cfg.run.seed] * (B * n),
-            "peer_rows": [int((peer_rows or [0] * B)[i]) for i in range(B) for _ in range(n)],
-            **ro.token_columns,  # engine columns (tandem: author, 1 = senior)
-        }
-        write_parquet(rollout_log_path(self.out, st.name, self.step), cols)
-        rotate_log(rollout_log_path, self.out, st.name, self.step, self.cfg.run.keep_rollouts)
-
-    def log_admission(self, name: str, st: PolicyStep) -> None:
-        """``rollouts/<policy>/exchange_step_N.parquet``: every row another policy's response put into this
-        policy's batch this step, kept or dropped by the exchange's admission (the exchange's
-        ``admission_log`` columns, e.g. the compatibility score s), with the step and prompt id. Written only
-        when the exchange logs (``admission_log`` not None) and a row was transferred."""
-        cols = self.exchange.admission_log(name)
-        if not cols or not cols.get("prompt_index"):
-            return
-        k = len(cols["prompt_index"])
-        write_parquet(exchange_log_path(self.out, name, self.step),
-                      {"step": [self.step] * k, "prompt_id": [st.problems[q].id for q in cols["prompt_index"]],
-                       **cols})
-        rotate_log(exchange_log_path, self.out, name, self.step, self.cfg.run.keep_rollouts)
-
     def save(self) -> str:
         best = read_json_or_none(best_path(self.out)) or {}  # the best by validation stays
         protect = tuple(int(b["step"]) for b in (best.get("policies") or {}).values() if b.get("step") is not None)
@@ -428,43 +371,3 @@ class Trainer:
     def close(self) -> None:
         self.pool.close()
         self.grader.close()
-
-
-# ----------------------------------------------------------------------------------- step metrics and logs
-def rotate_log(log_path, out: str, policy: str, step: int, keep: int) -> None:
-    """``run.keep_rollouts`` = k > 0: only the last k steps' logs (``log_path(out, policy, step)``) stay."""
-    if keep > 0 and step >= keep:
-        old = log_path(out, policy, step - keep)
-        if os.path.exists(old):
-            os.remove(old)
-
-
-def rollout_metrics(step: PolicyStep) -> dict:
-    if not len(step.rollouts):  # dynamic sampling kept no group
-        return {"num_tokens": 0}
-    r = step.rewards
-    lens = np.array([len(x) for x in step.rollouts.response_ids])
-    trunc = np.array(step.rollouts.truncated)
-    term = lens[~trunc]
-    return {
-        "reward": float(r.mean()),
-        "reward_std": float(r.std()) if r.numel() > 1 else 0.0,
-        "frac_reward_zero_std": float((r.std(-1) == 0).float().mean()) if r.shape[1] > 1 else 1.0,
-        "frac_all_fail": float((step.k == 0).float().mean()),
-        "frac_all_correct": float((step.k == step.n).float().mean()),
-        "completions/mean_length": float(lens.mean()),
-        "completions/min_length": int(lens.min()),
-        "completions/max_length": int(lens.max()),
-        "completions/mean_terminated_length": float(term.mean()) if term.size else 0.0,
-        "completions/clipped_ratio": float(trunc.mean()),
-        "num_tokens": int(lens.sum()),
-    }
-
-
-def peer_rows_per_prompt(batch: TrainBatch, num_prompts: int) -> list[int]:
-    """Per prompt index, the rows of ``batch`` that are not the policy's own samples (``source != 'self'``)."""
-    out = [0] * num_prompts
-    for g, s in zip(batch.group, batch.source):
-        if s != "self" and g is not None and 0 <= int(g) < num_prompts:
-            out[int(g)] += 1
-    return out

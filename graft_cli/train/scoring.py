@@ -29,11 +29,11 @@ def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist |
 def old_logprobs(pol: Policy, b: TrainBatch, cfg: C.Config, dist: D.Dist | None = None) -> list[list[float]]:
     """The old log-probs of the update (``algo.old_logprobs``): ``trainer`` rescores every row under the current
     weights (verl's convention); ``sampler`` keeps the engine's log-probs on the policy's own rows and scores
-    only the rows another policy generated (GRAFT's grafted rows, stored trajectories), which have none."""
+    only the peer rows (another policy's responses, co-trained or stored), which have none."""
     if cfg.algo.old_logprobs == "trainer":
         return score_logprobs(pol, b, cfg, dist)
-    foreign = [i for i, s in enumerate(b.source) if s != "self"]
-    scored = score_logprobs(pol, b, cfg, dist, only=foreign) if foreign else [None] * len(b)
+    peer = b.peer_rows()
+    scored = score_logprobs(pol, b, cfg, dist, only=peer) if peer else [None] * len(b)
     return [list(samp) if s == "self" else lp for s, samp, lp in zip(b.source, b.sampler_logprobs, scored)]
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from graft_cli.batch import PolicyStep
+from graft_cli.batch import PolicyStep, is_correct
 from graft_cli.data.rollout_logs import check_partner_step, read_partner_step
 from graft_cli.registry import Registry
 from graft_cli.batch import Rollouts
@@ -59,5 +59,5 @@ class RolloutLogSource:
         ps = PolicyStep(self.name, list(problems), [[] for _ in range(B)], ro, rewards, adv)
         met = {"graft/partner_reward": float(rewards.mean())}
         if self.reverify:
-            met["graft/reverify_changed"] = int(((logged > 0.5) != (rewards > 0.5)).sum())
+            met["graft/reverify_changed"] = int((is_correct(logged) != is_correct(rewards)).sum())
         return ps, met

@@ -29,7 +29,7 @@ import torch
 
 from graft_cli.algorithms.advantages import grpo_advantages
 from graft_cli.algorithms.exchange.gates import source_mean_logprob
-from graft_cli.batch import PolicyStep, TrainBatch
+from graft_cli.batch import PolicyStep, TrainBatch, is_correct
 from graft_cli.errors import GraftError
 from graft_cli.models.retokenize import retokenize
 from graft_cli.registry import Registry
@@ -151,7 +151,7 @@ class ReceiverContext:
         if self.opts["peer_responses"] != "success":
             return None
         src = self.steps[self.names[s]]
-        return [j for j in range(src.n) if float(src.rewards[q, j]) > 0.5]
+        return [j for j in range(src.n) if is_correct(float(src.rewards[q, j]))]
 
 
 @REPLACEMENTS.register("replace")
@@ -178,7 +178,7 @@ def sft_rows(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
     if s is None:
         return out
     src = rc.steps[rc.names[s]]
-    correct = [j for j in range(src.n) if float(src.rewards[q, j]) > 0.5]
+    correct = [j for j in range(src.n) if is_correct(float(src.rewards[q, j]))]
     if correct:
         j = int(rc.rng(rc.r, s, q).choice(correct))
         rows = rc.peer_rows(s, q, advantages=[0.0] * src.n, only=[j])

@@ -133,7 +133,21 @@ class Plan:
     m: dict = field(default_factory=dict)  # (s, r) -> m of the pair (None when not balanced)
 
 
-N_PEER_RULES: Registry = Registry("N-peer rule")  # (ks, ns, selection, seed, B, dirs, plan) -> plan
+@dataclass(frozen=True)
+class PeerCounts:
+    """What an N-peer rule decides from: each policy's success counts per prompt (``ks[i]``) and group size
+    (``ns[i]``), the pairwise selection rule (``SELECTIONS``), the seed, the batch size, and the (source,
+    receiver) directions that receive."""
+
+    ks: list
+    ns: list
+    selection: str
+    seed: int
+    batch: int
+    dirs: list
+
+
+N_PEER_RULES: Registry = Registry("N-peer rule")  # (PeerCounts, Plan) -> Plan
 
 
 def _best(srcs: list[int], ks: list, q: int) -> int:
@@ -163,36 +177,37 @@ def assign_round_robin(offers: dict[int, list[int]], ks: list, r: int) -> dict[i
     return out
 
 
-def _pairwise(assign, ks, ns, selection, seed, B, dirs, plan: Plan) -> Plan:
-    """Every direction selects with ``selection`` on its own; ``assign`` resolves prompts offered by several."""
+def _pairwise(assign, c: PeerCounts, plan: Plan) -> Plan:
+    """Every direction selects with ``c.selection`` on its own; ``assign`` resolves prompts offered by several."""
     offers: dict[int, dict[int, list[int]]] = {r: {} for r in plan.assign}
-    rule = SELECTIONS.get(selection)
-    for s, r in dirs:
-        cand, sel, m = rule(ks, ns, s, r, seed, B)
+    rule = SELECTIONS.get(c.selection)
+    for s, r in c.dirs:
+        cand, sel, m = rule(c.ks, c.ns, s, r, c.seed, c.batch)
         plan.candidates[(s, r)], plan.selected[(s, r)], plan.m[(s, r)] = cand, sel, m
         for q in sel:
             offers[r].setdefault(q, []).append(s)
     for r in plan.assign:
-        plan.assign[r] = assign({q: sorted(v) for q, v in offers[r].items()}, ks, r)
+        plan.assign[r] = assign({q: sorted(v) for q, v in offers[r].items()}, c.ks, r)
     return plan
 
 
 @N_PEER_RULES.register("best_source")
-def plan_best_source(ks, ns, selection, seed, B, dirs, plan: Plan) -> Plan:
-    return _pairwise(assign_best_source, ks, ns, selection, seed, B, dirs, plan)
+def plan_best_source(c: PeerCounts, plan: Plan) -> Plan:
+    return _pairwise(assign_best_source, c, plan)
 
 
 @N_PEER_RULES.register("round_robin")
-def plan_round_robin(ks, ns, selection, seed, B, dirs, plan: Plan) -> Plan:
-    return _pairwise(assign_round_robin, ks, ns, selection, seed, B, dirs, plan)
+def plan_round_robin(c: PeerCounts, plan: Plan) -> Plan:
+    return _pairwise(assign_round_robin, c, plan)
 
 
 @N_PEER_RULES.register("pooled_donor")
-def plan_pooled_donor(ks, ns, selection, seed, B, dirs, plan: Plan) -> Plan:
+def plan_pooled_donor(c: PeerCounts, plan: Plan) -> Plan:
     """``pooled_donor`` (module docstring): one balance per receiver against its total outflow."""
-    if selection != "balanced":
+    if c.selection != "balanced":
         raise ValueError(f"n_peer pooled_donor balances intake against outflow; it needs selection balanced, "
-                         f"not {selection!r}")
+                         f"not {c.selection!r}")
+    ks, ns, dirs = c.ks, c.ns, c.dirs
     N = len(ks)
     K = [_ints(k) for k in ks]
     for s, r in dirs:
@@ -223,7 +238,8 @@ def plan_exchange(ks: list, ns: list[int], selection: str = "balanced", seed: in
     N = len(ks)
     B = batch_size if batch_size is not None else (len(_ints(ks[0])) if N else 0)
     dirs = directions if directions is not None else [(s, r) for r in range(N) for s in range(N) if s != r]
-    return N_PEER_RULES.get(n_peer)(ks, ns, selection, seed, B, dirs, Plan(assign={r: {} for r in range(N)}))
+    counts = PeerCounts(ks, ns, selection, seed, B, dirs)
+    return N_PEER_RULES.get(n_peer)(counts, Plan(assign={r: {} for r in range(N)}))
 
 
 def _share(k_recv, hit_sets: list[set[int]]) -> tuple[float, int, int]:

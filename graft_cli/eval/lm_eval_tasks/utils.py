@@ -14,6 +14,7 @@ import signal
 import threading
 
 from graft_cli.answers import grade_one
+from graft_cli.batch import is_correct
 from graft_cli.eval.metrics import pass_at_k
 
 TIMEOUT_S = 5  # per-response verification budget (math-verify's own timeout is off inside grade_one)
@@ -46,7 +47,7 @@ def process_results(doc: dict, results) -> dict:
     responses = _responses(results)
     gold = str(doc["answer"])
     grades = [_grade(r, gold) for r in responses]
-    n, c = len(grades), int(sum(g > 0.5 for g in grades))
+    n, c = len(grades), int(sum(is_correct(g) for g in grades))
     if n == 0:
         return {"pass_at_1": 0.0, "pass_at_k": 0.0}
     return {"pass_at_1": c / n, "pass_at_k": pass_at_k(n, c, n)}
