@@ -66,6 +66,36 @@ def test_loaders_on_the_fixtures():
         livecodebench_problems(LCB, "2026-01-01..")
 
 
+def test_humanevalplus_find_zero_is_graded_with_evalplus_own_check(tmp_path):
+    """HumanEval+'s hub test of HumanEval/32 unpacks the returned float (`_poly(*candidate(*inp), inp)`), so every
+    answer failed, the reference too; the loader grades it with EvalPlus's find_zero check instead: a root scores
+    1, a non-root 0."""
+    from graft_cli.code_reward import CodeGrader
+
+    prompt = "import math\n\ndef poly(xs, x):\n    return sum(c * math.pow(x, i) for i, c in enumerate(xs))\n\n" \
+             "def find_zero(xs):\n"
+    reference = ("    lo, hi = -100.0, 100.0\n    for _ in range(200):\n        mid = (lo + hi) / 2\n"
+                 "        if poly(xs, lo) * poly(xs, mid) <= 0:\n            hi = mid\n        else:\n"
+                 "            lo = mid\n    return lo\n")
+    test = ("import math\n\ndef _poly(xs: list, x: float):\n"
+            "    return sum([coeff * math.pow(x, i) for i, coeff in enumerate(xs)])\n\n\n"
+            "def check(candidate):\n    inputs = [[[-10, -2]], [[1, 1]], [[-6, 11, -6, 1]]]\n"
+            "    results = [-5.0, -1.0, 1.0]\n    for i, (inp, exp) in enumerate(zip(inputs, results)):\n"
+            "        assert _poly(*candidate(*inp), inp) <= 0.0001\n")
+    path = tmp_path / "hep.jsonl"
+    path.write_text(json.dumps({"task_id": "HumanEval/32", "prompt": prompt, "canonical_solution": reference,
+                                "entry_point": "find_zero", "test": test}) + "\n")
+    (prob,) = humaneval_problems(str(path))
+    assert "abs(_poly(*inp, candidate(*inp))) <= 0.0001" in json.loads(prob.answer)["tests"]
+    grader = CodeGrader(num_workers=0, timeout_s=10.0)
+    try:
+        res = grader.grade(["```python\n" + prompt + reference + "```",
+                            "```python\n" + prompt + "    return 0.5\n```"], [prob.answer, prob.answer])
+    finally:
+        grader.close()
+    assert list(res.rewards) == [1.0, 0.0], res.status
+
+
 def test_lcb_private_tests_never_unpickle_a_global():
     evil = base64.b64encode(zlib.compress(pickle.dumps(os.getcwd))).decode()  # a global reference
     with pytest.raises(GraftError, match="unreadable test cases"):

