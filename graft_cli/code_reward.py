@@ -799,12 +799,12 @@ class CodeGrader(MathVerifyGrader):
         return super()._new_worker(i)
 
     def close(self) -> None:
-        pids = [w.proc.pid for w in getattr(self, "_workers", [])]
+        pids = [w.proc.pid for w in self._workers]
         super().close()
-        if getattr(self, "_pid", None) == os.getpid():
+        if self._pid == os.getpid():
             for pid in pids:
                 Cgroup.remove_stale(f"graft-sandbox-{pid}-")
-        if self.num_workers == 0 and _SANDBOX and getattr(self, "_pid", None) == os.getpid():
+        if self.num_workers == 0 and _SANDBOX and self._pid == os.getpid():
             _SANDBOX.pop().close()  # the inline sandbox's cgroup
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
 from graft_cli.errors import GraftError
@@ -16,9 +17,15 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str):
+    """Name -> function (or class). A name may carry a **spec**: a dataclass the registry's users declare (the
+    parameters' defaults of a signal, a scorer's needs, a handoff schedule's shape), read with :meth:`spec`
+    instead of attributes set on the function."""
+
+    def __init__(self, kind: str, spec_type: type | None = None):
         self.kind = kind
+        self.spec_type = spec_type  # the spec of every name (None: names carry none)
         self._items: dict[str, T] = {}
+        self._specs: dict[str, object] = {}
         self._lazy: dict[str, str] = {}  # name -> module that registers it when imported (on first get)
 
     def lazy(self, name: str, module: str) -> None:
@@ -30,14 +37,28 @@ class Registry(Generic[T]):
         if name not in self._items and name in self._lazy:
             importlib.import_module(self._lazy[name])
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, spec=None) -> Callable[[T], T]:
+        """Register under ``name``, with its ``spec`` (an instance of :attr:`spec_type`; its defaults when
+        None)."""
+        if spec is None and self.spec_type is not None:
+            spec = self.spec_type()
+        if spec is not None and (self.spec_type is None or not isinstance(spec, self.spec_type)):
+            raise TypeError(f"{self.kind} {name!r}: a spec must be a {getattr(self.spec_type, '__name__', None)}")
+
         def deco(obj: T) -> T:
             if name in self._items and self._items[name] is not obj:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self._items[name] = obj
+            if spec is not None:
+                self._specs[name] = spec
             return obj
 
         return deco
+
+    def spec(self, name: str):
+        """The spec ``name`` was registered with (:attr:`spec_type`)."""
+        self.get(name)
+        return self._specs[name]
 
     def get(self, name: str) -> T:
         self._load(name)
@@ -84,13 +105,15 @@ def validate_params(defaults: dict, params: dict | None, key: str, owner: str, c
     return {k: (v[0] if isinstance(v, tuple) else v) for k, v in out.items()}
 
 
+@dataclass(frozen=True)
+class ParamSpec:
+    """The spec of a registered function that takes parameters: their defaults (checked by
+    :func:`validate_params`; a tuple default is a choice, its first entry the default)."""
+
+    defaults: dict = field(default_factory=dict)
+
+
 def register_with_defaults(registry: Registry, name: str, defaults: dict | None = None, **more):
-    """Register ``fn`` in ``registry`` under ``name`` with its parameters' defaults (``defaults`` and keywords, as
-    ``fn.defaults``, checked by :func:`validate_params`)."""
-
-    def deco(fn):
-        fn.defaults = {**(defaults or {}), **more}
-        registry.register(name)(fn)
-        return fn
-
-    return deco
+    """Register ``fn`` in ``registry`` (whose specs are :class:`ParamSpec`) under ``name`` with its parameters'
+    defaults (``defaults`` and keywords)."""
+    return registry.register(name, ParamSpec({**(defaults or {}), **more}))

@@ -221,6 +221,8 @@ class MathVerifyGrader:
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, chunk_size: int = 64,
                  startup_timeout_s: float = 120.0, sci_notation: bool = True, memory_mb: int = 4096):
+        self._workers: list[_Worker] = []  # first: close() (and so __del__) works on a grader that failed here
+        self._pid = os.getpid()
         if num_workers < 0 or timeout_s <= 0 or chunk_size < 1:
             raise ValueError("need num_workers >= 0, timeout_s > 0 and chunk_size >= 1")
         self.options = {"sci_notation": bool(sci_notation), "memory_mb": int(memory_mb)}
@@ -233,9 +235,7 @@ class MathVerifyGrader:
         self.num_restarts = 0
         self.num_crashes = 0
         self._ctx = None
-        self._workers: list[_Worker] = []
         self._startup_failures = 0
-        self._pid = os.getpid()
 
     # -- lifecycle
     def _new_worker(self, i: int) -> _Worker:
@@ -282,8 +282,8 @@ class MathVerifyGrader:
         self.num_restarts += 1
 
     def close(self) -> None:
-        workers, self._workers = getattr(self, "_workers", []), []
-        if getattr(self, "_pid", None) != os.getpid():
+        workers, self._workers = self._workers, []
+        if self._pid != os.getpid():
             return  # a forked copy does not own the workers
         for w in workers:
             try:

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from graft_cli.registry import Registry, register_with_defaults
+from graft_cli.registry import ParamSpec, Registry, register_with_defaults
 
 IS_CORRECTIONS: Registry = Registry("importance-sampling correction")
 
@@ -91,7 +91,7 @@ def batch_is_weights(old_logprobs: list[list[float]], sampler_logprobs: list, so
 # response that holds one catastrophic token, and the off-policy metrics say how far apart the two are. IcePop
 # (Ring-1T, 2025) is the token band mask M(k) = 1[α ≤ k ≤ β]; its weight k inside the band is token TIS with
 # C ≥ β (``algo.is_correction: token``, ``algo.is_threshold: 5``), which truncates nothing inside the band.
-ROLLOUT_REJECTIONS: Registry = Registry("rollout rejection mask")
+ROLLOUT_REJECTIONS: Registry = Registry("rollout rejection mask", ParamSpec)
 SAFETY_BOUND = 20.0  # |log ratio| clamp before exp (verl's SAFETY_BOUND)
 
 

@@ -113,7 +113,7 @@ def ppo_token_nll_loss(inp: LossInputs):
                                    clip_ratio_c=inp.clip_ratio_c)
     loss = agg_loss(per_tok * inp.weight[:, None], pg_mask, inp.agg, inp.norm)
     nll = -(inp.logp * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-    n_aux = float(getattr(inp.norm, "aux_seqs", 0.0) or 0.0)
+    n_aux = float(inp.norm.aux_seqs or 0.0)
     if bool(aux.any()):
         loss = loss + (lam * nll * aux.float()).sum() / max(n_aux, 1.0)
     st = clip_stats(ratio.detach(), inp.adv, pg_mask, inp.is_peer & ~aux, inp.clip_low, inp.clip_high)

@@ -28,10 +28,10 @@ import torch
 
 from graft_cli.algorithms.correction import batch_is_weights, batch_rejection
 from graft_cli.errors import GraftError
-from graft_cli.registry import Registry, register_with_defaults, validate_params
+from graft_cli.registry import ParamSpec, Registry, register_with_defaults, validate_params
 
-LOSS_MASKS: Registry = Registry("loss mask")
-TOKEN_ADVANTAGES: Registry = Registry("token-advantage function")
+LOSS_MASKS: Registry = Registry("loss mask", ParamSpec)
+TOKEN_ADVANTAGES: Registry = Registry("token-advantage function", ParamSpec)
 
 
 @dataclass
@@ -52,7 +52,7 @@ def register_token_advantage(name: str, **defaults):
 def token_adv_params(names: list, params: dict | None) -> dict:
     """name -> validated parameters of each listed function: ``algo.token_adv_params`` holds the parameters of
     every function of the pipeline (one flat mapping; a key belongs to the function that declares it)."""
-    specs = {n: getattr(TOKEN_ADVANTAGES.get(n), "defaults", {}) for n in names}
+    specs = {n: TOKEN_ADVANTAGES.spec(n).defaults for n in names}
     owners = {k: n for n, d in specs.items() for k in d}
     for k in params or {}:
         if k not in owners:
@@ -71,7 +71,7 @@ def register_loss_mask(name: str, **defaults):
 
 def loss_mask_params(name: str, params: dict | None) -> dict:
     """The validated parameters of loss mask ``name`` (one-line error naming ``algo.loss_mask_params.<key>``)."""
-    return validate_params(getattr(LOSS_MASKS.get(name), "defaults", {}), params, "algo.loss_mask_params",
+    return validate_params(LOSS_MASKS.spec(name).defaults, params, "algo.loss_mask_params",
                            f"loss mask {name!r}")
 
 

@@ -47,7 +47,7 @@ def resolve_loss_params(cfg: Config) -> None:
     a = cfg.algo
     rc = a.rollout_correction
     if rc.rejection in ROLLOUT_REJECTIONS:
-        rc.params = validate_params(ROLLOUT_REJECTIONS.get(rc.rejection).defaults, rc.params,
+        rc.params = validate_params(ROLLOUT_REJECTIONS.spec(rc.rejection).defaults, rc.params,
                                     "algo.rollout_correction.params", f"rejection mask {rc.rejection!r}")
     if a.loss in POLICY_LOSSES:
         a.loss_params = POLICY_LOSSES.get(a.loss).validate(a.loss_params)

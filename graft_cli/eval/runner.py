@@ -95,7 +95,7 @@ def prepare_folder(out_dir: str, settings: EvalSettings, spec, benches: list[tup
     path = os.path.join(out_dir, "meta.json")
     template = "auto" if spec.chat_template == "required" else spec.chat_template  # the same prompts (or a refusal)
     prompt = {"suffix": spec.suffix, "chat_template": template, "raw_template": spec.raw_template}
-    if getattr(spec, "separator", " ") != " ":  # folders made before the separator existed keep their identity
+    if spec.separator != " ":  # folders made before the separator existed keep their identity
         prompt["separator"] = spec.separator
     meta = {"settings": settings.identity(), "prompt": prompt, "benchmarks": {}}
     if os.path.exists(path) and not force:
@@ -113,7 +113,7 @@ def prepare_folder(out_dir: str, settings: EvalSettings, spec, benches: list[tup
                 os.remove(os.path.join(out_dir, f))
     for b, probs in benches:
         fp = {"source": b.source, "num_problems": len(probs), "fingerprint": problems_fingerprint(probs)}
-        if getattr(b, "kind", "math") != "math":  # math folders keep their identity
+        if b.kind != "math":  # math folders keep their identity
             fp["kind"] = b.kind
         old_fp = meta["benchmarks"].get(b.name)
         if old_fp and old_fp["fingerprint"] != fp["fingerprint"]:

@@ -20,6 +20,7 @@ a KL reference, an OPD teacher, a tandem junior) into one per-row column, stored
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -27,14 +28,45 @@ from graft_cli.batch import TrainBatch, plan_micro_batches
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs
 from graft_cli.registry import Registry
 
-SCORERS: Registry = Registry("scorer")
+@dataclass(frozen=True)
+class ScorerSpec:
+    """A scorer's needs: ``shared_vocab``, it scores the policy's own token ids, so the frozen model must share
+    the policy's vocabulary (checked before anything loads)."""
+
+    shared_vocab: bool = False
 
 
-class _NoDist:
+SCORERS: Registry = Registry("scorer", ScorerSpec)
+
+
+class DistLike(Protocol):
+    """What scoring needs of a data-parallel group (:class:`graft_cli.train.dist.Dist` is one): whether it is on,
+    whether models are FSDP-sharded, this rank's share of the rows, the group's maximum of an int, and every rank's
+    object."""
+
+    enabled: bool
+    fsdp: bool
+
+    def shard(self, rows: list[int]) -> list[int]: ...
+
+    def max_int(self, x: int) -> int: ...
+
+    def gather_objects(self, obj) -> list: ...
+
+
+class OneProcess:
+    """The :class:`DistLike` of a single process: every row here, nothing to gather."""
+
     enabled = fsdp = False
 
-    def shard(self, rows):
+    def shard(self, rows: list[int]) -> list[int]:
         return rows
+
+    def max_int(self, x: int) -> int:
+        return x
+
+    def gather_objects(self, obj) -> list:
+        return [obj]
 
 
 @dataclass
@@ -42,7 +74,7 @@ class ScoreSettings:
     temperature: float = 1.0
     token_budget: int = 32768  # padded tokens per scoring micro-batch
     chunk_tokens: int = 4096
-    dist: object = None  # a graft_cli.train.dist.Dist, or None (one process)
+    dist: DistLike | None = None  # a graft_cli.train.dist.Dist, or None (one process)
     shared_prefix: bool = False  # each distinct prompt runs once per micro-batch (models/logprobs.py)
     autocast: str = "none"  # none | bfloat16: the forward under torch.autocast (optim.autocast)
 
@@ -52,7 +84,7 @@ def score_rows(model, pad_id: int, batch: TrainBatch, settings: ScoreSettings,
                only: list[int] | None = None) -> list[list[float] | None]:
     """Per-token log-probs of every row's response tokens under ``model`` (module docstring); with ``only``,
     of those rows alone (the others are None)."""
-    d = settings.dist or _NoDist()
+    d = settings.dist or OneProcess()
     was_training = model.training
     model.eval()
     dev = next(model.parameters()).device
@@ -84,14 +116,11 @@ def score_rows(model, pad_id: int, batch: TrainBatch, settings: ScoreSettings,
     return out  # type: ignore[return-value]
 
 
-@SCORERS.register("logprobs")
+@SCORERS.register("logprobs", ScorerSpec(shared_vocab=True))
 def logprob_scorer(model, tokenizer, batch: TrainBatch, settings: ScoreSettings) -> list[list[float]]:
     """Per-token log-probs of the response tokens under the frozen model at the settings' temperature (the
     trainer passes the rollout temperature, as verl's reference worker)."""
     return score_rows(model, tokenizer.pad_token_id, batch, settings)
-
-
-logprob_scorer.needs_shared_vocab = True  # it scores the policy's own token ids: the vocabularies must match
 
 
 @SCORERS.register("none")

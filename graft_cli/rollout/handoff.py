@@ -34,7 +34,16 @@ import torch
 
 from graft_cli.registry import Registry
 
-HANDOFFS: Registry = Registry("handoff schedule")
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A handoff schedule's shape: ``random_start``, the first author is a Bernoulli(p) draw (else the senior);
+    ``boundary``, the boundary set it reads (``word`` openings, ``suffix`` = step ends, None)."""
+
+    random_start: bool = False
+    boundary: str | None = None
+
+
+HANDOFFS: Registry = Registry("handoff schedule", ScheduleSpec)
 LEADING_SPACE_MARKERS = ("\u0120", "\u2581")  # byte-level BPE 'Ġ', SentencePiece '▁'
 
 
@@ -78,20 +87,14 @@ def initial_state(schedule: str, ctx: HandoffContext, batch: int, device="cpu") 
     the deterministic ones (``alternating``, ``sentence``, ``chunk``)."""
     z = torch.zeros(batch, dtype=torch.long, device=device)
     st = HandoffState(torch.ones(batch, dtype=torch.bool, device=device), z, z.clone(), z.clone())
-    if getattr(HANDOFFS.get(schedule), "random_start", False):
+    if HANDOFFS.spec(schedule).random_start:
         st = _draw(st, ctx, torch.ones(batch, dtype=torch.bool, device=device))
     return st
 
 
 def _register(name: str, random_start: bool, boundary: str | None = None):
-    """Register schedule ``name``; ``random_start``: the first author is a Bernoulli(p) draw (else the senior);
-    ``boundary``: the boundary set it reads (``word`` openings, ``suffix`` = step ends, None)."""
-
-    def deco(fn):
-        fn.random_start, fn.boundary = random_start, boundary
-        return HANDOFFS.register(name)(fn)
-
-    return deco
+    """Register schedule ``name`` with its :class:`ScheduleSpec`."""
+    return HANDOFFS.register(name, ScheduleSpec(random_start, boundary))
 
 
 @_register("word", random_start=True, boundary="word")
@@ -167,7 +170,7 @@ def suffix_boundary_ids(tokenizer, delimiter: str = "\n\n") -> torch.Tensor:
 
 def boundary_for(schedule: str, tokenizer, delimiter: str = "\n\n") -> torch.Tensor:
     """The boundary set schedule ``schedule`` declares (word openings, step ends, or none)."""
-    kind = getattr(HANDOFFS.get(schedule), "boundary", None)
+    kind = HANDOFFS.spec(schedule).boundary
     if kind == "word":
         return word_boundary_ids(tokenizer)
     if kind == "suffix":

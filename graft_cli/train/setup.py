@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -27,7 +27,11 @@ from graft_cli.models.loading import (
 from graft_cli.models.scoring import SCORERS
 from graft_cli.models.shapes import shape_config, synthetic_tokenizer
 from graft_cli.rollout import ENGINES
+from graft_cli.rollout.base import RolloutEngine
 from graft_cli.train import dist as D
+
+if TYPE_CHECKING:  # transformers is slow to import
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -36,10 +40,10 @@ class Policy:
     parameters only and ``base_sha256`` is the hash of the frozen base its adapter trains on (None: full weights)."""
 
     name: str
-    model: object
-    tokenizer: object
+    model: torch.nn.Module  # a transformers causal LM (a PEFT model with LoRA; FSDP-wrapped under accelerate)
+    tokenizer: PreTrainedTokenizerBase
     optimizer: torch.optim.Optimizer
-    engine: object
+    engine: RolloutEngine
     prompt_cache: dict
     base_sha256: str | None = None
 
@@ -51,8 +55,8 @@ class Frozen:
     disabled (:func:`graft_cli.models.lora.adapter_off`), else nothing."""
 
     name: str
-    model: object
-    tokenizer: object
+    model: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
     cfg: C.PolicyConfig
     sha256: str
     scope: Callable[[], AbstractContextManager] = nullcontext
@@ -170,7 +174,7 @@ def preflight(cfg: C.Config) -> None:
                                      f"({pc.model}) do not share a vocabulary ({diff}); the {cfg.rollout.engine} "
                                      f"engine feeds one token id to both")
     for f in [p for p in cfg.policies if p.role == "frozen"]:
-        if not getattr(SCORERS.get(f.scorer), "needs_shared_vocab", False):
+        if not SCORERS.spec(f.scorer).shared_vocab:
             continue
         for name in f.serves or list(trained):
             pc = trained[name]

@@ -303,7 +303,7 @@ class GraftExchange(Exchange):
         if self.opts["peer_logprobs"] == "recompute" and any(s == "peer" for s in batch.source):
             self._recompute_source_means(batch, steps, ctx)
         met = self.select_metrics(r, names, steps, plan, batch, n_src_tok, n_recv_tok)
-        mode_metrics = getattr(mode, "metrics", None)
+        mode_metrics = REPLACEMENTS.spec(self.opts["mode"]).metrics
         if mode_metrics is not None:
             met.update(mode_metrics(rc, assign))
         return batch, met

@@ -34,7 +34,14 @@ from graft_cli.errors import GraftError
 from graft_cli.models.retokenize import retokenize
 from graft_cli.registry import Registry
 
-REPLACEMENTS: Registry = Registry("replacement mode")
+@dataclass(frozen=True)
+class ModeSpec:
+    """A replacement mode's optional ``metrics(rc, assign) -> dict`` (added to the exchange's metrics)."""
+
+    metrics: Callable | None = None
+
+
+REPLACEMENTS: Registry = Registry("replacement mode", ModeSpec)
 
 
 def pooled_advantages(r_recv, r_src, eps: float = 1e-6, norm_by_std: bool = True) -> tuple[list[float], list[float]]:
@@ -220,24 +227,6 @@ def _hacpo_own_rows(rc: ReceiverContext, q: int, advantages=None) -> TrainBatch:
     return out
 
 
-@REPLACEMENTS.register("hacpo")
-def hacpo_group(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
-    o = rc.opts
-    if s is None:
-        out = _hacpo_own_rows(rc, q)
-        if o["hacpo_peer_elsewhere"] == "zero":
-            for si, sname in enumerate(rc.names):
-                if si != rc.r:
-                    out.extend(_hacpo_rows(rc, si, q, [0.0] * rc.steps[sname].n))
-        return out
-    src = rc.steps[rc.names[s]]
-    c = hacpo_capability(rc.caps[rc.names[s]], rc.caps[rc.name], o["hacpo_c_min"], o["hacpo_c_max"])
-    a_self, a_peer = hacpo_advantages(rc.recv.rewards[q].tolist(), src.rewards[q].tolist(), c, rc.eps)
-    out = _hacpo_own_rows(rc, q, a_self)
-    out.extend(_hacpo_rows(rc, s, q, a_peer, only=rc.success_only(s, q)))
-    return out
-
-
 def hacpo_metrics(rc: ReceiverContext, assign: dict) -> dict:
     """``hacpo/*``: every policy's capability P_k, the receiver's mean c(src→tgt) and mean baseline b over the
     prompts it pooled."""
@@ -255,5 +244,19 @@ def hacpo_metrics(rc: ReceiverContext, assign: dict) -> dict:
     return out
 
 
-hacpo_group.metrics = hacpo_metrics  # a mode's optional metrics hook (the exchange adds them to its metrics)
-
+@REPLACEMENTS.register("hacpo", ModeSpec(metrics=hacpo_metrics))
+def hacpo_group(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
+    o = rc.opts
+    if s is None:
+        out = _hacpo_own_rows(rc, q)
+        if o["hacpo_peer_elsewhere"] == "zero":
+            for si, sname in enumerate(rc.names):
+                if si != rc.r:
+                    out.extend(_hacpo_rows(rc, si, q, [0.0] * rc.steps[sname].n))
+        return out
+    src = rc.steps[rc.names[s]]
+    c = hacpo_capability(rc.caps[rc.names[s]], rc.caps[rc.name], o["hacpo_c_min"], o["hacpo_c_max"])
+    a_self, a_peer = hacpo_advantages(rc.recv.rewards[q].tolist(), src.rewards[q].tolist(), c, rc.eps)
+    out = _hacpo_own_rows(rc, q, a_self)
+    out.extend(_hacpo_rows(rc, s, q, a_peer, only=rc.success_only(s, q)))
+    return out
