@@ -753,10 +753,45 @@ def test_stored_graft_refuses_mismatched_prompts_and_steps(tmp_path, tok_char, t
 
 
 # ------------------------------------------------------------------------------------------ end to end
+SPLIT_REWARD = '''
+import numpy as np
+from graft_cli.reward import REWARDS, Grades
+
+
+@REWARDS.register("split_by_policy")
+class SplitByPolicy:
+    """Policy a (graded first in each step, policy_workers=1) fails the first half of the prompts and is mixed on
+    the rest; b the other way round: every step each policy receives on half the batch (GRAFT's balance m = B/2)."""
+
+    def __init__(self, **_):
+        self.calls = 0
+
+    def start(self, wait=True):
+        return self
+
+    def grade(self, texts, golds):
+        self.calls += 1
+        n, B = 4, len(texts) // 4
+        fail_low = self.calls % 2 == 1
+        r = [0.0 if ((i // n) < B // 2) == fail_low else float(i % 2) for i in range(len(texts))]
+        return Grades(np.array(r, dtype=np.float32), np.zeros(len(texts), dtype=bool), [None] * len(texts))
+
+    def close(self):
+        pass
+'''
+
+
 def test_graft_train_cli_writes_graft_metrics(tiny_models, problems_file, tmp_path):
+    """`graft train --method graft` with a reward that makes each policy all-fail on half the prompts, where its
+    peer is mixed: every step transfers (m = B/2 = 2 prompts, 4 responses each per receiver) and the gate's counts
+    add up (admitted + dropped = transferred), with the peer clip metrics written."""
+    plugin = tmp_path / "split_reward.py"
+    plugin.write_text(SPLIT_REWARD)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     args = ["train", "--pair", "tiny", "--method", "graft", "--steps", "2", "--name", "g", "--no-progress",
-            *train_overrides(tiny_models, problems_file, str(tmp_path), ["rollout.max_new_tokens=16"])]
+            *train_overrides(tiny_models, problems_file, str(tmp_path),
+                             ["rollout.max_new_tokens=16", f"plugins=[{plugin}]", "reward.name=split_by_policy",
+                              "run.policy_workers=1"])]
     r = subprocess.run([sys.executable, "-m", "graft_cli.cli", *args], cwd=ROOT, env=env, capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -764,12 +799,13 @@ def test_graft_train_cli_writes_graft_metrics(tiny_models, problems_file, tmp_pa
         rows = [json.loads(line) for line in f if line.strip()]
     assert [(x["step"], x["policy"]) for x in rows] == [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
     for row in rows:
-        for key in ("graft/candidates", "graft/selected", "graft/m", "graft/transferred", "graft/admitted",
-                    "graft/dropped", "graft/complementarity", "clip_ratio/self", "loss"):
-            assert key in row, key
-        if row["graft/transferred"]:
-            assert "graft/s_mean" in row and "clip_ratio/peer" in row
-            assert row["graft/admitted"] + row["graft/dropped"] == row["graft/transferred"]
+        assert row["frac_all_fail"] == 0.5 and row["reward"] == 0.25
+        assert (row["graft/candidates"], row["graft/selected"], row["graft/m"]) == (2, 2, 2)
+        assert row["graft/transferred"] == 2 * 4  # two prompts' peer groups of 4
+        assert row["graft/admitted"] + row["graft/dropped"] == row["graft/transferred"]
+        assert "graft/s_mean" in row and "clip_ratio/self" in row
+        if row["graft/admitted"]:
+            assert "clip_ratio/peer" in row
 
 
 def test_graft_stored_trains_against_a_grpo_run(tiny_models, problems_file, tmp_path):
