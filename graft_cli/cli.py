@@ -1,5 +1,7 @@
 """The `graft` command line. Each subcommand composes a Hydra config (experiments/) and calls one
-function; errors in user input are one line on stderr and exit code 2."""
+function; errors in user input are one line on stderr and exit code 2. Each command imports what it uses inside
+its own function, so that `graft --help` and every command load only what they need (torch, transformers and the
+trainer take seconds to import)."""
 
 from __future__ import annotations
 
@@ -45,7 +47,6 @@ def main(verbose):
       graft tiny build --check
       graft train --pair tiny --method grpo --steps 20
     """
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.console import quiet_libraries
 
     quiet_libraries(verbose)
@@ -85,17 +86,13 @@ def train(pair, method, steps, out, seed, name, no_progress, dry_run, overrides)
       graft train --pair tiny --method grpo --steps 20 --out results/runs optim.lr=5e-5
       graft train --pair saf_qwen3_4b_code --method saf --dry-run
     """
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.config import compose
 
     cfg = compose(_train_overrides(pair, method, steps, out, seed, name, overrides))
     if dry_run:
         _dry_run(cfg)
         return
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.eval.validation import ValidationHook
-
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.train.run import train as run_train
 
     run_dir = run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
@@ -108,13 +105,7 @@ def _dry_run(cfg) -> None:
     anything (the config's validation, the reward's name and options, a local training file's existence, every
     evaluation benchmark's name or file), one ``key: value`` line each."""
 
-    # lazy: `graft --help` and each command load only what they use
-    from graft_cli.errors import GraftError
-
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.eval.benchmarks import resolve_benchmarks
-
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.reward import make_grader
 
     rc, d, r, a, e = cfg.reward, cfg.data, cfg.rollout, cfg.algo, cfg.eval
@@ -151,7 +142,6 @@ def _dry_run(cfg) -> None:
         lines.append((label, ", ".join(f"{b.name} [{b.kind}: {b.source or 'package data'}]" for b in srcs)))
     lines.append(("eval", f"every {e.every} steps" if e.every else "no validation during training"))
     if rc.name == "code":
-        # lazy: `graft --help` and each command load only what they use
         from graft_cli.sandbox import Sandbox
 
         sb = Sandbox(0)
@@ -167,10 +157,7 @@ def _dry_run(cfg) -> None:
 
 def _print_summary(run_dir: str) -> None:
     """What the run did (reward first -> last, exchange counts, clipping of grafted tokens) and its picture."""
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.console import make_console
-
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.report.run_summary import run_summary, run_variant, summary_markdown, summary_plot
 
     console = make_console(stderr=True)
@@ -221,12 +208,10 @@ def tiny_build(check, cache_dir, seed, force, recipe, prompts, code, roles):
     if roles and (check or code):
         raise click.UsageError("--roles: not with --check or --code (those build and measure every role)")
     if code:
-        # lazy: `graft --help` and each command load only what they use
         from graft_cli.tiny.code import code_main
 
         code_main(check=check, cache_dir=cache_dir, seed=seed, force=force)
         return
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.tiny.check import tiny_main
 
     tiny_main(check=check, cache_dir=cache_dir, seed=seed, force=force, recipe=recipe, num_prompts=prompts,
@@ -257,23 +242,11 @@ def tiny_rl_check(steps, method, out, seed, samples, runs, temperature, top_p, e
     Example:
       graft tiny rl-check --steps 80
     """
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.plan.tiny_rl import rl_check
 
     rl_check(steps=steps, method=method, out=out, seed=seed, samples=samples, runs=runs, temperature=temperature,
              top_p=top_p, eval_seed=eval_seed, min_gain_points=min_gain, overrides=tuple(overrides),
              progress=not no_progress)
-
-
-def _not_yet(name: str, issue: str):
-    @main.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-    def cmd(args):
-        click.echo(f"graft {name}: not built yet ({issue})", err=True)
-        sys.exit(2)
-
-    cmd.__doc__ = f"(not built yet: {issue})"
-    return cmd
 
 
 @main.command("eval")
@@ -348,7 +321,6 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
       graft eval --run results/runs/tiny-tandem-s0 --tandem --runs 1
       graft eval --model Qwen/Qwen3-4B --benchmarks humaneval,humanevalplus,mbppplus,livecodebench --temperature 1
     """
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.eval.runner import eval_main
 
     eval_main(run_dir=run_dir, model=model, steps=steps, policies=policy, data=data, benchmarks=benchmarks,
@@ -370,7 +342,6 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
 def export_cmd(run_dir, out, step, policies, merge):
     """Export a run's checkpoint as Hugging Face model folders (from_pretrained / vLLM / lm-eval load them); a LoRA
     policy as its PEFT adapter folder, or merged with --merge."""
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.train.checkpoint import export
 
     for name, path in export(run_dir, out, step, list(policies) or None, merge=merge).items():
@@ -409,7 +380,6 @@ def complementarity_cmd(from_runs, from_models, sources, data, samples, temperat
       graft complementarity --runs results/runs/1-grpo-s0:smol results/runs/1b-grpo-s0:qwen
       graft complementarity --models tiny:a tiny:b --data problems.jsonl --samples 8
     """
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.analysis.complementarity import complementarity_main
 
     complementarity_main(list(sources), runs=from_runs, models=from_models, data=data, samples=samples,
@@ -441,7 +411,6 @@ def ablate_cmd(sweep, pair, dry_run, out, steps, seeds, jobs, no_progress, **lau
       graft ablate --sweep gate --dry-run
       graft ablate --sweep threshold --pair tiny --steps 20 --seeds 0,1
     """
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.plan.commands import ablate_main
 
     ablate_main(sweep, pair=pair, dry_run=dry_run, out=out, steps=steps, seeds=list(seeds), jobs=jobs,
@@ -470,7 +439,6 @@ def report_cmd(dirs, out, devices, clip_steps, no_plots):
     Example:
       graft report results/runs --out results/report
     """
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.report.tables import report_main
 
     report_main(list(dirs), out=out, devices=devices, clip_steps=clip_steps, plots=not no_plots)
@@ -506,7 +474,6 @@ def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress, **lau
       graft reproduce --pair graft_table1 --launcher slurm --partition gpu --out /shared/graft_table1
       graft reproduce --pair graft_table1 --launcher slurm --out /shared/graft_table1 --status
     """
-    # lazy: `graft --help` and each command load only what they use
     from graft_cli.plan.commands import reproduce_main
 
     reproduce_main(pair, out=out, dry_run=dry_run, jobs=jobs, steps=steps, report=not no_report,

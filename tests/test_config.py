@@ -65,10 +65,15 @@ TABLE3 = {
     "run.dtype": "bfloat16",
     "algo.agg": "token-mean",
     "algo.advantage": "grpo",
-    "extra.graft_delta": 0.8,
-    "extra.sgt_lambda": 0.1,
-    "extra.kl_coef": 0.0,
-    "extra.entropy_coef": 0.0,
+    "algo.kl_coef": 0.0,
+}
+# Table 3's method rows, as the method configs compose them on the paper's pairs
+TABLE3_METHODS = {
+    "graft": {"exchange.params.delta": 0.8},
+    "sgt": {"algo.loss_params.nll_coef": 0.1},
+    "hacpo": {"algo.clip_low": 3e-4, "algo.clip_high": 4e-4, "algo.loss_params.lower_bound": 0.8,
+              "algo.loss_params.lower_bound_step": 0.025, "algo.loss_params.peer_coef": 1.0,
+              "algo.minibatch_prompts": 64, "algo.kl_coef": 1e-3},
 }
 
 
@@ -90,10 +95,10 @@ def test_paper_table3_values(pair):
             assert got == want and type(got) is type(want), (key, got, want)
     # 4 optimizer steps per rollout batch
     assert cfg.data.prompt_batch // cfg.algo.minibatch_prompts == 4
-    # HACPO's row of Table 3
-    assert cfg.extra["hacpo"] == {"self_clip_low": 3e-4, "self_clip_high": 4e-4, "peer_lower_bound": 0.8,
-                                  "peer_lower_bound_step": 0.025, "peer_coef": 1.0, "minibatch_prompts": 64,
-                                  "kl_coef": 1e-3}
+    for method, rows in TABLE3_METHODS.items():
+        mcfg = composed(pair, method)
+        for key, want in rows.items():
+            assert _get(mcfg, key) == want, (method, key)
 
 
 def test_the_built_optimizer_is_adamw_with_the_configs_values(tmp_path):

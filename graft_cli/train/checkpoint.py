@@ -27,7 +27,7 @@ import shutil
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from graft_cli import faults
 from graft_cli.errors import GraftError
@@ -382,7 +382,6 @@ def read_policy_states(path: str, policies: dict) -> dict:
     boxes re-cut), ``adapter`` (a LoRA policy's adapter; its base was checked against the checkpoint's record)
     or ``full``. Raises what a damaged file raises; the caller skips that checkpoint."""
     # lazy: transformers is slow to import
-    from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     loaded = {}
