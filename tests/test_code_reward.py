@@ -400,14 +400,7 @@ def test_evalplus_set_and_not_none_oracles_as_evalplus_applies_them():
         ("```python\ndef check_str(s):\n    return 'matched'\n```", none_gold, 0.0),  # never None: pear fails
         ("```python\ndef check_str(s):\n    return None\n```", none_gold, 0.0),
     ]
-    grader = CodeGrader(num_workers=1, timeout_s=10.0)
-    try:
-        res = grader.grade([a for a, _, _ in answers], [g for _, g, _ in answers])
-        rules = {g: grader.test_kinds[g][0] for g in (set_gold, none_gold)}
-    finally:
-        grader.close()
-    assert rules == {set_gold: "assert_converted", none_gold: "assert_converted"}, grader.test_kinds
-    assert list(res.rewards) == [w for _, _, w in answers], res.status
+    _grade_answers(answers, (set_gold, none_gold))
 
 
 def test_counters_and_huge_decimal_strings_in_references():
@@ -427,13 +420,19 @@ def test_counters_and_huge_decimal_strings_in_references():
                (liar, counter_gold, 0.0),
                ("```python\ndef f(n):\n    return len(str(10 ** n))\n```", digits_gold, 1.0),
                ("```python\ndef f(n):\n    return n\n```", digits_gold, 0.0)]
+    _grade_answers(answers, (counter_gold, digits_gold))
+
+
+def _grade_answers(answers: list, converted: tuple) -> None:
+    """Grade ``(answer, gold, want)`` triples: every gold of ``converted`` became call-kind, each reward is its
+    ``want``."""
     grader = CodeGrader(num_workers=1, timeout_s=10.0)
     try:
         res = grader.grade([a for a, _, _ in answers], [g for _, g, _ in answers])
-        kinds = {g: grader.test_kinds[g][0] for g in (counter_gold, digits_gold)}
+        kinds = {g: grader.test_kinds[g][0] for g in converted}
     finally:
         grader.close()
-    assert kinds == {counter_gold: "assert_converted", digits_gold: "assert_converted"}
+    assert kinds == {g: "assert_converted" for g in converted}, kinds
     assert list(res.rewards) == [w for _, _, w in answers], res.status
 
 

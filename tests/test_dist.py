@@ -59,6 +59,17 @@ def _run_nodes(nnodes: int, args: list, out) -> dict:
             for f in os.listdir(out) if f.startswith("rank") and f.endswith(".pt")}
 
 
+def _one_two_fsdp(tmp_path, a: str, b: str, data: str, extra: list) -> tuple[dict, dict, dict]:
+    """One step of the worker in one process, in two replicated processes and in two FSDP2 processes."""
+    one = _run([sys.executable, WORKER, str(tmp_path / "one"), a, b, data, *extra], tmp_path / "one")
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+              "--master_port", str(_free_port())]
+    two = _run([*launch, WORKER, str(tmp_path / "two"), a, b, data, *extra], tmp_path / "two")
+    launch[-1] = str(_free_port())
+    fsdp = _run([*launch, WORKER, str(tmp_path / "fsdp"), a, b, data, *extra], tmp_path / "fsdp", GRAFT_FSDP="1")
+    return one, two, fsdp
+
+
 @pytest.mark.parametrize("method", ["graft_nogate"])  # self rows (the GRPO path) + admitted peer rows
 def test_two_processes_equal_one(tmp_path, method):
     a = make_random_model(str(tmp_path / "a"), "qwen3", 0)
@@ -67,12 +78,7 @@ def test_two_processes_equal_one(tmp_path, method):
     extra = [f"method={method}", "algo.is_correction=token", "optim.micro_batch_tokens=60",
              "optim.sort_micro_batches=false",  # the same accumulation order in one process and in the shards
              "optim.shared_prefix=false"]  # FSDP runs the full pass: the one-process run must too (float order)
-    one = _run([sys.executable, WORKER, str(tmp_path / "one"), a, b, data, *extra], tmp_path / "one")
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-              "--master_port", str(_free_port())]
-    two = _run([*launch, WORKER, str(tmp_path / "two"), a, b, data, *extra], tmp_path / "two")
-    launch[-1] = str(_free_port())
-    fsdp = _run([*launch, WORKER, str(tmp_path / "fsdp"), a, b, data, *extra], tmp_path / "fsdp", GRAFT_FSDP="1")
+    one, two, fsdp = _one_two_fsdp(tmp_path, a, b, data, extra)
     # two "nodes" of one process each, joined by the c10d rendezvous as on a cluster (the
     # torchrun form of docs/scale_out.md): two torchrun agents on localhost, one output folder (a shared file system)
     nodes = _run_nodes(2, [WORKER, str(tmp_path / "nodes"), a, b, data, *extra], tmp_path / "nodes")
@@ -111,6 +117,37 @@ def test_two_processes_equal_one(tmp_path, method):
                 assert math.isclose(v1, v2, rel_tol=1e-5, abs_tol=1e-7), (k, v1, v2)
             else:
                 assert v1 == v2, (k, v1, v2)
+
+
+def test_lora_two_processes_equal_one(tmp_path):
+    """Both policies as LoRA adapters (r 4): a GRAFT step on two processes (replicated, and FSDP2 with the
+    optimizer over the adapter only) gives the weights and metrics of one process, within float tolerance; the
+    base stays as loaded and the adapters moved (not vacuous)."""
+    a = make_random_model(str(tmp_path / "a"), "qwen3", 0)
+    b = make_random_model(str(tmp_path / "b"), "llama", 1)
+    data = write_problems(str(tmp_path / "train.jsonl"))
+    extra = ["method=graft_nogate", "policies.0.lora.r=4", "policies.1.lora.r=4", "optim.lr=1e-2",
+             "optim.micro_batch_tokens=60", "optim.sort_micro_batches=false", "optim.shared_prefix=false"]
+    one, two, fsdp = _one_two_fsdp(tmp_path, a, b, data, extra)
+    assert two[0]["mode"] == "replicate" and fsdp[0]["mode"] == "fsdp"
+    p1 = one[0]["params"]
+    for run in (two, fsdp):
+        for r in (0, 1):
+            for pol, sd in run[r]["params"].items():
+                assert set(sd) == set(p1[pol])
+                for k, v in sd.items():
+                    assert torch.allclose(v, p1[pol][k], atol=1e-6, rtol=1e-5), (r, pol, k)
+        for r1, r2 in zip(one[0]["rows"], run[0]["rows"]):
+            assert r1["policy"] == r2["policy"]
+            assert math.isclose(r1["loss"], r2["loss"], rel_tol=1e-5, abs_tol=1e-7)
+    lora_b = [v for k, v in p1["a"].items() if "lora_B" in k]
+    assert lora_b and max(float(v.abs().max()) for v in lora_b) > 0  # the adapter trained (lora_B starts at 0)
+    from transformers import AutoModelForCausalLM
+
+    sd0 = AutoModelForCausalLM.from_pretrained(a).state_dict()
+    base = {k.replace("base_model.model.", "").replace(".base_layer", ""): v for k, v in p1["a"].items()
+            if "lora_" not in k}
+    assert all(torch.equal(base[k], sd0[k]) for k in sd0 if k in base) and len(set(sd0) & set(base)) > 10
 
 
 @pytest.mark.slow
