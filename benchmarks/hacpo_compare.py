@@ -35,7 +35,7 @@ the released files' formulas, not imported (graft does not depend on verl):
 
 graft's side is what a run executes: the composed ``hacpo`` config, the registered exchange (``GraftExchange``:
 capabilities, joint groups, ``peer_logprobs: recompute`` through the trainer's scoring hook, admission), the
-trainer's token signals (``Trainer.token_signals``: the loss mask ``strip_eos``), the registered minibatch ordering
+trainer's token signals (``train.update.token_signals``: the loss mask ``strip_eos``), the registered minibatch ordering
 and layout (``minibatch_plan``: ``exchange.layout`` as composed; ``whole_batch`` against one GPU), the minibatch
 denominators (``Normaliser.of_rows``), the loss inputs as the trainer builds them (``loss_inputs``) and the
 registered loss with its KL term (``compute_loss``, ``algo.kl_rows``).
@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict, deque
-from types import SimpleNamespace
 
 import torch
 
@@ -249,8 +248,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
     from graft_cli.algorithms.signals import token_adv_params
     from graft_cli.models.logprobs import pack
     from graft_cli.algorithms.minibatch import layout_ranks, minibatch_plan
-    from graft_cli.train.loop import Trainer
-    from graft_cli.train.update import UpdateContext, loss_inputs, row_tokens
+    from graft_cli.train.update import UpdateContext, loss_inputs, row_tokens, token_signals
 
     cfg = graft_config(prompts, n, overrides)
     a = cfg.algo
@@ -292,9 +290,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
             b, _ = ex.admit(rn, b, ctx)
             keys = row_keys(b, rn)
             b.extra["ref_logprobs"] = [ref[k].tolist() for k in keys]
-            fake = SimpleNamespace(cfg=cfg, step=step, signal_params=token_adv_params(list(a.token_advantages),
-                                                                                      a.token_adv_params))
-            Trainer.token_signals(fake, rn, b, {})
+            token_signals(b, a, token_adv_params(list(a.token_advantages), a.token_adv_params), step, rn, {})
             # the released side: self rows first (prompt order), then the peer rows; views without EOS
             order = [(rn, rn, q, j) for q in range(prompts) for j in range(n)]
             order += [(rn, sn, q, j) for sn in names if sn != rn for q in range(prompts) for j in range(n)]

@@ -28,7 +28,7 @@ not imported (graft does not depend on verl):
 The released side gets the scripts' flags as values (:data:`RELEASED`), never graft's settings; graft's side is
 what a run executes, with nothing the comparison measures passed to it: the composed ``saf`` config on
 ``pair=saf_qwen3_4b`` (its aggregation, clip, dual clip, TIS settings, the schedule's defaults), the trainer's
-token-signal pipeline (``Trainer.token_signals``: ``opd_fusion`` then ``is_correction``), the ``saf_schedule``
+token-signal pipeline (``train.update.token_signals``: ``opd_fusion`` then ``is_correction``), the ``saf_schedule``
 controller, the GRPO estimator and the registered loss through ``compute_loss`` (with its ``kl_seq_mean`` and
 ``kl`` statistics; the controller reads the one its ``kl_metric`` names).
 
@@ -45,7 +45,6 @@ its EOS, and its seq-mean-token-mean would be 0/0 there).
 from __future__ import annotations
 
 import argparse
-from types import SimpleNamespace
 
 import torch
 
@@ -212,7 +211,7 @@ def graft_advantages(cfg, rewards: torch.Tensor):
 def graft_token_advantages(cfg, a_grpo, teacher, old, sampler, lens, coefs):
     from graft_cli.algorithms.signals import token_adv_params
     from graft_cli.batch import TrainBatch
-    from graft_cli.train.loop import Trainer
+    from graft_cli.train.update import token_signals
 
     b = TrainBatch()
     for i, n in enumerate(lens):
@@ -220,9 +219,8 @@ def graft_token_advantages(cfg, a_grpo, teacher, old, sampler, lens, coefs):
                  source="self", group=i, rewards=0.0, sampler_logprobs=sampler[i, :n].tolist(), texts="",
                  ref_logprobs=teacher[i, :n].tolist())
     b.old_logprobs = [old[i, :n].tolist() for i, n in enumerate(lens)]
-    fake = SimpleNamespace(cfg=cfg, step=0, signal_params=token_adv_params(list(cfg.algo.token_advantages),
-                                                                           cfg.algo.token_adv_params))
-    Trainer.token_signals(fake, "student", b, coefs)
+    token_signals(b, cfg.algo, token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params),
+                  0, "student", coefs)
     T = teacher.shape[1]
     out = torch.zeros(len(lens), T, dtype=torch.float64)
     for i, n in enumerate(lens):

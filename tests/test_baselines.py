@@ -63,7 +63,7 @@ def _peer_row_inputs(logp_vals, src_mean, c, adv, n_scored, mb_index=0, step=0, 
     T = len(logp_vals)
     inp = LossInputs.of(logp, torch.zeros(1, T, dtype=D), torch.full((1, T), adv, dtype=D), torch.ones(1, T, dtype=D),
                         torch.ones(1, dtype=D), torch.tensor([True]), norm=Normaliser(float(T), 1.0),
-                        extra={"n_scored": [n_scored], "src_logp_mean": [src_mean], "hacpo_c": [c]},
+                        extra={"n_scored": [n_scored], "source_logp_mean": [src_mean], "hacpo_c": [c]},
                         clip_low=3e-4, clip_high=4e-4, agg="seq-mean-token-mean", mb_index=mb_index, step=step)
     return logp, inp
 
@@ -409,7 +409,8 @@ def test_hacpo_one_step_partition_bounds_and_kl_scope_by_hand(tmp_path, problems
             s = torch.exp(((lp - inp.old_logp.double()) * m).sum(-1) / m.sum(-1))
             obj = torch.minimum(s * adv, s.clamp(1 - 3e-4, 1 + 4e-4) * adv)
             if lower:
-                src = torch.tensor([b.extra["src_logp_mean"][i] or 0.0 for i in r], dtype=D)
+                src = torch.tensor([0.0 if math.isnan(b.source_logp_mean[i]) else b.source_logp_mean[i] for i in r],
+                                   dtype=D)
                 s_hat = torch.exp((mean - src).clamp(-10, 10)).clamp(lower, 1.0)
                 obj = torch.where(pk, s_hat ** 2 * want["c"] * adv, obj)
             assert float(c["pg"]) == pytest.approx(float(-obj.sum() / 2), abs=1e-5)

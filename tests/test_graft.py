@@ -423,7 +423,7 @@ def test_hacpo_peer_loss_by_hand():
     #   m = 0: L = 0.8 → ŝ = 0.8; c = 2, Â = 0.5 → objective 0.8·0.8·2·0.5 = 0.64 → -0.64
     # seq-mean-token-mean over 2 sequences: (-1.0004 - 0.64)/2 = -0.8202
     logp, old, adv, mask = _loss_tensors([([-1.0, -1.0], [0.001, 0.0], 1.0), ([-1.0, -2.0, -5.0], [0, 0, 0], 0.5)])
-    extra = {"n_scored": [None, 2], "src_logp_mean": [None, -1.2], "hacpo_c": [None, 2.0]}
+    extra = {"n_scored": [None, 2], "source_logp_mean": [None, -1.2], "hacpo_c": [None, 2.0]}
     f = POLICY_LOSSES.get("hacpo_peer")
     kw = dict(clip_low=3e-4, clip_high=4e-4, agg="seq-mean-token-mean", norm=Normaliser(5.0, 2.0), extra=extra)
     loss, _ = call_loss(f, logp, old, adv, mask, torch.ones(2), torch.tensor([False, True]), mb_index=0, **kw)
@@ -711,7 +711,7 @@ def test_stored_graft_equals_online_graft(tmp_path, tok_char, tok_bpe):
     assert set(got) == {"a"}
     for c in TrainBatch.COLUMNS:
         assert getattr(got["a"], c) == getattr(want["a"], c), c
-    for k in ("n_scored", "src_logp_mean", "src_policy"):
+    for k in ("n_scored", "src_policy"):
         assert got["a"].extra[k] == want["a"].extra[k]
     assert gmet["a"]["graft/selected"] == 2 and gmet["a"]["graft/reverify_changed"] == 0
     assert got["a"].group.count(0) == 4 and got["a"].source[:4] == ["peer"] * 4
@@ -865,7 +865,7 @@ def test_eos_only_peer_row_keeps_its_eos_as_the_released_code(tok_char, tok_bpe)
     opts = {"append_eos": True}
     rows = replacement.peer_group_rows(src, 0, [5, 6], tok_char, opts, "b")
     assert rows.response_ids[0] == [tok_char.eos_token_id] and rows.extra["n_scored"][0] == 1
-    assert rows.source_logp_mean[0] == pytest.approx(-0.8) and rows.extra["src_logp_mean"][0] == pytest.approx(-0.8)
+    assert rows.source_logp_mean[0] == pytest.approx(-0.8) and "src_logp_mean" not in rows.extra
     assert rows.source_logp_mean[1] == pytest.approx(-0.5)  # an ordinary response: its EOS left out
     same = replacement.peer_group_rows(src, 0, [5, 6], tok_bpe, opts, "b", same_tokenizer=True)
     assert same.response_ids[0] == [tok_bpe.eos_token_id] and same.extra["n_scored"][0] == 1
@@ -879,14 +879,14 @@ def test_hacpo_loss_on_an_eos_only_peer_row():
     # (the mean over no token) would give −1
     spec = POLICY_LOSSES.get("hacpo_peer")
     lp = torch.tensor([[-1.0]])
-    cols = {"n_scored": [1], "src_logp_mean": [-0.8], "hacpo_c": [1.0]}
+    cols = {"n_scored": [1], "source_logp_mean": [-0.8], "hacpo_c": [1.0]}
     loss, _ = call_loss(spec, lp, lp.clone(), torch.ones(1, 1), torch.ones(1, 1), torch.ones(1),
                         torch.tensor([True]), norm=Normaliser(1.0, 1.0), agg="seq-mean-token-mean", extra=cols,
                         clip_low=3e-4, clip_high=4e-4)
     assert float(loss) == pytest.approx(-math.exp(-0.2) ** 2, abs=1e-6)
     with pytest.raises(ValueError, match="no source mean log-prob"):
         call_loss(spec, lp, lp.clone(), torch.ones(1, 1), torch.ones(1, 1), torch.ones(1), torch.tensor([True]),
-                  norm=Normaliser(1.0, 1.0), agg="seq-mean-token-mean", extra={**cols, "src_logp_mean": [None]})
+                  norm=Normaliser(1.0, 1.0), agg="seq-mean-token-mean", extra={**cols, "source_logp_mean": [None]})
 
 
 def test_hacpo_refuses_an_empty_peer_response(tok_char, tok_bpe):

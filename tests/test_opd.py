@@ -392,17 +392,14 @@ def _opd_batch(a_grpo, teacher, old, sampler):
 
 
 def _pipeline(method, batch, coefs=None, overrides=()):
-    """The trainer's own token-signal pipeline (Trainer.token_signals) for ``method``'s composed config."""
-    from types import SimpleNamespace
-
+    """The trainer's own token-signal pipeline (train.update.token_signals) for ``method``'s composed config."""
     from graft_cli.algorithms.signals import token_adv_params
     from graft_cli.config import compose
-    from graft_cli.train.loop import Trainer
+    from graft_cli.train.update import token_signals
 
     cfg = compose([f"method={method}", "algo.is_correction=token", "algo.is_threshold=5.0", *overrides])
-    fake = SimpleNamespace(cfg=cfg, step=0, signal_params=token_adv_params(list(cfg.algo.token_advantages),
-                                                                           cfg.algo.token_adv_params))
-    Trainer.token_signals(fake, "a", batch, dict(coefs or {}))
+    token_signals(batch, cfg.algo, token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params),
+                  0, "a", dict(coefs or {}))
     return cfg, batch.token_adv
 
 

@@ -11,7 +11,7 @@ Same signature as :mod:`graft_cli.algorithms.losses`: ``spec(LossInputs) -> (los
   ŝ = clamp(exp(clamp(ℓ̄_θ^R − ℓ̄_src, ±10)), L_m, 1), objective ŝ·sg(ŝ)·c(src→tgt)·Â (α = 1, no min with the
   unclipped term), L_m = min(1, L_0 + m·Δ) with m the minibatch index (``schedule: step``: the training
   step). Parameters ``lower_bound`` L_0 (0.8), ``lower_bound_step`` Δ (0.025), ``schedule``
-  (minibatch | step), ``peer_coef`` (1.0). Per-row columns ``n_scored``, ``src_logp_mean``, ``hacpo_c``.
+  (minibatch | step), ``peer_coef`` (1.0). Per-row columns ``n_scored``, ``source_logp_mean``, ``hacpo_c``.
   Use ``algo.agg=seq-mean-token-mean`` (HACPO); HACPO's released schedule of m (self rows first, then peer
   rows, in chunks of minibatch_prompts × n rows, split over the launcher's 8 ranks: ``exchange.layout``) is the
   minibatch ordering ``self_first_rows``, its EOS
@@ -57,7 +57,7 @@ def hacpo_peer_loss(inp: LossInputs):
     """HACPO (baselines.md §1.2, paper eq. 59): self rows GSPO, min(sÂ, clip(s, 1−ε_l, 1+ε_h)Â) with
     s = exp(mean_t(logπ_θ − logπ_old)); peer rows ŝ·sg(ŝ)·c·Â with ŝ = clamp(s_x, L_m, 1),
     s_x = exp(clamp(mean_t logπ_θ(o^R) − mean_t logπ_src(o^S), −10, 10)) (terminal EOS excluded on both sides:
-    columns ``n_scored``, ``src_logp_mean``), c = column ``hacpo_c``."""
+    columns ``n_scored``, ``source_logp_mean``), c = column ``hacpo_c``."""
     p = inp.params
     lb0, inc, coef = float(p["lower_bound"]), float(p["lower_bound_step"]), float(p["peer_coef"])
     m, logp = inp.mask, inp.logp
@@ -70,9 +70,9 @@ def hacpo_peer_loss(inp: LossInputs):
     n_scored = inp.row("n_scored", float("inf"))
     scored = m * (torch.cumsum(m, -1) <= n_scored[:, None]).float()
     mean_tgt = (logp * scored).sum(-1) / scored.sum(-1).clamp(min=1.0)
-    src_mean = inp.row("src_logp_mean", float("nan"))
+    src_mean = inp.row("source_logp_mean", float("nan"))
     if bool((inp.is_peer & ~torch.isfinite(src_mean)).any()):
-        raise ValueError("hacpo_peer: a peer row has no source mean log-prob (column src_logp_mean)")
+        raise ValueError("hacpo_peer: a peer row has no source mean log-prob (column source_logp_mean)")
     log_x = torch.nan_to_num((mean_tgt - src_mean).clamp(-10.0, 10.0), nan=0.0)
     s_x = torch.exp(log_x)
     idx = torch.full((B,), float(inp.mb_index if p["schedule"] == "minibatch" else inp.step), device=dev)

@@ -69,6 +69,7 @@ def loss_inputs(batch: TrainBatch, rows: list[int], logp, resp, norm: Normaliser
     is_peer = torch.tensor([batch.source[i] != "self" for i in rows], device=dev)
     in_pg = torch.tensor([bool(batch.in_pg[i]) for i in rows], device=dev)
     columns = {k: [v[i] for i in rows] for k, v in batch.extra.items()}
+    columns["source_logp_mean"] = [batch.source_logp_mean[i] for i in rows]
     for c in (*spec.token_columns, *(("ref_logprobs",) if a.kl_coef > 0 or "ref_logprobs" in batch.extra else ())):
         if c not in batch.extra:
             raise GraftError(f"config key 'algo.loss': loss {spec.name!r} reads the column {c!r}, which no frozen "

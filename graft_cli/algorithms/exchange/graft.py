@@ -232,7 +232,6 @@ class GraftExchange(Exchange):
                 q, j = batch.group[i], batch.extra["src_sample"][i]
                 m = source_mean_logprob(lp, not bool(st.rollouts.truncated[q * st.n + j]))
                 batch.source_logp_mean[i] = m
-                batch.extra["src_logp_mean"][i] = m
 
     def _capabilities(self, steps: dict[str, PolicyStep]) -> dict[str, float]:
         """HACPO P_k (baselines.md §1.2): the mean of policy k's positive-reward rates (each floored at 1e-8) over

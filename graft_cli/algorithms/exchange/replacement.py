@@ -90,7 +90,7 @@ def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokeniz
     """The source's group for prompt q as receiver rows (graft.md §2.2 steps 5–6): re-tokenized response,
     the source's own advantage (or ``advantages`` when a variant recomputes them), reward, mean source
     generation log-prob (EOS excluded) and ``extra`` columns ``src_policy``, ``n_scored``,
-    ``src_logp_mean``. ``only`` restricts to some sample indices (success-only, SFT)."""
+    (and the ``source_logp_mean`` field). ``only`` restricts to some sample indices (success-only, SFT)."""
     out = TrainBatch()
     ro, n = src.rollouts, src.n
     for j in (range(n) if only is None else only):
@@ -106,7 +106,7 @@ def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokeniz
         adv = float(src.advantages[q, j]) if advantages is None else float(advantages[j])
         out.append(prompt_ids=recv_prompt_ids, response_ids=ids, advantages=adv, weights=1.0, source="peer",
                    group=q, rewards=float(src.rewards[q, j]), sampler_logprobs=None, source_logp_mean=src_mean,
-                   texts=ro.texts[r], src_policy=src_name, src_sample=j, n_scored=n_scored, src_logp_mean=src_mean)
+                   texts=ro.texts[r], src_policy=src_name, src_sample=j, n_scored=n_scored)
     return out
 
 
