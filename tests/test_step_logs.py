@@ -34,7 +34,7 @@ def test_rollout_logs_hold_one_row_per_sample_and_keep_the_last_k_steps(tmp_path
     assert list(df["prompt_id"]) == ["q0", "q0", "q1", "q1"] and list(df["sample_index"]) == [0, 1, 0, 1]
     assert list(df["peer_rows"]) == [3, 3, 0, 0] and list(df["data_seed"]) == [7] * 4
     assert list(df["reward"]) == [1.0, 0.0, 1.0, 0.0] and list(df["truncated"]) == [False, True, False, False]
-    assert [list(x) for x in df["gen_logprobs"]] == [[-0.1, -0.2], [-0.3], [-0.4, -0.5, -0.6], [-0.7]]
+    assert [list(x) for x in df["sampler_logprobs"]] == [[-0.1, -0.2], [-0.3], [-0.4, -0.5, -0.6], [-0.7]]
 
 
 def test_exchange_log_only_when_a_row_was_transferred(tmp_path):
@@ -59,3 +59,17 @@ def test_rollout_metrics_and_peer_rows_by_hand():
         b.append(prompt_ids=[1], response_ids=[2], advantages=0.0, weights=1.0, source=src, group=g, rewards=0.0,
                  sampler_logprobs=None, texts="")
     assert peer_rows_per_prompt(b, 2) == [1, 2]
+
+
+def test_a_rollout_log_reads_back_as_a_partner_step_and_an_earlier_column_name_is_renamed(tmp_path):
+    from graft_cli.data.rollout_logs import read_partner_step
+
+    st = _step()
+    StepLogs(str(tmp_path), 1, seed=7, keep=2).rollouts(st)
+    path = rollout_log_path(str(tmp_path), "a", 1)
+    log = read_partner_step(path, 1, st.problems, data_seed=7)
+    assert log["n"] == 2 and log["sampler_logprobs"][2] == pytest.approx([-0.4, -0.5, -0.6])
+    old = pd.read_parquet(path).rename(columns={"sampler_logprobs": "gen_logprobs"})
+    old.to_parquet(path)  # a log written before the column was renamed
+    log = read_partner_step(path, 1, st.problems, data_seed=7)
+    assert "gen_logprobs" not in log and log["sampler_logprobs"][3] == pytest.approx([-0.7])

