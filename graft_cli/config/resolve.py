@@ -12,7 +12,11 @@ directory resolves to itself):
   the adapter switched off);
 * ``algo.old_logprobs=auto``: ``sampler`` where the engine's log-probs are the trainer's (exact engine, float32,
   no autocast, one PPO epoch, no top-p), else ``trainer``;
-* ``optim.shared_prefix=auto``: on unless gradient checkpointing is.
+* ``optim.shared_prefix=auto``: on unless gradient checkpointing is;
+* ``run.staleness`` >= 1 (rollouts sampled with older weights): ``algo.old_logprobs=auto`` is ``trainer`` (π_old
+  recomputed at the current weights, verl's recompute), ``algo.is_correction=auto`` is ``token`` (the sampler's
+  log-probs are the behaviour policy's: truncated IS against π_old) and the rollout-correction metrics are on;
+  at 0, ``auto`` is ``none`` and the metrics are off.
 
 A resolver that meets a name no registry knows leaves that section alone: validation names the key.
 """
@@ -77,10 +81,22 @@ def resolve_old_logprobs(cfg: Config) -> None:
     a, r = cfg.algo, cfg.rollout
     if a.old_logprobs != "auto" or r.engine not in ENGINES:
         return
+    if cfg.run.staleness > 0:  # the sampler's log-probs are an older policy's
+        a.old_logprobs = "trainer"
+        return
     engine = ENGINES.get(r.engine)
     exact = (engine.exact_logprobs and cfg.run.dtype == "float32"
              and cfg.optim.autocast == "none" and r.engine_kwargs.get("autocast", "none") == "none")
     a.old_logprobs = "sampler" if exact and a.ppo_epochs == 1 and r.top_p >= 1.0 else "trainer"
+
+
+def resolve_staleness(cfg: Config) -> None:
+    """``algo.is_correction=auto`` and the rollout-correction metrics by ``run.staleness`` (module docstring)."""
+    stale = cfg.run.staleness > 0
+    if cfg.algo.is_correction == "auto":
+        cfg.algo.is_correction = "token" if stale else "none"
+    if cfg.algo.rollout_correction.metrics is None:
+        cfg.algo.rollout_correction.metrics = stale
 
 
 def resolve_shared_prefix(cfg: Config) -> None:
@@ -92,7 +108,7 @@ def resolve_shared_prefix(cfg: Config) -> None:
 
 # in order: the exchange may drop a policy (a stored partner) before references are made for the trained ones
 RESOLVERS = (resolve_signal_params, resolve_loss_params, resolve_exchange, resolve_reference, resolve_old_logprobs,
-             resolve_shared_prefix)
+             resolve_staleness, resolve_shared_prefix)
 
 
 def resolve(cfg: Config) -> None:

@@ -254,6 +254,10 @@ def validate_run(cfg: Config, registries: bool) -> None:
            f"{run.checkpoint_format!r}: one of auto, full, sharded")
     _check(run.model_init in ("pretrained", "random"), "run.model_init", "must be pretrained or random")
     _check(run.policy_workers >= 0, "run.policy_workers", "must be >= 0 (0 = auto, 1 = sequential)")
+    _check(run.staleness >= 0, "run.staleness", "must be >= 0 (0: every step samples with its own weights)")
+    _check(run.staleness == 0 or cfg.algo.old_logprobs != "sampler", "algo.old_logprobs",
+           f"sampler with run.staleness={run.staleness}: the sampler's log-probs are those of weights up to "
+           f"{run.staleness} updates old, not π_old; use trainer (or auto)")
 
 
 def validate_reward(cfg: Config, registries: bool) -> None:

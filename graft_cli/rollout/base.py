@@ -41,6 +41,11 @@ class RolloutEngine:
       keep them as the old log-probs);
     - ``policy_logprobs``: its log-probs are the policy's own (False: a co-generating engine's are the writer's,
       so ``algo.old_logprobs: sampler`` is refused);
+    - ``own_weights``: it samples from weights of its own, loaded by :meth:`sync_weights`, on resources that can
+      run beside the trainer (an HF engine over a rollout replica of the policy, vLLM servers); at
+      ``run.staleness`` >= 1 the next steps' rollouts are then generated while the trainer updates
+      (graft_cli/train/ahead.py). False: the engine shares the trainer's device or model, and sampling ahead runs
+      in the trainer's thread, without overlap;
     - ``frozen_kwargs``: options that name a ``role: frozen`` model of the run (the trainer passes the loaded model);
     - ``solo_engine`` / ``own_kwargs``: the engine (and the options it drops) that samples a checkpoint alone in
       ``graft eval --run`` (None: this engine itself);
@@ -55,6 +60,7 @@ class RolloutEngine:
     open_options: bool = False
     exact_logprobs: bool = False
     policy_logprobs: bool = True
+    own_weights: bool = False
     frozen_kwargs: tuple = ()
     solo_engine: str | None = None
     own_kwargs: tuple = ()

@@ -109,6 +109,7 @@ class HFEngine(RolloutEngine):
     # its log-probs are the policy's own, of the distribution the trainer scores (logits / T, same weights, same
     # forward): algo.old_logprobs=auto keeps them when the run is fp32, single-epoch and top-p 1 (config.py)
     exact_logprobs = True
+    own_weights = True  # built over a rollout replica at run.staleness >= 1 (train/setup.py)
     options = {"cache": "auto", "compile": "auto", "compile_mode": "reduce-overhead", "cache_bucket": 256,
                "sampler": "per_row", "compact": "auto", "share_prompts": "auto", "ignore_eos": False,
                "autocast": "none"}

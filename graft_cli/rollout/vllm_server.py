@@ -74,6 +74,7 @@ class VLLMServerEngine(RolloutEngine):
     choices = {"weight_sync": ("folder",), "lora_sync": ("auto", "adapter", "merged")}
     solo_engine = "hf"  # graft eval --run: a checkpoint is scored in process, not by the servers
     own_kwargs = tuple(options)
+    own_weights = True  # the servers' own: they generate while the trainer updates (run.staleness >= 1)
 
     @classmethod
     def check_options(cls, opts: dict) -> None:

@@ -48,6 +48,7 @@ from graft_cli.rundir import (
     read_json_or_none,
 )
 from graft_cli.train import checkpoint as ckpt
+from graft_cli.train.ahead import collection_for
 from graft_cli.train import dist as D
 from graft_cli.train.collect import CollectInputs, collector_for
 from graft_cli.train.parallel import LockedGrader, PolicyPool, resolve_workers
@@ -124,6 +125,7 @@ class Trainer:
                                               next(first.model.parameters()).device.type, self.dist.enabled)
         if self.policy_workers > 1:  # train/parallel.py: one policy per thread, the cores split between them
             torch.set_num_threads(max(1, torch.get_num_threads() // self.policy_workers))
+        if self.policy_workers > 1 or cfg.run.staleness > 0:  # graded from several threads (train/ahead.py)
             self.grader = LockedGrader(self.grader)
         self.pool = PolicyPool(self.policy_workers)
         self.sources = {sc.name: STEP_SOURCES.get(sc.kind)(sc, self.grader, self.adv_fn, cfg.algo, cfg.run.seed)
@@ -132,6 +134,9 @@ class Trainer:
         self.controllers = build_controllers(cfg.algo.controllers, self.total_steps)
         self.collector = collector_for(cfg)
         self.collect_inputs = CollectInputs(self.problems, self.sampler, list(self.policies), self.sample, self.pool)
+        # run.staleness: this step's rollouts, or those sampled ahead while earlier steps updated (train/ahead.py)
+        self.collection = collection_for(cfg, self.collector, self.collect_inputs, self.policies, self.check_sync,
+                                         self.sample, self.total_steps)
         self.signal_params = token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params)
         self.step = 0
         self.metrics = MetricsLog(metrics_path(out_dir))
@@ -164,7 +169,8 @@ class Trainer:
                 "total_steps": self.total_steps,
                 "controllers": [{"name": n, "state": c.state_dict()} for n, c in self.controllers],
                 "frozen": {n: {"model": f.cfg.model, "sha256": f.sha256} for n, f in self.frozen.items()},
-                "lora_base": {n: p.base_sha256 for n, p in self.policies.items() if p.base_sha256 is not None}}
+                "lora_base": {n: p.base_sha256 for n, p in self.policies.items() if p.base_sha256 is not None},
+                **({"collection": c} if (c := self.collection.state_dict()) is not None else {})}
 
     def check_lora_bases(self, st: dict, path: str) -> None:
         """A LoRA policy's checkpoint holds its adapter only: its base must be the one the adapter was trained on."""
@@ -218,7 +224,8 @@ class Trainer:
 
     def restore(self, st: dict, loaded: dict) -> None:
         """The policies' weights and optimizer states (:func:`~graft_cli.train.checkpoint.read_policy_states`),
-        synced into their engines, then the data cursor, exchange, controllers and RNG state of ``st``."""
+        synced into their engines with the rollouts in flight, then the data cursor, exchange, controllers and RNG
+        state of ``st``."""
         for name, pol in self.policies.items():
             msd, osd, kind = loaded[name]
             if kind == "sharded":
@@ -228,8 +235,7 @@ class Trainer:
                 self.dist.load_adapter_state(pol.model, pol.optimizer, msd, osd)
             else:
                 self.dist.load_full_state(pol.model, pol.optimizer, msd, osd)
-            pol.engine.sync_weights(pol.model)
-            self.check_sync(name, pol, st["step"])
+        self.collection.restore(st.get("collection"), st["step"])
         self.sampler.load_state_dict(st["sampler"])
         self.exchange.load_state_dict(st["exchange"])
         saved = st.get("controllers") or []
@@ -242,24 +248,26 @@ class Trainer:
             self.metrics.truncate_after(self.step)
 
     # -- one step
-    def sample(self, i: int, problems: list[Problem], round_: int = 0) -> tuple[PolicyStep, dict]:
-        """Policy ``i`` samples ``problems`` (sampling round ``round_`` of the step), grades them and takes the
-        group advantages."""
+    def sample(self, i: int, problems: list[Problem], round_: int = 0, step: int | None = None
+               ) -> tuple[PolicyStep, dict]:
+        """Policy ``i`` samples ``problems`` (sampling round ``round_`` of 0-based ``step``, default the trainer's),
+        grades them and takes the group advantages."""
         cfg, r = self.cfg, self.cfg.rollout
+        step = self.step if step is None else step
         pol = self.policies[self.collect_inputs.policies[i]]
         t0 = time.perf_counter()
         prompt_ids = [encode_prompt(pol, p.problem, self.spec) for p in problems]
         lo, hi = self.dist.rollout_slice(len(problems))  # data-parallel: this rollout group's prompts
         group = self.dist.rank // self.dist.rollout_tp
-        seed = sampling_seed(cfg.run.seed, self.step, i) + group * 1_000_033 + round_ * 15_485_867
+        seed = sampling_seed(cfg.run.seed, step, i) + group * 1_000_033 + round_ * 15_485_867
         params = SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                                 seed=seed % (2**31 - 1))
         ro = pol.engine.generate(prompt_ids[lo:hi], params)
-        faults.point("rollout", self.step + 1)
+        faults.point("rollout", step + 1)
         t1 = time.perf_counter()
         golds = [p.answer for p in problems[lo:hi] for _ in range(r.n)]
         grades = self.grader.grade(ro.texts, golds)
-        faults.point("reward", self.step + 1)
+        faults.point("reward", step + 1)
         if self.dist.enabled:
             ro, grades = D.concat_rollouts(self.dist.gather_rollout_groups((ro, grades)))
         t2 = time.perf_counter()
@@ -283,7 +291,7 @@ class Trainer:
         phase = Phases(next(iter(self.policies.values())).model)
         with phase("step", memory=False):
             with phase("rollout"):
-                steps, rows = self.collector.collect(self.collect_inputs)
+                steps, rows = self.collection.take(self.step)
             for name in self.policies:
                 rows[name].update(rollout_metrics(steps[name]))
             source_metrics = self.source_steps(steps)
@@ -319,8 +327,8 @@ class Trainer:
         with phase("update", t):
             row.update(token_signals(b, cfg.algo, self.signal_params, self.step, name, coefs))
             row.update(update_policy(pol, b, UpdateContext(cfg, self.dist, self.step, coefs, rng)))
-            pol.engine.sync_weights(pol.model)
-        row.update(self.check_sync(name, pol, self.step + 1))
+            self.collection.push(name, pol)  # the engine samples from the updated weights (train/ahead.py)
+        row.update(self.collection.check(name, pol, self.step + 1))
         row.update({"time/old_logprob": t["score"], "time/update": t["update"],
                     "time/exchange": phase.seconds["exchange"], "train_rows": len(b)})
         if self.frozen:
@@ -358,7 +366,13 @@ class Trainer:
     def score_for(self, name: str, b: TrainBatch) -> list:
         return score_logprobs(self.policies[name], b, self.cfg, self.dist)
 
+    def settle(self) -> None:
+        """No rollout in flight, and the engines sample from the trainer's weights (before a checkpoint or an
+        after-step hook; train/ahead.py)."""
+        self.collection.settle(self.step)
+
     def save(self) -> str:
+        self.settle()
         best = read_json_or_none(best_path(self.out)) or {}  # the best by validation stays
         protect = tuple(int(b["step"]) for b in (best.get("policies") or {}).values() if b.get("step") is not None)
         protect += (0,) if self.cfg.run.save_initial else ()
@@ -369,5 +383,6 @@ class Trainer:
                          protect)
 
     def close(self) -> None:
+        self.collection.close()
         self.pool.close()
         self.grader.close()

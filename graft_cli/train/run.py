@@ -228,6 +228,7 @@ class _Run:
         for hook in self.hooks:
             view = self.trainer.view()
             if hook.due(view, self.cfg) and not (pending and hook.done(view, self.cfg, self.out)):
+                self.trainer.settle()  # the engines hold the weights the hook evaluates
                 self.log(hook(view, self.cfg, self.out, None))
 
     def loop(self, resumed: bool) -> None:

@@ -4,6 +4,7 @@ loaded from the config, the prompt cache, and :func:`preflight`, the checks that
 
 from __future__ import annotations
 
+import copy
 import os
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ class Policy:
     engine: RolloutEngine
     prompt_cache: dict
     base_sha256: str | None = None
+    replica: torch.nn.Module | None = None  # run.staleness >= 1 with an engine of its own weights: the copy it
+    # samples from, loaded with each rollout's weights by the rollout thread (train/ahead.py); None: the engine
+    # samples from ``model``
 
 
 @dataclass
@@ -96,9 +100,24 @@ def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None, 
                             weight_decay=o.weight_decay)
     if dist is not None:
         model, opt = dist.prepare(model, opt)  # FSDP wrap under `accelerate launch`; else unchanged
-    engine = ENGINES.get(cfg.rollout.engine)(model, tok, max_batch=cfg.rollout.max_batch,
-                                             **engine_kwargs(cfg, frozen or {}))
-    return Policy(pc.name, model, tok, opt, engine, {}, base_sha)
+    replica = rollout_replica(model, cfg, dist)
+    engine = ENGINES.get(cfg.rollout.engine)(model if replica is None else replica, tok,
+                                             max_batch=cfg.rollout.max_batch, **engine_kwargs(cfg, frozen or {}))
+    return Policy(pc.name, model, tok, opt, engine, {}, base_sha, replica)
+
+
+def rollout_replica(model: torch.nn.Module, cfg: C.Config, dist: D.Dist | None) -> torch.nn.Module | None:
+    """The policy's rollout replica (``Policy.replica``): a frozen copy of ``model`` for an engine that samples
+    from weights of its own (``own_weights``) at ``run.staleness`` >= 1, so that the next steps' rollouts are
+    generated while ``model`` updates; None otherwise."""
+    if cfg.run.staleness < 1 or not ENGINES.get(cfg.rollout.engine).own_weights:
+        return None
+    if dist is not None and dist.enabled:
+        raise GraftError(f"run.staleness={cfg.run.staleness}: sampling ahead runs in one process; data-parallel "
+                         f"runs sample with each step's own weights (run.staleness=0)")
+    # parameters keep requires_grad: sampling runs under no_grad anyway, and CPU kernels pick another path for weights
+    # that do not require grad (last-bit differences from the trained model's log-probs)
+    return copy.deepcopy(model).eval()
 
 
 def base_frozen(pc: C.PolicyConfig, policy: Policy) -> Frozen:

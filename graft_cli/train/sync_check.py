@@ -74,8 +74,14 @@ def tolerance(dtype: str, given: float | None) -> float:
 
 def check(name: str, engine, model, pad_id: int, probe: Probe, tol: float, engine_name: str, step: int) -> dict:
     """The probe gap of policy ``name`` after the sync of ``step``; over ``tol``: one line, the run stops."""
-    gap = probe_gap(engine.score([list(p) for p in probe.prompts], [list(r) for r in probe.responses]),
-                    trainer_logprobs(model, pad_id, probe))
+    return check_against(name, engine, trainer_logprobs(model, pad_id, probe), probe, tol, engine_name, step)
+
+
+def check_against(name: str, engine, trainer_lp: list[list[float]], probe: Probe, tol: float, engine_name: str,
+                  step: int) -> dict:
+    """:func:`check` against trainer log-probs taken earlier (when the engine was given the weights they came
+    from: a rollout replica loaded later, train/ahead.py)."""
+    gap = probe_gap(engine.score([list(p) for p in probe.prompts], [list(r) for r in probe.responses]), trainer_lp)
     if not gap <= tol:
         raise GraftError(f"policy {name!r}: the {engine_name} engine does not sample from the trained weights after "
                          f"the weight sync of step {step}: its log-probs of the sync probe differ from the trainer's "
@@ -98,15 +104,29 @@ class SyncCheck:
         self.probes[name] = make_probe(prompt_ids, answers, tokenizer)
 
     def __call__(self, name: str, policy, step: int) -> dict:
+        return self.compare(name, policy.engine, self.expected(name, policy), step)
+
+    def expected(self, name: str, policy) -> tuple[list, float] | None:
+        """The trainer's log-probs of ``name``'s probe under ``policy.model`` now, and their cost in seconds; None
+        when no check is due (off, or ``first`` after the first)."""
         if not self.on or (self.mode == "first" and name in self.checked):
-            return {}
+            return None
         self.checked.add(name)
         t0 = time.perf_counter()
+        lp = trainer_logprobs(policy.model, policy.tokenizer.pad_token_id, self.probes[name])
+        return lp, time.perf_counter() - t0
+
+    def compare(self, name: str, engine, expected: tuple[list, float] | None, step: int) -> dict:
+        """The probe gap of ``engine`` against the trainer's log-probs ``expected`` (:meth:`expected`, taken when
+        the weights the engine was given were the trainer's) after the sync of ``step``; over the tolerance: one
+        line, the run stops."""
+        if expected is None or not self.on:
+            return {}
+        t0 = time.perf_counter()
         try:
-            m = check(name, policy.engine, policy.model, policy.tokenizer.pad_token_id, self.probes[name], self.tol,
-                      self.engine_name, step)
+            m = check_against(name, engine, expected[0], self.probes[name], self.tol, self.engine_name, step)
         except NotImplementedError as e:
             self.warn(f"run.sync_check: off: {e}")
             self.on = False
             return {}
-        return {**m, "time/sync_check": time.perf_counter() - t0}
+        return {**m, "time/sync_check": time.perf_counter() - t0 + expected[1]}
