@@ -4,7 +4,7 @@
     python benchmarks/house_counts.py --list     # and every function / probe / line counted
 
 * **long**: functions over 60 lines (body and signature, decorators excluded) on the training, config and plan
-  paths (``graft_cli/train/``, ``graft_cli/plan/``, ``graft_cli/config.py``, ``graft_cli/schema.py``) and anywhere;
+  paths (``graft_cli/train/``, ``graft_cli/plan/``, ``graft_cli/config/`` or ``config.py``, ``graft_cli/schema.py``) and anywhere;
 * **wide**: functions taking more than 6 parameters (``self``/``cls`` not counted, ``*args``/``**kwargs`` counted);
 * **probes**: ``getattr(obj, "name"...)`` / ``hasattr(obj, "name")`` calls with a literal name, except on a module
   imported in that file (``getattr(torch, ...)``) — attributes found by probing instead of declared;
@@ -21,7 +21,7 @@ import re
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "graft_cli")
-CORE = ("train/", "plan/", "config.py", "schema.py")
+CORE = ("train/", "plan/", "config/", "config.py", "schema.py")
 HISTORY = re.compile(r"\bissues? \d+\b|\b20\d\d-\d\d-\d\d\b", re.I)
 DATA_DATES = re.compile(r"\d{4}-\d\d-\d\d\.\.|\.\.\d{4}-\d\d-\d\d|\(\"\d{4}-\d\d-\d\d\"")  # a data window, not history
 

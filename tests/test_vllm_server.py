@@ -160,3 +160,33 @@ def test_a_graft_step_with_both_policies_on_servers(servers, tmp_path):
         for r in step:
             print(f"step {r['step']} {r['policy']}: logp diff max {r['sampling/sampling_logp_difference/max']:.2e}")
             assert r["sampling/sampling_logp_difference/max"] < TOL
+
+
+def test_servers_generate_ahead_at_staleness_one(servers, tmp_path):
+    """``run.staleness=1`` on the servers: the rollout thread pushes each version through the reload endpoint and
+    checks it with the sync probe (``sync/gap`` within the tolerance on every collection), steps 1-3 sample with
+    versions 0, 0, 1, and the trainer's π_old is its own recompute (the sampler's log-probs are one version old)."""
+    from conftest import register_parity_reward
+
+    from graft_cli import config as C
+    from graft_cli.train.loop import Trainer
+
+    register_parity_reward()
+    urls = [servers["a"][1], servers["b"][1]]
+    data = write_problems(str(tmp_path / "train.jsonl"))
+    cfg = C.compose(train_overrides({k: v[0] for k, v in servers.items()}, data, str(tmp_path / "runs"),
+                                    ["method=graft", "rollout.engine=vllm_server", "run.staleness=1",
+                                     f"+rollout.engine_kwargs.urls=[{urls[0]},{urls[1]}]", "run.steps=3",
+                                     "reward.name=first_char_parity", "run.device=cpu", "run.log_rollouts=false",
+                                     "optim.lr=3e-3"]))
+    assert (cfg.algo.old_logprobs, cfg.algo.is_correction) == ("trainer", "token")
+    tr = Trainer(cfg, str(tmp_path / "runs" / "x"), progress=False)
+    try:
+        assert all(p.replica is not None for p in tr.policies.values())
+        rows = [tr.train_step() for _ in range(3)]
+    finally:
+        tr.close()
+    assert [[r["async/version"] for r in step] for step in rows] == [[0, 0], [0, 0], [1, 1]]
+    for step in rows:
+        for r in step:
+            assert r["sync/gap"] < TOL, r
