@@ -4,7 +4,8 @@
     python benchmarks/house_counts.py --list     # and every function / probe / line counted
 
 * **long**: functions over 60 lines (body and signature, decorators excluded) on the training, config and plan
-  paths (``graft_cli/train/``, ``graft_cli/plan/``, ``graft_cli/config/`` or ``config.py``, ``graft_cli/schema.py``) and anywhere;
+  paths (``graft_cli/train/``, ``graft_cli/plan/``, ``graft_cli/config/`` or ``config.py``,
+  ``graft_cli/schema.py``) and anywhere;
 * **wide**: functions taking more than 6 parameters (``self``/``cls`` not counted, ``*args``/``**kwargs`` counted);
 * **probes**: ``getattr(obj, "name"...)`` / ``hasattr(obj, "name")`` calls with a literal name, except on a module
   imported in that file (``getattr(torch, ...)``) — attributes found by probing instead of declared;
