@@ -45,6 +45,7 @@ from graft_cli.batch import PolicyStep, Rollouts
 from graft_cli.data.problems import Problem
 from graft_cli.errors import GraftError
 from graft_cli.train.collect import CollectInputs
+from graft_cli.train.parallel import PolicyPool
 from graft_cli.train.setup import Policy
 from graft_cli.train.sync_check import SyncCheck
 
@@ -114,6 +115,9 @@ class AheadCollection:
         self.sample_at = sample_at  # (policy index, problems, round, step) -> (PolicyStep, metrics)
         overlap = all(p.replica is not None for p in policies.values())
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="graft-rollout") if overlap else None
+        # the policies sample on threads of their own: the trainer's policy threads are busy updating meanwhile
+        self._pool = PolicyPool(inputs.pool.workers) if overlap else inputs.pool
+        self._threads = torch.get_num_threads()
         self.jobs: dict[int, _Job] = {}
 
     # -- the trainer's side
@@ -161,6 +165,7 @@ class AheadCollection:
         if self._thread is not None:
             self._thread.shutdown(wait=True, cancel_futures=True)
             self._thread = None
+            self._pool.close()
 
     # -- launching
     def _copy_weights(self) -> tuple[dict, dict]:
@@ -198,8 +203,10 @@ class AheadCollection:
         return out
 
     def _collect(self, step: int, version: int, weights: dict, expected: dict) -> tuple[dict, dict]:
+        torch.set_num_threads(self._threads)  # the trainer's: float results depend on the intra-op thread count
         checks = self._load(weights, expected, version)
-        inputs = dataclasses.replace(self.inputs, sample=functools.partial(self.sample_at, step=step))
+        inputs = dataclasses.replace(self.inputs, sample=functools.partial(self.sample_at, step=step),
+                                     pool=self._pool)
         steps, rows = self.collector.collect(inputs)
         for name, st in steps.items():
             st.version = version
