@@ -53,7 +53,7 @@ def _run(models, data, out, name, extra):
     from graft_cli.train.run import train
 
     cfg = compose(["method=graft", *train_overrides(models, data, out, ["run.steps=4", f"run.name={name}",
-                                                                       "run.threads=1", *extra])])
+                                                                       "run.threads=1", *extra])])  # extra last
     return train(cfg, progress=False)
 
 
@@ -94,6 +94,21 @@ def test_k1_samples_step_t_with_the_weights_of_step_t_minus_1(tiny_models, probl
         assert _log(runs[1, 1e-2], p, 2)[cols].equals(_log(runs[0, 1e-30], p, 2)[cols])
     moved = [not _log(runs[0, 1e-2], p, 2)["response"].equals(_log(runs[0, 1e-30], p, 2)["response"]) for p in "ab"]
     assert any(moved)  # the update of step 1 changed what k = 0 samples at step 2 (so the equality above is k = 1's)
+
+
+def test_k1_with_the_policies_on_two_threads_equals_one_after_the_other(tiny_models, problems_file, tmp_path):
+    """At k = 1 the policies sample ahead on a pool of their own while the trainer's policy threads update: two
+    workers of one intra-op thread each give the metrics and rows of one worker on one thread."""
+    prev = torch.get_num_threads()
+    try:
+        runs = {w: _run(tiny_models, problems_file, str(tmp_path), f"w{w}",
+                        ["run.staleness=1", f"run.policy_workers={w}", f"run.threads={w}"]) for w in (1, 2)}
+    finally:
+        torch.set_num_threads(prev)
+    assert metric_rows(runs[1]) == metric_rows(runs[2])
+    for p in ("a", "b"):
+        for s in (1, 4):
+            assert _log(runs[1], p, s).equals(_log(runs[2], p, s))
 
 
 GRAFT = [sys.executable, "-m", "graft_cli.cli"]
