@@ -135,6 +135,27 @@ def train_overrides(models: dict, data: str, out: str, extra=()) -> list[str]:
             "run.save_every=1", "optim.lr=1e-3", *extra]
 
 
+def method_args(method: str, a: str, b: str, a_model: str, b_model: str, partner: str | None = None) -> list[str]:
+    """The overrides that put two test models into ``method``'s roles: ``a``/``b`` are policy entries
+    (``{name: a, model: ...}``, LoRA options included), ``a_model``/``b_model`` their model paths (the OPD teacher is a,
+    the tandem junior b); ``partner``: stored-trajectory GRAFT's partner run (its policy b)."""
+    return {
+        "grpo": [f"policies=[{a}]"],
+        "grpo_kl": [f"policies=[{a}, {b}]"],
+        "grpo_dapo": [f"policies=[{a}, {b}]", "algo.filter_groups.max_num_gen_batches=2"],
+        "graft": [f"policies=[{a}, {b}]"],
+        "graft_stored": [f"policies=[{a}]", f"exchange.params.partner_run={partner}",
+                         "exchange.params.partner_policy=b"],
+        "hacpo": [f"policies=[{a}, {b}]"],
+        "sgt": [f"policies=[{a}, {b}]"],
+        "saf": [f"distill.student={a}", f"distill.teacher={a_model}",
+                "algo.controllers=[{name: saf_schedule, warmup_steps: 2, kl_delta: 0.2, anneal_steps: 2}]"],
+        "grpo_opd": [f"distill.student={a}", f"distill.teacher={a_model}"],
+        "opd_only": [f"distill.student={a}", f"distill.teacher={a_model}"],
+        "tandem": [f"tandem.senior={a}", f"tandem.junior={b_model}"],
+    }[method]
+
+
 LOSS_INPUT_FIELDS = ("norm", "extra", "clip_low", "clip_high", "clip_ratio_c", "agg", "mb_index", "step", "in_pg",
                      "coefs")
 

@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 import torch
-from conftest import ROOT, metric_rows, proc_env, train_overrides
+from conftest import ROOT, method_args, metric_rows, proc_env, train_overrides
 
 from graft_cli.config import compose
 from graft_cli.errors import GraftError
@@ -148,30 +148,12 @@ def test_k1_killed_during_generation_update_or_weight_push_resumes_identically(t
 
 
 
-def _method_args(m: dict, method: str, partner: str | None = None) -> list[str]:
-    a, b = f"{{name: a, model: '{m['a']}'}}", f"{{name: b, model: '{m['b']}'}}"
-    return {
-        "grpo": [f"policies=[{a}]"],
-        "grpo_kl": [f"policies=[{a}, {b}]"],
-        "grpo_dapo": [f"policies=[{a}, {b}]", "algo.filter_groups.max_num_gen_batches=2"],
-        "graft": [f"policies=[{a}, {b}]"],
-        "graft_stored": [f"policies=[{a}]", f"exchange.params.partner_run={partner}",
-                         "exchange.params.partner_policy=b"],
-        "hacpo": [f"policies=[{a}, {b}]"],
-        "sgt": [f"policies=[{a}, {b}]"],
-        "saf": [f"distill.student={a}", f"distill.teacher={m['a']}",
-                "algo.controllers=[{name: saf_schedule, warmup_steps: 2, kl_delta: 0.2, anneal_steps: 2}]"],
-        "grpo_opd": [f"distill.student={a}", f"distill.teacher={m['a']}"],
-        "opd_only": [f"distill.student={a}", f"distill.teacher={m['a']}"],
-        "tandem": [f"tandem.senior={a}", f"tandem.junior={m['b']}"],
-    }[method]
-
-
 def _method_run(m, data, out, method, extra=(), partner=None):
     cmd = GRAFT + ["train", "--method", method, "--steps", "3", "--no-progress", "--out", out, "--name", "r",
                    f"data.train={data}", "data.prompt_batch=4", "algo.minibatch_prompts=2", "rollout.n=4",
                    "rollout.max_new_tokens=10", "reward.num_workers=1", "run.save_every=3", "optim.lr=1e-2",
-                   *_method_args(m, method, partner), *extra]
+                   *method_args(method, f"{{name: a, model: '{m['a']}'}}", f"{{name: b, model: '{m['b']}'}}",
+                                m["a"], m["b"], partner), *extra]
     return subprocess.run(cmd, cwd=ROOT, env=proc_env(), capture_output=True, text=True)
 
 

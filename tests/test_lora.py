@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import make_random_model, metric_rows, write_problems
+from conftest import make_random_model, method_args, metric_rows, write_problems
 
 from graft_cli.errors import GraftError
 from graft_cli.models import lora
@@ -288,22 +288,7 @@ def _pol(w, name, r=4):
 
 
 def _method_args(w, method):
-    two = f"policies=[{_pol(w, 'a')}, {_pol(w, 'b')}]"
-    return {
-        "grpo": [f"policies=[{_pol(w, 'a')}]"],
-        "grpo_kl": [two],
-        "grpo_dapo": [two, "algo.filter_groups.max_num_gen_batches=2"],
-        "graft": [two],
-        "graft_stored": [f"policies=[{_pol(w, 'a')}]", f"exchange.params.partner_run={w.get('partner')}",
-                         "exchange.params.partner_policy=b"],
-        "hacpo": [two],
-        "sgt": [two],
-        "saf": [f"distill.student={_pol(w, 'a')}", f"distill.teacher={w['a']}",
-                "algo.controllers=[{name: saf_schedule, warmup_steps: 2, kl_delta: 0.2, anneal_steps: 2}]"],
-        "grpo_opd": [f"distill.student={_pol(w, 'a')}", f"distill.teacher={w['a']}"],
-        "opd_only": [f"distill.student={_pol(w, 'a')}", f"distill.teacher={w['a']}"],
-        "tandem": [f"tandem.senior={_pol(w, 'a')}", f"tandem.junior={w['b']}"],
-    }[method]
+    return method_args(method, _pol(w, "a"), _pol(w, "b"), w["a"], w["b"], w.get("partner"))
 
 
 def _run(w, out, method, steps=2, args=None):
