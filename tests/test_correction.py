@@ -34,9 +34,11 @@ def test_batch_weights_only_on_own_rows_and_metrics():
     assert met["sampling/importance_sampling_ratio/max"] == pytest.approx(2.0)
     assert met["sampling/importance_sampling_ratio/min"] == pytest.approx(math.exp(-1.0))
     assert met["sampling/importance_sampling_ratio/mean"] == pytest.approx((math.exp(0.5) + math.exp(-1) + 2) / 3)
+    assert met["sampling/importance_sampling_ratio/clipped_fraction"] == pytest.approx(1 / 3)  # exp(2) cut to 2
     ws, mets = batch_is_weights(old, samp, src, "sequence", 2.0)
     assert ws[0] == pytest.approx([math.exp(-0.5)] * 2) and ws[1] == pytest.approx([2.0])
     assert mets["sampling/importance_sampling_ratio/mean"] == pytest.approx((math.exp(-0.5) + 2) / 2)
+    assert mets["sampling/importance_sampling_ratio/clipped_fraction"] == pytest.approx(1 / 2)
     assert batch_is_weights(old, samp, src, "none", 2.0) == (None, {})
 
 

@@ -81,7 +81,9 @@ def batch_is_weights(old_logprobs: list[list[float]], sampler_logprobs: list, so
     vals = w[:, 0] if mode == "sequence" else w[mask > 0]
     return weights, {"sampling/importance_sampling_ratio/mean": float(vals.mean()),
                      "sampling/importance_sampling_ratio/min": float(vals.min()),
-                     "sampling/importance_sampling_ratio/max": float(vals.max())}
+                     "sampling/importance_sampling_ratio/max": float(vals.max()),
+                     # the share the truncation at C cut (ratio above C: weight C)
+                     "sampling/importance_sampling_ratio/clipped_fraction": float((vals >= threshold).float().mean())}
 
 
 # ------------------------------------------------------------------ rejection masks and mismatch metrics
