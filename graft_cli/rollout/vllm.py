@@ -249,6 +249,12 @@ class VLLMEngine(RolloutEngine):
                 for o, x, p in zip(outs, rows, prompt_ids)]
 
     def close(self) -> None:
+        """Shut the in-process engine down now. vLLM's shutdown also tears down its process-wide parallel groups; left
+        to the garbage collector (which vLLM's start-up freezes, so an engine of a finished run can be collected
+        much later) it would do so under the feet of an engine started since."""
+        llm = self.__dict__.pop("llm", None)
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()  # once: vLLM's own finalizer then does nothing
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __del__(self):

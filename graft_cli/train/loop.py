@@ -384,5 +384,7 @@ class Trainer:
 
     def close(self) -> None:
         self.collection.close()
+        for pol in self.policies.values():
+            pol.engine.close()
         self.pool.close()
         self.grader.close()
