@@ -136,7 +136,10 @@ def test_lora_two_processes_equal_one(tmp_path):
             for pol, sd in run[r]["params"].items():
                 assert set(sd) == set(p1[pol])
                 for k, v in sd.items():
-                    assert torch.allclose(v, p1[pol][k], atol=1e-6, rtol=1e-5), (r, pol, k)
+                    # float order: two shards sum the gradient in another order, and Adam's first steps turn that
+                    # ~1e-9 noise into up to 2.5e-6 on the adapters (measured: replicated 2.5e-6, FSDP 9.5e-7); a
+                    # step that is not the one-process step moves them by the learning rate, 1e-2
+                    assert torch.allclose(v, p1[pol][k], atol=1e-5, rtol=1e-5), (r, pol, k)
         for r1, r2 in zip(one[0]["rows"], run[0]["rows"]):
             assert r1["policy"] == r2["policy"]
             assert math.isclose(r1["loss"], r2["loss"], rel_tol=1e-5, abs_tol=1e-7)
