@@ -85,8 +85,8 @@ class InlineCollection:
 
     def restore(self, state: dict | None, step: int) -> None:
         for name, pol in self.policies.items():
-            pol.engine.sync_weights(pol.model)
-            self.check_sync(name, pol, step)
+            self.push(name, pol)
+            self.check(name, pol, step)
 
     def settle(self, step: int) -> None:
         """Nothing is in flight."""
