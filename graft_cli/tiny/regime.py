@@ -101,6 +101,39 @@ def _mean(xs) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
+def _peer_scored(X: dict, ro, n: int, temperature: float) -> tuple[list, list, list]:
+    """Every response of the peer's rollouts ``ro``, re-tokenized into X's tokenizer and scored by X once (the
+    grafted ones give s, the correct ones the peer log-likelihood): (re-tokenized ids and counts, X's per-token
+    log-probs, whether each response ended)."""
+    ended = [not bool(t) for t in ro.truncated]
+    peer_tok = [retokenize(t, X["tokenizer"], e) for t, e in zip(ro.texts, ended)]
+    lp_peer = score_responses(X["model"], [X["prompt_ids"][r // n] for r in range(len(ro.texts))],
+                              [ids for ids, _ in peer_tok], X["tokenizer"].pad_token_id, temperature)
+    return peer_tok, lp_peer, ended
+
+
+def _own_loglik(X: dict, own_ok: list, n: int, temperature: float) -> float:
+    """X's mean per-token log-likelihood of its own correct responses."""
+    own_ro = X["rollouts"]
+    own_rows = [r for r in range(len(own_ro.texts)) if own_ok[r] > 0]
+    own_ids = [list(own_ro.response_ids[r]) for r in own_rows]
+    own_n = [len(i) - (0 if own_ro.truncated[r] else 1) for i, r in zip(own_ids, own_rows)]
+    lp_own = score_responses(X["model"], [X["prompt_ids"][r // n] for r in own_rows], own_ids,
+                             X["tokenizer"].pad_token_id, temperature)
+    return _mean([_mean(lp[:k]) for lp, k in zip(lp_own, own_n) if k > 0])
+
+
+def _style_figures(X: dict, peer_texts: list) -> dict:
+    """How X's style tells its responses from the peer's: the balanced accuracy of the rule "written in X's style"
+    (0.5 when the two write the same style) and the share of X's own responses in its style."""
+    own_styles = [style_of(t) for t in X["rollouts"].texts]
+    peer_styles = [style_of(t) for t in peer_texts]
+    own_share = sum(st == X["style"] for st in own_styles) / max(1, len(own_styles))
+    return {"style_separability": 0.5 * (own_share + sum(st != X["style"] for st in peer_styles)
+                                         / max(1, len(peer_styles))),
+            "own_style_share": own_share}
+
+
 def measure_regime(side: dict, families: list[str], answers_ok: dict, weak: dict, n: int,
                    delta: float = 0.8, temperature: float = 1.0) -> dict:
     """The regime figures (module docstring) for every ordered pair of the models in ``side``.
@@ -117,13 +150,8 @@ def measure_regime(side: dict, families: list[str], answers_ok: dict, weak: dict
             if x == y:
                 continue
             X, Y = side[x], side[y]
-            ro, own_ro, pad = Y["rollouts"], X["rollouts"], X["tokenizer"].pad_token_id
-            # every response of Y, re-tokenized into X's tokenizer and scored by X once: the grafted ones give s,
-            # the correct ones the peer log-likelihood
-            ended = [not bool(t) for t in ro.truncated]
-            peer_tok = [retokenize(t, X["tokenizer"], e) for t, e in zip(ro.texts, ended)]
-            lp_peer = score_responses(X["model"], [X["prompt_ids"][r // n] for r in range(len(ro.texts))],
-                                      [ids for ids, _ in peer_tok], pad, temperature)
+            ro = Y["rollouts"]
+            peer_tok, lp_peer, ended = _peer_scored(X, ro, n, temperature)
             rows = [q * n + j for q in range(len(families)) if ks[x][q] == 0 and 1 <= ks[y][q] < n for j in range(n)]
             fams = [families[r // n] for r in rows]
             s = [compatibility(lp_peer[r], peer_tok[r][1], source_mean_logprob(ro.logprobs[r], ended[r]))
@@ -134,15 +162,9 @@ def measure_regime(side: dict, families: list[str], answers_ok: dict, weak: dict
             fail_w = [q for q, f in enumerate(families) if f == wf and ks[x][q] == 0]
             fam_q = [q for q, f in enumerate(families) if f == wf]
             # own vs peer log-likelihood of correct responses, scored by X
-            own_rows = [r for r in range(len(own_ro.texts)) if answers_ok[x][r] > 0]
-            own_ids = [list(own_ro.response_ids[r]) for r in own_rows]
-            own_n = [len(i) - (0 if own_ro.truncated[r] else 1) for i, r in zip(own_ids, own_rows)]
-            lp_own = score_responses(X["model"], [X["prompt_ids"][r // n] for r in own_rows], own_ids, pad, temperature)
-            own_ll = _mean([_mean(lp[:k]) for lp, k in zip(lp_own, own_n) if k > 0])
+            own_ll = _own_loglik(X, answers_ok[x], n, temperature)
             peer_ll = _mean([_mean(lp_peer[r][:peer_tok[r][1]]) for r in range(len(ro.texts))
                              if answers_ok[y][r] > 0 and peer_tok[r][1] > 0])
-            own_styles = [style_of(t) for t in own_ro.texts]
-            peer_styles = [style_of(t) for t in ro.texts]
             res = {
                 "source": y,
                 "weak_family": wf,
@@ -158,11 +180,7 @@ def measure_regime(side: dict, families: list[str], answers_ok: dict, weak: dict
                 "admitted_by_family": {f: sum(adm[i] for i in range(len(fams)) if fams[i] == f)
                                        / sum(1 for g in fams if g == f) for f in sorted(set(fams))},
                 "s_median": float(torch.tensor([v for v in s if math.isfinite(v)]).median()) if s else math.nan,
-                # balanced accuracy of the rule "written in X's style" at telling X's responses from Y's
-                # (0.5 when the two write the same style)
-                "style_separability": 0.5 * (sum(st == X["style"] for st in own_styles) / max(1, len(own_styles))
-                                             + sum(st != X["style"] for st in peer_styles) / max(1, len(peer_styles))),
-                "own_style_share": sum(st == X["style"] for st in own_styles) / max(1, len(own_styles)),
+                **_style_figures(X, ro.texts),
                 "own_loglik": own_ll,
                 "peer_loglik": peer_ll,
                 "own_minus_peer_loglik": own_ll - peer_ll,
