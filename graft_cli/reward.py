@@ -336,6 +336,41 @@ class MathVerifyGrader:
             self.close()  # workers may hold a half-done chunk: start clean next time
             raise
 
+    def _dispatch(self, queue: deque, responses, golds, now: float) -> None:
+        """The next chunk of ``queue`` to each ready worker that holds none (a send that fails puts it back)."""
+        for w in self._workers:
+            if w.ready and not w.current and queue:
+                chunk = queue.popleft()
+                try:
+                    w.conn.send(("grade", [(i, responses[i], golds[i]) for i in chunk]))
+                except Exception:
+                    queue.appendleft(chunk)
+                    continue
+                w.current.extend(chunk)
+                w.last = now
+
+    def _on_crash(self, i: int, queue: deque, retried: set, score_zero) -> None:
+        """Worker ``i`` died: the item it held is regraded once on a fresh worker, then scored 0 (``score_zero``,
+        e.g. the OOM killer each time); the rest of its chunk goes back to the front of ``queue``. Dying before it
+        was ready counts towards the start-up failures."""
+        w = self._workers[i]
+        if w.current:
+            idx = w.current.popleft()
+            rest = list(w.current)
+            if idx in retried:
+                score_zero(idx)
+                self.num_crashes += 1
+            else:
+                retried.add(idx)
+                rest = [idx] + rest
+            if rest:
+                queue.appendleft(rest)
+        elif not w.ready:
+            self._startup_failures += 1
+            if self._startup_failures > 3 * self.num_workers:
+                raise RuntimeError("reward workers keep dying at start-up")
+        self._restart(i)
+
     def _grade(self, responses, golds, rewards, timed_out, extracted, status, seconds=None) -> Grades:
         n = len(responses)
         self._start_workers()
@@ -353,16 +388,7 @@ class MathVerifyGrader:
 
         while remaining > 0:
             now = time.monotonic()
-            for w in self._workers:  # dispatch to idle ready workers
-                if w.ready and not w.current and queue:
-                    chunk = queue.popleft()
-                    try:
-                        w.conn.send(("grade", [(i, responses[i], golds[i]) for i in chunk]))
-                    except Exception:
-                        queue.appendleft(chunk)
-                        continue
-                    w.current.extend(chunk)
-                    w.last = now
+            self._dispatch(queue, responses, golds, now)
             waits = [w.last + self.timeout_s - now for w in self._workers if w.current]
             waits += [w.started + self.startup_timeout_s - now for w in self._workers if not w.ready]
             wait_s = max(0.0, min(waits)) if waits else 0.0
@@ -385,23 +411,9 @@ class MathVerifyGrader:
                             w.last = now
                 except (EOFError, OSError):
                     crashed = True
-                if crashed:  # died mid-item (e.g. the OOM killer): regraded once on a fresh worker, then scored 0
-                    if w.current:
-                        idx = w.current.popleft()
-                        rest = list(w.current)
-                        if idx in retried:
-                            settle(idx, 0.0, self.extract(responses[idx], golds[idx]), "crash")
-                            self.num_crashes += 1
-                        else:
-                            retried.add(idx)
-                            rest = [idx] + rest
-                        if rest:
-                            queue.appendleft(rest)
-                    elif not w.ready:
-                        self._startup_failures += 1
-                        if self._startup_failures > 3 * self.num_workers:
-                            raise RuntimeError("reward workers keep dying at start-up")
-                    self._restart(i)
+                if crashed:
+                    self._on_crash(i, queue, retried, lambda idx: settle(
+                        idx, 0.0, self.extract(responses[idx], golds[idx]), "crash"))
             for i, w in enumerate(self._workers):  # enforce deadlines
                 if w.current and now - w.last > self.timeout_s:
                     idx = w.current.popleft()
