@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: setup demo test test-fast test-extended test-vllm lint clean publish publish-tiny3 publish-saf publish-tandem reproduce gpu-deps
+.PHONY: setup demo test test-fast test-extended test-vllm lint clean publish publish-tiny3 publish-saf publish-tandem publish-staleness reproduce gpu-deps
 
 setup: $(VENV)/.installed
 
@@ -59,6 +59,10 @@ publish-saf: setup
 # The Tandem RLVR miniature (experiments/reproduce/tiny_tandem.yaml) into results/tiny_tandem/.
 publish-tandem: setup
 	$(call publish_study,tiny_tandem,results/tiny_tandem,publish-tandem)
+
+# GRAFT at run.staleness 0 and 1 (experiments/reproduce/tiny_staleness.yaml) into results/tiny_staleness/.
+publish-staleness: setup
+	$(call publish_study,tiny_staleness,results/tiny_staleness,publish-staleness)
 
 # The weekly reproduction (.github/workflows/reproduce.yml): the study afresh, its verdicts against the published.
 reproduce: setup
@@ -118,4 +122,4 @@ lint: setup
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache
 	[ ! -d results ] || find results -mindepth 1 -maxdepth 1 ! -name tiny ! -name tiny3 ! -name tiny_saf \
-		! -name tiny_tandem -exec rm -rf {} +
+		! -name tiny_tandem ! -name tiny_staleness -exec rm -rf {} +

@@ -142,12 +142,13 @@ def submission_markdown(result: dict) -> str:
 
 CLAIM_KINDS = {"graft": "graft_cli.report.claims", "saf": "graft_cli.report.saf_claims",
                "tandem": "graft_cli.report.tandem_claims", "npeer": "graft_cli.report.npeer_claims",
+               "staleness": "graft_cli.report.staleness_claims",
                "none": None}  # none: graft report's tables only (the paper-table plans span pairs or students)
 
 
 def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> dict:
     """``graft report`` on the plan's folder, then the claims of the plan's paper (``claims.kind``: graft | saf |
-    tandem | npeer | none)."""
+    tandem | npeer | staleness | none)."""
 
     kind = str((plan.claims or {}).get("kind", "graft"))
     if kind not in CLAIM_KINDS:
