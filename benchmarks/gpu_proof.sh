@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17's proof on one GPU (<= 9 min with its default caps): three GRPO and three GRAFT steps of pair 1's shapes
+# The proof on one GPU (<= 9 min with its default caps): three GRPO and three GRAFT steps of pair 1's shapes
 # (SmolLM3-3B <-> Qwen3-1.7B, random weights: run.model_init=random, no download) through `graft train` in bf16 on
 # the HF engine's CUDA fast path (step 1 compiles; steps 2-3 are the steady figures), then, when
 # GPU_PROOF_BENCH_S > 0, graft's training, scoring and rollout kernels on real-shape models (gpu_bench.py: ~3 min;
@@ -47,11 +47,16 @@ with open(sys.argv[1], "w") as f:
 PYEOF
 
 # 2. three steps each of GRPO and GRAFT on pair 1's shapes (two in the smoke mode); GPU_PROOF_LORA=1 adds GRAFT with
-#    both policies as LoRA r=16 adapters (graft_lora: one GPU for the pair, docs/lora.md)
+#    both policies as LoRA r=16 adapters (graft_lora: one GPU for the pair, docs/lora.md); GPU_PROOF_ASYNC=1 adds
+#    GRAFT at run.staleness=1 (graft_k1: each policy's rollout replica generates the next step on a CUDA stream of
+#    its own while the trainer updates, docs/async.md), compared with graft (k = 0) below
 METHODS=(grpo graft); if [ -n "${GPU_PROOF_LORA:-}" ]; then METHODS+=(graft_lora); fi
+if [ -n "${GPU_PROOF_ASYNC:-}" ]; then METHODS+=(graft_k1); fi
 for m in "${METHODS[@]}"; do
   if [ "$m" = graft_lora ]; then
     ARGS=(--method graft run.name=1-graft_lora-s0 policies.0.lora.r=16 policies.1.lora.r=16)
+  elif [ "$m" = graft_k1 ]; then
+    ARGS=(--method graft run.name=1-graft_k1-s0 run.staleness=1)
   else
     ARGS=(--method "$m")
   fi
@@ -87,8 +92,8 @@ $PY - "$OUT" <<'PYEOF'
 import json, os, sys
 out = sys.argv[1]
 res = {}
-methods = [m for m in ("grpo", "graft", "graft_lora") if m != "graft_lora" or os.path.exists(
-    os.path.join(out, "train_graft_lora.log"))]
+methods = [m for m in ("grpo", "graft", "graft_lora", "graft_k1") if m in ("grpo", "graft") or os.path.exists(
+    os.path.join(out, f"train_{m}.log"))]
 for m in methods:
     path = os.path.join(out, "runs", f"1-{m}-s0", "metrics.jsonl")
     rows = [json.loads(x) for x in open(path) if x.strip()] if os.path.exists(path) else []
@@ -104,10 +109,15 @@ for m in methods:
                                                                       "time/old_logprob", "time/update")},
               "peak_gib": {k: max(r.get(k, 0) for r in last) for k in last[0] if k.startswith("memory/")},
               "tokens": sum(r.get("num_tokens", 0) for r in last),
+              "rollout_wait_s": max((r.get("time/rollout_wait") or 0) for r in last),
               "exchange": {k: sum(r.get(k) or 0 for r in rows) for k in ("graft/candidates", "graft/selected",
                                                                         "graft/admitted", "graft/transferred")}}
 if all("s_per_step" in res[m] for m in ("grpo", "graft")):
     res["graft_over_grpo"] = res["graft"]["s_per_step"] / res["grpo"]["s_per_step"]
+if "s_per_step" in res.get("graft_k1", {}) and "s_per_step" in res["graft"]:
+    # tokens/s of the last step at k = 1 over k = 0 (the same step's shapes: a ratio of s/step at equal tokens)
+    tps = {m: res[m]["tokens"] / res[m]["s_per_step"] for m in ("graft", "graft_k1")}
+    res["k1_over_k0_tokens_per_s"] = tps["graft_k1"] / tps["graft"]
 bench_path = os.path.join(out, "gpu_bench.jsonl")
 res["gpu_bench"] = [json.loads(x) for x in open(bench_path) if x.strip()] if os.path.exists(bench_path) else []
 json.dump(res, open(os.path.join(out, "proof.json"), "w"), indent=1)
@@ -120,5 +130,8 @@ for m in methods:
               f"phases {r['phases_s']}, peak GiB {r['peak_gib']}")
 if "graft_over_grpo" in res:
     print(f"GRAFT / GRPO step time: {res['graft_over_grpo']:.3f} (target <= 1.10)")
+if "k1_over_k0_tokens_per_s" in res:
+    print(f"GRAFT k = 1 / k = 0 tokens/s (last step): {res['k1_over_k0_tokens_per_s']:.3f}; the trainer waited "
+          f"{res['graft_k1']['rollout_wait_s']:.2f} s for its rollouts")
 print(f"written: {os.path.join(out, 'proof.json')}")
 PYEOF

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import pandas as pd
 import pytest
@@ -15,7 +16,7 @@ from conftest import ROOT, method_args, metric_rows, proc_env, train_overrides
 
 from graft_cli.config import compose
 from graft_cli.errors import GraftError
-from graft_cli.train.ahead import check_staleness, weight_version
+from graft_cli.train.ahead import RolloutStream, check_staleness, weight_version
 
 
 @pytest.mark.parametrize("k,versions", [
@@ -33,6 +34,35 @@ def test_a_row_older_than_k_or_from_the_future_is_refused(step, version, k):
     with pytest.raises(GraftError, match=f"step {step + 1}: its rollouts were sampled with the weights of version "
                                          f"{version}"):
         check_staleness(step, version, k)
+
+
+def test_the_rollout_stream_is_nothing_on_a_cpu():
+    rs = RolloutStream(torch.device("cpu"))
+    assert rs.stream is None and rs.mark({"a": {"w": torch.ones(2)}}) is None
+    with rs.run(None):
+        x = torch.ones(2) * 2
+    assert x.tolist() == [2.0, 2.0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_rollout_stream_reads_the_weights_after_the_kernel_that_wrote_them():
+    # the weights come out of a long matmul queued on the default stream; the rollout thread reads them on its own
+    # stream: without the event it could read them before the matmul ends
+    dev = torch.device("cuda")
+    rs = RolloutStream(dev)
+    big = torch.randn(4096, 4096, device=dev)
+    weights = {"a": {"w": (big @ big @ big).sum(0)}}
+    ready = rs.mark(weights)
+    out = {}
+
+    def collect():
+        with rs.run(ready):
+            out["w"] = (weights["a"]["w"] * 1).cpu()
+
+    t = threading.Thread(target=collect)
+    t.start()
+    t.join()
+    assert torch.equal(out["w"], weights["a"]["w"].cpu())
 
 
 def test_staleness_resolves_pi_old_and_the_correction_and_refuses_the_sampler_as_pi_old():

@@ -58,8 +58,9 @@ def test_unknown_model_is_one_line():
 @pytest.mark.slow
 def test_gpu_proof_script_runs_on_a_cpu(tmp_path):
     """benchmarks/gpu_proof.sh in its CPU smoke mode: gpu_bench (tiny), two GRPO and two GRAFT steps of pair 1's
-    shrunk shapes through graft train, and proof.json."""
-    env = {**os.environ, "GPU_PROOF_SMOKE": "1", "GPU_PROOF_BENCH_S": "200", "OUT": str(tmp_path / "proof"),
+    shrunk shapes through graft train, GRAFT at run.staleness=1 beside them, and proof.json."""
+    env = {**os.environ, "GPU_PROOF_SMOKE": "1", "GPU_PROOF_BENCH_S": "200", "GPU_PROOF_ASYNC": "1",
+           "OUT": str(tmp_path / "proof"),
            "PY": sys.executable,
            "OMP_NUM_THREADS": "2"}
     res = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_proof.sh")], cwd=ROOT, env=env,
@@ -82,3 +83,8 @@ def test_gpu_proof_script_runs_on_a_cpu(tmp_path):
     assert {"train_tok_s", "train_gc_tok_s", "score_tok_s", "rollout_tok_s"} <= set(proof["gpu_bench"][0])
     assert not os.path.exists(tmp_path / "proof" / "runs" / "1-graft-s0" / "checkpoints" / "step_000002")
     assert "GRAFT / GRPO step time" in res.stdout
+    # the asynchronous run: its last step trained on rows one version old, and the ratio is reported
+    k1 = [json.loads(x) for x in open(tmp_path / "proof" / "runs" / "1-graft_k1-s0" / "metrics.jsonl")]
+    assert [r["async/staleness"] for r in k1 if "time/step" in r] == [0, 0, 1, 1]  # steps 1, 2 for a and b
+    assert proof["graft_k1"]["step"] == 2 and proof["k1_over_k0_tokens_per_s"] > 0
+    assert "GRAFT k = 1 / k = 0 tokens/s" in res.stdout

@@ -15,11 +15,12 @@ while the steps before t update:
     then, as at k = 0: exchange, π_old recomputed at version t, update -> version t + 1
 
 Collections run in step order on one rollout thread. Each loads its weights into the policy's rollout replica
-(``Policy.replica``), pushes them into the engine and checks the push with the ``run.sync_check`` probe against
-the trainer's log-probs at launch, then samples. With an engine that shares the trainer's device or model
-(``own_weights`` False: vLLM colocated, tandem) a collection runs in the trainer's thread when it is launched:
-the same rows, without overlap. Every row of step t carries its version: ``PolicyStep.version``, the rollout
-logs' ``version`` column, the metrics ``async/version`` and ``async/staleness`` = t - v(t) (at most k;
+(``Policy.replica``), pushes them into the engine and checks the push with the ``run.sync_check`` probe against the
+trainer's log-probs at launch, then samples. With an engine that shares the trainer's device or model (``own_weights``
+False: vLLM colocated, tandem) a collection runs in the trainer's thread when it is launched: the same rows, without
+overlap. On a GPU a collection runs on a CUDA stream of its own (:class:`RolloutStream`), so that generation's kernels
+run beside the update's. Every row of step t carries its version: ``PolicyStep.version``, the rollout logs'
+``version`` column, the metrics ``async/version`` and ``async/staleness`` = t - v(t) (at most k;
 :func:`check_staleness` refuses an older row) and ``time/rollout_wait`` (how long the trainer waited for it).
 
 The rows of step t do not depend on timing: sampling seeds depend on (run seed, step, policy, round) only, the
@@ -32,6 +33,7 @@ and loads the trainer's weights into the replicas.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
@@ -63,6 +65,38 @@ def check_staleness(step: int, version: int, staleness: int) -> int:
         raise GraftError(f"step {step + 1}: its rollouts were sampled with the weights of version {version}, "
                          f"{age} updates old (run.staleness={staleness})")
     return age
+
+
+class RolloutStream:
+    """The rollout thread's own CUDA stream where the replicas are on a GPU; nothing elsewhere.
+
+    The streams torch creates do not wait on the default stream, so a collection's kernels run beside the
+    trainer's. :meth:`mark` (trainer's thread, after the weights are copied) tells the allocator the copies are
+    read on this stream and records an event; :meth:`run` (rollout thread) makes the stream wait for that event,
+    runs the collection on it and synchronizes it before the rows are handed over (they are host data)."""
+
+    def __init__(self, device: torch.device | None):
+        self.stream = torch.cuda.Stream(device) if device is not None and device.type == "cuda" else None
+
+    def mark(self, weights: dict):
+        if self.stream is None:
+            return None
+        for w in weights.values():
+            for t in (w or {}).values():
+                t.record_stream(self.stream)
+        ready = torch.cuda.Event()
+        ready.record()
+        return ready
+
+    @contextlib.contextmanager
+    def run(self, ready):
+        if self.stream is None:
+            yield
+            return
+        self.stream.wait_event(ready)
+        with torch.cuda.stream(self.stream):
+            yield
+        self.stream.synchronize()
 
 
 class InlineCollection:
@@ -118,6 +152,8 @@ class AheadCollection:
         # the policies sample on threads of their own: the trainer's policy threads are busy updating meanwhile
         self._pool = PolicyPool(inputs.pool.workers) if overlap else inputs.pool
         self._threads = torch.get_num_threads()
+        self._stream = RolloutStream(next(next(iter(policies.values())).replica.parameters()).device
+                                     if overlap else None)
         self.jobs: dict[int, _Job] = {}
 
     # -- the trainer's side
@@ -180,7 +216,7 @@ class AheadCollection:
 
     def _launch(self, step: int, version: int) -> None:
         weights, expected = self._copy_weights()
-        run = functools.partial(self._collect, step, version, weights, expected)
+        run = functools.partial(self._collect, step, version, weights, expected, self._stream.mark(weights))
         if self._thread is None:  # the engine shares the trainer's model or device: no overlap
             done: Future = Future()
             done.set_result(run())
@@ -202,12 +238,13 @@ class AheadCollection:
             out[name] = self.check_sync.compare(name, pol.engine, expected[name], version)
         return out
 
-    def _collect(self, step: int, version: int, weights: dict, expected: dict) -> tuple[dict, dict]:
+    def _collect(self, step: int, version: int, weights: dict, expected: dict, ready=None) -> tuple[dict, dict]:
         torch.set_num_threads(self._threads)  # the trainer's: float results depend on the intra-op thread count
-        checks = self._load(weights, expected, version)
-        inputs = dataclasses.replace(self.inputs, sample=functools.partial(self.sample_at, step=step),
-                                     pool=self._pool)
-        steps, rows = self.collector.collect(inputs)
+        with self._stream.run(ready):
+            checks = self._load(weights, expected, version)
+            inputs = dataclasses.replace(self.inputs, sample=functools.partial(self.sample_at, step=step),
+                                         pool=self._pool)
+            steps, rows = self.collector.collect(inputs)
         for name, st in steps.items():
             st.version = version
             rows[name].update(checks.get(name, {}))
