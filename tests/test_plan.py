@@ -237,14 +237,14 @@ def test_reproduce_plan_orders_partners_first_and_covers_the_study(tmp_path):
         assert f"exchange.params.partner_run={tmp_path}/tiny-grpo-s{r.seed}" in ov
         assert f"exchange.params.partner_policy={r.partner[1]}" in ov
     assert {r.partner[1] for r in stored} == {"a", "b"}
-    # the powered plan is the four claims: GRPO, GRAFT and w/o gate on 13 seeds (paired by seed number), peer-first
+    # the powered plan is the four claims: GRPO, GRAFT and w/o gate on 18 seeds (paired by seed number), peer-first
     # on two; the three small sets evaluated in 5 runs, the others in 1
     plan = P.load_reproduce("tiny")
     seeds = {}
     for r in plan.runs:
         seeds.setdefault(r.name, []).append(r.seed)
-    thirteen = list(range(13))
-    assert seeds == {"grpo": thirteen, "graft": thirteen, "graft_nogate": thirteen, "graft_first": [0, 1]}
+    eighteen = list(range(18))
+    assert seeds == {"grpo": eighteen, "graft": eighteen, "graft_nogate": eighteen, "graft_first": [0, 1]}
     assert plan.eval.runs == 1 and plan.eval.bench_runs == {"aime24": 5, "aime25": 5, "amc23": 5}
     # the claims runs are evaluated at every kept checkpoint, step 0 (the base) included, with the rescue re-draw
     for r in plan.runs:
