@@ -119,6 +119,22 @@ def test_two_processes_equal_one(tmp_path, method):
                 assert v1 == v2, (k, v1, v2)
 
 
+def _assert_lora_step_equal(one: dict, run: dict) -> None:
+    """Every rank of a 2-process LoRA run holds the one-process parameters, and rank 0 logged its losses.
+    Float order: two shards sum the gradient in another order, and Adam's first steps turn that ~1e-9 noise into up
+    to 2.5e-6 on the adapters (measured: replicated 2.5e-6, FSDP 9.5e-7); a step that is not the one-process step
+    moves them by the learning rate, 1e-2."""
+    p1 = one[0]["params"]
+    for r in (0, 1):
+        for pol, sd in run[r]["params"].items():
+            assert set(sd) == set(p1[pol])
+            for k, v in sd.items():
+                assert torch.allclose(v, p1[pol][k], atol=1e-5, rtol=1e-5), (r, pol, k)
+    for r1, r2 in zip(one[0]["rows"], run[0]["rows"]):
+        assert r1["policy"] == r2["policy"]
+        assert math.isclose(r1["loss"], r2["loss"], rel_tol=1e-5, abs_tol=1e-7)
+
+
 def test_lora_two_processes_equal_one(tmp_path):
     """Both policies as LoRA adapters (r 4): a GRAFT step on two processes (replicated, and FSDP2 with the
     optimizer over the adapter only) gives the weights and metrics of one process, within float tolerance; the
@@ -132,17 +148,7 @@ def test_lora_two_processes_equal_one(tmp_path):
     assert two[0]["mode"] == "replicate" and fsdp[0]["mode"] == "fsdp"
     p1 = one[0]["params"]
     for run in (two, fsdp):
-        for r in (0, 1):
-            for pol, sd in run[r]["params"].items():
-                assert set(sd) == set(p1[pol])
-                for k, v in sd.items():
-                    # float order: two shards sum the gradient in another order, and Adam's first steps turn that
-                    # ~1e-9 noise into up to 2.5e-6 on the adapters (measured: replicated 2.5e-6, FSDP 9.5e-7); a
-                    # step that is not the one-process step moves them by the learning rate, 1e-2
-                    assert torch.allclose(v, p1[pol][k], atol=1e-5, rtol=1e-5), (r, pol, k)
-        for r1, r2 in zip(one[0]["rows"], run[0]["rows"]):
-            assert r1["policy"] == r2["policy"]
-            assert math.isclose(r1["loss"], r2["loss"], rel_tol=1e-5, abs_tol=1e-7)
+        _assert_lora_step_equal(one, run)
     lora_b = [v for k, v in p1["a"].items() if "lora_B" in k]
     assert lora_b and max(float(v.abs().max()) for v in lora_b) > 0  # the adapter trained (lora_B starts at 0)
     from transformers import AutoModelForCausalLM
@@ -173,15 +179,7 @@ def test_lora_under_accelerate_launch_fsdp2_equals_one_process(tmp_path):
               str(_free_port())]
     acc = _run([*launch, WORKER, str(tmp_path / "acc"), a, b, data, *extra], tmp_path / "acc")
     assert set(acc) == {0, 1} and acc[0]["world"] == 2 and acc[0]["mode"] == "fsdp"
-    p1 = one[0]["params"]
-    for r in (0, 1):
-        for pol, sd in acc[r]["params"].items():
-            assert set(sd) == set(p1[pol])
-            for k, v in sd.items():
-                assert torch.allclose(v, p1[pol][k], atol=1e-5, rtol=1e-5), (r, pol, k)
-    for r1, r2 in zip(one[0]["rows"], acc[0]["rows"]):
-        assert r1["policy"] == r2["policy"]
-        assert math.isclose(r1["loss"], r2["loss"], rel_tol=1e-5, abs_tol=1e-7)
+    _assert_lora_step_equal(one, acc)
     lora_b = [v for k, v in acc[0]["params"]["a"].items() if "lora_B" in k]
     assert lora_b and max(float(v.abs().max()) for v in lora_b) > 0  # the adapter trained (lora_B starts at 0)
 
