@@ -31,7 +31,7 @@ import numpy as np
 
 from graft_cli.eval.files import read_problem_stats
 from graft_cli.report.claims import write_section
-from graft_cli.report.markdown import md_table
+from graft_cli.report.markdown import md_table, mean_sd
 from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
 from graft_cli.report.stats import compare, macro_mean, overall_verdict, verdict
 from graft_cli.rundir import atomic_write_json, eval_step_dir, metrics_path, read_jsonl
@@ -212,9 +212,7 @@ def arm_order(measured: dict, cfg: dict | None = None) -> list[tuple[str, str]]:
 
 def _fmt(arm: dict | None) -> str:
     xs = seed_means(arm)
-    if not xs:
-        return "—"
-    return f"{np.mean(xs):.2f}" + (f" ± {np.std(xs, ddof=1):.2f}" if len(xs) > 1 else "") + f" ({len(xs)})"
+    return mean_sd(xs) + f" ({len(xs)})" if xs else "—"
 
 
 def _iv(iv) -> str:

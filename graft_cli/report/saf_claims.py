@@ -24,7 +24,7 @@ import os
 import numpy as np
 
 from graft_cli.report.claims import pair_key, paired_eval_var, write_section
-from graft_cli.report.markdown import md_table
+from graft_cli.report.markdown import md_table, mean_sd
 from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
 from graft_cli.eval.files import read_problem_stats
 from graft_cli.report.stats import compare, verdict, welch_interval
@@ -129,13 +129,6 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- render
-def _fmt(xs: list[float]) -> str:
-    if not xs:
-        return "—"
-    m = float(np.mean(xs))
-    return f"{m:.2f}" + (f" ± {float(np.std(xs, ddof=1)):.2f}" if len(xs) > 1 else "")
-
-
 def table_markdown(measured: dict, cfg: dict | None = None) -> str:
     s = settings(cfg)
     names = [(s["grpo"], "GRPO"), (s["fixed"], "GRPO+OPD (fixed)"), (s["saf"], "SAF-OPD"), (s["opd_only"], "OPD-only")]
@@ -145,7 +138,7 @@ def table_markdown(measured: dict, cfg: dict | None = None) -> str:
     for key, label in names:
         sc = measured["scores"].get(key, [])
         dr = measured["entropy_drop"].get(key, [])
-        rows.append([label, key, str(len(sc)), _fmt(sc), _fmt([100 * x for x in dr]), paper.get(key, "—")])
+        rows.append([label, key, str(len(sc)), mean_sd(sc), mean_sd([100 * x for x in dr]), paper.get(key, "—")])
     return md_table(["Method", "Run", "Seeds", "Aggregate pass@1 % (mean ± std)",
                      f"Entropy drop % (steps 1–{s['early_steps']})", "Paper (aggregate)"], rows)
 

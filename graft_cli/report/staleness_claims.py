@@ -25,7 +25,7 @@ import numpy as np
 
 from graft_cli.eval.files import read_problem_stats
 from graft_cli.report.claims import pair_key, paired_eval_var, write_section
-from graft_cli.report.markdown import md_table
+from graft_cli.report.markdown import md_table, mean_sd
 from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, seed_interval, variance_row
 from graft_cli.report.stats import compare
 from graft_cli.rundir import atomic_write_json, eval_step_dir, read_metrics, training_rows
@@ -131,13 +131,6 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- render
-def _mean_sd(per_seed: dict) -> str:
-    xs = list(per_seed.values())
-    if not xs:
-        return "—"
-    return f"{np.mean(xs):.2f}" + (f" ± {np.std(xs, ddof=1):.2f}" if len(xs) > 1 else "")
-
-
 def arm_values(measured: dict, measure_key: str, name: str, pol: str) -> dict:
     src = measured["scores"] if measure_key == "pass1" else measured["steps"].get(measure_key, {})
     return (src.get(name) or {}).get(pol) or {}
@@ -149,8 +142,8 @@ def claims_markdown(claims: list[dict], measured: dict, cfg: dict | None = None)
     for c in claims:
         iv = c["interval"]
         rows.append([LABELS[c["measure"]], c["policy"],
-                     _mean_sd(arm_values(measured, c["measure"], s["k0"], c["policy"])),
-                     _mean_sd(arm_values(measured, c["measure"], s["k1"], c["policy"])),
+                     mean_sd(list(arm_values(measured, c["measure"], s["k0"], c["policy"]).values())),
+                     mean_sd(list(arm_values(measured, c["measure"], s["k1"], c["policy"]).values())),
                      "—" if iv is None else f"{iv[0]:+.2f} [{iv[1]:+.2f}, {iv[2]:+.2f}]",
                      "—" if iv is None else f"{(iv[2] - iv[1]) / 2:.2f}", c["reading"], c["method"] or "—"])
     out = [f"## Staleness: `{s['k1']}` against `{s['k0']}` (from the measured numbers)", "",

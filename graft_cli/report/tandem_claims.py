@@ -44,7 +44,7 @@ import numpy as np
 from graft_cli.eval.files import read_problem_stats
 from graft_cli.eval.tandem import CURVE_KS, legibility_problems, macro_pass_at_k, pass_at_k_curve
 from graft_cli.report.claims import write_section
-from graft_cli.report.markdown import md_table
+from graft_cli.report.markdown import md_table, mean_sd
 from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
 from graft_cli.report.stats import compare, equivalence_verdict, verdict
 from graft_cli.rundir import atomic_write_json, eval_step_dir, read_json_or_none
@@ -202,21 +202,13 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- render
-def _fmt(xs: list[float], digits: int = 2) -> str:
-    """mean ± sample std (ddof 1) over seeds; the mean alone for one seed; — for none."""
-    if not xs:
-        return "—"
-    s = f"{float(np.mean(xs)):.{digits}f}"
-    return s + (f" ± {float(np.std(xs, ddof=1)):.{digits}f}" if len(xs) > 1 else "")
-
-
 def table_markdown(measured: dict, cfg: dict | None = None) -> str:
     rows = []
     for key, label in arms(cfg):
         a = (measured.get("arms") or {}).get(key) or _new_arm()
         seeds = max([len(v) for m in MODES for v in a[m].values()] + [len(a["legibility_ce"])])
-        rows.append([label, key, str(seeds), *[_fmt(a[m].get(str(k), [])) for m in MODES for k in KS],
-                     _fmt([100 * f for f in a["senior_frac"]], 1), _fmt(a["legibility_ce"], 3)])
+        rows.append([label, key, str(seeds), *[mean_sd(a[m].get(str(k), [])) for m in MODES for k in KS],
+                     mean_sd([100 * f for f in a["senior_frac"]], 1), mean_sd(a["legibility_ce"], 3)])
     cols = ["Method", "Run", "Seeds", *[f"{m.capitalize()} pass@{k} %" for m in MODES for k in KS],
             "Senior token share % (handoff)", "Legibility CE (nats, junior on the senior's solo outputs; "
                                               "lower = more legible)"]
