@@ -17,11 +17,15 @@ What the trainer does with it (the gradient equals the single-process one):
    collectively first (FSDP).
 
 Modes: ``replicate`` (every rank holds the full model; gradients all-reduced by hand; works on CPU with
-gloo) and ``fsdp``: FSDP2 full shard of every policy, selected either by ``accelerate launch`` with an FSDP
-config (``ACCELERATE_USE_FSDP=true``; each policy goes through ``Accelerator.prepare``, bf16 mixed precision
-from the launch config) or by ``GRAFT_FSDP=1`` under ``torchrun`` (``fully_shard`` on each decoder layer and
-the root, bf16 compute / fp32 reduction on CUDA unless ``GRAFT_FSDP_BF16=0``; on CPU with gloo in fp32, which
-is what the CPU test checks next to ``replicate``). FSDP ranks must run the same number of forward passes,
+gloo) and ``fsdp``: FSDP2 full shard of every policy (``fully_shard`` on each decoder layer and the root, one
+wrapper whatever the launcher), selected either by ``GRAFT_FSDP=1`` under ``torchrun`` (bf16 compute / fp32
+reduction on CUDA unless ``GRAFT_FSDP_BF16=0``) or by ``accelerate launch`` with an FSDP config
+(``ACCELERATE_USE_FSDP=true``): accelerate is then the launcher, and the launch config's FSDP settings are read
+from the environment it sets (:func:`accelerate_fsdp`: ``mixed_precision``, ``fsdp_reshard_after_forward``,
+``fsdp_offload_params``, ``fsdp_transformer_layer_cls_to_wrap``; settings graft cannot honour are refused in one
+line). ``Accelerator.prepare`` is not used: on CPU its FSDP2 wrapping of these models did not reproduce the
+one-process step (``tests/test_dist.py``). On CPU both run with gloo in fp32, which is what the CPU tests check
+next to ``replicate``. FSDP ranks must run the same number of forward passes,
 so micro-batch counts are equalised across ranks with zero-weight dummy micro-batches and the HF engine's
 decode loop stops only when every rank is done.
 
@@ -48,7 +52,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from graft_cli.batch import Rollouts
 from graft_cli.errors import GraftError, PeerLost
@@ -64,6 +68,18 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
+@dataclass(frozen=True)
+class ShardSpec:
+    """How :func:`fully_shard_model` wraps a model: the module classes sharded one by one (empty: the model's
+    ``_no_split_modules``, its decoder layers), whether their parameters are resharded after the forward pass
+    (FULL_SHARD; False keeps them gathered until the backward, SHARD_GRAD_OP) and whether parameters live on the
+    CPU between uses."""
+
+    layer_classes: tuple = ()
+    reshard_after_forward: bool = True
+    offload_params: bool = False
+
+
 @dataclass
 class Dist:
     rank: int = 0
@@ -71,9 +87,9 @@ class Dist:
     local_rank: int = 0
     mode: str = "none"  # none | replicate | fsdp
     rollout_tp: int = 1  # ranks per rollout engine (vLLM tensor_parallel_size when it spans ranks)
-    mixed_bf16: bool = False  # direct FSDP2 (GRAFT_FSDP=1): bf16 compute, fp32 reduction
+    mixed_bf16: bool = False  # FSDP2: bf16 compute, fp32 reduction
     timeout_s: float = 1800.0  # the process group's timeout (run.dist_timeout_s)
-    accelerator: object = field(default=None, repr=False)
+    shard_spec: ShardSpec = field(default_factory=ShardSpec)  # how FSDP2 wraps each model
 
     # --------------------------------------------------------------------------------- basics
     @property
@@ -181,27 +197,21 @@ class Dist:
             off += n
 
     def clip_grad_norm(self, model, max_norm: float) -> float:
-        if self.fsdp and self.accelerator is not None:
-            return float(self.accelerator.clip_grad_norm_(model.parameters(), max_norm))
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # DTensor-aware (FSDP2)
         return float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
 
     # --------------------------------------------------------------------------------- models
     def prepare(self, model, optimizer):
-        """Wrap a policy for this mode (FSDP via accelerate); returns ``(model, optimizer)``."""
+        """Wrap a policy for this mode (FSDP2 full shard); returns ``(model, optimizer)``."""
         if not self.fsdp:
             return model, optimizer
-        if self.accelerator is not None:
-            return self.accelerator.prepare(model, optimizer)
-        return fully_shard_model(model, self.mixed_bf16), _rebuild_optimizer(optimizer, model)
+        return fully_shard_model(model, self.mixed_bf16, self.shard_spec), _rebuild_optimizer(optimizer, model)
 
     def prepare_frozen(self, model):
         """Shard a frozen model (no optimizer) like the policies under FSDP; unchanged otherwise."""
         if not self.fsdp:
             return model
-        if self.accelerator is not None:
-            return self.accelerator.prepare_model(model, evaluation_mode=True)
-        return fully_shard_model(model, self.mixed_bf16)
+        return fully_shard_model(model, self.mixed_bf16, self.shard_spec)
 
     def full_state(self, model, optimizer) -> tuple[dict | None, dict | None]:
         """Full (unsharded) model and optimizer state dicts, collective in FSDP mode; ``(None, None)`` when
@@ -244,18 +254,52 @@ def peer_lost(d: Dist, what: str, e: BaseException) -> PeerLost:
                     f"within run.dist_timeout_s={d.timeout_s:g} s")
 
 
-def fully_shard_model(model, mixed_bf16: bool = False):
-    """FSDP2 full shard without accelerate (``GRAFT_FSDP=1`` under torchrun): each decoder layer (the model's
-    ``_no_split_modules``) and then the root; ``mixed_bf16`` = bf16 parameters in compute, fp32 reduction."""
+def fully_shard_model(model, mixed_bf16: bool = False, spec: ShardSpec = ShardSpec()):
+    """FSDP2 full shard: each decoder layer (``spec.layer_classes``, else the model's ``_no_split_modules``) and then
+    the root; ``mixed_bf16`` = bf16 parameters in compute, fp32 reduction."""
 
-    kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)} if mixed_bf16 \
-        else {}
-    names = set(getattr(model, "_no_split_modules", None) or [])
+    kw = {}
+    if mixed_bf16:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if spec.offload_params:
+        kw["offload_policy"] = CPUOffloadPolicy()
+    names = set(spec.layer_classes) or set(getattr(model, "_no_split_modules", None) or [])
     for m in list(model.modules()):
         if type(m).__name__ in names:
-            fully_shard(m, **kw)
+            fully_shard(m, reshard_after_forward=spec.reshard_after_forward, **kw)
+    # the root keeps its own parameters (embeddings, final norm, LM head) gathered after the forward pass
+    # (FSDP2's default for the root): the scoring code calls the LM head on chunks of hidden states after it
     fully_shard(model, **kw)
     return model
+
+
+def _env_flag(env: dict, name: str, default: bool) -> bool:
+    return str(env.get(name, str(default))).lower() in ("1", "true", "yes")
+
+
+def accelerate_fsdp(env: dict) -> tuple[ShardSpec, bool]:
+    """The FSDP settings of an ``accelerate launch`` config, as the environment accelerate sets from it:
+    ``(ShardSpec, bf16)``. Settings graft does not honour raise :class:`GraftError` naming the config key."""
+
+    def refuse(key: str, why: str):
+        raise GraftError(f"accelerate launch config: {key}: {why}")
+
+    if str(env.get("FSDP_VERSION", "1")) != "2":
+        refuse("fsdp_config.fsdp_version", f"{env.get('FSDP_VERSION', '1')} (graft shards with FSDP2: set 2)")
+    mp = str(env.get("ACCELERATE_MIXED_PRECISION", "no")).lower()
+    if mp not in ("no", "bf16"):
+        refuse("mixed_precision", f"{mp} (graft runs FSDP2 in fp32 or bf16 with fp32 reduction: set no or bf16)")
+    policy = str(env.get("FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP"))
+    if policy not in ("TRANSFORMER_BASED_WRAP", "None", ""):
+        refuse("fsdp_config.fsdp_auto_wrap_policy", f"{policy} (graft wraps each decoder layer: set "
+                                                    f"TRANSFORMER_BASED_WRAP)")
+    if _env_flag(env, "FSDP_ACTIVATION_CHECKPOINTING", False):
+        refuse("fsdp_config.fsdp_activation_checkpointing", "true (use optim.gradient_checkpointing=true instead: "
+                                                            "it checkpoints the same layers)")
+    layers = tuple(c.strip() for c in str(env.get("FSDP_TRANSFORMER_CLS_TO_WRAP", "")).split(",") if c.strip())
+    spec = ShardSpec(layer_classes=layers, reshard_after_forward=_env_flag(env, "FSDP_RESHARD_AFTER_FORWARD", True),
+                     offload_params=_env_flag(env, "FSDP_OFFLOAD_PARAMS", False))
+    return spec, mp == "bf16"
 
 
 def _rebuild_optimizer(opt, model):
@@ -325,24 +369,15 @@ def setup(cfg) -> Dist:
     if cfg.data.prompt_batch % groups:
         raise GraftError(f"config key 'data.prompt_batch': {cfg.data.prompt_batch} is not divisible by the "
                          f"{groups} rollout groups ({world} processes / tensor_parallel_size {tp})")
-    accel_fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes")
-    fsdp = accel_fsdp or os.environ.get("GRAFT_FSDP", "0").lower() in ("1", "true", "yes")
-    accelerator = None
-    timeout = timedelta(seconds=float(cfg.run.dist_timeout_s))
-    if accel_fsdp:
-        # lazy: accelerate is only for multi-GPU
-        from accelerate import Accelerator
-
-        # lazy: accelerate is only for multi-GPU
-        from accelerate.utils import InitProcessGroupKwargs
-
-        # reads the FSDP plugin and mixed precision from the launch config
-        accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timeout)])
-    elif not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo", timeout=timeout)
+    accel_fsdp = _env_flag(os.environ, "ACCELERATE_USE_FSDP", False)
+    fsdp = accel_fsdp or _env_flag(os.environ, "GRAFT_FSDP", False)
+    spec, bf16 = accelerate_fsdp(os.environ) if accel_fsdp else \
+        (ShardSpec(), os.environ.get("GRAFT_FSDP_BF16", "1") == "1")
+    if not torch.distributed.is_initialized():  # the launcher (torchrun, accelerate, srun) set the rendezvous
+        torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo",
+                                             timeout=timedelta(seconds=float(cfg.run.dist_timeout_s)))
     return Dist(rank=rank, world=world, local_rank=local, mode="fsdp" if fsdp else "replicate", rollout_tp=tp,
-                timeout_s=float(cfg.run.dist_timeout_s), accelerator=accelerator,
-                mixed_bf16=fsdp and not accel_fsdp and use_cuda and os.environ.get("GRAFT_FSDP_BF16", "1") == "1")
+                timeout_s=float(cfg.run.dist_timeout_s), shard_spec=spec, mixed_bf16=fsdp and use_cuda and bf16)
 
 
 def concat_rollouts(parts: list):
