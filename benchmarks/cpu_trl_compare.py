@@ -98,9 +98,9 @@ def problems(kind: str, count: int, seed: int = 0) -> list[dict]:
     return out
 
 
-def build(tmp: str, name: str, w: dict, count: int, seed: int = 0) -> tuple[str, str]:
-    """A random Qwen3 of the workload's shape (weights from ``seed``) with the tests' character tokenizer, and its
-    problem file."""
+def build(tmp: str, name: str, w: dict, count: int, seed: int = 0, tied: bool = True) -> tuple[str, str]:
+    """A random Qwen3 of the workload's shape (weights from ``seed``; the LM head tied to the embeddings as Qwen3's
+    small models have it, or ``tied=False``) with the tests' character tokenizer, and its problem file."""
     import torch
     from conftest import make_char_tokenizer
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -112,7 +112,7 @@ def build(tmp: str, name: str, w: dict, count: int, seed: int = 0) -> tuple[str,
         vocab_size=len(tok), hidden_size=w["hidden"], intermediate_size=w["intermediate"],
         num_hidden_layers=w["layers"], num_attention_heads=w["heads"], num_key_value_heads=w["kv_heads"],
         head_dim=w["head_dim"], max_position_embeddings=1024, bos_token_id=None, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id, tie_word_embeddings=True))
+        pad_token_id=tok.pad_token_id, tie_word_embeddings=tied))
     model.save_pretrained(path)
     tok.save_pretrained(path)
     with open(data, "w") as f:
