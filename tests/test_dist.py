@@ -119,11 +119,11 @@ def test_two_processes_equal_one(tmp_path, method):
                 assert v1 == v2, (k, v1, v2)
 
 
-def _assert_lora_step_equal(one: dict, run: dict) -> None:
-    """Every rank of a 2-process LoRA run holds the one-process parameters, and rank 0 logged its losses.
-    Float order: two shards sum the gradient in another order, and Adam's first steps turn that ~1e-9 noise into up
-    to 2.5e-6 on the adapters (measured: replicated 2.5e-6, FSDP 9.5e-7); a step that is not the one-process step
-    moves them by the learning rate, 1e-2."""
+def _assert_step_equal(one: dict, run: dict) -> None:
+    """Every rank of a 2-process run holds the one-process parameters (adapters or full weights), and rank 0 logged
+    its losses. Float order: two shards sum the gradient in another order, and Adam's first steps turn that ~1e-9
+    noise into up to 2.5e-6 on the adapters (measured: replicated 2.5e-6, FSDP 9.5e-7) and 6.2e-6 on full weights
+    (FSDP2); a step that is not the one-process step moves them by the learning rate, 1e-2."""
     p1 = one[0]["params"]
     for r in (0, 1):
         for pol, sd in run[r]["params"].items():
@@ -148,7 +148,7 @@ def test_lora_two_processes_equal_one(tmp_path):
     assert two[0]["mode"] == "replicate" and fsdp[0]["mode"] == "fsdp"
     p1 = one[0]["params"]
     for run in (two, fsdp):
-        _assert_lora_step_equal(one, run)
+        _assert_step_equal(one, run)
     lora_b = [v for k, v in p1["a"].items() if "lora_B" in k]
     assert lora_b and max(float(v.abs().max()) for v in lora_b) > 0  # the adapter trained (lora_B starts at 0)
     from transformers import AutoModelForCausalLM
@@ -176,7 +176,7 @@ def test_accelerate_launch_fsdp2_equals_one_process(tmp_path, lora):
               str(_free_port())]
     acc = _run([*launch, WORKER, str(tmp_path / "acc"), a, b, data, *extra], tmp_path / "acc")
     assert set(acc) == {0, 1} and acc[0]["world"] == 2 and acc[0]["mode"] == "fsdp"
-    _assert_lora_step_equal(one, acc)
+    _assert_step_equal(one, acc)
     init = _run([sys.executable, WORKER, str(tmp_path / "init"), a, b, data, *extra, "optim.lr=1e-30"],
                 tmp_path / "init")
     moved = [k for k, v in acc[0]["params"]["a"].items() if not torch.equal(v, init[0]["params"]["a"][k])]

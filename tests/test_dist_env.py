@@ -2,6 +2,8 @@
 accelerate sets them as environment variables; graft shards with its own FSDP2 wrapper and refuses what it cannot
 honour in one line naming the config key."""
 
+import os
+
 import pytest
 
 from graft_cli.errors import GraftError
@@ -42,8 +44,6 @@ def test_refused_settings_name_the_key(env, key):
 def test_shipped_launch_configs_are_honoured(config):
     """Each shipped accelerate config, turned into the environment by accelerate's own launcher code, shards
     every decoder layer in full with bf16 compute."""
-    import os
-
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     from accelerate.utils.launch import prepare_multi_gpu_env
 
