@@ -85,10 +85,11 @@ def test_compare_lists_changed_verdicts(tmp_path):
     assert PB.main(["compare", ca, cb]) == 1
 
 
-@pytest.mark.parametrize("dest", ["results/tiny", "results/tiny3", "results/tiny_saf", "results/tiny_tandem"])
+@pytest.mark.parametrize("dest", ["results/tiny", "results/tiny3", "results/tiny_saf", "results/tiny_tandem",
+                                  "results/tiny_staleness"])
 def test_the_readme_quotes_the_published_miniature(dest):
-    """results/tiny/ (the pair) and results/tiny3/ (three peers) are in the tree and the blocks of the pages quoting
-    them (docs/studies.md) are exactly what their files render."""
+    """Each published miniature is in the tree and the block of the page quoting it (docs/studies.md,
+    docs/methods.md) is exactly what its files render."""
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
