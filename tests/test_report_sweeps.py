@@ -193,7 +193,7 @@ def _table_order(key: str, labels: dict) -> list[str]:
 
 def test_identify_by_settings_worked_cases(tmp_path):
     """identify() on hand-written config mappings: a variant written as graft plus overrides, the reverse,
-    a δ no method config has, a setting all runs of a plan share, and a run from elsewhere."""
+    a δ no method config has, a setting all runs of a plan share, a run from elsewhere, and run.staleness."""
     base = {"pair": "tiny", "exchange": {"name": "graft", "ordering": "last"}}
     cases = [
         ({"method": "graft", "exchange": {"params": {"delta": 0.0}}}, ("graft_nofloor", [])),
@@ -210,6 +210,9 @@ def test_identify_by_settings_worked_cases(tmp_path):
         ({"method": "grpo", "algo": {"kl_coef": 0.01, "reference": "initial"}, "exchange": {"name": "none"}},
          ("grpo_kl", [("algo.kl_coef", "0.01")])),
         ({"method": "no_such_method", "exchange": {"params": {"delta": 0.0}}}, ("no_such_method", [])),
+        # no method sets run.staleness, and it changes what a step trains on: named where it is not the default
+        ({"method": "graft", "run": {"staleness": 1}}, ("graft", [("run.staleness", "1")])),
+        ({"method": "graft", "run": {"staleness": 0, "seed": 3}}, ("graft", [])),
     ]
     for raw, want in cases:
         cfg = {**base, **raw, "exchange": {**base["exchange"], **raw.get("exchange", {})}}

@@ -122,6 +122,9 @@ def find_dirs(paths: list[str]) -> tuple[list[str], list[str]]:
 # not compared (the design keys tell every method apart: a reference model is algo.reference, a teacher
 # algo.token_advantages, a junior rollout.engine) and never in a label
 SETUP_KEYS = ("policies", "data.", "eval.", "run.", "algo.minibatch_prompts")
+# keys no method config sets that still change what a step trains on: compared, and in a label where they differ
+# (GRAFT at run.staleness=1 is `graft[run.staleness=1]`)
+DESIGN_KEYS = ("run.staleness",)
 _MISSING = object()
 _COMPOSED: dict = {}  # (experiments dir, pair, method) -> composed config (asdict), or None when it fails
 _METHOD_FILES: dict = {}  # experiments dir -> {method: flattened settings of its file chain (raw values)}
@@ -219,19 +222,19 @@ def identify(raw: dict, exp_dir: str | None = None) -> tuple[str, list[tuple[str
     nearest the run's, and the (key, value) settings in which the run still differs from it. A function of
     the settings, not of the method name the run was started with.
 
-    Compared: every key some method config sets, except the set-up keys (``SETUP_KEYS``). With ``Δ_M`` the
-    compared keys where the run differs from ``compose(pair, M)``, the variant is the ``M`` with the smallest
-    ``Δ_M``; on ties the more general config (fewer ``defaults`` levels: ``graft`` before ``graft_nofloor``),
-    then the name. Only methods whose own file settings could reach the best so far are composed (``Δ_M``
-    holds every key the file sets and the run does not have). Keys a hand-written config.yaml lacks take the
-    run's method's value; a run whose pair or method is not here is named by its method."""
+    Compared: every key some method config sets, except the set-up keys (``SETUP_KEYS``), and ``DESIGN_KEYS``.
+    With ``Δ_M`` the compared keys where the run differs from ``compose(pair, M)``, the variant is the ``M``
+    with the smallest ``Δ_M``; on ties the more general config (fewer ``defaults`` levels: ``graft`` before
+    ``graft_nofloor``), then the name. Only methods whose own file settings could reach the best so far are
+    composed (``Δ_M`` holds every key the file sets and the run does not have). Keys a hand-written config.yaml
+    lacks take the run's method's value; a run whose pair or method is not here is named by its method."""
     method = str(raw.get("method", "?"))
     pair = str(raw.get("pair", "?"))
     files = _method_files(exp_dir)
     own = _composed(pair, method, exp_dir) if method in files else None
     if own is None:
         return method, []
-    keys = sorted({k for f, _ in files.values() for k in f if not _setup(k)})
+    keys = sorted({k for f, _ in files.values() for k in f if not _setup(k)} | set(DESIGN_KEYS))
     run = dict(own)
     run.update(_flatten({k: v for k, v in raw.items() if k != "method"}))
 
