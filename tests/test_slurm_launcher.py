@@ -126,15 +126,47 @@ def local_slurm():
         os.environ["SLURM_CONF"] = old
 
 
-def _wait(cond, timeout: float, what: str):
-    """Poll ``cond`` (every 0.5 s) until it returns something truthy; fail naming ``what`` after ``timeout`` s."""
-    end = time.time() + timeout
-    while time.time() < end:
+# A deadlock guard only: the waits below end on the jobs' own states, however slowly a loaded machine runs them.
+GUARD_S = 3 * 3600
+
+
+def _wait(cond, what: str, gone=None):
+    """Poll ``cond`` (every 0.5 s) until it returns something truthy. ``gone`` says (a string) when what is awaited
+    can no longer come, e.g. the job that would write it has ended: the wait then fails at once, naming it.
+    ``GUARD_S`` stops a wait on a hung cluster."""
+    end = time.monotonic() + GUARD_S
+    while time.monotonic() < end:
         got = cond()
         if got:
             return got
+        why = gone() if gone is not None else None
+        if why:
+            got = cond()  # what ended may have written it just before
+            if got:
+                return got
+            raise AssertionError(f"{what} will not come: {why}")
         time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    raise AssertionError(f"no {what} after {GUARD_S} s: is the local Slurm hung?")
+
+
+def _ended_as(job: str) -> str | None:
+    """``job``'s final state once it has ended (None while it is queued or running)."""
+    row = _sacct([job]).get(job)
+    state = row["state"].split()[0] if row else "UNKNOWN"
+    return None if state in SL.QUEUED | SL.RUNNING or state == "UNKNOWN" else f"job {job} ended {state}"
+
+
+@pytest.fixture
+def cancel_leftovers(tmp_path):
+    """After the test, cancel every job a ledger under ``tmp_path`` names: a failed test leaves no job holding the
+    node for the next one."""
+    yield
+    for ledger in tmp_path.rglob("slurm/jobs.json"):
+        data = json.loads(ledger.read_text())
+        ids = [j for r in data.get("runs", {}).values() for k in ("train", "eval") for j in r.get(k, [])]
+        ids += [j for js in data.get("reports", {}).values() for j in js]
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True)
 
 
 def _sacct(ids: list[str]) -> dict[str, dict]:
@@ -178,7 +210,7 @@ def _timeline(ids: list[str]) -> None:
 
 
 @pytest.mark.slow
-def test_tiny_plan_end_to_end_on_slurm(local_slurm, tmp_path):
+def test_tiny_plan_end_to_end_on_slurm(local_slurm, tmp_path, cancel_leftovers):
     out = str(tmp_path / "plan")
     G, S = "tiny-grpo-s0", "tiny-graft_stored-a-s0"
     _submit(out)
@@ -196,9 +228,10 @@ def test_tiny_plan_end_to_end_on_slurm(local_slurm, tmp_path):
     assert _ledger(out) == led
     # cancel the receiver's training once it has a checkpoint and before it ends
     ckpt = os.path.join(out, S, "checkpoints")
-    _wait(lambda: os.path.exists(os.path.join(ckpt, "step_000001", "COMPLETE")), 900, "the receiver's 1st checkpoint")
+    _wait(lambda: os.path.exists(os.path.join(ckpt, "step_000001", "COMPLETE")), "the receiver's 1st checkpoint",
+          gone=lambda: _ended_as(t2))
     subprocess.run(["scancel", t2], check=True)
-    _wait(lambda: _ended([t2, e2]), 300, "the cancelled training job and its evaluation to end")
+    _wait(lambda: _ended([t2, e2]), "the end of the cancelled training job and its evaluation")
     st = _status(out)
     step_at_cancel = int(st[S][2].split("/")[0])
     assert 1 <= step_at_cancel < 8
@@ -211,7 +244,7 @@ def test_tiny_plan_end_to_end_on_slurm(local_slurm, tmp_path):
     r2 = led2["reports"]["tiny_slurm"][-1]
     assert led2["runs"][G] == led["runs"][G] and led2["runs"][S]["train"] == [t2, t3]
     assert led2["runs"][S]["eval"] == [e2, e3] and r2 != r1
-    _wait(lambda: _ended([t1, e1, t3, e3, r2]), 1200, "the resubmitted jobs and the report")
+    _wait(lambda: _ended([t1, e1, t3, e3, r2]), "the end of the resubmitted jobs and the report")
     st = _status(out)
     assert st == {G: ["finished", t1, "8/8", "finished", e1], S: ["finished", t3, "8/8", "finished", e3]}
     # resumed from the checkpoint it had when cancelled (the scheduler's SIGTERM: run.save_on_signal may add one)
@@ -244,7 +277,7 @@ def test_tiny_plan_end_to_end_on_slurm(local_slurm, tmp_path):
 
 
 @pytest.mark.slow
-def test_cancel_failed_partner_and_partition_fit(local_slurm, tmp_path):
+def test_cancel_failed_partner_and_partition_fit(local_slurm, tmp_path, cancel_leftovers):
     with open(TINY_PLAN) as f:
         raw = yaml.safe_load(f)
     # --cancel: held jobs (they never start) are all cancelled; --status says so
@@ -253,7 +286,7 @@ def test_cancel_failed_partner_and_partition_fit(local_slurm, tmp_path):
     ids = [j for r in _ledger(held)["runs"].values() for k in ("train", "eval") for j in r[k]]
     res = _invoke("reproduce", "--pair", TINY_PLAN, "--launcher", "slurm", "--out", held, "--cancel")
     assert res.exit_code == 0 and "cancelled" in res.output
-    _wait(lambda: _ended(ids), 120, "the cancelled jobs")
+    _wait(lambda: _ended(ids), "the end of the cancelled jobs")
     st = _status(held)
     assert st["tiny-grpo-s0"][0] == "failed (CANCELLED)"
     assert st["tiny-graft_stored-a-s0"][0] in ("failed (CANCELLED)", "cancelled (partner tiny-grpo-s0 failed)")
@@ -267,7 +300,7 @@ def test_cancel_failed_partner_and_partition_fit(local_slurm, tmp_path):
     _submit(failing, str(bad))
     led = _ledger(failing)
     t1, t2 = led["runs"]["tiny-grpo-s0"]["train"][0], led["runs"]["tiny-graft_stored-a-s0"]["train"][0]
-    _wait(lambda: _ended([t1, t2]), 300, "the failing partner and its dependant")
+    _wait(lambda: _ended([t1, t2]), "the end of the failing partner and its dependant")
     st = _status(failing, str(bad))
     assert st["tiny-grpo-s0"][0] == "failed (FAILED)"
     assert st["tiny-graft_stored-a-s0"][0] == "cancelled (partner tiny-grpo-s0 failed)"

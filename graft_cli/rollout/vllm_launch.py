@@ -28,7 +28,7 @@ def free_port() -> int:
 
 
 def start_server(model: str, log: str, args: tuple = (), env: dict | None = None, prefix: tuple = (),
-                 cpu: bool = True, timeout_s: float = 240.0) -> tuple[subprocess.Popen, str]:
+                 cpu: bool = True, timeout_s: float = 900.0) -> tuple[subprocess.Popen, str]:
     """Start ``vllm serve model`` (its OpenAI server module, in this Python) with its output in ``log``; return the
     process (a session of its own) and its URL once ``/v1/models`` answers. ``args``: more server arguments (e.g.
     LoRA's); ``env``: more environment; ``prefix``: a command the server runs under (``taskset -c 0``). A server
