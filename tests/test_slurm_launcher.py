@@ -150,10 +150,9 @@ def _wait(cond, what: str, gone=None):
 
 
 def _ended_as(job: str) -> str | None:
-    """``job``'s final state once it has ended (None while it is queued or running)."""
-    row = _sacct([job]).get(job)
-    state = row["state"].split()[0] if row else "UNKNOWN"
-    return None if state in SL.QUEUED | SL.RUNNING or state == "UNKNOWN" else f"job {job} ended {state}"
+    """``job``'s final state once it has ended (None while it is queued or running, or not known yet)."""
+    j = SL.job_states([job])[job]
+    return None if j.active or j.state == "UNKNOWN" else f"job {job} ended {j.state}"
 
 
 @pytest.fixture
@@ -161,12 +160,11 @@ def cancel_leftovers(tmp_path):
     """After the test, cancel every job a ledger under ``tmp_path`` names: a failed test leaves no job holding the
     node for the next one."""
     yield
-    for ledger in tmp_path.rglob("slurm/jobs.json"):
-        data = json.loads(ledger.read_text())
-        ids = [j for r in data.get("runs", {}).values() for k in ("train", "eval") for j in r.get(k, [])]
-        ids += [j for js in data.get("reports", {}).values() for j in js]
-        if ids:
-            subprocess.run(["scancel", *ids], capture_output=True)
+    for path in tmp_path.rglob("slurm/jobs.json"):
+        ledger = SL.Ledger(str(path.parent))
+        ids = [j for r in ledger.runs.values() for js in r.values() for j in js]
+        ids += [j for js in ledger.reports.values() for j in js]
+        SL.cancel_jobs([j.id for j in SL.job_states(ids).values() if j.active])
 
 
 def _sacct(ids: list[str]) -> dict[str, dict]:
