@@ -33,6 +33,7 @@ def start_server(model: str, log: str, args: tuple = (), env: dict | None = None
     process (a session of its own) and its URL once ``/v1/models`` answers. ``args``: more server arguments (e.g.
     LoRA's); ``env``: more environment; ``prefix``: a command the server runs under (``taskset -c 0``). A server
     that exits, or does not answer within ``timeout_s``, raises with the end of its log."""
+    # lazy: only when a server is started
     import httpx
 
     port = free_port()
