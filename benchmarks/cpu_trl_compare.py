@@ -65,7 +65,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 WORKLOADS = {
     "short": dict(prompts=16, n=8, new_tokens=48, hidden=256, layers=4, intermediate=512, heads=4, kv_heads=2,
@@ -100,13 +99,14 @@ def problems(kind: str, count: int, seed: int = 0) -> list[dict]:
 
 def build(tmp: str, name: str, w: dict, count: int, seed: int = 0, tied: bool = True) -> tuple[str, str]:
     """A random Qwen3 of the workload's shape (weights from ``seed``; the LM head tied to the embeddings as Qwen3's
-    small models have it, or ``tied=False``) with the tests' character tokenizer, and its problem file."""
+    small models have it, or ``tied=False``) with a character tokenizer (pad 0, EOS 1), and its problem file."""
     import torch
-    from conftest import make_char_tokenizer
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    from graft_cli.models.shapes import char_tokenizer
+
     path, data = os.path.join(tmp, f"model-{name}"), os.path.join(tmp, f"train-{name}.jsonl")
-    tok = make_char_tokenizer()
+    tok = char_tokenizer(98, eos=1, pad=0)
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(Qwen3Config(
         vocab_size=len(tok), hidden_size=w["hidden"], intermediate_size=w["intermediate"],

@@ -151,19 +151,6 @@ def rel_minibatch_loss(logps, src_means, adv, is_self, ratio_c, refs, m, global_
 
 
 # ---------------------------------------------------------------------------------------------- graft side
-def char_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "<eos>": 1}
-    for c in [chr(i) for i in range(32, 127)]:
-        vocab.setdefault(c, len(vocab))
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tk.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<eos>", pad_token="<pad>")
-
-
 def graft_config(prompts: int, n: int, overrides=()):
     from graft_cli.config import compose
 
@@ -247,13 +234,14 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
     from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser, compute_loss
     from graft_cli.algorithms.signals import token_adv_params
     from graft_cli.models.logprobs import pack
+    from graft_cli.models.shapes import char_tokenizer
     from graft_cli.algorithms.minibatch import layout_ranks, minibatch_plan
     from graft_cli.train.update import UpdateContext, loss_inputs, row_tokens, token_signals
 
     cfg = graft_config(prompts, n, overrides)
     a = cfg.algo
     spec = POLICY_LOSSES.get(a.loss)
-    tok = char_tokenizer()
+    tok = char_tokenizer(97, eos=1, pad=0)  # printable ASCII, no newline
     names = ["a", "b"]
     ex = EXCHANGES.get(cfg.exchange.name)(cfg)
     rel = RelTracker(names)

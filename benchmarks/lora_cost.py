@@ -31,7 +31,6 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
 def overrides(workload: str, model: str | None, data: str | None, out: str, steps: int, r: int) -> list[str]:

@@ -17,7 +17,7 @@ import tempfile
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "benchmarks")]
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from cpu_trl_compare import WORKLOADS, build  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 

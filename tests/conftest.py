@@ -19,19 +19,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_char_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
-    from transformers import PreTrainedTokenizerFast
+    """The tests' tokenizer: pad 0, EOS 1, then printable ASCII and newline (98 ids)."""
+    from graft_cli.models.shapes import char_tokenizer
 
-    chars = [chr(i) for i in range(32, 127)] + ["\n"]
-    vocab = {"<pad>": 0, "<eos>": 1}
-    for c in chars:
-        vocab.setdefault(c, len(vocab))
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tk.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<eos>", pad_token="<pad>")
-    tok.padding_side = "left"
-    return tok
+    return char_tokenizer(98, eos=1, pad=0)
 
 
 def assert_top_k_sampling(model, prompts, ro, k: int, temperature: float, atol: float):

@@ -955,17 +955,15 @@ def test_decode_keeps_the_text_a_clean_up_tokenizer_would_change():
 
 def shipped_tokenizers():
     """Every tokenizer the tests use: conftest's character tokenizer, test_graft's byte-level BPE, the tiny pair's
-    a, b and c and the tiny code model's (as built), hacpo_compare's character tokenizer."""
-    import importlib.util
-
+    a, b and c and the tiny code model's (as built), hacpo_compare's character tokenizer (97 ids, no newline) and
+    the random-weight real shapes' synthetic tokenizer."""
+    from graft_cli.models.shapes import char_tokenizer, shape_config, synthetic_tokenizer
     from graft_cli.tiny import code, tokenizers as T
 
-    spec = importlib.util.spec_from_file_location("hacpo_compare", os.path.join(ROOT, "benchmarks", "hacpo_compare.py"))
-    H = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(H)
     return {"char": make_char_tokenizer(), "bpe": tok_bpe.__wrapped__(), "tiny_a": T.build_tokenizer_a(),
             "tiny_b": T.build_tokenizer_b(), "tiny_c": T.build_tokenizer_c(), "tiny_code": code.build_tokenizer(),
-            "hacpo_compare": H.char_tokenizer()}
+            "hacpo_compare": char_tokenizer(97, eos=1, pad=0),
+            "synthetic": synthetic_tokenizer(shape_config("Qwen/Qwen3-1.7B-Base", shrink=True))}
 
 
 def test_a_sources_text_survives_decode_encode_decode_on_every_shipped_tokenizer():

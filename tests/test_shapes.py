@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from graft_cli.models.shapes import SHAPES, random_model, shape_config, synthetic_tokenizer
+from graft_cli.models.shapes import SHAPES, char_tokenizer, random_model, shape_config, synthetic_tokenizer
 
 PUBLISHED = {  # hub id: (vocab, hidden, layers, heads, kv heads, MLP, eos)
     "HuggingFaceTB/SmolLM3-3B-Base": (128256, 2048, 36, 16, 4, 11008, 128012),
@@ -37,6 +37,19 @@ def test_synthetic_tokenizer_round_trips_and_puts_eos_at_the_configs_id():
     assert len(tok) == c.vocab_size and tok.eos_token_id == 128012 and tok.pad_token_id == 128004
     ids = tok("7*6=42, so \\boxed{42}\n")["input_ids"]
     assert tok.decode(ids) == "7*6=42, so \\boxed{42}\n" and max(ids) < 100
+
+
+def test_char_tokenizer_ids_by_hand():
+    """pad 0, EOS 1, then chr(32)..chr(126) and newline in order: ' ' -> 2, 'A' (65) -> 65 - 32 + 2, '~' -> 96,
+    newline -> 97; with 97 ids newline has no id and encodes as pad (the unknown token); with pad None the pad is
+    EOS and the characters start at 1; ids past the characters are unused tokens that still decode."""
+    t = char_tokenizer(98, eos=1, pad=0)
+    assert (len(t), t.pad_token_id, t.eos_token_id, t.padding_side) == (98, 0, 1, "left")
+    assert t(" A~\n", add_special_tokens=False)["input_ids"] == [2, 35, 96, 97]
+    assert char_tokenizer(97, eos=1, pad=0)("A\n", add_special_tokens=False)["input_ids"] == [35, 0]
+    e = char_tokenizer(100, eos=0)
+    assert (e.pad_token_id, e.eos_token_id) == (0, 0) and e(" A", add_special_tokens=False)["input_ids"] == [1, 34]
+    assert e.convert_ids_to_tokens(98) == "<|unused_98|>"
 
 
 def test_random_model_forward_has_the_vocabulary_width():

@@ -91,34 +91,40 @@ def shape_config(model: str, shrink: bool = False):
     return cfg
 
 
-def synthetic_tokenizer(cfg):
-    """A character-level tokenizer over the config's whole vocabulary (module docstring)."""
+def char_tokenizer(vocab_size: int, eos: int, pad: int | None = None):
+    """A character-level tokenizer of ``vocab_size`` ids: EOS (``<|eos|>``) at ``eos``, pad (``<|pad|>``; EOS when
+    ``pad`` is None) at ``pad``, printable ASCII and newline one id each on the lowest other ids, unused tokens on the
+    rest; it pads on the left. Every id decodes, so every id a model can sample is a valid token."""
     # lazy: tokenizers only for building tokenizers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     # lazy: transformers is slow to import
     from transformers import PreTrainedTokenizerFast
 
-    V = int(cfg.vocab_size)
-    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, int) else cfg.eos_token_id[0]
-    pad = cfg.pad_token_id if cfg.pad_token_id is not None else eos
+    pad = eos if pad is None else pad
     chars = [chr(i) for i in range(32, 127)] + ["\n"]
     vocab, it = {}, iter(chars)
-    for i in range(V):
+    for i in range(vocab_size):
         if i == eos:
             tok = "<|eos|>"
-        elif i == pad and pad != eos:
+        elif i == pad:
             tok = "<|pad|>"
         else:
             tok = next(it, None) or f"<|unused_{i}|>"
         vocab[tok] = i
-    tk = Tokenizer(models.WordLevel(vocab, unk_token=next(t for t, i in vocab.items() if i == pad)))
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<|pad|>" if pad != eos else "<|eos|>"))
     tk.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
     tk.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|eos|>",
                                   pad_token="<|pad|>" if pad != eos else "<|eos|>")
     tok.padding_side = "left"
     return tok
+
+
+def synthetic_tokenizer(cfg):
+    """The :func:`char_tokenizer` of a config's vocabulary size and EOS / pad ids (module docstring)."""
+    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, int) else cfg.eos_token_id[0]
+    return char_tokenizer(int(cfg.vocab_size), eos, cfg.pad_token_id)
 
 
 def random_model(model: str, dtype, shrink: bool = False, device="cpu"):
