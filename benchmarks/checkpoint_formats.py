@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: a character tokenizer, pad 0, EOS 1)")
+    ap.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: a character one)")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
