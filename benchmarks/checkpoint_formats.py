@@ -93,7 +93,7 @@ def main() -> None:
             from graft_cli.models.shapes import char_tokenizer
 
             tokdir = os.path.join(tmp, "tok")
-            char_tokenizer(98, eos=1, pad=0).save_pretrained(tokdir)
+            char_tokenizer().save_pretrained(tokdir)
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.procs),
                __file__, "--worker", "--out", tmp, "--tokenizer", tokdir, "--hidden", str(args.hidden), "--layers",

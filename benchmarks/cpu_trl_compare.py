@@ -106,7 +106,7 @@ def build(tmp: str, name: str, w: dict, count: int, seed: int = 0, tied: bool = 
     from graft_cli.models.shapes import char_tokenizer
 
     path, data = os.path.join(tmp, f"model-{name}"), os.path.join(tmp, f"train-{name}.jsonl")
-    tok = char_tokenizer(98, eos=1, pad=0)
+    tok = char_tokenizer()
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(Qwen3Config(
         vocab_size=len(tok), hidden_size=w["hidden"], intermediate_size=w["intermediate"],

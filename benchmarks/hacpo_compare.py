@@ -241,7 +241,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
     cfg = graft_config(prompts, n, overrides)
     a = cfg.algo
     spec = POLICY_LOSSES.get(a.loss)
-    tok = char_tokenizer(97, eos=1, pad=0)  # printable ASCII, no newline
+    tok = char_tokenizer(97)  # printable ASCII, no newline
     names = ["a", "b"]
     ex = EXCHANGES.get(cfg.exchange.name)(cfg)
     rel = RelTracker(names)

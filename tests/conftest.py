@@ -22,7 +22,7 @@ def make_char_tokenizer():
     """The tests' tokenizer: pad 0, EOS 1, then printable ASCII and newline (98 ids)."""
     from graft_cli.models.shapes import char_tokenizer
 
-    return char_tokenizer(98, eos=1, pad=0)
+    return char_tokenizer()
 
 
 def assert_top_k_sampling(model, prompts, ro, k: int, temperature: float, atol: float):

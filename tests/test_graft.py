@@ -962,7 +962,7 @@ def shipped_tokenizers():
 
     return {"char": make_char_tokenizer(), "bpe": tok_bpe.__wrapped__(), "tiny_a": T.build_tokenizer_a(),
             "tiny_b": T.build_tokenizer_b(), "tiny_c": T.build_tokenizer_c(), "tiny_code": code.build_tokenizer(),
-            "hacpo_compare": char_tokenizer(97, eos=1, pad=0),
+            "hacpo_compare": char_tokenizer(97),
             "synthetic": synthetic_tokenizer(shape_config("Qwen/Qwen3-1.7B-Base", shrink=True))}
 
 

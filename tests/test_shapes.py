@@ -47,7 +47,7 @@ def test_char_tokenizer_ids_by_hand():
     assert (len(t), t.pad_token_id, t.eos_token_id, t.padding_side) == (98, 0, 1, "left")
     assert t(" A~\n", add_special_tokens=False)["input_ids"] == [2, 35, 96, 97]
     assert char_tokenizer(97, eos=1, pad=0)("A\n", add_special_tokens=False)["input_ids"] == [35, 0]
-    e = char_tokenizer(100, eos=0)
+    e = char_tokenizer(100, eos=0, pad=None)
     assert (e.pad_token_id, e.eos_token_id) == (0, 0) and e(" A", add_special_tokens=False)["input_ids"] == [1, 34]
     assert e.convert_ids_to_tokens(98) == "<|unused_98|>"
 

@@ -91,10 +91,11 @@ def shape_config(model: str, shrink: bool = False):
     return cfg
 
 
-def char_tokenizer(vocab_size: int, eos: int, pad: int | None = None):
+def char_tokenizer(vocab_size: int = 98, eos: int = 1, pad: int | None = 0):
     """A character-level tokenizer of ``vocab_size`` ids: EOS (``<|eos|>``) at ``eos``, pad (``<|pad|>``; EOS when
     ``pad`` is None) at ``pad``, printable ASCII and newline one id each on the lowest other ids, unused tokens on the
-    rest; it pads on the left. Every id decodes, so every id a model can sample is a valid token."""
+    rest; it pads on the left. Every id decodes, so every id a model can sample is a valid token. The defaults are
+    the tests' and the benchmarks' layout: pad 0, EOS 1, the characters on 2..97."""
     # lazy: tokenizers only for building tokenizers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -112,11 +113,11 @@ def char_tokenizer(vocab_size: int, eos: int, pad: int | None = None):
         else:
             tok = next(it, None) or f"<|unused_{i}|>"
         vocab[tok] = i
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<|pad|>" if pad != eos else "<|eos|>"))
+    pad_token = "<|pad|>" if pad != eos else "<|eos|>"
+    tk = Tokenizer(models.WordLevel(vocab, unk_token=pad_token))
     tk.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
     tk.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|eos|>",
-                                  pad_token="<|pad|>" if pad != eos else "<|eos|>")
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|eos|>", pad_token=pad_token)
     tok.padding_side = "left"
     return tok
 
