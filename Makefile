@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: setup demo test test-fast test-extended test-vllm lint clean publish publish-tiny3 publish-saf publish-tandem publish-staleness reproduce gpu-deps
+.PHONY: setup demo test test-fast test-extended test-vllm lint clean publish publish-tiny3 publish-saf publish-tandem publish-staleness publish-dose reproduce gpu-deps
 
 setup: $(VENV)/.installed
 
@@ -36,9 +36,9 @@ demo: setup
 # A miniature study, published into results/<dest>/ (report, tables, claims, plots, provenance) and quoted by the
 # page of docs/ that holds its block (finished runs in .cache/reproduce_<plan> are reused: remove it for a fresh
 # measurement).
-# $(call publish_study,PLAN,DEST,TARGET)
+# $(call publish_study,PLAN,DEST,TARGET[,EXTRA reproduce options])
 define publish_study
-	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair $(1) --out .cache/reproduce_$(1) && \
+	start=$$(date +%s); $(VENV)/bin/graft reproduce --pair $(1) --out .cache/reproduce_$(1) $(4) && \
 	$(PY) -m graft_cli.report.publish copy .cache/reproduce_$(1) --dest $(2) --command "make $(3)" \
 		--wall-min $$($(PY) -c "print(round(($$(date +%s) - $$start) / 60, 1))")
 	$(PY) -m graft_cli.report.publish readme --dest $(2)
@@ -63,6 +63,11 @@ publish-tandem: setup
 # GRAFT at run.staleness 0 and 1 (experiments/reproduce/tiny_staleness.yaml) into results/tiny_staleness/.
 publish-staleness: setup
 	$(call publish_study,tiny_staleness,results/tiny_staleness,publish-staleness)
+
+# The weak-family dose experiment (experiments/reproduce/tiny_dose.yaml) into results/tiny_dose/, under the
+# registration committed before its first run (results/tiny_dose/registration.json).
+publish-dose: setup
+	$(call publish_study,tiny_dose,results/tiny_dose,publish-dose,--registration results/tiny_dose/registration.json)
 
 # The weekly reproduction (.github/workflows/reproduce.yml): the study afresh, its verdicts against the published.
 reproduce: setup
@@ -122,4 +127,4 @@ lint: setup
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache
 	[ ! -d results ] || find results -mindepth 1 -maxdepth 1 ! -name tiny ! -name tiny3 ! -name tiny_saf \
-		! -name tiny_tandem ! -name tiny_staleness -exec rm -rf {} +
+		! -name tiny_tandem ! -name tiny_staleness ! -name tiny_dose -exec rm -rf {} +

@@ -452,9 +452,14 @@ def report_cmd(dirs, out, devices, clip_steps, no_plots):
 @click.option("--steps", type=int, default=None, help="training steps of every run [default: the plan's]")
 @click.option("--no-report", is_flag=True, help="train and evaluate only")
 @click.option("--no-progress", is_flag=True, help="no progress bars")
+@click.option("--register", is_flag=True, help="write <out>/registration.json (the plan's design, hash, analysis "
+                                               "rule) and run nothing: commit it before the first run")
+@click.option("--registration", default=None,
+              help="a registration file the plan must equal before anything runs or is judged [default: "
+                   "<out>/registration.json when there is one]")
 @launch_options
 @one_line_errors
-def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress, **launch):
+def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress, register, registration, **launch):
     """Run a reproduction plan, experiments/reproduce/<PAIR>.yaml: train and evaluate each run, then `graft
     report` on the output folder. The miniatures on the tiny pair (tiny, tiny_full, tiny3, tiny_saf,
     tiny_tandem; each plan's file says its runs and seeds) add the paper's claims judged from the measured
@@ -471,13 +476,16 @@ def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress, **lau
     Examples:
       graft reproduce --pair tiny --out results/reproduce_tiny
       graft reproduce --pair graft_table1 --dry-run
+      graft reproduce --pair tiny_dose --register --out results/tiny_dose
+      graft reproduce --pair tiny_dose --registration results/tiny_dose/registration.json
       graft reproduce --pair graft_table1 --launcher slurm --partition gpu --out /shared/graft_table1
       graft reproduce --pair graft_table1 --launcher slurm --out /shared/graft_table1 --status
     """
     from graft_cli.plan.commands import reproduce_main
 
     reproduce_main(pair, out=out, dry_run=dry_run, jobs=jobs, steps=steps, report=not no_report,
-                   progress=not no_progress, **launch_kwargs(**launch))
+                   progress=not no_progress, register=register, registration=registration,
+                   **launch_kwargs(**launch))
 
 
 if __name__ == "__main__":

@@ -113,6 +113,10 @@ class DataConfig:
     where: dict = field(default_factory=dict)  # keep only the rows whose fields equal these values ({ability: code})
     holdout: int = 0  # problems held out of training (a seeded random slice, e.g. for checkpoint selection)
     holdout_seed: int = 0
+    holdout_distinct: bool = False  # also drop training problems whose text equals a held-out one's
+    mix: dict = field(default_factory=dict)  # value of mix_field -> share: a re-weighted training set (data/mix.py)
+    mix_field: str = "family"  # the record field data.mix weighs (the tiny task's skill family)
+    mix_seed: int = 0  # which problems of each group the mixed set keeps
 
 
 @dataclass

@@ -13,11 +13,14 @@ from click.testing import CliRunner
 from conftest import train_overrides
 
 from graft_cli.cli import main
+from graft_cli.config import compose
 from graft_cli.errors import GraftError
 from graft_cli.plan import execute as X
 from graft_cli.plan import spec as P
 from graft_cli.plan import status as S
 from graft_cli.report import claims as CL
+from graft_cli.train.provenance import record_session
+from graft_cli.train.run import RESUME_MAY_DIFFER
 
 # ------------------------------------------------------------------------------------ sweep expansion
 # sweep -> [(run directory name on the tiny pair, method, entry overrides)]
@@ -150,6 +153,12 @@ def fake_run(root, name: str, steps: list[int], total: int | None, policies=("a"
     return d
 
 
+def stamp(plan, out: str, name: str, seed: int = 0) -> dict:
+    """Record the provenance of the (faked) run ``name`` as `graft train` would for the plan's config."""
+    r = plan.by_key()[f"{name}-s{seed}"]
+    return record_session(compose(plan.compose_overrides(r, out)), plan.run_dir(r, out), RESUME_MAY_DIFFER, 0)
+
+
 def fake_eval(run_dir, policy, step, avg, runs=1, samples=4):
     d = os.path.join(run_dir, "eval", policy, f"step_{step:06d}")
     os.makedirs(d, exist_ok=True)
@@ -196,6 +205,8 @@ def test_execute_skips_finished_and_resumes_partial(tmp_path, monkeypatch):
     fake_eval(d_done, "a", 10, 0.5)
     fake_eval(d_done, "b", 10, 0.4)
     fake_run(out, "tiny-noeval-s0", [10], 10)
+    for name in ("done", "noeval"):  # finished runs made with the config the plan composes now
+        stamp(plan, out, name)
     fake_run(out, "tiny-half-s0", [5], 10)
     calls = []
 

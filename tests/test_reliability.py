@@ -330,7 +330,8 @@ def test_two_identical_runs_write_byte_identical_run_directories(setup, referenc
     state.json) write the same files, byte for byte: weights, optimizer states, state.json, manifests, rollout
     parquets, summary.png. Two things differ by design and are compared without them: the ``time/*`` values of
     metrics.jsonl (wall-clock durations of the phases; every other key and value is equal, and each line has the
-    same time keys) and ``run.out`` in config.yaml (the runs live in different folders)."""
+    same time keys), ``run.out`` in config.yaml (the runs live in different folders) and each session's start time
+    in provenance.json."""
     out = str(setup["root"] / "twin_runs")
     res = run(args(setup, out, "ref"))
     assert res.returncode == 0, res.stderr[-3000:]
@@ -354,6 +355,11 @@ def test_two_identical_runs_write_byte_identical_run_directories(setup, referenc
         elif rel == "config.yaml":
             ref_out = os.path.dirname(reference)
             assert ref_out.encode() in a and b.replace(out.encode(), ref_out.encode()) == a
+        elif rel == "provenance.json":  # the same run identity; only each session's start time differs
+            pa, pb = json.loads(a), json.loads(b)
+            assert pa["config_hash"] == pb["config_hash"] and pa["tiny_build"] == pb["tiny_build"]
+            assert [{k: v for k, v in x.items() if k != "started"} for x in pa["sessions"]] == \
+                [{k: v for k, v in x.items() if k != "started"} for x in pb["sessions"]]
         else:
             assert a == b, rel
 

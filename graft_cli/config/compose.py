@@ -165,9 +165,9 @@ def _dict_field(cfg: DictConfig, key: str) -> bool:
     return parent in FREE_DICTS or any(parent.startswith(p + ".") for p in FREE_DICTS)
 
 
-FREE_DICTS = ("exchange.params", "extra", "data.fields", "data.where", "rollout.engine_kwargs", "algo.loss_params",
-              "algo.token_adv_params", "algo.loss_mask_params", "algo.rollout_correction.params", "distill", "tandem",
-              "eval.final.bench_runs")
+FREE_DICTS = ("exchange.params", "extra", "data.fields", "data.where", "data.mix", "rollout.engine_kwargs",
+              "algo.loss_params", "algo.token_adv_params", "algo.loss_mask_params", "algo.rollout_correction.params",
+              "distill", "tandem", "eval.final.bench_runs")
 
 
 def to_yaml(cfg: Config) -> str:

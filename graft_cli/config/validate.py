@@ -18,6 +18,7 @@ from graft_cli.algorithms.correction import IS_CORRECTIONS, ROLLOUT_REJECTIONS
 from graft_cli.algorithms.exchange import EXCHANGES
 from graft_cli.algorithms.losses import AGG_MODES, KL_KINDS, KL_ROWS, POLICY_LOSSES
 from graft_cli.algorithms.minibatch import LAYOUTS, MINIBATCH_ORDERINGS
+from graft_cli.data.mix import check_mix
 from graft_cli.errors import GraftError
 from graft_cli.models.loading import DTYPES
 from graft_cli.models.logprobs import AUTOCAST
@@ -144,6 +145,7 @@ def validate_algo(cfg: Config, registries: bool) -> None:
     _check(a.minibatch_prompts >= 1, "algo.minibatch_prompts", "must be >= 1")
     _check(cfg.data.prompt_batch >= 1, "data.prompt_batch", "must be >= 1")
     _check(cfg.data.holdout >= 0, "data.holdout", "must be >= 0")
+    check_mix(dict(cfg.data.mix))  # shares: numbers >= 0, one of them > 0 (one line naming the key)
     _check(cfg.data.prompt_batch % a.minibatch_prompts == 0, "algo.minibatch_prompts",
            f"data.prompt_batch={cfg.data.prompt_batch} is not divisible by "
            f"algo.minibatch_prompts={a.minibatch_prompts}")

@@ -209,15 +209,18 @@ def load_problems(source: str, fields: dict | None = None, where: dict | None = 
     return probs
 
 
-def split_holdout(problems: list[Problem], n: int, seed: int = 0) -> tuple[list[Problem], list[Problem]]:
+def split_holdout(problems: list[Problem], n: int, seed: int = 0, distinct: bool = False
+                  ) -> tuple[list[Problem], list[Problem]]:
     """``(train, held_out)``: ``n`` problems drawn uniformly without replacement with ``numpy`` seed ``seed``
     (``data.holdout``; the tandem paper holds 1,000 DeepScaleR problems out with seed 0), the rest in their
-    original order. ``n = 0``: everything trains."""
+    original order. ``n = 0``: everything trains. ``distinct`` (``data.holdout_distinct``): a training problem
+    whose text equals a held-out one's (a set with repeats under other ids) is dropped from training too."""
 
     if n <= 0:
         return list(problems), []
     if n >= len(problems):
         raise ValueError(f"data.holdout={n} leaves no training problem (the set has {len(problems)})")
     held = set(np.random.default_rng(seed).choice(len(problems), size=n, replace=False).tolist())
-    return ([p for i, p in enumerate(problems) if i not in held],
+    texts = {problems[i].problem for i in held} if distinct else set()
+    return ([p for i, p in enumerate(problems) if i not in held and p.problem not in texts],
             [p for i, p in enumerate(problems) if i in held])

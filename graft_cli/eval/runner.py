@@ -38,7 +38,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from graft_cli.console import make_console
-from graft_cli.data.problems import load_problems
+from graft_cli.data.mix import training_problems
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.errors import GraftError
 from graft_cli.eval import rescue as R
@@ -540,8 +540,7 @@ def _evaluate_rescue(run_dir: str, cfg, policy: str, step_dir: str, engine, mode
     if not events:
         console.print(f"{policy}: no all-fail prompt in the rollout logs: no rescue evaluation")
         return None
-    by_id = {p.id: p for p in load_problems(resolve_path(cfg.data.train), cfg.data.fields or None,
-                                            cfg.data.where or None)}
+    by_id = {p.id: p for p in training_problems(cfg.data, resolve_path(cfg.data.train))}
     missing = [e["prompt_id"] for e in events if e["prompt_id"] not in by_id]
     if missing:
         raise GraftError(f"{run_dir}: rollout logs name prompt {missing[0]!r}, which {cfg.data.train} does not hold")

@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass, field
 
 from graft_cli import config as C
-from graft_cli.data.problems import load_problems, split_holdout
+from graft_cli.data.mix import training_problems
+from graft_cli.data.problems import split_holdout
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import BenchmarkSource, resolve_benchmarks
@@ -118,8 +119,8 @@ def run_benches(cfg, benchmarks, data=None, eval_dir=None, held_out=None) -> lis
         if held_out is None:
             if cfg.data.holdout <= 0:
                 raise GraftError("benchmark 'heldout': the run holds no problem out (data.holdout = 0)")
-            probs = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None, cfg.data.where or None)
-            held_out = split_holdout(probs, cfg.data.holdout, cfg.data.holdout_seed)[1]
+            probs = training_problems(cfg.data, resolve_path(cfg.data.train))
+            held_out = split_holdout(probs, cfg.data.holdout, cfg.data.holdout_seed, cfg.data.holdout_distinct)[1]
         src = f"{cfg.data.train} held out (data.holdout={cfg.data.holdout}, seed {cfg.data.holdout_seed})"
         out.append((BenchmarkSource(HELDOUT, "held-out", src, kind=reward_kind(cfg)), list(held_out)))
     return out

@@ -14,9 +14,11 @@ from graft_cli.errors import GraftError
 from graft_cli.plan import execute as X
 from graft_cli.plan import launch as L
 from graft_cli.plan.launchers import get_launcher
+from graft_cli.plan import registration as R
 from graft_cli.plan import spec as P
 from graft_cli.report.markdown import md_table
 from graft_cli.report.tables import report_main
+from graft_cli.rundir import atomic_write_json
 
 
 def _console():
@@ -62,14 +64,24 @@ def unplanned_methods(plan: P.Plan) -> list[str]:
 def reproduce_main(pair: str = "tiny", out: str | None = None, dry_run: bool = False, jobs: int | None = None,
                    steps: int | None = None, report: bool = True, progress: bool = True, launcher: str = "local",
                    status: bool = False, cancel: bool = False, report_only: bool = False,
-                   launch: L.LaunchOptions | None = None) -> dict:
+                   launch: L.LaunchOptions | None = None, register: bool = False,
+                   registration: str | None = None) -> dict:
     """``graft reproduce --pair P``: the plan ``experiments/reproduce/<P>.yaml``: train and evaluate every run
-    through the launcher (resumable), then ``graft report`` on the output folder with the claims section."""
+    through the launcher (resumable), then ``graft report`` on the output folder with the claims section.
+    ``register``: write ``<out>/registration.json`` and run nothing; ``registration`` (default
+    ``<out>/registration.json`` when there is one): the registered design the plan must equal before anything
+    runs or any claim is judged (:mod:`graft_cli.plan.registration`)."""
     _check_counts(steps, jobs)
     opts = _options(launch, jobs, progress)
     chosen = get_launcher(launcher, opts)
     plan = P.load_reproduce(pair, steps=steps)
     out = out or os.path.join("results", f"reproduce_{plan.name}")
+    if register:
+        path, written = R.register(plan, out)
+        opts.console.print(f"reproduce {plan.name}: {'registered' if written else 'already registered'} in {path} "
+                           f"(plan hash {R.plan_hash(plan)[:12]}); commit it before the first run")
+        return {"registration": path}
+    enforce_registration(plan, out, registration)
     # the miniatures name what they leave out
     miniature = plan.pair == "tiny" and os.path.dirname(os.path.abspath(plan.source)) == P.reproduce_dir()
     missing = unplanned_methods(plan) if miniature else []
@@ -91,6 +103,25 @@ def reproduce_main(pair: str = "tiny", out: str | None = None, dry_run: bool = F
 
     return run_plan(plan, out, chosen, L.Finish(argv, finish), status=status, cancel=cancel,
                     report_only=report_only, console=opts.console, what=f"reproduce {plan.name}")
+
+
+def enforce_registration(plan: P.Plan, out: str, registration: str | None) -> dict | None:
+    """The registration the plan runs under (``registration``, else ``<out>/registration.json``), checked against
+    the plan (one line naming the first differing key) and kept in ``out`` for the report; None without one."""
+    inside = os.path.join(out, R.REGISTRATION)
+    path = registration or (inside if os.path.exists(inside) else None)
+    if path is None:
+        return None
+    if not os.path.exists(path):
+        raise GraftError(f"--registration {path}: file not found")
+    reg = R.load_registration(path)
+    R.check_registration(plan, reg, path)
+    if os.path.abspath(path) != os.path.abspath(inside):
+        if os.path.exists(inside) and R.load_registration(inside).get("plan_hash") != reg["plan_hash"]:
+            raise GraftError(f"{inside}: holds another registration than {path}; use a new --out")
+        os.makedirs(out, exist_ok=True)
+        atomic_write_json(inside, reg)
+    return reg
 
 
 def _options(launch: L.LaunchOptions | None, jobs: int | None, progress: bool) -> L.LaunchOptions:

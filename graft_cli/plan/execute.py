@@ -45,7 +45,8 @@ from graft_cli.tiny import build as T
 from graft_cli.tiny.code import build_code
 from graft_cli.tiny.code import read_manifest as read_code_manifest
 from graft_cli.tiny.sft import default_recipe
-from graft_cli.train.run import train
+from graft_cli.train.provenance import read_provenance, reuse_problem
+from graft_cli.train.run import RESUME_MAY_DIFFER, train
 
 
 # ------------------------------------------------------------------------------------------ dry run
@@ -396,6 +397,8 @@ class _Execution:
                                    "partner": r.partner_key(), "status_before": st.label(), "trained": None,
                                    "evaluated": None, "error": None, "train_s": 0.0, "eval_s": 0.0,
                                    "_finished": st.finished}
+            if st.finished:
+                reuse_check(plan, r, self.out)
             if st.finished and ev_done:
                 self.records[r.key]["trained"] = "skipped (finished)"
                 self.records[r.key]["evaluated"] = "skipped (done)" if ev.enabled else "off"
@@ -521,10 +524,32 @@ class _Execution:
             running[pool.submit(run_job, self.job_for(r, False))] = (r, time.time())
 
 
+def reuse_check(plan: Plan, r: PlanRun, out: str) -> None:
+    """Refuse (one line naming the run and the key) a finished run whose recorded config or tiny build differs from
+    what the plan composes for it now (:func:`graft_cli.train.provenance.reuse_problem`)."""
+    why = reuse_problem(compose(plan.compose_overrides(r, out)), plan.run_dir(r, out), RESUME_MAY_DIFFER)
+    if why:
+        raise GraftError(f"plan {plan.name}: run {plan.run_name(r)} is finished but cannot be reused: {why}; remove "
+                         f"{plan.run_dir(r, out)} or use a new --out")
+
+
+def run_provenance(run_dir: str) -> dict | None:
+    """The run's first session (commit, dirty, start), its config and tiny build hashes and its session count."""
+    prov = read_provenance(run_dir)
+    if not prov:
+        return None
+    first = (prov.get("sessions") or [{}])[0]
+    return {"commit": first.get("commit"), "dirty": first.get("dirty"), "started": first.get("started"),
+            "sessions": len(prov.get("sessions") or []), "config_hash": prov.get("config_hash"),
+            "tiny_build_hash": (prov.get("tiny_build") or {}).get("hash")}
+
+
 def measured_record(plan: Plan, r: PlanRun, rec: dict) -> dict:
-    """``rec`` completed from run ``r``'s directory: status, scores of its evaluated step, training seconds."""
+    """``rec`` completed from run ``r``'s directory: status, scores of its evaluated step, training seconds,
+    provenance."""
     rec.pop("_finished", None)
     rec["status"] = S.run_status(rec["dir"], plan.steps).label()
+    rec["provenance"] = run_provenance(rec["dir"])
     ev = plan.eval_for(r)
     rec["scores"] = run_scores(rec["dir"], ev.steps) if ev.enabled else {}
     rec["train_time_s"] = train_seconds(rec["dir"])

@@ -56,7 +56,10 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 EVAL_KEYS = ("steps", "runs", "bench_runs", "samples", "benchmarks", "temperature", "top_p", "top_k", "max_new_tokens",
              "seed")
 PLAN_KEYS = ("name", "description", "pair", "seeds", "steps", "overrides", "eval", "jobs", "claims", "runs",
-             "resources", "slurm")
+             "resources", "slurm", "analysis")
+INTERVAL_RULES = ("paired_t", "floored_t")  # the claims' interval rules (graft_cli/report/power.py)
+SPENDING = ("obrien_fleming", "pocock")  # alpha-spending functions of a sequential design (report/sequential.py)
+ANALYSIS_KEYS = ("interval", "alpha", "sequential", "reading")
 RUN_KEYS = ("name", "method", "seeds", "overrides", "partner", "note", "eval", "pair", "resources")
 LAUNCH_MODES = ("auto", "torchrun", "direct")
 
@@ -190,6 +193,7 @@ class Plan:
     source: str = ""
     resources: Resources = field(default_factory=Resources)
     slurm: dict = field(default_factory=dict)  # the plan's `slurm:` section (graft_cli/plan/slurm.py)
+    analysis: dict = field(default_factory=lambda: parse_analysis(None))  # interval rule, sequential looks, reading
 
     def eval_for(self, r: PlanRun) -> EvalPlan:
         """How run ``r`` is evaluated: the plan's ``eval`` refined by the entry's own ``eval:`` keys."""
@@ -365,10 +369,47 @@ def build_plan(raw: dict, pair: str | None = None, source: str = "", seeds=None,
             expanded.append(r)
     ordered = order_runs(expanded, where)
     ev = parse_eval(raw.get("eval"), where=f"{where}: eval")
+    per_arm: dict = {}
+    for r in ordered:
+        per_arm[r.name] = per_arm.get(r.name, 0) + 1
+    analysis = parse_analysis(raw.get("analysis"), f"{where}: analysis", max(per_arm.values()))
     return Plan(name=name, pair=pair, runs=ordered, steps=plan_steps,
                 overrides=parse_overrides(raw.get("overrides"), f"{where}: overrides"), eval=ev, jobs=jobs,
                 claims=dict(raw.get("claims") or {}), description=str(raw.get("description") or ""), source=source,
-                resources=plan_res, slurm=dict(slurm))
+                resources=plan_res, slurm=dict(slurm), analysis=analysis)
+
+
+def parse_analysis(raw, where: str = "analysis", max_seeds: int | None = None) -> dict:
+    """The plan's ``analysis`` section checked (one line naming the key) with its defaults filled in."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise GraftError(f"{where}: must be a mapping (keys {', '.join(ANALYSIS_KEYS)})")
+    bad = sorted(set(raw) - set(ANALYSIS_KEYS))
+    if bad:
+        raise GraftError(f"{where}: unknown key {bad[0]!r}; known: {', '.join(ANALYSIS_KEYS)}")
+    rule = str(raw.get("interval", "paired_t"))
+    if rule not in INTERVAL_RULES:
+        raise GraftError(f"{where}.interval: {rule!r}; known: {', '.join(INTERVAL_RULES)}")
+    alpha = raw.get("alpha", 0.05)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise GraftError(f"{where}.alpha: must be a number in (0, 1), got {alpha!r}")
+    seq = raw.get("sequential")
+    if seq is not None:
+        if not isinstance(seq, dict) or set(seq) - {"spending", "looks"} or "looks" not in seq:
+            raise GraftError(f"{where}.sequential: must be {{spending: {'|'.join(SPENDING)}, looks: [n_1, ...]}}")
+        spending = str(seq.get("spending", "obrien_fleming"))
+        if spending not in SPENDING:
+            raise GraftError(f"{where}.sequential.spending: {spending!r}; known: {', '.join(SPENDING)}")
+        looks = seq["looks"]
+        if (not isinstance(looks, list) or not looks or any(isinstance(n, bool) or not isinstance(n, int) or n < 2
+                                                             for n in looks)
+                or any(b <= a for a, b in zip(looks, looks[1:]))):
+            raise GraftError(f"{where}.sequential.looks: increasing seed counts >= 2, got {looks!r}")
+        if max_seeds is not None and looks[-1] != max_seeds:
+            raise GraftError(f"{where}.sequential.looks: the last look ({looks[-1]}) must be the plan's seeds per "
+                             f"arm ({max_seeds})")
+        seq = {"spending": spending, "looks": list(looks)}
+    return {"interval": rule, "alpha": float(alpha), "sequential": seq, "reading": str(raw.get("reading") or "")}
 
 
 def _entry_runs(e, w: str, plan_res, default_seeds: list, cli_seeds: bool) -> list[PlanRun]:

@@ -32,7 +32,8 @@ from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
 from graft_cli.algorithms.signals import token_adv_params
 from graft_cli.batch import PolicyStep, TrainBatch
 from graft_cli.console import make_console
-from graft_cli.data.problems import Problem, load_problems, split_holdout
+from graft_cli.data.mix import training_problems
+from graft_cli.data.problems import Problem, split_holdout
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
@@ -99,9 +100,9 @@ class Trainer:
         random.seed(cfg.run.seed)  # recorded in each checkpoint's state.json (rng.python): identical runs, same file
         self.dist = D.setup(cfg)  # data-parallel processes (torchrun / accelerate launch); a no-op alone
         self.spec = PromptSpec.from_config(cfg.prompt)
-        self.problems: list[Problem] = load_problems(resolve_path(cfg.data.train), cfg.data.fields or None,
-                                                     cfg.data.where or None)
-        self.problems, self.held_out = split_holdout(self.problems, cfg.data.holdout, cfg.data.holdout_seed)
+        self.problems: list[Problem] = training_problems(cfg.data, resolve_path(cfg.data.train))
+        self.problems, self.held_out = split_holdout(self.problems, cfg.data.holdout, cfg.data.holdout_seed,
+                                                     cfg.data.holdout_distinct)
         self.frozen = {pc.name: build_frozen(pc, cfg, self.dist) for pc in cfg.policies
                        if pc.role == "frozen" and pc.base_of is None}
         self.policies = {pc.name: build_policy(pc, cfg, self.dist, self.frozen) for pc in cfg.policies

@@ -23,6 +23,7 @@ from graft_cli.train import checkpoint as ckpt
 from graft_cli.train import dist as D
 from graft_cli.train.hooks import AfterStep
 from graft_cli.train.loop import Trainer
+from graft_cli.train.provenance import record_session
 from graft_cli.train.setup import preflight
 from graft_cli.train.trackers import TRACKERS, Trackers
 
@@ -163,6 +164,8 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
             hook.prepare(trainer.view(), cfg)
         if is_main:
             open_run_dir(cfg, out)
+            resumed = (ckpt.valid_steps(trainer.ckpt_root) or [0])[-1] if cfg.run.resume else 0
+            record_session(cfg, out, RESUME_MAY_DIFFER, resumed)  # provenance.json: commit, config and build hashes
         run.loop(run.start())
     except PeerLost as e:  # another data-parallel rank died or hung (train/dist.py): one line, exit 75
         raise PeerLost(f"{e}; {trainer.step} steps done, {on_disk(trainer)}; relaunch every rank to resume") \

@@ -1,0 +1,130 @@
+"""What a run was made with, recorded in its directory (``provenance.json``) and checked before a plan reuses it.
+
+``provenance.json``::
+
+    {"config_hash": sha256 of the resolved config (the keys a resumed run may change left out),
+     "tiny_build": {"hash": sha256 over the tiny roles' model hashes and the task files it trains on, "roles": {...}}
+                   or null (no tiny model or data),
+     "sessions": [{"commit": git HEAD of the code, "dirty": uncommitted changes, "started": UTC time,
+                   "from_step": the step it resumed from (0: a fresh start)}, ...]}
+
+one session per ``graft train`` that opened the run directory (a resumed run appends one). A plan reuses a finished
+run only when its config hash and tiny build hash equal those the plan composes now (:func:`reuse_problem`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+
+from graft_cli import config as C
+from graft_cli.rundir import atomic_write_json, config_path, read_json_or_none
+
+PROVENANCE = "provenance.json"
+
+__all__ = ["PROVENANCE", "config_diff", "config_hash", "flat_config", "read_provenance", "record_session",
+           "reuse_problem", "source_commit", "tiny_build"]
+
+
+def flat_config(cfg: C.Config) -> dict:
+    """The resolved config as ``{"dotted.key": value}``."""
+    out: dict = {}
+
+    def walk(d, prefix=""):
+        for k, v in d.items():
+            if isinstance(v, dict):
+                walk(v, f"{prefix}{k}.")
+            else:
+                out[f"{prefix}{k}"] = v
+    walk(C.asdict(cfg))
+    return out
+
+
+def _identity_keys(flat: dict, ignore: set) -> dict:
+    return {k: v for k, v in flat.items() if k not in ignore}
+
+
+def config_hash(cfg: C.Config, ignore: set) -> str:
+    """sha256 of the canonical JSON of the resolved config less the keys in ``ignore`` (those a run may change
+    between sessions without becoming another run: its folder, checkpoint cadence, loggers, threads)."""
+    body = json.dumps(_identity_keys(flat_config(cfg), ignore), sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def config_diff(a: C.Config, b: C.Config, ignore: set) -> list[str]:
+    """The keys (sorted) whose values differ between two resolved configs, ``ignore`` left out."""
+    fa, fb = _identity_keys(flat_config(a), ignore), _identity_keys(flat_config(b), ignore)
+    return sorted(k for k in set(fa) | set(fb) if fa.get(k) != fb.get(k))
+
+
+def source_commit() -> tuple[str | None, bool | None]:
+    """(git HEAD, whether the checkout has uncommitted changes) of the code running now; (None, None) outside a
+    git checkout."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", "-C", here, *args], capture_output=True, text=True, check=True,
+                                  timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+    head = git("rev-parse", "HEAD")
+    if not head:
+        return None, None
+    status = git("status", "--porcelain")
+    return head, (None if status is None else status != "")
+
+
+def tiny_build(cfg: C.Config) -> dict | None:
+    """The tiny roles a run loads (``tiny:<role>`` models) with their manifest hashes, and the tiny task files when
+    it trains on ``tiny:`` data, hashed together; None for a run with neither."""
+    from graft_cli.tiny import build as T  # lazy: only runs of the tiny pair read its manifest
+
+    roles = sorted({str(p.model).split(":", 1)[1] for p in cfg.policies if str(p.model).startswith("tiny:")})
+    tiny_data = str(cfg.data.train).startswith("tiny:")
+    if not roles and not tiny_data:
+        return None
+    man = T.read_manifest() or {}
+    hashes = man.get("hashes") or {}
+    body = {"roles": {r: hashes.get(r) for r in roles},
+            "task": {k: v.get("sha256") for k, v in sorted((man.get("task") or {}).items())} if tiny_data else None}
+    return {"hash": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), **body}
+
+
+def read_provenance(run_dir: str) -> dict | None:
+    return read_json_or_none(os.path.join(run_dir, PROVENANCE))
+
+
+def record_session(cfg: C.Config, run_dir: str, ignore: set, from_step: int) -> dict:
+    """Write (or extend) ``<run_dir>/provenance.json`` for this session; returns it."""
+    prev = read_provenance(run_dir) or {}
+    commit, dirty = source_commit()
+    prov = {"config_hash": config_hash(cfg, ignore), "tiny_build": tiny_build(cfg),
+            "sessions": list(prev.get("sessions") or []) + [
+                {"commit": commit, "dirty": dirty, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                 "from_step": int(from_step)}]}
+    atomic_write_json(os.path.join(run_dir, PROVENANCE), prov)
+    return prov
+
+
+def reuse_problem(cfg: C.Config, run_dir: str, ignore: set) -> str | None:
+    """Why the finished run in ``run_dir`` cannot stand for a run of config ``cfg`` (None: it can): no provenance,
+    another config (the first differing key named), or another tiny build."""
+    prov = read_provenance(run_dir)
+    if prov is None:
+        return "it has no provenance.json (made by code that did not record one)"
+    if prov.get("config_hash") != config_hash(cfg, ignore):
+        on_disk = C.load_yaml(config_path(run_dir)) if os.path.exists(config_path(run_dir)) else None
+        keys = config_diff(on_disk, cfg, ignore) if on_disk is not None else []
+        return (f"its config differs in {keys[0]!r}" + (f" (and {len(keys) - 1} more)" if len(keys) > 1 else "")
+                if keys else "its config hash differs from the plan's")
+    now = tiny_build(cfg)
+    if (prov.get("tiny_build") or {}).get("hash") != (now or {}).get("hash"):
+        roles = [r for r in sorted(set((now or {}).get("roles") or {}) | set((prov.get("tiny_build") or {}).get(
+            "roles") or {})) if ((now or {}).get("roles") or {}).get(r) != ((prov.get("tiny_build") or {}).get(
+                "roles") or {}).get(r)]
+        return "it was made with another tiny build" + (f" (role {roles[0]!r})" if roles else " (task files)")
+    return None
