@@ -173,7 +173,7 @@ def submission_markdown(result: dict) -> str:
 
 CLAIM_KINDS = {"graft": "graft_cli.report.claims", "saf": "graft_cli.report.saf_claims",
                "tandem": "graft_cli.report.tandem_claims", "npeer": "graft_cli.report.npeer_claims",
-               "staleness": "graft_cli.report.staleness_claims",
+               "staleness": "graft_cli.report.staleness_claims", "dose": "graft_cli.report.dose_claims",
                "none": None}  # none: graft report's tables only (the paper-table plans span pairs or students)
 
 
@@ -192,5 +192,5 @@ def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> d
     if CLAIM_KINDS[kind] is None:
         return {"report": rdir, "claims": [], "claims_md": ""}
     write_claims = importlib.import_module(CLAIM_KINDS[kind]).write_claims
-    md, claims = write_claims(rdir, records, plan.claims)
+    md, claims = write_claims(rdir, records, {**plan.claims, "analysis": plan.analysis})
     return {"report": rdir, "claims": claims, "claims_md": md}

@@ -35,8 +35,17 @@ from graft_cli.analysis.complementarity import from_runs
 from graft_cli.eval.files import paired_grade_variance, read_problem_stats, read_problems
 from graft_cli.report.markdown import md_table
 from graft_cli.report.mechanism import mechanism_markdown
-from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
-from graft_cli.report.stats import compare, diff_interval, mean_interval, overall_verdict, points, verdict
+from graft_cli.report.power import TARGET_HALF_WIDTH, VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
+from graft_cli.report.sequential import judged_look
+from graft_cli.report.stats import (
+    compare,
+    diff_interval,
+    mean_interval,
+    overall_verdict,
+    points,
+    comparison_verdict,
+    verdict,
+)
 from graft_cli.rundir import (
     atomic_write_json,
     atomic_write_text,
@@ -46,10 +55,12 @@ from graft_cli.rundir import (
     training_rows,
 )
 
-DEFAULTS = {"baseline": "grpo", "method": "graft", "no_gate": "graft_nogate", "peer_first": "graft_first",
+DEFAULT_ANALYSIS = {"interval": "floored_t", "alpha": 0.05, "sequential": None}  # a plan's `analysis` (plan/spec.py)
+DEFAULTS = {"analysis": DEFAULT_ANALYSIS, "baseline": "grpo", "method": "graft",
+            "no_gate": "graft_nogate", "peer_first": "graft_first",
             "peer_last": None, "complementarity_min": 0.0, "clip_steps": 48, "n_boot": 2000,
             "family_benchmark": "math500"}
-VERDICTS = ("held", "not significant", "did not hold", "mixed", "not measured")
+VERDICTS = ("held", "not significant", "did not hold", "underpowered", "mixed", "not measured")
 
 
 @dataclass
@@ -97,19 +108,25 @@ def _fmt_iv(iv, digits=2, unit=""):
 
 
 def _compare_scores(problems: dict, x: str, y: str, policy: str, n_boot: int, eval_var: dict | None = None,
-                    eval_var_paired: dict | None = None) -> dict:
+                    eval_var_paired: dict | None = None, analysis: dict | None = None) -> dict:
     """Δ = run x − run y (pass@1 points, macro over the benchmarks both have) for ``policy``: the interval of record
-    (the t-interval over seeds, paired where the arms share their seeds; :func:`graft_cli.report.stats.compare`),
-    the variance decomposition, and alongside the hierarchical bootstrap and the Welch interval."""
+    (the t-interval over seeds, paired where the arms share their seeds, by the ``analysis`` rule: floored at the
+    evaluation variance, at a sequential look's boundary; :func:`graft_cli.report.stats.compare`), the variance
+    decomposition, and alongside the hierarchical bootstrap and the Welch interval. The verdict reads
+    ``underpowered`` when the half-width exceeds 1 point."""
 
+    a = {**DEFAULT_ANALYSIS, **(analysis or {})}
     arm = lambda run: (problems.get(run) or {}).get(policy) or {}
-    ev = lambda run: ((eval_var or {}).get(run) or {}).get(policy)
-    paired_ev = ((eval_var_paired or {}).get(pair_key(x, y)) or {}).get(policy)
-    c = compare({"x": arm(x), "y": arm(y)}, "x", "y", n_boot, eval_var={"x": ev(x), "y": ev(y)},
-                eval_var_paired=paired_ev)
+    common = sorted(set(map(str, arm(x))) & set(map(str, arm(y))))
+    keep, boundary, look = judged_look(a, common) if a.get("sequential") else (None, None, "fixed design")
+    sub = lambda d: {k: v for k, v in (d or {}).items() if keep is None or str(k) in keep}
+    ev = lambda run: sub(((eval_var or {}).get(run) or {}).get(policy)) or None
+    paired_ev = sub(((eval_var_paired or {}).get(pair_key(x, y)) or {}).get(policy)) or None
+    c = compare({"x": sub(arm(x)), "y": sub(arm(y))}, "x", "y", n_boot, eval_var={"x": ev(x), "y": ev(y)},
+                eval_var_paired=paired_ev, rule=a["interval"], boundary=boundary)
     return {"interval": c["interval"], "method": c["method"], "bootstrap": c["bootstrap"], "welch": c["welch"],
-            "decomposition": c["decomposition"], "seeds": c["seeds"], "benchmarks": c["benchmarks"],
-            "verdict": verdict(c["interval"])}
+            "decomposition": c["decomposition"], "seeds": c["seeds"], "benchmarks": c["benchmarks"], "look": look,
+            "verdict": comparison_verdict(c, TARGET_HALF_WIDTH)}
 
 
 def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
@@ -155,14 +172,14 @@ def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
                      "Smol solves 47.9% of Qwen's all-fail prompts, Qwen 18.7% of Smol's", _overall(per), per, ev))
 
     # 2. GRAFT > GRPO n=8
-    per = {p: _compare_scores(probs, s["method"], s["baseline"], p, n_boot, evar, evar_d) for p in pols}
+    per = {p: _compare_scores(probs, s["method"], s["baseline"], p, n_boot, evar, evar_d, s["analysis"]) for p in pols}
     ev = "; ".join(f"{p}: Δ GRAFT − GRPO n=8 {_fmt_iv(per[p]['interval'], 2, ' pts')} (seeds {per[p]['seeds'][0]} vs "
                    f"{per[p]['seeds'][1]}; {per[p]['verdict']})" for p in pols)
     out.append(Claim("graft_beats_grpo", "GRAFT > GRPO n=8 for both models",
                      "Pair 1 over 3 runs: +3.97 (Smol), +1.86 (Qwen); Table 1 mean Δ +2.1", _overall(per), per, ev))
 
     # 3. removing the gate hurts: Δ = GRAFT − w/o gate > 0
-    per = {p: _compare_scores(probs, s["method"], s["no_gate"], p, n_boot, evar, evar_d) for p in pols}
+    per = {p: _compare_scores(probs, s["method"], s["no_gate"], p, n_boot, evar, evar_d, s["analysis"]) for p in pols}
     ev = "; ".join(f"{p}: Δ GRAFT − w/o gate {_fmt_iv(per[p]['interval'], 2, ' pts')} (seeds {per[p]['seeds'][0]} vs "
                    f"{per[p]['seeds'][1]}; {per[p]['verdict']})" for p in pols)
     out.append(Claim("gate_matters", "Removing the compatibility gate hurts (both models)",

@@ -33,7 +33,7 @@ from graft_cli.eval.files import read_problem_stats
 from graft_cli.report.claims import write_section
 from graft_cli.report.markdown import md_table, mean_sd
 from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
-from graft_cli.report.stats import compare, macro_mean, overall_verdict, verdict
+from graft_cli.report.stats import compare, comparison_verdict, macro_mean, overall_verdict, verdict
 from graft_cli.rundir import atomic_write_json, eval_step_dir, metrics_path, read_jsonl
 
 RULES = ("best_source", "round_robin", "pooled_donor")
@@ -150,7 +150,7 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
                 per[m] = {"verdict": "not measured", "interval": None, "welch": None, "best_single": single}
                 continue
             c = compare(probs[m], run, single, n_boot, eval_var=evar.get(m))
-            per[m] = {"verdict": verdict(c["interval"]), "interval": c["interval"], "method": c["method"],
+            per[m] = {"verdict": comparison_verdict(c), "interval": c["interval"], "method": c["method"],
                       "bootstrap": c["bootstrap"], "welch": c["welch"], "decomposition": c["decomposition"],
                       "best_single": single, "benchmarks": c["benchmarks"], "seeds": c["seeds"]}
         claims.append({"key": f"two_peers_beat_best_single[{rule}]", "rule": rule, "run": run,

@@ -20,6 +20,17 @@ order and the same first rollouts): d_s = m^x_s − m^y_s, Δ̂ = mean d, SE² =
 Welch: SE² = S²_x/n_x + S²_y/n_y with Welch–Satterthwaite df. The problems are held fixed (the benchmarks are the
 papers' fixed sets); what a new draw of problems would add is reported beside, not inside, the interval.
 
+**Floored interval** (the rule ``floored_t``, the default of every study): a t-interval over n seeds can come out
+narrower than its own evaluation noise allows, since S²_d with few degrees of freedom can fall below the variance the
+graded answers alone put into Δ̂ (V_E below, measured from thousands of grades). The floored rule uses
+
+    SE² = max(S²_d / n, V_E),   df = n − 1                                                                (5)
+
+(Welch alike with its own df): never narrower than the evaluation allows, and never narrower than the paired t.
+Keeping n − 1 when the floor binds is the conservative end of a Satterthwaite df for V_T + V_E: V_E's own df is in
+the thousands, so a Satterthwaite df would jump from n − 1 to ~∞ at the floor and make the floored interval narrower
+than the unfloored one just below it.
+
 **Decomposition** of SE² (:func:`decompose`), each part estimated from the study's own files:
 
     evaluation  V_E = mean_s v^d_s / n                          (paired: eq. 2 over the grade differences of the same
@@ -52,6 +63,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
+from graft_cli.report.sequential import look_critical
+
 __all__ = ["EvalDesign", "arm_components", "binomial_variance", "coverage", "decompose", "eval_variance",
            "projected_half_width", "seed_interval", "seeds_for", "t975"]
 
@@ -77,10 +90,14 @@ def eval_variance(per_bench: Mapping[str, float], benches: Sequence[str] | None 
 
 
 # ------------------------------------------------------------------------------------ the interval
-def seed_interval(x: Mapping, y: Mapping, paired: bool | None = None) -> dict | None:
+def seed_interval(x: Mapping, y: Mapping, paired: bool | None = None, floor: float | None = None,
+                  boundary: float | None = None) -> dict | None:
     """Δ = mean(x) − mean(y) of seed scores (``seed -> score``) with the 95% t-interval of the module docstring.
-    ``paired`` None: paired when both arms have the same seeds (≥ 2). Returns {"interval": (Δ, lo, hi),
-    "paired", "df", "se", "n": [n_x, n_y]} or None when a side has < 2 seeds."""
+    ``paired`` None: paired when both arms have the same seeds (≥ 2). ``floor`` (the *floored* rule, eq. 5): the
+    squared standard error is max(SE², floor), floor = V_E the measured evaluation variance of Δ̂, with the df of
+    SE² kept. ``boundary``: a group-sequential look's boundary c_k, the multiplier then q_k of
+    :mod:`graft_cli.report.sequential` eq. (3) instead of t_{0.975}. Returns {"interval": (Δ, lo, hi), "paired",
+    "df", "se", "floored" (the floor set SE), "crit", "n": [n_x, n_y]} or None when a side has < 2 seeds."""
     if paired is None:
         paired = set(map(str, x)) == set(map(str, y))
     if paired:
@@ -98,9 +115,13 @@ def seed_interval(x: Mapping, y: Mapping, paired: bool | None = None) -> dict | 
         delta, se = float(xv.mean() - yv.mean()), float(math.sqrt(a + b))
         df = float((a + b) ** 2 / (a ** 2 / (xv.size - 1) + b ** 2 / (yv.size - 1))) if a + b > 0 else float(
             xv.size + yv.size - 2)
-    h = t975(df) * se
+    floored = floor is not None and floor > se ** 2
+    if floored:
+        se = math.sqrt(floor)
+    crit = t975(df) if boundary is None else look_critical(boundary, df)
+    h = crit * se
     return {"interval": (delta, delta - h, delta + h), "paired": bool(paired), "df": df, "se": se,
-            "n": [len(x), len(y)]}
+            "floored": bool(floored), "crit": crit, "n": [len(x), len(y)]}
 
 
 # ------------------------------------------------------------------------------------ eq. (3): the parts

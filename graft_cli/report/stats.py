@@ -47,18 +47,40 @@ def verdict(iv) -> str:
     return "not significant"
 
 
+def powered_verdict(iv, target: float = 1.0, n: int | None = None, per_seed_variance: float | None = None) -> str:
+    """The verdict of :func:`verdict`, except ``underpowered`` when the interval's half-width exceeds ``target``
+    (points): too wide to say the effect is absent or present at the size the study was built to resolve. With
+    ``per_seed_variance`` (σ² of one seed pair, eq. 4 of power.py) it says how many seeds ±``target`` would take."""
+    if iv is None:
+        return "not measured"
+    if (iv[2] - iv[1]) / 2 <= target:
+        return verdict(iv)
+    if per_seed_variance is None:
+        return "underpowered"
+    need = next((m for m in range(2, 501) if t975(m - 1) * math.sqrt(per_seed_variance / m) <= target), None)
+    return f"underpowered ({need} seeds for ±{target:g})" if need else "underpowered"
+
+
+def comparison_verdict(c: dict, target: float = 1.0) -> str:
+    """:func:`powered_verdict` of a :func:`compare` result (pass@1 points), with the seeds ±``target`` would take
+    from its decomposition's per-seed variance (training + evaluation)."""
+    per = ((c.get("decomposition") or {}).get("per_seed") or {})
+    var = None if per.get("evaluation") is None else per["training"] + per["evaluation"]
+    return powered_verdict(c.get("interval"), target, per_seed_variance=var)
+
+
 def overall_verdict(verdicts) -> str:
     """One claim's verdict from its per-model verdicts: the common label when every model has the same one,
     ``not measured`` when none was measured, else ``mixed`` (the per-model verdicts stay in the evidence)."""
-    vs = list(verdicts)
+    vs = [v.split(" (")[0] for v in verdicts]  # "underpowered (13 seeds for ±1)" counts as "underpowered"
     if not vs or all(v == "not measured" for v in vs):
         return "not measured"
     return vs[0] if len(set(vs)) == 1 else "mixed"
 
 
-__all__ = ["as_benchmarks", "common_benchmarks", "compare", "diff_interval", "equivalence_verdict",
-           "hierarchical_bootstrap", "macro_mean", "mean_interval", "overall_verdict", "paired", "points", "verdict",
-           "welch_interval"]
+__all__ = ["as_benchmarks", "common_benchmarks", "compare", "comparison_verdict", "diff_interval",
+           "equivalence_verdict", "hierarchical_bootstrap", "macro_mean", "mean_interval", "overall_verdict",
+           "paired", "points", "powered_verdict", "verdict", "welch_interval"]
 
 Arm = Mapping  # seed -> np.ndarray (one benchmark) or a sequence of np.ndarray (one per benchmark)
 
@@ -169,7 +191,8 @@ def points(iv, scale: float = 100.0):
 
 
 def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0, scale: float = 100.0,
-            eval_var: dict | None = None, eval_var_paired: dict | None = None) -> dict:
+            eval_var: dict | None = None, eval_var_paired: dict | None = None, rule: str = "floored_t",
+            boundary: float | None = None) -> dict:
     """Δ = a − b in points (%; ``scale`` 1: in the scores' own unit, e.g. nats) over the benchmarks both arms have.
 
     ``interval``, the interval of record: the t-interval over the seeds' macro scores, paired when both arms ran
@@ -178,7 +201,9 @@ def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0, s
     hierarchical percentile bootstrap over seeds and problems), ``welch``, ``decomposition`` (the parts of
     Var(Δ̂), :func:`graft_cli.report.power.decompose`; its sampling part from ``eval_var_paired``: seed ->
     benchmark -> v^d_{s,b} of the pair's grade differences where given, else from ``eval_var``: name -> seed ->
-    benchmark -> v_{s,b}), the benchmarks, seeds per arm and each benchmark's bootstrap Δ."""
+    benchmark -> v_{s,b}), the benchmarks, seeds per arm and each benchmark's bootstrap Δ. ``rule``: ``floored_t``
+    (SE² floored at the decomposition's evaluation variance, :func:`graft_cli.report.power.seed_interval`) or
+    ``paired_t``; ``boundary``: a sequential look's boundary c_k (the repeated confidence interval)."""
     x, y, benches = paired(problems, a, b)
     empty = {"interval": None, "method": None, "bootstrap": None, "welch": None, "decomposition": None,
              "benchmarks": [], "seeds": [len(x), len(y)], "per_benchmark": {}}
@@ -188,17 +213,21 @@ def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0, s
     mx = {s: scale * macro_mean(v) for s, v in x.items()}
     my = {s: scale * macro_mean(v) for s, v in y.items()}
     welch = welch_interval(list(mx.values()), list(my.values()))
-    t = seed_interval(mx, my)
-    if t is not None:
-        interval = t["interval"]
-        method = (f"paired t over {t['n'][0]} seeds" if t["paired"]
-                  else f"Welch t over {t['n'][0]} vs {t['n'][1]} seeds")
-    else:
-        interval, method = boot, "bootstrap over problems (one seed: no training-seed variance measured)"
     ev = eval_var or {}
     arm = lambda name, vals: {s: dict(zip(benches, v)) for s, v in vals.items()}
     dec = decompose(arm(a, x), arm(b, y), _ev(ev.get(a), benches), _ev(ev.get(b), benches), benches, scale=scale,
                     ed=_ev(eval_var_paired, benches))
+    floor = dec["evaluation"] if rule == "floored_t" and dec and dec.get("per_seed", {}).get(
+        "evaluation") is not None else None
+    t = seed_interval(mx, my, floor=floor, boundary=boundary)
+    if t is not None:
+        interval = t["interval"]
+        method = (f"paired t over {t['n'][0]} seeds" if t["paired"]
+                  else f"Welch t over {t['n'][0]} vs {t['n'][1]} seeds")
+        method += (", SE floored at the evaluation variance" if t["floored"] else "") + (
+            f", sequential look (boundary {boundary:.3f})" if boundary is not None else "")
+    else:
+        interval, method = boot, "bootstrap over problems (one seed: no training-seed variance measured)"
     per = {bn: points(hierarchical_bootstrap({s: v[i] for s, v in x.items()}, {s: v[i] for s, v in y.items()},
                                               n_boot=n_boot, seed=seed), scale)
            for i, bn in enumerate(benches)}

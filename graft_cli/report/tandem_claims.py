@@ -46,7 +46,7 @@ from graft_cli.eval.tandem import CURVE_KS, legibility_problems, macro_pass_at_k
 from graft_cli.report.claims import write_section
 from graft_cli.report.markdown import md_table, mean_sd
 from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row
-from graft_cli.report.stats import compare, equivalence_verdict, verdict
+from graft_cli.report.stats import compare, comparison_verdict, equivalence_verdict, verdict
 from graft_cli.rundir import atomic_write_json, eval_step_dir, read_json_or_none
 
 DEFAULTS = {"kind": "tandem", "tandem": "tandem", "grpo": "grpo", "kl": "grpo_kl", "n16": "grpo_n16",
@@ -99,7 +99,7 @@ def finite_common(problems: dict, a: str, b: str) -> dict:
 
 def _handoff_claim(key: str, claim: str, c: dict, other: str) -> dict:
     """A "Tandem beats ``other`` on handoff pass@1" claim from its comparison ``c`` (:func:`compare`)."""
-    return {"key": key, "claim": claim, "paper": PAPER[key], "verdict": verdict(c["interval"]),
+    return {"key": key, "claim": claim, "paper": PAPER[key], "verdict": comparison_verdict(c),
             **_intervals(c), "measured": f"Δ = Tandem − {other} handoff pass@1 (points, macro over benchmarks); "
                                          f"95% interval: {c['method'] or '—'}"}
 
