@@ -5,11 +5,11 @@ shares s_v. With G_v the problems whose field equals v, the mixed set takes n_v 
 
     n_v = round(N · s̄_v),   s̄_v = s_v / Σ_u s_u,   N = max { N' : round(N' · s̄_v) ≤ |G_v| for every v },   (1)
 
-the largest set with the asked shares that no group runs out of; each G_v is sampled without replacement with
-``numpy.random.default_rng(data.mix_seed)`` (one generator, groups in sorted value order) and the set keeps the
-file's order within a group, groups in sorted value order (the prompt sampler shuffles per run seed). Values
-the mapping does not name are left out. The same config gives the same set in every run, so arms and seeds of a
-study train on one set.
+the largest set with the asked shares that no group runs out of (``round``: half to even). Each G_v is sampled
+without replacement with ``numpy.random.default_rng(data.mix_seed)`` (one generator, groups in sorted value
+order); the set keeps the file's order within a group, groups in sorted value order (the prompt sampler shuffles
+per run seed). Values the mapping does not name are left out. The same config gives the same set in every run, so
+arms and seeds of a study train on one set.
 """
 
 from __future__ import annotations

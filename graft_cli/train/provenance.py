@@ -21,6 +21,7 @@ import subprocess
 import time
 
 from graft_cli import config as C
+from graft_cli.errors import GraftError
 from graft_cli.rundir import atomic_write_json, config_path, read_json_or_none
 
 PROVENANCE = "provenance.json"
@@ -117,7 +118,10 @@ def reuse_problem(cfg: C.Config, run_dir: str, ignore: set) -> str | None:
     if prov is None:
         return "it has no provenance.json (made by code that did not record one)"
     if prov.get("config_hash") != config_hash(cfg, ignore):
-        on_disk = C.load_yaml(config_path(run_dir)) if os.path.exists(config_path(run_dir)) else None
+        try:
+            on_disk = C.load_yaml(config_path(run_dir)) if os.path.exists(config_path(run_dir)) else None
+        except GraftError:  # an unreadable config.yaml: the hashes alone say it differs
+            on_disk = None
         keys = config_diff(on_disk, cfg, ignore) if on_disk is not None else []
         return (f"its config differs in {keys[0]!r}" + (f" (and {len(keys) - 1} more)" if len(keys) > 1 else "")
                 if keys else "its config hash differs from the plan's")
