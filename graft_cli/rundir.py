@@ -33,6 +33,7 @@ CONFIG = "config.yaml"
 BEST = "best.json"
 CHECKPOINTS = "checkpoints"
 EVAL = "eval"
+REGISTRATION = "registration.json"  # a study folder's registered design (graft_cli/plan/registration.py)
 
 
 # ------------------------------------------------------------------------------------------ paths

@@ -117,3 +117,30 @@ def test_workflows_are_valid_and_call_what_exists(name, trigger):
             assert cmd == "bash .ci/run" and "make test" in open(os.path.join(ROOT, ".ci", "run")).read()
     uses = [s["uses"] for job in wf["jobs"].values() for s in job["steps"] if "uses" in s]
     assert any(u.startswith("actions/setup-python") for u in uses)
+
+
+def test_copy_lists_stages_reused_runs_and_keeps_the_registration(tmp_path):
+    out = fake_study(str(tmp_path / "study"))
+    run = lambda name, commit: {"run": name, "train_time_s": 10.0, "trained": "skipped (finished)",
+                                "provenance": {"commit": commit, "dirty": False, "started": "t", "sessions": 1,
+                                               "config_hash": "c" + name, "tiny_build_hash": "h"}}
+    stages = [{"finished": "1", "wall_s": 600.0, "commit": "old", "trained": 2},
+              {"finished": "2", "wall_s": 300.0, "commit": "new", "trained": 1},
+              {"finished": "3", "wall_s": 60.0, "commit": "newer", "trained": 0}]
+    json.dump({"executions": stages, "runs": [run("r1", "old"), run("r2", "old"), run("r3", "new")]},
+              open(os.path.join(out, "plan_tiny.json"), "w"))
+    dest = str(tmp_path / "results" / "tiny_x")
+    prov = PB.copy(out, dest, "make publish-x", 1.0)
+    # 16 min over the three stages; the last stage that trained ran at "new": r1 and r2 were reused from "old"
+    assert prov["wall_min_total"] == 16.0 and prov["reused"] == ["r1", "r2"]
+    assert prov["run_commits"] == {"new": 1, "old": 2} and [r["config_hash"] for r in prov["runs"]] == ["cr1", "cr2",
+                                                                                                        "cr3"]
+    # a registered study is published only with its registration
+    os.makedirs(dest, exist_ok=True)
+    json.dump({"plan_hash": "abc", "design": {}}, open(os.path.join(dest, "registration.json"), "w"))
+    with pytest.raises(SystemExit, match="registration.json: the study was registered"):
+        PB.copy(out, dest, "make publish-x", 1.0)
+    assert os.path.exists(os.path.join(dest, "registration.json"))  # untouched
+    json.dump({"plan_hash": "abc", "design": {}}, open(os.path.join(out, "registration.json"), "w"))
+    PB.copy(out, dest, "make publish-x", 1.0)
+    assert json.load(open(os.path.join(dest, "registration.json")))["plan_hash"] == "abc"

@@ -45,7 +45,7 @@ from graft_cli.tiny import build as T
 from graft_cli.tiny.code import build_code
 from graft_cli.tiny.code import read_manifest as read_code_manifest
 from graft_cli.tiny.sft import default_recipe
-from graft_cli.train.provenance import read_provenance, reuse_problem
+from graft_cli.train.provenance import read_provenance, reuse_problem, source_commit
 from graft_cli.train.run import RESUME_MAY_DIFFER, train
 
 
@@ -593,8 +593,10 @@ def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny
                   ) -> tuple[str, str]:
     base = os.path.join(out, f"plan_{plan.name}")
     prev = read_json_or_none(base + ".json") or {}
-    history = list(prev.get("executions") or []) + [{"finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                                      "wall_s": round(wall_s, 1)}]
+    commit, dirty = source_commit()
+    history = list(prev.get("executions") or []) + [{
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": round(wall_s, 1), "commit": commit, "dirty": dirty,
+        "trained": sum(r.get("trained") in ("trained", "resumed") for r in records)}]
     atomic_write_json(base + ".json", {
         "plan": plan.name, "source": plan.source, "pair": plan.pair, "steps": plan.steps,
         "overrides": plan.overrides, "eval": _eval_dict(plan), "claims": plan.claims, "out": out,

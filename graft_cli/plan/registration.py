@@ -35,10 +35,9 @@ import time
 
 from graft_cli.errors import GraftError
 from graft_cli.plan.spec import Plan
-from graft_cli.rundir import atomic_write_json, read_json_or_none
+from graft_cli.rundir import REGISTRATION, atomic_write_json, read_json_or_none
 from graft_cli.train.provenance import source_commit
 
-REGISTRATION = "registration.json"
 
 __all__ = ["REGISTRATION", "check_registration", "design", "differences", "load_registration", "plan_hash",
            "register", "registration_record"]

@@ -6,9 +6,12 @@ the README block that quotes it, so the two cannot drift apart.
     python -m graft_cli.report.publish compare PUBLISHED_CLAIMS NEW_CLAIMS
 
 ``copy`` takes a finished `graft reproduce --out OUT` folder: ``report.md``, ``tables.tex``, ``claims.json``,
-``plots/*.png`` and the report's own ``*.png`` (the mechanism plots), the plan's results table, plus
+``plots/*.png`` and the report's own ``*.png`` (the mechanism plots), the plan's results table, the study's
+``registration.json`` (a study registered in DEST is published only with that registration), plus
 ``PROVENANCE.json`` (the command, the commit and whether the tree was clean, the machine, the date, the wall
-time). ``readme`` rewrites the block between ``<!-- published: DEST -->`` and ``<!-- /published -->`` of the page
+time; each execution stage with its commit and wall time, their total, every run's commit and config and tiny
+build hashes, and the runs reused from an earlier stage).
+``readme`` rewrites the block between ``<!-- published: DEST -->`` and ``<!-- /published -->`` of the page
 that holds it (README.md or a docs/ page; links relative to the page) from those files (``--check``: exit 1 when
 it differs: the test suite runs this). ``compare`` lists the claims whose verdict changed (exit 1 if any): the weekly
 reproduction workflow fails on a changed verdict. ``make publish`` runs the study and the first two.
@@ -29,7 +32,7 @@ import time
 import torch
 
 from graft_cli.report.claims import BEGIN, END
-from graft_cli.rundir import atomic_write_json, read_json
+from graft_cli.rundir import REGISTRATION, atomic_write_json, read_json
 
 FILES = ("report.md", "tables.tex", "claims.json")
 
@@ -63,12 +66,45 @@ def copy(out: str, dest: str, command: str, wall_min: float | None = None) -> di
         shutil.copy2(png, os.path.join(tmp, os.path.basename(png)))
     for f in glob.glob(os.path.join(out, "plan_*.md")) + glob.glob(os.path.join(out, "plan_*.json")):
         shutil.copy2(f, os.path.join(tmp, os.path.basename(f)))
+    kept = os.path.join(dest, REGISTRATION)
+    if os.path.exists(os.path.join(out, REGISTRATION)):
+        shutil.copy2(os.path.join(out, REGISTRATION), os.path.join(tmp, REGISTRATION))
+    if os.path.exists(kept) and (not os.path.exists(os.path.join(tmp, REGISTRATION))
+                                 or read_json(kept) != read_json(os.path.join(tmp, REGISTRATION))):
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SystemExit(f"{kept}: the study was registered, and {out} holds no such registration: run it with "
+                         f"--registration {kept}")
     prov = {"command": command, "commit": _git("rev-parse", "HEAD"), "clean_tree": _git("status", "--porcelain") == "",
-            "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_min": wall_min}
+            "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_min": wall_min,
+            **run_provenance(out)}
     atomic_write_json(os.path.join(tmp, "PROVENANCE.json"), prov)
     shutil.rmtree(dest, ignore_errors=True)
     os.rename(tmp, dest)
     return prov
+
+
+def run_provenance(out: str) -> dict:
+    """What the study's runs were made with, from its plan results (``plan_<name>.json``): each execution stage
+    (commit, wall time, runs it trained), the total wall time over the stages, each run's first session (commit,
+    config and tiny build hashes) and the runs reused from an earlier stage (made at another commit than the last
+    stage that trained runs)."""
+    plans = sorted(glob.glob(os.path.join(out, "plan_*.json")))
+    if not plans:
+        return {}
+    res = read_json(plans[0])
+    stages = list(res.get("executions") or [])
+    runs = []
+    for r in res.get("runs") or []:
+        p = r.get("provenance") or {}
+        runs.append({"run": r.get("run"), "commit": p.get("commit"), "dirty": p.get("dirty"),
+                     "started": p.get("started"), "sessions": p.get("sessions"), "config_hash": p.get("config_hash"),
+                     "tiny_build_hash": p.get("tiny_build_hash"), "train_s": r.get("train_time_s")})
+    training = [st for st in stages if st.get("trained")]
+    last = training[-1].get("commit") if training else None
+    reused = [r["run"] for r in runs if last and r["commit"] != last]
+    return {"stages": stages, "wall_min_total": round(sum(float(st.get("wall_s") or 0) for st in stages) / 60, 1),
+            "runs": runs, "reused": reused,
+            "run_commits": {c: sum(r["commit"] == c for r in runs) for c in sorted({str(r["commit"]) for r in runs})}}
 
 
 def claims_section(dest: str) -> str:
@@ -97,6 +133,10 @@ def readme_block(dest: str, page: str = "README.md") -> str:
     m = prov.get("machine") or {}
     rel = os.path.relpath(dest, os.path.dirname(os.path.abspath(page))).replace(os.sep, "/")
     wall = f", {prov['wall_min']:.1f} min" if prov.get("wall_min") is not None else ""
+    if prov.get("wall_min_total") is not None:
+        wall += (f" ({prov['wall_min_total']:.1f} min over {len(prov.get('stages') or [])} stage(s); "
+                 f"{len(prov.get('reused') or [])} of {len(prov.get('runs') or [])} runs reused from an earlier "
+                 "stage)")
     head = (f"Published in [`{dest}/`]({rel}/report.md) by `{prov.get('command')}` on {prov.get('date')}, commit "
             f"`{(prov.get('commit') or '?')[:10]}`{'' if prov.get('clean_tree') else ' (uncommitted changes)'}, "
             f"{m.get('cpus')} CPUs, torch {m.get('torch')}{wall}:")
