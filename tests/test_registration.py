@@ -308,3 +308,19 @@ def test_dose_judge_on_planted_scores():
         "weak:nogate_vs_grpo"]["per_model"]["a"]
     q = look_critical(boundaries([2, 4])[1], 3)
     assert prim["interval"][2] - 20.0 == pytest.approx(q * math.sqrt(100 ** 2 * 0.0009 / 4))
+
+
+def test_tables_read_the_step_the_claims_judge(tmp_path):
+    """One source of scores: a run evaluated at steps 0 and 36 whose best.json selects step 0 (the base scored
+    higher) is tabled at step 36 when the plan's claims judge step 36."""
+    from test_plan import fake_eval, fake_run
+
+    from graft_cli.report.runs import load_run
+
+    d = fake_run(str(tmp_path), "tiny-grpo-s0", [36], 36)
+    fake_eval(d, "a", 0, 0.30)
+    fake_eval(d, "a", 36, 0.25)
+    json.dump({"policies": {"a": {"step": 0}}}, open(os.path.join(d, "best.json"), "w"))
+    assert load_run(d).results["a"].step == 0
+    judged = load_run(d, {"a": 36}).results["a"]
+    assert judged.step == 36 and judged.avg[0] == pytest.approx(25.0)

@@ -315,7 +315,9 @@ def code_average(summary: dict) -> tuple:
     return (pct(a["mean"]), pct(a["std"]))
 
 
-def load_run(path: str) -> Run:
+def load_run(path: str, steps: dict | None = None) -> Run:
+    """One run directory; ``steps`` (policy -> step) names the scored step of each policy where a plan fixed it
+    (the step its claims judge), else the selected step (``best.json``)."""
     with open(config_path(path), encoding="utf-8") as f:
         raw = yaml.safe_load(f) or {}
     if not isinstance(raw, dict):
@@ -338,6 +340,7 @@ def load_run(path: str) -> Run:
     bpath = best_path(path)
     if os.path.exists(bpath):
         run.best = {k: v["step"] for k, v in read_json(bpath).get("policies", {}).items()}
+    run.best.update({str(k): int(v) for k, v in (steps or {}).items()})
     for p in pols:
         r = policy_result(run, p)
         if r is not None:
@@ -356,10 +359,11 @@ def shared_settings(runs: list[Run]) -> list[tuple[str, str]]:
     return sorted(common)
 
 
-def load_runs(dirs: list[str]) -> tuple[list[Run], list[tuple[str, str]]]:
-    """:func:`load_run` of each directory, the settings all of them share (:func:`shared_settings`) taken out
-    of their variant names; returns (runs, shared settings)."""
-    runs = [load_run(d) for d in dirs]
+def load_runs(dirs: list[str], steps: dict | None = None) -> tuple[list[Run], list[tuple[str, str]]]:
+    """:func:`load_run` of each directory (``steps``: run directory -> policy -> scored step), the settings all of
+    them share (:func:`shared_settings`) taken out of their variant names; returns (runs, shared settings)."""
+    by_dir = {os.path.abspath(k): v for k, v in (steps or {}).items()}
+    runs = [load_run(d, by_dir.get(os.path.abspath(d))) for d in dirs]
     shared = shared_settings(runs)
     for r in runs:
         r.residual = [kv for kv in r.residual if kv not in shared]

@@ -6,14 +6,14 @@ Inputs. A *run directory* holds ``config.yaml`` (method, pair, seed, exchange se
 holding run directories is searched (three levels). A standalone ``graft eval --model`` folder (a
 ``summary.json`` without ``config.yaml``) is listed under "Other evaluations".
 
-Which numbers. A policy's result is the eval summary of its selected step (``best.json``; without it, the
-same rule recomputed from the eval summaries, :func:`graft_cli.eval.summary.select_best`): per benchmark
-pass@1 mean ± std over eval runs, in percent. Runs are identified by their *variant*, read from the
-resolved settings in ``config.yaml`` rather than the method name they were started with (:func:`identify`):
-the method config whose composed settings the run's equal (``graft`` with ``exchange.params.delta=0.7`` is
-``graft_delta0p7``, with ``exchange.ordering=first`` it is ``graft_first``), plus any setting it still differs
-in (``graft[delta=0.5]``); then ``pair`` and ``seed``. The main tables use the lowest seed ("training run
-#1", as the paper), Table 4 all seeds.
+Which numbers. A policy's result is the eval summary of its scored step: the step a plan's claims judge (``steps``),
+else the selected step (``best.json``; without it, the same rule recomputed from the eval summaries,
+:func:`graft_cli.eval.summary.select_best`): per benchmark pass@1 mean ± std over eval runs, in percent. Runs are
+identified by their *variant*, read from the resolved settings in ``config.yaml`` rather than the method name they
+were started with (:func:`identify`): the method config whose composed settings the run's equal (``graft`` with
+``exchange.params.delta=0.7`` is ``graft_delta0p7``, with ``exchange.ordering=first`` it is ``graft_first``), plus
+any setting it still differs in (``graft[delta=0.5]``); then ``pair`` and ``seed``. The main tables use the lowest
+seed ("training run #1", as the paper), Table 4 all seeds.
 
 Tables (graft.md §6), each rendered only when its runs exist:
 
@@ -562,8 +562,10 @@ def runs_table(runs: list[Run], shared: list | None = None) -> Table:
 
 # ------------------------------------------------------------------------------------------- command
 def report_main(paths: list[str], out: str | None = None, devices: int | None = None, clip_steps: int = 48,
-                plots: bool = True, console=None) -> str:
-    """The ``graft report`` command: writes report.md, tables.tex, report.json and plots/*.png into ``out``."""
+                plots: bool = True, console=None, steps: dict | None = None) -> str:
+    """The ``graft report`` command: writes report.md, tables.tex, report.json and plots/*.png into ``out``.
+    ``steps`` (run directory -> policy -> step): the scored step of a plan's runs, so that every table reads the
+    numbers its claims judge."""
 
     console = console or make_console(stderr=True)
     if not paths:
@@ -573,7 +575,7 @@ def report_main(paths: list[str], out: str | None = None, devices: int | None = 
     run_dirs, eval_dirs = find_dirs(paths)
     if not run_dirs and not eval_dirs:
         raise GraftError(f"no run directory (config.yaml) or eval folder (summary.json) under {', '.join(paths)}")
-    runs, shared = load_runs(run_dirs)
+    runs, shared = load_runs(run_dirs, steps)
     tables, comp = build_tables(runs, eval_dirs, devices, clip_steps)
     tables = [runs_table(runs, shared)] + tables if runs else tables
     out = out or os.path.join("results", "report")
