@@ -353,7 +353,12 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
     ex.console.print(f"plan {plan.name}: {len(runs)} runs, {len(runs) - len(todo)} already finished and evaluated, "
                      f"{len(todo)} to do ({ex.jobs} at a time) into {out}")
     ex.pending, ex.pending_keys = list(todo), {r.key for r in todo}
-    ex.run_inline() if ex.jobs == 1 else ex.run_parallel()
+    try:
+        ex.run_inline() if ex.jobs == 1 else ex.run_parallel()
+    except Stopped:  # the stage is recorded (its wall time, the runs it finished) before the stop's one line
+        write_results(plan, out, [measured_record(plan, r, ex.records[r.key]) for r in runs],
+                      time.time() - t_start, ex.tiny)
+        raise
     out_records = [measured_record(plan, r, ex.records[r.key]) for r in runs]
     write_results(plan, out, out_records, time.time() - t_start, ex.tiny)
     return out_records
