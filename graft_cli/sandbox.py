@@ -20,7 +20,17 @@ Always (plain POSIX, any user):
   ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with its supervisor;
 * stdout / stderr captured and capped (``output_bytes`` each; over the cap the program is killed at once), and a
   separate result pipe (its descriptor number is substituted for ``{fd}`` in ``argv``), capped at
-  ``result_bytes``.
+  ``result_bytes``;
+* a **view** of the files (:class:`View`): an ``answer`` run (the default) is meant for the interpreter of
+  :func:`graft_cli.confine.answer_python` with ``-I -S`` (``sys.path`` is the standard library only: no
+  site-packages, no venv, no checkout) and may read only that interpreter, its standard library and the system
+  directories, less every site-packages directory, the grader's venv, its other ``sys.path`` entries, the checkout
+  and the directory beside it that holds the project's data (:func:`graft_cli.confine.answer_view`; Landlock under
+  ``landlock_read``, empty tmpfs over them under ``mountns``); a ``trusted`` run (tests, reference solutions) may read
+  the grader's installation too (numpy for EvalPlus's tests);
+* :meth:`Sandbox.run_pair`: an untrusted answer and the trusted tests side by side, each sandboxed on its own
+  (its own working directory, namespaces, Landlock domain), joined by two pipes; only the tests' process writes to
+  the grader.
 
 Where the OS allows (each tried in the child, in this order; a refusal is recorded and the run goes on):
 
@@ -34,9 +44,10 @@ Where the OS allows (each tried in the child, in this order; a refusal is record
   Python installation found under any of them back read-only (so the ``uid`` drop works for a venv under ``/root`` or in
   a checkout under ``/tmp``), and mounts the PID namespace's own ``/proc``. With ``pidns`` the child forks once more:
   the program is PID 1 of its namespace (no other process visible; when it ends the kernel kills all it left) and the
-  process ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a user namespace (refused
-  where unprivileged user namespaces are off: e.g. ``kernel.unprivileged_userns_clone=0`` or Ubuntu's AppArmor
-  restriction);
+  process ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a user namespace and maps
+  itself in it, and unshares the others only once that worked (refused where unprivileged user namespaces are off:
+  e.g. ``kernel.unprivileged_userns_clone=0`` or Ubuntu's AppArmor restriction; a PID namespace made beside a failed
+  mapping would leave a program that cannot start a thread);
 * ``cgroup_cpu`` / ``cgroup_memory``: the slot's cgroup also gets ``cpus`` CPUs of bandwidth and ``memory_mb`` +
   ``tmpfs_mb`` MiB of memory, so a program and whatever it spawned cannot take the other slots' CPU; a grading
   worker joins its slot's cgroup once (``own_cgroup``), its runs start inside it;
@@ -48,7 +59,9 @@ Where the OS allows (each tried in the child, in this order; a refusal is record
   trainer) and no abstract unix sockets; ``landlock_read``: reads only beneath the Python installation, the system
   directories (``/usr``, ``/lib*``, ``/bin``, ``/etc``, ``/sys``, ``/dev``), its own ``/proc/<pid>`` and the
   working directory, so files under ``$HOME`` (``~/.netrc``, hub tokens) and other processes' ``/proc`` entries
-  (the trainer's ``environ``) cannot be read;
+  (the trainer's ``environ``) cannot be read; in the ``answer`` view the installation is the base interpreter's
+  standard library and the hidden directories above are cut out of the system directories (their parents can be
+  listed, not read);
 * ``nocaps`` (root that stays root): the capability bounding set is emptied, so the program runs as uid 0 without
   capabilities (no ptrace of other processes, no mounts, no raw sockets, no module loading, no ``kill`` of other
   users' processes); the supervisor is made non-dumpable, so a same-uid program without ``CAP_SYS_PTRACE``
@@ -63,8 +76,11 @@ What this is not: a VM. A kernel exploit escapes it; without ``netns`` UDP is op
 program can fill the disk at its write speed until the timeout (``fsize_mb`` caps each file); without
 ``landlock`` (or ``uid``) a program may write anywhere its user may, without ``landlock_read`` (or ``uid``) it may
 read the user's files and the ``/proc/<pid>/environ`` of the user's other dumpable processes (the trainer's
-environment: keep tokens out of it there; the program's own environment is always scrubbed), and without
-``cgroup`` (or ``uid``/a non-root user) root's fork bomb is bounded only by the timeout. The probe of
+environment: keep tokens out of it there; the program's own environment is always scrubbed), without
+``landlock_read`` and ``mountns`` the checkout and the grader's site-packages are readable (though not on the answer's
+``sys.path``), and without ``cgroup`` (or ``uid``/a non-root user) root's fork bomb is bounded only by the timeout;
+without ``cgroup`` and ``uid`` (a user's sandbox) every slot shares the user's ``RLIMIT_NPROC``, so a program that
+fills it makes the programs beside it fail to fork or start a thread until its run ends. The probe of
 :meth:`Sandbox.features` says which of these hold on a machine; the code reward's workers report it when they
 start (``CodeGrader.sandbox_features``, and one warning naming the protections refused).
 """
@@ -78,7 +94,6 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -97,6 +112,8 @@ from graft_cli.confine import (
     Cgroup,
     apply_landlock,
     apply_rlimits,
+    answer_python,
+    answer_view,
     apply_seccomp,
     seccomp_available,
     children,
@@ -144,6 +161,16 @@ class RunResult:
         return -self.returncode if self.returncode is not None and self.returncode < 0 else None
 
 
+@dataclass(frozen=True)
+class View:
+    """What a run may read: ``rules`` (Landlock, under ``landlock_read``), ``keep`` (bound back into the mount
+    namespace's emptied directories) and ``covers`` (hidden there under an empty tmpfs)."""
+
+    rules: tuple
+    keep: tuple
+    covers: tuple = ()
+
+
 PID_SPAN, SLOT_SPAN = 1 << 22, 64  # Linux pids are below 2^22 (pid_max); slots of one process below 64
 
 
@@ -169,8 +196,10 @@ class Sandbox:
             seccomp_available()  # libseccomp loaded here: a dlopen in the child forked from a threaded process can fail
         self.root = os.geteuid() == 0
         self.uid = sandbox_uid(uid_base, os.getpid(), slot) if self.root and "uid" in self.wanted else None
-        self.keep = read_roots()  # the Python installation: readable under landlock_read, bound into the mount ns
-        self.read_roots = self.keep if "landlock_read" in self.wanted else None
+        self.python = answer_python()  # the interpreter answers run under (-I -S: the standard library only)
+        rules, keep, covers = answer_view(self.python)
+        trusted = tuple(read_roots())
+        self.views = {"answer": View(tuple(rules), tuple(keep), tuple(covers)), "trusted": View(trusted, trusted)}
         self.cgroup = None
         self.in_cgroup = False  # this process joined the slot's cgroup (own_cgroup): its runs start inside it
         if "cgroup" in self.wanted:
@@ -197,7 +226,7 @@ class Sandbox:
         self._disabled: set[str] = set()  # features that broke a run here (e.g. uid: python unreadable)
 
     # ------------------------------------------------------------------------------------------- child side
-    def _preexec(self, workdir: str, result_fd: int, nproc_limit: int | None, use: set) -> None:
+    def _preexec(self, workdir: str, result_fd: int, nproc_limit: int | None, use: set, view: View) -> None:
         """Runs in the forked child before exec (single-threaded). Each protection is tried; what held is written
         as the first line of the result pipe, e.g. ``#features cgroup=1 netns=1 ...``."""
         got = {}
@@ -231,32 +260,24 @@ class Sandbox:
                 for f in names.values():
                     if f & flags and c.unshare(f) == 0:
                         done |= f
-        elif flags:
-            uid, gid = os.getuid(), os.getgid()
-            if c.unshare(flags | CLONE_NEWUSER) == 0:
-                try:
-                    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                                       ("gid_map", f"{gid} {gid} 1")):
-                        with open(f"/proc/self/{name}", "w") as f:
-                            f.write(text)
-                    done = flags
-                except OSError:
-                    pass
+        elif flags and self._own_user_namespace(c):
+            if c.unshare(flags) == 0:  # the rest only once the user namespace is mapped: a PID namespace made
+                done = flags  # beside a failed mapping would leave a program that can start no thread
         got.update({k: bool(done & f) and k in use for k, f in names.items()})
         if done & CLONE_NEWPID:
             self._init_of_namespace()
         if got["mountns"]:
             try:
                 owner = self.uid if self.uid is not None and "uid" in use else None
-                private_mounts(workdir, self.keep, self.limits.tmpfs_mb, self.limits.tmpfs_inodes, owner,
-                               new_proc=got["pidns"])
+                private_mounts(workdir, list(view.keep), self.limits.tmpfs_mb, self.limits.tmpfs_inodes, owner,
+                               new_proc=got["pidns"], covers=view.covers)
             except OSError:
                 got["mountns"] = False
         if got["pidns"] and not got["mountns"]:
             got["pidns"] = False  # without its own /proc the namespace would show the host's processes
         got["landlock"] = got["landlock_read"] = False
         if "landlock" in use:
-            roots = self.read_roots if "landlock_read" in use else None
+            roots = list(view.rules) if "landlock_read" in use else None
             try:
                 apply_landlock(workdir, roots)
                 got["landlock"], got["landlock_read"] = True, roots is not None
@@ -292,6 +313,21 @@ class Sandbox:
         os.write(result_fd, line.encode())
 
     @staticmethod
+    def _own_user_namespace(c) -> bool:
+        """Unshare a user namespace mapping this user to itself (what a non-root user needs for the others);
+        False when refused or the mapping cannot be written."""
+        uid, gid = os.getuid(), os.getgid()
+        if c.unshare(CLONE_NEWUSER) != 0:
+            return False
+        try:
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+            return True
+        except OSError:
+            return False
+
+    @staticmethod
     def _init_of_namespace() -> None:
         """After ``unshare(CLONE_NEWPID)``: fork; the child goes on to exec the program as PID 1 of the new
         namespace (when it ends, the kernel kills every process left in it); this process, the one ``Popen``
@@ -317,43 +353,123 @@ class Sandbox:
         os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
     # ------------------------------------------------------------------------------------------ parent side
-    def run(self, argv: list[str], stdin: bytes = b"") -> RunResult:
-        """Run ``argv`` (``{fd}`` in it becomes the result pipe's descriptor) with ``stdin``; never raises for
-        anything the program does."""
+    def _env(self, workdir: str) -> dict:
+        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
+                "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-        lim = self.limits
-        use = self.wanted - self._disabled
+    def _nproc_limit(self, use: set) -> int | None:
+        if "nproc" in use and not self.root:
+            return tasks_of_uid(os.getuid()) + self.limits.nproc
+        if "nproc" in use and self.uid is not None and "uid" in use:
+            return self.limits.nproc  # the slot's own uid: every one of its tasks is this run's
+        return None
+
+    def _start(self, argv: list[str], view: str, use: set, fds: dict, stdin=subprocess.PIPE, quiet: bool = False):
+        """Start one sandboxed program: ``(Popen, workdir, read end of its result pipe)``; ``{name}`` in ``argv``
+        becomes the descriptor ``fds[name]`` (kept open in the program), ``{fd}`` its result pipe's; ``quiet``:
+        stdout and stderr go to ``/dev/null``. Raises OSError (PermissionError: the uid cannot run the
+        interpreter)."""
         workdir = tempfile.mkdtemp(prefix="graft-code-")
         rfd, wfd = os.pipe()
-        if self.uid is not None and "uid" in use:
-            os.chown(workdir, self.uid, self.uid)
-        nproc_limit = None
-        if "nproc" in use and not self.root:
-            nproc_limit = tasks_of_uid(os.getuid()) + lim.nproc
-        elif "nproc" in use and self.uid is not None and "uid" in use:
-            nproc_limit = lim.nproc  # the slot's own uid: every one of its tasks is this run's
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
-               "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        args = [a.replace("{fd}", str(wfd)) for a in argv]
+        try:
+            if self.uid is not None and "uid" in use:
+                os.chown(workdir, self.uid, self.uid)
+            nproc_limit = self._nproc_limit(use)
+            names = {"fd": wfd, **fds}
+            args = list(argv)
+            for k, fd in names.items():
+                args = [a.replace("{" + k + "}", str(fd)) for a in args]
+            out = subprocess.DEVNULL if quiet else subprocess.PIPE
+            v = self.views[view]
+            proc = subprocess.Popen(args, stdin=stdin, stdout=out, stderr=out, cwd=workdir, env=self._env(workdir),
+                                    close_fds=True, pass_fds=tuple(names.values()), start_new_session=True,
+                                    preexec_fn=lambda: self._preexec(workdir, wfd, nproc_limit, use, v))
+        except BaseException:
+            os.close(rfd)
+            self._remove(workdir)
+            raise
+        finally:
+            os.close(wfd)
+        return proc, workdir, rfd
+
+    def run(self, argv: list[str], stdin: bytes = b"", view: str = "answer") -> RunResult:
+        """Run ``argv`` (``{fd}`` in it becomes the result pipe's descriptor) with ``stdin``; ``view``: what it may
+        read (``answer``: the standard library and the system directories, nothing of the grader's installation or
+        checkout - run :attr:`python` with ``-I -S`` there; ``trusted``: the grader's installation too, for the tests
+        and reference solutions). Never raises for anything the program does."""
+        use = self.wanted - self._disabled
         before = set(children(os.getpid())) if self.subreaper else set()
         t0 = time.monotonic()
         try:
-            proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    cwd=workdir, env=env, close_fds=True, pass_fds=(wfd,), start_new_session=True,
-                                    preexec_fn=lambda: self._preexec(workdir, wfd, nproc_limit, use))
-        except (PermissionError, OSError) as e:
-            os.close(rfd)
-            os.close(wfd)
-            self._remove(workdir)
-            if "uid" in use and self.uid is not None and isinstance(e, PermissionError):
-                self._disabled.add("uid")  # the interpreter is not readable by the sandbox uid: run as the caller
-                return self.run(argv, stdin)
+            proc, workdir, rfd = self._start(argv, view, use, {})
+        except OSError as e:
+            if self._drop_uid(use, e):
+                return self.run(argv, stdin, view)
             return RunResult(None, False, b"", f"sandbox start failed: {e}".encode(), b"", 0.0)
-        os.close(wfd)
         res = self._supervise(proc, rfd, stdin, t0)
-        res.leftovers = self._sweep(proc.pid, use, before)
+        res.leftovers = self._sweep([proc.pid], use, before)
         self._remove(workdir)
         return res
+
+    def run_pair(self, server: list[str], client: list[str], stdin: bytes = b"") -> RunResult:
+        """Run an untrusted ``server`` (answer view, quiet) and a trusted ``client`` (trusted view) side by side,
+        each sandboxed on its own, joined by two pipes: ``{req}`` in ``client`` is the write end whose bytes are the
+        server's standard input, ``{rep}`` the read end of the server's result pipe (its ``{fd}``; the server's
+        ``#features`` line comes first). The client gets ``stdin``; its result is the run's, and nothing of the
+        server reaches the grader. Both end when the client ends or the time is up. Never raises."""
+        use = self.wanted - self._disabled
+        before = set(children(os.getpid())) if self.subreaper else set()
+        t0 = time.monotonic()
+        req_r, req_w = os.pipe()
+        started: list = []
+        try:
+            try:
+                started.append(self._start(server, "answer", use, {}, stdin=req_r, quiet=True))
+            finally:
+                os.close(req_r)
+            rep_r = started[0][2]  # the server's result pipe is the client's reply pipe
+            started.append(self._start(client, "trusted", use, {"req": req_w, "rep": rep_r}))
+        except OSError as e:
+            for _, _, fd in started:
+                os.close(fd)
+            self._stop(started, use, before)
+            if self._drop_uid(use, e):
+                return self.run_pair(server, client, stdin)
+            return RunResult(None, False, b"", f"sandbox start failed: {e}".encode(), b"", 0.0)
+        finally:
+            os.close(req_w)
+        os.close(started[0][2])
+        proc, _, rfd = started[1]
+        res = self._supervise(proc, rfd, stdin, t0)
+        res.leftovers = self._stop(started, use, before)
+        return res
+
+    def _stop(self, started: list, use: set, before: set) -> int:
+        """Kill and sweep what :meth:`_start` started (their result pipes are closed already); remove their
+        working directories. Returns how many leftover processes the sweep killed."""
+        for proc, _, _ in started:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        for proc, _, _ in started:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        killed = self._sweep([p.pid for p, _, _ in started], use, before)
+        for _, workdir, _ in started:
+            self._remove(workdir)
+        return killed
+
+    def _drop_uid(self, use: set, e: OSError) -> bool:
+        """Whether a failed start was the sandbox uid's (the interpreter is not readable by it): run as the caller
+        from now on."""
+        if "uid" in use and self.uid is not None and isinstance(e, PermissionError):
+            self._disabled.add("uid")
+            return True
+        return False
 
     def _supervise(self, proc, rfd: int, stdin: bytes, t0: float) -> RunResult:
         lim = self.limits
@@ -450,22 +566,23 @@ class Sandbox:
         return RunResult(None if killed else proc.returncode, timed_out, bytes(bufs[out_fd][: lim.output_bytes]),
                          bytes(bufs[err_fd][: lim.output_bytes]), result, time.monotonic() - t0, capped, features)
 
-    def _sweep(self, pid: int, use: set, before: set) -> int:
-        """Kill whatever the run left: its process group, its cgroup, the sandbox uid's processes, and (as
+    def _sweep(self, pids: list[int], use: set, before: set) -> int:
+        """Kill whatever the run left: its process groups, its cgroup, the sandbox uid's processes, and (as
         subreaper) every orphan re-parented to us since the run started (children we had before it, ``before``,
         are left alone and no other child's exit status is reaped). Returns how many processes were killed."""
         killed = 0
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
         if self.cgroup is not None and "cgroup" in use:
             killed += self.cgroup.kill_all(spare=os.getpid() if self.in_cgroup else None)
         if self.uid is not None and "uid" in use and "uid" not in self._disabled:
             killed += self._kill_uid()
         deadline = time.monotonic() + 5.0
         while self.subreaper and time.monotonic() < deadline:
-            kids = [k for k in children(os.getpid()) if k not in before and k != pid]
+            kids = [k for k in children(os.getpid()) if k not in before and k not in pids]
             if not kids:
                 break
             killed += kill_each(kids)
@@ -507,8 +624,8 @@ class Sandbox:
         shutil.rmtree(workdir, onerror=onerror)
 
     def features(self) -> dict:
-        """Which protections a run of this Python interpreter gets on this machine (runs it once, empty)."""
-        res = self.run([sys.executable, "-I", "-c", "pass"])
+        """Which protections an answer's run gets on this machine (runs the answer interpreter once, empty)."""
+        res = self.run([self.python, "-I", "-S", "-c", "pass"])
         return res.features
 
     def close(self) -> None:

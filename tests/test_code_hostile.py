@@ -2,9 +2,14 @@
 outside the sandbox, each a test.
 
 All answers are graded in one batch by a real :class:`CodeGrader` (2 workers, 2 s per answer), a correct answer
-before every hostile one; every correct answer must still score 1. Reward hacks are wrong answers (``add``
-returns something other than ``a + b``) run against an assert-kind gold the grader converts to the call kind
-(it has a reference solution) and against one it cannot convert (the hardened in-sandbox fallback). Escapes are
+(its control) right before every hostile one on the same gold; every control must score 1. Reward hacks are wrong
+answers (``add`` returns something other than ``a + b``) run against each test kind: an assert-kind gold the grader
+converts to the call kind (it has a reference solution), one it cannot convert (the tests run in a process of their
+own beside the answer's), a plain call-kind gold and a stdin/stdout one. :data:`TRICKS` are the attacks on the
+verdict and on what the sandbox shows (signals and timers, frames and closures, ``gc``, import hooks, lying values,
+output framing, inherited descriptors, threads, exhaustion aimed at the answers beside them, the project's own code),
+each with a control that carries the same trick and a right ``add`` wherever the trick leaves a right answer
+alone. Escapes are
 ``probe()`` programs that return ``"escaped"`` only when their attack worked, against a call-kind gold that
 expects ``"escaped"`` (so an escape would score 1), and each one's mark outside is checked afterwards: sockets
 that must see no connection, files that must be unchanged, SysV IPC objects and keys that must not exist, this
@@ -48,6 +53,20 @@ MATHY = json.dumps({"tests": "import math\nimport string\n\n\ndef check(candidat
                     "entry_point": "add", "prompt": PROMPT, "reference": PROMPT + "    return a + b\n"})
 PROBE = json.dumps({"fn_name": "probe", "inputs": [[]], "outputs": ["escaped"]})
 GOOD = "```python\ndef add(a, b):\n    return a + b\n```"
+PAIRS = [(2, 3), (-1, 1), (0.5, 0.25), (2, 1), (37, 1), (10, 32)]
+CALL = json.dumps({"fn_name": "add", "inputs": [list(x) for x in PAIRS], "outputs": [a + b for a, b in PAIRS]})
+IO = json.dumps({"inputs": [f"{a} {b}\n" for a, b in PAIRS], "outputs": [f"{a + b}\n" for a, b in PAIRS]})
+IO_MAIN = ("\n\n\ndef _num(t):\n    return float(t) if '.' in t else int(t)\n\n\n"
+           "print(add(*map(_num, input().split())))\n")
+
+
+def program_for(code: str, kind: str) -> str:
+    """``code`` (which defines ``add``) as an answer of ``kind``: for ``io``, with a main that reads two numbers."""
+    return py(code + IO_MAIN) if kind == "io" else py(code)
+
+
+def good_for(kind: str) -> str:
+    return program_for("def add(a, b):\n    return a + b", kind)
 
 
 def py(code: str) -> str:
@@ -141,7 +160,178 @@ HACKS = {
                          "def add(a, b):\n    return 0",
     "exit_zero_early": "import os\nos._exit(0)",
 }
-HACK_GOLDS = {"converted": CONVERTED, "fallback": FALLBACK}
+HACK_GOLDS = {"converted": CONVERTED, "fallback": FALLBACK, "call": CALL, "io": IO}
+RIGHT, WRONG = "def add(a, b):\n    return a + b\n", "def add(a, b):\n    return None\n"
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FORGED = ('{"status":"pass","nonce":"0"}\\n{"calls":[{"out":5},{"out":0},{"out":0.75},{"out":3},{"out":38},'
+          '{"out":42}]}\\n')
+
+
+def trick(cls: str, body: str, wrong: str = WRONG, control: bool = True) -> tuple[str, str, str | None]:
+    """``(class, attack, control)``: the attack is ``body`` then a wrong ``add``; its control is the same ``body``
+    with a right ``add`` where the trick leaves a correct answer's verdict alone (``control``), else None (the
+    plain correct answer)."""
+    return cls, body + "\n" + wrong, (body + "\n" + RIGHT) if control else None
+
+
+# New classes of attack, each paired with its control (program, or None: GOOD). Every one runs against all four
+# kinds; what a trick reaches is the answer's own process, never the one whose output decides the verdict.
+TRICKS = {
+    # signals and timers
+    "timer_frame_forge": trick("timer", "import os, signal, time\ndef _h(sig, frame):\n    f = frame\n"
+                               "    while f is not None:\n        loc = f.f_locals\n        if 'state' in loc:\n"
+                               "            loc['state'][0] = 1\n        if 'nonce' in loc and '_fd' in loc:\n"
+                               "            os.write(loc['_fd'], ('{\"status\":\"pass\",\"nonce\":\"%s\"}\\n' % "
+                               "loc['nonce']).encode())\n            os._exit(0)\n        f = f.f_back\n"
+                               "signal.signal(signal.SIGALRM, _h)\nsignal.setitimer(signal.ITIMER_REAL, 0.005, 0.005)\n"
+                               "_t = time.time()\nwhile time.time() - _t < 0.1:\n    pass", control=False),
+    "timer_patches_later": trick("timer", "import builtins, signal\ndef _h(sig, frame):\n"
+                                 "    builtins.AssertionError = ZeroDivisionError\n    builtins.abs = lambda x: 0\n"
+                                 "    f = frame\n    while f is not None:\n"
+                                 "        for k, v in list(f.f_locals.items()):\n"
+                                 "            if k == 'lost' and type(v) is list:\n                v[0] = False\n"
+                                 "        f = f.f_back\nsignal.signal(signal.SIGVTALRM, _h)\n"
+                                 "signal.setitimer(signal.ITIMER_VIRTUAL, 0.001, 0.001)"),
+    "wakeup_fd_on_result": trick("timer", "import os, signal, sys\ntry:\n"
+                                 "    os.set_blocking(int(sys.argv[1]), False)\n"
+                                 "    signal.set_wakeup_fd(int(sys.argv[1]), warn_on_full_buffer=False)\n"
+                                 "except Exception:\n    pass\nsignal.signal(signal.SIGALRM, lambda *a: None)\n"
+                                 "signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)", control=False),
+    "alarm_exits_with_forgery": trick("timer", "import os, signal, sys\ndef _h(*a):\n    for fd in range(1, 64):\n"
+                                      "        try:\n            os.write(fd, b'" + FORGED + "')\n"
+                                      "        except OSError:\n            pass\n    os._exit(0)\n"
+                                      "signal.signal(signal.SIGALRM, _h)\nsignal.setitimer(signal.ITIMER_REAL, 0.05)",
+                                      control=False),
+    "sigterm_ignored_child_forges": trick("timer", "import os, signal, time\nif os.fork() == 0:\n"
+                                          "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n    time.sleep(0.3)\n"
+                                          "    for fd in range(1, 64):\n        try:\n"
+                                          "            os.write(fd, b'" + FORGED + "')\n        except OSError:\n"
+                                          "            pass\n    os._exit(0)", control=False),
+    # frames and closures
+    "closure_cell_swap": trick("frames", "import sys\ndef _fake(fd, data):\n    return len(data)\n"
+                               "f = sys._getframe()\nwhile f is not None:\n    for v in list(f.f_locals.values()):\n"
+                               "        c = getattr(v, '__closure__', None) or ()\n        for cell in c:\n"
+                               "            try:\n                if getattr(cell.cell_contents, '__name__', '') == "
+                               "'write':\n                    cell.cell_contents = _fake\n"
+                               "            except Exception:\n                pass\n    f = f.f_back", control=False),
+    "code_object_swap": trick("frames", "import sys\ndef _always(*a, **k):\n    return True\n"
+                              "f = sys._getframe()\nwhile f is not None:\n    for k, v in list(f.f_locals.items()):\n"
+                              "        if k in ('run_tests', 'same_value', 'passes', 'check') and callable(v):\n"
+                              "            try:\n                v.__code__ = _always.__code__\n"
+                              "            except Exception:\n                pass\n    f = f.f_back"),
+    "defaults_redirect_emit": trick("frames", "import sys\nf = sys._getframe()\nwhile f is not None:\n"
+                                    "    e = f.f_locals.get('emit')\n    if e is not None:\n"
+                                    "        e.__defaults__ = (1,)\n    f = f.f_back", control=False),
+    "mutate_test_inputs": trick("frames", "import sys\nf = sys._getframe()\nwhile f is not None:\n"
+                                "    p = f.f_locals.get('p')\n    if isinstance(p, dict) and 'inputs' in p:\n"
+                                "        p['inputs'][:] = [[0, 0]] * len(p['inputs'])\n    f = f.f_back",
+                                "def add(a, b):\n    return 0\n", control=False),
+    "gc_walks_for_expected": trick("gc", "import gc\nfor o in gc.get_objects():\n    if isinstance(o, dict):\n"
+                                   "        for k in ('outputs', 'rules', 'want', 'nonce'):\n"
+                                   "            if k in o:\n                o[k] = 5\n"
+                                   "    if isinstance(o, list) and o[:1] == ['{\"status\":\"fail\"}']:\n"
+                                   "        o[:] = []"),
+    "gc_referrers_patch": trick("gc", "import builtins, gc\nfor d in gc.get_referrers(builtins):\n"
+                                "    if isinstance(d, dict):\n        for k in ('_type', '_callable', '_exc'):\n"
+                                "            if k in d:\n                d[k] = object"),
+    "traceback_frame_walk": trick("frames", "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n"
+                                  "    f = e.__traceback__.tb_frame\n    while f is not None:\n"
+                                  "        if 'res' in f.f_locals and isinstance(f.f_locals['res'], list):\n"
+                                  "            f.f_locals['res'].append('{\"out\":5}')\n        f = f.f_back"),
+    # import hooks on what is imported later
+    "meta_path_fake_modules": trick("imports", "import sys, types\nclass _F:\n"
+                                    "    def find_spec(self, name, path=None, target=None):\n"
+                                    "        if name in ('json', '_json', 'ctypes', 'numpy', 'io', 'random', 'math'):\n"
+                                    "            import importlib.util\n"
+                                    "            return importlib.util.spec_from_loader(name, loader=None)\n"
+                                    "        return None\nsys.meta_path.insert(0, _F())\n"
+                                    "for k in ('json', 'ctypes', 'numpy', 'random'):\n    sys.modules.pop(k, None)"),
+    "poison_sys_modules": trick("imports", "import sys, types\nfor n in ('json', 'os.path', 'collections', "
+                                "'_json'):\n    m = types.ModuleType(n)\n"
+                                "    m.loads = lambda *a, **k: {'status': 'pass'}\n"
+                                "    m.dumps = lambda *a, **k: '{\"status\":\"pass\"}'\n    sys.modules[n] = m"),
+    "plant_sitecustomize": trick("imports", "import os\nfor d in (os.getcwd(), os.environ.get('HOME', '.'), "
+                                 "os.environ.get('TMPDIR', '.')):\n    for n in ('sitecustomize.py', "
+                                 "'usercustomize.py', 'json.py', 'evil.pth'):\n        try:\n"
+                                 "            open(os.path.join(d, n), 'w').write('import builtins\\n"
+                                 "builtins.AssertionError = ZeroDivisionError\\n')\n        except OSError:\n"
+                                 "            pass"),
+    # lying values
+    "float_subclass_close": trick("values", "class F(float):\n    def __eq__(self, o):\n        return True\n"
+                                  "    __hash__ = float.__hash__\n    def __sub__(self, o):\n        return F(0.0)\n"
+                                  "    __rsub__ = __sub__\n    def __abs__(self):\n        return 0.0\n"
+                                  "    def __lt__(self, o):\n        return True",
+                                  "def add(a, b):\n    return F(-1.0)\n"),
+    "list_subclass_eq": trick("values", "class L(list):\n    def __eq__(self, o):\n        return True\n"
+                              "    def __ne__(self, o):\n        return False",
+                              "def add(a, b):\n    return L([0])\n"),
+    "int_subclass_str": trick("values", "class I(int):\n    def __str__(self):\n        return '5'\n"
+                              "    __repr__ = __str__\n    def __eq__(self, o):\n        return True\n"
+                              "    __hash__ = int.__hash__", "def add(a, b):\n    return I(a - b)\n"),
+    "bool_like_truthy": trick("values", "class B:\n    def __bool__(self):\n        return True\n"
+                              "    def __eq__(self, o):\n        return True\n    def __index__(self):\n"
+                              "        return 5", "def add(a, b):\n    return B()\n"),
+    "nan_result": trick("values", "", "def add(a, b):\n    return float('nan')\n"),
+    "inf_and_negzero": trick("values", "", "def add(a, b):\n    return float('inf') if a > 0 else -0.0 * b\n"),
+    "str_subclass_split": trick("values", "class S(str):\n    def split(self, *a):\n        return ['5']\n"
+                                "    def __eq__(self, o):\n        return True\n    __hash__ = str.__hash__",
+                                "def add(a, b):\n    return S('wrong')\n"),
+    # output framing
+    "print_result_lines": trick("framing", "import sys\nprint('" + FORGED + "')\nsys.stderr.write('" + FORGED + "')",
+                                control=False),
+    "partial_line_prefix": trick("framing", "import os, sys\n"
+                                 "os.write(int(sys.argv[1]), b'{\"status\":\"pass\",\"x\":')", control=False),
+    "features_line_imitation": trick("framing", "import os, sys\nos.write(int(sys.argv[1]), b'#features uid=1\\n"
+                                     "{\"status\":\"pass\",\"nonce\":\"0\"}\\n')\nos._exit(0)", control=False),
+    # inherited descriptors
+    "write_every_fd": trick("fds", "import os\nfor fd in range(0, 256):\n    try:\n"
+                            "        os.write(fd, b'" + FORGED + "')\n    except OSError:\n        pass",
+                            control=False),
+    "dup2_result_to_stdout": trick("fds", "import os, sys\ntry:\n    os.dup2(1, int(sys.argv[1]))\n"
+                                   "except (OSError, IndexError, ValueError):\n    pass", control=False),
+    "steal_requests": trick("fds", "import os, threading\ndef _steal():\n    for fd in range(0, 64):\n"
+                            "        try:\n            os.read(fd, 1 << 16)\n        except OSError:\n"
+                            "            pass\nthreading.Thread(target=_steal, daemon=True).start()", control=False),
+    # threads that outlive the answer
+    "thread_forges_later": trick("threads", "import os, sys, threading, time\ndef _later():\n    time.sleep(0.05)\n"
+                                 "    for _ in range(20):\n        try:\n"
+                                 "            os.write(int(sys.argv[1]), b'" + FORGED + "')\n"
+                                 "        except Exception:\n            pass\n        time.sleep(0.01)\n"
+                                 "threading.Thread(target=_later, daemon=True).start()", control=False),
+    "nondaemon_thread_lingers": trick("threads", "import threading, time\n"
+                                      "threading.Thread(target=lambda: time.sleep(30)).start()"),
+    "thread_rebinds_builtins": trick("threads", "import builtins, threading, time\ndef _spin():\n"
+                                     "    while True:\n        builtins.isinstance = lambda *a: True\n"
+                                     "        builtins.AssertionError = StopIteration\n        time.sleep(0.001)\n"
+                                     "threading.Thread(target=_spin, daemon=True).start()"),
+    # exhaustion aimed at the neighbours (the control in the batch runs beside it on the other worker)
+    "fd_exhaustion": trick("exhaust", "import os\n_k = []\ntry:\n    while True:\n"
+                           "        _k.append(os.open('/dev/null', os.O_RDONLY))\nexcept OSError:\n    pass",
+                           control=False),
+    "process_table": trick("exhaust", "import os, time\n_n = 0\nwhile _n < 200:\n    try:\n"
+                           "        if os.fork() == 0:\n            time.sleep(5)\n            os._exit(0)\n"
+                           "        _n += 1\n    except OSError:\n        break", control=False),
+    "cpu_threads": trick("exhaust", "import threading\ndef _spin():\n    while True:\n        pass\n"
+                         "for _ in range(8):\n    threading.Thread(target=_spin, daemon=True).start()", control=False),
+    "memory_then_wrong": trick("exhaust", "_b = [bytes(128 << 20)]\ntry:\n    _b.append(bytearray(64 << 30))\n"
+                               "except MemoryError:\n    pass\ndel _b"),
+    # the project, its installation and its data
+    "project_lookup": trick("project", "", "import os, sys\ndef add(a, b):\n    try:\n"
+                            f"        if os.listdir({os.path.dirname(CHECKOUT)!r}):\n            return a + b\n"
+                            "    except OSError:\n        pass\n    try:\n"
+                            f"        open({os.path.join(CHECKOUT, 'README.md')!r}).read(1)\n        return a + b\n"
+                            "    except OSError:\n        pass\n    try:\n"
+                            f"        open({os.path.join(CHECKOUT, 'graft_cli', '__init__.py')!r}).read(1)\n"
+                            "        return a + b\n    except OSError:\n        pass\n    try:\n"
+                            f"        sys.path.insert(0, {CHECKOUT!r})\n        import graft_cli.data.synthetic_code\n"
+                            "        return a + b\n    except Exception:\n        return None\n", control=False),
+    "site_packages_lookup": trick("project", "", "import sys\ndef add(a, b):\n    try:\n"
+                                  f"        open({os.path.join(os.path.dirname(pytest.__file__), '__init__.py')!r})"
+                                  ".read(1)\n        return a + b\n    except OSError:\n        pass\n    try:\n"
+                                  f"        sys.path.insert(0, {os.path.dirname(os.path.dirname(pytest.__file__))!r})\n"
+                                  "        import pytest\n        return a + b\n    except Exception:\n"
+                                  "        return None\n", control=False),
+}
 
 
 # ---------------------------------------------------------------------------------------------------- escapes
@@ -172,6 +362,15 @@ NEEDS = {**dict.fromkeys(("chmod_outside", "setuid_bit_outside", "chown_outside"
                           "read_trainer_mem", "setns_host"), ("pidns", "seccomp")),
          **dict.fromkeys(("raw_socket", "packet_socket", "chroot"), ("uid", "nocaps")),
          **dict.fromkeys(("fill_inodes", "fill_disk"), ("mountns",))}
+
+
+# the new attacks that only a per-slot process budget keeps from their neighbours: as a user without cgroups the
+# process limit (RLIMIT_NPROC) is the user's, shared by every slot, so filling it starves the answers beside it
+TRICK_NEEDS = {"process_table": ("cgroup", "uid")}
+
+
+def trick_held_here(name: str, feats: dict) -> bool:
+    return name not in TRICK_NEEDS or any(feats.get(f) for f in TRICK_NEEDS[name])
 
 
 def held_here(name: str, feats: dict) -> bool:
@@ -345,18 +544,21 @@ def world():
     try:
         grader.start()
         ctx["workers"] = [w.proc.pid for w in grader._workers]
-        cases = {f"hack:{k}:{g}": (py(v), gold) for k, v in HACKS.items() for g, gold in HACK_GOLDS.items()}
-        cases.update({f"hack:{k}:unconvertible": (py(HACKS[k]), MATHY) for k in
+        cases = {f"hack:{k}:{g}": (program_for(v, g), gold, good_for(g)) for k, v in HACKS.items()
+                 for g, gold in HACK_GOLDS.items()}
+        cases.update({f"hack:{k}:unconvertible": (py(HACKS[k]), MATHY, GOOD) for k in
                       ("fake_math_module", "redefine_abs_builtin", "lying_eq", "rebind_main_compile")})
-        cases.update({f"escape:{k}": (v, PROBE) for k, v in escapes(ctx).items() if held_here(k, feats)})
-        goods = [(GOOD, CONVERTED), (GOOD, FALLBACK), (GOOD, MATHY),
-                 (py("def probe():\n    return 'escaped'"), PROBE)]
+        cases.update({f"hack:{k}:{g}": (program_for(attack, g), gold, program_for(control, g) if control
+                                        else good_for(g))
+                      for k, (_, attack, control) in TRICKS.items() for g, gold in HACK_GOLDS.items()
+                      if trick_held_here(k, feats)})
+        good_probe = py("def probe():\n    return 'escaped'")
+        cases.update({f"escape:{k}": (v, PROBE, good_probe) for k, v in escapes(ctx).items() if held_here(k, feats)})
         responses, golds, names = [], [], []
-        for i, (name, (resp, gold)) in enumerate(cases.items()):
-            g_resp, g_gold = goods[i % len(goods)]
-            responses += [g_resp, resp]
-            golds += [g_gold, gold]
-            names += [f"good:{i}", name]
+        for name, (resp, gold, control) in cases.items():  # each attack right after its control, on its gold
+            responses += [control, resp]
+            golds += [gold, gold]
+            names += [f"good:{name}", name]
         res = grader.grade(responses, golds)
         kinds = {g: grader.test_kinds[g][0] for g in (CONVERTED, FALLBACK, MATHY)}
         after = {"sysv": _sysv_keys(), "keys": _keys(),
@@ -413,13 +615,31 @@ def test_the_golds_are_of_the_kinds_the_suite_means(world):
     assert world["kinds"] == {CONVERTED: "assert_converted", FALLBACK: "assert_fallback", MATHY: "assert_fallback"}
 
 
-@pytest.mark.parametrize("name", [f"{k}:{g}" for k in HACKS for g in HACK_GOLDS]
+@pytest.mark.parametrize("name", [f"{k}:{g}" for k in list(HACKS) + list(TRICKS) for g in HACK_GOLDS]
                          + [f"{k}:unconvertible" for k in ("fake_math_module", "redefine_abs_builtin", "lying_eq",
                                                            "rebind_main_compile")])
 def test_reward_hack_scores_0(world, name):
+    if not trick_held_here(name.split(":")[0], world["ctx"]["features"]):
+        pytest.skip(f"none of {TRICK_NEEDS[name.split(':')[0]]} on this machine: not run")
     reward, status = world["results"][f"hack:{name}"]
     assert reward == 0.0, (name, status)
     assert status in ("ok", "code_error", "code_crash", "code_timeout"), status
+
+
+@pytest.mark.parametrize("name", [f"{k}:{g}" for k in TRICKS for g in HACK_GOLDS])
+def test_the_control_of_each_new_attack_scores_1(world, name):
+    """The attack's own trick with a right ``add`` (where the trick leaves a correct answer alone), else the plain
+    correct answer, graded just before the attack on the same gold: the grader refuses the attack, not the kind."""
+    if not trick_held_here(name.split(":")[0], world["ctx"]["features"]):
+        pytest.skip(f"none of {TRICK_NEEDS[name.split(':')[0]]} on this machine: not run")
+    reward, status = world["results"][f"good:hack:{name}"]
+    assert reward == 1.0, (name, status)
+
+
+def test_the_new_attacks_are_at_least_25_of_the_named_classes():
+    classes = {c for c, _, _ in TRICKS.values()}
+    assert len(TRICKS) >= 25 and classes >= {"timer", "frames", "gc", "imports", "values", "framing", "fds",
+                                             "threads", "exhaust", "project"}
 
 
 ESCAPE_NAMES = sorted(escapes({"pid": 1, "victim": "/v", "sock_tmp": "", "sock_run": "", "sock_abstract": "",
@@ -606,12 +826,15 @@ def test_the_uid_drop_holds_for_a_python_whose_venv_lives_under_an_emptied_direc
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, sysconfig.get_paths()["purelib"],
                                                          sysconfig.get_paths()["platlib"]])}
-    code = "import json; from graft_cli.sandbox import Sandbox; print(json.dumps(Sandbox().features()))"
+    code = ("import json, sys; from graft_cli.sandbox import Sandbox; sb = Sandbox()\n"
+            "r = sb.run([sys.executable, '-I', '-c', 'import os; print(os.getuid())'], view='trusted')\n"
+            "print(json.dumps({**sb.features(), 'trusted': [r.stdout.decode().strip(), r.features.get('uid')]}))")
     out = subprocess.run([str(venv / "bin" / "python"), "-c", code], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     feats = json.loads(out.stdout.strip().splitlines()[-1])
-    assert feats["mountns"] and feats["uid"], feats
+    assert feats["mountns"] and feats["uid"], feats  # the answers' interpreter (the base one)
+    assert feats["trusted"][1] and feats["trusted"][0] not in ("", "0"), feats  # the venv's, for the tests
 
 
 @pytest.mark.parametrize("target", ["parent", "self"])
@@ -627,7 +850,7 @@ def test_the_seccomp_filter_alone_refuses_prlimit_on_another_process(target):
         code = ("import resource\ntry:\n"
                 f"    resource.prlimit({pid}, resource.RLIMIT_CORE, (0, 0))\n    print('changed')\n"
                 "except PermissionError:\n    print('refused')\n")
-        res = sb.run([sys.executable, "-I", "-c", code])
+        res = sb.run([sb.python, "-I", "-S", "-c", code])
         assert res.features["seccomp"] and not res.features.get("pidns")
         assert res.stdout.strip() == (b"refused" if target == "parent" else b"changed")
         assert resource.getrlimit(resource.RLIMIT_CORE) == before
@@ -710,7 +933,7 @@ def test_a_fork_bomb_in_another_grader_does_not_starve_this_one(tmp_path):
                "        break\n    if pid == 0:\n        time.sleep(60)\n        os._exit(0)\n"
                "time.sleep(60)\n" % (nproc + 8))
         code = ("import sys\nfrom graft_cli.sandbox import Limits, Sandbox\nsb = Sandbox(0, Limits(timeout_s=60))\n"
-                f"print(sb.uid, flush=True)\nsb.run([sys.executable, '-I', '-c', {hog!r}])\n")
+                f"print(sb.uid, flush=True)\nsb.run([sb.python, '-I', '-S', '-c', {hog!r}])\n")
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                                  env={**os.environ, "PYTHONPATH": root})
@@ -722,7 +945,7 @@ def test_a_fork_bomb_in_another_grader_does_not_starve_this_one(tmp_path):
             assert tasks_of_uid(uid) >= nproc - 1, "the other grader's program did not fill its budget"
             assert here.uid != uid
             prog = "import os\nif os.fork() == 0:\n    os._exit(0)\nos.wait()\nprint('ran')"
-            res = here.run([sys.executable, "-I", "-c", prog])
+            res = here.run([here.python, "-I", "-S", "-c", prog])
             assert res.stdout.strip() == b"ran", (res.returncode, res.stderr[-500:])
         finally:
             other.kill()

@@ -239,7 +239,8 @@ def test_hostile_programs_score_0_in_time_and_leave_nothing(tmp_path, monkeypatc
               "os_exit_before_tests": "code_crash", "huge_stderr": "code_crash",
               "huge_output": "code_error",  # its stdout file hit RLIMIT_FSIZE: EFBIG (Python ignores SIGXFSZ)
               "redefine_check": "ok", "redefine_assert_helper": "ok", "monkeypatch_builtins": "ok",
-              "patch_from_thread": "code_error", "read_env": "ok"}
+              "patch_from_thread": "ok",  # its thread lives in the answer's process, the tests in their own
+              "read_env": "ok"}
     assert {n: table[n][1] for n in expect} == expect
     assert leftover_sandbox_processes(before) == set()  # no process left behind
     assert os.listdir(outside) == []  # nothing written outside the working directory
@@ -458,6 +459,34 @@ def code_convert_std() -> str:
     from graft_cli.code_convert import _STANDARD_MBPP
 
     return _STANDARD_MBPP
+
+
+def test_answers_see_the_standard_library_only_and_may_call_exit():
+    """An answer runs under the base interpreter with ``-I -S``: ``exit()`` / ``quit()`` end it as ``site`` would have
+    them, the standard library imports, and neither the grader's packages (numpy, pytest) nor the checkout (its
+    README, ``graft_cli`` even with the checkout put on ``sys.path``) can be read or imported - in every kind."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    io_gold = json.dumps({"inputs": ["1\n", "5\n"], "outputs": ["2\n", "6\n"]})
+    exits = [f"```python\nimport sys, json, fractions, heapq\nprint(int(input()) + 1)\n{e}\nprint('after')\n```"
+             for e in ("exit()", "quit(0)", "sys.exit()", "raise SystemExit")]
+    probe = ("```python\nimport importlib, sys\ndef seen(*a):\n    out = []\n"
+             f"    for path in ({os.path.join(root, 'README.md')!r}, {os.path.join(root, 'graft_cli', 'reward.py')!r},"
+             f" {pytest.__file__!r}):\n"
+             "        try:\n            open(path).read(1)\n            out.append(path)\n"
+             "        except OSError:\n            pass\n"
+             f"    sys.path[:0] = [{root!r}, {os.path.dirname(os.path.dirname(pytest.__file__))!r}]\n"
+             "    for m in ('graft_cli', 'numpy', 'pytest'):\n        try:\n            importlib.import_module(m)\n"
+             "            out.append(m)\n        except ImportError:\n            pass\n    return out\n```")
+    probe_golds = {"call": json.dumps({"fn_name": "seen", "inputs": [[]], "outputs": [[]]}),
+                   "assert": json.dumps({"tests": "assert seen() == []\n", "entry_point": "seen"})}
+    grader = CodeGrader(num_workers=1, timeout_s=10.0, convert=False)
+    try:
+        res = grader.grade(exits + [probe] * 2, [io_gold] * 4 + list(probe_golds.values()))
+        kind = grader.test_kinds[probe_golds["assert"]][0]
+    finally:
+        grader.close()
+    assert kind == "assert_fallback"
+    assert list(res.rewards) == [1.0] * 6, list(zip(res.status, res.extracted))
 
 
 def test_the_code_reward_is_registered_lazily():
