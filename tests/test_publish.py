@@ -133,8 +133,8 @@ def test_copy_lists_stages_reused_runs_and_keeps_the_registration(tmp_path):
     prov = PB.copy(out, dest, "make publish-x", 1.0)
     # 16 min over the three stages; the last stage that trained ran at "new": r1 and r2 were reused from "old"
     assert prov["wall_min_total"] == 16.0 and prov["reused"] == ["r1", "r2"]
-    assert prov["run_commits"] == {"new": 1, "old": 2} and [r["config_hash"] for r in prov["runs"]] == ["cr1", "cr2",
-                                                                                                        "cr3"]
+    assert prov["run_commits"] == {"new": 1, "old": 2}
+    assert [r["config_hash"] for r in prov["runs"]] == ["cr1", "cr2", "cr3"]
     # a registered study is published only with its registration
     os.makedirs(dest, exist_ok=True)
     json.dump({"plan_hash": "abc", "design": {}}, open(os.path.join(dest, "registration.json"), "w"))

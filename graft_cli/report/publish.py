@@ -104,7 +104,8 @@ def run_provenance(out: str) -> dict:
     reused = [r["run"] for r in runs if last and r["commit"] != last]
     return {"stages": stages, "wall_min_total": round(sum(float(st.get("wall_s") or 0) for st in stages) / 60, 1),
             "runs": runs, "reused": reused,
-            "run_commits": {c: sum(r["commit"] == c for r in runs) for c in sorted({str(r["commit"]) for r in runs})}}
+            "run_commits": {c: sum(str(r["commit"]) == c for r in runs)
+                            for c in sorted({str(r["commit"]) for r in runs})}}
 
 
 def claims_section(dest: str) -> str:
@@ -133,10 +134,11 @@ def readme_block(dest: str, page: str = "README.md") -> str:
     m = prov.get("machine") or {}
     rel = os.path.relpath(dest, os.path.dirname(os.path.abspath(page))).replace(os.sep, "/")
     wall = f", {prov['wall_min']:.1f} min" if prov.get("wall_min") is not None else ""
-    if prov.get("wall_min_total") is not None:
-        wall += (f" ({prov['wall_min_total']:.1f} min over {len(prov.get('stages') or [])} stage(s); "
-                 f"{len(prov.get('reused') or [])} of {len(prov.get('runs') or [])} runs reused from an earlier "
-                 "stage)")
+    if prov.get("runs"):
+        stages = f"{prov['wall_min_total']:.1f} min over {len(prov.get('stages') or [])} recorded stage(s); " if \
+            prov.get("wall_min_total") else ""
+        wall += (f" ({stages}{len(prov.get('reused') or [])} of {len(prov.get('runs') or [])} runs reused from an "
+                 "earlier stage)")
     head = (f"Published in [`{dest}/`]({rel}/report.md) by `{prov.get('command')}` on {prov.get('date')}, commit "
             f"`{(prov.get('commit') or '?')[:10]}`{'' if prov.get('clean_tree') else ' (uncommitted changes)'}, "
             f"{m.get('cpus')} CPUs, torch {m.get('torch')}{wall}:")
