@@ -281,7 +281,9 @@ def test_write_claims_end_to_end(tmp_path):
     assert measured["arms"]["grpo_kl"]["solo"] == {} and "grpo_n16" not in measured["arms"]
     assert measured["problems"]["handoff"]["tandem"][1]["b1"] == pytest.approx([1.0, 0.5])
 
-    md, claims = write_claims(str(report), records, {"n_boot": 2000})
+    # the by-hand intervals below are the unfloored paired t (the rule `paired_t`; floored_t is tested in
+    # tests/test_registration.py)
+    md, claims = write_claims(str(report), records, {"n_boot": 2000, "analysis": {"interval": "paired_t"}})
     c1, c2, c3, c4 = claims
     # solo: both arms, both seeds have the same per-problem scores → Δ = 0 with a collapsed interval: held;
     # Welch: equal seeds (se = 0) → (0, 0, 0)
@@ -293,7 +295,7 @@ def test_write_claims_end_to_end(tmp_path):
     # → d = [87.5, 50]: S_d = 37.5/√2, SE = 18.75, t(0.975, 1) = 12.7062047: 68.75 ± 238.241338, not significant
     d, lo, hi = c2["interval"]
     assert (d, lo, hi) == pytest.approx((68.75, 68.75 - 238.241338, 68.75 + 238.241338), abs=1e-4)
-    assert c2["verdict"] == "not significant" and c2["method"] == "paired t over 2 seeds"
+    assert c2["verdict"] == "underpowered" and c2["method"] == "paired t over 2 seeds"  # ±238 points
     # beside it the hierarchical bootstrap: every paired per-problem difference of seed-resampled means is ≥ .5
     # (Tandem ≥ [1, .5] and GRPO ≤ [.5, 0] on b1; ≥ .5 and 0 on b2) and ≤ 1, so 50 ≤ lo ≤ hi ≤ 100
     d, lo, hi = c2["bootstrap"]
@@ -345,7 +347,7 @@ def test_write_claims_end_to_end(tmp_path):
 
     saved = json.loads((report / "claims.json").read_text())
     assert saved["settings"]["kind"] == "tandem" and saved["settings"]["n_boot"] == 2000
-    assert [c["verdict"] for c in saved["claims"]] == ["held", "not significant", "not measured", "held"]
+    assert [c["verdict"] for c in saved["claims"]] == ["held", "underpowered", "not measured", "held"]
     assert saved["measured"]["arms"]["tandem"]["curve"]["handoff"]["2"] == pytest.approx([100.0, 100.0])
     assert saved["claims"][1]["interval"][0] == pytest.approx(68.75)
     assert saved["measured"]["arms"]["tandem"]["legibility_ce"] == [1.2, 1.4]

@@ -140,6 +140,7 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
     n_boot = int(s["n_boot"])
     probs, models = measured.get("problems") or {}, list(measured.get("models") or [])
     evar = measured.get("eval_var") or {}
+    rule = (s.get("analysis") or {}).get("interval", "floored_t")  # the plan's registered interval rule
     three = {r: n for r, n in s["three_way"].items() if n}
     claims = []
     for rule, run in three.items():
@@ -149,7 +150,7 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
             if single is None or run not in (probs.get(m) or {}):
                 per[m] = {"verdict": "not measured", "interval": None, "welch": None, "best_single": single}
                 continue
-            c = compare(probs[m], run, single, n_boot, eval_var=evar.get(m))
+            c = compare(probs[m], run, single, n_boot, eval_var=evar.get(m), rule=rule)
             per[m] = {"verdict": comparison_verdict(c), "interval": c["interval"], "method": c["method"],
                       "bootstrap": c["bootstrap"], "welch": c["welch"], "decomposition": c["decomposition"],
                       "best_single": single, "benchmarks": c["benchmarks"], "seeds": c["seeds"]}
@@ -172,7 +173,7 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
         ms = {r: arm_mean((probs.get(m) or {}).get(n)) for r, n in three.items()}
         rk = sorted((r for r in ms if ms[r] is not None), key=lambda r: -ms[r])
         if len(rk) >= 2:
-            c = compare(probs[m], three[rk[0]], three[rk[1]], n_boot, eval_var=evar.get(m))
+            c = compare(probs[m], three[rk[0]], three[rk[1]], n_boot, eval_var=evar.get(m), rule=rule)
             per_model[m] = {"best": rk[0], "runner_up": rk[1], "interval": c["interval"], "means": ms,
                             "decomposition": c["decomposition"]}
         elif rk:

@@ -48,12 +48,13 @@ def verdict(iv) -> str:
 
 
 def powered_verdict(iv, target: float = 1.0, n: int | None = None, per_seed_variance: float | None = None) -> str:
-    """The verdict of :func:`verdict`, except ``underpowered`` when the interval's half-width exceeds ``target``
-    (points): too wide to say the effect is absent or present at the size the study was built to resolve. With
+    """The verdict of :func:`verdict`, except ``underpowered`` in place of ``not significant`` or ``did not hold``
+    when the interval's half-width exceeds ``target`` (points): too wide to say whether an effect of the size the
+    study was built to resolve is absent (an interval above zero still reads ``held``). With
     ``per_seed_variance`` (σ² of one seed pair, eq. 4 of power.py) it says how many seeds ±``target`` would take."""
     if iv is None:
         return "not measured"
-    if (iv[2] - iv[1]) / 2 <= target:
+    if (iv[2] - iv[1]) / 2 <= target or verdict(iv) == "held":  # a resolved effect in the claim's direction stands
         return verdict(iv)
     if per_seed_variance is None:
         return "underpowered"

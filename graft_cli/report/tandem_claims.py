@@ -117,9 +117,10 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
     probs = measured.get("problems") or {}
     n_boot, margin = int(s["n_boot"]), float(s["margin"])
     ev = measured.get("eval_var") or {}
-    solo = compare(probs.get("solo") or {}, s["tandem"], s["grpo"], n_boot, eval_var=ev.get("solo"))
-    hand = compare(probs.get("handoff") or {}, s["tandem"], s["grpo"], n_boot, eval_var=ev.get("handoff"))
-    hand_kl = compare(probs.get("handoff") or {}, s["tandem"], s["kl"], n_boot, eval_var=ev.get("handoff"))
+    rule = (s.get("analysis") or {}).get("interval", "floored_t")  # the plan's registered interval rule
+    solo = compare(probs.get("solo") or {}, s["tandem"], s["grpo"], n_boot, eval_var=ev.get("solo"), rule=rule)
+    hand = compare(probs.get("handoff") or {}, s["tandem"], s["grpo"], n_boot, eval_var=ev.get("handoff"), rule=rule)
+    hand_kl = compare(probs.get("handoff") or {}, s["tandem"], s["kl"], n_boot, eval_var=ev.get("handoff"), rule=rule)
     leg = compare(finite_common(probs.get("legibility") or {}, s["grpo"], s["tandem"]), s["grpo"], s["tandem"],
                   n_boot, scale=1.0)
     return [
