@@ -338,8 +338,8 @@ def variance_row(label: str, model: str, dec: Mapping | None, target: float = TA
     would give a half-width ≤ ``target`` at this evaluation and with no evaluation noise (eq. 4)."""
     if not dec:
         return [label, model] + ["—"] * 8
-    sh = dec["shares"]
-    pct = lambda k: "—" if sh.get(k) is None else f"{dec[k]:.3f} ({100 * sh[k]:.0f}%)"
+    inside = dec["seeds"] + dec["evaluation"]  # the interval's variance; problems stand beside it
+    pct = lambda k: f"{dec[k]:.3f}" + (f" ({100 * dec[k] / inside:.0f}%)" if inside > 0 else "")
     per = dec["per_seed"]
     iv = dec["interval"]
     n_now = seeds_for(target, per)
@@ -353,13 +353,15 @@ def variance_row(label: str, model: str, dec: Mapping | None, target: float = TA
 
 
 VARIANCE_COLUMNS = ["Comparison", "Model", "Seeds", "95% half-width", "Var: seeds", "Var: evaluation",
-                    "Var: problems", "σ_T / σ_E per seed", f"seeds for ±{TARGET_HALF_WIDTH:g}",
+                    "Var: problems (beside)", "σ_T / σ_E per seed", f"seeds for ±{TARGET_HALF_WIDTH:g}",
                     f"seeds for ±{TARGET_HALF_WIDTH:g}, no eval noise"]
 
 VARIANCE_NOTE = ("Var(Δ̂) in points², split as in `graft_cli/report/power.py` (docs/studies.md, \"Where the variance "
                  "comes from\"): *seeds* is what the training seeds add, *evaluation* the sampling of the evaluated "
                  "answers (from the paired grade differences where both arms' grades are at hand, else each "
                  "checkpoint's own: an upper bound), *problems* what a new draw of the benchmarks' problems "
-                 "would add (not inside the interval: the benchmarks are fixed). σ_T and σ_E are per seed (per seed "
+                 "would add (not inside the interval: the benchmarks are fixed). Percentages are of the interval's "
+                 "own variance, seeds + evaluation (problems beside it, as a percentage of the same). σ_T and σ_E "
+                 "are per seed (per seed "
                  "pair when paired). The last two columns: seeds per arm for a 95% half-width ≤ the target at this "
                  "evaluation, and with the evaluation noise removed.")
