@@ -300,15 +300,15 @@ def answer_python() -> str:
 
 def stdlib_paths(python: str) -> list[str]:
     """The ``sys.path`` of ``python -I -S``: its standard library directories (the zip, ``lib-dynload``)."""
-    import json
-    import subprocess
+    import json  # lazy: only the grader's parent process asks (once per sandbox), never the child
+    import subprocess  # lazy: as above
 
     try:
         out = subprocess.run([python, "-I", "-S", "-c", "import json, sys; print(json.dumps(sys.path))"],
                              capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
         paths = json.loads(out.stdout)
     except (OSError, ValueError, subprocess.SubprocessError):
-        import sysconfig
+        import sysconfig  # lazy: the fallback when the interpreter cannot be asked
 
         base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix, "installed_base": sys.base_prefix,
                 "installed_platbase": sys.base_exec_prefix}
@@ -319,7 +319,7 @@ def stdlib_paths(python: str) -> list[str]:
 
 def _libpython() -> list[str]:
     """The shared ``libpython`` the base interpreter links, when it is one (pyenv's ``--enable-shared``)."""
-    import sysconfig
+    import sysconfig  # lazy: read once per sandbox in the grader, not in the confined child
 
     if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
         return []
@@ -337,8 +337,8 @@ def hidden_paths(stdlib: list[str]) -> list[str]:
     grader's, its base installation's, the system's), the grader's other ``sys.path`` entries (an editable
     install's checkout, ``PYTHONPATH``), its venv, the checkout this package was imported from and the directory
     that holds it (the project's data beside it), and the grader's working directory."""
-    import glob
-    import site
+    import glob  # lazy: the grader computes the hidden paths once per sandbox; the confined child never does
+    import site  # lazy: as above
 
     out = set(site.getsitepackages() + site.getsitepackages([sys.base_prefix, sys.base_exec_prefix]))
     out.add(site.getusersitepackages())

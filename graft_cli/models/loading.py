@@ -116,6 +116,11 @@ MODEL_SOURCES: Registry = Registry("model source")
 MODEL_SOURCES.lazy("tiny", "graft_cli.tiny.build")
 MODEL_SOURCES.lazy("tiny_code", "graft_cli.tiny.code")
 
+# ``<source>`` -> what a run built from that source was made with (the per-run provenance's build record): a
+# function of (the names a run loads from it, whether it trains on the source's data) returning a JSON-able dict
+SOURCE_BUILDS: Registry = Registry("source build")
+SOURCE_BUILDS.lazy("tiny", "graft_cli.tiny.build")
+
 
 def resolve_path(spec: str) -> str:
     """``<source>:<name>`` with a registered source (``MODEL_SOURCES``; ``tiny:<role>``: a folder of the embedded

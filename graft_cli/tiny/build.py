@@ -26,7 +26,7 @@ from graft_cli.console import make_console
 from graft_cli.data import synthetic
 from graft_cli.data.synthetic import write_task
 from graft_cli.errors import GraftError
-from graft_cli.models.loading import MODEL_SOURCES
+from graft_cli.models.loading import MODEL_SOURCES, SOURCE_BUILDS
 from graft_cli.rundir import atomic_write_text, folder_lock, read_jsonl
 from graft_cli.tiny.sft import Recipe, default_recipe, make_model, num_params, sft, sharpen, weight_hash
 from graft_cli.tiny.tokenizers import _prompt_text, build_tokenizer_a, build_tokenizer_b, build_tokenizer_c
@@ -459,6 +459,16 @@ def ensure_task(cache_dir: str | None = None, seed: int = 0) -> str:
     if not (man and man.get("seed") == seed and man.get("task") and _task_files_present(man, cache_dir)):
         write_task(task, seed=seed, train_size=default_recipe().train_size)
     return task
+
+
+@SOURCE_BUILDS.register("tiny")
+def build_record(roles: list[str], with_task: bool) -> dict:
+    """What a run of the tiny pair was made with: each ``tiny:<role>`` it loads with its manifest hash, and, when it
+    trains on ``tiny:`` data, each task file's sha256 (None otherwise)."""
+    man = read_manifest() or {}
+    hashes = man.get("hashes") or {}
+    return {"roles": {r: hashes.get(r) for r in roles},
+            "task": {k: v.get("sha256") for k, v in sorted((man.get("task") or {}).items())} if with_task else None}
 
 
 @MODEL_SOURCES.register("tiny")

@@ -22,6 +22,7 @@ import time
 
 from graft_cli import config as C
 from graft_cli.errors import GraftError
+from graft_cli.models.loading import SOURCE_BUILDS
 from graft_cli.rundir import atomic_write_json, config_path, read_json_or_none
 
 PROVENANCE = "provenance.json"
@@ -82,16 +83,11 @@ def source_commit() -> tuple[str | None, bool | None]:
 def tiny_build(cfg: C.Config) -> dict | None:
     """The tiny roles a run loads (``tiny:<role>`` models) with their manifest hashes, and the tiny task files when
     it trains on ``tiny:`` data, hashed together; None for a run with neither."""
-    from graft_cli.tiny import build as T  # lazy: only runs of the tiny pair read its manifest
-
     roles = sorted({str(p.model).split(":", 1)[1] for p in cfg.policies if str(p.model).startswith("tiny:")})
     tiny_data = str(cfg.data.train).startswith("tiny:")
     if not roles and not tiny_data:
         return None
-    man = T.read_manifest() or {}
-    hashes = man.get("hashes") or {}
-    body = {"roles": {r: hashes.get(r) for r in roles},
-            "task": {k: v.get("sha256") for k, v in sorted((man.get("task") or {}).items())} if tiny_data else None}
+    body = SOURCE_BUILDS.get("tiny")(roles, tiny_data)
     return {"hash": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), **body}
 
 
