@@ -48,7 +48,7 @@ def worker(args) -> None:
     model(input_ids=ids, labels=ids).loss.backward()
     opt.step()
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
-    from graft_cli.train.setup import Policy
+    from graft_cli.train.policies import Policy
 
     pol = {"p": Policy("p", model, tok, opt, None, {})}
     out = {}

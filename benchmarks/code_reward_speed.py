@@ -1,4 +1,4 @@
-"""Code-reward throughput: answers graded per second by the sandboxed code reward (graft_cli/code_reward.py) with
+"""Code-reward throughput: answers graded per second by the sandboxed code reward (graft_cli/reward/code_grader.py) with
 1 and 2 worker processes, on three batches (half right, half wrong):
 
 * ``humaneval``: HumanEval's canonical solutions (raw completions) and each with its last ``return`` broken,
@@ -66,8 +66,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds per answer")
     ap.add_argument("--batches", default="humaneval,synthetic,stdin,fallback", help="batches to time")
     args = ap.parse_args()
-    from graft_cli.code_reward import CodeGrader
-    from graft_cli.sandbox import Sandbox
+    from graft_cli.reward.code_grader import CodeGrader
+    from graft_cli.reward.sandbox import Sandbox
 
     sb = Sandbox(0)
     try:

@@ -38,11 +38,11 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 
-# bf16 keeps the sampler's log-probs explicitly (auto would add the trainer's scoring pass under autocast), so the
+# bf16 keeps the rollout log-probs explicitly (auto would add the trainer's scoring pass under autocast), so the
 # two rows do the same work
 TAGS = {"fp32": [], "bf16": ["optim.autocast=bfloat16", "+rollout.engine_kwargs.autocast=bfloat16",
-                             "algo.old_logprobs=sampler"],
-        "before": ["algo.old_logprobs=trainer", "optim.shared_prefix=false", "+rollout.engine_kwargs.sampler=batch",
+                             "algo.old_logprobs=rollout"],
+        "before": ["algo.old_logprobs=trainer", "optim.shared_prefix=false", "+rollout.engine_kwargs.rng=batch",
                    "+rollout.engine_kwargs.compact=false", "+rollout.engine_kwargs.share_prompts=false"]}
 
 

@@ -23,10 +23,10 @@ Sides. Each run is a fresh process (``--worker``); within a repeat the sides run
   R sweeps rows, rows / 4, rows / 8 (128 / 32 / 16 on ``short``). ``trl:cb`` adds
   ``use_transformers_continuous_batching=True`` at R = rows / 4.
 * ``graft:default``: ``graft train``'s shipped defaults for a CPU run (pair=tiny with the model swapped in):
-  sampler log-probs (``algo.old_logprobs: auto``), per-row sampling streams with decode compaction and shared
+  rollout log-probs (``algo.old_logprobs: auto``), per-row sampling streams with decode compaction and shared
   prompt prefill (``rollout.engine_kwargs`` defaults), the shared-prefix forward and 4,096-token length-sorted
   micro-batches in the update.
-* Attribution: ``graft:trl_equiv`` has only the TRL-equivalent options (sampler log-probs: no scoring pass;
+* Attribution: ``graft:trl_equiv`` has only the TRL-equivalent options (rollout log-probs: no scoring pass;
   one batch-wide sampling stream, no compaction, no shared prefill, no shared prefix, the update's rows in one
   unsorted pass like TRL's ``mb<rows>``); ``graft:+streams`` adds per-row streams and compaction,
   ``graft:+share_prompts`` shared prefill, ``graft:+micro_batches`` the 4,096-token sorted micro-batches; adding
@@ -130,9 +130,9 @@ def graft_overrides(side: str, w: dict, fixed: bool) -> list[str]:
     if side not in levels:
         raise SystemExit(f"unknown graft side {side!r}; known: {', '.join(levels)}")
     k = levels[side]
-    ov = ["algo.old_logprobs=sampler"] if k < 4 else []  # default: auto (resolves to sampler here)
+    ov = ["algo.old_logprobs=rollout"] if k < 4 else []  # default: auto (resolves to rollout here)
     if k < 1:
-        ov += ["+rollout.engine_kwargs.sampler=batch", "+rollout.engine_kwargs.compact=false"]
+        ov += ["+rollout.engine_kwargs.rng=batch", "+rollout.engine_kwargs.compact=false"]
     if k < 2:
         ov += ["+rollout.engine_kwargs.share_prompts=false"]
     if k < 3:
@@ -196,7 +196,7 @@ def trl_run(model: str, data: str, out: str, w: dict, steps: int, side: str, fix
     from trl import GRPOConfig, GRPOTrainer
 
     from graft_cli.data.prompts import PromptSpec
-    from graft_cli.reward import MathVerifyGrader
+    from graft_cli.reward.pool import MathVerifyGrader
 
     rows = w["prompts"] * w["n"]
     mb, cb = trl_micro(side, rows)

@@ -230,7 +230,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
     """Max |difference| of every compared quantity (module docstring). The released side runs on ``world`` GPUs
     (the launcher's 8, or 1); graft runs its composed ``hacpo`` config as a run would (its defaults, nothing the
     comparison measures is passed to it) with ``overrides`` (an old behaviour, to see that it is caught)."""
-    from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
+    from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext, ReceiverFunctions
     from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser, compute_loss
     from graft_cli.algorithms.signals import token_adv_params
     from graft_cli.models.logprobs import pack
@@ -265,8 +265,8 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
 
         ctx = ExchangeContext(step=step, seed=seed, params=dict(cfg.exchange.params),
                               tokenizers={k: tok for k in names},
-                              encode_prompt=lambda text, name: tok(text)["input_ids"],
-                              score_logprobs=score, receivers=names)
+                              models=ReceiverFunctions(lambda text, name: tok(text)["input_ids"], score),
+                              receivers=names)
         batches, met = ex.select(st, ctx)
         caps = rel.update({k: st[k].rewards.flatten() for k in names})
         for rn in names:
@@ -278,7 +278,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
             b, _ = ex.admit(rn, b, ctx)
             keys = row_keys(b, rn)
             b.extra["ref_logprobs"] = [ref[k].tolist() for k in keys]
-            token_signals(b, a, token_adv_params(list(a.token_advantages), a.token_adv_params), step, rn, {})
+            b, _ = token_signals(b, a, token_adv_params(list(a.token_advantages), a.token_adv_params), step, rn, {})
             # the released side: self rows first (prompt order), then the peer rows; views without EOS
             order = [(rn, rn, q, j) for q in range(prompts) for j in range(n)]
             order += [(rn, sn, q, j) for sn in names if sn != rn for q in range(prompts) for j in range(n)]
@@ -370,7 +370,7 @@ def empty_response_refused(cfg, tok) -> bool:
     token; ``build_training_view``: a text that encodes to no learner token): does graft's exchange refuse a
     truncated peer response whose text is empty?"""
     from graft_cli.algorithms.advantages import grpo_advantages
-    from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
+    from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext, ReceiverFunctions
     from graft_cli.batch import PolicyStep, Rollouts
     from graft_cli.data.problems import Problem
     from graft_cli.errors import GraftError
@@ -383,8 +383,8 @@ def empty_response_refused(cfg, tok) -> bool:
         r = torch.tensor([[1.0, 0.0]])
         steps[name] = PolicyStep(name, probs, [tok("1+1")["input_ids"]], ro, r, grpo_advantages(r))
     ctx = ExchangeContext(step=0, seed=0, params=dict(cfg.exchange.params), tokenizers={"a": tok, "b": tok},
-                          encode_prompt=lambda text, name: tok(text)["input_ids"],
-                          score_logprobs=lambda name, b: [[-0.5] * len(x) for x in b.response_ids],
+                          models=ReceiverFunctions(lambda text, name: tok(text)["input_ids"],
+                                                   lambda name, b: [[-0.5] * len(x) for x in b.response_ids]),
                           receivers=["a", "b"])
     try:
         EXCHANGES.get(cfg.exchange.name)(cfg).select(steps, ctx)

@@ -10,7 +10,18 @@
 * **probes**: ``getattr(obj, "name"...)`` / ``hasattr(obj, "name")`` calls with a literal name, except on a module
   imported in that file (``getattr(torch, ...)``) — attributes found by probing instead of declared;
 * **history**: lines naming an issue (``issue 27``) or a date (``2026-12-04``) in code, help texts and docstrings
-  (a data window such as LiveCodeBench's ``2025-02-01..2025-05-01`` is not history).
+  (a data window such as LiveCodeBench's ``2025-02-01..2025-05-01`` is not history);
+* **wide lines**: lines over 100 characters (share of all lines; verl's ``core_algos.py``: 3.9%);
+* **tuple assignments**: assignments whose target unpacks 3 or more names (``a, b, c = ...``);
+* **call-backs**: a Trainer (``train/loop.py``) method handed down as a value — passed to a constructor or a
+  function, or called from a lambda handed down — so that a lower stage calls back up into the trainer;
+* **untyped params**: config schema fields named ``*params`` typed as a bare ``dict``;
+* **shared names**: module file names (``__init__.py`` aside) that two or more modules of graft_cli share;
+* **long files**: modules over 600 lines;
+* **untested**: modules no test file imports (by dotted name, ``from graft_cli.x import y`` or its ``graft_cli.x.y``);
+* **benchmarks on tests**: benchmark scripts importing from ``tests/`` or putting it on ``sys.path``.
+
+``--root DIR`` counts another checkout (before → after comparisons).
 """
 
 from __future__ import annotations
@@ -21,18 +32,20 @@ import os
 import re
 import sys
 
-ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "graft_cli")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.join(REPO, "graft_cli")
 CORE = ("train/", "plan/", "config/", "config.py", "schema.py")
 HISTORY = re.compile(r"\bissues? \d+\b|\b20\d\d-\d\d-\d\d\b", re.I)
 DATA_DATES = re.compile(r"\d{4}-\d\d-\d\d\.\.|\.\.\d{4}-\d\d-\d\d|\(\"\d{4}-\d\d-\d\d\"")  # a data window, not history
 
 
-def _files():
-    for d, _, names in sorted(os.walk(ROOT)):
+def _files(root: str | None = None):
+    root = root or ROOT
+    for d, _, names in sorted(os.walk(root)):
         for n in sorted(names):
             if n.endswith(".py"):
                 p = os.path.join(d, n)
-                yield os.path.relpath(p, ROOT).replace(os.sep, "/"), p
+                yield os.path.relpath(p, root).replace(os.sep, "/"), p
 
 
 def _modules(tree) -> set[str]:
@@ -45,12 +58,82 @@ def _modules(tree) -> set[str]:
     return out
 
 
-def count() -> dict:
+def _callbacks(tree) -> list:
+    """Trainer methods handed down as values (``CollectInputs(..., self.sample)``, ``encode=self.encode_for``) or called
+    from a lambda that is handed down (``pool.map(lambda w: self.train_one(w), ...)``)."""
+    out = []
+    for cls in ast.walk(tree):
+        if not (isinstance(cls, ast.ClassDef) and cls.name == "Trainer"):
+            continue
+        methods = {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+        def own(node, methods=methods):
+            return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+                    and node.attr in methods)
+
+        for call in ast.walk(cls):
+            if not isinstance(call, ast.Call):
+                continue
+            for arg in list(call.args) + [k.value for k in call.keywords]:
+                if own(arg):
+                    out.append((f"{cls.lineno}:{arg.lineno} self.{arg.attr}", 1))
+                elif isinstance(arg, ast.Lambda):
+                    out += [(f"{cls.lineno}:{n.lineno} lambda: self.{n.func.attr}", 1) for n in ast.walk(arg.body)
+                            if isinstance(n, ast.Call) and own(n.func)]
+    return out
+
+
+def _untyped_params(tree, rel: str) -> list:
+    out = []
+    for cls in ast.walk(tree):
+        if isinstance(cls, ast.ClassDef):
+            for st in cls.body:
+                if (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                        and st.target.id.endswith("params") and "dict" in ast.unparse(st.annotation).lower()
+                        and "Params" not in ast.unparse(st.annotation)):
+                    out.append((f"{rel}:{st.lineno} {cls.name}.{st.target.id}: {ast.unparse(st.annotation)}", 1))
+    return out
+
+
+def _imported_by_tests(repo: str) -> set[str]:
+    names = set()
+    tdir = os.path.join(repo, "tests")
+    for d, _, fs in os.walk(tdir):
+        for f in fs:
+            if f.endswith(".py"):
+                for node in ast.walk(ast.parse(open(os.path.join(d, f), encoding="utf-8").read())):
+                    if isinstance(node, ast.Import):
+                        names |= {a.name for a in node.names}
+                    elif isinstance(node, ast.ImportFrom) and node.module:
+                        names.add(node.module)
+                        names |= {f"{node.module}.{a.name}" for a in node.names}
+    return names
+
+
+def count(repo: str | None = None) -> dict:
+    repo = repo or REPO
+    root = os.path.join(repo, "graft_cli")
     long_core, long_any, wide, probes, history = [], [], [], [], []
-    for rel, path in _files():
+    wide_lines, tuples, callbacks, untyped, long_files, untested, on_tests = [], [], [], [], [], [], []
+    n_lines, by_name = 0, {}
+    tested = _imported_by_tests(repo)
+    for rel, path in _files(root):
         src = open(path, encoding="utf-8").read()
         tree = ast.parse(src)
         mods = _modules(tree)
+        lines = src.splitlines()
+        n_lines += len(lines)
+        if len(lines) > 600:
+            long_files.append((rel, len(lines)))
+        base = os.path.basename(rel)
+        if base != "__init__.py":
+            by_name.setdefault(base, []).append(rel)
+            dotted = "graft_cli." + rel[:-3].replace("/", ".")
+            if dotted not in tested:
+                untested.append((rel, 1))
+        if rel == "train/loop.py":
+            callbacks = _callbacks(tree)
+        untyped += _untyped_params(tree, rel)
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
@@ -64,6 +147,10 @@ def count() -> dict:
                 params += [x.arg for x in (a.vararg, a.kwarg) if x is not None]
                 if len(params) > 6:
                     wide.append((where, len(params)))
+            elif isinstance(node, (ast.Assign, ast.For)) and any(
+                    isinstance(t, ast.Tuple) and len(t.elts) >= 3
+                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+                tuples.append((f"{rel}:{node.lineno}", 1))
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr",
                                                                                                     "hasattr"):
                 if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value,
@@ -73,19 +160,38 @@ def count() -> dict:
                         continue
                     probes.append((f"{rel}:{node.lineno} {node.func.id}({ast.unparse(obj)}, {node.args[1].value!r})",
                                    1))
-        for i, line in enumerate(src.splitlines(), 1):
+        for i, line in enumerate(lines, 1):
             if HISTORY.search(line) and not DATA_DATES.search(line):
                 history.append((f"{rel}:{i} {line.strip()[:100]}", 1))
-    return {"functions over 60 lines (train/plan/config)": long_core, "functions over 60 lines (all)": long_any,
-            "functions over 6 parameters": wide, "getattr/hasattr probes": probes,
-            "lines naming an issue or a date": history}
+            if len(line) > 100:
+                wide_lines.append((f"{rel}:{i}", 1))
+    shared = [(f"{b}: {', '.join(rels)}", len(rels)) for b, rels in sorted(by_name.items()) if len(rels) > 1]
+    bdir = os.path.join(repo, "benchmarks")
+    for f in sorted(os.listdir(bdir)) if os.path.isdir(bdir) else []:
+        if f.endswith(".py"):
+            for node in ast.walk(ast.parse(open(os.path.join(bdir, f), encoding="utf-8").read())):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tests":
+                    on_tests.append((f"benchmarks/{f}:{node.lineno} from {node.module}", 1))
+                elif (isinstance(node, ast.Call) and ast.unparse(node.func) == "sys.path.insert"
+                      and "'tests'" in ast.unparse(node)):
+                    on_tests.append((f"benchmarks/{f}:{node.lineno} tests/ on sys.path", 1))
+    share = 100.0 * len(wide_lines) / max(n_lines, 1)
+    return {"functions over 60 lines (train/plan/config)": long_core, "functions over 6 parameters": wide,
+            "functions over 60 lines (all)": long_any, "getattr/hasattr probes": probes,
+            "lines naming an issue or a date": history,
+            f"lines over 100 characters ({share:.1f}% of {n_lines})": wide_lines,
+            "tuple assignments of 3+ names": tuples, "call-backs into the Trainer": callbacks,
+            "untyped params dicts in the schema": untyped, "file names shared by modules": shared,
+            "modules over 600 lines": long_files, "modules no test imports": untested,
+            "benchmarks importing tests/": on_tests}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--list", action="store_true", help="print every item counted")
+    ap.add_argument("--root", default=None, help="the checkout to count (default: this one)")
     args = ap.parse_args(argv)
-    res = count()
+    res = count(args.root)
     for k, items in res.items():
         print(f"{k:48s} {len(items):5d}")
     if args.list:

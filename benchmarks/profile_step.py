@@ -1,7 +1,7 @@
 """Where one tiny-pair training step spends its time: torch.profiler (operators) and cProfile (Python).
 
     python benchmarks/profile_step.py --method graft --threads 2            # defaults: pair tiny, 64 prompts
-    python benchmarks/profile_step.py --method graft -- algo.old_logprobs=sampler
+    python benchmarks/profile_step.py --method graft -- algo.old_logprobs=rollout
 
 One warm-up step, then one profiled step of ``Trainer.train_step`` (the policies one after the other,
 ``run.policy_workers=1``, so operator times add up). Prints three markdown tables and writes them with the

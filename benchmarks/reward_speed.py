@@ -14,7 +14,7 @@ import os
 import random
 import time
 
-from graft_cli.reward import MathVerifyGrader
+from graft_cli.reward.pool import MathVerifyGrader
 
 FILLER = ("We first rewrite the condition, then simplify both sides and check the boundary cases. "
           "Substituting back confirms the value. ") * 6

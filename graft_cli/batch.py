@@ -91,8 +91,8 @@ class TrainBatch:
     source: list[str] = field(default_factory=list)
     group: list[int] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
-    sampler_logprobs: list[list[float] | None] = field(default_factory=list)  # receiver's engine, self rows
-    source_logp_mean: list[float] = field(default_factory=list)  # mean generation log-prob on source tokens
+    rollout_logprobs: list[list[float] | None] = field(default_factory=list)  # receiver's engine, self rows
+    source_logp_mean: list[float] = field(default_factory=list)  # mean source log-prob on source tokens (s)
     texts: list[str] = field(default_factory=list)
     old_logprobs: list[list[float]] | None = None  # filled by the trainer's scoring pass
     in_pg: list[bool] = field(default_factory=list)  # row counts in the policy-gradient denominators
@@ -101,7 +101,7 @@ class TrainBatch:
     extra: dict = field(default_factory=dict)  # further per-row columns by name
 
     COLUMNS = ("prompt_ids", "response_ids", "advantages", "weights", "source", "group", "rewards",
-               "sampler_logprobs", "source_logp_mean", "texts", "in_pg")
+               "rollout_logprobs", "source_logp_mean", "texts", "in_pg")
     OPTIONAL = ("old_logprobs", "token_adv", "loss_mask")
     DEFAULTS = {"source_logp_mean": math.nan, "in_pg": True}
 
@@ -164,7 +164,7 @@ def self_batch(step: PolicyStep) -> TrainBatch:
             r = i * n + j
             b.append(prompt_ids=step.prompt_ids[i], response_ids=ro.response_ids[r],
                      advantages=float(step.advantages[i, j]), weights=1.0, source="self", group=i,
-                     rewards=float(step.rewards[i, j]), sampler_logprobs=ro.logprobs[r], texts=ro.texts[r],
+                     rewards=float(step.rewards[i, j]), rollout_logprobs=ro.logprobs[r], texts=ro.texts[r],
                      **{k: v[r] for k, v in ro.token_columns.items()})  # engine columns (tandem: author)
     return b
 

@@ -142,7 +142,7 @@ def _dry_run(cfg) -> None:
         lines.append((label, ", ".join(f"{b.name} [{b.kind}: {b.source or 'package data'}]" for b in srcs)))
     lines.append(("eval", f"every {e.every} steps" if e.every else "no validation during training"))
     if rc.name == "code":
-        from graft_cli.sandbox import Sandbox
+        from graft_cli.reward.sandbox import Sandbox
 
         sb = Sandbox(0)
         try:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass, field
+import re
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Callable, Generic, TypeVar
 
 from graft_cli.errors import GraftError
@@ -18,8 +21,8 @@ T = TypeVar("T")
 
 class Registry(Generic[T]):
     """Name -> function (or class). A name may carry a **spec**: a dataclass the registry's users declare (the
-    parameters' defaults of a signal, a scorer's needs, a handoff schedule's shape), read with :meth:`spec`
-    instead of attributes set on the function."""
+    parameters of a loss or a signal as a :class:`Params` holding their defaults, a scorer's needs, a handoff
+    schedule's shape), read with :meth:`spec` instead of attributes set on the function."""
 
     def __init__(self, kind: str, spec_type: type | None = None):
         self.kind = kind
@@ -73,47 +76,128 @@ class Registry(Generic[T]):
         return name in self._items or name in self._lazy
 
 
-def validate_params(defaults: dict, params: dict | None, key: str, owner: str, choices: dict | None = None,
-                    open_keys: tuple = ()) -> dict:
-    """``params`` merged over ``defaults`` with each key and value checked (one-line GraftError naming
-    ``key.<name>``): unknown keys, booleans, finite numbers, and choices (a tuple default: its first entry is the
-    default, its entries the allowed values; ``choices``: name -> the allowed values, a tuple or a
-    :class:`Registry`, whose names are the choices). ``open_keys``: further keys taken as given (no default).
-    The one parameter check of every registered part (losses, token signals, controllers, exchanges, engines),
-    run by config validation before anything loads."""
-    out = dict(defaults)
-    for k, v in (params or {}).items():
-        if k not in defaults:
-            if k in open_keys:
-                out[k] = v
-                continue
-            known = ", ".join(sorted([*defaults, *open_keys])) or "none"
-            raise GraftError(f"config key '{key}.{k}': not a parameter of {owner}; known: {known}")
-        allowed = (choices or {}).get(k)
-        if allowed is not None and v not in allowed:
-            names = allowed.names() if isinstance(allowed, Registry) else allowed
-            raise GraftError(f"config key '{key}.{k}': must be one of {', '.join(map(str, names))}, got {v!r}")
-        d = defaults[k]
-        if isinstance(d, bool) and not isinstance(v, bool):
-            raise GraftError(f"config key '{key}.{k}': must be true or false, got {v!r}")
-        if isinstance(d, (int, float)) and not isinstance(d, bool):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise GraftError(f"config key '{key}.{k}': must be a number, got {v!r}")
-        if isinstance(d, tuple) and v not in d:
-            raise GraftError(f"config key '{key}.{k}': must be one of {', '.join(map(str, d))}, got {v!r}")
-        out[k] = v
-    return {k: (v[0] if isinstance(v, tuple) else v) for k, v in out.items()}
+def choice(default, *others, among: Registry | None = None):
+    """A :class:`Params` field that takes one of a fixed set of values, ``default`` first: ``default`` and
+    ``others`` (``choice("all", "success")``), or the names of registry ``among`` (``choice("floor", among=GATES)``)."""
+    return field(default=default, metadata={"choices": among if among is not None else (default, *others)})
 
 
 @dataclass(frozen=True)
-class ParamSpec:
-    """The spec of a registered function that takes parameters: their defaults (checked by
-    :func:`validate_params`; a tuple default is a choice, its first entry the default)."""
+class Params:
+    """The parameters of a registered function: a frozen dataclass declared next to it, one field per parameter.
+    The field's default is the parameter's default (the one place it is written), its annotation the type a value
+    must have (``bool``; ``int``: a whole number; ``float``: a finite number; ``str``; ``X | None``; anything else is
+    taken as given) and :func:`choice` a parameter with a fixed set of values.
 
-    defaults: dict = field(default_factory=dict)
+    A registry whose names take parameters is ``Registry(kind, Params)``; each name is registered with an instance
+    holding its defaults (``register(name, spec=XParams())``, read back with ``registry.spec(name)``). Config
+    resolution turns the config's mapping into the typed object (:meth:`check`) and writes :meth:`to_dict` back,
+    so a run's ``config.yaml`` shows every value."""
+
+    @classmethod
+    def defaults(cls) -> dict:
+        """Parameter -> default, in declaration order."""
+        return {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(cls)}
+
+    @classmethod
+    def check(cls, given: dict | None, key: str, owner: str) -> Params:
+        """``given`` over the defaults, each key and value checked (unknown keys, types, choices): a GraftError of
+        one line naming ``key.<parameter>`` on the first failure."""
+        return cls(**_checked(cls, given, key, owner)[0])
+
+    @classmethod
+    def read(cls, written: dict | None) -> Params:
+        """The values a run's config holds (checked when the run wrote it) over the defaults; keys that are no
+        parameter are left out."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (written or {}).items() if k in names})
+
+    def to_dict(self) -> dict:
+        """Parameter -> value, in declaration order (what a resolved config holds)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def register_with_defaults(registry: Registry, name: str, defaults: dict | None = None, **more):
-    """Register ``fn`` in ``registry`` (whose specs are :class:`ParamSpec`) under ``name`` with its parameters'
-    defaults (``defaults`` and keywords)."""
-    return registry.register(name, ParamSpec({**(defaults or {}), **more}))
+_HINTS: dict = {}
+
+
+def _hint(cls: type, name: str) -> tuple[object, bool]:
+    """(type, optional) of parameter ``name`` of ``cls``: ``float | None`` is ``(float, True)``."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    hint = _HINTS[cls].get(name, object)
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else object), True
+    return hint, False
+
+
+def _allowed(v, allowed) -> bool:
+    try:
+        return v in allowed
+    except TypeError:  # an unhashable value against a registry's names
+        return False
+
+
+def _checked(cls: type, given: dict | None, key: str, owner: str, open_keys: tuple = ()) -> tuple[dict, dict]:
+    """(parameter -> value over the defaults, the ``open_keys`` given) with every given key and value checked
+    (:meth:`Params.check`)."""
+    fs = {f.name: f for f in fields(cls)}
+    out, extra = cls.defaults(), {}
+    for k, v in (given or {}).items():
+        f = fs.get(k)
+        if f is None:
+            if k in open_keys:
+                extra[k] = v
+                continue
+            known = ", ".join(sorted([*fs, *open_keys])) or "none"
+            raise GraftError(f"config key '{key}.{k}': not a parameter of {owner}; known: {known}")
+        allowed = f.metadata.get("choices")
+        if allowed is not None:
+            if not _allowed(v, allowed):
+                names = allowed.names() if isinstance(allowed, Registry) else allowed
+                raise GraftError(f"config key '{key}.{k}': must be one of {', '.join(map(str, names))}, got {v!r}")
+        else:
+            t, optional = _hint(cls, k)
+            if v is None and optional:
+                pass
+            elif t is bool and not isinstance(v, bool):
+                raise GraftError(f"config key '{key}.{k}': must be true or false, got {v!r}")
+            elif t in (int, float):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise GraftError(f"config key '{key}.{k}': must be a number, got {v!r}")
+                if t is int and v != int(v):
+                    raise GraftError(f"config key '{key}.{k}': must be a whole number, got {v!r}")
+            elif t is str and not isinstance(v, str):
+                raise GraftError(f"config key '{key}.{k}': must be a string, got {v!r}")
+        out[k] = v
+    return out, extra
+
+
+def params_class(name: str, defaults: dict, choices: dict | None = None) -> type[Params]:
+    """A :class:`Params` class made from a mapping of defaults (a part registered with keyword defaults, a
+    plugin's): a tuple default is a choice (its first entry the default), a bool one a flag, a number one any
+    finite number; ``choices`` maps a parameter to its allowed values (a tuple or a :class:`Registry`)."""
+    specs = []
+    for k, d in defaults.items():
+        among = (choices or {}).get(k)
+        if isinstance(d, tuple):
+            specs.append((k, object, choice(*d)))
+        elif among is not None:
+            specs.append((k, object, field(default=d, metadata={"choices": among})))
+        elif isinstance(d, (list, dict, set)):
+            specs.append((k, object, field(default_factory=lambda d=d: type(d)(d))))
+        else:
+            hint = bool if isinstance(d, bool) else float if isinstance(d, (int, float)) else object
+            specs.append((k, hint, field(default=d)))
+    title = "".join(p[:1].upper() + p[1:] for p in re.split(r"[^0-9A-Za-z]+", name) if p)
+    return make_dataclass(f"{title}Params", specs, bases=(Params,), frozen=True)
+
+
+def validate_params(defaults: dict, params: dict | None, key: str, owner: str, choices: dict | None = None,
+                    open_keys: tuple = ()) -> dict:
+    """``params`` merged over ``defaults`` (a mapping, :func:`params_class`) with each key and value checked as
+    :meth:`Params.check` does; ``open_keys``: further keys taken as given (no default). Returns a plain mapping.
+    The check of the parts whose parameters are a mapping on a class (engine options, controllers)."""
+    values, extra = _checked(params_class(owner, defaults, choices), params, key, owner, open_keys)
+    return {**values, **extra}

@@ -145,14 +145,14 @@ class CodeRewardConfig:
 
 @dataclass
 class RewardConfig:
-    name: str = "math_verify"  # math_verify | code (tests run sandboxed, graft_cli/code_reward.py) | coinflip
+    name: str = "math_verify"  # math_verify | code (tests run sandboxed, graft_cli/reward/code_grader.py) | coinflip
     num_workers: int = 2
     timeout_s: float = 5.0  # per answer (code: the sandbox's wall clock for all of the answer's tests)
     chunk_size: int = 64
     sci_notation: bool = True  # read 4e33 as 4·10^33 (math-verify alone reads the e as Euler's number)
     memory_mb: int = 4096  # address-space cap of each grading worker (0 = none); over it an answer scores 0
     coinflip_p: float = 0.5  # coinflip only: the share of responses scored 1 (0.2 leaves ~17% all-fail groups of 8)
-    code: CodeRewardConfig = field(default_factory=CodeRewardConfig)  # code only: graft_cli/code_reward.py
+    code: CodeRewardConfig = field(default_factory=CodeRewardConfig)  # code only: graft_cli/reward/code_grader.py
 
 
 @dataclass
@@ -169,7 +169,7 @@ class FilterGroupsConfig:
 class RolloutCorrectionConfig:
     """Rollout rejection and mismatch metrics (verl ``algorithm.rollout_correction``'s ``rollout_rs``,
     ``rollout_token_veto_threshold`` and off-policy metrics; graft_cli/algorithms/correction.py), beside the TIS
-    weights of ``algo.is_correction``. Applies to the receiver's own rows (they carry sampler log-probs)."""
+    weights of ``algo.is_correction``. Applies to the receiver's own rows (they carry rollout log-probs)."""
 
     rejection: str = "none"  # registered rejection mask: none | token | sequence | geometric | icepop
     params: dict = field(default_factory=dict)  # its thresholds (token/sequence/geometric: threshold 2.0,
@@ -191,12 +191,12 @@ class AlgoConfig:
     clip_high: float = 0.28
     minibatch_prompts: int = 32
     ppo_epochs: int = 1
-    old_logprobs: str = "auto"  # trainer: recompute before the first update (verl) | sampler: use the engine's
-    # | auto: sampler where it is exact (an engine with exact_logprobs, the HF one; run.dtype float32; ppo_epochs 1;
+    old_logprobs: str = "auto"  # trainer: recompute before the first update (verl) | rollout: use the engine's
+    # | auto: rollout where it is exact (an engine with exact_logprobs, the HF one; run.dtype float32; ppo_epochs 1;
     # rollout.top_p 1), else trainer; resolved at validation, so the run's config.yaml records which
     loss_scale_factor: Optional[float] = None
     log_entropy: bool = True
-    is_correction: str = "auto"  # truncated IS of the sampler-vs-trainer mismatch: none | token | sequence | auto
+    is_correction: str = "auto"  # truncated IS of the rollout-vs-trainer mismatch: none | token | sequence | auto
     # (token at run.staleness >= 1, else none)
     is_threshold: float = 2.0  # truncation C of the IS ratio (verl rollout_is_threshold)
     clip_ratio_c: float = 0.0  # dual-clip PPO constant (verl clip_ratio_c; 0 = off; the real pairs: 3.0)

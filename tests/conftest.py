@@ -237,7 +237,8 @@ def register_parity_reward() -> None:
     trainer steps reward 1 when the response's first character has an even code (both groups of a step mixed)."""
     import numpy as np
 
-    from graft_cli.reward import REWARDS, Grades
+    from graft_cli.reward import REWARDS
+    from graft_cli.reward.pool import Grades
 
     if "first_char_parity" in REWARDS:
         return

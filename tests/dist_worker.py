@@ -28,7 +28,7 @@ from graft_cli.rollout.base import ENGINES, RolloutEngine  # noqa: E402
 class FixedEngine(RolloutEngine):
     """Sample j of a prompt ``a+b`` answers ``\\boxed{a+b}`` or a wrong number: the Qwen3 policy is right when
     (j + a) is even except on a in {1, 5} (all fail), the Llama policy only on sample 0 of a in {1, 5}, so
-    GRAFT has groups to exchange both ways. Every third sample has no EOS (truncated). Sampler log-probs are
+    GRAFT has groups to exchange both ways. Every third sample has no EOS (truncated). Rollout log-probs are
     a fixed -4.3 per token (about a uniform guess)."""
 
     def __init__(self, model, tokenizer, max_batch: int = 256, **_):

@@ -1,4 +1,4 @@
-"""GRPO / Dr. GRPO advantages (graft.md §1, §8 item 6; conventions.md §2).
+"""GRPO / Dr. GRPO advantages (graft.md §1, §8 item 6; docs/spec/conventions.md §2).
 
 Every expected value is worked by hand below (or by the small pure-Python reference ``_ref_grpo``),
 never taken from the code under test.

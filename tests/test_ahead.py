@@ -65,16 +65,16 @@ def test_the_rollout_stream_reads_the_weights_after_the_kernel_that_wrote_them()
     assert torch.equal(out["w"], weights["a"]["w"].cpu())
 
 
-def test_staleness_resolves_pi_old_and_the_correction_and_refuses_the_sampler_as_pi_old():
+def test_staleness_resolves_pi_old_and_the_correction_and_refuses_the_rollout_logprobs_as_pi_old():
     sync = compose(["method=graft"])
     assert (sync.algo.old_logprobs, sync.algo.is_correction, sync.algo.rollout_correction.metrics) == \
-        ("sampler", "none", False)
+        ("rollout", "none", False)
     stale = compose(["method=graft", "run.staleness=1"])
     assert (stale.algo.old_logprobs, stale.algo.is_correction, stale.algo.rollout_correction.metrics) == \
         ("trainer", "token", True)
     assert compose(["method=graft", "run.staleness=1", "algo.is_correction=sequence"]).algo.is_correction == "sequence"
-    with pytest.raises(GraftError, match="algo.old_logprobs.*sampler with run.staleness=2"):
-        compose(["method=graft", "run.staleness=2", "algo.old_logprobs=sampler"])
+    with pytest.raises(GraftError, match="algo.old_logprobs.*rollout with run.staleness=2"):
+        compose(["method=graft", "run.staleness=2", "algo.old_logprobs=rollout"])
     with pytest.raises(GraftError, match="run.staleness.*must be >= 0"):
         compose(["method=graft", "run.staleness=-1"])
 
@@ -119,8 +119,8 @@ def test_k1_samples_step_t_with_the_weights_of_step_t_minus_1(tiny_models, probl
         assert [int(_log(runs[0, 1e-2], p, s)["version"].iloc[0]) for s in (1, 2, 3, 4)] == [0, 1, 2, 3]
         cols = ["prompt_id", "sample_index", "response", "reward"]
         for s in (1, 2, 3, 4):  # one set of weights, so k = 1 and k = 0 sample the same rows
-            assert _log(runs[1, 1e-30], p, s)[cols + ["sampler_logprobs"]].equals(
-                _log(runs[0, 1e-30], p, s)[cols + ["sampler_logprobs"]])
+            assert _log(runs[1, 1e-30], p, s)[cols + ["rollout_logprobs"]].equals(
+                _log(runs[0, 1e-30], p, s)[cols + ["rollout_logprobs"]])
         assert _log(runs[1, 1e-2], p, 2)[cols].equals(_log(runs[0, 1e-30], p, 2)[cols])
     moved = [not _log(runs[0, 1e-2], p, 2)["response"].equals(_log(runs[0, 1e-30], p, 2)["response"]) for p in "ab"]
     assert any(moved)  # the update of step 1 changed what k = 0 samples at step 2 (so the equality above is k = 1's)
@@ -195,7 +195,7 @@ def _method_run(m, data, out, method, extra=(), partner=None):
                                       for m in ("grpo", "grpo_kl", "hacpo", "sgt", "grpo_opd", "opd_only"))])
 def test_every_method_trains_at_k1_on_the_previous_weights(tiny_models, problems_file, tmp_path, method):
     """Every method runs at run.staleness=1: each trained policy's steps 1-3 sample with versions 0, 0, 1, and π_old
-    is the trainer's recompute with token TIS against the sampler's log-probs (the resolved config)."""
+    is the trainer's recompute with token TIS against the rollout log-probs (the resolved config)."""
     partner = None
     if method == "graft_stored":  # the partner's logged steps (a k = 0 GRAFT run of a and b)
         res = _method_run(tiny_models, problems_file, str(tmp_path / "partner"), "graft")

@@ -100,7 +100,7 @@ def test_hacpo_capabilities_are_a_rolling_window_of_own_success_rates(capability
     from test_graft import cfg_for, make_char_tokenizer, make_ctx, make_step, problems
 
     tok = make_char_tokenizer()
-    over = ["exchange.params.peer_logprobs=sampler", f"exchange.params.hacpo_capability={capability}"]
+    over = ["exchange.params.peer_logprobs=rollout", f"exchange.params.hacpo_capability={capability}"]
     ex = G.GraftExchange(cfg_for("hacpo", over))
     probs = problems(2)
     # a's successes per step on 2 prompts × n = 4: rates 1/8, 2/8, ..., 7/8; b's 2/8 every step
@@ -135,7 +135,7 @@ def test_hacpo_pools_every_prompt_with_the_joint_group():
     from test_graft import cfg_for, make_char_tokenizer, make_ctx, make_step, problems
 
     tok = make_char_tokenizer()
-    cfg = cfg_for("hacpo", ["exchange.params.peer_logprobs=sampler"])
+    cfg = cfg_for("hacpo", ["exchange.params.peer_logprobs=rollout"])
     assert cfg.exchange.params["selection"] == "all" and cfg.algo.kl_coef == 1e-3
     assert [p.name for p in cfg.policies if p.role == "frozen"] == ["a_ref", "b_ref"]
     assert cfg.algo.minibatch_prompts == cfg.data.prompt_batch // 2  # HACPO: 64 of 128 prompts
@@ -263,8 +263,8 @@ def test_the_update_leaves_rows_without_loss_tokens_out(tmp_path, monkeypatch):
 
     from graft_cli.batch import TrainBatch
     from graft_cli.config import compose
-    from graft_cli.train import scoring, update
-    from graft_cli.train.setup import Policy
+    from graft_cli.train import old_logprobs, update
+    from graft_cli.train.policies import Policy
 
     path = make_random_model(str(tmp_path / "m"), "qwen3", seed=3)
     model = AutoModelForCausalLM.from_pretrained(path)
@@ -274,7 +274,7 @@ def test_the_update_leaves_rows_without_loss_tokens_out(tmp_path, monkeypatch):
     for adv, ids in ((1.0, [5, 6, 7]), (5.0, [8, 9]), (-0.5, [10, 11, 12, 13])):
         b.append(prompt_ids=[3, 4], response_ids=ids, advantages=adv, weights=1.0, source="self", group=0)
     b.loss_mask = [None, [0.0, 0.0], None]
-    b.old_logprobs = scoring.score_logprobs(pol, b, cfg)  # ρ = 1: each row's token-mean loss is −Â
+    b.old_logprobs = old_logprobs.score_logprobs(pol, b, cfg)  # ρ = 1: each row's token-mean loss is −Â
     seen = []
     real = update.compute_loss
     monkeypatch.setattr(update, "compute_loss", lambda *a, **k: seen.append((a[1].norm, real(*a, **k))) or seen[-1][1])
@@ -298,7 +298,7 @@ class _ScriptedGrader:
         return self
 
     def grade(self, responses, golds):
-        from graft_cli.reward import Grades
+        from graft_cli.reward.pool import Grades
 
         r = np.array(self.SCRIPT[self.calls % 2], dtype=np.float32)
         self.calls += 1
@@ -447,7 +447,7 @@ def test_hacpo_matches_an_independent_reimplementation_of_the_released_update():
 
 @pytest.mark.parametrize("over", ["exchange.layout=whole_batch", "exchange.params.hacpo_capability=lagged",
                                   "exchange.ordering=last", "algo.kl_rows=all", "algo.loss_mask=response",
-                                  "exchange.params.peer_logprobs=sampler"])
+                                  "exchange.params.peer_logprobs=rollout"])
 def test_hacpo_compare_fails_in_one_line_on_each_old_behaviour(over, capsys):
     """Each old behaviour put back through graft's options: the benchmark exits 1 with one line naming what
     differs (its last line)."""
@@ -525,8 +525,8 @@ def test_informative_groups_table():
 
 
 class _FakeTrainer:
-    """A collector's inputs (a data cursor, problems, policies) with a scripted rollout whose rewards depend only
-    on (problem, round): problem i is informative when i % 3 == 0."""
+    """A collector's inputs (a data cursor, problems, policies), itself their rollout worker: a scripted ``sample``
+    whose rewards depend only on (problem, round): problem i is informative when i % 3 == 0."""
 
     def __init__(self, n_problems=60, batch=4, informative=lambda i, rnd: i % 3 == 0):
         from graft_cli.data.sampler import PromptSampler
@@ -540,9 +540,9 @@ class _FakeTrainer:
     def inputs(self):
         from graft_cli.train.collect import CollectInputs
 
-        return CollectInputs(self.problems, self.sampler, list(self.policies), self.rollout_policy)
+        return CollectInputs(self.problems, self.sampler, list(self.policies), self)
 
-    def rollout_policy(self, i, problems, round_=0):
+    def sample(self, i, problems, round_=0):
         from graft_cli.batch import PolicyStep
         from graft_cli.data.problems import Problem
         from graft_cli.batch import Rollouts

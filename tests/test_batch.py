@@ -24,7 +24,7 @@ def make_batch(num_groups: int, rows_per_group: int, peer: dict[int, list[int]] 
         for j in range(rows_per_group):
             b.append(prompt_ids=[g], response_ids=[g, j], advantages=0.0, weights=1.0,
                      source="peer" if j in peer.get(g, []) else "self", group=g, rewards=0.0,
-                     sampler_logprobs=None, texts=f"g{g}r{j}")
+                     rollout_logprobs=None, texts=f"g{g}r{j}")
     return b
 
 
@@ -128,7 +128,7 @@ def hacpo_batch(B: int, n: int, peer_n: int | None = None) -> TrainBatch:
     for g in range(B):
         for j in range(n + (n if peer_n is None else peer_n)):
             b.append(prompt_ids=[g], response_ids=[g, j], advantages=0.0, weights=1.0,
-                     source="self" if j < n else "peer", group=g, rewards=0.0, sampler_logprobs=None,
+                     source="self" if j < n else "peer", group=g, rewards=0.0, rollout_logprobs=None,
                      texts=f"g{g}{'s' if j < n else 'p'}{j if j < n else j - n}")
     return b
 
@@ -308,7 +308,7 @@ def test_self_batch_rows_and_order():
     assert b.rewards == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
     assert b.weights == [1.0] * 6
     assert b.source == ["self"] * 6 and b.is_peer == [False] * 6
-    assert b.sampler_logprobs == lps
+    assert b.rollout_logprobs == lps
     assert b.old_logprobs is None and b.token_adv is None
     assert step.k.tolist() == [1, 2]
     # a self batch has no peer groups: the schedule is plain prompt order
@@ -318,7 +318,7 @@ def test_self_batch_rows_and_order():
 def test_trainbatch_select_and_extend_keep_columns_aligned():
     b = make_batch(3, 2, {2: [1]})
     b.append(prompt_ids=[9], response_ids=[9, 9], advantages=1.0, weights=0.5, source="peer", group=2,
-             rewards=1.0, sampler_logprobs=None, texts="extra", w_gate=0.7)
+             rewards=1.0, rollout_logprobs=None, texts="extra", w_gate=0.7)
     assert b.extra["w_gate"] == [None] * 6 + [0.7]
     s = b.select([6, 0])
     assert s.texts == ["extra", "g0r0"] and s.weights == [0.5, 1.0] and s.extra["w_gate"] == [0.7, None]

@@ -74,7 +74,7 @@ def test_new_benchmarks_by_hub_id(fake_hub):
 
 def test_new_golds_grade_as_boxed_answers(fake_hub):
     """The normalised golds (OlympiadBench's $...$, amc23's 27.0) are read by the grader."""
-    from graft_cli.answers import grade_one
+    from graft_cli.reward.answers import grade_one
 
     golds = {p.id: p.answer for _, (_, probs) in _load(("olympiad", "amc23_25")).items() for p in probs}
     assert grade_one("so \\boxed{\\frac56}", golds["1608"])[0] == 1.0

@@ -1,4 +1,4 @@
-"""Assert-kind tests converted to call-kind ones (graft_cli/code_convert.py): the rules found in test code, the
+"""Assert-kind tests converted to call-kind ones (graft_cli/reward/convert.py): the rules found in test code, the
 plain-data codec, the pairing of recorded calls with expected values, and the trusted-side comparisons, all against
 values worked by hand."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from graft_cli import code_convert
-from graft_cli.code_convert import (INT_BITS, NotConvertible, NotPlain, calls_from_records, decode, encode, json_form,
-                                    passes, rewrite_tests)
+from graft_cli.reward import convert
+from graft_cli.reward.convert import (INT_BITS, NotConvertible, NotPlain, calls_from_records, decode, encode,
+                                      json_form, passes, rewrite_tests)
 
 
 @pytest.mark.parametrize("tests,rule", [
@@ -34,8 +34,8 @@ def test_rewrite_finds_each_rule(tests, rule):
 
 
 @pytest.mark.parametrize("helper,rule", [
-    (code_convert._STANDARD_MBPP, "allclose"), (code_convert._STANDARD_HUMANEVAL, "allclose"),
-    (code_convert._SET_EQ, "seteq"), (code_convert._NOT_NONE, "notnone"), ("", "allclose"),
+    (convert._STANDARD_MBPP, "allclose"), (convert._STANDARD_HUMANEVAL, "allclose"),
+    (convert._SET_EQ, "seteq"), (convert._NOT_NONE, "notnone"), ("", "allclose"),
 ])
 def test_evalplus_assertion_helpers_give_their_rule(helper, rule):
     """EvalPlus's hub tests define assertion() in one of three variants (standard; order-free sets for

@@ -70,7 +70,7 @@ def test_humanevalplus_find_zero_is_graded_with_evalplus_own_check(tmp_path):
     """HumanEval+'s hub test of HumanEval/32 unpacks the returned float (`_poly(*candidate(*inp), inp)`), so every
     answer failed, the reference too; the loader grades it with EvalPlus's find_zero check instead: a root scores
     1, a non-root 0."""
-    from graft_cli.code_reward import CodeGrader
+    from graft_cli.reward.code_grader import CodeGrader
 
     prompt = "import math\n\ndef poly(xs, x):\n    return sum(c * math.pow(x, i) for i, c in enumerate(xs))\n\n" \
              "def find_zero(xs):\n"

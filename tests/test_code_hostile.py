@@ -34,8 +34,8 @@ import warnings
 
 import pytest
 
-from graft_cli.code_reward import CodeGrader
-from graft_cli.sandbox import ALL_FEATURES, Limits, Sandbox
+from graft_cli.reward.code_grader import CodeGrader
+from graft_cli.reward.sandbox import ALL_FEATURES, Limits, Sandbox
 
 TIMEOUT = 2.0
 TAG = "graft-hostile-" + uuid.uuid4().hex[:10]
@@ -814,7 +814,7 @@ def test_the_uid_drop_holds_for_a_python_whose_venv_lives_under_an_emptied_direc
     import sys
     import sysconfig
 
-    from graft_cli.sandbox import Sandbox
+    from graft_cli.reward.sandbox import Sandbox
 
     here = Sandbox().features()
     if os.geteuid() != 0 or not here.get("mountns") or not here.get("uid"):
@@ -826,7 +826,7 @@ def test_the_uid_drop_holds_for_a_python_whose_venv_lives_under_an_emptied_direc
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, sysconfig.get_paths()["purelib"],
                                                          sysconfig.get_paths()["platlib"]])}
-    code = ("import json, sys; from graft_cli.sandbox import Sandbox; sb = Sandbox()\n"
+    code = ("import json, sys; from graft_cli.reward.sandbox import Sandbox; sb = Sandbox()\n"
             "r = sb.run([sys.executable, '-I', '-c', 'import os; print(os.getuid())'], view='trusted')\n"
             "print(json.dumps({**sb.features(), 'trusted': [r.stdout.decode().strip(), r.features.get('uid')]}))")
     out = subprocess.run([str(venv / "bin" / "python"), "-c", code], env=env, capture_output=True, text=True,
@@ -908,7 +908,7 @@ def _suite_as_nobody(root: str, base, system: str) -> None:
 
 
 def test_sandbox_uids_are_distinct_across_processes_and_slots():
-    from graft_cli.sandbox import sandbox_uid
+    from graft_cli.reward.sandbox import sandbox_uid
 
     base = 1_990_000_000
     uids = {sandbox_uid(base, pid, slot) for pid in (1, 2, 4_194_303, 12345) for slot in range(8)}
@@ -922,7 +922,7 @@ def test_a_fork_bomb_in_another_grader_does_not_starve_this_one(tmp_path):
     budget; a correct program of this one, in a slot with the same number, still runs (each has a uid of its own)."""
     import subprocess
 
-    from graft_cli.confine import tasks_of_uid
+    from graft_cli.reward.confine import tasks_of_uid
 
     here = Sandbox(0, Limits(timeout_s=5))
     try:
@@ -932,7 +932,8 @@ def test_a_fork_bomb_in_another_grader_does_not_starve_this_one(tmp_path):
         hog = ("import os, time\nfor _ in range(%d):\n    try:\n        pid = os.fork()\n    except OSError:\n"
                "        break\n    if pid == 0:\n        time.sleep(60)\n        os._exit(0)\n"
                "time.sleep(60)\n" % (nproc + 8))
-        code = ("import sys\nfrom graft_cli.sandbox import Limits, Sandbox\nsb = Sandbox(0, Limits(timeout_s=60))\n"
+        code = ("import sys\nfrom graft_cli.reward.sandbox import Limits, Sandbox\n"
+                "sb = Sandbox(0, Limits(timeout_s=60))\n"
                 f"print(sb.uid, flush=True)\nsb.run([sb.python, '-I', '-S', '-c', {hog!r}])\n")
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,

@@ -1,4 +1,4 @@
-"""The code reward (graft_cli/code_reward.py) and its sandbox (graft_cli/sandbox.py).
+"""The code reward (graft_cli/reward/code_grader.py) and its sandbox (graft_cli/reward/sandbox.py).
 
 * program extraction, test specs and output comparison against tables worked by hand;
 * the hostile-program suite: each hostile answer scores 0 within its time limit, leaves no process behind, writes
@@ -21,8 +21,10 @@ import uuid
 
 import pytest
 
-from graft_cli.code_reward import (CodeGrader, extract_program, fenced_blocks, parse_spec, same_output, same_value)
-from graft_cli.sandbox import ALL_FEATURES, Limits, Sandbox
+from graft_cli.reward.code_grader import CodeGrader
+from graft_cli.reward.programs import extract_program, fenced_blocks, parse_spec
+from graft_cli.reward.sandbox import ALL_FEATURES, Limits, Sandbox
+from graft_cli.reward.verdicts import same_output, same_value
 
 TIMEOUT = 2.0
 
@@ -386,7 +388,7 @@ def test_evalplus_set_and_not_none_oracles_as_evalplus_applies_them():
     """MBPP+'s hub tests carry EvalPlus's special oracles as assertion() variants: Mbpp/2-like tasks compare sets
     (a correct answer in another order scores 1, a wrong set 0), Mbpp/737-like ones ask only whether a regex
     matched (a re.Match crosses as True; None as False). Both convert, and the reference scores 1."""
-    from graft_cli.code_convert import _NOT_NONE, _SET_EQ
+    from graft_cli.reward.convert import _NOT_NONE, _SET_EQ
 
     set_gold = _evalplus_gold(_SET_EQ, [[[3, 4, 5], [5, 4, 9]], [["x", "y"], ["y", "x", "z"]]], [(4, 5), ("x", "y")],
                               "def common(a, b):\n    return tuple(set(a) & set(b))\n", "common")
@@ -456,7 +458,7 @@ def _grade_answers(answers: list, converted: tuple) -> None:
 
 
 def code_convert_std() -> str:
-    from graft_cli.code_convert import _STANDARD_MBPP
+    from graft_cli.reward.convert import _STANDARD_MBPP
 
     return _STANDARD_MBPP
 
@@ -470,8 +472,8 @@ def test_answers_see_the_standard_library_only_and_may_call_exit():
     exits = [f"```python\nimport sys, json, fractions, heapq\nprint(int(input()) + 1)\n{e}\nprint('after')\n```"
              for e in ("exit()", "quit(0)", "sys.exit()", "raise SystemExit")]
     probe = ("```python\nimport importlib, sys\ndef seen(*a):\n    out = []\n"
-             f"    for path in ({os.path.join(root, 'README.md')!r}, {os.path.join(root, 'graft_cli', 'reward.py')!r},"
-             f" {pytest.__file__!r}):\n"
+             f"    for path in ({os.path.join(root, 'README.md')!r},"
+             f" {os.path.join(root, 'graft_cli', 'reward', '__init__.py')!r}, {pytest.__file__!r}):\n"
              "        try:\n            open(path).read(1)\n            out.append(path)\n"
              "        except OSError:\n            pass\n"
              f"    sys.path[:0] = [{root!r}, {os.path.dirname(os.path.dirname(pytest.__file__))!r}]\n"
@@ -495,8 +497,8 @@ def test_the_code_reward_is_registered_lazily():
     import sys
 
     code = ("import sys, graft_cli.reward as r; assert 'code' in r.REWARDS and 'code' in r.REWARDS.names(); "
-            "assert 'graft_cli.code_reward' not in sys.modules; g = r.REWARDS.get('code')(num_workers=0); "
-            "print(type(g).__name__, 'graft_cli.code_reward' in sys.modules)")
+            "assert 'graft_cli.reward.code_grader' not in sys.modules; g = r.REWARDS.get('code')(num_workers=0); "
+            "print(type(g).__name__, 'graft_cli.reward.code_grader' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["CodeGrader", "True"]
 

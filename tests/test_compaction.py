@@ -1,4 +1,4 @@
-"""The HF engine's per-row sampling streams and decode-batch compaction (rollout.engine_kwargs sampler: per_row,
+"""The HF engine's per-row sampling streams and decode-batch compaction (rollout.engine_kwargs rng: per_row,
 compact: true): the inverse-CDF draw against the distribution it samples, samples independent of
 the batch a row is in, and compaction giving the uncompacted samples while running fewer rows."""
 
@@ -56,12 +56,12 @@ def _prompts(tok):
 def test_per_row_samples_do_not_depend_on_the_batch(model_tok):
     model, tok = model_tok
     sp = SamplingParams(n=4, temperature=1.0, top_p=1.0, max_new_tokens=16, seed=3)
-    big = HFEngine(model, tok, sampler="per_row", max_batch=64).generate(_prompts(tok), sp)
-    small = HFEngine(model, tok, sampler="per_row", max_batch=3).generate(_prompts(tok), sp)
+    big = HFEngine(model, tok, rng="per_row", max_batch=64).generate(_prompts(tok), sp)
+    small = HFEngine(model, tok, rng="per_row", max_batch=3).generate(_prompts(tok), sp)
     assert big.response_ids == small.response_ids and big.truncated == small.truncated
     # the batch-wide stream does depend on it (why per_row is the default)
-    b1 = HFEngine(model, tok, sampler="batch", max_batch=64).generate(_prompts(tok), sp)
-    b2 = HFEngine(model, tok, sampler="batch", max_batch=3).generate(_prompts(tok), sp)
+    b1 = HFEngine(model, tok, rng="batch", max_batch=64).generate(_prompts(tok), sp)
+    b2 = HFEngine(model, tok, rng="batch", max_batch=3).generate(_prompts(tok), sp)
     assert b1.response_ids != b2.response_ids
 
 
@@ -71,9 +71,9 @@ def test_compaction_gives_the_same_samples_with_fewer_rows(model_tok):
     rows = []
     hook = model.model.embed_tokens.register_forward_hook(lambda m, a, out: rows.append(out.shape[0]))
     try:
-        full = HFEngine(model, tok, sampler="per_row", compact=False).generate(_prompts(tok), sp)
+        full = HFEngine(model, tok, rng="per_row", compact=False).generate(_prompts(tok), sp)
         full_rows, rows[:] = sum(rows), []
-        comp = HFEngine(model, tok, sampler="per_row", compact=True).generate(_prompts(tok), sp)
+        comp = HFEngine(model, tok, rng="per_row", compact=True).generate(_prompts(tok), sp)
         comp_rows = sum(rows)
     finally:
         hook.remove()
@@ -86,40 +86,40 @@ def test_compaction_gives_the_same_samples_with_fewer_rows(model_tok):
 
 def test_option_errors(model_tok):
     model, tok = model_tok
-    with pytest.raises(ValueError, match="sampler"):
-        HFEngine(model, tok, sampler="fast")
+    with pytest.raises(ValueError, match="rng"):
+        HFEngine(model, tok, rng="fast")
     with pytest.raises(ValueError, match="per_row"):
-        HFEngine(model, tok, sampler="batch", compact=True)
+        HFEngine(model, tok, rng="batch", compact=True)
     with pytest.raises(ValueError, match="known: auto, true, false"):
         HFEngine(model, tok, compact="yes")
     with pytest.raises(ValueError, match="dynamic"):
-        HFEngine(model, tok, sampler="per_row", compact=True, cache="static")
+        HFEngine(model, tok, rng="per_row", compact=True, cache="static")
 
 
 def test_config_names_the_bad_engine_option():
     from graft_cli import config as C
     from graft_cli.errors import GraftError
 
-    with pytest.raises(GraftError, match="config key 'rollout.engine_kwargs.compact': needs sampler: per_row"):
-        C.compose(["rollout.engine_kwargs={sampler: batch, compact: true}"])
-    with pytest.raises(GraftError, match="'rollout.engine_kwargs.sampler'"):
-        C.compose(["rollout.engine_kwargs={sampler: fast}"])
-    cfg = C.compose(["rollout.engine_kwargs={sampler: per_row, compact: true}"])
-    assert cfg.rollout.engine_kwargs == {"sampler": "per_row", "compact": True}
+    with pytest.raises(GraftError, match="config key 'rollout.engine_kwargs.compact': needs rng: per_row"):
+        C.compose(["rollout.engine_kwargs={rng: batch, compact: true}"])
+    with pytest.raises(GraftError, match="'rollout.engine_kwargs.rng'"):
+        C.compose(["rollout.engine_kwargs={rng: fast}"])
+    cfg = C.compose(["rollout.engine_kwargs={rng: per_row, compact: true}"])
+    assert cfg.rollout.engine_kwargs == {"rng": "per_row", "compact": True}
 
 
 def test_engine_defaults_are_the_fast_path(model_tok):
     """The HF engine's defaults (no engine_kwargs): per-row streams, compaction and shared prefill on the dynamic
     cache; on the static cache (CUDA's auto) compaction and shared prefill stay off without an error; compact auto
-    follows the sampler."""
+    follows the rng layout."""
     model, tok = model_tok
     cases = [  # (kwargs, per_row, compact, share_prompts)
         ({}, True, True, True),
         ({"cache": "static"}, True, False, False),
-        ({"sampler": "batch"}, False, False, True),
+        ({"rng": "batch"}, False, False, True),
         ({"compact": False}, True, False, True),
         ({"share_prompts": False}, True, True, False),
-        ({"sampler": "batch", "share_prompts": False}, False, False, False),
+        ({"rng": "batch", "share_prompts": False}, False, False, False),
     ]
     for kw, per_row, compact, share in cases:
         e = HFEngine(model, tok, **kw)
@@ -140,36 +140,37 @@ def test_ignore_eos_runs_every_row_to_the_maximum(model_tok):
         assert b[: len(a)] == a
 
 
-def test_sampler_logprobs_equal_the_trainers_on_cpu(model_tok):
-    """algo.old_logprobs=auto's choice of sampler on the HF engine rests on this: the engine's log-probs of the
-    sampled tokens (KV-cached decode, compacted batch) equal the trainer's recomputation (one padded forward) to
-    float order."""
+def test_rollout_logprobs_equal_the_trainers_on_cpu(model_tok):
+    """algo.old_logprobs=auto's choice of the rollout log-probs on the HF engine rests on this: the engine's
+    log-probs of the sampled tokens (KV-cached decode, compacted batch) equal the trainer's recomputation (one
+    padded forward) to float order."""
     from graft_cli.batch import TrainBatch
     from graft_cli.models.scoring import ScoreSettings, score_rows
 
     model, tok = model_tok
     sp = SamplingParams(n=4, temperature=1.0, top_p=1.0, max_new_tokens=16, seed=9)
-    ro = HFEngine(model, tok, sampler="per_row", compact=True).generate(_prompts(tok), sp)
+    ro = HFEngine(model, tok, rng="per_row", compact=True).generate(_prompts(tok), sp)
     b = TrainBatch()
     for i, (ids, lp) in enumerate(zip(ro.response_ids, ro.logprobs)):
         b.append(prompt_ids=ro.prompt_ids[i // 4], response_ids=ids, advantages=0.0, weights=1.0, source="self",
-                 group=i // 4, sampler_logprobs=lp)
+                 group=i // 4, rollout_logprobs=lp)
     trainer = score_rows(model, tok.pad_token_id, b, ScoreSettings())
-    assert max(abs(x - y) for s, t in zip(b.sampler_logprobs, trainer) for x, y in zip(s, t)) < 1e-4
+    assert max(abs(x - y) for s, t in zip(b.rollout_logprobs, trainer) for x, y in zip(s, t)) < 1e-4
 
 
 def test_the_tiny_pair_runs_the_fast_path_by_default_and_tandem_guards_it():
     """What the removed scale=cpu_fast overlay turned on is the default (the engine's options are its own
-    defaults, so the config carries none); tandem resolves auto to trainer and refuses an explicit sampler."""
+    defaults, so the config carries none); tandem resolves auto to trainer and refuses explicit rollout
+    log-probs."""
     from graft_cli import config as C
     from graft_cli.errors import GraftError
 
     cfg = C.compose(["pair=tiny", "method=graft"])
-    assert cfg.algo.old_logprobs == "sampler" and cfg.optim.shared_prefix is True
+    assert cfg.algo.old_logprobs == "rollout" and cfg.optim.shared_prefix is True
     assert cfg.rollout.engine_kwargs == {}
     assert C.compose(["pair=tiny", "method=tandem"]).algo.old_logprobs == "trainer"
     with pytest.raises(GraftError, match="config key 'algo.old_logprobs'"):  # tandem's log-probs are the writer's
-        C.compose(["pair=tiny", "method=tandem", "algo.old_logprobs=sampler"])
+        C.compose(["pair=tiny", "method=tandem", "algo.old_logprobs=rollout"])
     with pytest.raises(GraftError, match="scale 'cpu_fast': no scale/cpu_fast.yaml"):
         C.compose(["pair=tiny", "scale=cpu_fast"])
 

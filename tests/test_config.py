@@ -107,7 +107,7 @@ def test_the_built_optimizer_is_adamw_with_the_configs_values(tmp_path):
     import torch
     from conftest import make_random_model
 
-    from graft_cli.train.setup import build_policy
+    from graft_cli.train.policies import build_policy
 
     path = make_random_model(str(tmp_path / "m"), "qwen3", seed=0)
     cfg = compose([f"policies=[{{name: a, model: '{path}'}}, {{name: b, model: '{path}', lr: 2.5e-6}}]",
@@ -178,16 +178,16 @@ def test_unknown_pair_and_method_name_the_value_and_known_ones():
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    ([], "sampler"),                                          # tiny pair: HF engine, fp32, one epoch, top-p 1
+    ([], "rollout"),                                          # tiny pair: HF engine, fp32, one epoch, top-p 1
     (["run.dtype=bfloat16"], "trainer"),                      # bf16 decode and full forward differ past float order
     (["algo.ppo_epochs=2"], "trainer"),
     (["rollout.top_p=0.9"], "trainer"),                       # the engine's log-probs are of the truncated dist.
     (["optim.autocast=bfloat16"], "trainer"),
     (["+rollout.engine_kwargs.autocast=bfloat16"], "trainer"),
     (["algo.old_logprobs=trainer"], "trainer"),               # explicit choices are kept
-    (["algo.old_logprobs=sampler"], "sampler"),
+    (["algo.old_logprobs=rollout"], "rollout"),
 ])
-def test_old_logprobs_auto_is_sampler_only_where_exact(overrides, expected):
+def test_old_logprobs_auto_is_rollout_only_where_exact(overrides, expected):
     assert compose(overrides).algo.old_logprobs == expected
 
 
@@ -202,9 +202,9 @@ def test_tandem_engine_resolves_to_trainer():
     assert compose(["method=tandem"]).algo.old_logprobs == "trainer"
 
 
-def test_sampler_with_top_p_is_refused_in_one_line():
-    with pytest.raises(GraftError, match=r"config key 'algo.old_logprobs': sampler with rollout.top_p=0.9"):
-        compose(["algo.old_logprobs=sampler", "rollout.top_p=0.9"])
+def test_rollout_logprobs_with_top_p_are_refused_in_one_line():
+    with pytest.raises(GraftError, match=r"config key 'algo.old_logprobs': rollout with rollout.top_p=0.9"):
+        compose(["algo.old_logprobs=rollout", "rollout.top_p=0.9"])
 
 
 @pytest.mark.parametrize("overrides, expected", [
@@ -235,7 +235,7 @@ def test_resolved_choices_round_trip_through_the_run_config(tmp_path):
     p = tmp_path / "config.yaml"
     p.write_text(to_yaml(cfg))
     back = load_yaml(str(p))
-    assert (back.algo.old_logprobs, back.optim.shared_prefix) == ("sampler", True)
+    assert (back.algo.old_logprobs, back.optim.shared_prefix) == ("rollout", True)
 
 
 @pytest.mark.parametrize("override, key", [
@@ -301,3 +301,37 @@ def test_stored_graft_resolves_its_partner_into_a_source_and_validate_leaves_the
     before = asdict(unresolved)
     EXCHANGES.get("graft_stored").validate(unresolved)
     assert asdict(unresolved) == before
+
+
+@pytest.mark.parametrize("method, overrides", [
+    ("graft", ["+rollout.engine_kwargs.rng=batch"]),
+    ("grpo_opd", ["algo.token_adv_params.student_logprobs=rollout"]),
+])
+def test_a_stored_config_with_older_names_reads_resumes_and_is_named_as_before(tmp_path, method, overrides):
+    """A run's config.yaml written when the rollout log-probs' choice value was `sampler` (algo.old_logprobs,
+    exchange.params.peer_logprobs, algo.token_adv_params.student_logprobs) and the HF engine's rng layout was
+    rollout.engine_kwargs.sampler reads back under the current names: the run resumes, and a report names its
+    variant as it names the same run written now."""
+    import yaml
+
+    from graft_cli.config import asdict, load_yaml
+    from graft_cli.report.runs import identify
+    from graft_cli.train.run import check_resumable
+
+    cfg = compose([f"method={method}", f"run.out={tmp_path}", "run.name=r", *overrides])
+    assert cfg.algo.old_logprobs == "rollout"
+    raw = asdict(cfg)
+    raw["algo"]["old_logprobs"] = "sampler"
+    if method == "graft":
+        assert raw["exchange"]["params"]["peer_logprobs"] == "rollout"
+        raw["exchange"]["params"]["peer_logprobs"] = "sampler"
+        raw["rollout"]["engine_kwargs"] = {"sampler": "batch"}
+    else:
+        raw["algo"]["token_adv_params"]["student_logprobs"] = "sampler"
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(raw))
+    back = load_yaml(str(run_dir / "config.yaml"))
+    assert asdict(back) == asdict(cfg)
+    check_resumable(cfg, str(run_dir))  # raises when the stored config differs
+    assert identify(raw) == identify(asdict(cfg))

@@ -2,7 +2,7 @@
 same data (a deterministic fake rollout engine). One step must give the same parameters on every rank, equal
 (allclose) to the single-process ones, and the same metrics. Covers the rollout split + gather, the sharded
 old-log-prob pass, the per-rank minibatch shards with the global Normaliser, the gradient all-reduce, and
-the truncated IS correction (sampler log-probs are fake, so the weights are far from 1)."""
+the truncated IS correction (rollout log-probs are fake, so the weights are far from 1)."""
 
 from __future__ import annotations
 

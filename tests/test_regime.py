@@ -74,7 +74,7 @@ def test_canonical_records_and_single_style_stream():
      ((("1/7+0/7", "2/7"),), "2/7", (("1+0", "2"),))),
 ])
 def test_slip_moves_the_last_result_and_the_answer(worked, delta, want):
-    from graft_cli.answers import grade_one
+    from graft_cli.reward.answers import grade_one
 
     got = syn.slip(worked, delta)
     assert got == (worked[0], *want)
@@ -87,7 +87,7 @@ def test_slip_moves_the_last_result_and_the_answer(worked, delta, want):
 def test_slip_rate_draws_and_the_unslipped_stream():
     """slip_rate 0 makes no draw (the v3 stream, example for example); 0.4 slips 40% of solutions (binomial
     3-sigma band over 2,000), every slipped one grading 0 and every other 1."""
-    from graft_cli.answers import grade_one
+    from graft_cli.reward.answers import grade_one
 
     fams = {"add": 1.0, "two": 1.0, "frac": 1.0}
     r1, r2 = random.Random("q"), random.Random("q")
@@ -211,7 +211,7 @@ def test_measure_regime_scores_s_as_the_gate_does(tiny_models):
         ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts[name]]
         trunc = [False, True, False, False]
         ids[1] = ids[1][:-1]  # the truncated one has no EOS
-        lps = [[-0.1 - 0.01 * j for j in range(len(i))] for i in ids]  # sampler log-probs (made up)
+        lps = [[-0.1 - 0.01 * j for j in range(len(i))] for i in ids]  # rollout log-probs (made up)
         side[name]["rollouts"] = _Ro(ids, texts[name], lps, trunc)
     out = R.measure_regime(side, ["frac", "add"], ok, {"a": "frac", "b": "lin"}, n=2)
     a = out["a"]

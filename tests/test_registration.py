@@ -324,3 +324,23 @@ def test_tables_read_the_step_the_claims_judge(tmp_path):
     assert load_run(d).results["a"].step == 0
     judged = load_run(d, {"a": 36}).results["a"]
     assert judged.step == 36 and judged.avg[0] == pytest.approx(25.0)
+
+
+def test_provenance_recorded_under_older_names_still_stands_for_the_same_run(tmp_path):
+    """A finished run whose config hash was taken when algo.old_logprobs' value `rollout` was called `sampler`:
+    its config.yaml reads as the plan's config, so the plan reuses it; another learning rate still does not."""
+    import copy
+
+    cfg = compose(["pair=tiny", "method=grpo", f"run.out={tmp_path}", "run.name=r"])
+    assert cfg.algo.old_logprobs == "rollout"
+    older = copy.deepcopy(cfg)
+    older.algo.old_logprobs = "sampler"  # the config as the older code resolved and hashed it
+    d = str(tmp_path / "r")
+    os.makedirs(d)
+    with open(os.path.join(d, "config.yaml"), "w") as f:
+        f.write(to_yaml(older))
+    prov = V.record_session(older, d, RESUME_MAY_DIFFER, 0)
+    assert prov["config_hash"] != V.config_hash(cfg, RESUME_MAY_DIFFER)
+    assert V.reuse_problem(cfg, d, RESUME_MAY_DIFFER) is None
+    other = compose(["pair=tiny", "method=grpo", f"run.out={tmp_path}", "run.name=r", "optim.lr=1e-3"])
+    assert V.reuse_problem(other, d, RESUME_MAY_DIFFER) == "its config differs in 'optim.lr'"

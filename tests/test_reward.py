@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from sympy import srepr
 
-from graft_cli.reward import REWARDS, Grades, MathVerifyGrader
-from graft_cli.answers import _ensure_math_verify, grade_one, last_boxed
+from graft_cli.reward import REWARDS
+from graft_cli.reward.pool import Grades, MathVerifyGrader
+from graft_cli.reward.answers import _ensure_math_verify, grade_one, last_boxed
 
 
 def box(ans: str) -> str:
@@ -88,7 +89,7 @@ EQUIV = [
     ("\\sqrt{2}", box("1.414214"), 1.0),
     ("\\sqrt{2}", box("1.414"), 0.0),
     ("\\pi", box("3.14"), 0.0),
-    ("0.\\overline{3}", box("\\frac{1}{3}"), 1.0),  # repeating decimals (pre-normalised by reward.py)
+    ("0.\\overline{3}", box("\\frac{1}{3}"), 1.0),  # repeating decimals (pre-normalised by reward/answers.py)
     ("0.\\overline{3}", box("0"), 0.0),
     ("\\frac{4}{11}", box("0.\\overline{36}"), 1.0),
     # integers, negatives, formatting
@@ -151,7 +152,7 @@ EQUIV = [
     # percentages. math-verify reads X\% as X/100 and, for integers only, also accepts the bare
     # number ("9% == 9", grader.sympy_numeric_eq). So 50\% == 0.5 (mathematically right) and
     # 50\% == 50 (the usual MATH leniency), but 12.5\% != 12.5 (12.5% = 0.125). These hold only with
-    # reward.py's antlr-4.9.3 fix: without it every LaTeX percentage fails to parse and 50\% equals
+    # reward/answers.py's antlr-4.9.3 fix: without it every LaTeX percentage fails to parse and 50\% equals
     # nothing but the identical string "50\%" (which is why 50\% vs 0.5 once looked "not equal").
     ("50\\%", box("50\\%"), 1.0),
     ("50\\%", box("0.5"), 1.0),
@@ -203,7 +204,7 @@ def test_grade_one_returns_extracted_and_never_raises():
 
 
 def test_two_stage_latex_parse_matches_full_ll():
-    # reward.py parses LaTeX with ANTLR's SLL-then-LL strategy; the result must equal a full-LL parse.
+    # reward/answers.py parses LaTeX with ANTLR's SLL-then-LL strategy; the result must equal a full-LL parse.
     import math_verify.parser as mv_parser
     from latex2sympy2_extended.latex2sympy2 import latex2sympy as full_ll
     _ensure_math_verify()  # applies the patches
@@ -222,7 +223,7 @@ def outcome(fn, s):
 
 
 def test_grade_one_off_the_main_thread():
-    # math-verify's signal.alarm timeouts raise off the main thread; reward.py disables them.
+    # math-verify's signal.alarm timeouts raise off the main thread; reward/answers.py disables them.
     out = []
     t = threading.Thread(target=lambda: out.append(grade_one(box("0.5"), "\\frac{1}{2}")))
     t.start()

@@ -1,4 +1,4 @@
-"""Reward correctness on the benchmarks' own golds, and the grader under attack (reward.py).
+"""Reward correctness on the benchmarks' own golds, and the grader under attack (reward/answers.py, reward/pool.py).
 
 Correctness fixes, each against golds of the real benchmarks (their text is copied here, so a bare clone needs
 nothing beside it; `../shared/data` adds the whole Minerva set when present): scientific e-notation, a space
@@ -19,8 +19,8 @@ import time
 import pytest
 from conftest import SHARED, gone_within
 
-from graft_cli.reward import MathVerifyGrader
-from graft_cli.answers import OPTIONS, grade_status, nesting_depth
+from graft_cli.reward.pool import MathVerifyGrader
+from graft_cli.reward.answers import OPTIONS, grade_status, nesting_depth
 
 # Minerva golds written in e-notation (58 of 272; these from ../shared/data/eval/minerva.jsonl)
 MINERVA_E = ["4.5e33", "3.83e35", "8.7e8", "4e33", "3.3e12", "3e6", "7e37", "7.5e7", "2e27", "2.75e11", "6e13",
@@ -49,7 +49,7 @@ def test_e_notation_cases_and_the_option():
     assert grade_status("\\boxed{2e}", "2e")[0] == 1.0
     OPTIONS["sci_notation"] = False
     try:
-        from graft_cli import answers as reward
+        from graft_cli.reward import answers as reward
 
         reward._parse_boxed_cached.cache_clear()
         reward._parse_gold.cache_clear()
@@ -194,7 +194,7 @@ def test_fuzz_the_grader_with_a_thousand_adversarial_answers(n):
     # every item returned within its timeout (+ margin): the whole batch is bounded by the slow items' budgets
     assert wall <= n_slow * (timeout + 0.5) / 2 + 60, (wall, n_slow)
     # exactly the answers whose last box is too long or nests too deep are rejected (cheaply, before math-verify)
-    from graft_cli.answers import MAX_ANSWER_CHARS, MAX_NESTING, last_boxed
+    from graft_cli.reward.answers import MAX_ANSWER_CHARS, MAX_NESTING, last_boxed
 
     boxes = [last_boxed(a) for a in answers]
     want = [b is not None and b != "1" and (len(b) > MAX_ANSWER_CHARS or nesting_depth(b) > MAX_NESTING)

@@ -59,9 +59,9 @@ def test_icepop_band_and_its_weight():
     keep = ROLLOUT_REJECTIONS.get("icepop")(lr, m, alpha=0.5, beta=5.0)
     assert keep.tolist() == [[0, 1, 0, 1, 1]]
     old = [[L(r) for r in rho]]
-    samp = [[0.0] * 5]
-    w, _ = batch_is_weights(old, samp, ["self"], "token", 5.0)
-    mask, _ = batch_rejection(old, samp, ["self"], None, "icepop", {"alpha": 0.5, "beta": 5.0}, 0.0, False)
+    roll = [[0.0] * 5]
+    w, _ = batch_is_weights(old, roll, ["self"], "token", 5.0)
+    mask, _ = batch_rejection(old, roll, ["self"], None, "icepop", {"alpha": 0.5, "beta": 5.0}, 0.0, False)
     eff = [a * b for a, b in zip(w[0], mask[0])]
     assert eff == pytest.approx([0.0, 4.9, 0.0, 1.0, 0.5])
 
@@ -75,13 +75,13 @@ def test_token_veto():
 
 
 def test_mismatch_metrics_by_hand():
-    # one response, two tokens: pi_old = (1/2, 1/4), pi_samp = (1/4, 1/4) -> rho = (2, 1)
+    # one response, two tokens: pi_old = (1/2, 1/4), pi_rollout = (1/4, 1/4) -> rho = (2, 1)
     old = torch.tensor([[L(0.5), L(0.25)]], dtype=torch.float64)
-    samp = torch.tensor([[L(0.25), L(0.25)]], dtype=torch.float64)
+    roll = torch.tensor([[L(0.25), L(0.25)]], dtype=torch.float64)
     m = torch.ones_like(old)
-    got = mismatch_metrics(old, samp, m)
+    got = mismatch_metrics(old, roll, m)
     want = {
-        "kl": (L(0.25) - L(0.5)) / 2,  # mean(log samp - log old) = -log2 / 2
+        "kl": (L(0.25) - L(0.5)) / 2,  # mean(log roll - log old) = -log2 / 2
         "k3_kl": ((2 - L(2) - 1) + 0.0) / 2,
         "training_ppl": math.exp(-(L(0.5) + L(0.25)) / 2),  # 2^1.5
         "rollout_ppl": 4.0,
@@ -103,27 +103,27 @@ def test_mismatch_metrics_by_hand():
 
 
 def test_batch_rejection_keeps_other_rows_and_the_existing_mask():
-    """Only the receiver's own rows with sampler log-probs are tested; the existing loss mask (e.g. tandem's
+    """Only the receiver's own rows with rollout log-probs are tested; the existing loss mask (e.g. tandem's
     author mask) is multiplied, not replaced; fractions over the tested rows' tokens."""
     old = [[L(2.5), 0.0, 0.0], [0.0, 0.0], [L(9.0)], [0.0, L(3.0)]]
-    samp = [[0.0, 0.0, 0.0], [0.0, 0.0], None, [0.0, 0.0]]
+    roll = [[0.0, 0.0, 0.0], [0.0, 0.0], None, [0.0, 0.0]]
     source = ["self", "self", "peer", "self"]
     loss_mask = [None, [1.0, 0.0], None, [1.0, 1.0]]
-    mask, met = batch_rejection(old, samp, source, loss_mask, "token", {"threshold": 2.0, "threshold_lower": 0.0},
+    mask, met = batch_rejection(old, roll, source, loss_mask, "token", {"threshold": 2.0, "threshold_lower": 0.0},
                                 0.0, True)
     assert mask == [[0.0, 1.0, 1.0], [1.0, 0.0], None, [1.0, 0.0]]
     assert met["rollout_corr/rs_masked_fraction"] == pytest.approx(2 / 7)  # 2 of the 7 tested tokens
     assert met["rollout_corr/rs_seq_masked_fraction"] == pytest.approx(2 / 3)
     assert met["rollout_corr/chi2_token"] == pytest.approx((2.5 ** 2 + 5 + 3.0 ** 2) / 7 - 1)
     # sequence mode with a veto: row 3's product is 3 (> 2, dropped); veto 0.5 drops nothing more (no rho < 0.5)
-    mask, met = batch_rejection(old, samp, source, None, "sequence", {"threshold": 2.0, "threshold_lower": 0.0},
+    mask, met = batch_rejection(old, roll, source, None, "sequence", {"threshold": 2.0, "threshold_lower": 0.0},
                                 0.5, False)
     assert mask == [[0.0, 0.0, 0.0], [1.0, 1.0], None, [0.0, 0.0]]
     assert met == {"rollout_corr/veto_fraction": 0.0, "rollout_corr/rs_masked_fraction": pytest.approx(5 / 7),
                    "rollout_corr/rs_seq_masked_fraction": pytest.approx(2 / 3)}
     # none without veto: the mask untouched (the same object), metrics only
     lm = [None, None, None, None]
-    mask, met = batch_rejection(old, samp, source, lm, "none", {}, 0.0, True)
+    mask, met = batch_rejection(old, roll, source, lm, "none", {}, 0.0, True)
     assert mask is lm and set(met) == {f"rollout_corr/{k}" for k in (
         "kl", "k3_kl", "training_ppl", "rollout_ppl", "log_ppl_diff", "log_ppl_abs_diff", "ppl_ratio", "chi2_token",
         "chi2_seq")}

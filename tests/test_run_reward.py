@@ -16,7 +16,8 @@ from conftest import make_random_model, train_overrides
 from graft_cli.config import compose
 from graft_cli.schema import CodeRewardConfig, RewardConfig
 from graft_cli.errors import GraftError
-from graft_cli.reward import REWARDS, Grades, make_grader
+from graft_cli.reward import REWARDS, make_grader
+from graft_cli.reward.pool import Grades
 
 MARK = "parity-reward"
 

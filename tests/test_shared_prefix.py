@@ -139,8 +139,8 @@ def test_shared_prefix_training_equals_the_full_pass(tiny_models, problems_file,
         assert all(torch.allclose(w1[p][k], w2[p][k], rtol=0, atol=1e-4) for k in w1[p])
 
 
-@pytest.mark.parametrize("sampler", ["batch", "per_row"])
-def test_shared_prefill_gives_the_same_samples(tiny_models, sampler):
+@pytest.mark.parametrize("rng", ["batch", "per_row"])
+def test_shared_prefill_gives_the_same_samples(tiny_models, rng):
     from transformers import AutoModelForCausalLM
 
     from graft_cli.data.prompts import PromptSpec
@@ -154,9 +154,9 @@ def test_shared_prefill_gives_the_same_samples(tiny_models, sampler):
     sp = SamplingParams(n=4, temperature=1.0, top_p=1.0, max_new_tokens=16, seed=5)
     seen = []
     h = model.get_input_embeddings().register_forward_hook(lambda mod, args, out: seen.append(out.shape[0]))
-    ref = HFEngine(model, tok, sampler=sampler, share_prompts=False).generate(prompts, sp)
+    ref = HFEngine(model, tok, rng=rng, share_prompts=False).generate(prompts, sp)
     first_ref, seen[:] = seen[0], []
-    got = HFEngine(model, tok, sampler=sampler, share_prompts=True).generate(prompts, sp)
+    got = HFEngine(model, tok, rng=rng, share_prompts=True).generate(prompts, sp)
     h.remove()
     assert (first_ref, seen[0]) == (16, 4)  # the prefill ran 4 distinct prompts instead of 16 rows
     assert got.response_ids == ref.response_ids and got.truncated == ref.truncated

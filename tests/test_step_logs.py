@@ -34,7 +34,7 @@ def test_rollout_logs_hold_one_row_per_sample_and_keep_the_last_k_steps(tmp_path
     assert list(df["prompt_id"]) == ["q0", "q0", "q1", "q1"] and list(df["sample_index"]) == [0, 1, 0, 1]
     assert list(df["peer_rows"]) == [3, 3, 0, 0] and list(df["data_seed"]) == [7] * 4
     assert list(df["reward"]) == [1.0, 0.0, 1.0, 0.0] and list(df["truncated"]) == [False, True, False, False]
-    assert [list(x) for x in df["sampler_logprobs"]] == [[-0.1, -0.2], [-0.3], [-0.4, -0.5, -0.6], [-0.7]]
+    assert [list(x) for x in df["rollout_logprobs"]] == [[-0.1, -0.2], [-0.3], [-0.4, -0.5, -0.6], [-0.7]]
 
 
 def test_exchange_log_only_when_a_row_was_transferred(tmp_path):
@@ -57,7 +57,7 @@ def test_rollout_metrics_and_peer_rows_by_hand():
     b = TrainBatch()
     for src, g in (("self", 0), ("peer", 1), ("peer", 1), ("peer", 0)):
         b.append(prompt_ids=[1], response_ids=[2], advantages=0.0, weights=1.0, source=src, group=g, rewards=0.0,
-                 sampler_logprobs=None, texts="")
+                 rollout_logprobs=None, texts="")
     assert peer_rows_per_prompt(b, 2) == [1, 2]
 
 
@@ -68,8 +68,33 @@ def test_a_rollout_log_reads_back_as_a_partner_step_and_an_earlier_column_name_i
     StepLogs(str(tmp_path), 1, seed=7, keep=2).rollouts(st)
     path = rollout_log_path(str(tmp_path), "a", 1)
     log = read_partner_step(path, 1, st.problems, data_seed=7)
-    assert log["n"] == 2 and log["sampler_logprobs"][2] == pytest.approx([-0.4, -0.5, -0.6])
-    old = pd.read_parquet(path).rename(columns={"sampler_logprobs": "gen_logprobs"})
+    assert log["n"] == 2 and log["rollout_logprobs"][2] == pytest.approx([-0.4, -0.5, -0.6])
+    old = pd.read_parquet(path).rename(columns={"rollout_logprobs": "gen_logprobs"})
     old.to_parquet(path)  # a log written before the column was renamed
     log = read_partner_step(path, 1, st.problems, data_seed=7)
-    assert "gen_logprobs" not in log and log["sampler_logprobs"][3] == pytest.approx([-0.7])
+    assert "gen_logprobs" not in log and log["rollout_logprobs"][3] == pytest.approx([-0.7])
+
+
+@pytest.mark.parametrize("older", ["sampler_logprobs", "gen_logprobs"])
+def test_a_hand_written_log_with_an_older_log_prob_column_is_a_stored_step(tmp_path, older):
+    """A partner run's rollout log written before the column was `rollout_logprobs` (`sampler_logprobs`, and before
+    that `gen_logprobs`) is checked and read as a stored step with its log-probs under the current name."""
+    from types import SimpleNamespace
+
+    from graft_cli.data.rollout_logs import check_partner_step
+    from graft_cli.train.sources import RolloutLogSource
+
+    probs = [Problem("q0", "1+1", "2"), Problem("q1", "2+2", "4")]
+    path = rollout_log_path(str(tmp_path), "b", 0)
+    os.makedirs(os.path.dirname(path))
+    pd.DataFrame({"step": [0] * 4, "prompt_index": [0, 0, 1, 1], "prompt_id": ["q0", "q0", "q1", "q1"],
+                  "sample_index": [0, 1, 0, 1], "response": ["2", "3", "4", "5"], "token_ids": [[5], [6, 7], [8], [9]],
+                  older: [[-0.1], [-0.2, -0.3], [-0.4], [-0.5]], "truncated": [False] * 4,
+                  "reward": [1.0, 0.0, 1.0, 0.0], "advantage": [0.7, -0.7, 0.7, -0.7], "data_seed": [3] * 4,
+                  }).to_parquet(path)
+    check_partner_step(path, 0, probs, data_seed=3)
+    src = RolloutLogSource(SimpleNamespace(name="b", run=str(tmp_path), policy="b", reverify=False), None, None, None,
+                           data_seed=3)
+    st, met = src.step(probs, 0)
+    assert st.rollouts.logprobs == [[-0.1], [-0.2, -0.3], [-0.4], [-0.5]]
+    assert met == {"graft/partner_reward": 0.5} and torch.allclose(st.advantages, torch.tensor([[0.7, -0.7]] * 2))

@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from graft_cli.code_reward import CodeGrader, parse_spec
+from graft_cli.reward.code_grader import CodeGrader
+from graft_cli.reward.programs import parse_spec
 from graft_cli.data.synthetic_code import FAMILIES, LEVELS, generate, make_problem, reference_response, write_task
 
 

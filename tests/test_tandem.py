@@ -227,9 +227,9 @@ def test_author_mask_and_its_denominator():
 
     b = TrainBatch()
     b.append(prompt_ids=[1], response_ids=[4, 5, 6], advantages=1.0, weights=1.0, source="self", group=0,
-             rewards=1.0, sampler_logprobs=[0.0] * 3, texts="", author=[1, 0, 1])
+             rewards=1.0, rollout_logprobs=[0.0] * 3, texts="", author=[1, 0, 1])
     b.append(prompt_ids=[1], response_ids=[4, 5], advantages=-1.0, weights=1.0, source="self", group=0,
-             rewards=0.0, sampler_logprobs=[0.0] * 2, texts="", author=[0, 1])
+             rewards=0.0, rollout_logprobs=[0.0] * 2, texts="", author=[0, 1])
     fn = LOSS_MASKS.get("author")
     b.loss_mask = fn(b, SignalContext(0, "a", None, params={"junior_weight": 0.0}))
     assert b.loss_mask == [[1.0, 0.0, 1.0], [0.0, 1.0]]
@@ -374,7 +374,7 @@ class Scripted(torch.nn.Module):
 
 
 def test_handoff_alternates_strictly_at_the_delimiter_on_a_scripted_pair():
-    from graft_cli.eval.tandem import handoff_engine
+    from graft_cli.eval.tandem_evals import handoff_engine
     from graft_cli.rollout import SamplingParams
 
     tok = make_char_tokenizer()
@@ -394,7 +394,7 @@ def test_legibility_against_a_hand_computation(models, tmp_path):
     from graft_cli.data.problems import Problem
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.eval.benchmarks import BenchmarkSource
-    from graft_cli.eval.tandem import legibility
+    from graft_cli.eval.tandem_evals import legibility
 
     tok = make_char_tokenizer()
     junior = _load(models["j"])

@@ -153,7 +153,7 @@ def _write_run_file(folder, bench, run, counts, n):
 
 
 def test_pass_at_k_curve_by_hand(tmp_path):
-    from graft_cli.eval.tandem import pass_at_k_curve
+    from graft_cli.eval.tandem_evals import pass_at_k_curve
 
     d = str(tmp_path / "e")
     # run 1, n = 4: problem 0 c = 1 → pass@k = 1 − C(3,k)/C(4,k) = .25, .5, .75, 1; problem 1 c = 2 →
@@ -176,7 +176,7 @@ def test_pass_at_k_curve_by_hand(tmp_path):
 
 
 def test_legibility_problems_by_hand(tmp_path):
-    from graft_cli.eval.tandem import legibility_problems
+    from graft_cli.eval.tandem_evals import legibility_problems
 
     d = tmp_path / "leg"
     d.mkdir()

@@ -68,7 +68,7 @@ def _corrupt(answer: str) -> str:
 
 
 def test_reference_solutions_score_one_and_corruptions_zero():
-    from graft_cli.answers import grade_one
+    from graft_cli.reward.answers import grade_one
 
     t = syn.build_task(0, train_size=300)
     recs = t["train"] + t["eval_aime24"] + t["eval_amc23"]
@@ -87,7 +87,7 @@ def test_reference_solutions_score_one_and_corruptions_zero():
 def test_v3_styles_score_one_and_corruptions_zero(style):
     """Every v3 style's text of every family and level grades 1 against the gold (a trailing '.' after the box
     included), and 0 with the boxed answer changed."""
-    from graft_cli.answers import grade_one
+    from graft_cli.reward.answers import grade_one
 
     rng = random.Random(f"styles:{style}")
     for fam in syn.FAMILIES:

@@ -49,16 +49,16 @@ def test_train_cli_writes_run_directory(tiny_models, problems_file, tmp_path):
                     "time/old_logprob", "time/update", "sampling/sampling_logp_difference/mean"):
             assert key in row, key
         assert math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
-        assert row["sampling/sampling_logp_difference/max"] < 1e-3  # fp32: sampler == trainer
+        assert row["sampling/sampling_logp_difference/max"] < 1e-3  # fp32: rollout == trainer
     # rollouts: prompt_batch 4 x n 4 rows per policy and step
     for pol in ("a", "b"):
         for step in (1, 2):
             df = pd.read_parquet(run / "rollouts" / pol / f"step_{step:06d}.parquet")
             assert len(df) == 16
-            assert set(df.columns) >= {"prompt_id", "sample_index", "response", "token_ids", "sampler_logprobs",
+            assert set(df.columns) >= {"prompt_id", "sample_index", "response", "token_ids", "rollout_logprobs",
                                        "reward", "advantage"}
             assert (df.groupby("prompt_id").size() == 4).all()
-            assert all(len(t) == len(lp) for t, lp in zip(df.token_ids, df.sampler_logprobs))
+            assert all(len(t) == len(lp) for t, lp in zip(df.token_ids, df.rollout_logprobs))
     # checkpoints: complete, loadable with the Auto classes
     ck = run / "checkpoints" / "step_000002"
     assert (ck / "COMPLETE").exists() and (ck / "state.json").exists() and (ck / "MANIFEST.json").exists()

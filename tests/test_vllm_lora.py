@@ -100,7 +100,7 @@ def test_the_colocated_engine_samples_the_trained_adapter_and_the_check_catches_
 
 def test_a_grpo_run_with_a_lora_policy_on_the_vllm_engine_stays_in_sync(tmp_path):
     """Two GRPO steps of a LoRA policy with rollout.engine=vllm through the trainer: the adapter is served by vLLM
-    (a new version each step), the sampler's log-probs agree with the trainer's, and the sync check's gap is logged."""
+    (a new version each step), the rollout log-probs agree with the trainer's, and the sync check's gap is logged."""
     tr = vllm_trainer(tmp_path, ["optim.lr=3e-2", "+policies.0.lora.r=8"])
     rows = [tr.train_step()[0], tr.train_step()[0]]
     eng = tr.policies["a"].engine

@@ -91,7 +91,7 @@ def test_a_down_server_or_another_model_is_one_line(servers, tmp_path):
 
 def test_a_graft_step_with_both_policies_on_servers(servers, tmp_path):
     """Two GRAFT steps of the pair with ``rollout.engine=vllm_server`` (one server per model, one URL list): every
-    rollout comes over HTTP, the update is pushed after each step, and the sampler log-probs stay within TOL of
+    rollout comes over HTTP, the update is pushed after each step, and the rollout log-probs stay within TOL of
     the trainer's recomputation at step 2 although step 1 moved both policies."""
     from conftest import register_parity_reward
 
@@ -124,7 +124,7 @@ def test_a_graft_step_with_both_policies_on_servers(servers, tmp_path):
 def test_servers_generate_ahead_at_staleness_one(servers, tmp_path):
     """``run.staleness=1`` on the servers: the rollout thread pushes each version through the reload endpoint and
     checks it with the sync probe (``sync/gap`` within the tolerance on every collection), steps 1-3 sample with
-    versions 0, 0, 1, and the trainer's π_old is its own recompute (the sampler's log-probs are one version old)."""
+    versions 0, 0, 1, and the trainer's π_old is its own recompute (the rollout log-probs are one version old)."""
     from conftest import register_parity_reward
 
     from graft_cli import config as C

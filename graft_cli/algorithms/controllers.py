@@ -2,10 +2,11 @@
 steps and set coefficients of the next step (SAF's warm-up and anneal, HACPO's capability window, dynamic
 sampling counters, a KL coefficient schedule).
 
-A controller declares its parameters and their defaults in ``DEFAULTS`` (:func:`graft_cli.registry.validate_params`
-checks the entry against them at config validation, before anything loads; ``check(params)`` adds the rules
-between them) and is built as ``cls(params: dict, total_steps: int)`` (``params`` = the checked entry without
-``name``, defaults filled in). It has:
+A controller declares its parameters in ``PARAMS``, a frozen :class:`~graft_cli.registry.Params` dataclass (the
+one place their defaults are written; registered as the name's spec), or as a mapping of defaults in ``DEFAULTS``
+(:func:`~graft_cli.registry.params_class`). Config validation checks every entry against them, before anything
+loads; ``check(params)`` adds the rules between them. A controller is built as ``cls(params: dict,
+total_steps: int)`` (``params`` = the checked entry without ``name``, defaults filled in). It has:
 
 - ``coefs(step) -> dict``: coefficients for step ``step`` (0-based), merged over every controller and handed
   to the token-advantage functions (``SignalContext.coefs``) and the loss (``LossInputs.coefs``);
@@ -18,15 +19,16 @@ between them) and is built as ``cls(params: dict, total_steps: int)`` (``params`
 from __future__ import annotations
 
 from graft_cli.errors import GraftError
-from graft_cli.registry import Registry, validate_params
+from graft_cli.registry import Params, Registry, params_class
 
-CONTROLLERS: Registry = Registry("controller")
+CONTROLLERS: Registry = Registry("controller", Params)  # spec: its parameters' defaults
 
 
 class Controller:
     """Base class: no parameters, no coefficients, no state."""
 
-    DEFAULTS: dict = {}  # parameter -> default (a tuple: the allowed values, the first the default)
+    PARAMS: type | None = None  # its parameters, a Params dataclass
+    DEFAULTS: dict = {}  # without PARAMS: parameter -> default (a tuple: the allowed values, the first the default)
 
     def __init__(self, params: dict | None = None, total_steps: int = 0):
         self.params = dict(params or {})
@@ -34,9 +36,10 @@ class Controller:
 
     @classmethod
     def validate(cls, params: dict | None, key: str = "algo.controllers", name: str | None = None) -> dict:
-        """``params`` over :attr:`DEFAULTS`, each checked (one-line GraftError naming ``key.<param>``), then
-        :meth:`check`; returns them with the defaults filled in."""
-        out = validate_params(cls.DEFAULTS, params, key, f"controller {name or cls.__name__}")
+        """``params`` over :attr:`PARAMS` (or :attr:`DEFAULTS`), each checked (one-line GraftError naming
+        ``key.<param>``), then :meth:`check`; returns them with the defaults filled in."""
+        kind = cls.PARAMS if cls.PARAMS is not None else params_class(cls.__name__, cls.DEFAULTS)
+        out = kind.check(params, key, f"controller {name or cls.__name__}").to_dict()
         cls.check(out, key)
         return out
 

@@ -1,18 +1,20 @@
-"""Truncated importance-sampling (TIS) correction of the sampler-vs-trainer mismatch (registry ``IS_CORRECTIONS``).
+"""Truncated importance-sampling (TIS) correction of the rollout-vs-trainer mismatch (registry ``IS_CORRECTIONS``).
 
-The engine that sampled a response (vLLM, bf16 kernels) and the trainer that recomputes the old
-log-probs disagree slightly, so the rollout is off-policy w.r.t. π_old. The correction re-weights each
-token's policy-gradient term by the truncated ratio (conventions §5; verl ``rollout_is``, TRL
+The engine that sampled a response (vLLM, bf16 kernels; or older weights at ``run.staleness`` >= 1) and the
+trainer that recomputes the old log-probs disagree, so the rollout is off-policy w.r.t. π_old: the behaviour
+policy π_rollout (the weights the engine sampled with; its log-probs are the rollout log-probs) is not the
+proximal policy π_old. The correction re-weights each
+token's policy-gradient term by the truncated ratio (docs/spec/rollout_corr.md §2; verl ``rollout_is``, TRL
 ``vllm_importance_sampling_correction``):
 
-- ``token``:    w_{j,t} = min(exp(logπ_old(o_{j,t}) − logπ_samp(o_{j,t})), C)
-- ``sequence``: w_j     = min(exp(Σ_t logπ_old(o_{j,t}) − logπ_samp(o_{j,t})), C), shared by the row's tokens
+- ``token``:    w_{j,t} = min(exp(logπ_old(o_{j,t}) − logπ_rollout(o_{j,t})), C)
+- ``sequence``: w_j     = min(exp(Σ_t logπ_old(o_{j,t}) − logπ_rollout(o_{j,t})), C), shared by the row's tokens
 - ``none``:     no weights (the default; with the in-process HF engine the two agree to ~1e-5)
 
 C = ``algo.is_threshold`` (verl's ``rollout_is_threshold``, default 2.0). The weights are constants
 (no gradient) and multiply the advantages, which for the PPO-clip surrogate equals multiplying the
 per-token loss (min(ρwA, clip(ρ)wA) = w·min(ρA, clip(ρ)A) for w > 0), as TRL's ``per_token_loss *=
-importance_sampling_ratio``. Only the receiver's own rows ("self", with sampler log-probs) are weighted;
+importance_sampling_ratio``. Only the receiver's own rows ("self", with rollout log-probs) are weighted;
 grafted/teacher rows get weight 1. Metrics are TRL's ``sampling/importance_sampling_ratio/{mean,min,max}``,
 computed after truncation, over tokens (token mode) or sequences (sequence mode).
 """
@@ -20,62 +22,63 @@ computed after truncation, over tokens (token mode) or sequences (sequence mode)
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from graft_cli.registry import ParamSpec, Registry, register_with_defaults
+from graft_cli.registry import Params, Registry
 
 IS_CORRECTIONS: Registry = Registry("importance-sampling correction")
 
 
 @IS_CORRECTIONS.register("none")
-def no_correction(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, threshold: float):
+def no_correction(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, threshold: float):
     return None
 
 
 @IS_CORRECTIONS.register("token")
-def token_tis(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, threshold: float):
-    """(B, T) tensors -> (B, T) weights min(exp(old − samp), C), 0 outside ``mask``."""
-    log_r = ((old_logp - sampler_logp) * mask).clamp(max=torch.log(torch.tensor(float(threshold))).item())
+def token_tis(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, threshold: float):
+    """(B, T) tensors -> (B, T) weights min(exp(old − roll), C), 0 outside ``mask``."""
+    log_r = ((old_logp - rollout_logp) * mask).clamp(max=torch.log(torch.tensor(float(threshold))).item())
     return torch.exp(log_r) * mask
 
 
 @IS_CORRECTIONS.register("sequence")
-def sequence_tis(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, threshold: float):
-    """(B, T) tensors -> (B, T) weights min(exp(Σ_t (old − samp)), C), broadcast over ``mask``."""
-    log_r = ((old_logp - sampler_logp) * mask).sum(-1, keepdim=True)
+def sequence_tis(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, threshold: float):
+    """(B, T) tensors -> (B, T) weights min(exp(Σ_t (old − roll)), C), broadcast over ``mask``."""
+    log_r = ((old_logp - rollout_logp) * mask).sum(-1, keepdim=True)
     log_r = log_r.clamp(max=torch.log(torch.tensor(float(threshold))).item())
     return torch.exp(log_r) * mask
 
 
-def self_rows_padded(old_logprobs: list, sampler_logprobs: list, source: list[str]):
-    """The receiver's own rows with usable sampler log-probs (``source == "self"``, same length, non-empty) and
-    their old / sampler log-probs and mask as (R, T) float64 tensors padded with 0: ``(rows, old, samp, mask)``."""
-    rows = [i for i, (s, samp, old) in enumerate(zip(source, sampler_logprobs, old_logprobs))
-            if s == "self" and samp is not None and len(samp) == len(old) and len(old) > 0]
+def self_rows_padded(old_logprobs: list, rollout_logprobs: list, source: list[str]):
+    """The receiver's own rows with usable rollout log-probs (``source == "self"``, same length, non-empty) and
+    their old / rollout log-probs and mask as (R, T) float64 tensors padded with 0: ``(rows, old, roll, mask)``."""
+    rows = [i for i, (s, roll, old) in enumerate(zip(source, rollout_logprobs, old_logprobs))
+            if s == "self" and roll is not None and len(roll) == len(old) and len(old) > 0]
     T = max((len(old_logprobs[i]) for i in rows), default=0)
     old = torch.zeros(len(rows), T, dtype=torch.float64)
-    samp, mask = torch.zeros_like(old), torch.zeros_like(old)
+    roll, mask = torch.zeros_like(old), torch.zeros_like(old)
     for k, i in enumerate(rows):
         n = len(old_logprobs[i])
         old[k, :n] = torch.tensor(old_logprobs[i], dtype=torch.float64)
-        samp[k, :n] = torch.tensor(sampler_logprobs[i], dtype=torch.float64)
+        roll[k, :n] = torch.tensor(rollout_logprobs[i], dtype=torch.float64)
         mask[k, :n] = 1.0
-    return rows, old, samp, mask
+    return rows, old, roll, mask
 
 
-def batch_is_weights(old_logprobs: list[list[float]], sampler_logprobs: list, source: list[str], mode: str,
+def batch_is_weights(old_logprobs: list[list[float]], rollout_logprobs: list, source: list[str], mode: str,
                      threshold: float) -> tuple[list[list[float]] | None, dict]:
     """Per-row, per-token weights for a TrainBatch (``None`` when ``mode == "none"``) and the metrics.
-    Rows that are not the receiver's own samples, or have no usable sampler log-probs, get weight 1."""
+    Rows that are not the receiver's own samples, or have no usable rollout log-probs, get weight 1."""
     fn = IS_CORRECTIONS.get(mode)
     if mode == "none":
         return None, {}
-    rows, old, samp, mask = self_rows_padded(old_logprobs, sampler_logprobs, source)
+    rows, old, roll, mask = self_rows_padded(old_logprobs, rollout_logprobs, source)
     weights = [[1.0] * len(x) for x in old_logprobs]
     if not rows:
         return weights, {}
-    w = fn(old, samp, mask, threshold)
+    w = fn(old, roll, mask, threshold)
     for k, i in enumerate(rows):
         weights[i] = w[k, : len(old_logprobs[i])].tolist()
     vals = w[:, 0] if mode == "sequence" else w[mask > 0]
@@ -87,13 +90,13 @@ def batch_is_weights(old_logprobs: list[list[float]], sampler_logprobs: list, so
 
 
 # ------------------------------------------------------------------ rejection masks and mismatch metrics
-# verl's rollout correction (docs/algo/rollout_corr.md, trainer/ppo/rollout_corr_helper.py) beside the TIS weights
-# above: rejection sampling drops the tokens or whole responses whose trainer/sampler ratio is an outlier from the
+# verl's rollout correction (docs/spec/rollout_corr.md §3; trainer/ppo/rollout_corr_helper.py) beside the TIS weights
+# above: rejection sampling drops the tokens or whole responses whose trainer/rollout ratio is an outlier from the
 # loss (they leave the loss mask, so the token-mean and seq-mean denominators too), a per-token veto drops a whole
 # response that holds one catastrophic token, and the off-policy metrics say how far apart the two are. IcePop
 # (Ring-1T, 2025) is the token band mask M(k) = 1[α ≤ k ≤ β]; its weight k inside the band is token TIS with
 # C ≥ β (``algo.is_correction: token``, ``algo.is_threshold: 5``), which truncates nothing inside the band.
-ROLLOUT_REJECTIONS: Registry = Registry("rollout rejection mask", ParamSpec)
+ROLLOUT_REJECTIONS: Registry = Registry("rollout rejection mask", Params)  # spec: its parameters' defaults
 SAFETY_BOUND = 20.0  # |log ratio| clamp before exp (verl's SAFETY_BOUND)
 
 
@@ -108,33 +111,47 @@ def _seq_masked(x: torch.Tensor, mask: torch.Tensor, mean: bool) -> torch.Tensor
     return s / mask.sum(-1, keepdim=True).clamp(min=1) if mean else s
 
 
-@register_with_defaults(ROLLOUT_REJECTIONS, "none")
+@ROLLOUT_REJECTIONS.register("none")
 def no_rejection(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Every token kept."""
     return mask.clone()
 
 
-@register_with_defaults(ROLLOUT_REJECTIONS, "token", threshold=2.0, threshold_lower=0.0)
+@dataclass(frozen=True)
+class RatioBandParams(Params):
+    """``algo.rollout_correction.params`` of the ``token``, ``sequence`` and ``geometric`` masks."""
+
+    threshold: float = 2.0  # U
+    threshold_lower: float = 0.0  # L (0: 1/U)
+
+
+@ROLLOUT_REJECTIONS.register("token", spec=RatioBandParams())
 def token_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
-    """keep_{j,t} = 1[L ≤ ρ_{j,t} ≤ U] with ρ = π_old/π_samp per token (verl ``rollout_rs: token``;
+    """keep_{j,t} = 1[L ≤ ρ_{j,t} ≤ U] with ρ = π_old/π_rollout per token (verl ``rollout_rs: token``;
     U = ``threshold``, L = ``threshold_lower``, 0: 1/U)."""
     return _band(log_ratio, threshold, threshold_lower) * mask
 
 
-@register_with_defaults(ROLLOUT_REJECTIONS, "sequence", threshold=2.0, threshold_lower=0.0)
+@ROLLOUT_REJECTIONS.register("sequence", spec=RatioBandParams())
 def sequence_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
     """keep_j = 1[L ≤ Π_t ρ_{j,t} ≤ U] on every token of response j (verl ``rollout_rs: sequence``)."""
     return _band(_seq_masked(log_ratio, mask, mean=False), threshold, threshold_lower) * mask
 
 
-@register_with_defaults(ROLLOUT_REJECTIONS, "geometric", threshold=2.0, threshold_lower=0.0)
+@ROLLOUT_REJECTIONS.register("geometric", spec=RatioBandParams())
 def geometric_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
     """keep_j = 1[L ≤ exp(mean_t log ρ_{j,t}) ≤ U] (verl ``rollout_rs: geometric``: the geometric mean of the
     token ratios, a length-independent sequence test)."""
     return _band(_seq_masked(log_ratio, mask, mean=True), threshold, threshold_lower) * mask
 
 
-@register_with_defaults(ROLLOUT_REJECTIONS, "icepop", alpha=0.5, beta=5.0)
+@dataclass(frozen=True)
+class IcePopParams(Params):
+    alpha: float = 0.5  # the band's lower end (Ring-1T's value)
+    beta: float = 5.0  # its upper end
+
+
+@ROLLOUT_REJECTIONS.register("icepop", spec=IcePopParams())
 def icepop_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, alpha: float, beta: float):
     """IcePop's band: keep_{j,t} = 1[α ≤ ρ_{j,t} ≤ β] (α 0.5, β 5: Ring-1T's values)."""
     return _band(log_ratio, beta, alpha) * mask
@@ -147,33 +164,34 @@ def token_veto(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float) ->
     return (~bad.any(-1, keepdim=True)).to(log_ratio.dtype)
 
 
-def mismatch_metrics(old: torch.Tensor, samp: torch.Tensor, mask: torch.Tensor) -> dict:
-    """verl's off-policy diagnostics between the trainer (π_old) and the sampler (π_samp) over the masked tokens:
-    ``kl`` = mean_t(log π_samp − log π_old) (KL(π_samp‖π_old), k1), ``k3_kl`` = mean_t(ρ − log ρ − 1),
-    ``training_ppl`` / ``rollout_ppl`` = mean_j exp(−mean_t log π), ``log_ppl_diff`` = mean_j(mean_t log π_samp −
+def mismatch_metrics(old: torch.Tensor, roll: torch.Tensor, mask: torch.Tensor) -> dict:
+    """verl's off-policy diagnostics between the proximal policy (π_old, the trainer's)
+    and the behaviour policy (π_rollout, the rollout log-probs) over the masked tokens:
+    ``kl`` = mean_t(log π_rollout − log π_old) (KL(π_rollout‖π_old), k1), ``k3_kl`` = mean_t(ρ − log ρ − 1),
+    ``training_ppl`` / ``rollout_ppl`` = mean_j exp(−mean_t log π), ``log_ppl_diff`` = mean_j(mean_t log π_rollout −
     mean_t log π_old) (the log of training PPL / rollout PPL), ``ppl_ratio`` = mean_j exp(that),
     ``chi2_token`` = mean_t ρ² − 1, ``chi2_seq`` = mean_j (Π_t ρ)² − 1 (ρ clamped to e^±20)."""
     n = mask.sum()
-    lr = (old - samp) * mask
+    lr = (old - roll) * mask
     tok = lambda x: float((x * mask).sum() / n)  # noqa: E731
-    m_old, m_samp = _seq_masked(old, mask, True).squeeze(-1), _seq_masked(samp, mask, True).squeeze(-1)
-    diff = m_samp - m_old
+    m_old, m_roll = _seq_masked(old, mask, True).squeeze(-1), _seq_masked(roll, mask, True).squeeze(-1)
+    diff = m_roll - m_old
     rho = torch.exp(lr.clamp(-SAFETY_BOUND, SAFETY_BOUND))
     seq = lr.sum(-1).clamp(-SAFETY_BOUND, SAFETY_BOUND)
-    return {"kl": tok(samp - old), "k3_kl": tok(rho - lr - 1), "training_ppl": float(torch.exp(-m_old).mean()),
-            "rollout_ppl": float(torch.exp(-m_samp).mean()), "log_ppl_diff": float(diff.mean()),
+    return {"kl": tok(roll - old), "k3_kl": tok(rho - lr - 1), "training_ppl": float(torch.exp(-m_old).mean()),
+            "rollout_ppl": float(torch.exp(-m_roll).mean()), "log_ppl_diff": float(diff.mean()),
             "log_ppl_abs_diff": float(diff.abs().mean()), "ppl_ratio": float(torch.exp(diff).mean()),
             "chi2_token": tok(rho.square()) - 1.0, "chi2_seq": float(torch.exp(2 * seq).mean()) - 1.0}
 
 
-def batch_rejection(old_logprobs: list, sampler_logprobs: list, source: list[str], loss_mask: list | None,
+def batch_rejection(old_logprobs: list, rollout_logprobs: list, source: list[str], loss_mask: list | None,
                     rejection: str, params: dict, veto_threshold: float, metrics: bool) -> tuple[list | None, dict]:
     """The loss mask of a TrainBatch with the rejection mask and the veto applied to the receiver's own rows (those
-    with sampler log-probs; grafted, teacher and stored rows are kept as they are), and the ``rollout_corr/*``
+    with rollout log-probs; grafted, teacher and stored rows are kept as they are), and the ``rollout_corr/*``
     metrics over those rows (verl's names): the mismatch metrics, ``rs_masked_fraction`` (tokens dropped),
     ``rs_seq_masked_fraction`` (responses with a dropped token), ``veto_fraction``."""
     fn = ROLLOUT_REJECTIONS.get(rejection)
-    rows, old, samp, mask = self_rows_padded(old_logprobs, sampler_logprobs, source)
+    rows, old, roll, mask = self_rows_padded(old_logprobs, rollout_logprobs, source)
     if not rows or (rejection == "none" and veto_threshold <= 0 and not metrics):
         return loss_mask, {}
     lmask = mask.clone()
@@ -181,9 +199,9 @@ def batch_rejection(old_logprobs: list, sampler_logprobs: list, source: list[str
         m = None if loss_mask is None else loss_mask[i]
         if m is not None:
             lmask[k, :len(m)] = torch.tensor(m, dtype=torch.float64)
-    log_ratio = (old - samp) * mask
+    log_ratio = (old - roll) * mask
     keep = fn(log_ratio, mask, **params)
-    met = {f"rollout_corr/{k}": v for k, v in mismatch_metrics(old, samp, mask).items()} if metrics else {}
+    met = {f"rollout_corr/{k}": v for k, v in mismatch_metrics(old, roll, mask).items()} if metrics else {}
     if veto_threshold > 0:
         veto = token_veto(log_ratio, mask, veto_threshold)
         met["rollout_corr/veto_fraction"] = float(1 - veto.mean())

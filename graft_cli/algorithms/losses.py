@@ -1,7 +1,8 @@
 """Policy losses and loss aggregation (registry ``POLICY_LOSSES``): one signature for every loss.
 
-A loss is registered with :func:`register_loss` and its parameters' defaults (validated from
-``algo.loss_params``; one-line error naming the key). It is called as ``spec(inputs)`` with one
+A loss is registered with :func:`register_loss` and its parameters, a frozen :class:`~graft_cli.registry.Params`
+dataclass declared next to it (the one place their defaults are written; ``algo.loss_params`` is checked against it,
+one-line error naming the key, and resolved to every value). It is called as ``spec(inputs)`` with one
 :class:`LossInputs` and returns ``(loss, stats)``. All tensors are ``(B, T)`` over response-token positions
 (as :func:`graft_cli.models.logprobs.response_logprobs` lays them out) with a float ``mask`` (the rows'
 loss masks); ``weight`` is one number per row (GRAFT's compatibility weight w, 1 for self samples).
@@ -17,9 +18,9 @@ from typing import Callable
 
 import torch
 
-from graft_cli.registry import Registry, validate_params
+from graft_cli.registry import Params, Registry, params_class
 
-POLICY_LOSSES: Registry = Registry("policy loss")
+POLICY_LOSSES: Registry = Registry("policy loss", Params)
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
@@ -98,14 +99,19 @@ class LossInputs:
 
 @dataclass(frozen=True)
 class LossSpec:
-    """A registered loss: the function, its parameters' defaults and the per-token columns it reads
-    (padded to ``(B, T)`` by the trainer from the batch's ``extra``)."""
+    """A registered loss: the function, its parameters (a :class:`~graft_cli.registry.Params` class; a mapping
+of defaults is made one, :func:`~graft_cli.registry.params_class`) and the per-token columns it reads (padded to
+``(B, T)`` by the trainer from the batch's ``extra``)."""
 
     name: str
     fn: Callable
-    defaults: dict
+    params: type = Params
     token_columns: tuple = ()
     doc: str = ""
+
+    def __post_init__(self):
+        if isinstance(self.params, dict):
+            object.__setattr__(self, "params", params_class(self.name, self.params))
 
     def __call__(self, inp: LossInputs, **params):
         if params or not inp.params:
@@ -113,16 +119,21 @@ class LossSpec:
         return self.fn(inp)
 
     def validate(self, params: dict | None, key: str = "algo.loss_params") -> dict:
-        return validate_params(self.defaults, params, key, f"loss {self.name!r}")
+        """``params`` checked against the loss's parameters, every default filled in."""
+        return self.params.check(params, key, f"loss {self.name!r}").to_dict()
 
 
-def register_loss(name: str, token_columns: tuple = (), **defaults):
-    """Register ``fn(inputs) -> (loss, stats)`` as loss ``name`` with its parameters' defaults (a tuple
-    default is a choice whose first entry is the default). Returns the :class:`LossSpec`."""
+def register_loss(name: str, token_columns: tuple = (), params: type | None = None, **defaults):
+    """Register ``fn(inputs) -> (loss, stats)`` as loss ``name`` with its parameters: ``params``, a frozen
+    :class:`~graft_cli.registry.Params` dataclass (registered as the name's spec, its defaults the instance), or
+    keyword defaults (a tuple default is a choice whose first entry is the default). Returns the :class:`LossSpec`."""
+    if params is not None and defaults:
+        raise TypeError(f"loss {name!r}: parameters as a Params class or as keyword defaults, not both")
+    cls = params if params is not None else params_class(name, defaults) if defaults else Params
 
     def deco(fn):
-        spec = LossSpec(name, fn, defaults, tuple(token_columns), (fn.__doc__ or "").strip())
-        POLICY_LOSSES.register(name)(spec)
+        spec = LossSpec(name, fn, cls, tuple(token_columns), (fn.__doc__ or "").strip())
+        POLICY_LOSSES.register(name, spec=cls())(spec)
         return spec
 
     return deco

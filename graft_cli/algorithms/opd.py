@@ -22,6 +22,7 @@ Pure functions over ``(B, T)`` tensors (response-token positions, float ``mask``
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -29,6 +30,7 @@ from graft_cli.algorithms.controllers import CONTROLLERS, Controller
 from graft_cli.algorithms.losses import kl_penalty
 from graft_cli.algorithms.signals import register_token_advantage, scalar_broadcast
 from graft_cli.errors import GraftError
+from graft_cli.registry import Params, choice
 
 
 def opd_advantage(teacher_logp: torch.Tensor, student_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -94,19 +96,31 @@ def _pad(rows: list, T: int) -> torch.Tensor:
     return out
 
 
-@register_token_advantage("opd_fusion", grpo_coef=1.0, opd_coef=1.0, topk=100.0, tanh=False, tanh_coef=0.1,
-                          student_logprobs=("old", "sampler"), teacher_column="ref_logprobs")
+@dataclass(frozen=True)
+class OpdFusionParams(Params):
+    """``algo.token_adv_params`` of ``opd_fusion`` (:func:`fused_advantages`)."""
+
+    grpo_coef: float = 1.0
+    opd_coef: float = 1.0
+    topk: float = 100.0
+    tanh: bool = False
+    tanh_coef: float = 0.1
+    student_logprobs: str = choice("old", "rollout")  # the recomputed old log-probs | the rollout's
+    teacher_column: str = "ref_logprobs"  # the frozen teacher's column
+
+
+@register_token_advantage("opd_fusion", params=OpdFusionParams)
 def opd_fusion(batch, ctx):
     """GRPO + OPD advantages per token (module docstring); the teacher's log-probs come from a frozen model's
     column (default ``ref_logprobs``, as verl's SAF puts the teacher in the reference slot); the student's are
-    the recomputed old log-probs (S0's form) or the sampler's. ``ctx.coefs`` may carry ``saf/scale`` and
+    the recomputed old log-probs (S0's form) or the rollout log-probs. ``ctx.coefs`` may carry ``saf/scale`` and
     ``saf/anneal`` (the ``saf_schedule`` controller); without them both are 1."""
     p = ctx.params
     col = p["teacher_column"]
     if col not in batch.extra:
         raise GraftError(f"config key 'algo.token_advantages': opd_fusion needs the teacher's column {col!r} "
                          f"(a policy with role: frozen and column: {col})")
-    student = batch.old_logprobs if p["student_logprobs"] == "old" else batch.sampler_logprobs
+    student = batch.old_logprobs if p["student_logprobs"] == "old" else batch.rollout_logprobs
     lens = [len(r) for r in batch.response_ids]
     T = max(lens, default=0)
     if T == 0:
@@ -138,7 +152,22 @@ def opd_fusion(batch, ctx):
     return out, met
 
 
-@CONTROLLERS.register("saf_schedule")
+@dataclass(frozen=True)
+class SafScheduleParams(Params):
+    """An ``algo.controllers`` entry of ``saf_schedule`` (:class:`SafSchedule`)."""
+
+    warmup_steps: int = 100
+    kl_delta: float = 0.2
+    warmup: bool = True
+    anneal: bool = True
+    anneal_steps: int = 200
+    anneal_min: float = 0.0
+    anneal_total_steps: int | None = None
+    policy: str | None = None
+    kl_metric: str = "kl_seq_mean"
+
+
+@CONTROLLERS.register("saf_schedule", spec=SafScheduleParams())
 class SafSchedule(Controller):
     """SAF's Stage 3 (KL-triggered warm-up) and Stage 4 (linear anneal) as coefficients ``saf/scale`` and
     ``saf/anneal`` (module docstring; opd_saf.md §3.2 and its reference snippet).
@@ -155,8 +184,7 @@ class SafSchedule(Controller):
     ``anneal_steps``. R is fixed when the anneal starts (the released ``_anneal_steps_dynamic``), so a run resumed
     with another ``--steps`` keeps its anneal."""
 
-    DEFAULTS = {"warmup_steps": 100, "kl_delta": 0.2, "warmup": True, "anneal": True, "anneal_steps": 200,
-                "anneal_min": 0.0, "anneal_total_steps": None, "policy": None, "kl_metric": "kl_seq_mean"}
+    PARAMS = SafScheduleParams
 
     @classmethod
     def check(cls, p: dict, key: str) -> None:

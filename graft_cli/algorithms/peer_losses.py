@@ -1,7 +1,7 @@
 """Policy losses for cross-model update variants (registry ``POLICY_LOSSES``; graft.md §3, baselines.md).
 
 Same signature as :mod:`graft_cli.algorithms.losses`: ``spec(LossInputs) -> (loss, stats)``, parameters from
-``algo.loss_params`` (defaults below, next to each loss).
+``algo.loss_params`` (a :class:`~graft_cli.registry.Params` dataclass next to each loss holds their defaults).
 
 - ``luffy``: GRAFT's "LUFFY update" (graft.md §3): self tokens use the clipped PPO surrogate; peer tokens
   use −f(π_θ(o_t|·))·Â with f(x) = x/(x+γ); the peer behaviour probability is taken as 1, no clip on peer
@@ -25,17 +25,25 @@ Same signature as :mod:`graft_cli.algorithms.losses`: ``spec(LossInputs) -> (los
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from graft_cli.algorithms.losses import (LossInputs, agg_loss, clip_stats, ppo_surrogate, register_loss,
                                          sequence_log_ratio_tokens)
+from graft_cli.registry import Params, choice
 
 
 def _seq_adv(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
 
 
-@register_loss("luffy", gamma=0.1)
+@dataclass(frozen=True)
+class LuffyParams(Params):
+    gamma: float = 0.1  # f(x) = x/(x+γ) on peer tokens
+
+
+@register_loss("luffy", params=LuffyParams)
 def luffy_loss(inp: LossInputs):
     """graft.md §3 "LUFFY update": self tokens −min(ρÂ, clip(ρ)Â); peer tokens −f(π_θ)·Â, f(x) = x/(x+γ)
     (no clip, behaviour prob 1); w per row; aggregation as configured (token-mean)."""
@@ -52,7 +60,15 @@ def luffy_loss(inp: LossInputs):
     return loss, clip_stats(stat_ratio, inp.adv, inp.mask, inp.is_peer, inp.clip_low, inp.clip_high)
 
 
-@register_loss("hacpo_peer", lower_bound=0.8, lower_bound_step=0.025, schedule=("minibatch", "step"), peer_coef=1.0)
+@dataclass(frozen=True)
+class HacpoPeerParams(Params):
+    lower_bound: float = 0.8  # L_0
+    lower_bound_step: float = 0.025  # Δ: L_m = min(1, L_0 + m·Δ)
+    schedule: str = choice("minibatch", "step")  # m: the minibatch index | the training step
+    peer_coef: float = 1.0
+
+
+@register_loss("hacpo_peer", params=HacpoPeerParams)
 def hacpo_peer_loss(inp: LossInputs):
     """HACPO (baselines.md §1.2, paper eq. 59): self rows GSPO, min(sÂ, clip(s, 1−ε_l, 1+ε_h)Â) with
     s = exp(mean_t(logπ_θ − logπ_old)); peer rows ŝ·sg(ŝ)·c·Â with ŝ = clamp(s_x, L_m, 1),
@@ -100,7 +116,12 @@ def hacpo_peer_loss(inp: LossInputs):
     return loss, st
 
 
-@register_loss("ppo_token_nll", nll_coef=0.1)
+@dataclass(frozen=True)
+class PpoTokenNllParams(Params):
+    nll_coef: float = 0.1  # λ
+
+
+@register_loss("ppo_token_nll", params=PpoTokenNllParams)
 def ppo_token_nll_loss(inp: LossInputs):
     """SFT update (graft.md §3; baselines.md §2.3): L = L_PPO over the rows in the policy gradient (their own
     token-mean denominator) + (1/N_aux) Σ_{aux j} λ · (1/|o_j|) Σ_t −log π_θ(o_{j,t}|·) over the other rows

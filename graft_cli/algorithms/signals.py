@@ -28,10 +28,11 @@ import torch
 
 from graft_cli.algorithms.correction import batch_is_weights, batch_rejection
 from graft_cli.errors import GraftError
-from graft_cli.registry import ParamSpec, Registry, register_with_defaults, validate_params
+from graft_cli.registry import Params, Registry, params_class
 
-LOSS_MASKS: Registry = Registry("loss mask", ParamSpec)
-TOKEN_ADVANTAGES: Registry = Registry("token-advantage function", ParamSpec)
+# spec of a name: its parameters' defaults (a Params dataclass declared next to the function)
+LOSS_MASKS: Registry = Registry("loss mask", Params)
+TOKEN_ADVANTAGES: Registry = Registry("token-advantage function", Params)
 
 
 @dataclass
@@ -43,36 +44,44 @@ class SignalContext:
     params: dict = field(default_factory=dict)  # the function's validated parameters (algo.token_adv_params)
 
 
-def register_token_advantage(name: str, **defaults):
-    """Register ``fn(batch, ctx)`` as token-advantage function ``name`` with its parameters' defaults (read from
-    ``algo.token_adv_params``, validated; a tuple default is a choice)."""
-    return register_with_defaults(TOKEN_ADVANTAGES, name, defaults)
+def _register(registry: Registry, name: str, params: type | None, defaults: dict):
+    if params is not None and defaults:
+        raise TypeError(f"{registry.kind} {name!r}: parameters as a Params class or as keyword defaults, not both")
+    cls = params if params is not None else params_class(name, defaults) if defaults else Params
+    return registry.register(name, spec=cls())
+
+
+def register_token_advantage(name: str, params: type | None = None, **defaults):
+    """Register ``fn(batch, ctx)`` as token-advantage function ``name`` with its parameters (read from
+    ``algo.token_adv_params``, checked): ``params``, a frozen :class:`~graft_cli.registry.Params` dataclass, or
+    keyword defaults (a tuple default is a choice)."""
+    return _register(TOKEN_ADVANTAGES, name, params, defaults)
 
 
 def token_adv_params(names: list, params: dict | None) -> dict:
     """name -> validated parameters of each listed function: ``algo.token_adv_params`` holds the parameters of
     every function of the pipeline (one flat mapping; a key belongs to the function that declares it)."""
-    specs = {n: TOKEN_ADVANTAGES.spec(n).defaults for n in names}
-    owners = {k: n for n, d in specs.items() for k in d}
+    specs = {n: type(TOKEN_ADVANTAGES.spec(n)) for n in names}
+    owners = {k: n for n, cls in specs.items() for k in cls.defaults()}
     for k in params or {}:
         if k not in owners:
             known = ", ".join(sorted(owners)) or "none"
             raise GraftError(f"config key 'algo.token_adv_params.{k}': not a parameter of {', '.join(names)}; "
                              f"known: {known}")
-    return {n: validate_params(d, {k: v for k, v in (params or {}).items() if owners[k] == n},
-                               "algo.token_adv_params", f"token-advantage function {n!r}") for n, d in specs.items()}
+    return {n: cls.check({k: v for k, v in (params or {}).items() if owners[k] == n}, "algo.token_adv_params",
+                         f"token-advantage function {n!r}").to_dict() for n, cls in specs.items()}
 
 
-def register_loss_mask(name: str, **defaults):
-    """Register ``fn(batch, ctx)`` as loss mask ``name`` with its parameters' defaults (``algo.loss_mask_params``,
-    validated; ``ctx.params`` holds them)."""
-    return register_with_defaults(LOSS_MASKS, name, defaults)
+def register_loss_mask(name: str, params: type | None = None, **defaults):
+    """Register ``fn(batch, ctx)`` as loss mask ``name`` with its parameters (``algo.loss_mask_params``, checked;
+    ``ctx.params`` holds them): ``params``, a frozen :class:`~graft_cli.registry.Params` dataclass, or keyword
+    defaults."""
+    return _register(LOSS_MASKS, name, params, defaults)
 
 
 def loss_mask_params(name: str, params: dict | None) -> dict:
     """The validated parameters of loss mask ``name`` (one-line error naming ``algo.loss_mask_params.<key>``)."""
-    return validate_params(LOSS_MASKS.spec(name).defaults, params, "algo.loss_mask_params",
-                           f"loss mask {name!r}")
+    return type(LOSS_MASKS.spec(name)).check(params, "algo.loss_mask_params", f"loss mask {name!r}").to_dict()
 
 
 @register_loss_mask("response")
@@ -81,7 +90,12 @@ def response_mask(batch, ctx: SignalContext):
     return None
 
 
-@register_loss_mask("author", junior_weight=0.0)
+@dataclass(frozen=True)
+class AuthorMaskParams(Params):
+    junior_weight: float = 0.0  # w: the weight of the junior's tokens
+
+
+@register_loss_mask("author", params=AuthorMaskParams)
 def author_mask(batch, ctx: SignalContext):
     """Tandem RLVR's senior gate (tandem.md §2.5): ``mask_t = author_t + w·(1 − author_t)`` with ``author_t`` = 1
     on the senior's tokens, 0 on the junior's (the ``author`` column the tandem engine returns) and ``w`` =
@@ -91,7 +105,7 @@ def author_mask(batch, ctx: SignalContext):
     if "author" not in batch.extra:
         raise GraftError("config key 'algo.loss_mask': mask 'author' needs the rollouts' author column "
                          "(rollout.engine: tandem)")
-    w = float(ctx.params.get("junior_weight", 0.0))
+    w = float(ctx.params["junior_weight"])
     return [None if a is None else [1.0 if x else w for x in a] for a in batch.extra["author"]]
 
 
@@ -124,7 +138,7 @@ def rollout_rejection(batch, rc) -> tuple[list | None, dict]:
     """The batch's loss mask with ``algo.rollout_correction`` applied (its rejection mask and veto on the
     receiver's own rows: rejected tokens leave the loss and its denominators, as verl's modified response mask)
     and the ``rollout_corr/*`` metrics (graft_cli/algorithms/correction.py)."""
-    return batch_rejection(batch.old_logprobs, batch.sampler_logprobs, batch.source, batch.loss_mask, rc.rejection,
+    return batch_rejection(batch.old_logprobs, batch.rollout_logprobs, batch.source, batch.loss_mask, rc.rejection,
                            dict(rc.params), float(rc.veto_threshold), bool(rc.metrics))
 
 
@@ -133,7 +147,7 @@ def is_corrected_advantages(batch, ctx: SignalContext):
     """Â_{j,t} · w_{j,t} with the truncated IS weights of :mod:`graft_cli.algorithms.correction`
     (``algo.is_correction``: none | token | sequence; C = ``algo.is_threshold``), in float32 as the loss
     sees them. ``none``: the batch's token advantages unchanged."""
-    isw, met = batch_is_weights(batch.old_logprobs, batch.sampler_logprobs, batch.source, ctx.algo.is_correction,
+    isw, met = batch_is_weights(batch.old_logprobs, batch.rollout_logprobs, batch.source, ctx.algo.is_correction,
                                 ctx.algo.is_threshold)
     if isw is None:
         return batch.token_adv, met

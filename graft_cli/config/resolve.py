@@ -4,17 +4,19 @@ Composing a config is compose → **resolve** → validate (:mod:`graft_cli.conf
 Each resolver below fills in one section's implied values and is idempotent (a config read back from a run
 directory resolves to itself):
 
+* older names of values and keys (:data:`OLDER_VALUES`, :data:`OLDER_KEYS`) read as the current ones, so a run's
+  ``config.yaml`` written with them still resumes and evaluates;
 * the registered functions' parameters completed with their defaults (token advantages, loss mask, loss,
   rollout-correction rejection): what a run used is written in full in its ``config.yaml``;
 * the exchange's implied policies, sources and parameters (:meth:`Exchange.resolve`: stored-trajectory GRAFT's
   partner becomes a ``rollout_log`` source and is not trained);
 * ``algo.reference=initial``: a frozen ``<name>_ref`` copy of each trained policy (for a LoRA policy its base,
   the adapter switched off);
-* ``algo.old_logprobs=auto``: ``sampler`` where the engine's log-probs are the trainer's (exact engine, float32,
+* ``algo.old_logprobs=auto``: ``rollout`` where the engine's log-probs are the trainer's (exact engine, float32,
   no autocast, one PPO epoch, no top-p), else ``trainer``;
 * ``optim.shared_prefix=auto``: on unless gradient checkpointing is;
 * ``run.staleness`` >= 1 (rollouts sampled with older weights): ``algo.old_logprobs=auto`` is ``trainer`` (π_old
-  recomputed at the current weights, verl's recompute), ``algo.is_correction=auto`` is ``token`` (the sampler's
+  recomputed at the current weights, verl's recompute), ``algo.is_correction=auto`` is ``token`` (the rollout
   log-probs are the behaviour policy's: truncated IS against π_old) and the rollout-correction metrics are on;
   at 0, ``auto`` is ``none`` and the metrics are off.
 
@@ -28,9 +30,56 @@ from graft_cli.algorithms.correction import ROLLOUT_REJECTIONS
 from graft_cli.algorithms.exchange import EXCHANGES
 from graft_cli.algorithms.losses import POLICY_LOSSES
 from graft_cli.algorithms.signals import loss_mask_params, token_adv_params
-from graft_cli.registry import validate_params
 from graft_cli.rollout import ENGINES
 from graft_cli.schema import Config, PolicyConfig
+
+
+# key -> {older value: current value}; older key -> current key (docs/glossary.md)
+OLDER_VALUES = {"algo.old_logprobs": {"sampler": "rollout"},
+                "exchange.params.peer_logprobs": {"sampler": "rollout"},
+                "algo.token_adv_params.student_logprobs": {"sampler": "rollout"}}
+OLDER_KEYS = {"rollout.engine_kwargs.sampler": "rollout.engine_kwargs.rng"}
+
+
+def _parent(cfg: Config, key: str):
+    """The section holding ``key``'s last part (a dataclass or a dict), or None when a part is missing."""
+    node = cfg
+    for part in key.split(".")[:-1]:
+        node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
+        if node is None:
+            return None
+    return node
+
+
+def rename_older(flat: dict) -> dict:
+    """A flat mapping (dotted key -> value, e.g. a run's raw ``config.yaml`` flattened) with the older values and
+    keys rewritten to the current names."""
+    out = dict(flat)
+    for key, values in OLDER_VALUES.items():
+        if isinstance(out.get(key), str) and out[key] in values:
+            out[key] = values[out[key]]
+    for old, new in OLDER_KEYS.items():
+        if old in out:
+            out.setdefault(new, out.pop(old))
+    return out
+
+
+def resolve_older_names(cfg: Config) -> None:
+    """Older values and keys (:data:`OLDER_VALUES`, :data:`OLDER_KEYS`) rewritten to the current names."""
+    for key, values in OLDER_VALUES.items():
+        node, last = _parent(cfg, key), key.rsplit(".", 1)[-1]
+        if isinstance(node, dict):
+            v = node.get(last)
+            if isinstance(v, str) and v in values:
+                node[last] = values[v]
+        elif node is not None:
+            v = getattr(node, last, None)
+            if isinstance(v, str) and v in values:
+                setattr(node, last, values[v])
+    for old, new in OLDER_KEYS.items():
+        node, last = _parent(cfg, old), old.rsplit(".", 1)[-1]
+        if isinstance(node, dict) and last in node:
+            node.setdefault(new.rsplit(".", 1)[-1], node.pop(last))
 
 
 def resolve_signal_params(cfg: Config) -> None:
@@ -51,8 +100,8 @@ def resolve_loss_params(cfg: Config) -> None:
     a = cfg.algo
     rc = a.rollout_correction
     if rc.rejection in ROLLOUT_REJECTIONS:
-        rc.params = validate_params(ROLLOUT_REJECTIONS.spec(rc.rejection).defaults, rc.params,
-                                    "algo.rollout_correction.params", f"rejection mask {rc.rejection!r}")
+        rc.params = type(ROLLOUT_REJECTIONS.spec(rc.rejection)).check(
+            rc.params, "algo.rollout_correction.params", f"rejection mask {rc.rejection!r}").to_dict()
     if a.loss in POLICY_LOSSES:
         a.loss_params = POLICY_LOSSES.get(a.loss).validate(a.loss_params)
 
@@ -76,18 +125,18 @@ def resolve_reference(cfg: Config) -> None:
 
 
 def resolve_old_logprobs(cfg: Config) -> None:
-    """``algo.old_logprobs=auto``: the sampler's log-probs where they are exactly the trainer's, else a trainer
+    """``algo.old_logprobs=auto``: the rollout log-probs where they are exactly the trainer's, else a trainer
     forward."""
     a, r = cfg.algo, cfg.rollout
     if a.old_logprobs != "auto" or r.engine not in ENGINES:
         return
-    if cfg.run.staleness > 0:  # the sampler's log-probs are an older policy's
+    if cfg.run.staleness > 0:  # the rollout log-probs are an older policy's
         a.old_logprobs = "trainer"
         return
     engine = ENGINES.get(r.engine)
     exact = (engine.exact_logprobs and cfg.run.dtype == "float32"
              and cfg.optim.autocast == "none" and r.engine_kwargs.get("autocast", "none") == "none")
-    a.old_logprobs = "sampler" if exact and a.ppo_epochs == 1 and r.top_p >= 1.0 else "trainer"
+    a.old_logprobs = "rollout" if exact and a.ppo_epochs == 1 and r.top_p >= 1.0 else "trainer"
 
 
 def resolve_staleness(cfg: Config) -> None:
@@ -106,9 +155,10 @@ def resolve_shared_prefix(cfg: Config) -> None:
         cfg.optim.shared_prefix = not cfg.optim.gradient_checkpointing
 
 
-# in order: the exchange may drop a policy (a stored partner) before references are made for the trained ones
-RESOLVERS = (resolve_signal_params, resolve_loss_params, resolve_exchange, resolve_reference, resolve_old_logprobs,
-             resolve_staleness, resolve_shared_prefix)
+# in order: older names first; the exchange may drop a policy (the partner of stored-trajectory GRAFT) before
+# references are made for the trained ones
+RESOLVERS = (resolve_older_names, resolve_signal_params, resolve_loss_params, resolve_exchange, resolve_reference,
+             resolve_old_logprobs, resolve_staleness, resolve_shared_prefix)
 
 
 def resolve(cfg: Config) -> None:

@@ -160,7 +160,7 @@ def validate_algo(cfg: Config, registries: bool) -> None:
 def validate_correction(cfg: Config, registries: bool) -> None:
     """Where the old log-probs come from, and the rollout-correction weights and masks."""
     a = cfg.algo
-    _check(a.old_logprobs in ("auto", "trainer", "sampler"), "algo.old_logprobs", "must be auto, trainer or sampler")
+    _check(a.old_logprobs in ("auto", "trainer", "rollout"), "algo.old_logprobs", "must be auto, trainer or rollout")
     _known(a.is_correction, IS_CORRECTIONS, "algo.is_correction", registries)
     _check(a.is_threshold > 0, "algo.is_threshold", "must be > 0")
     rc = a.rollout_correction
@@ -200,11 +200,11 @@ def validate_rollout(cfg: Config, registries: bool) -> None:
     except ValueError as e:
         key, _, why = str(e).partition(": ")
         _check(False, key, why)
-    _check(a.old_logprobs != "sampler" or engine.policy_logprobs,
-           "algo.old_logprobs", f"sampler: engine {r.engine!r} returns the log-probs of the model that wrote each "
+    _check(a.old_logprobs != "rollout" or engine.policy_logprobs,
+           "algo.old_logprobs", f"rollout: engine {r.engine!r} returns the log-probs of the model that wrote each "
            "token, not the policy's; use trainer")
-    _check(a.old_logprobs != "sampler" or r.top_p >= 1.0, "algo.old_logprobs",
-           f"sampler with rollout.top_p={r.top_p}: the engine's log-probs are of the top-p truncated distribution "
+    _check(a.old_logprobs != "rollout" or r.top_p >= 1.0, "algo.old_logprobs",
+           f"rollout with rollout.top_p={r.top_p}: the engine's log-probs are of the top-p truncated distribution "
            "and the trainer's are not; use trainer (or auto)")
     frozen = [p.name for p in cfg.policies if p.role == "frozen"]
     for k in engine.frozen_kwargs:  # options that name a frozen model (tandem)
@@ -257,8 +257,8 @@ def validate_run(cfg: Config, registries: bool) -> None:
     _check(run.model_init in ("pretrained", "random"), "run.model_init", "must be pretrained or random")
     _check(run.policy_workers >= 0, "run.policy_workers", "must be >= 0 (0 = auto, 1 = sequential)")
     _check(run.staleness >= 0, "run.staleness", "must be >= 0 (0: every step samples with its own weights)")
-    _check(run.staleness == 0 or cfg.algo.old_logprobs != "sampler", "algo.old_logprobs",
-           f"sampler with run.staleness={run.staleness}: the sampler's log-probs are those of weights up to "
+    _check(run.staleness == 0 or cfg.algo.old_logprobs != "rollout", "algo.old_logprobs",
+           f"rollout with run.staleness={run.staleness}: the rollout log-probs are those of weights up to "
            f"{run.staleness} updates old, not π_old; use trainer (or auto)")
 
 

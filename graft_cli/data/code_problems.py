@@ -1,6 +1,6 @@
 """Code problem sets in their own layouts, normalised to ``{id, problem, answer}`` for the code reward.
 
-The ``answer`` of a code problem is its test spec as JSON (graft_cli/code_reward.py ``parse_spec``): ``assert``
+The ``answer`` of a code problem is its test spec as JSON (graft_cli/reward/programs.py ``parse_spec``): ``assert``
 (HumanEval-style test code), ``io`` (stdin/stdout pairs) or ``call`` (arguments / return values of ``fn_name``).
 The ``problem`` is the whole user message of the benchmark's own prompt for chat models:
 
@@ -14,7 +14,7 @@ The ``problem`` is the whole user message of the benchmark's own prompt for chat
   EvalPlus's: the task in words and the first original assert inside a docstring. The spec keeps that header as
   ``prompt``, so a raw completion is graded HumanEval-style (prompt + completion), and the reference solution
   (HumanEval's ``prompt + canonical_solution``, MBPP+'s ``code``) as ``reference``: the code reward records its
-  calls under the tests to grade answers outside the sandboxed process (graft_cli/code_convert.py).
+  calls under the tests to grade answers outside the sandboxed process (graft_cli/reward/convert.py).
 * **LiveCodeBench** (``livecodebench/code_generation_lite`` rows: ``question_id, question_content,
   contest_date, starter_code, public_test_cases, private_test_cases, metadata``; the private tests are JSON, or
   JSON pickled as a str, zlib-compressed and base64-encoded, read here with an unpickler that refuses every

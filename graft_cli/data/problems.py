@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graft_cli.answers import last_boxed
+from graft_cli.reward.answers import last_boxed
 from graft_cli.data import hub
 from graft_cli.errors import GraftError
 

@@ -1,8 +1,8 @@
 """Reading a run's rollout logs (``rollouts/<policy>/step_NNNNNN.parquet``, written by the trainer) back as
 one step of a partner: the stored-trajectory source (graft.md §5) reads these.
 
-Columns: step, prompt_index, prompt_id, sample_index, answer, response, token_ids, sampler_logprobs, truncated,
-reward, advantage, extracted, data_seed. A log whose sampler log-probs are in a column of an earlier name
+Columns: step, prompt_index, prompt_id, sample_index, answer, response, token_ids, rollout_logprobs, truncated,
+reward, advantage, extracted, data_seed. A log whose rollout log-probs are in a column of an earlier name
 (:data:`RENAMED_COLUMNS`) is read under the current one.
 """
 
@@ -12,9 +12,9 @@ import os
 
 from graft_cli.errors import GraftError
 
-LOG_COLUMNS = ("step", "prompt_index", "prompt_id", "sample_index", "response", "token_ids", "sampler_logprobs",
+LOG_COLUMNS = ("step", "prompt_index", "prompt_id", "sample_index", "response", "token_ids", "rollout_logprobs",
                "truncated", "reward")
-RENAMED_COLUMNS = {"gen_logprobs": "sampler_logprobs"}  # earlier name -> the column's name now
+RENAMED_COLUMNS = {"gen_logprobs": "rollout_logprobs", "sampler_logprobs": "rollout_logprobs"}  # earlier names
 
 
 def _open(path: str, step: int):

@@ -1,7 +1,7 @@
 """A synthetic, verifiable code task for the tiny models: "write a one-line Python function".
 
 Each problem states a small function in words with two worked examples and asks for a one-line ``def``; its gold
-is a ``call`` test spec (graft_cli/code_reward.py: ``fn_name`` ``f``, argument lists and return values) holding the
+is a ``call`` test spec (graft_cli/reward/programs.py: ``fn_name`` ``f``, argument lists and return values) holding the
 two examples and five hidden inputs, so the code reward grades it with the expected values outside the sandbox.
 Records are ``{id, problem, answer, solution, family, level}`` (``solution``: the reference one-liner, what SFT
 teaches; :func:`reference_response` is the response written around it), deterministic by seed.

@@ -8,7 +8,7 @@
 * :mod:`graft_cli.eval.summary` — ``summary.json`` per folder and policy, the best step (``best.json``) and its
   weights
 * :mod:`graft_cli.eval.validation` — validation during training (:class:`ValidationHook`)
-* :mod:`graft_cli.eval.tandem` — tandem RLVR's handoff robustness and legibility, pass@k curves
+* :mod:`graft_cli.eval.tandem_evals` — tandem RLVR's handoff robustness and legibility, pass@k curves
 * :mod:`graft_cli.eval.files` — the file names of an evaluation folder
 * ``lm_eval_tasks/`` — lm-evaluation-harness task YAMLs with the same prompt and the math-verify scorer
 """

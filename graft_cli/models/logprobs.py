@@ -252,7 +252,7 @@ def pack(prompts: list[list[int]], responses: list[list[int]], pad_id: int, devi
 
 
 def to_padded(rows: list[list[float]], prompts: list[list[int]], L: int, device=None) -> torch.Tensor:
-    """Per-response-token values (e.g. sampler log-probs) laid out like ``response_logprobs``'s output."""
+    """Per-response-token values (e.g. rollout log-probs) laid out like ``response_logprobs``'s output."""
     out = torch.zeros((len(rows), L - 1), dtype=torch.float32)
     for i, (v, p) in enumerate(zip(rows, prompts)):
         if len(v):

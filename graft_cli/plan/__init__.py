@@ -7,6 +7,7 @@ partial ones (``train()`` resumes), evaluates each run (the eval API) and record
 
 * :mod:`graft_cli.plan.spec` — plan files: loading, expansion, ordering, compose overrides
 * :mod:`graft_cli.plan.status` — is a run finished / partial / new; is its evaluation done
-* :mod:`graft_cli.plan.execute` — running a plan (train, eval; in-process or N worker processes), result tables
+* :mod:`graft_cli.plan.execute` — running a plan (train, eval; in-process or N worker processes)
+* :mod:`graft_cli.plan.results` — each run's record from its directory, the plan's results files and table
 * :mod:`graft_cli.plan.commands` — the `graft ablate` and `graft reproduce` commands
 """

@@ -16,6 +16,7 @@ from graft_cli.plan import launch as L
 from graft_cli.plan.launchers import get_launcher
 from graft_cli.plan import registration as R
 from graft_cli.plan import spec as P
+from graft_cli.plan.results import disk_records, results_markdown, write_results
 from graft_cli.report.markdown import md_table
 from graft_cli.report.tables import report_main
 from graft_cli.rundir import atomic_write_json
@@ -145,8 +146,8 @@ def run_plan(plan: P.Plan, out: str, launcher: L.Launcher, finish: L.Finish, sta
         return {"cancelled": ids}
     t0 = time.time()
     if report_only:
-        records = X.disk_records(plan, out)
-        X.write_results(plan, out, records, 0.0)
+        records = disk_records(plan, out)
+        write_results(plan, out, records, 0.0)
         result = {"records": records, **finish.call(records)}
     else:
         result = launcher.launch(plan, out, finish)
@@ -155,7 +156,7 @@ def run_plan(plan: P.Plan, out: str, launcher: L.Launcher, finish: L.Finish, sta
         console.print(f"{what}: {len(result['submitted'])} job(s) submitted, {len(result['kept'])} still queued or "
                       f"running; scripts and logs in {result['folder']}; `--status` shows each run")
         return result
-    click.echo(X.results_markdown(plan, result["records"]))
+    click.echo(results_markdown(plan, result["records"]))
     if result.get("claims_md"):
         click.echo("\n" + result["claims_md"])
     console.print(f"{what}: {len(result['records'])} runs in {out}/ ({(time.time() - t0) / 60:.1f} min this time); "

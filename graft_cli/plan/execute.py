@@ -11,7 +11,7 @@ whose parent dies (SIGKILL) notices within a second and stops its own group the 
 run in this process stops the plan (:class:`~graft_cli.train.run.SignalStop`).
 
 Results: one record per run (:func:`execute`), written with the plan to ``<out>/plan_<name>.json`` and as a
-markdown table to ``<out>/plan_<name>.md``.
+markdown table to ``<out>/plan_<name>.md`` (:mod:`graft_cli.plan.results`).
 """
 
 from __future__ import annotations
@@ -31,21 +31,14 @@ from graft_cli.errors import GraftError, Stopped
 from graft_cli.eval.runner import evaluate_run
 from graft_cli.eval.validation import ValidationHook
 from graft_cli.plan import status as S
+from graft_cli.plan.results import eval_dict, load_results, measured_record, write_results
 from graft_cli.plan.spec import Plan, PlanRun
 from graft_cli.report.markdown import md_table
-from graft_cli.rundir import (
-    atomic_write_json,
-    atomic_write_text,
-    best_path,
-    read_json_or_none,
-    read_metrics,
-    training_rows,
-)
 from graft_cli.tiny import build as T
 from graft_cli.tiny.code import build_code
 from graft_cli.tiny.code import read_manifest as read_code_manifest
 from graft_cli.tiny.sft import default_recipe
-from graft_cli.train.provenance import read_provenance, reuse_problem, source_commit
+from graft_cli.train.provenance import reuse_problem
 from graft_cli.train.run import RESUME_MAY_DIFFER, train
 
 
@@ -287,56 +280,11 @@ def check_tiny(expected: dict | None) -> None:
                          "or use a new --out")
 
 
-def run_scores(run_dir: str, steps_spec: str) -> dict:
-    """policy -> {step, avg, std, num_runs, benchmarks} (pass@1 in %) of the evaluated step that stands for
-    the run: the selected (best.json) step for ``best``; otherwise the latest evaluated step of the spec."""
-    out = {}
-    targets = S.eval_targets(run_dir, steps_spec) or {}
-    best = read_json_or_none(best_path(run_dir)) or {}
-    for pol in S.run_policies(run_dir):
-        cands = targets.get(pol) or []
-        step = None
-        if steps_spec == "best" and pol in (best.get("policies") or {}):
-            step = int(best["policies"][pol]["step"])
-        if step is None or S.eval_summary(run_dir, pol, step) is None:
-            done = [s for s in cands if S.eval_summary(run_dir, pol, s) is not None]
-            step = done[-1] if done else None
-        if step is None:
-            continue
-        summ = S.eval_summary(run_dir, pol, step)
-        avg = summ.get("average") or {}
-        out[pol] = {"step": step, "avg": _pct(avg.get("mean")), "std": _pct(avg.get("std")),
-                    "num_runs": summ.get("num_runs"),
-                    "benchmarks": {b: _pct(v.get("mean")) for b, v in (summ.get("benchmarks") or {}).items()}}
-    return out
-
-
-def _pct(v):
-    return None if v is None else 100.0 * float(v)
-
-
-def train_seconds(run_dir: str) -> float:
-    """Σ time/step over metrics.jsonl (training lines, one per step)."""
-    tot, seen = 0.0, set()
-    for m in training_rows(read_metrics(run_dir)):
-        if m.get("step") not in seen:
-            seen.add(m.get("step"))
-            tot += float(m["time/step"])
-    return tot
-
-
 # ------------------------------------------------------------------------------------------ the plan
 def _eval_label(ev) -> str:
     """``steps=last runs=1 samples=4`` and the benchmarks with runs of their own (``aime24=5 ...``)."""
     more = "".join(f" {b}={r}" for b, r in (ev.bench_runs or {}).items())
     return f"steps={ev.steps} runs={ev.runs}{more} samples={ev.samples or 8}"
-
-
-def _eval_dict(plan: Plan, r: PlanRun | None = None) -> dict | None:
-    ev = plan.eval_for(r) if r is not None else plan.eval
-    if not ev.enabled:
-        return None
-    return {k: getattr(ev, k) for k in ev.__dataclass_fields__}
 
 
 def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True, console=None,
@@ -414,7 +362,7 @@ class _Execution:
     def job_for(self, r: PlanRun, in_process: bool) -> dict:
         plan, out = self.plan, self.out
         return {"overrides": plan.compose_overrides(r, out), "run_dir": plan.run_dir(r, out),
-                "finished": self.records[r.key]["_finished"], "eval": _eval_dict(plan, r),
+                "finished": self.records[r.key]["_finished"], "eval": eval_dict(plan, r),
                 "threads": None if in_process and self.jobs == 1 else self.threads,
                 "log": None if in_process else os.path.join(out, "logs", f"{plan.run_name(r)}.log"),
                 "progress": self.progress and in_process, "tiny": self.tiny,
@@ -538,79 +486,4 @@ def reuse_check(plan: Plan, r: PlanRun, out: str) -> None:
                          f"{plan.run_dir(r, out)} or use a new --out")
 
 
-def run_provenance(run_dir: str) -> dict | None:
-    """The run's first session (commit, dirty, start), its config and tiny build hashes and its session count."""
-    prov = read_provenance(run_dir)
-    if not prov:
-        return None
-    first = (prov.get("sessions") or [{}])[0]
-    return {"commit": first.get("commit"), "dirty": first.get("dirty"), "started": first.get("started"),
-            "sessions": len(prov.get("sessions") or []), "config_hash": prov.get("config_hash"),
-            "tiny_build_hash": (prov.get("tiny_build") or {}).get("hash")}
-
-
-def measured_record(plan: Plan, r: PlanRun, rec: dict) -> dict:
-    """``rec`` completed from run ``r``'s directory: status, scores of its evaluated step, training seconds,
-    provenance."""
-    rec.pop("_finished", None)
-    rec["status"] = S.run_status(rec["dir"], plan.steps).label()
-    rec["provenance"] = run_provenance(rec["dir"])
-    ev = plan.eval_for(r)
-    rec["scores"] = run_scores(rec["dir"], ev.steps) if ev.enabled else {}
-    rec["train_time_s"] = train_seconds(rec["dir"])
-    return rec
-
-
-def disk_records(plan: Plan, out: str) -> list[dict]:
-    """One record per run from what its directory holds (runs trained elsewhere, e.g. as Slurm jobs)."""
-    return [measured_record(plan, r, {"key": r.key, "name": r.name, "method": r.method, "seed": r.seed,
-                                      "run": plan.run_name(r), "dir": plan.run_dir(r, out),
-                                      "overrides": list(r.overrides), "partner": r.partner_key(),
-                                      "trained": "elsewhere", "evaluated": "elsewhere", "error": None,
-                                      "train_s": 0.0, "eval_s": 0.0}) for r in plan.runs]
-
-
 # ------------------------------------------------------------------------------------------- results
-def score_cell(sc: dict | None) -> str:
-    if not sc or sc.get("avg") is None:
-        return "—"
-    std = sc.get("std")
-    s = f"{sc['avg']:.2f}" + (f"±{std:.2f}" if std is not None and std == std else "")
-    return f"{s} @{sc['step']}"
-
-
-def results_markdown(plan: Plan, records: list[dict]) -> str:
-    pols = []
-    for r in records:
-        for p in r.get("scores") or {}:
-            if p not in pols:
-                pols.append(p)
-    cols = ["run", "method", "seed", "status", "train", "eval", *[f"{p} avg (pass@1 %)" for p in pols], "error"]
-    rows = []
-    for r in records:
-        rows.append([r["run"], r["method"], r["seed"], r.get("status", ""), r.get("trained") or "—",
-                     r.get("evaluated") or "—", *[score_cell((r.get("scores") or {}).get(p)) for p in pols],
-                     r.get("error") or ""])
-    return md_table(cols, rows)
-
-
-def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny: dict | None = None
-                  ) -> tuple[str, str]:
-    base = os.path.join(out, f"plan_{plan.name}")
-    prev = read_json_or_none(base + ".json") or {}
-    commit, dirty = source_commit()
-    history = list(prev.get("executions") or []) + [{
-        "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": round(wall_s, 1), "commit": commit, "dirty": dirty,
-        "trained": sum(r.get("trained") in ("trained", "resumed") for r in records)}]
-    atomic_write_json(base + ".json", {
-        "plan": plan.name, "source": plan.source, "pair": plan.pair, "steps": plan.steps,
-        "overrides": plan.overrides, "eval": _eval_dict(plan), "claims": plan.claims, "out": out,
-        "executions": history, "tiny": tiny or prev.get("tiny"), "runs": records})
-    md = [f"# Plan {plan.name}", "", f"Pair {plan.pair}; steps {plan.steps}; source {plan.source}; "
-          f"last execution {wall_s / 60:.1f} min.", "", results_markdown(plan, records), ""]
-    atomic_write_text(base + ".md", "\n".join(md))
-    return base + ".json", base + ".md"
-
-
-def load_results(out: str, name: str) -> dict | None:
-    return read_json_or_none(os.path.join(out, f"plan_{name}.json"))

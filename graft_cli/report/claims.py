@@ -200,10 +200,6 @@ def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
     return out
 
 
-def _sig(x):
-    return "—" if x is None else f"{x:+.2f}"
-
-
 # -------------------------------------------------------------------------------------------- measure
 def peer_clip_steps(run_dir: str, clip_steps: int | None) -> dict:
     """policy -> [``clip_ratio/peer`` of each step 1..clip_steps that has grafted tokens]."""

@@ -24,7 +24,8 @@ import os
 
 import numpy as np
 
-from graft_cli.algorithms.exchange.graft import DEFAULTS
+from graft_cli.algorithms.exchange.base import exchange_params
+from graft_cli.algorithms.exchange.graft import GraftParams
 from graft_cli.eval.files import STEP_DIR_RE, run_file
 from graft_cli.eval.rescue import RESCUE_DIR
 from graft_cli.report.markdown import md_table
@@ -226,9 +227,10 @@ def admission_frame(records: list[dict], name: str):
         columns=["step", "prompt_id", "source", "s", "admitted", "reward", "receiver", "run", "family"])
 
 
-def plot_s_histogram(df, path: str, delta: float | None = 0.8, s_max: float = 2.0) -> str | None:
+def plot_s_histogram(df, path: str, delta: float | None = None, s_max: float = 2.0) -> str | None:
     """One panel per direction (source → receiver): stacked histogram of s (clipped to [0, ``s_max``]) for
-    admitted-correct, admitted-wrong, rejected-correct and rejected-wrong responses, δ as a line."""
+    admitted-correct, admitted-wrong, rejected-correct and rejected-wrong responses, δ as a line (none when
+    ``delta`` is None)."""
     if df is None or not len(df):
         return None
     d = df[df["s"].notna()]
@@ -371,19 +373,22 @@ def gate_markdown(records: list[dict], report_dir: str, method: str) -> list[str
     return out
 
 
-def _run_delta(records: list[dict], name: str) -> float:
-    """The δ the runs named ``name`` were configured with (GRAFT's default when unset; 0 with ``gate: none``)."""
+def _run_delta(records: list[dict], name: str) -> float | None:
+    """The δ the runs named ``name`` were configured with: their config's exchange parameters with the registered
+    defaults filled in (0 with ``gate: none``); None when no such run has a GRAFT exchange."""
 
     for r in records:
         if r["name"] == name:
-            p = {**DEFAULTS, **((run_config_raw(r["dir"]).get("exchange") or {}).get("params") or {})}
-            if p["gate"] == "none":
+            p = exchange_params(run_config_raw(r["dir"]).get("exchange"))
+            if not isinstance(p, GraftParams):
+                continue
+            if p.gate == "none":
                 return 0.0
             try:
-                return float(p["delta"])
+                return float(p.delta)
             except (TypeError, ValueError):
-                break
-    return float(DEFAULTS["delta"])
+                return None
+    return None
 
 
 __all__ = ["family_curves", "plot_family_curves", "rescue_table", "admitted_curves", "mechanism_markdown",

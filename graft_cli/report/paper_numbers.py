@@ -1,4 +1,4 @@
-"""The GRAFT paper's reported numbers (reference/graft.md §6), for side-by-side columns in `graft report`.
+"""The GRAFT paper's reported numbers (docs/spec/graft.md §6), for side-by-side columns in `graft report`.
 
 Values are percentages as printed in the paper; a cell is ``(mean, std)`` with ``std`` None where the paper
 prints none, and a missing cell is None. Rows are kept as the paper's own strings (five benchmarks, then the

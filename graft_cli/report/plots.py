@@ -22,6 +22,7 @@ import os
 
 import numpy as np
 
+from graft_cli.algorithms.exchange.base import exchange_params
 from graft_cli.rundir import run_config_raw
 
 
@@ -189,8 +190,9 @@ def plot_compat_hist(runs, path):
 
 
 def _delta_of(run) -> float | None:
+    """The gate floor δ of the run's config (its exchange's parameters, defaults filled in); None without one."""
+    d = getattr(exchange_params(run_config_raw(run.path).get("exchange")), "delta", None)
     try:
-        d = ((run_config_raw(run.path).get("exchange") or {}).get("params") or {}).get("delta")
         return float(d) if d is not None else None
     except (ValueError, TypeError):
         return None

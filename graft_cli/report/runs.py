@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from graft_cli.algorithms.exchange.base import exchange_params
 from graft_cli.config import EXPERIMENTS_DIR, asdict, compose
+from graft_cli.config.resolve import rename_older
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import BENCHMARKS, FIVE
 from graft_cli.eval.files import step_dirs
@@ -32,7 +34,7 @@ METHOD_NAMES = {
 T1_METHODS = ("grpo", "grpo_n16", "grpo_n32", "grpo_dapo", "hacpo", "sgt", "graft")
 ABLATIONS = ("graft", "graft_nogate", "graft_nofloor", "graft_nobalance", "graft_seqratio", "graft_randprompts",
              "graft_randadmit", "graft_first", "graft_uniform", "graft_pooled", "grpo")
-SWEEP = (("graft_nofloor", 0.0), ("graft_delta0p7", 0.7), ("graft", 0.8), ("graft_delta0p9", 0.9))  # Table 7's δ
+SWEEP = ("graft_nofloor", "graft_delta0p7", "graft", "graft_delta0p9")  # Table 7's δ variants (:func:`method_delta`)
 DESIGNS = ("graft", "graft_pooled", "graft_successonly", "graft_successonly_nofloor", "graft_hacpo_update",
            "graft_sft_update", "graft_luffy", "hacpo", "sgt")
 ORDERINGS = ("first", "uniform", "last")
@@ -176,6 +178,23 @@ def _method_files(exp_dir: str | None = None) -> dict:
     return _METHOD_FILES[exp_dir]
 
 
+def method_delta(method: str, exp_dir: str | None = None) -> float | None:
+    """The gate floor δ of method config ``method``: the ``exchange.params`` its file sets (over its ``defaults``
+    chain) with its exchange's registered defaults filled in; None for a method with no file here or no GRAFT
+    exchange."""
+    files = _method_files(exp_dir)
+    if method not in files:
+        return None
+    flat = files[method][0]
+    pre = "exchange.params."
+    p = exchange_params({"name": flat.get("exchange.name"),
+                         "params": {k[len(pre):]: v for k, v in flat.items() if k.startswith(pre)}})
+    try:
+        return float(p.delta) if hasattr(p, "delta") else None
+    except (TypeError, ValueError):
+        return None
+
+
 def composed_config(pair: str, method: str, exp_dir: str | None = None) -> dict | None:
     """``asdict(compose(pair=P, method=M))`` (cached per experiments folder, pair and method); None when it
     does not compose (an unknown pair or method; a method that needs a key only its runs set, e.g.
@@ -236,7 +255,7 @@ def identify(raw: dict, exp_dir: str | None = None) -> tuple[str, list[tuple[str
         return method, []
     keys = sorted({k for f, _ in files.values() for k in f if not _setup(k)} | set(DESIGN_KEYS))
     run = dict(own)
-    run.update(_flatten({k: v for k, v in raw.items() if k != "method"}))
+    run.update(rename_older(_flatten({k: v for k, v in raw.items() if k != "method"})))
 
     def delta(ref: dict) -> set:
         return {k for k in keys if run.get(k, _MISSING) != ref.get(k, _MISSING)}
@@ -263,12 +282,6 @@ def identify(raw: dict, exp_dir: str | None = None) -> tuple[str, list[tuple[str
 
 def variant_label(base: str, residual) -> str:
     return f"{base}[{','.join(f'{k}={v}' for k, v in residual)}]" if residual else base
-
-
-def variant_of(raw: dict) -> str:
-    """The run's variant name (:func:`identify`): a method config name, plus the settings in which the run
-    still differs from it, e.g. ``graft[delta=0.5]``."""
-    return variant_label(*identify(raw))
 
 
 def _model_key(model: str) -> str:

@@ -55,7 +55,7 @@ from graft_cli.analysis.complementarity import from_runs
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import display_name
-from graft_cli.eval.tandem import macro_pass_at_k
+from graft_cli.eval.tandem_evals import macro_pass_at_k
 from graft_cli.report import paper_numbers as P
 from graft_cli.report.plots import make_plots
 from graft_cli.report.render import Table, fdelta, fmt, to_latex, to_markdown
@@ -72,6 +72,7 @@ from graft_cli.report.runs import (
     find_dirs,
     is_code,
     load_runs,
+    method_delta,
     method_label,
     pct,
 )
@@ -184,9 +185,10 @@ def ablation_table(idx: Index, key: str, title: str, methods, labels: dict | Non
 
 
 def delta_sweep(runs: list[Run]) -> tuple[list[str], dict[str, str]]:
-    """Table 7's rows (variants, labels): the δ variants (``SWEEP``: no floor, 0.7, full GRAFT = 0.8, 0.9) and
-    every run that is full GRAFT but for δ (``graft[delta=X]``, e.g. the threshold sweep's 0.5), by δ."""
-    rows = dict(SWEEP)
+    """Table 7's rows (variants, labels): the δ variants (``SWEEP``: no floor, 0.7, full GRAFT, 0.9; each method
+    config's δ, :func:`method_delta`) and every run that is full GRAFT but for δ (``graft[delta=X]``, e.g. the
+    threshold sweep's 0.5), by δ."""
+    rows = {m: d for m in SWEEP if (d := method_delta(m)) is not None}
     for r in runs:
         if r.base == "graft" and len(r.residual) == 1 and r.residual[0][0] == "delta":
             try:
@@ -476,9 +478,9 @@ def code_table(runs: list[Run], eval_dirs: list[str]) -> Table | None:
     for name, method, pair, pol, step, code, avg in rows:
         t.add([name, method, pair, pol, step if step is not None else "—", *[fmt(code.get(b)) for b in order],
                fmt(avg)])
-    t.notes.append("Graded by the code reward (every test must pass; graft_cli/code_reward.py). SAF-OPD reports code "
-                   "gains of SAF over fixed-coefficient fusion of 1.67 / 2.70 / 0.51 points for Qwen3-8B / 4B / 1.7B "
-                   "on HumanEval+, MBPP+ and LiveCodeBench v6 (opd_saf.md §6; per-benchmark numbers [U]).")
+    t.notes.append("Graded by the code reward (every test must pass; graft_cli/reward/code_grader.py). SAF-OPD "
+                   "reports code gains of SAF over fixed-coefficient fusion of 1.67 / 2.70 / 0.51 points for Qwen3-8B "
+                   "/ 4B / 1.7B on HumanEval+, MBPP+ and LiveCodeBench v6 (opd_saf.md §6; per-benchmark numbers [U]).")
     return t
 
 
@@ -499,10 +501,12 @@ def build_tables(runs: list[Run], eval_dirs: list[str] | None = None, devices: i
                  clip_steps: int = 48) -> tuple[list[Table], list[dict]]:
     idx = Index(runs)
     comp = complementarity_rows(idx)
+    d = method_delta("graft")
+    vs = "full GRAFT" if d is None else f"δ = {d:g}"
     tables: list[Table | None] = [
         table1(idx),
         ablation_table(idx, "table7", "Tables 2a / 7: ablations (Δ vs full GRAFT)", ABLATIONS),
-        ablation_table(idx, "table7_delta", "Table 7: gate floor δ sweep (Δ vs δ = 0.8)", *delta_sweep(runs)),
+        ablation_table(idx, "table7_delta", f"Table 7: gate floor δ sweep (Δ vs {vs})", *delta_sweep(runs)),
         ablation_table(idx, "table8", "Tables 2b / 8: alternative designs (Δ vs full GRAFT)", DESIGNS),
         table9(idx, clip_steps),
     ]
@@ -538,7 +542,7 @@ def tandem_table(runs: list[Run]) -> Table | None:
     if not t.rows:
         return None
     t.notes.append("Handoff: the senior and the run's junior alternate at eval.handoff_delimiter, the senior "
-                   "first (graft_cli/eval/tandem.py); legibility: the junior's per-token cross-entropy on the "
+                   "first (graft_cli/eval/tandem_evals.py); legibility: the junior's per-token cross-entropy on the "
                    "senior's solo answers (lower = more legible).")
     return t
 
@@ -584,7 +588,7 @@ def report_main(paths: list[str], out: str | None = None, devices: int | None = 
     if plots and runs:
         images = make_plots(runs, comp, os.path.join(out, "plots"), clip_steps)
     md = ["# graft report", "", f"Runs: {len(runs)}; eval folders: {len(eval_dirs)}. Numbers are pass@1 in %; "
-          "*(paper)* rows are the GRAFT paper's own numbers (reference/graft.md §6).", "", to_markdown(tables)]
+          "*(paper)* rows are the GRAFT paper's own numbers (docs/spec/graft.md §6).", "", to_markdown(tables)]
     if images:
         md += ["## Plots", ""] + [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in images]
     atomic_write_text(os.path.join(out, "report.md"), "\n".join(md) + "\n")

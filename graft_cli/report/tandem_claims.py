@@ -16,7 +16,7 @@ near the base" from co-generation; §2.10: legibility, the junior's cross-entrop
    paper's tables are [U]). Verdict as claim 2.
 4. **more_legible_than_grpo** — Δ = CE(GRPO) − CE(Tandem RLVR), nats per token: how much lower the junior's
    cross-entropy on the tandem senior's solo answers is than on GRPO's. Per problem the CE of its responses
-   pooled (Σ nll / Σ tokens, :func:`graft_cli.eval.tandem.legibility_problems`), problems without a scored
+   pooled (Σ nll / Σ tokens, :func:`graft_cli.eval.tandem_evals.legibility_problems`), problems without a scored
    token in some seed of either arm left out; Δ = the macro over benchmarks of the mean over problems (the
    table's ``macro_ce`` pools tokens per benchmark instead, so its difference can differ slightly). Verdict as
    claim 2 (``held``: the tandem senior is more legible to the junior).
@@ -26,7 +26,7 @@ The interval of record is the t-interval over the seeds' macro values, paired wh
 variance decomposition of :mod:`graft_cli.report.power` beside it and the paired hierarchical bootstrap
 (``bootstrap``) and the Welch interval (``welch``) for comparison. Also
 measured, without a verdict: solo and handoff pass@{1,2,4,8} (summary files), the pass@k curves k = 1..8 from the
-run files (:func:`graft_cli.eval.tandem.pass_at_k_curve`; table and plot in the claims section), the legibility CE
+run files (:func:`graft_cli.eval.tandem_evals.pass_at_k_curve`; table and plot in the claims section), the legibility CE
 and the senior's token share in handoff chains, for every arm (Tandem RLVR, GRPO, KL-Reg GRPO, GRPO n=16).
 
 Files of a record (policy ``policy``, its evaluated step): ``E = <dir>/eval/<policy>/step_<step:06d>/`` with the
@@ -42,7 +42,7 @@ import os
 import numpy as np
 
 from graft_cli.eval.files import read_problem_stats
-from graft_cli.eval.tandem import CURVE_KS, legibility_problems, macro_pass_at_k, pass_at_k_curve
+from graft_cli.eval.tandem_evals import CURVE_KS, legibility_problems, macro_pass_at_k, pass_at_k_curve
 from graft_cli.report.claims import write_section
 from graft_cli.report.markdown import md_table, mean_sd
 from graft_cli.report.power import VARIANCE_COLUMNS, VARIANCE_NOTE, variance_row

@@ -1,14 +1,14 @@
 """The math answer rule: the last boxed answer of a response, equivalent to the gold under math-verify.
 
-:func:`grade_one` / :func:`grade_status` grade one answer in this process; :mod:`graft_cli.reward` runs them in
-worker processes with a hard timeout (the registry ``REWARDS``).
+:func:`grade_one` / :func:`grade_status` grade one answer in this process; :mod:`graft_cli.reward.pool` runs them
+in worker processes with a hard timeout (the reward ``math_verify`` of the registry ``REWARDS``).
 
 The rule (graft.md §1): a response scores 1.0 when the content of its LAST ``\\boxed{...}`` (also
 ``\\boxed x`` and ``\\fbox{...}``) is equivalent to the reference answer under math-verify, else 0.0.
 No format or length reward. A response without a boxed answer, a parse failure, an exception or a
 verification timeout all score 0.0.
 
-math-verify usage (conventions.md §7):
+math-verify usage (docs/spec/conventions.md §7):
 
 * ``verify(gold, pred)`` with the GOLD FIRST: verify is not symmetric (assignments ``x=5`` and
   equation/interval conversions follow the gold's format).

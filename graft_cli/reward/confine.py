@@ -1,4 +1,4 @@
-"""The kernel's confinement primitives the sandbox (:mod:`graft_cli.sandbox`) applies in its child: Landlock
+"""The kernel's confinement primitives the sandbox (:mod:`graft_cli.reward.sandbox`) applies in its child: Landlock
 rulesets through ``ctypes`` (file access, TCP, signals), a seccomp filter through libseccomp (``libseccomp.so.2``,
 the library behind Docker's and systemd's filters), resource limits, a pids / cpu / memory cgroup per slot, the
 mounts of the sandbox's own mount namespace, and the process bookkeeping that finds and kills what a program left
@@ -349,7 +349,7 @@ def hidden_paths(stdlib: list[str]) -> list[str]:
     out |= {p for p in sys.path if p and not any(_under(os.path.realpath(p), s) for s in stdlib)}
     if sys.prefix != sys.base_prefix:
         out.add(sys.prefix)
-    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (or the site-packages it is in)
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # (or its site-packages)
     out |= {checkout, os.path.dirname(checkout)}  # and beside it, the project's data (../shared)
     out.add(os.getcwd())
     real = {os.path.realpath(p) for p in out if p and os.path.isdir(p)}
@@ -394,8 +394,8 @@ def answer_view(python: str) -> tuple[list, list[str], list[str]]:
 
 
 def apply_rlimits(lim, nproc_limit: int | None) -> None:
-    """``setrlimit`` soft = hard for the limits of ``lim`` (a :class:`graft_cli.sandbox.Limits`): address space, CPU
-    seconds, open files, file size, no core files, and processes when ``nproc_limit`` is set."""
+    """``setrlimit`` soft = hard for the limits of ``lim`` (a :class:`graft_cli.reward.sandbox.Limits`): address
+    space, CPU seconds, open files, file size, no core files, and processes when ``nproc_limit`` is set."""
 
     def cap(which, value):
         try:

@@ -1,10 +1,10 @@
 """Assert-kind code tests turned into call-kind tests whose verdict is decided outside the untrusted process.
 
 An ``assert`` spec (HumanEval / EvalPlus test code) is judged by running its tests in a process of their own that
-calls the answer's entry point over a pipe (:meth:`graft_cli.sandbox.Sandbox.run_pair`): two sandboxed processes
-and a round trip per call. Most such tests, though, only call the entry point and compare what it returned with a
-value of their own: one run of the answer's process suffices. :func:`rewrite_tests` finds every call of the entry
-point in the test code (``f(...)``, and ``candidate(...)`` inside ``check``) and accepts the tests when each call
+calls the answer's entry point over a pipe (:meth:`graft_cli.reward.sandbox.Sandbox.run_pair`): two sandboxed
+processes and a round trip per call. Most such tests, though, only call the entry point and compare what it returned
+with a value of their own: one run of the answer's process suffices. :func:`rewrite_tests` finds every call of the
+entry point in the test code (``f(...)``, and ``candidate(...)`` inside ``check``) and accepts the tests when each call
 sits in one of these places, giving the call a comparison rule:
 
 =========================================  ==========  ==================================================
@@ -40,7 +40,7 @@ The rewritten tests are then run once with the problem's **reference solution** 
 ``t``, ``exp``, ``atol``) are recorded as plain data, as EvalPlus derives its expected outputs from the
 reference. The reference must pass its own tests and every recorded value must be plain data (below); else the
 problem stays assert-kind (its tests run in a process of their own beside the answer's:
-:func:`graft_cli.code_reward._run`), counted as such.
+:func:`graft_cli.reward.code_grader._run`), counted as such.
 
 **Plain data** crosses the sandbox boundary in a tagged JSON form with exact types: ``None``, ``bool``, ``int``,
 ``float`` (non-finite as ``{"f": "nan"}``...), ``str`` and ``list`` as themselves (an ``int`` beyond

@@ -1,7 +1,9 @@
-"""Binary math-verify reward on the final boxed answer (registry ``REWARDS``), graded in worker processes.
+"""Grading in worker processes with a hard timeout per answer: the math-verify grader (:class:`MathVerifyGrader`, the
+reward ``math_verify`` of :data:`graft_cli.reward.REWARDS`), its pool (which the code grader reuses) and the
+:class:`Grades` every grader returns.
 
-The rule and its math-verify usage are :mod:`graft_cli.answers` (:func:`~graft_cli.answers.grade_status`); this
-module runs it where a stuck answer cannot stop training, and holds the reward registry and ``make_grader``.
+The rule and its math-verify usage are :mod:`graft_cli.reward.answers`
+(:func:`~graft_cli.reward.answers.grade_status`); this module runs it where a stuck answer cannot stop training.
 
 Hard timeout: some answers never finish. ``\\boxed{10^{10^{10^{10}}}}`` makes sympy's ``doit`` inside
 ``verify`` evaluate ``10**(10**10)`` in C, where not even math-verify's ``signal.alarm`` could interrupt
@@ -12,40 +14,17 @@ since the trainer holds torch threads) and kills a worker that overruns ``timeou
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import inspect
 import multiprocessing as mp
 import os
 import resource
 import time
 from collections import deque
-from typing import Protocol
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as mp_wait
 
 import numpy as np
 
-from graft_cli.answers import OPTIONS, _ensure_math_verify, grade_one, grade_status, last_boxed
-from graft_cli.errors import GraftError
-from graft_cli.registry import Registry
-
-# a registered reward is a factory taking the ``reward:`` section's options by keyword (make_grader passes each
-# factory only those its signature names, or all to one with ``**kwargs``) and returning a :class:`Grader`
-REWARDS: Registry = Registry("reward")
-
-
-class Grader(Protocol):
-    """What a registered reward returns. ``start`` readies its workers (the trainer calls it before step 1, so a
-    reward that cannot run on the machine stops the run there) and returns the grader; ``grade`` scores responses
-    against their golds; ``close`` stops what ``start`` started."""
-
-    def start(self, wait: bool = True) -> Grader: ...
-
-    def grade(self, responses: list[str], golds: list) -> Grades: ...
-
-    def close(self) -> None: ...
-
+from graft_cli.reward.answers import OPTIONS, _ensure_math_verify, grade_one, grade_status, last_boxed
 
 # ----------------------------------------------------------------------------------------------------
 # Worker processes with a hard wall-clock timeout
@@ -111,7 +90,8 @@ def serve(conn, answer) -> None:
                 return
 
 
-def _mp_context(preload=("graft_cli.reward", "graft_cli.answers", "math_verify", "latex2sympy2_extended")):
+def _mp_context(preload=("graft_cli.reward.pool", "graft_cli.reward.answers", "math_verify",
+                         "latex2sympy2_extended")):
     """forkserver where available (module docstring), else spawn."""
     try:
         ctx = mp.get_context("forkserver")
@@ -121,7 +101,7 @@ def _mp_context(preload=("graft_cli.reward", "graft_cli.answers", "math_verify",
         return mp.get_context("spawn")
 
 
-# code_* : the code reward's (graft_cli/code_reward.py)
+# code_* : the code reward's (graft_cli/reward/code_grader.py)
 STATUSES = ("ok", "timeout", "crash", "memory", "rejected", "error", "code_error", "code_timeout", "code_crash",
             "code_no_program", "code_bad_gold")
 STATUS_METRICS = {"timeout": "reward/timeouts", "crash": "reward/worker_crashes", "memory": "reward/memory_capped",
@@ -199,13 +179,13 @@ class MathVerifyGrader:
     are reused across calls; their start-up does not count against ``timeout_s``. One grader serves
     one thread at a time. ``num_timeouts`` / ``num_restarts`` count over the grader's lifetime.
 
-    A subclass grades something else with the same pool (graft_cli/code_reward.py): ``worker_target`` (the worker
-    loop; a worker ``i`` gets the grader's options plus ``slot: i``; an answer message may carry its seconds as a
-    6th element), ``preload`` (the forkserver's modules), :meth:`extract` (what a timed-out or crashed item reports
-    as extracted) and :meth:`grade_inline` (the ``num_workers=0`` path)."""
+    A subclass grades something else with the same pool (graft_cli/reward/code_grader.py): ``worker_target`` (the
+    worker loop; a worker ``i`` gets the grader's options plus ``slot: i``; an answer message may carry its seconds
+    as a 6th element), ``preload`` (the forkserver's modules), :meth:`extract` (what a timed-out or crashed item
+    reports as extracted) and :meth:`grade_inline` (the ``num_workers=0`` path)."""
 
     worker_target = staticmethod(_worker_main)
-    preload = ("graft_cli.reward", "math_verify", "latex2sympy2_extended")
+    preload = ("graft_cli.reward.pool", "math_verify", "latex2sympy2_extended")
 
     @staticmethod
     def extract(response: str, gold) -> str | None:
@@ -426,74 +406,3 @@ class MathVerifyGrader:
                 elif not w.ready and now - w.started > self.startup_timeout_s:
                     raise RuntimeError(f"reward worker did not start within {self.startup_timeout_s:.0f} s")
         return Grades(rewards, timed_out, extracted, status, seconds)
-
-
-@REWARDS.register("math_verify")
-def make_math_verify(num_workers: int = 2, timeout_s: float = 5.0, chunk_size: int = 64, sci_notation: bool = True,
-                     memory_mb: int = 4096) -> MathVerifyGrader:
-    """Binary math-verify reward on the last boxed answer, graded in worker processes (each capped at
-    ``memory_mb`` MiB of address space; 0 = no cap)."""
-    return MathVerifyGrader(num_workers=num_workers, timeout_s=timeout_s, chunk_size=chunk_size,
-                            sci_notation=sci_notation, memory_mb=memory_mb)
-
-
-class CoinFlipGrader:
-    """A benchmark-only reward: 1.0 for about a share ``p`` of the responses, decided by a hash of (response, gold),
-    so random-weight models (``run.model_init: random``) still give mixed groups. At ``p`` = 0.5 a group of 8 is
-    all-fail 1 time in 256, so GRAFT's exchange has nothing to graft; ``p`` = 0.2 (``reward.coinflip_p``) leaves
-    (0.8)^8 ~ 17% of groups all-fail with a peer group that has a success ~83% of the time, and the exchange runs.
-    Never a measure of anything."""
-
-    def __init__(self, p: float = 0.5, **_):
-        self.p = float(p)
-
-    def start(self, wait: bool = True) -> CoinFlipGrader:
-        """Nothing to start (no worker processes)."""
-        return self
-
-    def grade(self, responses: list[str], golds: list[str]) -> Grades:
-        r = np.array([float(int(hashlib.sha256(f"{a}\x00{g}".encode()).hexdigest()[:8], 16) / 2**32 < self.p)
-                      for a, g in zip(responses, golds)], dtype=np.float32)
-        return Grades(r, np.zeros(len(r), dtype=bool), [last_boxed(a) for a in responses], ["ok"] * len(r))
-
-    def close(self) -> None:
-        pass
-
-
-@REWARDS.register("coinflip")
-def make_coinflip(coinflip_p: float = 0.5) -> CoinFlipGrader:
-    """Benchmark-only: a hashed coin flip per response, 1 with probability ``reward.coinflip_p``
-    (:class:`CoinFlipGrader`)."""
-    if not 0.0 <= coinflip_p <= 1.0:
-        raise GraftError(f"reward.coinflip_p={coinflip_p}: must be in [0, 1]")
-    return CoinFlipGrader(coinflip_p)
-
-
-REWARDS.lazy("code", "graft_cli.code_reward")  # the sandboxed test-execution reward, imported when asked for
-
-
-def started(grader: Grader) -> Grader:
-    """``grader`` with its workers started and ready (a code sandbox that refuses this machine raises here, in one
-    line); closed again if starting fails."""
-    try:
-        return grader.start()
-    except BaseException:
-        grader.close()
-        raise
-
-
-def make_grader(rc=None, **overrides):
-    """The grader a ``reward:`` section names (``rc``: a :class:`graft_cli.config.RewardConfig`; registry
-    ``REWARDS``), built with that section's options; ``overrides`` replace some (an evaluation's worker count).
-    ``rc=None``: the default reward (math-verify, its defaults being ``RewardConfig``'s). The one way the trainer,
-    ``graft eval``, the analyses and the tiny pair's check build a grader, so a run is graded by its own reward
-    wherever it is graded. The section holds every reward's options; a factory gets those its signature names
-    (all of them if it takes ``**kwargs``), so ``reward.coinflip_p`` never reaches math-verify."""
-    name = "math_verify" if rc is None else rc.name
-    factory = REWARDS.get(name)
-    opts = {} if rc is None else {f.name: getattr(rc, f.name) for f in dataclasses.fields(rc) if f.name != "name"}
-    opts.update(overrides)
-    params = inspect.signature(factory).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        opts = {k: v for k, v in opts.items() if k in params}
-    return factory(**opts)

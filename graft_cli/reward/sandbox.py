@@ -20,12 +20,12 @@ Always (plain POSIX, any user):
   ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with its supervisor;
 * stdout / stderr captured and capped (``output_bytes`` each; over the cap the program is killed at once), and a
   separate result pipe (its descriptor number is substituted for ``{fd}`` in ``argv``), capped at
-  ``result_bytes``;
+  ``result_bytes`` (:mod:`graft_cli.reward.supervise`);
 * a **view** of the files (:class:`View`): an ``answer`` run (the default) is meant for the interpreter of
-  :func:`graft_cli.confine.answer_python` with ``-I -S`` (``sys.path`` is the standard library only: no
+  :func:`graft_cli.reward.confine.answer_python` with ``-I -S`` (``sys.path`` is the standard library only: no
   site-packages, no venv, no checkout) and may read only that interpreter, its standard library and the system
-  directories, less every site-packages directory, the grader's venv, its other ``sys.path`` entries, the checkout
-  and the directory beside it that holds the project's data (:func:`graft_cli.confine.answer_view`; Landlock under
+  directories, less every site-packages directory, the grader's venv, its other ``sys.path`` entries, the checkout and
+  the directory beside it that holds the project's data (:func:`graft_cli.reward.confine.answer_view`; Landlock under
   ``landlock_read``, empty tmpfs over them under ``mountns``); a ``trusted`` run (tests, reference solutions) may read
   the grader's installation too (numpy for EvalPlus's tests);
 * :meth:`Sandbox.run_pair`: an untrusted answer and the trusted tests side by side, each sandboxed on its own
@@ -38,20 +38,20 @@ Where the OS allows (each tried in the child, in this order; a refusal is record
   ``pids`` hierarchy) with ``pids.max = nproc``: fork bombs are bounded even for root, for whom ``RLIMIT_NPROC``
   does not count; every task in it is killed after each run;
 * ``netns`` / ``mountns`` / ``ipcns`` / ``pidns``: ``unshare`` of new network (loopback only, down: no network at all),
-  mount (+ UTS), IPC and PID namespaces. In the mount namespace :func:`graft_cli.confine.private_mounts` puts empty
-  tmpfs over ``/tmp`` (the working directory is made inside it: ``tmpfs_mb`` MiB and ``tmpfs_inodes`` inodes, so a disk-
-  or inode-filling program fills only that), ``/run``, ``/var/tmp``, ``/dev/shm``, ``/home`` and ``/root``, binds the
-  Python installation found under any of them back read-only (so the ``uid`` drop works for a venv under ``/root`` or in
-  a checkout under ``/tmp``), and mounts the PID namespace's own ``/proc``. With ``pidns`` the child forks once more:
-  the program is PID 1 of its namespace (no other process visible; when it ends the kernel kills all it left) and the
-  process ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a user namespace and maps
-  itself in it, and unshares the others only once that worked (refused where unprivileged user namespaces are off:
+  mount (+ UTS), IPC and PID namespaces. In the mount namespace :func:`graft_cli.reward.confine.private_mounts` puts
+  empty tmpfs over ``/tmp`` (the working directory is made inside it: ``tmpfs_mb`` MiB and ``tmpfs_inodes`` inodes, so a
+  disk- or inode-filling program fills only that), ``/run``, ``/var/tmp``, ``/dev/shm``, ``/home`` and ``/root``, binds
+  the Python installation found under any of them back read-only (so the ``uid`` drop works for a venv under ``/root``
+  or in a checkout under ``/tmp``), and mounts the PID namespace's own ``/proc``. With ``pidns`` the child forks once
+  more: the program is PID 1 of its namespace (no other process visible; when it ends the kernel kills all it left) and
+  the process ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a user namespace and
+  maps itself in it, and unshares the others only once that worked (refused where unprivileged user namespaces are off:
   e.g. ``kernel.unprivileged_userns_clone=0`` or Ubuntu's AppArmor restriction; a PID namespace made beside a failed
   mapping would leave a program that cannot start a thread);
 * ``cgroup_cpu`` / ``cgroup_memory``: the slot's cgroup also gets ``cpus`` CPUs of bandwidth and ``memory_mb`` +
   ``tmpfs_mb`` MiB of memory, so a program and whatever it spawned cannot take the other slots' CPU; a grading
   worker joins its slot's cgroup once (``own_cgroup``), its runs start inside it;
-* ``seccomp`` (libseccomp): :data:`graft_cli.confine.SECCOMP_DENY` refused with EPERM - namespaces, keyrings,
+* ``seccomp`` (libseccomp): :data:`graft_cli.reward.confine.SECCOMP_DENY` refused with EPERM - namespaces, keyrings,
   ptrace and other processes' memory and limits, mounts, io_uring, SysV IPC, inotify - loaded last, before exec;
 * ``landlock`` (Linux >= 5.13, unprivileged): writes only beneath the working directory (and ``/dev/null``);
   with ABI >= 4 no TCP bind/connect (the network denial where no namespace could be made; UDP is not covered);
@@ -90,15 +90,14 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import select
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from graft_cli.confine import (
+from graft_cli.reward.confine import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
@@ -123,6 +122,7 @@ from graft_cli.confine import (
     read_roots,
     tasks_of_uid,
 )
+from graft_cli.reward.supervise import RunResult, supervise
 
 ALL_FEATURES = ("cgroup", "cgroup_cpu", "cgroup_memory", "netns", "mountns", "ipcns", "pidns", "landlock",
                 "landlock_read", "seccomp", "uid", "nproc", "nocaps")
@@ -142,23 +142,6 @@ class Limits:
     cpus: float = 1.0  # CPU bandwidth of the slot's cgroup
     output_bytes: int = 1 << 20
     result_bytes: int = 32 << 20
-
-
-@dataclass
-class RunResult:
-    returncode: int | None  # None: killed by the supervisor before it exited (timeout or output cap)
-    timed_out: bool
-    stdout: bytes
-    stderr: bytes
-    result: bytes  # what the program wrote to the result pipe (the features line first)
-    seconds: float
-    output_capped: bool = False  # stdout, stderr or the result pipe went over its cap (the program was killed)
-    features: dict = field(default_factory=dict)  # protection -> True (in force) / False (refused or off)
-    leftovers: int = 0  # processes still alive after the program ended, killed by the sweep
-
-    @property
-    def signal(self) -> int | None:
-        return -self.returncode if self.returncode is not None and self.returncode < 0 else None
 
 
 @dataclass(frozen=True)
@@ -406,7 +389,7 @@ class Sandbox:
             if self._drop_uid(use, e):
                 return self.run(argv, stdin, view)
             return RunResult(None, False, b"", f"sandbox start failed: {e}".encode(), b"", 0.0)
-        res = self._supervise(proc, rfd, stdin, t0)
+        res = supervise(proc, rfd, stdin, t0, self.limits)
         res.leftovers = self._sweep([proc.pid], use, before)
         self._remove(workdir)
         return res
@@ -440,7 +423,7 @@ class Sandbox:
             os.close(req_w)
         os.close(started[0][2])
         proc, _, rfd = started[1]
-        res = self._supervise(proc, rfd, stdin, t0)
+        res = supervise(proc, rfd, stdin, t0, self.limits)
         res.leftovers = self._stop(started, use, before)
         return res
 
@@ -470,101 +453,6 @@ class Sandbox:
             self._disabled.add("uid")
             return True
         return False
-
-    def _supervise(self, proc, rfd: int, stdin: bytes, t0: float) -> RunResult:
-        lim = self.limits
-        deadline = t0 + lim.timeout_s
-        bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(), rfd: bytearray()}
-        caps = {proc.stdout.fileno(): lim.output_bytes, proc.stderr.fileno(): lim.output_bytes, rfd: lim.result_bytes}
-        open_fds = set(bufs)
-        win = proc.stdin.fileno()
-        pending = memoryview(stdin)
-        os.set_blocking(win, False)
-        if not pending:
-            proc.stdin.close()
-            win = None
-        timed_out = capped = False
-        exited_at = None
-        while True:
-            now = time.monotonic()
-            if proc.poll() is not None and exited_at is None:
-                exited_at = now
-            if exited_at is not None and (not open_fds or now - exited_at > 0.2):
-                break  # a pipe held open by an escaped grandchild must not keep the run alive
-            if now >= deadline:
-                timed_out = proc.poll() is None
-                break
-            wl = [win] if win is not None else []
-            if not open_fds and not wl:  # every pipe closed: only the exit is left to wait for
-                try:
-                    proc.wait(timeout=max(0.0, deadline - now))
-                except subprocess.TimeoutExpired:
-                    pass
-                continue
-            try:
-                r, w, _ = select.select(list(open_fds), wl, [], min(0.05, max(0.0, deadline - now)))
-            except InterruptedError:
-                continue
-            if w:
-                try:
-                    k = os.write(win, pending[:65536])
-                    pending = pending[k:]
-                except (BrokenPipeError, BlockingIOError, OSError):
-                    pending = pending[:0]
-                if not pending:
-                    proc.stdin.close()
-                    win = None
-            for fd in r:
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    open_fds.discard(fd)
-                    continue
-                bufs[fd] += chunk
-                if len(bufs[fd]) > caps[fd]:
-                    capped = True
-            if capped:
-                break
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            proc.wait(timeout=5)
-        except Exception:
-            pass
-        for fd in list(open_fds):  # what is already in the pipes
-            try:
-                os.set_blocking(fd, False)
-                while len(bufs[fd]) <= caps[fd]:
-                    chunk = os.read(fd, 65536)
-                    if not chunk:
-                        break
-                    bufs[fd] += chunk
-            except OSError:
-                pass
-        for f in (proc.stdout, proc.stderr):
-            f.close()
-        if win is not None:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
-        os.close(rfd)
-        result = bytes(bufs[rfd][: lim.result_bytes])
-        features = {}
-        if result.startswith(b"#features "):
-            head, _, result = result.partition(b"\n")
-            for kv in head.decode().split()[1:]:
-                k, _, v = kv.partition("=")
-                features[k] = v == "1"
-        out_fd, err_fd = list(bufs)[:2]
-        killed = (timed_out or capped) and proc.returncode in (None, -signal.SIGKILL)
-        return RunResult(None if killed else proc.returncode, timed_out, bytes(bufs[out_fd][: lim.output_bytes]),
-                         bytes(bufs[err_fd][: lim.output_bytes]), result, time.monotonic() - t0, capped, features)
 
     def _sweep(self, pids: list[int], use: set, before: set) -> int:
         """Kill whatever the run left: its process groups, its cgroup, the sandbox uid's processes, and (as

@@ -40,7 +40,7 @@ class RolloutEngine:
     - ``exact_logprobs``: its log-probs are those of the trainer's fp32 forward (``algo.old_logprobs: auto`` may
       keep them as the old log-probs);
     - ``policy_logprobs``: its log-probs are the policy's own (False: a co-generating engine's are the writer's,
-      so ``algo.old_logprobs: sampler`` is refused);
+      so ``algo.old_logprobs: rollout`` is refused);
     - ``own_weights``: it samples from weights of its own, loaded by :meth:`sync_weights`, on resources that can
       run beside the trainer (an HF engine over a rollout replica of the policy, vLLM servers); at
       ``run.staleness`` >= 1 the next steps' rollouts are then generated while the trainer updates
@@ -102,11 +102,10 @@ class RolloutEngine:
 def full_state_dict(model) -> dict:
     """The model's parameters and buffers as full tensors, for an engine that loads weights outside the trainer
     (gathers FSDP2 DTensors: collective, every rank calls it)."""
-    unwrapped = getattr(model, "module", model)
-    if is_lora(unwrapped):  # the engine gets the adapted weights merged, under the base model's names
-        return merged_state_dict(unwrapped)
+    if is_lora(model):  # the engine gets the adapted weights merged, under the base model's names
+        return merged_state_dict(model)
     out = {}
-    for k, v in unwrapped.state_dict().items():
+    for k, v in model.state_dict().items():
         if hasattr(v, "full_tensor"):
             v = v.full_tensor()
         out[k] = v.detach()

@@ -2,8 +2,8 @@
 
 A hand-written decode loop rather than ``model.generate`` so that (a) sampling is driven by a seeded
 ``torch.Generator`` (the global RNG is untouched), and (b) only the sampled token's log-probability of
-the *processed* distribution (logits / T, then top-k, then top-p, as transformers' and vLLM's samplers order
-them) is kept, never a B x T x V score tensor.
+the *processed* distribution (logits / T, then top-k, then top-p, in transformers' and vLLM's order) is
+kept, never a B x T x V score tensor.
 Responses that emit EOS stop there (the EOS id is kept in ``response_ids``); the rest are marked
 ``truncated`` at ``max_new_tokens``. Prompts are processed in micro-batches of ``max_batch`` sequences.
 
@@ -20,11 +20,12 @@ the decode loop then stops only when all ranks' rows are done.
 Three speed options (``rollout.engine_kwargs``), on by default where they change float summation order only
 (``auto``: on with the dynamic cache, i.e. the CPU path; the static-cache CUDA path keeps its fixed shapes):
 
-* ``sampler: per_row`` (the default): each response row draws from its own stream, uniforms u_{r,t} from a
-  generator seeded with (seed, r) where r is the row's index in the prompt-major flat list, and takes the token
-  by inverse CDF, o_t = min{v : Σ_{w ≤ v} p(w) > u_{r,t} Σ_w p(w)}. A row's samples then depend on its own
-  logits only, not on which other rows share its batch (``max_batch`` no longer changes the samples either).
-  ``sampler: batch`` is one ``torch.multinomial`` stream over the batch.
+* ``rng: per_row`` (the default; ``rng`` is the layout of the engine's random streams): each response row draws
+  from its own stream, uniforms u_{r,t} from a generator seeded with (seed, r) where r is the row's index in the
+  prompt-major flat list, and takes the token by inverse CDF, o_t = min{v : Σ_{w ≤ v} p(w) > u_{r,t} Σ_w p(w)}.
+  A row's samples then depend on its own logits only, not on which other rows share its batch (``max_batch`` no
+  longer changes the samples either).
+  ``rng: batch`` is one ``torch.multinomial`` stream over the batch.
 * ``compact`` (``auto`` = on with per-row streams and the dynamic cache; needs both): rows that ended on EOS
   leave the decode batch (their KV cache rows, mask and positions are dropped) once a quarter of the live rows
   have ended, so the remaining steps cost only what the unfinished rows need. With per-row streams the samples
@@ -109,13 +110,13 @@ class HFEngine(RolloutEngine):
     # its log-probs are the policy's own, of the distribution the trainer scores (logits / T, same weights, same
     # forward): algo.old_logprobs=auto keeps them when the run is fp32, single-epoch and top-p 1 (config.py)
     exact_logprobs = True
-    own_weights = True  # built over a rollout replica at run.staleness >= 1 (train/setup.py)
+    own_weights = True  # built over a rollout replica at run.staleness >= 1 (train/policies.py)
     options = {"cache": "auto", "compile": "auto", "compile_mode": "reduce-overhead", "cache_bucket": 256,
-               "sampler": "per_row", "compact": "auto", "share_prompts": "auto", "ignore_eos": False,
+               "rng": "per_row", "compact": "auto", "share_prompts": "auto", "ignore_eos": False,
                "autocast": "none"}
 
     def __init__(self, model, tokenizer, max_batch: int = 256, cache: str = "auto", compile: bool | str = "auto",
-                 compile_mode: str = "reduce-overhead", cache_bucket: int = 256, sampler: str = "per_row",
+                 compile_mode: str = "reduce-overhead", cache_bucket: int = 256, rng: str = "per_row",
                  compact: bool | str = "auto", share_prompts: bool | str = "auto", ignore_eos: bool = False,
                  autocast: str = "none"):
         self.model = model
@@ -123,12 +124,12 @@ class HFEngine(RolloutEngine):
         self.max_batch = max_batch
         on_cuda = next(model.parameters()).device.type == "cuda"
         self.check_kwargs(cache=cache, compile=compile, compile_mode=compile_mode, cache_bucket=cache_bucket,
-                          sampler=sampler, compact=compact, share_prompts=share_prompts, ignore_eos=ignore_eos,
+                          rng=rng, compact=compact, share_prompts=share_prompts, ignore_eos=ignore_eos,
                           autocast=autocast)
         self.static = cache == "static" or (cache == "auto" and on_cuda)
         self.compile = (compile is True or compile == "true" or (compile == "auto" and on_cuda)) and self.static
         self.compile_mode, self.cache_bucket = compile_mode, max(1, int(cache_bucket))
-        self.per_row = sampler == "per_row"
+        self.per_row = rng == "per_row"
         self.compact = _on(compact, self.per_row and not self.static)
         self.share_prompts = _on(share_prompts, not self.static)
         for key in ("compact", "share_prompts"):
@@ -146,19 +147,19 @@ class HFEngine(RolloutEngine):
     def check_options(cls, opts: dict) -> None:
         """``ValueError("rollout.engine_kwargs.<key>: <why>")`` for options that cannot work together (config
         validation runs it before anything is loaded or written)."""
-        cache, sampler, compact, share_prompts, autocast = (opts[k] for k in ("cache", "sampler", "compact",
-                                                                              "share_prompts", "autocast"))
+        cache, rng, compact, share_prompts, autocast = (opts[k] for k in ("cache", "rng", "compact",
+                                                                          "share_prompts", "autocast"))
         if autocast not in AUTOCAST:
             raise ValueError(f"rollout.engine_kwargs.autocast: {autocast!r}; known: {', '.join(AUTOCAST)}")
         if cache not in ("auto", "dynamic", "static"):
             raise ValueError(f"rollout.engine_kwargs.cache: {cache!r}; known: auto, dynamic, static")
-        if sampler not in ("batch", "per_row"):
-            raise ValueError(f"rollout.engine_kwargs.sampler: {sampler!r}; known: batch, per_row")
+        if rng not in ("batch", "per_row"):
+            raise ValueError(f"rollout.engine_kwargs.rng: {rng!r}; known: batch, per_row")
         for key, v in (("compact", compact), ("share_prompts", share_prompts)):
             if not (isinstance(v, bool) or v == "auto"):
                 raise ValueError(f"rollout.engine_kwargs.{key}: {v!r}; known: auto, true, false")
-        if compact is True and sampler != "per_row":
-            raise ValueError("rollout.engine_kwargs.compact: needs sampler: per_row (with the batch stream, dropping "
+        if compact is True and rng != "per_row":
+            raise ValueError("rollout.engine_kwargs.compact: needs rng: per_row (with the batch stream, dropping "
                              "finished rows would change every later sample)")
         for key, on in (("compact", compact), ("share_prompts", share_prompts)):
             if on is True and cache == "static":

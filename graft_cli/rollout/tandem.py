@@ -14,8 +14,9 @@ Returned with the rollouts: ``token_columns["author"]``, per response token 1 = 
 into the batch as the ``author`` column and into the rollout logs), and ``meta["metrics"]``:
 ``tandem/senior_token_frac`` (expected in [0.3, 0.7] at p = 0.5), ``tandem/redraws_per_response``,
 ``tandem/switches_per_response``, ``tandem/tokens_senior`` / ``tandem/tokens_junior`` (per response) and
-``tandem/boundary_ids`` (|B|). ``logprobs`` are the behaviour log-probs: each token's log-probability
-under the processed distribution of the model that wrote it (the trainer recomputes the senior's own).
+``tandem/boundary_ids`` (|B|). ``logprobs`` are the rollout log-probs: each token's log-probability
+under the processed distribution of the model that wrote it (senior and junior together are the behaviour
+policy; the trainer recomputes the senior's own as π_old).
 
 Senior and junior must share a vocabulary (one token id is fed to both): the trainer checks it before
 anything is written. ``eval_engine()`` is the senior alone (validation during training runs the senior

@@ -5,7 +5,7 @@ Registered only where vLLM is installed (``graft_cli/rollout/__init__.py`` check
 
 - **Weights.** The engine starts from the policy's folder (``model.name_or_path``, or a temporary
   ``save_pretrained`` copy) and the trainer pushes its weights after every update with ``sync_weights``
-  (conventions §4): ``weight_sync: iterator`` hands the state dict to vLLM's ``reload_weights`` in
+  (docs/spec/conventions.md §4): ``weight_sync: iterator`` hands the state dict to vLLM's ``reload_weights`` in
   process (``collective_rpc("reload_weights", kwargs={"weights_iterator": ...})``); ``disk`` writes it
   with ``save_pretrained`` to a temporary folder and calls ``reload_weights(weights_path=...)``; ``auto``
   (default) uses ``iterator`` when the engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``
@@ -95,13 +95,13 @@ class VLLMEngine(RolloutEngine):
         self.check_options({"weight_sync": weight_sync, "lora_sync": lora_sync})
         # a LoRA policy: vLLM's own LoRA serves its adapter, re-sent under a new version at every sync ("adapter");
         # "merged": the adapter merged into full weights, pushed like a full-weight policy's
-        self.adapter = is_lora(getattr(model, "module", model)) and lora_sync in ("auto", "adapter")
+        self.adapter = is_lora(model) and lora_sync in ("auto", "adapter")
         self._version, self._lora = 0, None
         path = model_path or getattr(model, "name_or_path", None)
         if not path or not (os.path.isdir(path) or not os.path.isabs(path)):
             path = os.path.join(self._tmp, "init")  # random-initialised or unnamed model: write it out
             state = base_state_dict(model) if self.adapter else full_state_dict(model)
-            unwrap(getattr(model, "module", model)).save_pretrained(path, state_dict=state)
+            unwrap(model).save_pretrained(path, state_dict=state)
             tokenizer.save_pretrained(path)
         dist_on = torch.distributed.is_available() and torch.distributed.is_initialized() \
             and torch.distributed.get_world_size() > 1
@@ -117,7 +117,7 @@ class VLLMEngine(RolloutEngine):
         else:
             kw["enforce_eager"] = True
         if self.adapter:
-            r = max(c.r for c in getattr(model, "module", model).peft_config.values())
+            r = max(c.r for c in model.peft_config.values())
             kw.update(enable_lora=True, max_loras=1, max_lora_rank=min(x for x in VLLM_LORA_RANKS if x >= r))
         if dist_on:
             kw["distributed_executor_backend"] = "external_launcher"
@@ -129,7 +129,7 @@ class VLLMEngine(RolloutEngine):
         self.llm = LLM(**kw)
         self._asleep = False
         self._weights_awake = True
-        if is_lora(getattr(model, "module", model)):  # the adapter as it is now (merged: over the base it loaded)
+        if is_lora(model):  # the adapter as it is now (merged: over the base it loaded)
             self._push(model)
         self.sleep()  # sleep mode: free the GPU for the next engine's start-up and for training (TRL's order)
 
@@ -142,7 +142,7 @@ class VLLMEngine(RolloutEngine):
 
         self._version += 1
         d = os.path.join(self._tmp, f"adapter-v{self._version}")
-        getattr(model, "module", model).save_pretrained(d)
+        model.save_pretrained(d)
         old, self._lora = self._lora, LoRARequest(f"graft-v{self._version}", self._version, d)
         if old is not None:
             self.llm.llm_engine.remove_lora(old.lora_int_id)
@@ -158,7 +158,7 @@ class VLLMEngine(RolloutEngine):
         else:
             d = os.path.join(self._tmp, "sync")  # per-process temporary folder
             shutil.rmtree(d, ignore_errors=True)
-            unwrap(getattr(model, "module", model)).save_pretrained(d, state_dict=sd)
+            unwrap(model).save_pretrained(d, state_dict=sd)
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": d})
         self.llm.reset_prefix_cache()
 

@@ -99,7 +99,7 @@ class VLLMServerEngine(RolloutEngine):
         self.per_request_seed = bool(per_request_seed)
         self.weight_sync = weight_sync
         self.client = httpx.Client(timeout=float(timeout_s))
-        want = served_model or getattr(getattr(model, "module", model), "name_or_path", None) or ""
+        want = served_model or getattr(model, "name_or_path", None) or ""
         self.servers, seen = [], {}
         for u in urls:
             u = u.rstrip("/")
@@ -124,7 +124,7 @@ class VLLMServerEngine(RolloutEngine):
         self._pushes = 0
         # a LoRA policy: each sync loads its adapter into the servers under a new name (adapter), or pushes the merged
         # weights (merged; auto: where a server refuses runtime adapters)
-        self.lora_sync = lora_sync if is_lora(getattr(model, "module", model)) else "merged"
+        self.lora_sync = lora_sync if is_lora(model) else "merged"
         self._adapter: str | None = None  # the adapter name requests are sent to
         if push_at_start or self.lora_sync != "merged":
             self.sync_weights(model)
@@ -149,7 +149,7 @@ class VLLMServerEngine(RolloutEngine):
         self._pushes += 1
         name = f"graft-{os.getpid()}-v{self._pushes}"
         d = os.path.join(self.sync_dir, name)
-        getattr(model, "module", model).save_pretrained(d)
+        model.save_pretrained(d)
         for url, _ in self.servers:
             r = self.client.post(f"{url}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": d})
             if r.status_code >= 400:
@@ -183,7 +183,7 @@ class VLLMServerEngine(RolloutEngine):
             d = os.path.join(self.sync_dir, f"weights-{os.getpid()}-{self._pushes:06d}")
             tmp = d + ".tmp"
             shutil.rmtree(tmp, ignore_errors=True)
-            unwrap(getattr(model, "module", model)).save_pretrained(tmp, state_dict=sd)
+            unwrap(model).save_pretrained(tmp, state_dict=sd)
             os.rename(tmp, d)
             for url, _ in self.servers:
                 self._post(url, "/collective_rpc", "weight reload",

@@ -19,8 +19,8 @@ GRAFT's gate pass what carries each model's missing skill?
 s is computed as the trainer computes it (graft.md Eq. 6-7, :func:`~graft_cli.algorithms.exchange.gates.
 compatibility`): Y's response text re-tokenized with X's tokenizer (:func:`~graft_cli.models.retokenize.
 retokenize`, X's EOS appended when Y ended with EOS and excluded from the mean), X's log-probs at the rollout
-temperature under X's own prompt encoding, over Y's *sampler* log-probs with the terminal EOS excluded
-(``peer_logprobs: sampler``, the default).
+temperature under X's own prompt encoding, over Y's *rollout* log-probs with the terminal EOS excluded
+(``peer_logprobs: rollout``, the default).
 
 The targets (:data:`REGIME_TARGETS`) were fixed before any study of a pair in this regime ran
 (docs/tiny_pair.md).
@@ -34,6 +34,7 @@ import re
 import torch
 
 from graft_cli.algorithms.exchange.gates import compatibility, source_mean_logprob
+from graft_cli.algorithms.exchange.graft import GraftParams
 from graft_cli.batch import TrainBatch
 from graft_cli.models.retokenize import retokenize
 from graft_cli.models.scoring import ScoreSettings, score_rows
@@ -135,7 +136,7 @@ def _style_figures(X: dict, peer_texts: list) -> dict:
 
 
 def measure_regime(side: dict, families: list[str], answers_ok: dict, weak: dict, n: int,
-                   delta: float = 0.8, temperature: float = 1.0) -> dict:
+                   delta: float = GraftParams.delta, temperature: float = 1.0) -> dict:
     """The regime figures (module docstring) for every ordered pair of the models in ``side``.
 
     ``side[name]`` holds ``model``, ``tokenizer``, ``prompt_ids`` (one per prompt, that model's encoding),

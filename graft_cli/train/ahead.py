@@ -48,7 +48,8 @@ from graft_cli.data.problems import Problem
 from graft_cli.errors import GraftError
 from graft_cli.train.collect import CollectInputs
 from graft_cli.train.parallel import PolicyPool
-from graft_cli.train.setup import Policy
+from graft_cli.train.policies import Policy
+from graft_cli.train.rollout_worker import RolloutWorker
 from graft_cli.train.sync_check import SyncCheck
 
 
@@ -102,11 +103,13 @@ class RolloutStream:
 class InlineCollection:
     """k = 0: the step's rollouts collected at its start; the updated weights pushed after each update."""
 
-    def __init__(self, collector, inputs: CollectInputs, policies: dict[str, Policy], check_sync: SyncCheck):
+    def __init__(self, collector, inputs: CollectInputs, policies: dict[str, Policy], check_sync: SyncCheck,
+                 worker: RolloutWorker):
         self.collector, self.inputs, self.policies, self.check_sync = collector, inputs, policies, check_sync
+        self.worker = worker
 
     def take(self, step: int) -> tuple[dict, dict]:
-        steps, rows = self.collector.collect(self.inputs)
+        steps, rows = self.collector.collect(dataclasses.replace(self.inputs, worker=self.worker.at(step)))
         for st in steps.values():
             st.version = step
         return steps, rows
@@ -143,10 +146,10 @@ class AheadCollection:
     """k >= 1: collections launched k steps ahead (module docstring)."""
 
     def __init__(self, collector, inputs: CollectInputs, policies: dict[str, Policy], check_sync: SyncCheck,
-                 staleness: int, sample_at, total_steps: int):
+                 staleness: int, worker: RolloutWorker, total_steps: int):
         self.collector, self.inputs, self.policies, self.check_sync = collector, inputs, policies, check_sync
         self.k, self.total_steps = int(staleness), int(total_steps)
-        self.sample_at = sample_at  # (policy index, problems, round, step) -> (PolicyStep, metrics)
+        self.worker = worker  # bound to each collection's step (RolloutWorker.at)
         overlap = all(p.replica is not None for p in policies.values())
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="graft-rollout") if overlap else None
         # the policies sample on threads of their own: the trainer's policy threads are busy updating meanwhile
@@ -242,8 +245,7 @@ class AheadCollection:
         torch.set_num_threads(self._threads)  # the trainer's: float results depend on the intra-op thread count
         with self._stream.run(ready):
             checks = self._load(weights, expected, version)
-            inputs = dataclasses.replace(self.inputs, sample=functools.partial(self.sample_at, step=step),
-                                         pool=self._pool)
+            inputs = dataclasses.replace(self.inputs, worker=self.worker.at(step), pool=self._pool)
             steps, rows = self.collector.collect(inputs)
         for name, st in steps.items():
             st.version = version
@@ -252,11 +254,12 @@ class AheadCollection:
 
 
 def collection_for(cfg, collector, inputs: CollectInputs, policies: dict[str, Policy], check_sync: SyncCheck,
-                   sample_at, total_steps: int):
-    """``run.staleness`` 0: :class:`InlineCollection`; k >= 1: :class:`AheadCollection`."""
+                   worker: RolloutWorker, total_steps: int):
+    """``run.staleness`` 0: :class:`InlineCollection`; k >= 1: :class:`AheadCollection`. Both sample through
+    ``worker`` bound to the collection's step."""
     if cfg.run.staleness < 1:
-        return InlineCollection(collector, inputs, policies, check_sync)
-    return AheadCollection(collector, inputs, policies, check_sync, cfg.run.staleness, sample_at, total_steps)
+        return InlineCollection(collector, inputs, policies, check_sync, worker)
+    return AheadCollection(collector, inputs, policies, check_sync, cfg.run.staleness, worker, total_steps)
 
 
 # ----------------------------------------------------------------------- a collection as plain data (checkpoints)

@@ -227,7 +227,7 @@ def save_sharded(d, ckpt_root: str, step: int, policies: dict, state: dict, keep
             for name, pol in policies.items():
                 pdir = os.path.join(tmp, name)
                 os.makedirs(os.path.join(pdir, shards.SHARDS))
-                model = getattr(pol.model, "module", pol.model)
+                model = pol.model
                 model.config.save_pretrained(pdir)
                 if lora.is_lora(model):  # the shards hold the adapter: its config makes the folder an adapter's
                     model.peft_config["default"].save_pretrained(pdir)

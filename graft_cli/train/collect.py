@@ -3,9 +3,9 @@
 
 A collector is ``cls(cfg)`` with ``collect(inp: CollectInputs) -> (steps, rows)``: every trained policy's
 :class:`~graft_cli.batch.PolicyStep` for this step and its metrics row so far. It draws prompt batches from
-``inp.sampler`` (indices into ``inp.problems``) and samples through ``inp.sample(i, problems, round)`` (policy
-``i`` of ``inp.policies``), whose seeds depend on (run seed, step, policy, round) only, so a resumed run collects
-exactly what the uninterrupted one would.
+``inp.sampler`` (indices into ``inp.problems``) and samples through ``inp.worker.sample(i, problems, round)``
+(policy ``i`` of ``inp.policies``; :class:`~graft_cli.train.rollout_worker.RolloutWorker` in a run), whose seeds
+depend on (run seed, step, policy, round) only, so a resumed run collects exactly what the uninterrupted one would.
 
 - ``single``: one prompt batch, every policy samples it (GRPO, GRAFT: the policies share the prompts); the
   policies sample in parallel threads when the trainer has a pool of them (``run.policy_workers``).
@@ -21,8 +21,8 @@ exactly what the uninterrupted one would.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -35,19 +35,25 @@ from graft_cli.train.parallel import PolicyPool
 COLLECTORS: Registry = Registry("rollout collector")
 GROUP_METRICS = ("acc",)
 
-SampleFn = Callable[[int, list, int], tuple[PolicyStep, dict]]  # (policy index, problems, round) -> (step, metrics)
+class Sampler(Protocol):
+    """Who samples for a collector: :class:`~graft_cli.train.rollout_worker.RolloutWorker` in a run."""
+
+    def sample(self, i: int, problems: list[Problem], round_: int = 0) -> tuple[PolicyStep, dict]:
+        """Policy ``i`` samples ``problems`` in sampling round ``round_``, grades them and takes the group
+        advantages: its step and its metrics row so far."""
+        ...
 
 
 @dataclass
 class CollectInputs:
     """What a collector draws on: the training problems, the data cursor over them, the trained policies' names
-    (in order), how policy ``i`` samples and grades a list of problems in a sampling round, and the threads the
+    (in order), the worker policy ``i`` samples and grades a list of problems through, and the threads the
     policies sample on."""
 
     problems: list[Problem]
     sampler: PromptSampler
     policies: list[str]
-    sample: SampleFn
+    worker: Sampler
     pool: PolicyPool = field(default_factory=lambda: PolicyPool(1))
 
 
@@ -72,7 +78,7 @@ class SingleRound:
 
     def collect(self, inp: CollectInputs):
         problems = [inp.problems[i] for i in inp.sampler.next()]
-        out = inp.pool.map(lambda i: inp.sample(i, problems, 0), range(len(inp.policies)))  # policies in threads
+        out = inp.pool.map(lambda i: inp.worker.sample(i, problems, 0), range(len(inp.policies)))  # policies in threads
         return {n: o[0] for n, o in zip(inp.policies, out)}, {n: o[1] for n, o in zip(inp.policies, out)}
 
 
@@ -101,7 +107,7 @@ class DynamicSampling:
             for i, name in enumerate(names):
                 if count[name] >= B:
                     continue
-                ps, t = inp.sample(i, problems, rounds)
+                ps, t = inp.worker.sample(i, problems, rounds)
                 for k, v in t.items():  # times and counts add up over the rounds
                     times[name][k] = times[name].get(k, 0) + v
                 keep = informative_groups(ps.rewards, self.metric)

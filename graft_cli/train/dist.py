@@ -57,7 +57,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 from graft_cli.batch import Rollouts
 from graft_cli.errors import GraftError, PeerLost
 from graft_cli.models import lora
-from graft_cli.reward import Grades
+from graft_cli.reward.pool import Grades
 from graft_cli.train import checkpoint as ckpt
 
 
@@ -145,14 +145,6 @@ class Dist:
         """One object per rollout group (its first rank's), in group order."""
         allv = self.gather_objects(obj)
         return allv[:: self.rollout_tp]
-
-    def sum_floats(self, values: list[float]) -> list[float]:
-        if not self.enabled or not values:
-            return list(values)
-        t = torch.tensor(values, dtype=torch.float64, device=self._coll_device())
-        with self.guard("all_reduce"):
-            torch.distributed.all_reduce(t)
-        return t.cpu().tolist()
 
     def max_int(self, x: int) -> int:
         if not self.enabled:
@@ -317,8 +309,7 @@ class _FullModel:
         self.model, self.sd = model, sd
 
     def save_pretrained(self, d, **kw):
-        unwrapped = getattr(self.model, "module", self.model)
-        unwrapped.save_pretrained(d, state_dict=self.sd, **kw)
+        self.model.save_pretrained(d, state_dict=self.sd, **kw)
 
 
 class _FullOptim:

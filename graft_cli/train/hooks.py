@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from graft_cli.data.problems import Problem
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.reward import Grader
-from graft_cli.train.setup import Policy
+from graft_cli.train.policies import Policy
 
 
 @dataclass(frozen=True)

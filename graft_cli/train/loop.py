@@ -1,36 +1,36 @@
 """The training loop for N >= 1 policies sharing each prompt batch (README.md, "How a step works").
 
-    collect     every trained policy samples the step's prompts, grades them, takes group advantages
-                (+ each stored source's logged step)                                  train/collect.py
+    collect     every trained policy samples the step's prompts, grades them, takes    train/collect.py,
+                group advantages (+ each stored source's logged step)                  train/rollout_worker.py
     exchange    exchange.select builds each policy's batch ("none" = independent GRPO)   algorithms/exchange/
-    per policy  score (old log-probs) -> exchange.admit -> frozen models' columns      train/scoring.py
-                -> token signals -> update (minibatches, loss, optimizer) -> sync       train/update.py
+    per policy  score (old log-probs) -> exchange.admit -> frozen models' columns      train/policy_stages.py,
+                -> token signals -> update (minibatches, loss, optimizer) -> sync       train/old_logprobs.py,
+                                                                                        train/update.py
     after       controllers observe the step; rollout and exchange logs                train/step_logs.py
 
-Everything method-specific is looked up by name from the config; nothing here branches on a method, and the loss
-inputs are built from the TrainBatch's columns only. This module holds the :class:`Trainer`: its state, resume,
-and one step (:meth:`Trainer.train_step`, :meth:`Trainer.train_one`); loading the models and the checks before
-anything loads are train/setup.py's; the run driver :func:`graft_cli.train.run.train` holds the run directory,
-lock, resume check, the step loop, checkpoints and hooks.
+A step calls only downward: the collection samples through a :class:`~graft_cli.train.rollout_worker.RolloutWorker`,
+the exchange encodes and scores through :class:`~graft_cli.train.policy_stages.PolicyReceivers`, and each policy's
+stages (:func:`train_one`) are :class:`~graft_cli.train.policy_stages.PolicyStages`', each returning the batch the
+next one reads. Everything method-specific is looked up by name from the config; nothing here branches on a
+method, and the loss inputs are built from the TrainBatch's columns only. This module holds the :class:`Trainer`:
+its state, resume, and one step (:meth:`Trainer.train_step`); loading the models and the checks before anything
+loads are train/policies.py's; the run driver :func:`graft_cli.train.run.train` holds the run directory, lock,
+resume check, the step loop, checkpoints and hooks.
 """
 
 from __future__ import annotations
 
 import random
-import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from rich.markup import escape
 
 from graft_cli import config as C
-from graft_cli import faults
 from graft_cli.algorithms.advantages import ADVANTAGES
 from graft_cli.algorithms.controllers import build_controllers
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
 from graft_cli.algorithms.signals import token_adv_params
-from graft_cli.batch import PolicyStep, TrainBatch
 from graft_cli.console import make_console
 from graft_cli.data.mix import training_problems
 from graft_cli.data.problems import Problem, split_holdout
@@ -40,7 +40,6 @@ from graft_cli.errors import GraftError
 from graft_cli.models import shards
 from graft_cli.models.loading import resolve_path
 from graft_cli.reward import make_grader, started
-from graft_cli.rollout import SamplingParams
 from graft_cli.rundir import (
     MetricsLog,
     best_path,
@@ -55,35 +54,28 @@ from graft_cli.train.collect import CollectInputs, collector_for
 from graft_cli.train.parallel import LockedGrader, PolicyPool, resolve_workers
 from graft_cli.train.phases import Phases
 from graft_cli.train.hooks import StepView
-from graft_cli.train.scoring import logprob_gap, old_logprobs, score_frozen, score_logprobs, score_settings
-from graft_cli.train.setup import base_frozen, build_frozen, build_policy, encode_prompt
+from graft_cli.train.policies import base_frozen, build_frozen, build_policy, encode_prompt
+from graft_cli.train.policy_stages import PolicyReceivers, PolicyStages, PolicyWork
+from graft_cli.train.rollout_worker import RolloutWorker
 from graft_cli.train.sources import STEP_SOURCES
-from graft_cli.train.step_logs import StepLogs, peer_rows_per_prompt, rollout_metrics
+from graft_cli.train.step_logs import rollout_metrics
 from graft_cli.train.sync_check import SyncCheck
 from graft_cli.train.sync_check import tolerance as sync_tolerance
-from graft_cli.train.update import UpdateContext, token_signals, update_policy
-
-
-def sampling_seed(run_seed: int, step: int, policy_index: int) -> int:
-    """One seed per (run, step, policy): sampling never depends on RNG state, so resume is exact."""
-    return (run_seed * 1_000_003 + step * 7919 + policy_index * 104_729) % (2**31 - 1)
 
 
 def step_seed(run_seed: int, step: int) -> int:
     return (run_seed * 999_983 + step * 15_485_863 + 17) % (2**31 - 1)
 
 
-@dataclass
-class PolicyWork:
-    """One trained policy's part of a step: its index and name, its collected step, the batch the exchange built
-    for it, its metrics row so far and the metrics of the exchange and the stored sources."""
-
-    index: int
-    name: str
-    step: PolicyStep
-    batch: TrainBatch
-    row: dict
-    metrics: dict
+def train_one(w: PolicyWork, s: PolicyStages) -> None:
+    """One policy's part of a step: each stage returns the batch the next one reads; the metrics go into
+    ``w.row``."""
+    b = s.old_logprobs(w, w.batch)  # score: π_old, one no-grad pass under the current weights
+    b = s.admit(w, b)  # exchange.admit: weight or drop rows
+    b = s.frozen_columns(w, b)  # the frozen models' columns (reference, teacher)
+    b = s.token_signals(w, b)  # loss mask, rollout rejection, token advantages
+    s.update(w, b)  # minibatches, loss, optimizer; the weights pushed into the engine and checked
+    s.log(w, b)  # seconds; rollout and exchange logs
 
 
 # -------------------------------------------------------------------------------------------- trainer
@@ -134,11 +126,15 @@ class Trainer:
         self.total_steps = cfg.run.steps or cfg.run.epochs * self.sampler.steps_per_epoch
         self.controllers = build_controllers(cfg.algo.controllers, self.total_steps)
         self.collector = collector_for(cfg)
-        self.collect_inputs = CollectInputs(self.problems, self.sampler, list(self.policies), self.sample, self.pool)
+        worker = RolloutWorker(self.policies, self.spec, self.grader, self.adv_fn, cfg, self.dist)
+        self.collect_inputs = CollectInputs(self.problems, self.sampler, list(self.policies), worker, self.pool)
         # run.staleness: this step's rollouts, or those sampled ahead while earlier steps updated (train/ahead.py)
         self.collection = collection_for(cfg, self.collector, self.collect_inputs, self.policies, self.check_sync,
-                                         self.sample, self.total_steps)
-        self.signal_params = token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params)
+                                         worker, self.total_steps)
+        self.receivers = PolicyReceivers(self.policies, self.spec, cfg, self.dist)
+        self.stages = PolicyStages(cfg, self.dist, self.policies, self.frozen, self.exchange, self.collection,
+                                   token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params),
+                                   out_dir)
         self.step = 0
         self.metrics = MetricsLog(metrics_path(out_dir))
         self.ckpt_root = checkpoints_dir(out_dir)
@@ -249,35 +245,6 @@ class Trainer:
             self.metrics.truncate_after(self.step)
 
     # -- one step
-    def sample(self, i: int, problems: list[Problem], round_: int = 0, step: int | None = None
-               ) -> tuple[PolicyStep, dict]:
-        """Policy ``i`` samples ``problems`` (sampling round ``round_`` of 0-based ``step``, default the trainer's),
-        grades them and takes the group advantages."""
-        cfg, r = self.cfg, self.cfg.rollout
-        step = self.step if step is None else step
-        pol = self.policies[self.collect_inputs.policies[i]]
-        t0 = time.perf_counter()
-        prompt_ids = [encode_prompt(pol, p.problem, self.spec) for p in problems]
-        lo, hi = self.dist.rollout_slice(len(problems))  # data-parallel: this rollout group's prompts
-        group = self.dist.rank // self.dist.rollout_tp
-        seed = sampling_seed(cfg.run.seed, step, i) + group * 1_000_033 + round_ * 15_485_867
-        params = SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                                seed=seed % (2**31 - 1))
-        ro = pol.engine.generate(prompt_ids[lo:hi], params)
-        faults.point("rollout", step + 1)
-        t1 = time.perf_counter()
-        golds = [p.answer for p in problems[lo:hi] for _ in range(r.n)]
-        grades = self.grader.grade(ro.texts, golds)
-        faults.point("reward", step + 1)
-        if self.dist.enabled:
-            ro, grades = D.concat_rollouts(self.dist.gather_rollout_groups((ro, grades)))
-        t2 = time.perf_counter()
-        rewards = torch.tensor(grades.rewards, dtype=torch.float32).view(len(problems), r.n)
-        adv = self.adv_fn(rewards, eps=cfg.algo.adv_eps, norm_by_std=cfg.algo.norm_by_std)
-        ps = PolicyStep(pol.name, problems, prompt_ids, ro, rewards, adv, np.asarray(grades.timed_out))
-        ps.rollouts.meta["extracted"] = grades.extracted
-        return ps, {"time/rollout": t1 - t0, "time/reward": t2 - t1, **grades.counts(), **ro.meta.get("metrics", {})}
-
     def coefs(self) -> dict:
         out: dict = {}
         for _name, c in self.controllers:
@@ -286,7 +253,7 @@ class Trainer:
 
     def train_step(self) -> list[dict]:
         """One step (module docstring): collect (sample and grade; the stored sources' logged steps), the
-        exchange's selection, then each policy's update (:meth:`train_one`, one thread per policy where
+        exchange's selection, then each policy's stages (:func:`train_one`, one thread per policy where
         ``run.policy_workers`` > 1), then the controllers see the step. Seconds and peak memory per phase:
         :class:`~graft_cli.train.phases.Phases`."""
         phase = Phases(next(iter(self.policies.values())).model)
@@ -301,7 +268,8 @@ class Trainer:
                 batches, xmetrics = self.exchange.select(steps, ctx)
             work = [PolicyWork(i, name, steps[name], batches[name], rows[name],
                                {**xmetrics.get(name, {}), **source_metrics}) for i, name in enumerate(self.policies)]
-            self.pool.map(lambda w: self.train_one(w, ctx, coefs, phase), work)
+            stages = self.stages.at(self.step, step_seed(self.cfg.run.seed, self.step), ctx, coefs, phase)
+            self.pool.map(lambda w: train_one(w, stages), work)
             self.step += 1
         out = [{"step": self.step, "policy": name, **rows[name], "time/step": phase.seconds["step"], **phase.metrics()}
                for name in self.policies]
@@ -310,34 +278,6 @@ class Trainer:
             for r in out:
                 r.update(cm)
         return out
-
-    def train_one(self, w: PolicyWork, ctx: ExchangeContext, coefs: dict, phase: Phases) -> None:
-        """One policy's update on its batch: score (old log-probs) -> admit (the exchange) -> the frozen models'
-        columns -> token signals -> update -> weight sync; its metrics go into ``w.row``."""
-        cfg, t, name, b, row = self.cfg, {}, w.name, w.batch, w.row
-        pol = self.policies[name]
-        rng = np.random.default_rng([step_seed(cfg.run.seed, self.step), w.index])  # per policy (train/parallel.py)
-        with phase("score", t):
-            b.old_logprobs = old_logprobs(pol, b, cfg, self.dist)
-            faults.point("score", self.step + 1)
-        row.update(logprob_gap(b))
-        b, amet = self.exchange.admit(name, b, ctx)
-        row.update({**w.metrics, **amet})
-        with phase("score_frozen", t, memory=False):
-            score_frozen(self.frozen, name, b, score_settings(cfg, self.dist))
-        with phase("update", t):
-            row.update(token_signals(b, cfg.algo, self.signal_params, self.step, name, coefs))
-            row.update(update_policy(pol, b, UpdateContext(cfg, self.dist, self.step, coefs, rng)))
-            self.collection.push(name, pol)  # the engine samples from the updated weights (train/ahead.py)
-        row.update(self.collection.check(name, pol, self.step + 1))
-        row.update({"time/old_logprob": t["score"], "time/update": t["update"],
-                    "time/exchange": phase.seconds["exchange"], "train_rows": len(b)})
-        if self.frozen:
-            row["time/score_frozen"] = t["score_frozen"]
-        if cfg.run.log_rollouts and self.dist.is_main:
-            logs = StepLogs(self.out, self.step, cfg.run.seed, cfg.run.keep_rollouts)
-            logs.rollouts(w.step, peer_rows_per_prompt(b, len(w.step.problems)))
-            logs.admission(name, w.step, self.exchange.admission_log(name))
 
     def source_steps(self, steps: dict) -> dict:
         """Each stored source's logged step on this step's prompts, added to ``steps``; their metrics."""
@@ -348,24 +288,17 @@ class Trainer:
         return out
 
     def exchange_context(self) -> ExchangeContext:
-        """What the exchange sees of the trainer this step: the receivers' tokenizers, their prompt encoding and
-        their scoring (``score_logprobs``: old log-probs of rows under a receiver's current weights)."""
+        """What the exchange sees this step: the receivers' tokenizers, their prompt encoding and their scoring
+        (old log-probs of rows under a receiver's current weights: :class:`PolicyReceivers`)."""
         return ExchangeContext(step=self.step, seed=step_seed(self.cfg.run.seed, self.step),
                                params=dict(self.cfg.exchange.params),
                                tokenizers={n: p.tokenizer for n, p in self.policies.items()},
-                               encode_prompt=self.encode_for, score_logprobs=self.score_for,
-                               receivers=list(self.policies))
+                               models=self.receivers, receivers=list(self.policies))
 
     def view(self) -> StepView:
         """What an after-step hook sees (:class:`~graft_cli.train.hooks.StepView`)."""
         return StepView(step=self.step, total_steps=self.total_steps, policies=self.policies,
                         held_out=self.held_out, data_parallel=self.dist.enabled, spec=self.spec, grader=self.grader)
-
-    def encode_for(self, text: str, name: str) -> list[int]:
-        return encode_prompt(self.policies[name], text, self.spec)
-
-    def score_for(self, name: str, b: TrainBatch) -> list:
-        return score_logprobs(self.policies[name], b, self.cfg, self.dist)
 
     def settle(self) -> None:
         """No rollout in flight, and the engines sample from the trainer's weights (before a checkpoint or an

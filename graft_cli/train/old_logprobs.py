@@ -1,8 +1,10 @@
 """Scoring in a step: the log-probs of a batch's rows under a policy's current weights (no grad), the old
 log-probs of the update (``algo.old_logprobs``), the frozen models' columns (reference, teacher), and the
-sampler-vs-trainer gap on the policy's own rows."""
+rollout-vs-trainer gap on the policy's own rows."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -10,7 +12,7 @@ from graft_cli import config as C
 from graft_cli.batch import TrainBatch
 from graft_cli.models.scoring import SCORERS, ScoreSettings, score_rows
 from graft_cli.train import dist as D
-from graft_cli.train.setup import Frozen, Policy
+from graft_cli.train.policies import Frozen, Policy
 
 
 def score_settings(cfg: C.Config, dist: D.Dist | None = None) -> ScoreSettings:
@@ -28,31 +30,33 @@ def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist |
 
 def old_logprobs(pol: Policy, b: TrainBatch, cfg: C.Config, dist: D.Dist | None = None) -> list[list[float]]:
     """The old log-probs of the update (``algo.old_logprobs``): ``trainer`` rescores every row under the current
-    weights (verl's convention); ``sampler`` keeps the engine's log-probs on the policy's own rows and scores
+    weights (verl's convention); ``rollout`` keeps the rollout log-probs on the policy's own rows and scores
     only the peer rows (another policy's responses, co-trained or stored), which have none."""
     if cfg.algo.old_logprobs == "trainer":
         return score_logprobs(pol, b, cfg, dist)
     peer = b.peer_rows()
     scored = score_logprobs(pol, b, cfg, dist, only=peer) if peer else [None] * len(b)
-    return [list(samp) if s == "self" else lp for s, samp, lp in zip(b.source, b.sampler_logprobs, scored)]
+    return [list(roll) if s == "self" else lp for s, roll, lp in zip(b.source, b.rollout_logprobs, scored)]
 
 
-def score_frozen(frozen: dict[str, Frozen], name: str, batch: TrainBatch, settings: ScoreSettings) -> None:
-    """Every frozen model serving policy ``name`` fills its column of the batch (one no-grad pass each)."""
+def score_frozen(frozen: dict[str, Frozen], name: str, batch: TrainBatch, settings: ScoreSettings) -> TrainBatch:
+    """The batch with the column of every frozen model serving policy ``name`` (one no-grad pass each, in config
+    order: a scorer sees the columns of the ones before it)."""
     for f in frozen.values():
         if not f.cfg.serves or name in f.cfg.serves:
             with f.scope():
                 col = SCORERS.get(f.cfg.scorer)(f.model, f.tokenizer, batch, settings)
             if col is not None:  # scorer "none" (a co-generating junior) fills nothing
-                batch.extra[f.cfg.score_column] = col
+                batch = dataclasses.replace(batch, extra={**batch.extra, f.cfg.score_column: col})
+    return batch
 
 
 def logprob_gap(batch: TrainBatch) -> dict:
-    """Sampler-vs-trainer log-prob gap on the policy's own rows (TRL ``sampling/*`` names)."""
+    """Rollout-vs-trainer log-prob gap on the policy's own rows (TRL ``sampling/*`` names)."""
     diffs = []
-    for s, samp, old in zip(batch.source, batch.sampler_logprobs, batch.old_logprobs or []):
-        if s == "self" and samp is not None and len(samp) == len(old) and len(old):
-            diffs.append(np.abs(np.asarray(samp) - np.asarray(old)))
+    for s, roll, old in zip(batch.source, batch.rollout_logprobs, batch.old_logprobs or []):
+        if s == "self" and roll is not None and len(roll) == len(old) and len(old):
+            diffs.append(np.abs(np.asarray(roll) - np.asarray(old)))
     if not diffs:
         return {}
     d = np.concatenate(diffs)

@@ -9,7 +9,8 @@
                    "from_step": the step it resumed from (0: a fresh start)}, ...]}
 
 one session per ``graft train`` that opened the run directory (a resumed run appends one). A plan reuses a finished
-run only when its config hash and tiny build hash equal those the plan composes now (:func:`reuse_problem`).
+run only when its config hash and tiny build hash equal those the plan composes now (:func:`reuse_problem`), or,
+where the hash differs, when its ``config.yaml`` read back (older names read as the current ones) equals the plan's.
 """
 
 from __future__ import annotations
@@ -119,8 +120,10 @@ def reuse_problem(cfg: C.Config, run_dir: str, ignore: set) -> str | None:
         except GraftError:  # an unreadable config.yaml: the hashes alone say it differs
             on_disk = None
         keys = config_diff(on_disk, cfg, ignore) if on_disk is not None else []
-        return (f"its config differs in {keys[0]!r}" + (f" (and {len(keys) - 1} more)" if len(keys) > 1 else "")
-                if keys else "its config hash differs from the plan's")
+        if keys or on_disk is None:
+            return (f"its config differs in {keys[0]!r}" + (f" (and {len(keys) - 1} more)" if len(keys) > 1 else "")
+                    if keys else "its config hash differs from the plan's")
+        # its config.yaml reads as this config: the hash was taken over older names of its values (docs/glossary.md)
     now = tiny_build(cfg)
     if (prov.get("tiny_build") or {}).get("hash") != (now or {}).get("hash"):
         roles = [r for r in sorted(set((now or {}).get("roles") or {}) | set((prov.get("tiny_build") or {}).get(

@@ -1,5 +1,5 @@
 """The run driver: :func:`train` runs (or resumes) a run: the checks before anything is written (a writable run
-directory, :func:`~graft_cli.train.setup.preflight`, a resumed run's config against the one on disk), the run
+directory, :func:`~graft_cli.train.policies.preflight`, a resumed run's config against the one on disk), the run
 directory's lock, ``config.yaml``, the step loop with its checkpoints, after-step hooks and progress, and the
 one-line endings of a stopped run (SIGTERM, a lost data-parallel peer)."""
 
@@ -24,7 +24,7 @@ from graft_cli.train import dist as D
 from graft_cli.train.hooks import AfterStep
 from graft_cli.train.loop import Trainer
 from graft_cli.train.provenance import record_session
-from graft_cli.train.setup import preflight
+from graft_cli.train.policies import preflight
 from graft_cli.train.trackers import TRACKERS, Trackers
 
 
@@ -122,7 +122,7 @@ class SignalStop:
 
 def check_inputs(cfg: C.Config, out: str) -> None:
     """What can be checked before anything is loaded or written: a writable run directory, the models'
-    vocabularies (:func:`~graft_cli.train.setup.preflight`), a resumed run's config against the one on disk, the
+    vocabularies (:func:`~graft_cli.train.policies.preflight`), a resumed run's config against the one on disk, the
     trackers' names."""
     check_writable(out, "run.out")
     preflight(cfg)

@@ -54,7 +54,7 @@ class RolloutLogSource:
             adv = torch.tensor(log["advantage"], dtype=torch.float32).view(B, n)
         ro = Rollouts(prompt_ids=[[] for _ in range(B)], response_ids=[list(map(int, t)) for t in log["token_ids"]],
                       texts=[str(x) for x in log["response"]],
-                      logprobs=[list(map(float, x)) for x in log["sampler_logprobs"]],
+                      logprobs=[list(map(float, x)) for x in log["rollout_logprobs"]],
                       truncated=[bool(x) for x in log["truncated"]], n=n)
         ps = PolicyStep(self.name, list(problems), [[] for _ in range(B)], ro, rewards, adv)
         met = {"graft/partner_reward": float(rewards.mean())}

@@ -38,7 +38,7 @@ class StepLogs:
             "answer": [p.answer for p in st.problems for _ in range(n)],
             "response": ro.texts,
             "token_ids": ro.response_ids,
-            "sampler_logprobs": ro.logprobs,
+            "rollout_logprobs": ro.logprobs,
             "truncated": ro.truncated,
             "reward": st.rewards.flatten().tolist(),
             "advantage": st.advantages.flatten().tolist(),

@@ -6,6 +6,7 @@ non-finite guards and FSDP's zero-weight passes. What it reads besides the batch
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ from graft_cli.errors import GraftError
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs, to_padded
 from graft_cli.train import dist as D
 from graft_cli.algorithms.minibatch import layout_ranks, minibatch_plan
-from graft_cli.train.setup import Policy
+from graft_cli.train.policies import Policy
 
 
 @dataclass
@@ -94,17 +95,21 @@ def nonfinite_quantity(logp: torch.Tensor, old: torch.Tensor, loss: torch.Tensor
     return None
 
 
-def token_signals(batch: TrainBatch, algo, signal_params: dict, step: int, name: str, coefs: dict) -> dict:
-    """The registered loss mask, the rollout-rejection mask and the token-advantage functions, in config order,
-    written into ``batch.loss_mask`` / ``batch.token_adv``; returns their metrics."""
+def token_signals(batch: TrainBatch, algo, signal_params: dict, step: int, name: str,
+                  coefs: dict) -> tuple[TrainBatch, dict]:
+    """The batch with its ``loss_mask`` / ``token_adv`` from the registered loss mask, the rollout-rejection mask
+    and the token-advantage functions, in config order (each sees the columns of the ones before it); their
+    metrics."""
     sctx = SignalContext(step=step, policy=name, algo=algo, coefs=coefs, params=dict(algo.loss_mask_params))
-    batch.loss_mask = LOSS_MASKS.get(algo.loss_mask)(batch, sctx)
-    batch.loss_mask, met = rollout_rejection(batch, algo.rollout_correction)
+    batch = dataclasses.replace(batch, loss_mask=LOSS_MASKS.get(algo.loss_mask)(batch, sctx))
+    mask, met = rollout_rejection(batch, algo.rollout_correction)
+    batch = dataclasses.replace(batch, loss_mask=mask)
     for fn_name in algo.token_advantages:
         sctx.params = signal_params[fn_name]
-        batch.token_adv, m = TOKEN_ADVANTAGES.get(fn_name)(batch, sctx)
+        adv, m = TOKEN_ADVANTAGES.get(fn_name)(batch, sctx)
+        batch = dataclasses.replace(batch, token_adv=adv)
         met.update(m)
-    return met
+    return batch, met
 
 
 @dataclass

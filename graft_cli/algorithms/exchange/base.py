@@ -7,9 +7,11 @@ An exchange is a class with:
 - ``validate(cfg)`` (class method): check ``cfg.exchange.params`` without changing anything; raise GraftError
   naming the key;
 - ``select(steps, ctx) -> (batches, metrics)``: before scoring, build the TrainBatch of every receiver
-  (``ctx.receivers``: the trained policies; ``steps`` may also hold stored sources' steps);
+  (``ctx.receivers``: the trained policies; ``steps`` may also hold stored sources' steps), encoding prompts and
+  scoring rows through ``ctx.models`` (:class:`Receivers`);
 - ``admit(name, batch, ctx) -> (batch, metrics)``: after the receiver's old log-probs are known
-  (``batch.old_logprobs``), weight or drop rows (e.g. GRAFT's compatibility gate);
+  (``batch.old_logprobs``), weight or drop rows (e.g. GRAFT's compatibility gate) in a new batch, the given one
+  unchanged;
 - ``state_dict()``/``load_state_dict()`` for schedules that carry state across steps;
 - ``admission_log(name) -> columns | None``: per transferred row of receiver ``name``'s last ``admit`` (kept or
   dropped), columns for the trainer's exchange log (``rollouts/<name>/exchange_step_N.parquet``); ``None``: no log.
@@ -19,15 +21,47 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from graft_cli.batch import PolicyStep, TrainBatch, self_batch
 from graft_cli.errors import GraftError
-from graft_cli.registry import Registry
+from graft_cli.registry import Params, Registry
 
-EXCHANGES: Registry = Registry("exchange")
+EXCHANGES: Registry = Registry("exchange", Params)  # spec: its exchange.params, a Params holding their defaults
 
 
 ScoreFn = Callable[[str, TrainBatch], list]  # (policy name, rows) -> per-row token log-probs under its weights
+
+
+class Receivers(Protocol):
+    """What an exchange may ask of the trained policies: a policy's prompt encoding and its trainer forward on rows
+    (:class:`graft_cli.train.policy_stages.PolicyReceivers` in a run)."""
+
+    def encode(self, text: str, name: str) -> list[int]:
+        """Problem ``text`` as policy ``name``'s prompt token ids."""
+        ...
+
+    def score(self, name: str, batch: TrainBatch) -> list:
+        """Per-row token log-probs of ``batch`` under policy ``name``'s current weights (no grad)."""
+        ...
+
+
+@dataclass
+class ReceiverFunctions:
+    """:class:`Receivers` made of two functions, for callers without a trainer (tests, benchmarks); without
+    ``score_fn`` a call to :meth:`score` stops with one line."""
+
+    encode_fn: Callable[[str, str], list]  # (problem text, policy name) -> prompt token ids
+    score_fn: ScoreFn | None = None
+
+    def encode(self, text: str, name: str) -> list[int]:
+        return self.encode_fn(text, name)
+
+    def score(self, name: str, batch: TrainBatch) -> list:
+        if self.score_fn is None:
+            raise GraftError("scoring rows under a policy's weights (Receivers.score) is not available to this "
+                             "caller")
+        return self.score_fn(name, batch)
 
 
 @dataclass
@@ -38,8 +72,7 @@ class ExchangeContext:
     seed: int
     params: dict
     tokenizers: dict  # policy name -> tokenizer
-    encode_prompt: Callable[[str, str], list]  # (problem text, policy name) -> prompt token ids
-    score_logprobs: ScoreFn | None = None  # a policy's trainer forward on rows (no grad); None: not available
+    models: Receivers  # the policies' prompt encoding and scoring
     receivers: list | None = None  # the policies that train (None: every policy in ``steps``)
 
 
@@ -75,3 +108,14 @@ class Exchange:
 
 
 EXCHANGES.register("none")(Exchange)
+
+
+def exchange_params(section) -> Params | None:
+    """The typed ``exchange.params`` of a config's ``exchange`` section as a run wrote it (a mapping, such as a run's
+    ``config.yaml`` read back, or the config's own section): the values it holds over the defaults registered for
+    its exchange (:meth:`Params.read`). None when the section names no registered exchange."""
+    get = section.get if isinstance(section, dict) else lambda k: getattr(section, k, None)
+    name = get("name") if section is not None else None
+    if not isinstance(name, str) or name not in EXCHANGES:
+        return None
+    return type(EXCHANGES.spec(name)).read(get("params"))

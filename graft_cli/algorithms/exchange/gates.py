@@ -1,4 +1,4 @@
-"""GRAFT's compatibility score, gate and admission (graft.md §2.2 step 5, Eq. 6–8; §3 variants), registered.
+"""GRAFT's compatibility score, gate and admission (graft.md §2.2 steps 7–8, Eq. 6–8; §3 variants), registered.
 
 - :func:`compatibility`: s = exp(ℓ̄(π_old^R, o^R) − ℓ̄(π_S, o^S)), ℓ̄ = mean token log-likelihood (terminal EOS
   excluded on both sides, graft.md §8 item 3);
@@ -23,7 +23,7 @@ ADMISSIONS: Registry = Registry("admission rule")
 
 
 def source_mean_logprob(logprobs, ended_with_eos: bool) -> float:
-    """Denominator of s (Eq. 7): mean generation log-prob over the source tokens, terminal EOS excluded
+    """Denominator of s (Eq. 7): mean source log-prob (``peer_logprobs``) over the source tokens, terminal EOS excluded
     (graft.md §8 item 3), except in an EOS-only response, whose one action is its EOS (HACPO's released
     ``materialize_rollout_records`` keeps it: the mean is that token's log-prob). nan for an empty response."""
     lp = list(logprobs)
@@ -46,20 +46,21 @@ def _capped(x: float, cap: bool) -> float:
 
 
 @GATES.register("floor")
-def floor_gate(s, delta: float = 0.8, cap: bool = True) -> tuple[list[float], list[bool]]:
+def floor_gate(s, delta: float, cap: bool) -> tuple[list[float], list[bool]]:
     """Eq. 8: w = 1[s > δ]·min(s, 1), keep = s > δ; δ ≤ 0: no floor (all kept, w = min(s, 1); nan s → w = 0)."""
     keep = [True if delta <= 0 else (math.isfinite(float(x)) and float(x) > delta) for x in s]
     return [_capped(float(x), cap) if k else 0.0 for x, k in zip(s, keep)], keep
 
 
 @GATES.register("none")
-def no_gate(s, delta: float = 0.8, cap: bool = True) -> tuple[list[float], list[bool]]:
+def no_gate(s, delta: float, cap: bool) -> tuple[list[float], list[bool]]:
     """graft.md §3 "w/o compatibility gate": w = 1, everything kept."""
     return [1.0] * len(s), [True] * len(s)
 
 
-def gate_weights(s, delta: float = 0.8, gate: str = "floor", cap: bool = True) -> tuple[list[float], list[bool]]:
-    """The registered gate ``gate`` on scores ``s``: returns ``(w, keep)``."""
+def gate_weights(s, delta: float, gate: str = "floor", cap: bool = True) -> tuple[list[float], list[bool]]:
+    """The registered gate ``gate`` on scores ``s`` with floor ``delta`` (``exchange.params.delta``): returns
+    ``(w, keep)``."""
     return GATES.get(gate)(list(s), delta, cap)
 
 

@@ -26,7 +26,7 @@ source the trainer owns (graft_cli/train/sources.py).
    baselines.md §1.2): the source's response *string* (``Rollouts.texts``, decoded with
    ``skip_special_tokens=True``) is encoded with the receiver's tokenizer,
    ``tokenizer(text, add_special_tokens=False)``, after the receiver's own encoding of the same problem
-   (``ctx.encode_prompt(problem, receiver)``).
+   (``ctx.models.encode(problem, receiver)``).
 
    **EOS rule.** When the source response ended with EOS (it was not truncated) and ``append_eos`` is
    true (default), the receiver's EOS id is appended, so the receiver also learns to stop; a truncated
@@ -40,12 +40,12 @@ source the trainer owns (graft_cli/train/sources.py).
 5. **Compatibility and gate** (:func:`compatibility`, :func:`gate_weights`; Eq. 6–8), in ``admit`` once
    the trainer has scored every row under the receiver's old policy:
    ``s = exp(mean_t log π_old^R(o^R_t) − mean_t log π_S(o^S_t))`` and
-   ``w = 1[s > δ] · min(s, 1)`` (δ = 0.8, strict >). Responses with ``s ≤ δ`` are **dropped** (they leave
-   the loss numerator and the token-count denominator). ``δ ≤ 0`` means no floor (every response kept,
-   ``w = min(s, 1)``). The source log-probs are the sampler's (``peer_logprobs: sampler``, GRAFT's default;
-   exact where the engine's log-probs equal the trainer's fp32 forward, the HF engine in fp32) or recomputed
-   by the source policy's trainer forward at the rollout temperature before any update (``peer_logprobs:
-   recompute``, via ``ctx.score_logprobs``; HACPO's default, as its released trainer scores the pool
+   ``w = 1[s > δ] · min(s, 1)`` (δ: ``delta``, :class:`GraftParams`; strict >). Responses with ``s ≤ δ`` are
+   **dropped** (they leave the loss numerator and the token-count denominator). ``δ ≤ 0`` means no floor (every
+   response kept, ``w = min(s, 1)``). The source log-probs are its rollout log-probs (``peer_logprobs: rollout``,
+   GRAFT's default; exact where the engine's log-probs equal the trainer's fp32 forward, the HF engine in fp32) or
+   recomputed by the source policy's trainer forward at the rollout temperature before any update (``peer_logprobs:
+   recompute``, via ``ctx.models.score``; HACPO's default, as its released trainer scores the pool
    with each source's actor, and the one to use with bf16 weights or vLLM, whose log-probs differ).
 6. **Objective**: the registered loss (``ppo_token``: token-level PPO ratio against the receiver's own
    old policy for self and grafted tokens, w per response, token-mean over retained responses; with no
@@ -62,7 +62,7 @@ A receiver prompt offered by several sources takes the group of the source with 
 receiver's intake against its total outflow instead of per pair (:mod:`~graft_cli.algorithms.exchange.selection`).
 With exactly two policies every rule is the pair algorithm.
 
-**Design variants** (graft.md §3) are ``exchange.params`` keys (see :data:`DEFAULTS`):
+**Design variants** (graft.md §3) are ``exchange.params`` keys (:class:`GraftParams`):
 
 - ``gate: floor | none`` — ``none`` is "w/o compatibility gate" (w = 1 for every transferred response);
 - ``delta`` — the floor δ (0 = "no floor": w = min(s, 1) for all); ``cap: false`` drops the min(·, 1);
@@ -91,7 +91,9 @@ With exactly two policies every rule is the pair algorithm.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -102,45 +104,40 @@ from graft_cli.algorithms.exchange.selection import N_PEER_RULES, SELECTIONS, Pl
 from graft_cli.batch import PolicyStep, TrainBatch
 from graft_cli.errors import GraftError
 from graft_cli.models.retokenize import tokenizers_identical
-from graft_cli.registry import validate_params
+from graft_cli.registry import Params, choice
 
 # ------------------------------------------------------------------------------------------------ options
-DEFAULTS: dict = {
-    "delta": 0.8,  # Eq. 8 floor δ (strict >); <= 0: no floor
-    "gate": "floor",  # registered gate: floor | none
-    "cap": True,  # min(s, 1) in w
-    "selection": "balanced",  # registered selection rule: balanced | unbalanced | sgt | random | all
-    "n_peer": "best_source",  # N >= 3 policies: best_source | round_robin | pooled_donor (selection.py)
-    "admission": "gate",  # registered admission: gate | random
-    "mode": "replace",  # registered replacement mode: replace | pooled | sft | hacpo
-    "peer_responses": "all",  # all | success
-    "append_eos": True,  # graft.md §8 item 3
-    "peer_logprobs": "sampler",  # sampler | recompute (graft.md §8 item 2)
-    "direct_ids": False,  # identical tokenizers: transfer token ids (graft.md §8 item 10)
-    "hacpo_window": 5,  # HACPO capability: rolling window of steps
-    "hacpo_capability": "current",  # current: the window includes this step's rates (HACPO's code) | lagged
-    "hacpo_c_min": 0.1,
-    "hacpo_c_max": 10.0,
-    "hacpo_peer_elsewhere": "zero",  # zero: source responses on other prompts, advantage 0 | drop
-}
+@dataclass(frozen=True)
+class GraftParams(Params):
+    """``exchange.params`` of the GRAFT exchange (the variants: module docstring), the one place their defaults
+    are written; the choices of ``gate``, ``selection``, ``n_peer``, ``admission`` and ``mode`` are their
+    registries' names."""
 
-CHOICES = {
-    "peer_responses": ("all", "success"),
-    "peer_logprobs": ("sampler", "recompute"),
-    "hacpo_peer_elsewhere": ("zero", "drop"),
-    "hacpo_capability": ("current", "lagged"),
-}
-REGISTERED = {"gate": GATES, "selection": SELECTIONS, "admission": ADMISSIONS, "mode": REPLACEMENTS,
-              "n_peer": N_PEER_RULES}
+    delta: float = 0.8  # Eq. 8 floor δ (strict >); <= 0: no floor
+    gate: str = choice("floor", among=GATES)  # floor | none
+    cap: bool = True  # min(s, 1) in w
+    selection: str = choice("balanced", among=SELECTIONS)  # balanced | unbalanced | sgt | random | all
+    n_peer: str = choice("best_source", among=N_PEER_RULES)  # N >= 3 policies: best_source | round_robin | pooled_donor
+    admission: str = choice("gate", among=ADMISSIONS)  # gate | random
+    mode: str = choice("replace", among=REPLACEMENTS)  # replace | pooled | sft | hacpo
+    peer_responses: str = choice("all", "success")
+    append_eos: bool = True  # graft.md §8 item 3
+    peer_logprobs: str = choice("rollout", "recompute")  # graft.md §8 item 2
+    direct_ids: bool = False  # identical tokenizers: transfer token ids (graft.md §8 item 10)
+    hacpo_window: int = 5  # HACPO capability: rolling window of steps
+    hacpo_capability: str = choice("current", "lagged")  # current: the window includes this step's rates (HACPO's code)
+    hacpo_c_min: float = 0.1
+    hacpo_c_max: float = 10.0
+    hacpo_peer_elsewhere: str = choice("zero", "drop")  # zero: source responses on other prompts, advantage 0 | drop
+
+
 MODE_LOSSES = {"sft": ("ppo_token_nll",), "hacpo": ("hacpo_peer",)}
 
 
-def options(params: dict, extra_keys: tuple = (), defaults: dict | None = None) -> dict:
-    """``exchange.params`` merged over the defaults, each key and value checked by
-    :func:`graft_cli.registry.validate_params` (the choices of ``gate``, ``selection``, ... are their registries'
-    names), then the rules between them (one-line GraftError)."""
-    out = validate_params(DEFAULTS if defaults is None else defaults, params, "exchange.params", "the GRAFT exchange",
-                          choices={**CHOICES, **REGISTERED}, open_keys=extra_keys)
+def options(params: dict, kind: type[GraftParams] = GraftParams) -> dict:
+    """``exchange.params`` checked against ``kind`` (:meth:`Params.check`) with every default filled in, then the
+    rules between them (one-line GraftError)."""
+    out = kind.check(params, "exchange.params", "the GRAFT exchange").to_dict()
     if out["hacpo_window"] < 1:
         raise GraftError("config key 'exchange.params.hacpo_window': must be >= 1")
     if out.get("n_peer") == "pooled_donor" and out.get("selection") != "balanced":
@@ -162,17 +159,16 @@ def _pct(a, p) -> float:
     return float(np.percentile(np.asarray(a, dtype=np.float64), p)) if len(a) else math.nan
 
 
-@EXCHANGES.register("graft")
+@EXCHANGES.register("graft", spec=GraftParams())
 class GraftExchange(Exchange):
     """GRAFT (module docstring). ``select`` builds every receiver's batch (selection, replacement,
     re-tokenization, source log-prob means); ``admit`` applies the compatibility gate."""
 
-    EXTRA_KEYS: tuple = ()
-    OPTION_DEFAULTS: dict = DEFAULTS
+    PARAMS: type[GraftParams] = GraftParams  # its registered spec's class
 
     def __init__(self, cfg=None):
         super().__init__(cfg)
-        self.opts = options(cfg.exchange.params if cfg is not None else {}, self.EXTRA_KEYS, self.OPTION_DEFAULTS)
+        self.opts = options(cfg.exchange.params if cfg is not None else {}, self.PARAMS)
         self.hacpo_history: dict[str, list[float]] = {}
         self._same_tok: dict = {}
         self._admission: dict[str, dict] = {}  # receiver -> the last admit's transferred rows (admission_log)
@@ -184,7 +180,7 @@ class GraftExchange(Exchange):
 
     @classmethod
     def validate(cls, cfg) -> None:
-        opts = options(cfg.exchange.params, cls.EXTRA_KEYS, cls.OPTION_DEFAULTS)
+        opts = options(cfg.exchange.params, cls.PARAMS)
         check_loss_for_mode(cfg, opts)
 
     # -- state (HACPO capability history)
@@ -209,12 +205,8 @@ class GraftExchange(Exchange):
 
     def _recompute_source_means(self, batch: TrainBatch, steps: dict[str, PolicyStep], ctx: ExchangeContext) -> None:
         """``peer_logprobs: recompute`` (graft.md §8 item 2): score each transferred response with its source
-        policy's trainer forward (θ_old: no policy has been updated yet in this step) through the hook
-        ``ctx.score_logprobs(policy_name, TrainBatch) -> per-token log-probs``."""
-        score = ctx.score_logprobs
-        if score is None:
-            raise GraftError("config key 'exchange.params.peer_logprobs': recompute needs the trainer's scoring "
-                             "(ExchangeContext.score_logprobs), which this caller does not provide")
+        policy's trainer forward (θ_old: no policy has been updated yet in this step) through
+        ``ctx.models.score(policy_name, TrainBatch) -> per-token log-probs``."""
         by_src: dict[str, list[int]] = {}
         for i, (s, sp) in enumerate(zip(batch.source, batch.extra.get("src_policy", []))):
             if s == "peer" and sp is not None:
@@ -227,7 +219,7 @@ class GraftExchange(Exchange):
                 r = q * st.n + j
                 sb.append(prompt_ids=st.prompt_ids[q], response_ids=st.rollouts.response_ids[r], advantages=0.0,
                           weights=1.0, source="self", group=q)
-            lps = score(sp, sb)
+            lps = ctx.models.score(sp, sb)
             for i, lp in zip(rows, lps):
                 q, j = batch.group[i], batch.extra["src_sample"][i]
                 m = source_mean_logprob(lp, not bool(st.rollouts.truncated[q * st.n + j]))
@@ -283,7 +275,7 @@ class GraftExchange(Exchange):
         recv = steps[rname]
         algo = self.cfg.algo if self.cfg is not None else None
         rc = ReceiverContext(r=r, names=names, steps=steps, opts=self.opts, tokenizer=ctx.tokenizers[rname],
-                             encode_prompt=lambda text: ctx.encode_prompt(text, rname),
+                             encode_prompt=lambda text: ctx.models.encode(text, rname),
                              same_tokenizer=lambda sname: self._same_tokenizer(sname, rname, ctx),
                              rng=lambda *keys: self._rng(ctx, *keys), caps=caps, step=ctx.step,
                              eps=algo.adv_eps if algo is not None else 1e-6,
@@ -352,10 +344,10 @@ class GraftExchange(Exchange):
         for i, wi, ki in zip(peer, w, keep):
             weights[i] = float(wi)
             keep_row[i] = bool(ki)
-        batch.weights = weights
-        batch.extra["graft_s"] = [None] * len(batch)
+        graft_s = [None] * len(batch)
         for i, si in zip(peer, s):
-            batch.extra["graft_s"][i] = si
+            graft_s[i] = si
+        batch = dataclasses.replace(batch, weights=weights, extra={**batch.extra, "graft_s": graft_s})
         srcs = batch.extra.get("src_policy", [None] * len(batch))
         samples = batch.extra.get("src_sample", [None] * len(batch))
         self._admission[name] = {  # every transferred row, kept or dropped (admission_log)

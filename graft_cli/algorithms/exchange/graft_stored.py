@@ -17,7 +17,7 @@ which returns the source the ``exchange.params`` below describe (config validati
   recompute the partner's advantages from the re-verified rewards (graft.md §8 item 13); false keeps the
   logged rewards and advantages;
 - every GRAFT option; ``selection`` defaults to ``unbalanced``: one-way transfer of every candidate with
-  1 ≤ k_partner < n (balanced exchange inactive). ``peer_logprobs`` must be ``sampler``: the compatibility
+  1 ≤ k_partner < n (balanced exchange inactive). ``peer_logprobs`` must be ``rollout``: the compatibility
   denominator is the stored log-probs.
 
 At receiver step t (0-based) the partner's file ``step_{t+1:06d}.parquet`` is read; its ``step`` column must
@@ -30,22 +30,33 @@ made too long shifts the order and is reported here).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from graft_cli.algorithms.exchange.base import EXCHANGES
-from graft_cli.algorithms.exchange.graft import DEFAULTS, GraftExchange, check_loss_for_mode, options
+from graft_cli.algorithms.exchange.graft import GraftExchange, GraftParams, check_loss_for_mode, options
+from graft_cli.algorithms.exchange.selection import SELECTIONS
 from graft_cli.errors import GraftError
+from graft_cli.registry import choice
 from graft_cli.schema import SourceConfig
 
-STORED_DEFAULTS = {**DEFAULTS, "selection": "unbalanced"}
-STORED_KEYS = ("partner_run", "partner_policy", "receiver", "reverify")
+
+@dataclass(frozen=True)
+class StoredGraftParams(GraftParams):
+    """``exchange.params`` of ``graft_stored`` (module docstring): GRAFT's, one-way selection by default, and the
+    partner's run."""
+
+    selection: str = choice("unbalanced", among=SELECTIONS)
+    partner_run: str | None = None  # required
+    partner_policy: str | None = None  # required
+    receiver: str | None = None  # None: the one trained policy that is not the partner
+    reverify: bool = True
 
 
-@EXCHANGES.register("graft_stored")
+@EXCHANGES.register("graft_stored", spec=StoredGraftParams())
 class StoredGraftExchange(GraftExchange):
     """GRAFT against a partner's stored GRPO logs (module docstring): GRAFT with stored defaults."""
 
-    EXTRA_KEYS = STORED_KEYS
-    OPTION_DEFAULTS = STORED_DEFAULTS
+    PARAMS = StoredGraftParams
 
     @classmethod
     def _receiver(cls, cfg) -> str:
@@ -79,23 +90,21 @@ class StoredGraftExchange(GraftExchange):
         name = str(p["partner_policy"])
         cfg.sources = [x for x in cfg.sources if x.name != name] + [SourceConfig(
             name=name, kind="rollout_log", run=str(p["partner_run"]), policy=name,
-            reverify=bool(p.get("reverify", True)))]
+            reverify=bool(StoredGraftParams.read(p).reverify))]
 
     @classmethod
     def validate(cls, cfg) -> None:
         p = dict(cfg.exchange.params)
-        opts = options(p, STORED_KEYS, STORED_DEFAULTS)
+        opts = options(p, StoredGraftParams)
         check_loss_for_mode(cfg, opts)
         for k in ("partner_run", "partner_policy"):
             if not p.get(k):
                 raise GraftError(f"config key 'exchange.params.{k}': required by exchange graft_stored")
-        if opts["peer_logprobs"] != "sampler":
+        if opts["peer_logprobs"] != "rollout":
             raise GraftError("config key 'exchange.params.peer_logprobs': graft_stored uses the stored generation "
-                             "log-probs (sampler); the partner model is not loaded")
+                             "log-probs (rollout); the partner model is not loaded")
         if opts["mode"] == "hacpo":
-            raise GraftError("config key 'exchange.params.mode': hacpo needs a co-trained partner")
-        if "reverify" in p and not isinstance(p["reverify"], bool):
-            raise GraftError("config key 'exchange.params.reverify': must be true or false")
+            raise GraftError("config key 'exchange.params.mode': hacpo needs a co-trained peer")
         d = os.path.join(str(p["partner_run"]), "rollouts", str(p["partner_policy"]))
         if not os.path.isdir(d):
             raise GraftError(f"config key 'exchange.params.partner_run': {d} does not exist (need the partner's "

@@ -89,7 +89,7 @@ def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokeniz
                     only: list[int] | None = None) -> TrainBatch:
     """The source's group for prompt q as receiver rows (graft.md §2.2 steps 5–6): re-tokenized response,
     the source's own advantage (or ``advantages`` when a variant recomputes them), reward, mean source
-    generation log-prob (EOS excluded) and ``extra`` columns ``src_policy``, ``n_scored``,
+    log-prob (``peer_logprobs``; EOS excluded) and ``extra`` columns ``src_policy``, ``n_scored``,
     (and the ``source_logp_mean`` field). ``only`` restricts to some sample indices (success-only, SFT)."""
     out = TrainBatch()
     ro, n = src.rollouts, src.n
@@ -105,7 +105,7 @@ def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokeniz
         src_mean = source_mean_logprob(ro.logprobs[r], ended)
         adv = float(src.advantages[q, j]) if advantages is None else float(advantages[j])
         out.append(prompt_ids=recv_prompt_ids, response_ids=ids, advantages=adv, weights=1.0, source="peer",
-                   group=q, rewards=float(src.rewards[q, j]), sampler_logprobs=None, source_logp_mean=src_mean,
+                   group=q, rewards=float(src.rewards[q, j]), rollout_logprobs=None, source_logp_mean=src_mean,
                    texts=ro.texts[r], src_policy=src_name, src_sample=j, n_scored=n_scored)
     return out
 
@@ -118,7 +118,7 @@ def own_group_rows(step: PolicyStep, q: int, advantages: list[float] | None = No
         r = q * n + j
         adv = float(step.advantages[q, j]) if advantages is None else float(advantages[j])
         out.append(prompt_ids=step.prompt_ids[q], response_ids=ro.response_ids[r], advantages=adv, weights=1.0,
-                   source="self", group=q, rewards=float(step.rewards[q, j]), sampler_logprobs=ro.logprobs[r],
+                   source="self", group=q, rewards=float(step.rewards[q, j]), rollout_logprobs=ro.logprobs[r],
                    texts=ro.texts[r])
     return out
 

@@ -1,5 +1,6 @@
-"""Scoring of graft's lm-evaluation-harness tasks: graft's own math-verify reward (``graft_cli.answers.grade_one``:
-the last ``\\boxed{}`` of a response against the gold answer) on each of a problem's samples.
+"""Scoring of graft's lm-evaluation-harness tasks: graft's own math-verify reward
+(``graft_cli.reward.answers.grade_one``: the last ``\\boxed{}`` of a response against the gold answer) on each of a
+problem's samples.
 
 lm-eval calls :func:`process_results` once per problem with the filtered responses: with ``repeats: 8`` and the
 ``take_first_k`` filter that is ``[[r1, ..., r8]]``; a flat list of strings is accepted too. Returned per
@@ -13,7 +14,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from graft_cli.answers import grade_one
+from graft_cli.reward.answers import grade_one
 from graft_cli.batch import is_correct
 from graft_cli.eval.metrics import pass_at_k
 
