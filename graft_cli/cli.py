@@ -14,7 +14,7 @@ import sys
 import click
 
 from graft_cli.errors import GraftError
-from graft_cli.plan.options import launch_kwargs, launch_options
+from graft_cli.plan.options import launch_options
 
 
 def one_line_errors(fn):
@@ -52,16 +52,15 @@ def main(verbose):
     quiet_libraries(verbose)
 
 
-def _train_overrides(pair, method, steps, out, seed, name, overrides):
+# `graft train`'s options that set a run.* key of the config
+_RUN_KEYS = {"steps": "run.steps", "out": "run.out", "seed": "run.seed", "name": "run.name"}
+
+
+def _train_overrides(pair: str, method: str, overrides, **run) -> list[str]:
+    """The config overrides of ``graft train``: pair and method, each ``run`` option given (:data:`_RUN_KEYS`),
+    then the user's own ``overrides``."""
     ov = [f"pair='{pair}'", f"method='{method}'"]
-    if steps is not None:
-        ov.append(f"run.steps={steps}")
-    if out is not None:
-        ov.append(f"run.out={out}")
-    if seed is not None:
-        ov.append(f"run.seed={seed}")
-    if name is not None:
-        ov.append(f"run.name={name}")
+    ov += [f"{key}={run[opt]}" for opt, key in _RUN_KEYS.items() if run.get(opt) is not None]
     return ov + list(overrides)
 
 
@@ -78,7 +77,7 @@ def _train_overrides(pair, method, steps, out, seed, name, overrides):
                    "would run; load no model or data set, write nothing")
 @click.argument("overrides", nargs=-1)
 @one_line_errors
-def train(pair, method, steps, out, seed, name, no_progress, dry_run, overrides):
+def train(no_progress, dry_run, overrides, **run):
     """Train a pair (or more) of policies with a method; resumes from the last checkpoint.
 
     \b
@@ -88,7 +87,7 @@ def train(pair, method, steps, out, seed, name, no_progress, dry_run, overrides)
     """
     from graft_cli.config import compose
 
-    cfg = compose(_train_overrides(pair, method, steps, out, seed, name, overrides))
+    cfg = compose(_train_overrides(overrides=overrides, **run))
     if dry_run:
         _dry_run(cfg)
         return
@@ -108,7 +107,7 @@ def _dry_run(cfg) -> None:
     from graft_cli.eval.benchmarks import resolve_benchmarks
     from graft_cli.reward import make_grader
 
-    rc, d, r, a, e = cfg.reward, cfg.data, cfg.rollout, cfg.algo, cfg.eval
+    rc, d = cfg.reward, cfg.data
     make_grader(rc, num_workers=0).close()  # the reward's name and options checked; no worker started
 
     if not d.train.startswith("tiny:") and (glob.has_magic(d.train) or d.train.startswith(("/", "./", "../"))
@@ -116,6 +115,7 @@ def _dry_run(cfg) -> None:
         if not (glob.glob(d.train) if glob.has_magic(d.train) else os.path.exists(d.train)):
             raise GraftError(f"config key 'data.train': {d.train}: file not found")
     pair = "tiny" if str(d.train).startswith("tiny:") else cfg.pair
+    e = cfg.eval
     benches = {}
     for label, names in (("eval.benchmarks", e.benchmarks), ("eval.final.benchmarks", e.final.benchmarks)):
         if names:
@@ -124,6 +124,7 @@ def _dry_run(cfg) -> None:
             except GraftError as err:
                 raise GraftError(f"config key {label!r}: {err}") from None
     steps = cfg.run.steps if cfg.run.steps is not None else f"{cfg.run.epochs} epochs"
+    r, a = cfg.rollout, cfg.algo
     lines = [("method / pair", f"{cfg.method} / {cfg.pair}"),
              ("models", ", ".join(f"{p.name}={p.model}" + (f" ({p.role})" if p.role != "train" else "")
                                   for p in cfg.policies)),
@@ -233,8 +234,7 @@ def tiny_build(check, cache_dir, seed, force, recipe, prompts, code, roles):
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @click.argument("overrides", nargs=-1)
 @one_line_errors
-def tiny_rl_check(steps, method, out, seed, samples, runs, temperature, top_p, eval_seed, min_gain, no_progress,
-                  overrides):
+def tiny_rl_check(**opts):
     """Train the tiny pair (GRPO n=8 by default), then compare each policy's held-out pass@1 with its
     base model's, same sampling seed; writes OUT/rl_check.json (last printed line is that JSON).
 
@@ -242,11 +242,9 @@ def tiny_rl_check(steps, method, out, seed, samples, runs, temperature, top_p, e
     Example:
       graft tiny rl-check --steps 80
     """
-    from graft_cli.plan.tiny_rl import rl_check
+    from graft_cli.plan.tiny_rl import TinyRLCheckOptions, rl_check
 
-    rl_check(steps=steps, method=method, out=out, seed=seed, samples=samples, runs=runs, temperature=temperature,
-             top_p=top_p, eval_seed=eval_seed, min_gain_points=min_gain, overrides=tuple(overrides),
-             progress=not no_progress)
+    rl_check(TinyRLCheckOptions.from_cli(**opts))
 
 
 @main.command("eval")
@@ -298,10 +296,7 @@ def tiny_rl_check(steps, method, out, seed, samples, runs, temperature, top_p, e
               help="with --run --tandem: the junior [default: the run's tandem junior, eval.junior or tandem.junior]")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @one_line_errors
-def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, runs, bench_runs, samples, temperature,
-             top_p,
-             top_k, max_new_tokens, seed, out, dtype, device, chat_template, workers, lcb_window, force, tandem, junior,
-             no_progress):
+def eval_cmd(**opts):
     """Evaluate a run's checkpoints or one model: 5 runs x 8 samples at T=0.6, top-p 0.95 on MATH500,
     AIME24, AIME25, AMC23 and Minerva; pass@1 mean ± std over runs, unbiased pass@k, per-sample JSONL.
     Resumable: finished (benchmark, run) files are kept.
@@ -321,13 +316,9 @@ def eval_cmd(run_dir, model, steps, policy, data, benchmarks, eval_dir, pair, ru
       graft eval --run results/runs/tiny-tandem-s0 --tandem --runs 1
       graft eval --model Qwen/Qwen3-4B --benchmarks humaneval,humanevalplus,mbppplus,livecodebench --temperature 1
     """
-    from graft_cli.eval.runner import eval_main
+    from graft_cli.eval.runner import EvalOptions, eval_main
 
-    eval_main(run_dir=run_dir, model=model, steps=steps, policies=policy, data=data, benchmarks=benchmarks,
-              eval_dir=eval_dir, pair=pair, runs=runs, samples=samples, temperature=temperature, top_p=top_p,
-              top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, out=out, dtype=dtype, device=device,
-              chat_template=chat_template, workers=workers, force=force, progress=not no_progress, tandem=tandem,
-              junior=junior, lcb_window=lcb_window, bench_runs=bench_runs)
+    eval_main(EvalOptions.from_cli(**opts))
 
 
 @main.command("export")
@@ -369,8 +360,7 @@ def export_cmd(run_dir, out, step, policies, merge):
               help="output folder [default: <run>/complementarity for one run, else results/complementarity/...]")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @one_line_errors
-def complementarity_cmd(from_runs, from_models, sources, data, samples, temperature, top_p, max_new_tokens, limit, seed,
-                        device, workers, reward, out, no_progress):
+def complementarity_cmd(**opts):
     """Per-step cross-solve rates: the share of X's all-fail prompts (k = 0) on which Y has k >= 1, both
     directions, and their mean over training (graft.md §2.7). Writes complementarity.json and .png.
 
@@ -380,11 +370,9 @@ def complementarity_cmd(from_runs, from_models, sources, data, samples, temperat
       graft complementarity --runs results/runs/1-grpo-s0:smol results/runs/1b-grpo-s0:qwen
       graft complementarity --models tiny:a tiny:b --data problems.jsonl --samples 8
     """
-    from graft_cli.analysis.complementarity import complementarity_main
+    from graft_cli.analysis.complementarity import ComplementarityOptions, complementarity_main
 
-    complementarity_main(list(sources), runs=from_runs, models=from_models, data=data, samples=samples,
-                         temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, limit=limit,
-                         device=device, workers=workers, out=out, progress=not no_progress, reward=reward)
+    complementarity_main(ComplementarityOptions.from_cli(**opts))
 
 
 @main.command("ablate")
@@ -399,7 +387,7 @@ def complementarity_cmd(from_runs, from_models, sources, data, samples, temperat
 @click.option("--no-progress", is_flag=True, help="no progress bars")
 @launch_options
 @one_line_errors
-def ablate_cmd(sweep, pair, dry_run, out, steps, seeds, jobs, no_progress, **launch):
+def ablate_cmd(**opts):
     """Run an ablation sweep: each run is trained (skipped when finished, resumed when partial) and
     evaluated (skipped when done). Per-pair steps/eval settings: experiments/sweep/_pairs.yaml.
 
@@ -411,10 +399,9 @@ def ablate_cmd(sweep, pair, dry_run, out, steps, seeds, jobs, no_progress, **lau
       graft ablate --sweep gate --dry-run
       graft ablate --sweep threshold --pair tiny --steps 20 --seeds 0,1
     """
-    from graft_cli.plan.commands import ablate_main
+    from graft_cli.plan.commands import AblateOptions, ablate_main
 
-    ablate_main(sweep, pair=pair, dry_run=dry_run, out=out, steps=steps, seeds=list(seeds), jobs=jobs,
-                progress=not no_progress, **launch_kwargs(**launch))
+    ablate_main(AblateOptions.from_cli(**opts))
 
 
 @main.command("report")
@@ -459,7 +446,7 @@ def report_cmd(dirs, out, devices, clip_steps, no_plots):
                    "<out>/registration.json when there is one]")
 @launch_options
 @one_line_errors
-def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress, register, registration, **launch):
+def reproduce_cmd(**opts):
     """Run a reproduction plan, experiments/reproduce/<PAIR>.yaml: train and evaluate each run, then `graft
     report` on the output folder. The miniatures on the tiny pair (tiny, tiny_full, tiny3, tiny_saf,
     tiny_tandem; each plan's file says its runs and seeds) add the paper's claims judged from the measured
@@ -481,11 +468,9 @@ def reproduce_cmd(pair, out, dry_run, jobs, steps, no_report, no_progress, regis
       graft reproduce --pair graft_table1 --launcher slurm --partition gpu --out /shared/graft_table1
       graft reproduce --pair graft_table1 --launcher slurm --out /shared/graft_table1 --status
     """
-    from graft_cli.plan.commands import reproduce_main
+    from graft_cli.plan.commands import ReproduceOptions, reproduce_main
 
-    reproduce_main(pair, out=out, dry_run=dry_run, jobs=jobs, steps=steps, report=not no_report,
-                   progress=not no_progress, register=register, registration=registration,
-                   **launch_kwargs(**launch))
+    reproduce_main(ReproduceOptions.from_cli(**opts))
 
 
 if __name__ == "__main__":

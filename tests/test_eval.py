@@ -243,7 +243,7 @@ def test_eval_cli_needs_run_or_model():
 # ------------------------------------------------------------------------ validation during training
 def test_validation_in_training_writes_best_json(tiny_models, problems_file, tmp_path):
     from graft_cli.config import compose
-    from graft_cli.eval.runner import evaluate_run
+    from graft_cli.eval.runner import EvalOptions, evaluate_run
     from graft_cli.eval.validation import ValidationHook
     from graft_cli.train.run import train
 
@@ -277,7 +277,7 @@ def test_validation_in_training_writes_best_json(tiny_models, problems_file, tmp
     # the final evaluation adds runs to the validated step: run1 is reused, run2 added
     f1 = os.path.join(run, "eval", "a", "step_000002", "arith_run1.jsonl")
     m1 = os.path.getmtime(f1)
-    res = evaluate_run(run, steps="2", policies="a", runs=2, workers=1, progress=False)
+    res = evaluate_run(EvalOptions(run_dir=run, steps="2", policies="a", runs=2, workers=1, progress=False))
     assert os.path.getmtime(f1) == m1
     assert res["a"][2]["benchmarks"]["arith"]["num_runs"] == 2
     assert os.path.exists(os.path.join(run, "eval", "a", "step_000002", "arith_run2.jsonl"))

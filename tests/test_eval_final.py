@@ -88,7 +88,7 @@ def test_validation_then_final_evaluation(tiny_models, problems_file, tmp_path):
     then takes eval.final: the validated samples are reused (same file, untouched), the added benchmark is
     evaluated, one run; both with the evaluation prompt, not the training one."""
     from graft_cli.eval.validation import ValidationHook
-    from graft_cli.eval.runner import evaluate_run
+    from graft_cli.eval.runner import EvalOptions, evaluate_run
     from graft_cli.train.run import train
 
     extra = tmp_path / "extra.jsonl"
@@ -106,7 +106,7 @@ def test_validation_then_final_evaluation(tiny_models, problems_file, tmp_path):
     m1 = os.path.getmtime(f1)
     meta = json.load(open(os.path.join(d, "meta.json")))
     assert meta["prompt"]["suffix"] == RELEASED_SUFFIX and cfg.prompt.suffix != RELEASED_SUFFIX
-    res = evaluate_run(run, steps="1", workers=1, progress=False)
+    res = evaluate_run(EvalOptions(run_dir=run, steps="1", workers=1, progress=False))
     assert os.path.getmtime(f1) == m1  # reused
     s = res["a"][1]
     assert set(s["benchmarks"]) == {"arith", "extra"} and s["benchmarks"]["extra"]["num_runs"] == 1

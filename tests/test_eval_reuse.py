@@ -141,15 +141,18 @@ def test_two_runs_from_the_same_weights_evaluate_step_0_once(tiny_models, proble
 
     monkeypatch.setattr(runner, "make_engine", counting)
     store = str(tmp_path / "store")
-    runner.evaluate_run(runs[0], steps="0,1", policies="a", runs=1, workers=1, progress=False, reuse_dir=store)
+    runner.evaluate_run(runner.EvalOptions(run_dir=runs[0], steps="0,1", policies="a", runs=1, workers=1,
+                                           progress=False, reuse_dir=store))
     first_calls = len(made)
     assert first_calls >= 2  # step 0 and step 1 sampled
     made.clear()
-    runner.evaluate_run(runs[1], steps="0", policies="a", runs=1, workers=1, progress=False, reuse_dir=store)
+    runner.evaluate_run(runner.EvalOptions(run_dir=runs[1], steps="0", policies="a", runs=1, workers=1, progress=False,
+                                           reuse_dir=store))
     assert made == []  # step 0: copied
     f0 = [os.path.join(r, "eval", "a", "step_000000", "arith_run1.jsonl") for r in runs]
     assert open(f0[0], "rb").read() == open(f0[1], "rb").read()
     summ = json.load(open(os.path.join(runs[1], "eval", "a", "step_000000", "summary.json")))
     assert summ["benchmarks"]["arith"]["num_runs"] == 1
-    runner.evaluate_run(runs[1], steps="1", policies="a", runs=1, workers=1, progress=False, reuse_dir=store)
+    runner.evaluate_run(runner.EvalOptions(run_dir=runs[1], steps="1", policies="a", runs=1, workers=1, progress=False,
+                                           reuse_dir=store))
     assert made  # step 1: other weights, sampled

@@ -88,7 +88,7 @@ def test_tandem_like_run_validates_apart_selects_by_pass_at_k_and_evaluates_with
     here from the validation files, then `graft eval --run` of the last checkpoint at another (2 samples, T 0.7,
     top-k 3) into eval/ with top-k in the folder's identity; best.json unchanged by it."""
     from graft_cli.eval.validation import ValidationHook
-    from graft_cli.eval.runner import evaluate_run
+    from graft_cli.eval.runner import EvalOptions, evaluate_run
     from graft_cli.rundir import read_json, read_jsonl
     from graft_cli.train.run import train
 
@@ -116,7 +116,7 @@ def test_tandem_like_run_validates_apart_selects_by_pass_at_k_and_evaluates_with
     want = max((1, 2), key=lambda s: (score[s], -s))
     assert best["policies"]["a"]["step"] == want and best["policies"]["a"]["score"] == pytest.approx(score[want])
     assert "pass@2" in best["criterion"] and "heldout" in best["criterion"]
-    res = evaluate_run(run, steps="last", workers=0, progress=False)
+    res = evaluate_run(EvalOptions(run_dir=run, steps="last", workers=0, progress=False))
     assert sorted(res["a"]) == [2]
     meta = json.load(open(os.path.join(run, "eval", "a", "step_000002", "meta.json")))
     assert (meta["settings"]["top_k"], meta["settings"]["samples"], meta["settings"]["temperature"]) == (3, 2, 0.7)

@@ -141,14 +141,15 @@ def test_rescue_evaluation_end_to_end(tiny_models, problems_file, tmp_path):
     from conftest import train_overrides
 
     from graft_cli.config import compose
-    from graft_cli.eval.runner import evaluate_run
+    from graft_cli.eval.runner import EvalOptions, evaluate_run
     from graft_cli.rundir import read_json
     from graft_cli.train.run import train
 
     cfg = compose(["method=graft", *train_overrides(tiny_models, problems_file, str(tmp_path), [
         "run.name=r", "run.steps=2", "eval.rescue=true", "run.threads=1"])])
     run = train(cfg, progress=False)
-    evaluate_run(run, steps="last", runs=1, samples=2, benchmarks=f"toy={problems_file}", progress=False)
+    evaluate_run(EvalOptions(run_dir=run, steps="last", runs=1, samples=2, benchmarks=f"toy={problems_file}",
+                             progress=False))
     for pol in ("a", "b"):
         fail, admitted = set(), set()
         for step in (1, 2):

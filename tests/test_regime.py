@@ -305,7 +305,7 @@ def test_save_initial_checkpoints_the_base_weights_as_step_0(tiny_models, proble
     from transformers import AutoModelForCausalLM
 
     from graft_cli.config import compose
-    from graft_cli.eval.runner import evaluate_run
+    from graft_cli.eval.runner import EvalOptions, evaluate_run
     from graft_cli.train import checkpoint as ckpt
     from graft_cli.train.run import train
 
@@ -324,5 +324,5 @@ def test_save_initial_checkpoints_the_base_weights_as_step_0(tiny_models, proble
     assert saved and all(torch.equal(saved[k], base[k]) for k in saved if k in base)
     toy = tmp_path / "toy.jsonl"
     toy.write_text("".join(open(problems_file).readlines()[:4]))
-    evaluate_run(run, steps="0", runs=1, samples=1, benchmarks=f"toy={toy}", progress=False)
+    evaluate_run(EvalOptions(run_dir=run, steps="0", runs=1, samples=1, benchmarks=f"toy={toy}", progress=False))
     assert os.path.isfile(os.path.join(run, "eval", "a", "step_000000", "summary.json"))

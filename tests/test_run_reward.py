@@ -74,7 +74,7 @@ def test_make_grader_passes_a_factory_only_the_options_its_signature_names():
 
 def test_a_run_with_another_reward_validates_and_evaluates_with_it(problems_file, tmp_path):
     from graft_cli.eval.validation import ValidationHook
-    from graft_cli.eval.runner import evaluate_run
+    from graft_cli.eval.runner import EvalOptions, evaluate_run
     from graft_cli.rundir import read_jsonl
     from graft_cli.train.run import train
 
@@ -89,7 +89,7 @@ def test_a_run_with_another_reward_validates_and_evaluates_with_it(problems_file
     run = train(cfg, progress=False, after_step=(ValidationHook(),))
     assert len(ParityGrader.made) == 1  # the trainer's; validation grades with it
     ParityGrader.made.clear()
-    evaluate_run(run, steps="last", workers=0, progress=False)
+    evaluate_run(EvalOptions(run_dir=run, steps="last", workers=0, progress=False))
     assert [m["timeout_s"] for m in ParityGrader.made] == [7.5] and ParityGrader.made[0]["num_workers"] == 0
     for folder, samples in (("validation", 2), ("eval", 1)):  # the final evaluation samples apart (eval.final)
         rows = read_jsonl(os.path.join(run, folder, "a", "step_000001", "heldout_run1.jsonl"))

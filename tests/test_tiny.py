@@ -513,14 +513,15 @@ def _mean_grade(folder: str) -> tuple[float, int]:
 
 
 def test_rl_check_compares_final_with_base_on_held_out(built, tmp_path, monkeypatch, capsys):
-    from graft_cli.plan.tiny_rl import pooled_pass1, rl_check
+    from graft_cli.plan.tiny_rl import TinyRLCheckOptions, pooled_pass1, rl_check
 
     d, paths = built
     monkeypatch.setattr(tiny_build, "ensure_tiny", lambda *a, **k: paths)
     out = tmp_path / "rl"
-    res = rl_check(steps=1, out=str(out), samples=2, benchmarks=["aime24", "amc23"], min_gain_points=-100.0,
-                   overrides=("data.prompt_batch=4", "algo.minibatch_prompts=1", "reward.num_workers=1",
-                              "rollout.max_new_tokens=24"), progress=False)
+    res = rl_check(TinyRLCheckOptions(steps=1, out=str(out), samples=2, benchmarks=["aime24", "amc23"],
+                                      min_gain_points=-100.0, progress=False,
+                                      overrides=("data.prompt_batch=4", "algo.minibatch_prompts=1",
+                                                 "reward.num_workers=1", "rollout.max_new_tokens=24")))
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last == json.loads((out / "rl_check.json").read_text()) == json.loads(json.dumps(res))
     assert [r["policy"] for r in res["policies"]] == ["a", "b"]

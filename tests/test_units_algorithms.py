@@ -594,7 +594,7 @@ def test_graft_stored_resolve_waits_for_the_required_keys():
     ({}, "ppo_token", r"'exchange.params.partner_run': required by exchange graft_stored"),
     ({"partner_run": "P"}, "ppo_token", r"'exchange.params.partner_policy': required by exchange graft_stored"),
     ({"partner_run": "P", "partner_policy": "b", "peer_logprobs": "recompute"}, "ppo_token",
-     r"'exchange.params.peer_logprobs': graft_stored uses the stored generation log-probs"),
+     r"'exchange.params.peer_logprobs': graft_stored uses the stored rollout log-probs"),
     ({"partner_run": "P", "partner_policy": "b", "mode": "hacpo"}, "hacpo_peer",
      r"'exchange.params.mode': hacpo needs a co-trained"),
     ({"partner_run": "P", "partner_policy": "b", "mode": "sft"}, "ppo_token", r"'algo.loss': .*ppo_token_nll"),

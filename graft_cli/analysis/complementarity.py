@@ -21,9 +21,11 @@ Outputs: ``complementarity.json`` and ``complementarity.png`` (matplotlib, Agg b
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
+from typing import NamedTuple
 
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -61,8 +63,8 @@ def aggregate(steps: list[dict]) -> dict:
     """Mean over steps of the per-step rates (steps where the failing side has an all-fail prompt) and the
     pooled ratio of summed counts."""
     out = {"mean": {}, "pooled": {}, "num_steps": len(steps)}
-    for key, fail_key, hit_key in (("y_solves_x", "x_all_fail", "y_solves_x_hits"),
-                                   ("x_solves_y", "y_all_fail", "x_solves_y_hits")):
+    for key, fail_key in (("y_solves_x", "x_all_fail"), ("x_solves_y", "y_all_fail")):
+        hit_key = f"{key}_hits"
         vals = [s[key] for s in steps if s[key] is not None and not math.isnan(s[key])]
         out["mean"][key] = float(np.mean(vals)) if vals else math.nan
         out["mean"][f"{key}_steps"] = len(vals)
@@ -88,7 +90,7 @@ def parse_run_spec(spec: str) -> tuple[str, str | None]:
     if os.path.isdir(spec):
         return spec.rstrip("/"), None
     if ":" in spec:
-        d, _, pol = spec.rpartition(":")
+        d, pol = spec.rsplit(":", 1)
         if os.path.isdir(d):
             return d.rstrip("/"), pol
     raise GraftError(f"{spec}: not a run directory (expected DIR or DIR:POLICY)")
@@ -121,8 +123,17 @@ def resolve_sides(specs: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def k_of_step(path: str) -> tuple[list[str], np.ndarray, int]:
-    """``(prompt ids in batch order, k per prompt, n)`` of one rollout-log file."""
+class LoggedStep(NamedTuple):
+    """One rollout-log file: its prompt ids in batch order, ``k`` (correct responses) per prompt and ``n``
+    (responses per prompt)."""
+
+    ids: list[str]
+    k: np.ndarray
+    n: int
+
+
+def k_of_step(path: str) -> LoggedStep:
+    """The prompt ids, ``k`` per prompt and ``n`` of one rollout-log file."""
     # lazy: pandas is heavy
     import pandas as pd
 
@@ -131,7 +142,7 @@ def k_of_step(path: str) -> tuple[list[str], np.ndarray, int]:
     ids = g["prompt_id"].first().astype(str).tolist()
     k = g["reward"].apply(lambda r: int(is_correct(r).sum())).to_numpy()
     n = int(g.size().max()) if len(df) else 0
-    return ids, k, n
+    return LoggedStep(ids, k, n)
 
 
 def from_runs(specs: list[str]) -> dict:
@@ -147,15 +158,14 @@ def from_runs(specs: list[str]) -> dict:
         raise GraftError(f"{dx}:{px} and {dy}:{py} share no logged step")
     steps = []
     for s in common:
-        ids_x, k_x, n_x = k_of_step(fx[s])
-        ids_y, k_y, n_y = k_of_step(fy[s])
-        if ids_x != ids_y:
-            i = next((j for j, (a, b) in enumerate(zip(ids_x, ids_y)) if a != b), min(len(ids_x), len(ids_y)))
-            a = ids_x[i] if i < len(ids_x) else "<none>"
-            b = ids_y[i] if i < len(ids_y) else "<none>"
+        x, y = k_of_step(fx[s]), k_of_step(fy[s])
+        if x.ids != y.ids:
+            i = next((j for j, (a, b) in enumerate(zip(x.ids, y.ids)) if a != b), min(len(x.ids), len(y.ids)))
+            a = x.ids[i] if i < len(x.ids) else "<none>"
+            b = y.ids[i] if i < len(y.ids) else "<none>"
             raise GraftError(f"step {s}: prompt ids differ between {px} and {py} (at batch position {i}: {a!r} vs "
                              f"{b!r}); the runs must share the data seed and prompt order")
-        steps.append(step_entry(s, k_x, k_y, n_x, n_y))
+        steps.append(step_entry(s, x.k, y.k, x.n, y.n))
     lx, ly = _labels((dx, px), (dy, py))
     return {"source": "rollouts", "x": {"label": lx, "run": dx, "policy": px},
             "y": {"label": ly, "run": dy, "policy": py}, "steps": steps, **aggregate(steps)}
@@ -168,56 +178,85 @@ def _labels(x: tuple[str, str], y: tuple[str, str]) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------------------- checkpoints
-def sample_k(model_path: str, problems, samples: int, temperature: float, top_p: float, max_new_tokens: int,
-             seed: int, grader, device: str = "auto", dtype: str = "float32", chat_template: str = "auto",
-             progress=None, task=None) -> tuple[np.ndarray, int]:
+@dataclasses.dataclass
+class ComplementarityOptions:
+    """The options of ``graft complementarity`` (:func:`complementarity_main`): ``sources`` are run directories
+    (``runs``: one run, its two policies, or two runs, ``DIR`` or ``DIR:POLICY`` each) or two models (``models``:
+    folders, hub ids or ``tiny:<role>``, sampled afresh on ``data``; the sampling options are theirs)."""
+
+    sources: list[str] = dataclasses.field(default_factory=list)
+    runs: bool = False
+    models: bool = False
+    data: str | None = None  # --models: the problem file to sample on
+    samples: int = 8  # --models: samples per prompt
+    temperature: float = 1.0  # training rollouts: 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 4096
+    limit: int | None = None  # --models: only the first N problems
+    seed: int = 0  # --models: sampling seed
+    device: str = "auto"
+    dtype: str = "float32"
+    chat_template: str = "auto"  # auto | none | required
+    workers: int = 2  # grading worker processes
+    reward: str = "math_verify"  # the registered reward that grades --models' samples (as a run's reward.name)
+    out: str | None = None  # [default: <run>/complementarity for one run, else results/complementarity/...]
+    progress: bool = True
+
+    @classmethod
+    def from_cli(cls, *, from_runs: bool, from_models: bool, sources: tuple[str, ...], no_progress: bool,
+                 **opts) -> ComplementarityOptions:
+        """The options from ``graft complementarity``'s click parameters (``--runs`` / ``--models`` are the flags
+        ``from_runs`` / ``from_models``, ``--no-progress`` the negation of ``progress``)."""
+        return cls(sources=list(sources), runs=from_runs, models=from_models, progress=not no_progress, **opts)
+
+
+def sample_k(model_path: str, problems, o: ComplementarityOptions, grader, bar=None, task=None) -> np.ndarray:
+    """``k`` (correct responses of ``o.samples``) per problem of one model sampled with ``o``'s settings; ``bar``
+    (a rich progress) advances ``task`` by each chunk's problems."""
     path = resolve_path(model_path)
     tok = load_tokenizer(path)
-    model = load_model(path, dtype, device)
+    model = load_model(path, o.dtype, o.device)
     engine = ENGINES.get("hf")(model, tok)
-    spec = PromptSpec(chat_template=chat_template)
+    spec = PromptSpec(chat_template=o.chat_template)
     ks = []
     chunk = 32
     for c, start in enumerate(range(0, len(problems), chunk)):
         part = problems[start:start + chunk]
-        params = SamplingParams(n=samples, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                                seed=(seed * 7919 + c) % (2**31 - 1))
+        params = SamplingParams(n=o.samples, temperature=o.temperature, top_p=o.top_p,
+                                max_new_tokens=o.max_new_tokens, seed=(o.seed * 7919 + c) % (2**31 - 1))
         ks.extend(sample_and_grade(engine, [spec.encode(p.problem, tok) for p in part], [p.answer for p in part],
                                    params, grader).k.tolist())
-        if progress is not None:
-            progress.advance(task, len(part))
-    return np.asarray(ks), samples
+        if bar is not None:
+            bar.advance(task, len(part))
+    return np.asarray(ks)
 
 
-def from_models(models: list[str], data: str, samples: int = 8, temperature: float = 1.0, top_p: float = 1.0,
-                max_new_tokens: int = 4096, seed: int = 0, limit: int | None = None, device: str = "auto",
-                dtype: str = "float32", chat_template: str = "auto", workers: int = 2, progress: bool = True,
-                console=None, reward: str = "math_verify") -> dict:
-    """Sample ``samples`` responses per prompt of ``data`` from each of two models, graded by the registered
-    ``reward`` (5 s per answer); one "step"."""
+def from_models(o: ComplementarityOptions, console=None) -> dict:
+    """Sample ``o.samples`` responses per prompt of ``o.data`` from each of the two models ``o.sources``, graded by
+    the registered ``o.reward`` (5 s per answer); one "step"."""
 
+    models = o.sources
     if len(models) != 2:
         raise GraftError(f"--models takes two models, got {len(models)}")
-    if samples < 1:
+    if o.samples < 1:
         raise GraftError("--samples must be >= 1")
-    problems = load_problems(data)
-    if limit:
-        problems = problems[:limit]
-    grader = make_grader(RewardConfig(name=reward, timeout_s=5.0), num_workers=workers)
+    problems = load_problems(o.data)
+    if o.limit:
+        problems = problems[:o.limit]
+    grader = make_grader(RewardConfig(name=o.reward, timeout_s=5.0), num_workers=o.workers)
     ks = []
     try:
         with Progress(TextColumn("[bold]sample[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, disable=not progress) as bar:
+                      TimeElapsedColumn(), console=console, disable=not o.progress) as bar:
             for m in models:
                 task = bar.add_task(m, total=len(problems))
-                ks.append(sample_k(m, problems, samples, temperature, top_p, max_new_tokens, seed, grader, device,
-                                   dtype, chat_template, bar, task)[0])
+                ks.append(sample_k(m, problems, o, grader, bar, task))
     finally:
         grader.close()
-    steps = [step_entry(0, ks[0], ks[1], samples, samples)]
+    steps = [step_entry(0, ks[0], ks[1], o.samples, o.samples)]
     lx, ly = (models[0], models[1]) if models[0] != models[1] else ("A:" + models[0], "B:" + models[1])
-    return {"source": "models", "data": data, "samples": samples, "temperature": temperature, "top_p": top_p,
-            "max_new_tokens": max_new_tokens, "x": {"label": lx, "model": models[0]},
+    return {"source": "models", "data": o.data, "samples": o.samples, "temperature": o.temperature,
+            "top_p": o.top_p, "max_new_tokens": o.max_new_tokens, "x": {"label": lx, "model": models[0]},
             "y": {"label": ly, "model": models[1]}, "steps": steps, **aggregate(steps),
             "k": {"x": ks[0].tolist(), "y": ks[1].tolist()}}
 
@@ -285,29 +324,26 @@ def _json_safe(o):
     return o
 
 
-def complementarity_main(sources: list[str], runs: bool = False, models: bool = False, data: str | None = None,
-                         samples: int = 8, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 4096,
-                         seed: int = 0, limit: int | None = None, device: str = "auto", workers: int = 2,
-                         out: str | None = None, progress: bool = True, console=None,
-                         reward: str = "math_verify") -> dict:
-    """The ``graft complementarity`` command."""
+def complementarity_main(o: ComplementarityOptions, console=None) -> dict:
+    """The ``graft complementarity`` command: cross-solve rates from rollout logs (``o.runs``, :func:`from_runs`)
+    or from two models sampled afresh (``o.models``, :func:`from_models`), written to ``o.out``."""
     console = console or make_console(stderr=True)
-    if runs == models:
+    out = o.out
+    if o.runs == o.models:
         raise GraftError("give --runs DIR [DIR] or --models A B --data FILE")
-    if runs:
-        if data:
+    if o.runs:
+        if o.data:
             raise GraftError("--data goes with --models (rollout logs already hold the prompts)")
-        result = from_runs(list(sources))
+        result = from_runs(list(o.sources))
         if out is None:
             ds = {result["x"]["run"], result["y"]["run"]}
             out = os.path.join(next(iter(ds)), "complementarity") if len(ds) == 1 else os.path.join(
                 "results", "complementarity", f"{os.path.basename(result['x']['run'])}-vs-"
                                               f"{os.path.basename(result['y']['run'])}")
     else:
-        if not data:
+        if not o.data:
             raise GraftError("--models needs --data FILE (the prompts to sample on)")
-        result = from_models(list(sources), data, samples, temperature, top_p, max_new_tokens, seed, limit, device,
-                             workers=workers, progress=progress, console=console, reward=reward)
+        result = from_models(o, console=console)
         if out is None:
             out = os.path.join("results", "complementarity", "models")
     jpath, ppath = write_outputs(result, out)

@@ -213,8 +213,7 @@ def resolve_benchmarks(benchmarks=None, data: str | None = None, pair: str | Non
     task_dir = None
     for e in entries:
         if "=" in e:
-            name, _, src = e.partition("=")
-            name, src = name.strip(), src.strip()
+            name, src = (x.strip() for x in e.split("=", 1))
             if not name or not src:
                 raise GraftError(f"benchmark {e!r}: expected NAME=FILE")
             if _looks_like_file(src) and not os.path.exists(src):

@@ -53,7 +53,9 @@ def read_problem_stats(folder: str) -> tuple[dict[str, np.ndarray], dict[str, fl
         m = RUN_FILE_RE.match(f)
         if m:
             files.setdefault(m["bench"], []).append(os.path.join(folder, f))
-    out, var, fracs = {}, {}, []
+    out: dict[str, np.ndarray] = {}
+    var: dict[str, float] = {}
+    fracs: list[float] = []
     for bench, paths in files.items():
         grades: dict[int, list[float]] = {}
         bench_fracs: list[float] = []

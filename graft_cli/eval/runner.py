@@ -33,6 +33,7 @@ import dataclasses
 import hashlib
 import os
 import re
+from typing import NamedTuple
 
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -51,6 +52,7 @@ from graft_cli.eval.setup import (
     CHUNK_PROMPTS,
     EvalSettings,
     Graders,
+    check_bench_runs,
     chunk_seed,
     eval_prompt_spec,
     final_settings,
@@ -58,6 +60,7 @@ from graft_cli.eval.setup import (
     load_run_config,
     make_engine,
     parse_bench_runs,
+    parse_steps,
     run_benches,
     run_graders,
     run_seed,
@@ -65,7 +68,7 @@ from graft_cli.eval.setup import (
 )
 from graft_cli.eval.summary import best_folder_step, load_correct, update_best, write_summary
 from graft_cli.models.loading import load_model, load_tokenizer, resolve_path
-from graft_cli.rollout import ENGINES, solo_engine
+from graft_cli.rollout import solo_engine
 from graft_cli.rollout.base import SamplingParams
 from graft_cli.rollout.graded import sample_and_grade
 from graft_cli.rundir import (
@@ -145,11 +148,16 @@ class Evaluator:
 
     def __init__(self, engine, tokenizer, prompt_spec, settings: EvalSettings, grader, progress=None,
                  context_len: int | None = None, console=None):
-        self.engine, self.tokenizer, self.spec = engine, tokenizer, prompt_spec
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.spec = prompt_spec
+        self.settings = settings
         if not isinstance(grader, Graders):
             grader = Graders(0, given={"math": grader, "code": grader})
-        self.settings, self.grader, self.progress = settings, grader, progress
-        self.context_len, self.console = context_len, console
+        self.grader = grader
+        self.progress = progress
+        self.context_len = context_len
+        self.console = console
 
     def todo(self, out_dir: str, benches) -> int:
         """Responses still to generate in ``out_dir`` (for progress totals)."""
@@ -237,33 +245,86 @@ def _print_result(console, label: str, summary: dict) -> None:
 
 
 # ------------------------------------------------------------------------------------- entry points
-def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data: str | None = None,
-                   eval_dir: str | None = None, pair: str | None = None, settings: EvalSettings | None = None,
-                   prompt_spec=None, dtype: str = "float32", device: str = "auto", engine: str = "hf",
-                   max_batch: int = 256, workers: int = 2, timeout_s: float = 5.0, force: bool = False,
-                   progress: bool = True, console=None, lcb_window=None) -> str:
-    """``graft eval --model PATH``: evaluate one model folder (or hub id, or ``tiny:<role>``) into
-    ``out_dir`` (default ``results/eval/<model name>``); returns the folder."""
+@dataclasses.dataclass
+class EvalOptions:
+    """The options of ``graft eval`` (:func:`eval_main`): exactly one of ``run_dir`` (``--run``,
+    :func:`evaluate_run`) and ``model`` (``--model``, :func:`evaluate_model`). A sampling option left ``None``
+    takes the run's own setting (``--run``: :func:`final_settings`) or the protocol's default (``--model``:
+    :meth:`model_settings`). ``out``, ``pair``, ``dtype`` and ``chat_template`` are ``--model``'s own; ``steps``,
+    ``policies``, ``tandem``, ``junior``, ``rescue`` and ``reuse_dir`` are ``--run``'s."""
 
+    run_dir: str | None = None
+    model: str | None = None
+    steps: str | None = None  # all (default), last, best or a comma-separated list of steps
+    policies: str | list[str] | None = None  # comma-separated or a list; None: every trained policy
+    benchmarks: str | list[str] | None = None  # names, NAME=FILE or files (resolve_benchmarks)
+    data: str | None = None  # one problem file or hub id instead of the benchmarks
+    eval_dir: str | None = None  # folder with <benchmark>.jsonl files
+    pair: str | None = None  # 'tiny': the tiny pair's synthetic benchmarks (a tiny:<role> model implies it)
+    runs: int | None = None
+    bench_runs: dict[str, int] | str | None = None  # benchmark -> runs; eval_main parses the NAME=RUNS,... text
+    samples: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_new_tokens: int | None = None
+    seed: int | None = None
+    out: str | None = None  # --model's output folder [default: results/eval/<model>]
+    dtype: str = "float32"
+    device: str | None = None  # None: the run's run.device; --model: auto
+    chat_template: str = "auto"  # --model: auto | none | required
+    workers: int | None = None  # grading workers per kind [default: the run's reward.num_workers; --model: 2]
+    lcb_window: str | None = None  # livecodebench contest dates START..END
+    force: bool = False  # start output folders made with other settings over
+    tandem: bool | None = None  # handoff and legibility evaluations [default: the run's eval.tandem]
+    junior: str | None = None  # the tandem junior [default: tandem_evals.run_junior]
+    progress: bool = True
+    rescue: bool | None = None  # re-draw the all-fail prompts [default: the run's eval.rescue]
+    reuse_dir: str | None = None  # a plan's store of evaluations to copy (graft_cli.eval.reuse)
+
+    @classmethod
+    def from_cli(cls, *, policy: str | None = None, no_progress: bool = False, **opts) -> EvalOptions:
+        """The options from ``graft eval``'s click parameters (``--policy`` is ``policies``, ``--no-progress`` the
+        negation of ``progress``)."""
+        return cls(policies=policy, progress=not no_progress, **opts)
+
+    def model_settings(self) -> EvalSettings:
+        """``--model``'s sampling: each option given, else the default of :class:`EvalSettings` (``samples`` and
+        ``max_new_tokens`` also when 0)."""
+        d = EvalSettings()
+        return EvalSettings(runs=d.runs if self.runs is None else self.runs, samples=self.samples or d.samples,
+                            temperature=d.temperature if self.temperature is None else self.temperature,
+                            top_p=d.top_p if self.top_p is None else self.top_p,
+                            max_new_tokens=self.max_new_tokens or d.max_new_tokens,
+                            seed=d.seed if self.seed is None else self.seed,
+                            top_k=d.top_k if self.top_k is None else self.top_k, bench_runs=self.bench_runs or {})
+
+
+def evaluate_model(o: EvalOptions, prompt_spec: PromptSpec | None = None, console=None, *, engine: str = "hf",
+                   max_batch: int = 256, timeout_s: float = 5.0) -> str:
+    """``graft eval --model PATH``: evaluate one model folder (or hub id, or ``tiny:<role>``), ``o.model``, with
+    :meth:`EvalOptions.model_settings` into ``o.out`` (default ``results/eval/<model name>``); returns the folder.
+    ``prompt_spec`` defaults to the plain prompt with ``o.chat_template``."""
+
+    model = o.model
     console = console or make_console(stderr=True)
-    settings = settings or EvalSettings()
+    settings = o.model_settings()
     settings.check()
-    if pair is None and model.startswith("tiny:"):
-        pair = "tiny"
-    sources = resolve_benchmarks(benchmarks, data, pair, eval_dir, lcb_window)
+    pair = "tiny" if o.pair is None and model.startswith("tiny:") else o.pair
+    sources = resolve_benchmarks(o.benchmarks, o.data, pair, o.eval_dir, o.lcb_window)
     benches = load_benches(sources)
     check_bench_runs(settings, benches)
     path = resolve_path(model)
-    out_dir = out_dir or os.path.join("results", "eval", re.sub(r"[^A-Za-z0-9_.-]+", "_", model.strip("/")))
-    spec = prompt_spec or PromptSpec()
-    prepare_folder(out_dir, settings, spec, benches, force)  # refuse a mismatched folder before loading anything
+    out_dir = o.out or os.path.join("results", "eval", re.sub(r"[^A-Za-z0-9_.-]+", "_", model.strip("/")))
+    spec = prompt_spec or PromptSpec(chat_template=o.chat_template)
+    prepare_folder(out_dir, settings, spec, benches, o.force)  # refuse a mismatched folder before loading anything
     tok = load_tokenizer(path)
-    m = load_model(path, dtype, device)
-    grader = Graders(workers, rewards={"math": RewardConfig(timeout_s=timeout_s)})
+    m = load_model(path, o.dtype, o.device or "auto")
+    grader = Graders(2 if o.workers is None else o.workers, rewards={"math": RewardConfig(timeout_s=timeout_s)})
     try:
         ev = Evaluator(make_engine(m, tok, engine, max_batch=max_batch), tok, spec, settings, grader,
                        context_len=context_length(m), console=console)
-        with _progress(progress, console) as bar:
+        with _progress(o.progress, console) as bar:
             ev.progress = bar
             task = bar.add_task(model, total=ev.todo(out_dir, benches))
             ev.evaluate(out_dir, benches, task=task, label="")
@@ -275,93 +336,25 @@ def evaluate_model(model: str, out_dir: str | None = None, benchmarks=None, data
     return out_dir
 
 
-def parse_steps(spec, available: list[int], best: dict[str, int]) -> list[int] | str:
-    if spec is None or spec in ("", "all"):
-        return sorted(set(available) | set(best.values()))
-    if spec == "last":
-        return available[-1:]
-    if spec == "best":
-        return "best"
-    try:
-        return sorted({int(x) for x in str(spec).split(",") if x.strip()})
-    except ValueError:
-        raise GraftError(f"--steps {spec!r}: expected all, last, best or a comma-separated list of steps") from None
-
-
-def run_junior(cfg, junior: str | None = None) -> str:
-    """The junior of a run's handoff and legibility evaluations: ``junior``, else ``eval.junior``, else the
-    frozen model the run's rollout engine co-generates with (tandem), else the pair's ``tandem.junior``."""
-
-    if junior or cfg.eval.junior:
-        return junior or cfg.eval.junior
-    frozen = {p.name: p for p in cfg.policies if p.role == "frozen"}
-    for k in ENGINES.get(cfg.rollout.engine).frozen_kwargs if cfg.rollout.engine in ENGINES else ():
-        name = cfg.rollout.engine_kwargs.get(k)
-        if name in frozen:
-            return frozen[name].model
-    if (cfg.tandem or {}).get("junior"):
-        return cfg.tandem["junior"]
-    raise GraftError("the handoff and legibility evaluations need a junior: --junior MODEL, or eval.junior / "
-                     "tandem.junior in the run's config")
-
-
-def check_bench_runs(settings: EvalSettings, benches) -> None:
-    """One line when ``bench_runs`` names a benchmark the evaluation does not score."""
-    names = {b.name for b, _ in benches}
-    unknown = sorted(set(settings.bench_runs) - names)
-    if unknown:
-        raise GraftError(f"--bench-runs: {', '.join(unknown)} not among the evaluated benchmarks "
-                         f"({', '.join(sorted(names))})")
-
-
-@dataclasses.dataclass
-class RunEval:
-    """The options of ``graft eval --run`` (:func:`evaluate_run`); ``None`` takes the run's own setting."""
-
-    steps: object = None
-    policies: object = None
-    benchmarks: object = None
-    data: str | None = None
-    eval_dir: str | None = None
-    runs: int | None = None
-    samples: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    max_new_tokens: int | None = None
-    seed: int | None = None
-    device: str | None = None
-    workers: int | None = None
-    force: bool = False
-    progress: bool = True
-    tandem: bool | None = None
-    junior: str | None = None
-    rescue: bool | None = None
-    lcb_window: str | None = None
-    reuse_dir: str | None = None
-    bench_runs: dict | None = None
-
-
-def evaluate_run(run_dir: str, console=None, **options) -> dict:
-    """``graft eval --run DIR``: evaluate the run's checkpoints (every policy; ``steps``: ``all`` complete
-    checkpoints and the kept best weights (default), ``last``, ``best`` or a list) into
+def evaluate_run(o: EvalOptions, console=None) -> dict:
+    """``graft eval --run DIR``: evaluate the checkpoints of the run ``o.run_dir`` (every policy; ``steps``:
+    ``all`` complete checkpoints and the kept best weights (default), ``last``, ``best`` or a list) into
     ``<run>/eval/<policy>/step_NNNNNN/``; then the policy summaries and ``best.json``.
 
     Settings default to the run's ``eval.final`` section, then its ``eval`` section (temperature, top-p,
     top-k, samples, seed, benchmarks, max new tokens; the latter falls back to the training
     ``rollout.max_new_tokens``, graft.md §1 "same length limits as training"); ``runs`` defaults to
     ``eval.final.runs``, else 5 (:func:`final_settings`); ``bench_runs`` (benchmark -> runs) gives some
-    benchmarks more. The prompt: :func:`eval_prompt_spec`. With
-    ``tandem`` (default: the run's ``eval.tandem``) each checkpoint also gets the handoff and legibility
-    evaluations of :mod:`graft_cli.eval.tandem_evals` with the ``junior`` (default :func:`run_junior`) and a pass@k
-    plot per policy. With ``rescue`` (default: the
-    run's ``eval.rescue``) each policy's last evaluated step also re-draws the run's all-fail prompts
-    (:mod:`graft_cli.eval.rescue`) into ``step_N/rescue/`` (``rescue.json``). With ``reuse_dir`` (a plan's), a
-    checkpoint evaluated before with the same weights and settings (another seed's step 0) is copied, not
-    sampled again (:mod:`graft_cli.eval.reuse`). ``best.json`` is then recomputed
-    by the run's selection (:func:`run_selection`: the validation's folders when they sample otherwise, e.g.
-    Tandem RLVR's held-out pass@4). Returns policy -> step -> summary."""
-    o = RunEval(**options)
+    benchmarks more. The prompt: :func:`eval_prompt_spec`. With ``tandem`` (default: the run's ``eval.tandem``)
+    each checkpoint also gets the handoff and legibility evaluations of :mod:`graft_cli.eval.tandem_evals` with the
+    ``junior`` (default :func:`~graft_cli.eval.tandem_evals.run_junior`) and a pass@k plot per policy. With
+    ``rescue`` (default: the run's ``eval.rescue``) each policy's last evaluated step also re-draws the run's
+    all-fail prompts (:mod:`graft_cli.eval.rescue`) into ``step_N/rescue/`` (``rescue.json``). With ``reuse_dir``
+    (a plan's), a checkpoint evaluated before with the same weights and settings (another seed's step 0) is copied,
+    not sampled again (:mod:`graft_cli.eval.reuse`). ``best.json`` is then recomputed by the run's selection
+    (:func:`run_selection`: the validation's folders when they sample otherwise, e.g. Tandem RLVR's held-out
+    pass@4). Returns policy -> step -> summary."""
+    run_dir = o.run_dir
     console = console or make_console(stderr=True)
     cfg = load_run_config(run_dir)
     ec = cfg.eval
@@ -376,29 +369,39 @@ def evaluate_run(run_dir: str, console=None, **options) -> dict:
         benchmarks = list(ec.final.benchmarks if ec.final.benchmarks is not None else ec.benchmarks) or None
     benches = run_benches(cfg, benchmarks, o.data, o.eval_dir or ec.data_dir)
     check_bench_runs(settings, benches)
-    jobs = _run_jobs(run_dir, names, o, console)
+    jobs = _run_jobs(names, o, console)
     tandem = ec.tandem if o.tandem is None else o.tandem
-    ctx = _RunContext(run_dir, cfg, o, console, settings, eval_prompt_spec(cfg), benches,
-                      junior=run_junior(cfg, o.junior) if tandem else None)
+    ctx = _RunContext(cfg, o, console, settings, eval_prompt_spec(cfg), benches,
+                      junior=TE.run_junior(cfg, o.junior) if tandem else None)
     ctx.prepare(jobs)  # refuse mismatched folders (and a junior of another vocabulary) before loading a model
     rescue = ec.rescue if o.rescue is None else o.rescue
-    rescue_step = {p: max(s for q, s, _ in jobs if q == p) for p, _, _ in jobs} if rescue else {}
+    rescue_step = {j.policy: max(k.step for k in jobs if k.policy == j.policy) for j in jobs} if rescue else {}
     ctx.grader = run_graders(cfg, o.workers)
     results: dict[str, dict[int, dict]] = {}
     try:
         with _progress(o.progress, console) as bar:
             ctx.bar = bar
-            for p, s, folder in jobs:
-                results.setdefault(p, {})[s] = ctx.evaluate(p, s, folder, rescue_step.get(p) == s)
+            for job in jobs:
+                is_last = rescue_step.get(job.policy) == job.step
+                results.setdefault(job.policy, {})[job.step] = ctx.evaluate(job, rescue=is_last)
     finally:
         ctx.grader.close()
     _report_run(run_dir, cfg, names, results, tandem, console)
     return results
 
 
-def _run_jobs(run_dir: str, names: list[str], o: RunEval, console) -> list[tuple[str, int, str]]:
-    """The (policy, step, model folder) to evaluate: ``o.policies`` (default every trained policy) at ``o.steps``
+class _Job(NamedTuple):
+    """One checkpoint of :func:`evaluate_run`: a policy at a step, its weights in ``folder``."""
+
+    policy: str
+    step: int
+    folder: str
+
+
+def _run_jobs(names: list[str], o: EvalOptions, console) -> list[_Job]:
+    """The checkpoints of ``o.run_dir`` to evaluate: ``o.policies`` (default every trained policy) at ``o.steps``
     (``all`` complete checkpoints and the kept best weights, ``last``, ``best`` or a list)."""
+    run_dir = o.run_dir
     chosen = names if not o.policies else [p.strip() for p in (o.policies.split(",") if isinstance(o.policies, str)
                                                                else o.policies)]
     for p in chosen:
@@ -408,15 +411,15 @@ def _run_jobs(run_dir: str, names: list[str], o: RunEval, console) -> list[tuple
                                  lambda m: console.print(f"[yellow]warning[/]: {escape(m)}", soft_wrap=True))
     best_steps = {p: s for p in chosen if (s := best_folder_step(os.path.join(run_dir, "best", p))) is not None}
     want = parse_steps(o.steps, available, best_steps)
-    jobs: list[tuple[str, int, str]] = []
+    jobs: list[_Job] = []
     for p in chosen:
         pol_steps = [best_steps[p]] if want == "best" and p in best_steps else ([] if want == "best" else want)
         for s in pol_steps:
             folder = checkpoint_dir(run_dir, s, p)
             if s in available and os.path.isdir(folder):
-                jobs.append((p, s, folder))
+                jobs.append(_Job(p, s, folder))
             elif best_steps.get(p) == s:
-                jobs.append((p, s, os.path.join(run_dir, "best", p)))
+                jobs.append(_Job(p, s, os.path.join(run_dir, "best", p)))
             elif want not in ("best",) and o.steps not in (None, "", "all"):
                 raise GraftError(f"{run_dir}: no complete checkpoint for policy {p!r} at step {s}; "
                                  f"complete: {', '.join(map(str, available)) or 'none'}")
@@ -430,9 +433,8 @@ def _run_jobs(run_dir: str, names: list[str], o: RunEval, console) -> list[tuple
 class _RunContext:
     """What every checkpoint of one :func:`evaluate_run` is evaluated with."""
 
-    run_dir: str
     cfg: object
-    o: RunEval
+    o: EvalOptions
     console: object
     settings: EvalSettings
     spec: PromptSpec
@@ -443,57 +445,62 @@ class _RunContext:
     hsettings: EvalSettings | None = None
     jmodel: object = None
 
-    def prepare(self, jobs: list) -> None:
+    @property
+    def run_dir(self) -> str:
+        return self.o.run_dir
+
+    def prepare(self, jobs: list[_Job]) -> None:
         """Every output folder checked against its settings (the handoff's too, with a junior of the same
         vocabulary), then the tandem junior loaded."""
         cfg, o = self.cfg, self.o
         if self.junior:
             self.hsettings = TE.handoff_settings(self.settings, self.junior, cfg.eval.handoff_delimiter)
             jtok = load_tokenizer(resolve_path(self.junior))
-        for p, s, folder in jobs:
-            prepare_folder(eval_step_dir(self.run_dir, p, s), self.settings, self.spec, self.benches, o.force)
+        for job in jobs:
+            step_dir = eval_step_dir(self.run_dir, job.policy, job.step)
+            prepare_folder(step_dir, self.settings, self.spec, self.benches, o.force)
             if self.junior:
-                TE.check_junior(jtok, load_tokenizer(folder), self.junior, f"{p} step {s}")
-                prepare_folder(os.path.join(eval_step_dir(self.run_dir, p, s), TE.HANDOFF_DIR), self.hsettings,
-                               self.spec, self.benches, o.force)
+                TE.check_junior(jtok, load_tokenizer(job.folder), self.junior, f"{job.policy} step {job.step}")
+                prepare_folder(os.path.join(step_dir, TE.HANDOFF_DIR), self.hsettings, self.spec, self.benches,
+                               o.force)
         if self.junior:
             self.jmodel = load_model(resolve_path(self.junior), cfg.run.dtype, o.device or cfg.run.device)
 
-    def evaluate(self, p: str, s: int, folder: str, rescue: bool) -> dict:
-        """Policy ``p``'s checkpoint at step ``s`` (weights in ``folder``): sampled and graded into
-        ``eval/<p>/step_N/`` (or copied from the reuse store), its handoff and legibility (tandem), its rescue
-        re-draw (``rescue``); returns its summary."""
-        cfg, o, console, run_dir = self.cfg, self.o, self.console, self.run_dir
-        out_dir = eval_step_dir(run_dir, p, s)
-        tok = load_tokenizer(folder)
-        model = load_model(folder, cfg.run.dtype, o.device or cfg.run.device)
+    def evaluate(self, job: _Job, rescue: bool) -> dict:
+        """One checkpoint (``job``): sampled and graded into ``eval/<policy>/step_N/`` (or copied from the reuse
+        store), its handoff and legibility (tandem), its rescue re-draw (``rescue``); returns its summary."""
+        cfg, o = self.cfg, self.o
+        out_dir = eval_step_dir(self.run_dir, job.policy, job.step)
+        tok = load_tokenizer(job.folder)
+        model = load_model(job.folder, cfg.run.dtype, o.device or cfg.run.device)
         engine = make_engine(model, tok, *solo_engine(cfg.rollout.engine, cfg.rollout.engine_kwargs),
                              max_batch=cfg.rollout.max_batch)
         ev = Evaluator(engine, tok, self.spec, self.settings, self.grader, self.bar, context_len=context_length(model),
-                       console=console)
-        label = f"{p} step {s} "
-        key = reuse.reuse_key(folder, out_dir, {
+                       console=self.console)
+        label = f"{job.policy} step {job.step} "
+        key = reuse.reuse_key(job.folder, out_dir, {
             "dtype": cfg.run.dtype, "device": str(o.device or cfg.run.device).split(":")[0],
             "engine": cfg.rollout.engine, "engine_kwargs": cfg.rollout.engine_kwargs,
             "max_batch": cfg.rollout.max_batch, "reward": cfg.reward}) if o.reuse_dir else None
         with reuse.shared(o.reuse_dir, key, out_dir) as copied:
             if copied:
-                console.print(f"{p} step {s}: {copied} evaluation file(s) of the same weights and settings "
-                              f"reused from {o.reuse_dir}")
+                self.console.print(f"{job.policy} step {job.step}: {copied} evaluation file(s) of the same weights "
+                                   f"and settings reused from {o.reuse_dir}")
             task = self.bar.add_task(label, total=ev.todo(out_dir, self.benches))
             ev.evaluate(out_dir, self.benches, task=task, label=label)
-        summary = write_summary(out_dir, {"model": os.path.relpath(folder, run_dir), "policy": p, "step": s})
+        summary = write_summary(out_dir, {"model": os.path.relpath(job.folder, self.run_dir), "policy": job.policy,
+                                          "step": job.step})
         if self.junior:
-            self.tandem(p, s, folder, model, tok, out_dir)
+            self.tandem(job, model, tok, out_dir)
         if rescue:
-            _evaluate_rescue(run_dir, cfg, p, out_dir, engine, model, tok, PromptSpec.from_config(cfg.prompt),
-                             self.grader, self.bar, console, o.force)
+            self.rescue(job.policy, out_dir, engine, model, tok)
         return summary
 
-    def tandem(self, p: str, s: int, folder: str, model, tok, out_dir: str) -> None:
+    def tandem(self, job: _Job, model, tok, out_dir: str) -> None:
         """Tandem RLVR's handoff evaluation (the junior finishes what the checkpoint starts) and the junior's
         legibility of the checkpoint's own answers."""
-        cfg, console, label = self.cfg, self.console, f"{p} step {s} "
+        cfg, console = self.cfg, self.console
+        label = f"{job.policy} step {job.step} "
         hdir = os.path.join(out_dir, TE.HANDOFF_DIR)
         hev = Evaluator(TE.handoff_engine(model, tok, self.jmodel, cfg.eval.handoff_delimiter,
                                           dict(cfg.rollout.engine_kwargs), cfg.rollout.max_batch),
@@ -501,14 +508,50 @@ class _RunContext:
                         console=console)
         task = self.bar.add_task(label + "handoff ", total=hev.todo(hdir, self.benches))
         hev.evaluate(hdir, self.benches, task=task, label=label + "handoff ")
-        hsum = write_summary(hdir, {"model": os.path.relpath(folder, self.run_dir), "policy": p, "step": s,
-                                    "junior": self.junior})
+        hsum = write_summary(hdir, {"model": os.path.relpath(job.folder, self.run_dir), "policy": job.policy,
+                                    "step": job.step, "junior": self.junior})
         leg = TE.legibility(self.jmodel, tok, self.spec, out_dir, os.path.join(out_dir, TE.LEGIBILITY_DIR),
                             self.benches, self.junior, cfg.optim.micro_batch_tokens, self.o.force)
-        _print_result(console, f"{p} step {s} handoff", hsum)
-        console.print(f"{p} step {s} legibility: junior CE {leg['macro_ce']:.4f} nats/token"
-                      if leg["macro_ce"] is not None else f"{p} step {s} legibility: no tokens")
+        _print_result(console, f"{label}handoff", hsum)
+        console.print(f"{label}legibility: junior CE {leg['macro_ce']:.4f} nats/token"
+                      if leg["macro_ce"] is not None else f"{label}legibility: no tokens")
 
+    def rescue(self, policy: str, step_dir: str, engine, model, tok) -> dict | None:
+        """Re-draw the run's all-fail prompts of ``policy`` (capped, :func:`graft_cli.eval.rescue.capped`) with
+        the training sampling and the training prompt, and write ``<step_dir>/rescue/rescue.json``
+        (:func:`rescue_summary`)."""
+
+        cfg, console = self.cfg, self.console
+        events = R.capped(R.rescue_events(R.read_logs(self.run_dir, policy)), cfg.eval.rescue_cap, cfg.eval.seed)
+        if not events:
+            console.print(f"{policy}: no all-fail prompt in the rollout logs: no rescue evaluation")
+            return None
+        by_id = {p.id: p for p in training_problems(cfg.data, resolve_path(cfg.data.train))}
+        missing = [e["prompt_id"] for e in events if e["prompt_id"] not in by_id]
+        if missing:
+            raise GraftError(f"{self.run_dir}: rollout logs name prompt {missing[0]!r}, which {cfg.data.train} does "
+                             f"not hold")
+        probs = [by_id[e["prompt_id"]] for e in events]
+        rdir = os.path.join(step_dir, R.RESCUE_DIR)
+        ro = cfg.rollout
+        settings = EvalSettings(runs=1, samples=ro.n, temperature=ro.temperature, top_p=ro.top_p,
+                                max_new_tokens=ro.max_new_tokens, seed=cfg.eval.seed)
+        bench = [(BenchmarkSource(R.BENCH, "rescue", f"{cfg.data.train}: all-fail prompts of the rollout logs"),
+                  probs)]
+        spec = PromptSpec.from_config(cfg.prompt)
+        prepare_folder(rdir, settings, spec, bench, self.o.force)
+        ev = Evaluator(engine, tok, spec, settings, self.grader, self.bar, context_len=context_length(model),
+                       console=console)
+        task = self.bar.add_task(f"{policy} rescue ", total=ev.todo(rdir, bench))
+        ev.evaluate(rdir, bench, task=task, label=f"{policy} rescue ")
+        correct = load_correct(rdir, R.BENCH, len(probs), ro.n)[0]
+        summary = {"policy": policy, "events": events, **R.rescue_summary(events, correct),
+                   "settings": settings.identity(), "cap": cfg.eval.rescue_cap}
+        atomic_write_json(os.path.join(rdir, "rescue.json"), summary)
+        rates = ", ".join(f"{k} {v['rescued']}/{v['events']}" for k, v in summary.items()
+                          if k in ("admitted", "not_admitted") and v["events"])
+        console.print(f"{policy} rescue (>= 1 of {ro.n} correct on a re-draw of its all-fail prompts): {rates}")
+        return summary
 
 def _report_run(run_dir: str, cfg, names: list[str], results: dict, tandem: bool, console) -> None:
     """``best.json`` recomputed by the run's selection, the tandem pass@k plots, and every result printed."""
@@ -531,65 +574,21 @@ def _report_run(run_dir: str, cfg, names: list[str], results: dict, tandem: bool
     console.print(f"eval results: {os.path.join(run_dir, 'eval')} (best steps: {os.path.join(run_dir, 'best.json')})")
 
 
-def _evaluate_rescue(run_dir: str, cfg, policy: str, step_dir: str, engine, model, tok, spec, grader, bar,
-                     console, force: bool) -> dict | None:
-    """Re-draw the run's all-fail prompts of ``policy`` (capped, :func:`graft_cli.eval.rescue.capped`) with
-    the training sampling and write ``<step_dir>/rescue/rescue.json`` (:func:`rescue_summary`)."""
-
-    events = R.capped(R.rescue_events(R.read_logs(run_dir, policy)), cfg.eval.rescue_cap, cfg.eval.seed)
-    if not events:
-        console.print(f"{policy}: no all-fail prompt in the rollout logs: no rescue evaluation")
-        return None
-    by_id = {p.id: p for p in training_problems(cfg.data, resolve_path(cfg.data.train))}
-    missing = [e["prompt_id"] for e in events if e["prompt_id"] not in by_id]
-    if missing:
-        raise GraftError(f"{run_dir}: rollout logs name prompt {missing[0]!r}, which {cfg.data.train} does not hold")
-    probs = [by_id[e["prompt_id"]] for e in events]
-    rdir = os.path.join(step_dir, R.RESCUE_DIR)
-    ro = cfg.rollout
-    settings = EvalSettings(runs=1, samples=ro.n, temperature=ro.temperature, top_p=ro.top_p,
-                            max_new_tokens=ro.max_new_tokens, seed=cfg.eval.seed)
-    bench = [(BenchmarkSource(R.BENCH, "rescue", f"{cfg.data.train}: all-fail prompts of the rollout logs"), probs)]
-    prepare_folder(rdir, settings, spec, bench, force)
-    ev = Evaluator(engine, tok, spec, settings, grader, bar, context_len=context_length(model), console=console)
-    task = bar.add_task(f"{policy} rescue ", total=ev.todo(rdir, bench))
-    ev.evaluate(rdir, bench, task=task, label=f"{policy} rescue ")
-    correct = load_correct(rdir, R.BENCH, len(probs), ro.n)[0]
-    summary = {"policy": policy, "events": events, **R.rescue_summary(events, correct),
-               "settings": settings.identity(), "cap": cfg.eval.rescue_cap}
-    atomic_write_json(os.path.join(rdir, "rescue.json"), summary)
-    rates = ", ".join(f"{k} {v['rescued']}/{v['events']}" for k, v in summary.items()
-                      if k in ("admitted", "not_admitted") and v["events"])
-    console.print(f"{policy} rescue (>= 1 of {ro.n} correct on a re-draw of its all-fail prompts): {rates}")
-    return summary
-
-
-def eval_main(run_dir: str | None = None, model: str | None = None, out: str | None = None, pair: str | None = None,
-              dtype: str = "float32", chat_template: str = "auto", **options):
-    """The ``graft eval`` command: exactly one of ``run_dir`` / ``model``; ``options``: the fields of
-    :class:`RunEval` (``--run``; ``out``, ``pair``, ``dtype`` and ``chat_template`` are ``--model``'s own)."""
-    if bool(run_dir) == bool(model):
+def eval_main(o: EvalOptions):
+    """The ``graft eval`` command: :func:`evaluate_run` for ``o.run_dir`` or :func:`evaluate_model` for ``o.model``
+    (exactly one), each refusing the other's own options."""
+    if bool(o.run_dir) == bool(o.model):
         raise GraftError("give exactly one of --run DIR or --model PATH")
-    o = RunEval(**options)
-    o.bench_runs = parse_bench_runs(o.bench_runs) if o.bench_runs is not None else None
-    if run_dir:
-        for opt, val in (("--out", out), ("--pair", pair)):
+    if o.bench_runs is not None:
+        o = dataclasses.replace(o, bench_runs=parse_bench_runs(o.bench_runs))
+    if o.run_dir:
+        for opt, val in (("--out", o.out), ("--pair", o.pair)):
             if val:
                 raise GraftError(f"{opt} applies to --model only (a run writes into <run>/eval/; "
                                  f"its pair is in config.yaml)")
-        return evaluate_run(run_dir, **dataclasses.asdict(o))
+        return evaluate_run(o)
     for opt, val in (("--steps", o.steps), ("--policy", o.policies), ("--tandem", o.tandem),
                      ("--junior", o.junior)):
         if val:
             raise GraftError(f"{opt} applies to --run only")
-    d = EvalSettings()
-    settings = EvalSettings(runs=d.runs if o.runs is None else o.runs, samples=o.samples or d.samples,
-                            temperature=d.temperature if o.temperature is None else o.temperature,
-                            top_p=d.top_p if o.top_p is None else o.top_p,
-                            max_new_tokens=o.max_new_tokens or d.max_new_tokens,
-                            seed=d.seed if o.seed is None else o.seed, top_k=d.top_k if o.top_k is None else o.top_k,
-                            bench_runs=o.bench_runs or {})
-    return evaluate_model(model, out, o.benchmarks, o.data, o.eval_dir, pair, settings,
-                          PromptSpec(chat_template=chat_template), dtype, o.device or "auto",
-                          workers=2 if o.workers is None else o.workers, force=o.force, progress=o.progress,
-                          lcb_window=o.lcb_window)
+    return evaluate_model(o)

@@ -88,6 +88,30 @@ def parse_bench_runs(raw, where: str = "--bench-runs") -> dict[str, int]:
     return out
 
 
+def check_bench_runs(settings: EvalSettings, benches) -> None:
+    """One line when ``bench_runs`` names a benchmark the evaluation does not score."""
+    names = {b.name for b, _ in benches}
+    unknown = sorted(set(settings.bench_runs) - names)
+    if unknown:
+        raise GraftError(f"--bench-runs: {', '.join(unknown)} not among the evaluated benchmarks "
+                         f"({', '.join(sorted(names))})")
+
+
+def parse_steps(spec, available: list[int], best: dict[str, int]) -> list[int] | str:
+    """The checkpoint steps ``--steps`` names: ``all`` (or none) the ``available`` ones and each policy's ``best``
+    step, ``last`` the newest available, ``best`` the string ``"best"``, else the comma-separated steps."""
+    if spec is None or spec in ("", "all"):
+        return sorted(set(available) | set(best.values()))
+    if spec == "last":
+        return available[-1:]
+    if spec == "best":
+        return "best"
+    try:
+        return sorted({int(x) for x in str(spec).split(",") if x.strip()})
+    except ValueError:
+        raise GraftError(f"--steps {spec!r}: expected all, last, best or a comma-separated list of steps") from None
+
+
 def run_seed(base: int, run: int) -> int:
     """Sampling seed of eval run ``run`` (1-based): distinct per run, independent of the checkpoint, so
     every checkpoint is scored on the same random stream (common random numbers)."""
@@ -147,7 +171,9 @@ class Graders:
     are. :meth:`grade` uses the ``default`` kind's (a run's own reward, for re-draws of its training prompts)."""
 
     def __init__(self, workers: int, default: str = "math", given: dict | None = None, rewards: dict | None = None):
-        self.workers, self.default, self.given = workers, default, dict(given or {})
+        self.workers = workers
+        self.default = default
+        self.given = dict(given or {})
         self.rewards = {**default_rewards(), **(rewards or {})}
         self.made: dict = {}
 

@@ -48,6 +48,23 @@ def handoff_settings(settings, junior: str, delimiter: str):
     return replace(settings, extra={"handoff": {"junior": junior, "schedule": "sentence", "delimiter": delimiter}})
 
 
+def run_junior(cfg, junior: str | None = None) -> str:
+    """The junior of a run's handoff and legibility evaluations: ``junior``, else ``eval.junior``, else the
+    frozen model the run's rollout engine co-generates with (tandem), else the pair's ``tandem.junior``."""
+
+    if junior or cfg.eval.junior:
+        return junior or cfg.eval.junior
+    frozen = {p.name: p for p in cfg.policies if p.role == "frozen"}
+    for k in ENGINES.get(cfg.rollout.engine).frozen_kwargs if cfg.rollout.engine in ENGINES else ():
+        name = cfg.rollout.engine_kwargs.get(k)
+        if name in frozen:
+            return frozen[name].model
+    if (cfg.tandem or {}).get("junior"):
+        return cfg.tandem["junior"]
+    raise GraftError("the handoff and legibility evaluations need a junior: --junior MODEL, or eval.junior / "
+                     "tandem.junior in the run's config")
+
+
 def check_junior(junior_tok, senior_tok, junior: str, senior: str) -> None:
     diff = vocab_difference(junior_tok, senior_tok)
     if diff:

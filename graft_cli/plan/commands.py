@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import time
@@ -14,6 +15,7 @@ from graft_cli.errors import GraftError
 from graft_cli.plan import execute as X
 from graft_cli.plan import launch as L
 from graft_cli.plan.launchers import get_launcher
+from graft_cli.plan.options import launch_kwargs
 from graft_cli.plan import registration as R
 from graft_cli.plan import spec as P
 from graft_cli.plan.results import disk_records, results_markdown, write_results
@@ -26,33 +28,94 @@ def _console():
     return make_console(stderr=True)
 
 
-def _check_counts(steps: int | None, jobs: int | None) -> None:
-    if steps is not None and steps < 1:
-        raise GraftError("--steps must be >= 1")
-    if jobs is not None and jobs < 1:
-        raise GraftError("--jobs must be >= 1")
+# the launcher options of both commands (graft_cli.plan.options), as click names them
+LAUNCH_OPTIONS = ("launcher", "status", "cancel", "report_only", "account", "partition", "qos", "time_limit",
+                  "sbatch_lines")
 
 
-def ablate_main(sweep: str, pair: str = "tiny", dry_run: bool = False, out: str | None = None,
-                steps: int | None = None, seeds=None, jobs: int | None = None, progress: bool = True,
-                launcher: str = "local", status: bool = False, cancel: bool = False, report_only: bool = False,
-                launch: L.LaunchOptions | None = None) -> dict:
+@dataclasses.dataclass(kw_only=True)
+class PlanOptions:
+    """What ``graft ablate`` and ``graft reproduce`` share: where the runs go, how many train at once, and what the
+    launcher does (``status``, ``cancel`` and ``report_only``: one at a time, :func:`run_plan`)."""
+
+    out: str | None = None  # folder of the run directories [default: the command's]
+    dry_run: bool = False  # list the runs and their status; run nothing
+    steps: int | None = None  # training steps of every run [default: the plan's]
+    jobs: int | None = None  # runs trained at the same time [default: the plan's]
+    progress: bool = True
+    launcher: str = "local"  # local | slurm (graft_cli.plan.launchers)
+    status: bool = False  # each run's state; runs nothing
+    cancel: bool = False  # slurm: cancel the plan's queued and running jobs
+    report_only: bool = False  # results (and report) from the run directories; train nothing
+    launch: L.LaunchOptions | None = None  # the launcher's own settings (slurm's #SBATCH lines)
+
+    @classmethod
+    def from_cli(cls, *, no_progress: bool, **opts) -> PlanOptions:
+        """The options from the command's click parameters: ``--no-progress`` the negation of ``progress``, the
+        launcher options (:mod:`graft_cli.plan.options`) ``launcher``, ``status``, ``cancel``, ``report_only`` and
+        ``launch``."""
+        launch = launch_kwargs(**{k: opts.pop(k) for k in LAUNCH_OPTIONS})
+        return cls(progress=not no_progress, **opts, **launch)
+
+    def check(self) -> None:
+        if self.steps is not None and self.steps < 1:
+            raise GraftError("--steps must be >= 1")
+        if self.jobs is not None and self.jobs < 1:
+            raise GraftError("--jobs must be >= 1")
+
+    def launch_options(self) -> L.LaunchOptions:
+        """``launch`` with ``jobs``, ``progress`` and a console (stderr unless ``launch`` names one)."""
+        given = self.launch or L.LaunchOptions()
+        return dataclasses.replace(given, jobs=self.jobs, progress=self.progress, console=given.console or _console())
+
+
+@dataclasses.dataclass(kw_only=True)
+class AblateOptions(PlanOptions):
+    """The options of ``graft ablate`` (:func:`ablate_main`)."""
+
+    sweep: str  # experiments/sweep/<NAME>.yaml or a path
+    pair: str = "tiny"  # pair config: tiny, 1, 2 or 3
+    seeds: list[str] = dataclasses.field(default_factory=list)  # e.g. ["0,1,2"] [default: the sweep's]
+
+    @classmethod
+    def from_cli(cls, *, seeds: tuple[str, ...] = (), **opts) -> AblateOptions:
+        """As :meth:`PlanOptions.from_cli`, the repeated ``--seeds`` a list."""
+        return super().from_cli(seeds=list(seeds), **opts)
+
+
+@dataclasses.dataclass(kw_only=True)
+class ReproduceOptions(PlanOptions):
+    """The options of ``graft reproduce`` (:func:`reproduce_main`): ``register`` writes ``<out>/registration.json``
+    and runs nothing; ``registration`` (default ``<out>/registration.json`` when there is one) is the registered
+    design the plan must equal (:func:`enforce_registration`)."""
+
+    pair: str = "tiny"  # the plan: experiments/reproduce/<PAIR>.yaml
+    report: bool = True  # graft report (and the claims) after training and evaluation
+    register: bool = False
+    registration: str | None = None
+
+    @classmethod
+    def from_cli(cls, *, no_report: bool, **opts) -> ReproduceOptions:
+        """As :meth:`PlanOptions.from_cli`, ``--no-report`` the negation of ``report``."""
+        return super().from_cli(report=not no_report, **opts)
+
+
+def ablate_main(o: AblateOptions) -> dict:
     """``graft ablate --sweep NAME``: expand the sweep, list it (dry run), or train + evaluate its runs through the
     launcher (``--status``, ``--cancel``, ``--report-only``: :func:`run_plan`)."""
-    _check_counts(steps, jobs)
-    opts = _options(launch, jobs, progress)
-    chosen = get_launcher(launcher, opts)
-    plan = P.load_sweep(sweep, pair=pair, seeds=seeds or None, steps=steps)
-    out = out or os.path.join("results", "ablate")
-    if dry_run:
+    o.check()
+    opts = o.launch_options()
+    chosen = get_launcher(o.launcher, opts)
+    plan = P.load_sweep(o.sweep, pair=o.pair, seeds=o.seeds or None, steps=o.steps)
+    out = o.out or os.path.join("results", "ablate")
+    if o.dry_run:
         click.echo(X.dry_run_markdown(plan, out, X.describe(plan, out)))
         return {}
-    argv = ["ablate", "--sweep", os.path.abspath(plan.source), "--pair", pair, "--out", os.path.abspath(out),
+    argv = ["ablate", "--sweep", os.path.abspath(plan.source), "--pair", o.pair, "--out", os.path.abspath(out),
             "--report-only", "--no-progress"]
-    argv += (["--steps", str(steps)] if steps is not None else []) + [x for s in (seeds or []) for x in ("--seeds", s)]
+    argv += (["--steps", str(o.steps)] if o.steps is not None else []) + [x for s in o.seeds for x in ("--seeds", s)]
     finish = L.Finish(argv, lambda records: {})
-    return run_plan(plan, out, chosen, finish, status=status, cancel=cancel, report_only=report_only,
-                    console=opts.console, what=f"sweep {plan.name}")
+    return run_plan(plan, dataclasses.replace(o, out=out), chosen, finish, opts.console, f"sweep {plan.name}")
 
 
 def unplanned_methods(plan: P.Plan) -> list[str]:
@@ -62,48 +125,44 @@ def unplanned_methods(plan: P.Plan) -> list[str]:
     return [m for m in P.known(os.path.join(EXPERIMENTS_DIR, "method")) if m not in used]
 
 
-def reproduce_main(pair: str = "tiny", out: str | None = None, dry_run: bool = False, jobs: int | None = None,
-                   steps: int | None = None, report: bool = True, progress: bool = True, launcher: str = "local",
-                   status: bool = False, cancel: bool = False, report_only: bool = False,
-                   launch: L.LaunchOptions | None = None, register: bool = False,
-                   registration: str | None = None) -> dict:
+def reproduce_main(o: ReproduceOptions) -> dict:
     """``graft reproduce --pair P``: the plan ``experiments/reproduce/<P>.yaml``: train and evaluate every run
     through the launcher (resumable), then ``graft report`` on the output folder with the claims section.
-    ``register``: write ``<out>/registration.json`` and run nothing; ``registration`` (default
+    ``o.register``: write ``<out>/registration.json`` and run nothing; ``o.registration`` (default
     ``<out>/registration.json`` when there is one): the registered design the plan must equal before anything
     runs or any claim is judged (:mod:`graft_cli.plan.registration`)."""
-    _check_counts(steps, jobs)
-    opts = _options(launch, jobs, progress)
-    chosen = get_launcher(launcher, opts)
-    plan = P.load_reproduce(pair, steps=steps)
-    out = out or os.path.join("results", f"reproduce_{plan.name}")
-    if register:
+    o.check()
+    opts = o.launch_options()
+    chosen = get_launcher(o.launcher, opts)
+    plan = P.load_reproduce(o.pair, steps=o.steps)
+    out = o.out or os.path.join("results", f"reproduce_{plan.name}")
+    if o.register:
         path, written = R.register(plan, out)
         opts.console.print(f"reproduce {plan.name}: {'registered' if written else 'already registered'} in {path} "
                            f"(plan hash {R.plan_hash(plan)[:12]}); commit it before the first run")
         return {"registration": path}
-    enforce_registration(plan, out, registration)
+    enforce_registration(plan, out, o.registration)
     # the miniatures name what they leave out
     miniature = plan.pair == "tiny" and os.path.dirname(os.path.abspath(plan.source)) == P.reproduce_dir()
     missing = unplanned_methods(plan) if miniature else []
     full = f"{plan.name}_full"
     has_full = os.path.exists(os.path.join(P.reproduce_dir(), f"{full}.yaml"))
     hint = f"add a line to {plan.source}" + (f", or run the plan that has them: --pair {full}" if has_full else "")
-    if dry_run:
+    if o.dry_run:
         click.echo(X.dry_run_markdown(plan, out, X.describe(plan, out)))
         if missing:
             click.echo(f"\nmethod configs not in the plan: {', '.join(missing)} ({hint})")
         return {}
-    if missing and not (status or cancel or report_only):
+    if missing and not (o.status or o.cancel or o.report_only):
         opts.console.print(f"note: method configs not in the plan: {', '.join(missing)} ({hint})")
     argv = ["reproduce", "--pair", os.path.abspath(plan.source), "--out", os.path.abspath(out), "--report-only",
-            "--no-progress"] + (["--steps", str(steps)] if steps is not None else [])
+            "--no-progress"] + (["--steps", str(o.steps)] if o.steps is not None else [])
 
     def finish(records: list[dict]) -> dict:
-        return report_and_claims(plan, out, records, opts.console) if report else {}
+        return report_and_claims(plan, out, records, opts.console) if o.report else {}
 
-    return run_plan(plan, out, chosen, L.Finish(argv, finish), status=status, cancel=cancel,
-                    report_only=report_only, console=opts.console, what=f"reproduce {plan.name}")
+    return run_plan(plan, dataclasses.replace(o, out=out), chosen, L.Finish(argv, finish), opts.console,
+                    f"reproduce {plan.name}")
 
 
 def enforce_registration(plan: P.Plan, out: str, registration: str | None) -> dict | None:
@@ -125,27 +184,22 @@ def enforce_registration(plan: P.Plan, out: str, registration: str | None) -> di
     return reg
 
 
-def _options(launch: L.LaunchOptions | None, jobs: int | None, progress: bool) -> L.LaunchOptions:
-    opts = launch or L.LaunchOptions()
-    opts.jobs, opts.progress, opts.console = jobs, progress, opts.console or _console()
-    return opts
-
-
-def run_plan(plan: P.Plan, out: str, launcher: L.Launcher, finish: L.Finish, status: bool = False,
-             cancel: bool = False, report_only: bool = False, console=None, what: str = "plan") -> dict:
-    """``--status`` (each run's state), ``--cancel`` (the plan's jobs), ``--report-only`` (results and report from
-    the run directories), or the launch itself; prints what happened."""
-    if sum((status, cancel, report_only)) > 1:
+def run_plan(plan: P.Plan, o: PlanOptions, launcher: L.Launcher, finish: L.Finish, console,
+             what: str = "plan") -> dict:
+    """``o.status`` (each run's state), ``o.cancel`` (the plan's jobs), ``o.report_only`` (results and report from
+    the run directories in ``o.out``), or the launch itself into ``o.out``; prints what happened."""
+    out = o.out
+    if sum((o.status, o.cancel, o.report_only)) > 1:
         raise GraftError("--status, --cancel and --report-only: one at a time")
-    if status:
+    if o.status:
         click.echo(L.status_markdown(plan, launcher.status(plan, out)))
         return {}
-    if cancel:
+    if o.cancel:
         ids = launcher.cancel(plan, out)
         console.print(f"{what}: cancelled {len(ids)} job(s)" + (f": {', '.join(ids)}" if ids else ""))
         return {"cancelled": ids}
     t0 = time.time()
-    if report_only:
+    if o.report_only:
         records = disk_records(plan, out)
         write_results(plan, out, records, 0.0)
         result = {"records": records, **finish.call(records)}

@@ -28,7 +28,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from graft_cli.config import compose
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError, Stopped
-from graft_cli.eval.runner import evaluate_run
+from graft_cli.eval.runner import EvalOptions, evaluate_run
 from graft_cli.eval.validation import ValidationHook
 from graft_cli.plan import status as S
 from graft_cli.plan.results import eval_dict, load_results, measured_record, write_results
@@ -133,9 +133,9 @@ def run_job(job: dict) -> dict:
                 kw = {k: ev.get(k) for k in ("steps", "runs", "bench_runs", "samples", "temperature", "top_p", "top_k",
                                              "max_new_tokens", "seed")}
                 bench = ev.get("benchmarks")
-                evaluate_run(job["run_dir"], benchmarks=",".join(bench) if bench else None,
-                             progress=job.get("progress", False), console=console,
-                             reuse_dir=job.get("eval_reuse"), **kw)
+                evaluate_run(EvalOptions(run_dir=job["run_dir"], benchmarks=",".join(bench) if bench else None,
+                                         progress=job.get("progress", False), reuse_dir=job.get("eval_reuse"),
+                                         **kw), console=console)
                 rec["evaluated"] = "evaluated"
                 rec["eval_s"] = time.perf_counter() - t0
     except BaseException as e:  # noqa: B036 — recorded, the plan goes on (KeyboardInterrupt re-raised)

@@ -33,7 +33,8 @@ def launch_options(fn):
 
 
 def launch_kwargs(launcher, status, cancel, report_only, account, partition, qos, time_limit, sbatch_lines) -> dict:
-    """The keyword arguments of ``ablate_main`` / ``reproduce_main`` from the options above."""
+    """The launcher fields of ``graft ablate`` / ``graft reproduce``'s options (``PlanOptions`` in
+    :mod:`graft_cli.plan.commands`) from the options above."""
     from graft_cli.plan.launch import LaunchOptions  # lazy: the click options load before the plan package
 
     return {"launcher": launcher, "status": status, "cancel": cancel, "report_only": report_only,

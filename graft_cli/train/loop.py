@@ -9,13 +9,14 @@
     after       controllers observe the step; rollout and exchange logs                train/step_logs.py
 
 A step calls only downward: the collection samples through a :class:`~graft_cli.train.rollout_worker.RolloutWorker`,
-the exchange encodes and scores through :class:`~graft_cli.train.policy_stages.PolicyReceivers`, and each policy's
-stages (:func:`train_one`) are :class:`~graft_cli.train.policy_stages.PolicyStages`', each returning the batch the
-next one reads. Everything method-specific is looked up by name from the config; nothing here branches on a
-method, and the loss inputs are built from the TrainBatch's columns only. This module holds the :class:`Trainer`:
-its state, resume, and one step (:meth:`Trainer.train_step`); loading the models and the checks before anything
-loads are train/policies.py's; the run driver :func:`graft_cli.train.run.train` holds the run directory, lock,
-resume check, the step loop, checkpoints and hooks.
+the exchange encodes and scores through :class:`~graft_cli.train.policy_stages.PolicyReceivers`, and
+:func:`train_one` runs one policy's stages, the methods of a :class:`~graft_cli.train.policy_stages.PolicyStages`
+(no trainer in it), each returning the batch the next one reads. Everything method-specific is looked up by name
+from the config; nothing here branches on a method, and the loss inputs are built from the TrainBatch's columns
+only. This module holds the :class:`Trainer`: its state, resume, and one step (:meth:`Trainer.train_step`);
+loading the models and the checks before anything loads are train/policies.py's; the run driver
+:func:`graft_cli.train.run.train` holds the run directory, lock, resume check, the step loop, checkpoints and
+hooks.
 """
 
 from __future__ import annotations

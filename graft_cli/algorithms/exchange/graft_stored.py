@@ -101,8 +101,8 @@ class StoredGraftExchange(GraftExchange):
             if not p.get(k):
                 raise GraftError(f"config key 'exchange.params.{k}': required by exchange graft_stored")
         if opts["peer_logprobs"] != "rollout":
-            raise GraftError("config key 'exchange.params.peer_logprobs': graft_stored uses the stored generation "
-                             "log-probs (rollout); the partner model is not loaded")
+            raise GraftError("config key 'exchange.params.peer_logprobs': graft_stored uses the stored rollout "
+                             "log-probs; the partner model is not loaded")
         if opts["mode"] == "hacpo":
             raise GraftError("config key 'exchange.params.mode': hacpo needs a co-trained peer")
         d = os.path.join(str(p["partner_run"]), "rollouts", str(p["partner_policy"]))
