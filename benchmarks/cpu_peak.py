@@ -197,7 +197,7 @@ def bf16_logprob_error(model_path: str, w: dict, data: str) -> dict:
 
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.models.logprobs import autocast_gap
-    from graft_cli.rollout.base import SamplingParams
+    from graft_cli.rollout.engine import SamplingParams
     from graft_cli.rollout.hf import HFEngine
 
     model = AutoModelForCausalLM.from_pretrained(model_path).eval()

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from graft_cli.algorithms.losses import LossInputs, Normaliser, ppo_token_loss  # noqa: E402
 from graft_cli.models.logprobs import response_logprobs  # noqa: E402
-from graft_cli.rollout.base import SamplingParams  # noqa: E402
+from graft_cli.rollout.engine import SamplingParams  # noqa: E402
 from graft_cli.rollout.hf import HFEngine  # noqa: E402
 
 

@@ -25,7 +25,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from graft_cli.rollout import ENGINES
-    from graft_cli.rollout.base import SamplingParams
+    from graft_cli.rollout.engine import SamplingParams
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)

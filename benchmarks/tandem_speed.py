@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from graft_cli.rollout.base import SamplingParams  # noqa: E402
+from graft_cli.rollout.engine import SamplingParams  # noqa: E402
 from graft_cli.rollout.hf import HFEngine  # noqa: E402
 from graft_cli.rollout.tandem import TandemEngine  # noqa: E402
 

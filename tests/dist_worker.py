@@ -21,7 +21,7 @@ from conftest import train_overrides  # noqa: E402
 
 from graft_cli import config as C  # noqa: E402
 from graft_cli.batch import Rollouts  # noqa: E402
-from graft_cli.rollout.base import ENGINES, RolloutEngine  # noqa: E402
+from graft_cli.rollout.engine import ENGINES, RolloutEngine  # noqa: E402
 
 
 @ENGINES.register("fixed_test")

@@ -9,7 +9,7 @@ import torch
 from conftest import make_char_tokenizer
 
 from graft_cli.data.prompts import PromptSpec
-from graft_cli.rollout.base import SamplingParams
+from graft_cli.rollout.engine import SamplingParams
 from graft_cli.rollout.hf import HFEngine, row_uniforms, sample_inverse_cdf
 
 

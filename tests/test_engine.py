@@ -13,7 +13,7 @@ import torch
 from conftest import assert_top_k_sampling, make_char_tokenizer, make_random_model
 
 from graft_cli.models.logprobs import naive_logprobs, pack, response_logprobs
-from graft_cli.rollout.base import SamplingParams
+from graft_cli.rollout.engine import SamplingParams
 from graft_cli.rollout.hf import HFEngine, processed_logprobs, top_k_filter, top_p_filter
 
 EOS = 1  # the char tokenizer's <eos>

@@ -88,7 +88,7 @@ def test_compatibility_with_a_real_model(smol_model, smol_tok, deepseek_tok):
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.models.logprobs import pack, response_logprobs
     from graft_cli.rollout.hf import HFEngine
-    from graft_cli.rollout.base import SamplingParams
+    from graft_cli.rollout.engine import SamplingParams
 
     spec = PromptSpec()
     probs = [Problem("p0", "What is 2+3?", "5"), Problem("p1", "What is 7*6?", "42")]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import make_char_tokenizer, make_random_model
 
-from graft_cli.rollout.base import SamplingParams
+from graft_cli.rollout.engine import SamplingParams
 from graft_cli.rollout.hf import HFEngine
 
 

@@ -144,7 +144,7 @@ def test_shared_prefill_gives_the_same_samples(tiny_models, rng):
     from transformers import AutoModelForCausalLM
 
     from graft_cli.data.prompts import PromptSpec
-    from graft_cli.rollout.base import SamplingParams
+    from graft_cli.rollout.engine import SamplingParams
     from graft_cli.rollout.hf import HFEngine
 
     model = AutoModelForCausalLM.from_pretrained(tiny_models["a"], dtype=torch.float32).eval()

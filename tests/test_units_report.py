@@ -237,3 +237,25 @@ def test_tex_escape_replaces_each_character_once():
 
     assert tex_escape("a\\b") == "a\\textbackslash{}b"
     assert tex_escape("{x}_1 & 5% ± δ") == "\\{x\\}\\_1 \\& 5\\% $\\pm$ $\\delta$"
+
+
+def test_compute_costs_split_each_step_by_the_policies_own_times():
+    """Table 5's attribution: step s's wall-clock shared by each policy's rollout+reward+old-log-prob+update time;
+    GPU-h = devices x Σ seconds / 3600, through a step or for the whole run."""
+    from graft_cli.report import compute_table as CT
+
+    class FakeRun:
+        policies = [{"name": "a"}, {"name": "b"}]
+
+        def train_rows(self):
+            return [{"step": 1, "time/step": 10.0, "policy": "a", "time/rollout": 3.0, "time/update": 1.0},
+                    {"step": 1, "time/step": 10.0, "policy": "b", "time/rollout": 4.0, "time/reward": 2.0},
+                    {"step": 2, "time/step": 20.0, "policy": "a", "time/update": 5.0},
+                    {"step": 2, "time/step": 20.0, "policy": "b", "time/old_logprob": 5.0}]
+
+    c = CT._costs(FakeRun(), devices=8)
+    assert c["steps"] == [1, 2] and c["joint"] == {1: 10.0, 2: 20.0}
+    assert c["share"]["a"] == {1: 0.4, 2: 0.5} and c["share"]["b"] == {1: 0.6, 2: 0.5}
+    assert CT._gpu_h(c, None) == pytest.approx(8 * 30.0 / 3600)
+    assert CT._gpu_h(c, 1, "b") == pytest.approx(8 * 6.0 / 3600)
+    assert CT._gpu_h(c, None, "a") == pytest.approx(8 * (4.0 + 10.0) / 3600)

@@ -18,7 +18,7 @@ import torch
 from graft_cli.batch import Rollouts
 from graft_cli.errors import GraftError
 from graft_cli.rollout import vllm_server
-from graft_cli.rollout.base import ENGINES, SamplingParams, solo_engine
+from graft_cli.rollout.engine import ENGINES, SamplingParams, solo_engine
 from graft_cli.rollout.graded import Graded, sample_and_grade
 from graft_cli.rollout.tandem import OWN_OPTIONS, TandemEngine, author_metrics
 from graft_cli.rollout.vllm_server import VLLMServerEngine, _first_line, _same_model
@@ -445,3 +445,16 @@ def test_close_removes_only_its_own_temporary_folder(monkeypatch, tmp_path):
     eng = _engine(srv, monkeypatch, tmp_path, urls=[H1], sync_dir=str(given))
     eng.close()
     assert given.is_dir()
+
+
+def test_a_lock_step_decode_asks_the_process_group_the_trainer_gave_its_engine():
+    """all_ranks_done answers through ranks_done (Dist.all_done in a run) and refuses in one line without one."""
+    from graft_cli.errors import GraftError
+    from graft_cli.rollout.engine import RolloutEngine
+
+    eng = RolloutEngine()
+    with pytest.raises(GraftError, match="needs the run's process group"):
+        eng.all_ranks_done(True)
+    asked = []
+    eng.ranks_done = lambda done: asked.append(done) or False  # another rank is still decoding
+    assert eng.all_ranks_done(True) is False and asked == [True]

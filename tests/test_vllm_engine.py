@@ -21,7 +21,7 @@ from conftest import assert_top_k_sampling, make_char_tokenizer  # noqa: E402
 
 from graft_cli.models.logprobs import pack, response_logprobs  # noqa: E402
 from graft_cli.rollout import ENGINES  # noqa: E402
-from graft_cli.rollout.base import SamplingParams  # noqa: E402
+from graft_cli.rollout.engine import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 EOS, PAD = 1, 0

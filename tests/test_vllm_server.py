@@ -16,7 +16,7 @@ from test_vllm_engine import EOS, TOL, check_eos_contract, make_untied_llama, ma
 
 from graft_cli.errors import GraftError  # noqa: E402
 from graft_cli.rollout import ENGINES  # noqa: E402
-from graft_cli.rollout.base import SamplingParams  # noqa: E402
+from graft_cli.rollout.engine import SamplingParams  # noqa: E402
 from graft_cli.rollout.vllm_launch import free_port, start_server, stop_server  # noqa: E402
 
 pytestmark = pytest.mark.vllm

@@ -69,7 +69,7 @@ from graft_cli.eval.setup import (
 from graft_cli.eval.summary import best_folder_step, load_correct, update_best, write_summary
 from graft_cli.models.loading import load_model, load_tokenizer, resolve_path
 from graft_cli.rollout import solo_engine
-from graft_cli.rollout.base import SamplingParams
+from graft_cli.rollout.engine import SamplingParams
 from graft_cli.rollout.graded import sample_and_grade
 from graft_cli.rundir import (
     atomic_write_json,

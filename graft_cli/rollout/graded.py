@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graft_cli.batch import Rollouts, is_correct
-from graft_cli.rollout.base import SamplingParams
+from graft_cli.rollout.engine import SamplingParams
 
 
 @dataclass

@@ -60,7 +60,7 @@ from graft_cli.models.logprobs import (
     naive_logprobs,
     pack,
 )
-from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams
+from graft_cli.rollout.engine import ENGINES, RolloutEngine, SamplingParams
 
 
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -187,11 +187,6 @@ class HFEngine(RolloutEngine):
         """FSDP-sharded model in a multi-process run: forwards are collective, ranks stop together."""
         return _is_fsdp(self.model) and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
 
-    def _all_done(self, done: bool, dev) -> bool:
-        flag = torch.tensor([0 if done else 1], device=dev)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        return int(flag.item()) == 0
-
     def _step(self, **kw):
         """One decode step (the compiled one on the fast path)."""
         if self.autocast == "none":
@@ -237,7 +232,7 @@ class HFEngine(RolloutEngine):
             done[live] = ended
             finished = bool(done.all())
             if lockstep:
-                finished = self._all_done(finished, dev)
+                finished = self.all_ranks_done(finished)
             if finished or t == p.max_new_tokens - 1:
                 break
             n_ended = int(ended.sum())

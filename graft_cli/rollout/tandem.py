@@ -37,7 +37,7 @@ import torch
 
 from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
-from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams
+from graft_cli.rollout.engine import ENGINES, RolloutEngine, SamplingParams
 from graft_cli.rollout.handoff import HANDOFFS, HandoffContext, boundary_for, initial_state, row_uniforms
 from graft_cli.rollout.hf import HFEngine, sample_next, unpad
 
@@ -89,7 +89,8 @@ class TandemEngine(RolloutEngine):
         return self.senior.score(prompt_ids, response_ids)
 
     def eval_engine(self):
-        """The senior alone: what validation and solo evaluation sample from."""
+        """The senior alone: what validation and solo evaluation sample from (asking the same process group)."""
+        self.senior.ranks_done = self.ranks_done
         return self.senior
 
     @torch.no_grad()
@@ -127,7 +128,7 @@ class TandemEngine(RolloutEngine):
             done |= hit
             finished = bool(done.all())
             if lockstep:
-                finished = self.senior._all_done(finished, dev)
+                finished = self.all_ranks_done(finished)
             if finished or t == T - 1:
                 break
             ls, lj = ds.step(tok), dj.step(tok)

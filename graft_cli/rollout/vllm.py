@@ -50,7 +50,7 @@ import torch
 from graft_cli.models.lora import base_state_dict, is_lora, unwrap
 from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
-from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams, full_state_dict
+from graft_cli.rollout.engine import ENGINES, RolloutEngine, SamplingParams, full_state_dict
 from graft_cli.rollout.hf import eos_ids_of
 
 

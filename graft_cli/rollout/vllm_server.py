@@ -49,7 +49,7 @@ from graft_cli.models.lora import is_lora, unwrap
 from graft_cli.models.retokenize import decode_responses
 from graft_cli.batch import Rollouts
 from graft_cli.errors import GraftError
-from graft_cli.rollout.base import ENGINES, RolloutEngine, SamplingParams, full_state_dict
+from graft_cli.rollout.engine import ENGINES, RolloutEngine, SamplingParams, full_state_dict
 from graft_cli.rollout.hf import eos_ids_of
 
 

@@ -18,7 +18,7 @@ from graft_cli.console import make_console
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.synthetic import CANONICAL_STYLE
 from graft_cli.reward import make_grader
-from graft_cli.rollout.base import SamplingParams
+from graft_cli.rollout.engine import SamplingParams
 from graft_cli.rollout.graded import Graded, sample_and_grade
 from graft_cli.rollout.hf import HFEngine
 from graft_cli.rundir import read_jsonl

@@ -42,7 +42,7 @@ from graft_cli.data.synthetic_code import FAMILIES, make_problem, reference_resp
 from graft_cli.errors import GraftError
 from graft_cli.models.loading import MODEL_SOURCES
 from graft_cli.reward import make_grader
-from graft_cli.rollout.base import SamplingParams
+from graft_cli.rollout.engine import SamplingParams
 from graft_cli.rollout.graded import sample_and_grade
 from graft_cli.rollout.hf import HFEngine
 from graft_cli.rundir import atomic_write_text

@@ -28,7 +28,7 @@ from graft_cli.models.loading import (
 from graft_cli.models.scoring import SCORERS
 from graft_cli.models.shapes import shape_config, synthetic_tokenizer
 from graft_cli.rollout import ENGINES
-from graft_cli.rollout.base import RolloutEngine
+from graft_cli.rollout.engine import RolloutEngine
 from graft_cli.train import dist as D
 
 if TYPE_CHECKING:  # transformers is slow to import
@@ -103,6 +103,8 @@ def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None, 
     replica = rollout_replica(model, cfg, dist)
     engine = ENGINES.get(cfg.rollout.engine)(model if replica is None else replica, tok,
                                              max_batch=cfg.rollout.max_batch, **engine_kwargs(cfg, frozen or {}))
+    if dist is not None and dist.enabled:
+        engine.ranks_done = dist.all_done  # lock-step decoding asks the process group, guarded (Dist.guard)
     return Policy(pc.name, model, tok, opt, engine, {}, base_sha, replica)
 
 

@@ -4,7 +4,7 @@ The commonest silent failure of a trainer with a separate rollout engine is a sy
 keeps sampling from the base model or a stale adapter, the run goes on with wrong importance ratios and no error.
 After each sync (``every``; ``first``: the first only; ``off``), a fixed **probe** — a few training prompts, each
 with its reference answer as the response, chosen before step 1 — is scored by the engine
-(:meth:`graft_cli.rollout.base.RolloutEngine.score`) and by the trainer's forward. The probe gap is
+(:meth:`graft_cli.rollout.engine.RolloutEngine.score`) and by the trainer's forward. The probe gap is
 
     gap = mean over the probe's response tokens t of | log p_engine(o_t | ·) - log p_trainer(o_t | ·) |
 

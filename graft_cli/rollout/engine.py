@@ -11,8 +11,10 @@ whether each response hit ``max_new_tokens`` without emitting EOS.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from graft_cli.batch import Rollouts
+from graft_cli.errors import GraftError
 from graft_cli.models.lora import is_lora, merged_state_dict
 from graft_cli.registry import Registry, validate_params
 
@@ -52,7 +54,10 @@ class RolloutEngine:
     - :meth:`eval_engine`: what validation during training samples from (default: itself);
     - :meth:`sync_weights`: make the engine sample from the model's current weights (default: nothing to copy);
     - :meth:`score`: log-probs of given responses under the weights it samples from (the sync check's probe);
-    - :meth:`close`: release what it holds (default: nothing).
+    - :meth:`close`: release what it holds (default: nothing);
+    - ``ranks_done``: in a data-parallel run, whether every rank has finished decoding (the run's process group:
+      ``Dist.all_done``, whose failures read as one line), set by the trainer when it builds the engine; an engine
+      that decodes in lock step across ranks asks it (None: a single process).
     """
 
     options: dict = {}
@@ -64,9 +69,17 @@ class RolloutEngine:
     frozen_kwargs: tuple = ()
     solo_engine: str | None = None
     own_kwargs: tuple = ()
+    ranks_done: Callable[[bool], bool] | None = None
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
         raise NotImplementedError
+
+    def all_ranks_done(self, done: bool) -> bool:
+        """Every rank done with its decode (:attr:`ranks_done`); asked each token by a lock-step decode."""
+        if self.ranks_done is None:
+            raise GraftError("a lock-step decode (an FSDP-sharded model over several ranks) needs the run's process "
+                             "group: build the engine with the trainer's policies (train/policies.py)")
+        return self.ranks_done(done)
 
     def sync_weights(self, model) -> None:
         """Make the engine sample from ``model``'s current weights (in-process engines share them: nothing to do)."""
