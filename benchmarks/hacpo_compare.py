@@ -232,11 +232,11 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
     comparison measures is passed to it) with ``overrides`` (an old behaviour, to see that it is caught)."""
     from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext, ReceiverFunctions
     from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser, compute_loss
-    from graft_cli.algorithms.signals import token_adv_params
+    from graft_cli.algorithms.exchange.base import exchange_params
     from graft_cli.models.logprobs import pack
     from graft_cli.models.shapes import char_tokenizer
     from graft_cli.algorithms.minibatch import layout_ranks, minibatch_plan
-    from graft_cli.train.update import UpdateContext, loss_inputs, row_tokens, token_signals
+    from graft_cli.train.update import AlgoParams, UpdateContext, loss_inputs, row_tokens, token_signals
 
     cfg = graft_config(prompts, n, overrides)
     a = cfg.algo
@@ -244,6 +244,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
     tok = char_tokenizer(97)  # printable ASCII, no newline
     names = ["a", "b"]
     ex = EXCHANGES.get(cfg.exchange.name)(cfg)
+    params = AlgoParams.of(a)
     rel = RelTracker(names)
     g = torch.Generator().manual_seed(seed)
     diffs = {k: 0.0 for k in ("capability", "capability_ratio", "advantage", "partition", "L_m", "loss", "kl_term",
@@ -263,7 +264,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
         def score(name, b, by_ids=by_ids):  # the trainer's scoring hook: the source's recomputed log-probs
             return [by_ids[name][(int(q), tuple(x))] for x, q in zip(b.response_ids, b.group)]
 
-        ctx = ExchangeContext(step=step, seed=seed, params=dict(cfg.exchange.params),
+        ctx = ExchangeContext(step=step, seed=seed, params=exchange_params(cfg.exchange),
                               tokenizers={k: tok for k in names},
                               models=ReceiverFunctions(lambda text, name: tok(text)["input_ids"], score),
                               receivers=names)
@@ -278,7 +279,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
             b, _ = ex.admit(rn, b, ctx)
             keys = row_keys(b, rn)
             b.extra["ref_logprobs"] = [ref[k].tolist() for k in keys]
-            b, _ = token_signals(b, a, token_adv_params(list(a.token_advantages), a.token_adv_params), step, rn, {})
+            b, _ = token_signals(b, a, params, step, rn, {})
             # the released side: self rows first (prompt order), then the peer rows; views without EOS
             order = [(rn, rn, q, j) for q in range(prompts) for j in range(n)]
             order += [(rn, sn, q, j) for sn in names if sn != rn for q in range(prompts) for j in range(n)]
@@ -314,7 +315,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
                     v = cur[keys[i]]
                     rows.append(torch.cat([torch.zeros(len(p) - 1), v, torch.zeros(Lp - 1 - (len(p) - 1) - len(v))]))
                 logp = torch.stack(rows)
-                inp = loss_inputs(b, mb, logp, resp, norm, spec, m, UpdateContext(cfg, step=step))
+                inp = loss_inputs(b, mb, logp, resp, norm, spec, m, UpdateContext(cfg, step=step, params=params))
                 loss_g, st_g = compute_loss(spec, inp, a.kl_coef, a.kl_type, a.kl_rows)
                 pg_g, _ = spec.fn(inp)
                 # released: each rank's rows' views (EOS popped; an EOS-only response keeps its EOS and the
@@ -371,6 +372,7 @@ def empty_response_refused(cfg, tok) -> bool:
     truncated peer response whose text is empty?"""
     from graft_cli.algorithms.advantages import grpo_advantages
     from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext, ReceiverFunctions
+    from graft_cli.algorithms.exchange.base import exchange_params
     from graft_cli.batch import PolicyStep, Rollouts
     from graft_cli.data.problems import Problem
     from graft_cli.errors import GraftError
@@ -382,7 +384,7 @@ def empty_response_refused(cfg, tok) -> bool:
         ro = Rollouts([tok("1+1")["input_ids"]], ids, ["12", ""], [[-0.5] * len(x) for x in ids], [False, True], n=2)
         r = torch.tensor([[1.0, 0.0]])
         steps[name] = PolicyStep(name, probs, [tok("1+1")["input_ids"]], ro, r, grpo_advantages(r))
-    ctx = ExchangeContext(step=0, seed=0, params=dict(cfg.exchange.params), tokenizers={"a": tok, "b": tok},
+    ctx = ExchangeContext(step=0, seed=0, params=exchange_params(cfg.exchange), tokenizers={"a": tok, "b": tok},
                           models=ReceiverFunctions(lambda text, name: tok(text)["input_ids"],
                                                    lambda name, b: [[-0.5] * len(x) for x in b.response_ids]),
                           receivers=["a", "b"])

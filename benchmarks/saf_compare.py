@@ -209,9 +209,8 @@ def graft_advantages(cfg, rewards: torch.Tensor):
 
 
 def graft_token_advantages(cfg, a_grpo, teacher, old, rollout, lens, coefs):
-    from graft_cli.algorithms.signals import token_adv_params
     from graft_cli.batch import TrainBatch
-    from graft_cli.train.update import token_signals
+    from graft_cli.train.update import AlgoParams, token_signals
 
     b = TrainBatch()
     for i, n in enumerate(lens):
@@ -219,8 +218,7 @@ def graft_token_advantages(cfg, a_grpo, teacher, old, rollout, lens, coefs):
                  source="self", group=i, rewards=0.0, rollout_logprobs=rollout[i, :n].tolist(), texts="",
                  ref_logprobs=teacher[i, :n].tolist())
     b.old_logprobs = [old[i, :n].tolist() for i, n in enumerate(lens)]
-    b, _ = token_signals(b, cfg.algo, token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params),
-                         0, "student", coefs)
+    b, _ = token_signals(b, cfg.algo, AlgoParams.of(cfg.algo), 0, "student", coefs)
     T = teacher.shape[1]
     out = torch.zeros(len(lens), T, dtype=torch.float64)
     for i, n in enumerate(lens):
@@ -232,13 +230,15 @@ def graft_loss(cfg, old, logp, adv, mask, ref):
     from graft_cli.algorithms.losses import POLICY_LOSSES, LossInputs, Normaliser, compute_loss
 
     a = cfg.algo
+    spec = POLICY_LOSSES.get(a.loss)
     B = mask.shape[0]
     norm = Normaliser(num_tokens=float(mask.sum()), num_seqs=float(B),
                       loss_scale_factor=a.loss_scale_factor or float(cfg.rollout.max_new_tokens))
     inp = LossInputs(logp, old, adv, mask, torch.ones(B, dtype=logp.dtype), torch.zeros(B, dtype=torch.bool),
                      norm=norm, in_pg=torch.ones(B, dtype=torch.bool), clip_low=a.clip_low, clip_high=a.clip_high,
-                     clip_ratio_c=a.clip_ratio_c, agg=a.agg, columns={"ref_logprobs": ref}, params=dict(a.loss_params))
-    loss, st = compute_loss(POLICY_LOSSES.get(a.loss), inp, a.kl_coef, a.kl_type)
+                     clip_ratio_c=a.clip_ratio_c, agg=a.agg, columns={"ref_logprobs": ref},
+                     params=spec.check(a.loss_params))
+    loss, st = compute_loss(spec, inp, a.kl_coef, a.kl_type)
     return loss, float(st["kl_seq_mean/sum"] / st["kl_seq_mean/n"]), float(st["kl/sum"] / st["kl/n"])
 
 

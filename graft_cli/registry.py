@@ -45,8 +45,10 @@ class Registry(Generic[T]):
         None)."""
         if spec is None and self.spec_type is not None:
             spec = self.spec_type()
-        if spec is not None and (self.spec_type is None or not isinstance(spec, self.spec_type)):
-            raise TypeError(f"{self.kind} {name!r}: a spec must be a {getattr(self.spec_type, '__name__', None)}")
+        if spec is not None and self.spec_type is None:
+            raise TypeError(f"{self.kind} {name!r}: this registry's names carry no spec")
+        if spec is not None and not isinstance(spec, self.spec_type):
+            raise TypeError(f"{self.kind} {name!r}: a spec must be a {self.spec_type.__name__}")
 
         def deco(obj: T) -> T:
             if name in self._items and self._items[name] is not obj:

@@ -172,6 +172,7 @@ class RolloutCorrectionConfig:
     weights of ``algo.is_correction``. Applies to the receiver's own rows (they carry rollout log-probs)."""
 
     rejection: str = "none"  # registered rejection mask: none | token | sequence | geometric | icepop
+    # a mapping: Hydra cannot type keys that depend on the name chosen; resolution checks it into its Params class
     params: dict = field(default_factory=dict)  # its thresholds (token/sequence/geometric: threshold 2.0,
     # threshold_lower 0 = 1/threshold; icepop: alpha 0.5, beta 5.0), validated against its defaults
     veto_threshold: float = 0.0  # drop a response holding a token with ratio below this (0 = off)
@@ -206,6 +207,7 @@ class AlgoConfig:
     reference: str = "none"  # none | initial: a frozen copy of each policy's initial weights, column ref_logprobs
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    # *_params: mappings (Hydra cannot type keys that depend on the name chosen); resolution checks each into its Params
     loss_params: dict = field(default_factory=dict)  # the loss's parameters, validated against its defaults
     token_adv_params: dict = field(default_factory=dict)  # parameters of the token-advantage functions
     loss_mask: str = "response"  # registered loss-mask function (graft_cli/algorithms/signals.py)
@@ -242,6 +244,7 @@ class ExchangeConfig:
     # only): the rows split over layout_ranks data-parallel ranks first, as verl dispatches them (HACPO's 8-GPU
     # launcher); optimizer step m = every rank's m-th minibatch (graft_cli/algorithms/minibatch.py)
     layout_ranks: int = 8  # W of rank_chunks: (algo.minibatch_prompts × rollout.n) % W == 0
+    # a mapping: Hydra cannot type keys that depend on the name chosen; resolution checks it into its Params class
     params: dict = field(default_factory=dict)  # exchange-specific options, validated by the exchange
 
 

@@ -9,7 +9,6 @@ import math
 import os
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -167,7 +166,7 @@ def test_hacpo_defaults_follow_the_released_code():
 
 def test_strip_eos_mask_by_hand():
     """HACPO pops the terminal EOS of every rollout (self rows too) before its ratio, KL and denominators."""
-    from graft_cli.algorithms.signals import LOSS_MASKS
+    from graft_cli.algorithms.signals import LOSS_MASKS, SignalContext
     from graft_cli.batch import TrainBatch
     from graft_cli.errors import GraftError
 
@@ -176,7 +175,7 @@ def test_strip_eos_mask_by_hand():
     # a peer row with the appended EOS (n_scored 2 of 3); an EOS-only response (n_scored 0): keeps its one token
     for ids, k, src in (([5, 6, 7, 1], 3, "self"), ([5, 6], 2, "self"), ([8, 9, 1], 2, "peer"), ([1], 0, "peer")):
         b.append(prompt_ids=[3], response_ids=ids, advantages=1.0, weights=1.0, source=src, group=0, n_scored=k)
-    ctx = SimpleNamespace(params={})
+    ctx = SignalContext(0, "a", None)  # strip_eos takes no parameters
     assert LOSS_MASKS.get("strip_eos")(b, ctx) == [[1.0, 1.0, 1.0, 0.0], None, [1.0, 1.0, 0.0], None]
     b.extra["n_scored"][1] = None
     with pytest.raises(GraftError, match="strip_eos.*n_scored"):
@@ -205,7 +204,6 @@ def test_kl_on_self_rows_only_by_hand():
         inp = LossInputs.of(logp, logp.clone(), torch.zeros(2, 2, dtype=D), torch.ones(2, 2, dtype=D),
                             torch.ones(2, dtype=D), torch.tensor([False, True]), norm=Normaliser(4.0, 2.0),
                             extra={"ref_logprobs": ref}, agg="seq-mean-token-mean")
-        inp.params = {}
         loss, st = compute_loss(ppo_token_loss, inp, kl_coef=0.1, kl_rows=rows)
         assert float(loss) == pytest.approx(loss_want, abs=1e-8)  # the PPO term is 0 (Â = 0)
         assert float(st["kl/n"]) == n_want and float(st["kl_seq_mean/n"]) == n_want / 2
@@ -476,7 +474,6 @@ def test_k3_kl_against_its_formula_and_in_the_loss():
     logp = t([[-1.0, -2.0]])
     inp = LossInputs.of(logp, logp.clone(), t([[0.0, 0.0]]), t([[1.0, 1.0]]), t([1.0]), torch.tensor([False]),
                         norm=Normaliser(2.0, 1.0), extra={"ref_logprobs": t([[-1.5, -2.0]])})
-    inp.params = {}
     loss, st = compute_loss(ppo_token_loss, inp, kl_coef=0.1)
     assert float(loss) == pytest.approx(0.1 * 0.1065307 / 2, abs=1e-8)
     assert float(st["kl/sum"]) / float(st["kl/n"]) == pytest.approx(0.1065307 / 2, abs=1e-7)

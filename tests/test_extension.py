@@ -191,7 +191,7 @@ class ToyBeta(Controller):
         self.seen, self.reward_sum = 0, 0.0
 
     def coefs(self, step):
-        return {"toy_beta": float(self.params["base"]) * (1 + self.seen)}
+        return {"toy_beta": float(self.params.base) * (1 + self.seen)}
 
     def observe(self, step, rows):
         self.seen += 1
@@ -210,7 +210,7 @@ def toy_loss(inp):
     per_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high)
     d = (inp.columns["toy_ref"] - inp.logp) * inp.mask
     k3 = torch.exp(d) - d - 1
-    loss = agg_loss(per_tok + inp.params["kl_coef"] * k3, inp.mask, inp.agg, inp.norm)
+    loss = agg_loss(per_tok + inp.params.kl_coef * k3, inp.mask, inp.agg, inp.norm)
     st = clip_stats(ratio.detach(), inp.adv, inp.mask, inp.is_peer, inp.clip_low, inp.clip_high)
     st["k3_sum"] = (k3 * inp.mask).sum().detach().double()
     return loss, st

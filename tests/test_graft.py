@@ -81,7 +81,7 @@ def make_step(name, tok, probs, k, n=4, truncated=None, lp=-0.5):
 def make_ctx(toks, step=0, seed=0, score=None):
     models = ReceiverFunctions(lambda text, name: toks[name](f"Q {text} A", add_special_tokens=False)["input_ids"],
                                score)
-    return ExchangeContext(step=step, seed=seed, params={}, tokenizers=toks, models=models)
+    return ExchangeContext(step=step, seed=seed, params=G.GraftParams(), tokenizers=toks, models=models)
 
 
 def cfg_for(method="graft", overrides=()):
@@ -189,7 +189,7 @@ def test_n2_exchange_batches_equal_pair_construction(tok_char, tok_bpe):
         for q in range(6):
             if q in sel:
                 want.extend(replacement.peer_group_rows(src, q, ctx.models.encode(probs[q].problem, recv),
-                                                        ctx.tokenizers[recv], G.GraftParams().to_dict(), src.name))
+                                                        ctx.tokenizers[recv], G.GraftParams(), src.name))
             else:
                 want.extend(replacement.own_group_rows(own, q))
         got = batches[recv]
@@ -863,7 +863,7 @@ def test_eos_only_peer_row_keeps_its_eos_as_the_released_code(tok_char, tok_bpe)
     # HACPO's materialize_rollout_records keeps an EOS-only response's EOS (its one action): the source mean is
     # −0.8, and build_training_view gives the learner its own EOS, scored (n_scored 1)
     src = custom_step("b", tok_bpe, [EOS_ONLY, ("so 4", True, -0.5)], [0.0, 1.0])
-    opts = {"append_eos": True}
+    opts = G.GraftParams(append_eos=True)
     rows = replacement.peer_group_rows(src, 0, [5, 6], tok_char, opts, "b")
     assert rows.response_ids[0] == [tok_char.eos_token_id] and rows.extra["n_scored"][0] == 1
     assert rows.source_logp_mean[0] == pytest.approx(-0.8) and "src_logp_mean" not in rows.extra

@@ -84,7 +84,7 @@ def test_pooled_donor_needs_balanced_selection():
         options({"n_peer": "pooled_donor", "selection": "unbalanced"})
     with pytest.raises(GraftError, match="must be one of best_source, pooled_donor, round_robin"):
         options({"n_peer": "democracy"})
-    assert options({"n_peer": "round_robin"})["n_peer"] == "round_robin"
+    assert options({"n_peer": "round_robin"}).n_peer == "round_robin"
 
 
 def test_transfer_matrix_from_metrics_rows():

@@ -4,6 +4,7 @@ here, on random inputs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,8 +14,8 @@ import pytest
 import torch
 from conftest import ROOT, kill_after, make_char_tokenizer, train_overrides
 
-from graft_cli.algorithms.opd import (SafSchedule, anneal_factor, fused_advantages, opd_advantage, tanh_compress,
-                                      topk_sparsify, warmup_scale)
+from graft_cli.algorithms.opd import (SafSchedule, SafScheduleParams, anneal_factor, fused_advantages, opd_advantage,
+                                      tanh_compress, topk_sparsify, warmup_scale)
 
 D = torch.float64
 
@@ -65,7 +66,8 @@ def test_tanh_bound():
 
 # --------------------------------------------------------------------------------------------- stages 3-4
 def _schedule(**kw):
-    return SafSchedule({"warmup_steps": 100, "kl_delta": 0.2, "anneal_steps": 200, "anneal_min": 0.0, **kw}, 0)
+    return SafSchedule(SafScheduleParams(**{"warmup_steps": 100, "kl_delta": 0.2, "anneal_steps": 200,
+                                            "anneal_min": 0.0, **kw}), 0)
 
 
 def _run(ctrl, kls, policy="a"):
@@ -126,12 +128,12 @@ def test_controller_round_trips_through_a_checkpoint():
 def test_anneal_spans_the_runs_steps_by_default_and_keeps_its_budget_on_resume():
     # anneal_total_steps unset → S = the run's steps (10): warm-up ends naturally at s* = 2 → R = 8, so the OPD term
     # reaches 0 at step 10, the run's last: anneal = [1, 1, 7/8, ..., 1/8, 0] over s = 1..10
-    p = {"warmup_steps": 2, "kl_delta": 0.2, "anneal_steps": 200}
+    p = SafScheduleParams(warmup_steps=2, kl_delta=0.2, anneal_steps=200)
     a = SafSchedule(p, total_steps=10)
     assert [x for _, x in _run(a, [1.0] * 10)] == pytest.approx([1.0, 1.0] + [1 - t / 8 for t in range(1, 9)])
     assert a.st["R"] == 8
     # anneal_total_steps: 0 → R = anneal_steps = 200 whatever the run's length (the released script's default)
-    b = SafSchedule({**p, "anneal_total_steps": 0}, total_steps=10)
+    b = SafSchedule(dataclasses.replace(p, anneal_total_steps=0), total_steps=10)
     assert [x for _, x in _run(b, [1.0] * 4)] == pytest.approx([1.0, 1.0, 0.995, 0.99])
     # resumed with --steps 20 after step 4: R stays the 8 fixed when the anneal started (step 5: 1 − 3/8)
     c = SafSchedule(p, total_steps=10)
@@ -140,7 +142,9 @@ def test_anneal_spans_the_runs_steps_by_default_and_keeps_its_budget_on_resume()
     d.load_state_dict(json.loads(json.dumps(c.state_dict())))
     assert d.coefs(4)["saf/anneal"] == pytest.approx(1 - 3 / 8)
     with pytest.raises(Exception, match="anneal_total_steps >= 0"):
-        SafSchedule({**p, "anneal_total_steps": -1}, 10)
+        SafSchedule(dataclasses.replace(p, anneal_total_steps=-1), 10)
+    with pytest.raises(TypeError, match="parameters must be a SafScheduleParams, got dict"):
+        SafSchedule({"warmup_steps": 2}, 10)  # a mapping is checked into the Params object first
 
 
 def test_warmup_reads_the_per_sequence_kl_statistic():
@@ -393,13 +397,11 @@ def _opd_batch(a_grpo, teacher, old, rollout):
 
 def _pipeline(method, batch, coefs=None, overrides=()):
     """The trainer's own token-signal pipeline (train.update.token_signals) for ``method``'s composed config."""
-    from graft_cli.algorithms.signals import token_adv_params
     from graft_cli.config import compose
-    from graft_cli.train.update import token_signals
+    from graft_cli.train.update import AlgoParams, token_signals
 
     cfg = compose([f"method={method}", "algo.is_correction=token", "algo.is_threshold=5.0", *overrides])
-    batch, _ = token_signals(batch, cfg.algo, token_adv_params(list(cfg.algo.token_advantages),
-                                                                cfg.algo.token_adv_params), 0, "a", dict(coefs or {}))
+    batch, _ = token_signals(batch, cfg.algo, AlgoParams.of(cfg.algo), 0, "a", dict(coefs or {}))
     return cfg, batch.token_adv
 
 

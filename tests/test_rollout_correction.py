@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
-from graft_cli.algorithms.correction import (ROLLOUT_REJECTIONS, batch_is_weights, batch_rejection,
-                                             mismatch_metrics, token_veto)
+from graft_cli.algorithms.correction import (ROLLOUT_REJECTIONS, IcePopParams, RatioBandParams, batch_is_weights,
+                                             batch_rejection, mismatch_metrics, token_veto)
+from graft_cli.registry import Params
 
 L = math.log
 
@@ -34,7 +35,7 @@ TOKEN_CASES = [  # (rho, threshold, threshold_lower, keep)
 @pytest.mark.parametrize("rho,U,lo,keep", TOKEN_CASES)
 def test_token_rejection_table(rho, U, lo, keep):
     lr, m = _t([[L(rho), 0.0]])
-    got = ROLLOUT_REJECTIONS.get("token")(lr, m, threshold=U, threshold_lower=lo)
+    got = ROLLOUT_REJECTIONS.get("token")(lr, m, RatioBandParams(threshold=U, threshold_lower=lo))
     assert got.tolist() == [[float(keep), 1.0]]
 
 
@@ -45,8 +46,8 @@ def test_sequence_and_geometric_rejection():
     # row 3: -0.2 (one token) -> e^-0.2 = 0.82 in [0.5, 2]: kept; row 4: -0.4 x 2 -> e^-0.8 = 0.45 < 0.5 dropped by
     # sequence, geometric e^-0.4 = 0.67 kept
     lr, m = _t([[0.5, 0.5], [0.3, 0.3], [0.8, 0.8, 0.8], [-0.2], [-0.4, -0.4]])
-    seq = ROLLOUT_REJECTIONS.get("sequence")(lr, m, threshold=2.0, threshold_lower=0.0)
-    geo = ROLLOUT_REJECTIONS.get("geometric")(lr, m, threshold=2.0, threshold_lower=0.0)
+    seq = ROLLOUT_REJECTIONS.get("sequence")(lr, m, RatioBandParams(threshold=2.0, threshold_lower=0.0))
+    geo = ROLLOUT_REJECTIONS.get("geometric")(lr, m, RatioBandParams(threshold=2.0, threshold_lower=0.0))
     assert seq.tolist() == [[0, 0, 0], [1, 1, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0]]
     assert geo.tolist() == [[1, 1, 0], [1, 1, 0], [0, 0, 0], [1, 0, 0], [1, 1, 0]]
 
@@ -56,12 +57,12 @@ def test_icepop_band_and_its_weight():
     band mask times token TIS with C = 5 (which truncates nothing inside the band)."""
     rho = [0.4, 4.9, 5.1, 1.0, 0.5]
     lr, m = _t([[L(r) for r in rho]])
-    keep = ROLLOUT_REJECTIONS.get("icepop")(lr, m, alpha=0.5, beta=5.0)
+    keep = ROLLOUT_REJECTIONS.get("icepop")(lr, m, IcePopParams(alpha=0.5, beta=5.0))
     assert keep.tolist() == [[0, 1, 0, 1, 1]]
     old = [[L(r) for r in rho]]
     roll = [[0.0] * 5]
     w, _ = batch_is_weights(old, roll, ["self"], "token", 5.0)
-    mask, _ = batch_rejection(old, roll, ["self"], None, "icepop", {"alpha": 0.5, "beta": 5.0}, 0.0, False)
+    mask, _ = batch_rejection(old, roll, ["self"], None, "icepop", IcePopParams(alpha=0.5, beta=5.0), 0.0, False)
     eff = [a * b for a, b in zip(w[0], mask[0])]
     assert eff == pytest.approx([0.0, 4.9, 0.0, 1.0, 0.5])
 
@@ -109,21 +110,19 @@ def test_batch_rejection_keeps_other_rows_and_the_existing_mask():
     roll = [[0.0, 0.0, 0.0], [0.0, 0.0], None, [0.0, 0.0]]
     source = ["self", "self", "peer", "self"]
     loss_mask = [None, [1.0, 0.0], None, [1.0, 1.0]]
-    mask, met = batch_rejection(old, roll, source, loss_mask, "token", {"threshold": 2.0, "threshold_lower": 0.0},
-                                0.0, True)
+    mask, met = batch_rejection(old, roll, source, loss_mask, "token", RatioBandParams(threshold=2.0), 0.0, True)
     assert mask == [[0.0, 1.0, 1.0], [1.0, 0.0], None, [1.0, 0.0]]
     assert met["rollout_corr/rs_masked_fraction"] == pytest.approx(2 / 7)  # 2 of the 7 tested tokens
     assert met["rollout_corr/rs_seq_masked_fraction"] == pytest.approx(2 / 3)
     assert met["rollout_corr/chi2_token"] == pytest.approx((2.5 ** 2 + 5 + 3.0 ** 2) / 7 - 1)
     # sequence mode with a veto: row 3's product is 3 (> 2, dropped); veto 0.5 drops nothing more (no rho < 0.5)
-    mask, met = batch_rejection(old, roll, source, None, "sequence", {"threshold": 2.0, "threshold_lower": 0.0},
-                                0.5, False)
+    mask, met = batch_rejection(old, roll, source, None, "sequence", RatioBandParams(threshold=2.0), 0.5, False)
     assert mask == [[0.0, 0.0, 0.0], [1.0, 1.0], None, [0.0, 0.0]]
     assert met == {"rollout_corr/veto_fraction": 0.0, "rollout_corr/rs_masked_fraction": pytest.approx(5 / 7),
                    "rollout_corr/rs_seq_masked_fraction": pytest.approx(2 / 3)}
     # none without veto: the mask untouched (the same object), metrics only
     lm = [None, None, None, None]
-    mask, met = batch_rejection(old, roll, source, lm, "none", {}, 0.0, True)
+    mask, met = batch_rejection(old, roll, source, lm, "none", Params(), 0.0, True)
     assert mask is lm and set(met) == {f"rollout_corr/{k}" for k in (
         "kl", "k3_kl", "training_ppl", "rollout_ppl", "log_ppl_diff", "log_ppl_abs_diff", "ppl_ratio", "chi2_token",
         "chi2_seq")}
@@ -146,3 +145,16 @@ def test_config_checks_the_rejection_and_its_parameters():
                     (["algo.rollout_correction.veto_threshold=-1"], r"veto_threshold': must be >= 0")):
         with pytest.raises(GraftError, match=msg):
             compose(ov)
+
+
+def test_batch_rejection_takes_the_masks_params_object_not_a_mapping():
+    """The rejection mask reads its Params object (``p.threshold``); a mapping, or another mask's Params, stops with a
+    TypeError naming the class it must be."""
+    old, roll = [[L(2.5), 0.0]], [[0.0, 0.0]]
+    # ρ = 2.5: dropped under U = 2, kept under U = 3
+    assert batch_rejection(old, roll, ["self"], None, "token", RatioBandParams(threshold=3.0), 0.0, False)[0] == [
+        [1.0, 1.0]]
+    for bad, name in (({"threshold": 3.0}, "dict"), (IcePopParams(), "IcePopParams")):
+        want = f"^rejection mask 'token': parameters must be a RatioBandParams, got {name}$"
+        with pytest.raises(TypeError, match=want):
+            batch_rejection(old, roll, ["self"], None, "token", bad, 0.0, False)

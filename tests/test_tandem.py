@@ -221,7 +221,7 @@ def test_author_mask_and_its_denominator():
     from conftest import call_loss
 
     from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser
-    from graft_cli.algorithms.signals import LOSS_MASKS, SignalContext
+    from graft_cli.algorithms.signals import LOSS_MASKS, AuthorMaskParams, SignalContext
     from graft_cli.batch import TrainBatch
     from graft_cli.train.update import row_tokens as _row_tokens
 
@@ -231,10 +231,10 @@ def test_author_mask_and_its_denominator():
     b.append(prompt_ids=[1], response_ids=[4, 5], advantages=-1.0, weights=1.0, source="self", group=0,
              rewards=0.0, rollout_logprobs=[0.0] * 2, texts="", author=[0, 1])
     fn = LOSS_MASKS.get("author")
-    b.loss_mask = fn(b, SignalContext(0, "a", None, params={"junior_weight": 0.0}))
+    b.loss_mask = fn(b, SignalContext(0, "a", None, params=AuthorMaskParams(junior_weight=0.0)))
     assert b.loss_mask == [[1.0, 0.0, 1.0], [0.0, 1.0]]
     assert [_row_tokens(b, i) for i in range(2)] == [2.0, 1.0]
-    assert fn(b, SignalContext(0, "a", None, params={"junior_weight": 0.2}))[0] == [1.0, 0.2, 1.0]
+    assert fn(b, SignalContext(0, "a", None, params=AuthorMaskParams(junior_weight=0.2)))[0] == [1.0, 0.2, 1.0]
     # token-mean PPO loss at ratio 1: -(Σ_senior A_t) / #senior tokens = -(1 + 1 - 1) / 3
     mask = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
     adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, 0.0]]) * mask

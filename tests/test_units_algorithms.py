@@ -99,7 +99,7 @@ def test_registry_specs_default_instance_and_type_check():
     with pytest.raises(TypeError, match=r"scorer 'bad': a spec must be a Params"):
         reg.register("bad", {"count": 3})
     untyped = Registry("thing")  # names carry no spec: any spec is refused
-    with pytest.raises(TypeError, match="a spec must be"):
+    with pytest.raises(TypeError, match="carry no spec"):
         untyped.register("x", Params())
     with pytest.raises(GraftError, match="unknown scorer 'nope'"):
         reg.spec("nope")
@@ -234,7 +234,7 @@ class Ramp(Controller):
 
     @classmethod
     def check(cls, params, key):
-        if params["start"] > params["end"]:
+        if params.start > params.end:
             raise GraftError(f"config key '{key}': ramp needs start <= end")
 
     def __init__(self, params=None, total_steps=0):
@@ -243,9 +243,9 @@ class Ramp(Controller):
 
     def coefs(self, step):
         p = self.params
-        if p["shape"] == "flat":
-            return {"ramp": p["start"]}
-        return {"ramp": p["start"] + (p["end"] - p["start"]) * step / self.total_steps}
+        if p.shape == "flat":
+            return {"ramp": p.start}
+        return {"ramp": p.start + (p.end - p.start) * step / self.total_steps}
 
     def observe(self, step, rows):
         self.seen += 1
@@ -263,9 +263,9 @@ def ramp_registry(monkeypatch):
 
 def test_controller_base_has_no_parameters_coefficients_or_state():
     """The base controller: no coefficients, no metrics, empty state; any parameter is refused naming its key."""
-    c = Controller({}, total_steps=5)
+    c = Controller(None, total_steps=5)
     assert (c.coefs(0), c.observe(0, [{"policy": "a"}]), c.state_dict()) == ({}, {}, {})
-    assert Controller.validate(None) == {}
+    assert Controller.validate(None).to_dict() == {} and isinstance(c.params, Controller.params_type())
     with pytest.raises(GraftError, match=r"^config key 'algo.controllers.x': not a parameter of controller Controller"):
         Controller.validate({"x": 1})
 
@@ -276,7 +276,10 @@ def test_build_controllers_checks_fills_defaults_keeps_order(ramp_registry):
     built = build_controllers(specs, total_steps=4)
     assert [n for n, _ in built] == ["ramp", "base"]
     ramp = built[0][1]
-    assert ramp.params == {"start": 0.0, "end": 2.0, "shape": "linear"} and ramp.total_steps == 4
+    assert ramp.params.to_dict() == {"start": 0.0, "end": 2.0, "shape": "linear"} and ramp.total_steps == 4
+    assert isinstance(ramp.params, Ramp.params_type()) and ramp.params.end == 2.0
+    with pytest.raises(TypeError, match="parameters must be a RampParams, got dict"):
+        Ramp({"end": 2.0}, 4)  # a mapping is checked into the Params object first (Controller.validate)
     # ramp = 0 + 2·step/4
     assert [ramp.coefs(s)["ramp"] for s in range(5)] == [0.0, 0.5, 1.0, 1.5, 2.0]
     assert ramp.observe(0, []) == {"ramp/seen": 1} and ramp.observe(1, []) == {"ramp/seen": 2}
@@ -385,6 +388,31 @@ def test_luffy_by_hand_and_peer_gradient():
                                  norm=Normaliser(4.0, 2.0)), gamma=0.0)
 
 
+def test_a_loss_reads_its_params_object_and_refuses_a_mapping():
+    """``LossInputs.params`` is the loss's Params object (the loss reads ``inp.params.gamma``): the object given is
+    the value used, None is the defaults, and a plain mapping (or another loss's Params) stops with a TypeError."""
+    from graft_cli.algorithms.losses import compute_loss
+    from graft_cli.algorithms.peer_losses import HacpoPeerParams, LuffyParams
+
+    logp = t([[math.log(0.5), math.log(0.25)]])
+    adv, mask = t([[2.0, 2.0]]), t([[1, 1]])
+
+    def inp(params=None):
+        return LossInputs.of(logp, logp, adv, mask, t([1.0]), torch.tensor([True]), norm=Normaliser(2.0, 1.0),
+                             params=params)
+
+    # peer row, π = [0.5, 0.25], Â = 2: token-mean of −(π/(π+γ))·Â; γ = 0.5 → −(0.5 + 1/3); γ = 0.1 (the default)
+    # → −(5/6 + 5/7)
+    assert float(luffy_loss(inp(LuffyParams(gamma=0.5)))[0]) == pytest.approx(-(0.5 + 1 / 3), abs=1e-12)
+    assert float(compute_loss(luffy_loss, inp(LuffyParams(gamma=0.5)))[0]) == pytest.approx(-(0.5 + 1 / 3), abs=1e-12)
+    assert float(luffy_loss(inp())[0]) == pytest.approx(-(5 / 6 + 5 / 7), abs=1e-12)
+    for bad, name in (({"gamma": 0.5}, "dict"), (HacpoPeerParams(), "HacpoPeerParams")):
+        with pytest.raises(TypeError, match=f"^loss 'luffy': parameters must be a LuffyParams, got {name}$"):
+            luffy_loss(inp(bad))
+        with pytest.raises(TypeError, match="must be a LuffyParams"):
+            compute_loss(luffy_loss, inp(bad))
+
+
 def _hacpo_inputs(mb_index=2, step=0):
     # T = 3; row 0 self (2 tokens), rows 1, 2 peer
     logp = t([[-1.0, -2.0, 0.0], [-0.5, -0.7, -3.0], [-2.0, -2.0, 0.0]]).requires_grad_(True)
@@ -479,8 +507,8 @@ def _step(name, adv, rew, n=2):
 
 
 def _ctx(receivers=None):
-    return ExchangeContext(step=0, seed=0, params={}, tokenizers={}, models=ReceiverFunctions(lambda text, name: []),
-                           receivers=receivers)
+    return ExchangeContext(step=0, seed=0, params=Params(), tokenizers={},
+                           models=ReceiverFunctions(lambda text, name: []), receivers=receivers)
 
 
 def test_none_exchange_builds_each_receivers_own_batch():
@@ -566,9 +594,10 @@ def test_graft_stored_is_registered_with_unbalanced_default():
     assert EXCHANGES.get("graft_stored") is StoredGraftExchange
     assert EXCHANGES.spec("graft_stored") == StoredGraftParams() and StoredGraftParams().selection == "unbalanced"
     ex = StoredGraftExchange(_stored_cfg({"partner_run": "/x", "partner_policy": "b"}))
-    assert ex.opts["selection"] == "unbalanced" and ex.opts["partner_policy"] == "b"
-    assert ex.opts["reverify"] is True and ex.opts["receiver"] is None
-    assert options({"partner_run": "/x", "selection": "balanced"}, StoredGraftParams)["selection"] == "balanced"
+    assert isinstance(ex.opts, StoredGraftParams)
+    assert ex.opts.selection == "unbalanced" and ex.opts.partner_policy == "b"
+    assert ex.opts.reverify is True and ex.opts.receiver is None
+    assert options({"partner_run": "/x", "selection": "balanced"}, StoredGraftParams).selection == "balanced"
 
 
 def test_graft_stored_resolve_swaps_partner_for_a_log_source(partner):

@@ -8,24 +8,24 @@ import dataclasses
 
 import pytest
 
-from graft_cli.algorithms.signals import TOKEN_ADVANTAGES, register_token_advantage, token_adv_params
+from graft_cli.algorithms.signals import TOKEN_ADVANTAGES, register_token_advantage
 from graft_cli.batch import TrainBatch
 from graft_cli.train import dist as D
-from graft_cli.train.update import UpdateContext, _Pass, _Totals, _update_metrics, token_signals
+from graft_cli.train.update import AlgoParams, UpdateContext, _Pass, _Totals, _update_metrics, token_signals
 
 if "test_scaled" not in TOKEN_ADVANTAGES:
     @register_token_advantage("test_scaled", scale=2.0)
     def _scaled(batch, ctx):
         """The token advantages so far (Â on every token when none) times ``scale``; reports the scale."""
         base = batch.token_adv or [[a] * len(r) for a, r in zip(batch.advantages, batch.response_ids)]
-        return [[x * ctx.params["scale"] for x in row] for row in base], {"test/scale": ctx.params["scale"]}
+        return [[x * ctx.params.scale for x in row] for row in base], {"test/scale": ctx.params.scale}
 
 if "test_shifted" not in TOKEN_ADVANTAGES:
     @register_token_advantage("test_shifted", shift=0.0)
     def _shifted(batch, ctx):
         """The token advantages so far (Â on every token when none) plus ``shift`` (so the order shows)."""
         base = batch.token_adv or [[a] * len(r) for a, r in zip(batch.advantages, batch.response_ids)]
-        return [[x + ctx.params["shift"] for x in row] for row in base], {}
+        return [[x + ctx.params.shift for x in row] for row in base], {}
 
 
 def _batch() -> TrainBatch:
@@ -46,8 +46,9 @@ def test_token_signals_run_in_config_order_with_their_parameters(order, want):
     from graft_cli.config import compose
 
     algo = compose([]).algo
-    algo = dataclasses.replace(algo, token_advantages=order)
-    params = token_adv_params(order, {"scale": 3.0, "shift": 0.25})
+    algo = dataclasses.replace(algo, token_advantages=order, token_adv_params={"scale": 3.0, "shift": 0.25})
+    params = AlgoParams.of(algo)
+    assert params.token_adv["test_scaled"].scale == 3.0 and params.token_adv["test_shifted"].shift == 0.25
     given = _batch()
     b, met = token_signals(given, algo, params, step=0, name="a", coefs={})
     assert b.loss_mask is None  # the response mask: every token
@@ -102,9 +103,8 @@ def test_policy_stages_return_new_batches_and_the_receivers_encode_and_score_thr
     assert receivers.score("a", given) == score_logprobs(pol, given, cfg)
 
     ref = Frozen("ref", model, tok, SimpleNamespace(serves=["a"], scorer="logprobs", score_column="ref_logprobs"), "0")
-    params = token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params)
-    stages = PolicyStages(cfg, D.Dist(), {"a": pol}, {"ref": ref}, EXCHANGES.get("none")(cfg), None, params,
-                          str(tmp_path)).at(0, 0, None, {}, Phases(model))
+    stages = PolicyStages(cfg, D.Dist(), {"a": pol}, {"ref": ref}, EXCHANGES.get("none")(cfg), None,
+                          AlgoParams.of(cfg.algo), str(tmp_path)).at(0, 0, None, {}, Phases(model))
     w = PolicyWork(0, "a", None, given, {}, {"exchange/x": 1.0})
     b1 = stages.old_logprobs(w, given)
     assert given.old_logprobs is None and b1.old_logprobs == score_logprobs(pol, given, cfg)

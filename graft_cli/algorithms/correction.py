@@ -96,6 +96,7 @@ def batch_is_weights(old_logprobs: list[list[float]], rollout_logprobs: list, so
 # response that holds one catastrophic token, and the off-policy metrics say how far apart the two are. IcePop
 # (Ring-1T, 2025) is the token band mask M(k) = 1[α ≤ k ≤ β]; its weight k inside the band is token TIS with
 # C ≥ β (``algo.is_correction: token``, ``algo.is_threshold: 5``), which truncates nothing inside the band.
+# A rejection mask is ``fn(log_ratio, mask, p) -> keep`` with ``p`` the object of its Params class.
 ROLLOUT_REJECTIONS: Registry = Registry("rollout rejection mask", Params)  # spec: its parameters' defaults
 SAFETY_BOUND = 20.0  # |log ratio| clamp before exp (verl's SAFETY_BOUND)
 
@@ -112,7 +113,7 @@ def _seq_masked(x: torch.Tensor, mask: torch.Tensor, mean: bool) -> torch.Tensor
 
 
 @ROLLOUT_REJECTIONS.register("none")
-def no_rejection(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def no_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, p: Params) -> torch.Tensor:
     """Every token kept."""
     return mask.clone()
 
@@ -126,23 +127,23 @@ class RatioBandParams(Params):
 
 
 @ROLLOUT_REJECTIONS.register("token", spec=RatioBandParams())
-def token_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
+def token_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, p: RatioBandParams):
     """keep_{j,t} = 1[L ≤ ρ_{j,t} ≤ U] with ρ = π_old/π_rollout per token (verl ``rollout_rs: token``;
     U = ``threshold``, L = ``threshold_lower``, 0: 1/U)."""
-    return _band(log_ratio, threshold, threshold_lower) * mask
+    return _band(log_ratio, p.threshold, p.threshold_lower) * mask
 
 
 @ROLLOUT_REJECTIONS.register("sequence", spec=RatioBandParams())
-def sequence_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
+def sequence_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, p: RatioBandParams):
     """keep_j = 1[L ≤ Π_t ρ_{j,t} ≤ U] on every token of response j (verl ``rollout_rs: sequence``)."""
-    return _band(_seq_masked(log_ratio, mask, mean=False), threshold, threshold_lower) * mask
+    return _band(_seq_masked(log_ratio, mask, mean=False), p.threshold, p.threshold_lower) * mask
 
 
 @ROLLOUT_REJECTIONS.register("geometric", spec=RatioBandParams())
-def geometric_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float, threshold_lower: float):
+def geometric_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, p: RatioBandParams):
     """keep_j = 1[L ≤ exp(mean_t log ρ_{j,t}) ≤ U] (verl ``rollout_rs: geometric``: the geometric mean of the
     token ratios, a length-independent sequence test)."""
-    return _band(_seq_masked(log_ratio, mask, mean=True), threshold, threshold_lower) * mask
+    return _band(_seq_masked(log_ratio, mask, mean=True), p.threshold, p.threshold_lower) * mask
 
 
 @dataclass(frozen=True)
@@ -152,9 +153,16 @@ class IcePopParams(Params):
 
 
 @ROLLOUT_REJECTIONS.register("icepop", spec=IcePopParams())
-def icepop_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, alpha: float, beta: float):
+def icepop_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, p: IcePopParams):
     """IcePop's band: keep_{j,t} = 1[α ≤ ρ_{j,t} ≤ β] (α 0.5, β 5: Ring-1T's values)."""
-    return _band(log_ratio, beta, alpha) * mask
+    return _band(log_ratio, p.beta, p.alpha) * mask
+
+
+def rejection_params(name: str, params: dict | None) -> Params:
+    """The checked parameters of rejection mask ``name``, its Params class's object (one-line error naming
+    ``algo.rollout_correction.params.<key>``)."""
+    return type(ROLLOUT_REJECTIONS.spec(name)).check(params, "algo.rollout_correction.params",
+                                                     f"rejection mask {name!r}")
 
 
 def token_veto(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -185,12 +193,17 @@ def mismatch_metrics(old: torch.Tensor, roll: torch.Tensor, mask: torch.Tensor) 
 
 
 def batch_rejection(old_logprobs: list, rollout_logprobs: list, source: list[str], loss_mask: list | None,
-                    rejection: str, params: dict, veto_threshold: float, metrics: bool) -> tuple[list | None, dict]:
-    """The loss mask of a TrainBatch with the rejection mask and the veto applied to the receiver's own rows (those
+                    rejection: str, params: Params, veto_threshold: float, metrics: bool) -> tuple[list | None, dict]:
+    """The loss mask of a TrainBatch with the rejection mask (``params``: its Params class's object, a TypeError
+    otherwise) and the veto applied to the receiver's own rows (those
     with rollout log-probs; grafted, teacher and stored rows are kept as they are), and the ``rollout_corr/*``
     metrics over those rows (verl's names): the mismatch metrics, ``rs_masked_fraction`` (tokens dropped),
     ``rs_seq_masked_fraction`` (responses with a dropped token), ``veto_fraction``."""
     fn = ROLLOUT_REJECTIONS.get(rejection)
+    kind = type(ROLLOUT_REJECTIONS.spec(rejection))
+    if not isinstance(params, kind):
+        raise TypeError(f"rejection mask {rejection!r}: parameters must be a {kind.__name__}, "
+                        f"got {type(params).__name__}")
     rows, old, roll, mask = self_rows_padded(old_logprobs, rollout_logprobs, source)
     if not rows or (rejection == "none" and veto_threshold <= 0 and not metrics):
         return loss_mask, {}
@@ -200,7 +213,7 @@ def batch_rejection(old_logprobs: list, rollout_logprobs: list, source: list[str
         if m is not None:
             lmask[k, :len(m)] = torch.tensor(m, dtype=torch.float64)
     log_ratio = (old - roll) * mask
-    keep = fn(log_ratio, mask, **params)
+    keep = fn(log_ratio, mask, params)
     met = {f"rollout_corr/{k}": v for k, v in mismatch_metrics(old, roll, mask).items()} if metrics else {}
     if veto_threshold > 0:
         veto = token_veto(log_ratio, mask, veto_threshold)

@@ -3,7 +3,8 @@
 A loss is registered with :func:`register_loss` and its parameters, a frozen :class:`~graft_cli.registry.Params`
 dataclass declared next to it (the one place their defaults are written; ``algo.loss_params`` is checked against it,
 one-line error naming the key, and resolved to every value). It is called as ``spec(inputs)`` with one
-:class:`LossInputs` and returns ``(loss, stats)``. All tensors are ``(B, T)`` over response-token positions
+:class:`LossInputs`, whose ``params`` is that dataclass's object (``inp.params.gamma``), and returns
+``(loss, stats)``. All tensors are ``(B, T)`` over response-token positions
 (as :func:`graft_cli.models.logprobs.response_logprobs` lays them out) with a float ``mask`` (the rows'
 loss masks); ``weight`` is one number per row (GRAFT's compatibility weight w, 1 for self samples).
 ``stats`` holds *sums* (token counts, clipped-token counts, ...) that the trainer adds over micro-batches
@@ -68,7 +69,7 @@ class LossInputs:
     mb_index: int = 0  # the minibatch's index within the step's epoch
     step: int = 0  # the training step (0-based)
     columns: dict = field(default_factory=dict)  # per-row lists (batch extra) and padded (B, T) token tensors
-    params: dict = field(default_factory=dict)  # the loss's validated parameters
+    params: Params | None = None  # the loss's checked parameters, an object of its Params class (None: the defaults)
     coefs: dict = field(default_factory=dict)  # coefficients set by the run's controllers this step
 
     @classmethod
@@ -114,13 +115,33 @@ of defaults is made one, :func:`~graft_cli.registry.params_class`) and the per-t
             object.__setattr__(self, "params", params_class(self.name, self.params))
 
     def __call__(self, inp: LossInputs, **params):
-        if params or not inp.params:
-            inp.params = self.validate({**inp.params, **params})
-        return self.fn(inp)
+        """The loss on ``inp``; keyword ``params`` (checked) override ``inp.params``, None meaning the defaults."""
+        if params:
+            given = {} if inp.params is None else self.typed(inp.params).to_dict()
+            inp.params = self.check({**given, **params})
+        return self.fn(self.bound(inp))
+
+    def check(self, params: dict | None, key: str = "algo.loss_params") -> Params:
+        """``params`` checked against the loss's parameters, every default filled in: its Params object."""
+        return self.params.check(params, key, f"loss {self.name!r}")
 
     def validate(self, params: dict | None, key: str = "algo.loss_params") -> dict:
-        """``params`` checked against the loss's parameters, every default filled in."""
-        return self.params.check(params, key, f"loss {self.name!r}").to_dict()
+        """``params`` checked against the loss's parameters, every default filled in (a resolved config's
+        mapping)."""
+        return self.check(params, key).to_dict()
+
+    def typed(self, params) -> Params:
+        """``params`` when it is an instance of the loss's Params class; a TypeError otherwise (a mapping is
+        checked into one first: :meth:`check`)."""
+        if not isinstance(params, self.params):
+            raise TypeError(f"loss {self.name!r}: parameters must be a {self.params.__name__}, "
+                            f"got {type(params).__name__}")
+        return params
+
+    def bound(self, inp: LossInputs) -> LossInputs:
+        """``inp`` with its parameters checked to be the loss's Params (None: the defaults filled in)."""
+        inp.params = self.params() if inp.params is None else self.typed(inp.params)
+        return inp
 
 
 def register_loss(name: str, token_columns: tuple = (), params: type | None = None, **defaults):
@@ -279,7 +300,7 @@ def compute_loss(spec: LossSpec, inp: LossInputs, kl_coef: float = 0.0, kl_type:
     over rows with loss tokens of each row's token-mean KL, which is verl's ``actor/kl_loss`` when every
     micro-batch holds one sequence (the mean over micro-batches of the micro-batch's token mean; SAF-OPD's
     released runs, ``ppo_micro_batch_size_per_gpu=1``; verl also scales it by 1/accumulation, a constant)."""
-    loss, st = spec.fn(inp)
+    loss, st = spec.fn(spec.bound(inp))
     ref = inp.columns.get("ref_logprobs")
     if kl_coef > 0 and not isinstance(ref, torch.Tensor):
         raise ValueError("algo.kl_coef > 0 needs the column ref_logprobs (a frozen reference model)")

@@ -115,12 +115,12 @@ def opd_fusion(batch, ctx):
     column (default ``ref_logprobs``, as verl's SAF puts the teacher in the reference slot); the student's are
     the recomputed old log-probs (S0's form) or the rollout log-probs. ``ctx.coefs`` may carry ``saf/scale`` and
     ``saf/anneal`` (the ``saf_schedule`` controller); without them both are 1."""
-    p = ctx.params
-    col = p["teacher_column"]
+    p: OpdFusionParams = ctx.params
+    col = p.teacher_column
     if col not in batch.extra:
         raise GraftError(f"config key 'algo.token_advantages': opd_fusion needs the teacher's column {col!r} "
                          f"(a policy with role: frozen and column: {col})")
-    student = batch.old_logprobs if p["student_logprobs"] == "old" else batch.rollout_logprobs
+    student = batch.old_logprobs if p.student_logprobs == "old" else batch.rollout_logprobs
     lens = [len(r) for r in batch.response_ids]
     T = max(lens, default=0)
     if T == 0:
@@ -130,9 +130,9 @@ def opd_fusion(batch, ctx):
     stud = _pad(student, T) * mask
     grpo = _pad([scalar_broadcast(batch, i) for i in range(len(batch))], T)
     scale, anneal = float(ctx.coefs.get("saf/scale", 1.0)), float(ctx.coefs.get("saf/anneal", 1.0))
-    total, raw, staged, keep = fused_advantages(grpo, teacher, stud, mask, grpo_coef=p["grpo_coef"],
-                                                opd_coef=p["opd_coef"], topk=p["topk"], tanh=p["tanh"],
-                                                tanh_coef=p["tanh_coef"], scale=scale, anneal=anneal)
+    total, raw, staged, keep = fused_advantages(grpo, teacher, stud, mask, grpo_coef=p.grpo_coef,
+                                                opd_coef=p.opd_coef, topk=p.topk, tanh=p.tanh,
+                                                tanh_coef=p.tanh_coef, scale=scale, anneal=anneal)
     n = float(mask.sum().clamp(min=1.0))
     m = mask > 0
     grpo_abs = float((grpo.abs() * mask).sum()) / n
@@ -141,9 +141,9 @@ def opd_fusion(batch, ctx):
         "opd/abs_mean": float((raw.abs() * mask).sum()) / n,
         "opd/abs_max": float(raw.abs()[m].max()) if m.any() else 0.0,
         "opd/topk_kept_frac": float(keep[m].float().mean()) if m.any() else 0.0,
-        "opd/tanh_saturated_frac": float(((raw.abs() > 2.0) & keep)[m].float().mean()) if p["tanh"] and m.any()
+        "opd/tanh_saturated_frac": float(((raw.abs() > 2.0) & keep)[m].float().mean()) if p.tanh and m.any()
         else 0.0,  # |A| > 2: tanh within 4% of its bound
-        "opd/fused_abs_mean": float(((total - p["grpo_coef"] * grpo * mask).abs() * mask).sum()) / n,
+        "opd/fused_abs_mean": float(((total - p.grpo_coef * grpo * mask).abs() * mask).sum()) / n,
         "grpo/abs_mean": grpo_abs,
         "opd/grpo_magnitude_ratio": float((raw.abs() * mask).sum()) / n / grpo_abs if grpo_abs > 0 else math.nan,
         "saf/scale_used": scale, "saf/anneal_used": anneal,
@@ -187,45 +187,46 @@ class SafSchedule(Controller):
     PARAMS = SafScheduleParams
 
     @classmethod
-    def check(cls, p: dict, key: str) -> None:
-        if p["warmup_steps"] < 0 or p["anneal_steps"] < 1 or not 0 <= p["anneal_min"] <= 1:
+    def check(cls, p: SafScheduleParams, key: str) -> None:
+        if p.warmup_steps < 0 or p.anneal_steps < 1 or not 0 <= p.anneal_min <= 1:
             raise GraftError(f"config key '{key}': saf_schedule needs warmup_steps >= 0, anneal_steps >= 1 and "
                              "0 <= anneal_min <= 1")
-        S = p["anneal_total_steps"]
+        S = p.anneal_total_steps
         if S is not None and (isinstance(S, bool) or not isinstance(S, (int, float)) or S < 0):
             raise GraftError(f"config key '{key}.anneal_total_steps': saf_schedule needs anneal_total_steps >= 0 (0: "
                              "anneal_steps; null: the run's steps)")
 
-    def __init__(self, params: dict | None = None, total_steps: int = 0):
-        super().__init__(self.validate(params, name="saf_schedule"), total_steps)  # checked at config time too
+    def __init__(self, params: SafScheduleParams | None = None, total_steps: int = 0):
+        super().__init__(params, total_steps)
+        self.check(self.params, "algo.controllers")  # checked at config time too
         self.st = {"done": False, "frozen": None, "end": None, "kl0": None, "prev_kl": None, "t": 0, "R": None}
 
     def anneal_budget(self, end: int) -> int:
         """R for an anneal that starts after warm-up end ``end``: max(1, S − end) with S = ``anneal_total_steps``
         (None: the run's steps), or ``anneal_steps`` when S = 0 (or the run's length is unknown)."""
         p = self.params
-        S = int(self.total_steps if p["anneal_total_steps"] is None else p["anneal_total_steps"])
-        return max(1, S - int(end)) if S > 0 else int(p["anneal_steps"])
+        S = int(self.total_steps if p.anneal_total_steps is None else p.anneal_total_steps)
+        return max(1, S - int(end)) if S > 0 else int(p.anneal_steps)
 
     def _decide(self, s: int) -> tuple[dict, float, float]:
         """The state after step s (1-based) and that step's (scale, anneal); pure."""
         p, st = self.params, dict(self.st)
-        nw = int(p["warmup_steps"]) if p["warmup"] else 0
+        nw = int(p.warmup_steps) if p.warmup else 0
         if not st["done"] and nw == 0:  # no warm-up: scale 1, annealing from step 1 (the code)
             st.update(done=True, frozen=1.0, end=0)
         if not st["done"]:
             if st["kl0"] is None and st["prev_kl"] is not None:
                 st["kl0"] = st["prev_kl"]
             kl0, kl = st["kl0"], st["prev_kl"]
-            early = p["kl_delta"] > 0 and bool(kl0) and kl0 > 0 and kl is not None and (kl0 - kl) / kl0 >= p["kl_delta"]
+            early = p.kl_delta > 0 and bool(kl0) and kl0 > 0 and kl is not None and (kl0 - kl) / kl0 >= p.kl_delta
             if s >= nw or early:
                 st.update(done=True, frozen=warmup_scale(s, nw), end=s)
         scale = st["frozen"] if st["done"] else warmup_scale(s, nw)
         anneal = 1.0
-        if st["done"] and p["anneal"]:
+        if st["done"] and p.anneal:
             if st.get("R") is None:  # the anneal starts on this step: its budget is fixed now
                 st["R"] = self.anneal_budget(st["end"])
-            anneal = anneal_factor(st["t"], int(st["R"]), float(p["anneal_min"]))
+            anneal = anneal_factor(st["t"], int(st["R"]), float(p.anneal_min))
             st["t"] += 1
         return st, float(scale), float(anneal)
 
@@ -235,8 +236,8 @@ class SafSchedule(Controller):
 
     def observe(self, step: int, rows: list[dict]) -> dict:
         st, scale, anneal = self._decide(step + 1)
-        row = next((r for r in rows if self.params["policy"] in (None, r.get("policy"))), rows[0] if rows else {})
-        kl = row.get(self.params["kl_metric"])
+        row = next((r for r in rows if self.params.policy in (None, r.get("policy"))), rows[0] if rows else {})
+        kl = row.get(self.params.kl_metric)
         st["prev_kl"] = float(kl) if kl is not None and math.isfinite(float(kl)) else st["prev_kl"]
         self.st = st
         return {"saf/warmup_scale": scale, "saf/anneal": anneal, "saf/warmup_done": float(st["done"]),

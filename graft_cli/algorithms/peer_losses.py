@@ -1,7 +1,8 @@
 """Policy losses for cross-model update variants (registry ``POLICY_LOSSES``; graft.md §3, baselines.md).
 
 Same signature as :mod:`graft_cli.algorithms.losses`: ``spec(LossInputs) -> (loss, stats)``, parameters from
-``algo.loss_params`` (a :class:`~graft_cli.registry.Params` dataclass next to each loss holds their defaults).
+``algo.loss_params`` (a :class:`~graft_cli.registry.Params` dataclass next to each loss holds their defaults; the
+loss reads its object, ``inp.params``).
 
 - ``luffy``: GRAFT's "LUFFY update" (graft.md §3): self tokens use the clipped PPO surrogate; peer tokens
   use −f(π_θ(o_t|·))·Â with f(x) = x/(x+γ); the peer behaviour probability is taken as 1, no clip on peer
@@ -47,7 +48,7 @@ class LuffyParams(Params):
 def luffy_loss(inp: LossInputs):
     """graft.md §3 "LUFFY update": self tokens −min(ρÂ, clip(ρ)Â); peer tokens −f(π_θ)·Â, f(x) = x/(x+γ)
     (no clip, behaviour prob 1); w per row; aggregation as configured (token-mean)."""
-    gamma = float(inp.params["gamma"])
+    gamma = float(inp.params.gamma)
     if gamma <= 0:
         raise ValueError("luffy: gamma must be > 0")
     self_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high,
@@ -74,8 +75,8 @@ def hacpo_peer_loss(inp: LossInputs):
     s = exp(mean_t(logπ_θ − logπ_old)); peer rows ŝ·sg(ŝ)·c·Â with ŝ = clamp(s_x, L_m, 1),
     s_x = exp(clamp(mean_t logπ_θ(o^R) − mean_t logπ_src(o^S), −10, 10)) (terminal EOS excluded on both sides:
     columns ``n_scored``, ``source_logp_mean``), c = column ``hacpo_c``."""
-    p = inp.params
-    lb0, inc, coef = float(p["lower_bound"]), float(p["lower_bound_step"]), float(p["peer_coef"])
+    p: HacpoPeerParams = inp.params
+    lb0, inc, coef = float(p.lower_bound), float(p.lower_bound_step), float(p.peer_coef)
     m, logp = inp.mask, inp.logp
     B, dev = m.shape[0], m.device
     # self: GSPO sequence ratio, straight-through token form (every token carries s_j); log s clamped to ±10 as
@@ -91,7 +92,7 @@ def hacpo_peer_loss(inp: LossInputs):
         raise ValueError("hacpo_peer: a peer row has no source mean log-prob (column source_logp_mean)")
     log_x = torch.nan_to_num((mean_tgt - src_mean).clamp(-10.0, 10.0), nan=0.0)
     s_x = torch.exp(log_x)
-    idx = torch.full((B,), float(inp.mb_index if p["schedule"] == "minibatch" else inp.step), device=dev)
+    idx = torch.full((B,), float(inp.mb_index if p.schedule == "minibatch" else inp.step), device=dev)
     lower = torch.clamp(lb0 + idx * inc, max=1.0)
     s_hat = torch.minimum(torch.maximum(s_x, lower), torch.ones_like(s_x))
     c = inp.row("hacpo_c", 1.0)
@@ -128,7 +129,7 @@ def ppo_token_nll_loss(inp: LossInputs):
     (``in_pg`` false), λ = ``nll_coef``. Without such rows it is ``ppo_token``."""
     B, dev, mask = inp.mask.shape[0], inp.mask.device, inp.mask
     aux = ~inp.pg_rows()
-    lam = torch.full((B,), float(inp.params["nll_coef"]), dtype=torch.float32, device=dev)
+    lam = torch.full((B,), float(inp.params.nll_coef), dtype=torch.float32, device=dev)
     pg_mask = mask * (~aux).float()[:, None]
     per_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high,
                                    clip_ratio_c=inp.clip_ratio_c)

@@ -16,8 +16,8 @@ these columns only).
 - Rollout rejection (``algo.rollout_correction``, :func:`rollout_rejection`): after the loss mask, verl's
   rejection masks and veto take outlier tokens or responses of the receiver's own rows out of the loss mask.
 
-``ctx`` is a :class:`SignalContext`: the step, the algorithm settings, the controllers' coefficients and
-the policy's name.
+``ctx`` is a :class:`SignalContext`: the step, the algorithm settings, the controllers' coefficients, the
+policy's name and the function's parameters (the object of its Params class: ``ctx.params.junior_weight``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class SignalContext:
     policy: str
     algo: object  # the run's AlgoConfig (read-only)
     coefs: dict = field(default_factory=dict)  # controllers' coefficients for this step
-    params: dict = field(default_factory=dict)  # the function's validated parameters (algo.token_adv_params)
+    params: Params = field(default_factory=Params)  # the function's checked parameters, its Params class's object
 
 
 def _register(registry: Registry, name: str, params: type | None, defaults: dict):
@@ -58,9 +58,10 @@ def register_token_advantage(name: str, params: type | None = None, **defaults):
     return _register(TOKEN_ADVANTAGES, name, params, defaults)
 
 
-def token_adv_params(names: list, params: dict | None) -> dict:
-    """name -> validated parameters of each listed function: ``algo.token_adv_params`` holds the parameters of
-    every function of the pipeline (one flat mapping; a key belongs to the function that declares it)."""
+def token_adv_params(names: list, params: dict | None) -> dict[str, Params]:
+    """name -> checked parameters (its Params class's object) of each listed function: ``algo.token_adv_params``
+    holds the parameters of every function of the pipeline (one flat mapping; a key belongs to the function that
+    declares it)."""
     specs = {n: type(TOKEN_ADVANTAGES.spec(n)) for n in names}
     owners = {k: n for n, cls in specs.items() for k in cls.defaults()}
     for k in params or {}:
@@ -69,7 +70,7 @@ def token_adv_params(names: list, params: dict | None) -> dict:
             raise GraftError(f"config key 'algo.token_adv_params.{k}': not a parameter of {', '.join(names)}; "
                              f"known: {known}")
     return {n: cls.check({k: v for k, v in (params or {}).items() if owners[k] == n}, "algo.token_adv_params",
-                         f"token-advantage function {n!r}").to_dict() for n, cls in specs.items()}
+                         f"token-advantage function {n!r}") for n, cls in specs.items()}
 
 
 def register_loss_mask(name: str, params: type | None = None, **defaults):
@@ -79,9 +80,10 @@ def register_loss_mask(name: str, params: type | None = None, **defaults):
     return _register(LOSS_MASKS, name, params, defaults)
 
 
-def loss_mask_params(name: str, params: dict | None) -> dict:
-    """The validated parameters of loss mask ``name`` (one-line error naming ``algo.loss_mask_params.<key>``)."""
-    return type(LOSS_MASKS.spec(name)).check(params, "algo.loss_mask_params", f"loss mask {name!r}").to_dict()
+def loss_mask_params(name: str, params: dict | None) -> Params:
+    """The checked parameters of loss mask ``name``, its Params class's object (one-line error naming
+    ``algo.loss_mask_params.<key>``)."""
+    return type(LOSS_MASKS.spec(name)).check(params, "algo.loss_mask_params", f"loss mask {name!r}")
 
 
 @register_loss_mask("response")
@@ -105,7 +107,7 @@ def author_mask(batch, ctx: SignalContext):
     if "author" not in batch.extra:
         raise GraftError("config key 'algo.loss_mask': mask 'author' needs the rollouts' author column "
                          "(rollout.engine: tandem)")
-    w = float(ctx.params["junior_weight"])
+    w = float(ctx.params.junior_weight)
     return [None if a is None else [1.0 if x else w for x in a] for a in batch.extra["author"]]
 
 
@@ -134,12 +136,12 @@ def scalar_broadcast(batch, i: int) -> list[float]:
     return list(tadv) if tadv is not None else [batch.advantages[i]] * len(batch.response_ids[i])
 
 
-def rollout_rejection(batch, rc) -> tuple[list | None, dict]:
-    """The batch's loss mask with ``algo.rollout_correction`` applied (its rejection mask and veto on the
-    receiver's own rows: rejected tokens leave the loss and its denominators, as verl's modified response mask)
-    and the ``rollout_corr/*`` metrics (graft_cli/algorithms/correction.py)."""
+def rollout_rejection(batch, rc, params: Params) -> tuple[list | None, dict]:
+    """The batch's loss mask with ``algo.rollout_correction`` applied (its rejection mask, with ``params`` its
+    checked parameters, and veto on the receiver's own rows: rejected tokens leave the loss and its denominators, as
+    verl's modified response mask) and the ``rollout_corr/*`` metrics (graft_cli/algorithms/correction.py)."""
     return batch_rejection(batch.old_logprobs, batch.rollout_logprobs, batch.source, batch.loss_mask, rc.rejection,
-                           dict(rc.params), float(rc.veto_threshold), bool(rc.metrics))
+                           params, float(rc.veto_threshold), bool(rc.metrics))
 
 
 @TOKEN_ADVANTAGES.register("is_correction")

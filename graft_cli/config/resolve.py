@@ -26,7 +26,7 @@ A resolver that meets a name no registry knows leaves that section alone: valida
 from __future__ import annotations
 
 from graft_cli.algorithms import LOSS_MASKS, TOKEN_ADVANTAGES
-from graft_cli.algorithms.correction import ROLLOUT_REJECTIONS
+from graft_cli.algorithms.correction import ROLLOUT_REJECTIONS, rejection_params
 from graft_cli.algorithms.exchange import EXCHANGES
 from graft_cli.algorithms.losses import POLICY_LOSSES
 from graft_cli.algorithms.signals import loss_mask_params, token_adv_params
@@ -88,11 +88,11 @@ def resolve_signal_params(cfg: Config) -> None:
     a = cfg.algo
     if all(t in TOKEN_ADVANTAGES for t in a.token_advantages):
         flat = {}
-        for d in token_adv_params(list(a.token_advantages), a.token_adv_params).values():
-            flat.update(d)
+        for p in token_adv_params(list(a.token_advantages), a.token_adv_params).values():
+            flat.update(p.to_dict())
         a.token_adv_params = flat
     if a.loss_mask in LOSS_MASKS:
-        a.loss_mask_params = loss_mask_params(a.loss_mask, a.loss_mask_params)
+        a.loss_mask_params = loss_mask_params(a.loss_mask, a.loss_mask_params).to_dict()
 
 
 def resolve_loss_params(cfg: Config) -> None:
@@ -100,8 +100,7 @@ def resolve_loss_params(cfg: Config) -> None:
     a = cfg.algo
     rc = a.rollout_correction
     if rc.rejection in ROLLOUT_REJECTIONS:
-        rc.params = type(ROLLOUT_REJECTIONS.spec(rc.rejection)).check(
-            rc.params, "algo.rollout_correction.params", f"rejection mask {rc.rejection!r}").to_dict()
+        rc.params = rejection_params(rc.rejection, rc.params).to_dict()
     if a.loss in POLICY_LOSSES:
         a.loss_params = POLICY_LOSSES.get(a.loss).validate(a.loss_params)
 

@@ -31,7 +31,7 @@ from graft_cli import config as C
 from graft_cli.algorithms.advantages import ADVANTAGES
 from graft_cli.algorithms.controllers import build_controllers
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
-from graft_cli.algorithms.signals import token_adv_params
+from graft_cli.algorithms.exchange.base import exchange_params
 from graft_cli.console import make_console
 from graft_cli.data.mix import training_problems
 from graft_cli.data.problems import Problem, split_holdout
@@ -60,6 +60,7 @@ from graft_cli.train.policy_stages import PolicyReceivers, PolicyStages, PolicyW
 from graft_cli.train.rollout_worker import RolloutWorker
 from graft_cli.train.sources import STEP_SOURCES
 from graft_cli.train.step_logs import rollout_metrics
+from graft_cli.train.update import AlgoParams
 from graft_cli.train.sync_check import SyncCheck
 from graft_cli.train.sync_check import tolerance as sync_tolerance
 
@@ -111,6 +112,7 @@ class Trainer:
                                   [q.answer for q in self.problems[:2]], pol.tokenizer)
         self.sampler = PromptSampler(len(self.problems), cfg.data.prompt_batch, cfg.run.seed, cfg.data.shuffle)
         self.exchange = EXCHANGES.get(cfg.exchange.name)(cfg)
+        self.exchange_params = exchange_params(cfg.exchange)  # its Params object, in every step's ExchangeContext
         self.adv_fn = ADVANTAGES.get(cfg.algo.advantage)
 
         self.grader = started(make_grader(cfg.reward))  # a reward that cannot run here stops the run before step 1
@@ -134,8 +136,7 @@ class Trainer:
                                          worker, self.total_steps)
         self.receivers = PolicyReceivers(self.policies, self.spec, cfg, self.dist)
         self.stages = PolicyStages(cfg, self.dist, self.policies, self.frozen, self.exchange, self.collection,
-                                   token_adv_params(list(cfg.algo.token_advantages), cfg.algo.token_adv_params),
-                                   out_dir)
+                                   AlgoParams.of(cfg.algo), out_dir)
         self.step = 0
         self.metrics = MetricsLog(metrics_path(out_dir))
         self.ckpt_root = checkpoints_dir(out_dir)
@@ -292,7 +293,7 @@ class Trainer:
         """What the exchange sees this step: the receivers' tokenizers, their prompt encoding and their scoring
         (old log-probs of rows under a receiver's current weights: :class:`PolicyReceivers`)."""
         return ExchangeContext(step=self.step, seed=step_seed(self.cfg.run.seed, self.step),
-                               params=dict(self.cfg.exchange.params),
+                               params=self.exchange_params,
                                tokenizers={n: p.tokenizer for n, p in self.policies.items()},
                                models=self.receivers, receivers=list(self.policies))
 

@@ -32,7 +32,7 @@ from graft_cli.train.old_logprobs import logprob_gap, old_logprobs, score_frozen
 from graft_cli.train.phases import Phases
 from graft_cli.train.policies import Frozen, Policy, encode_prompt
 from graft_cli.train.step_logs import StepLogs, peer_rows_per_prompt
-from graft_cli.train.update import UpdateContext, token_signals, update_policy
+from graft_cli.train.update import AlgoParams, UpdateContext, token_signals, update_policy
 
 
 @dataclass
@@ -70,9 +70,10 @@ class PolicyReceivers:
 @dataclass(frozen=True)
 class PolicyStages:
     """What one policy's stages read: the run's config, data-parallel group, trained policies, frozen models,
-    exchange, rollout collection (the updated weights go to it), the token signals' parameters and the run
-    directory; and, per step (:meth:`at`), the 0-based step, its seed (the minibatch order: per (step, policy)),
-    the exchange's context, the controllers' coefficients and the step's phase timer."""
+    exchange, rollout collection (the updated weights go to it), the ``algo`` functions' parameters (loss, loss
+    mask, rejection mask, token advantages) and the run directory; and, per step (:meth:`at`), the 0-based step,
+    its seed (the minibatch order: per (step, policy)), the exchange's context, the controllers' coefficients and
+    the step's phase timer."""
 
     cfg: C.Config
     dist: D.Dist
@@ -80,7 +81,7 @@ class PolicyStages:
     frozen: dict[str, Frozen]
     exchange: Exchange
     collection: InlineCollection | AheadCollection
-    signal_params: dict
+    algo_params: AlgoParams
     out: str
     step: int = 0
     seed: int = 0
@@ -116,7 +117,7 @@ class PolicyStages:
         """The batch with its loss mask and token advantages; their metrics go into the row. Timed with the update
         (``time/update``); its memory peak is the update's."""
         with self.phase("signals", w.times, memory=False):
-            b, met = token_signals(b, self.cfg.algo, self.signal_params, self.step, w.name, self.coefs)
+            b, met = token_signals(b, self.cfg.algo, self.algo_params, self.step, w.name, self.coefs)
         w.row.update(met)
         return b
 
@@ -126,7 +127,8 @@ class PolicyStages:
         pol = self.policies[w.name]
         rng = np.random.default_rng([self.seed, w.index])  # per policy (train/parallel.py)
         with self.phase("update", w.times):
-            w.row.update(update_policy(pol, b, UpdateContext(self.cfg, self.dist, self.step, self.coefs, rng)))
+            w.row.update(update_policy(pol, b, UpdateContext(self.cfg, self.dist, self.step, self.coefs, rng,
+                                                             self.algo_params)))
             self.collection.push(w.name, pol)  # the engine samples from the updated weights
         w.row.update(self.collection.check(w.name, pol, self.step + 1))
 

@@ -15,33 +15,65 @@ import torch
 
 from graft_cli import config as C
 from graft_cli import faults
+from graft_cli.algorithms.correction import rejection_params
 from graft_cli.algorithms.losses import POLICY_LOSSES, LossInputs, Normaliser, compute_loss
 from graft_cli.algorithms.signals import (
     LOSS_MASKS,
     TOKEN_ADVANTAGES,
     SignalContext,
+    loss_mask_params,
     rollout_rejection,
     scalar_broadcast,
+    token_adv_params,
 )
 from graft_cli.batch import TrainBatch, plan_micro_batches
 from graft_cli.errors import GraftError
 from graft_cli.models.logprobs import pack, prefix_groups, response_logprobs, to_padded
 from graft_cli.train import dist as D
 from graft_cli.algorithms.minibatch import layout_ranks, minibatch_plan
+from graft_cli.registry import Params
 from graft_cli.train.policies import Policy
+
+
+@dataclass(frozen=True)
+class AlgoParams:
+    """The parameters of the ``algo`` section's registered functions, each the object of its Params class checked
+    from the resolved config (:meth:`of`, once per run): the loss's (``LossInputs.params``), the loss mask's and
+    each token-advantage function's by name (``SignalContext.params``) and the rollout-rejection mask's."""
+
+    loss: Params
+    loss_mask: Params
+    rejection: Params
+    token_adv: dict[str, Params]
+
+    @classmethod
+    def of(cls, algo) -> AlgoParams:
+        """The parameters ``algo`` (an ``AlgoConfig``) gives its loss, loss mask, rejection mask and token
+        advantages (one-line GraftError naming the key of a bad value)."""
+        rc = algo.rollout_correction
+        return cls(loss=POLICY_LOSSES.get(algo.loss).check(algo.loss_params),
+                   loss_mask=loss_mask_params(algo.loss_mask, algo.loss_mask_params),
+                   rejection=rejection_params(rc.rejection, rc.params),
+                   token_adv=token_adv_params(list(algo.token_advantages), algo.token_adv_params))
 
 
 @dataclass
 class UpdateContext:
     """What one policy's update reads besides its batch: the config (``algo``, ``optim``, ``rollout.n``,
     ``exchange.ordering``), the data-parallel group (``None``: one process), the step (0-based), the controllers'
-    coefficients of the step and the generator that orders the minibatches."""
+    coefficients of the step, the generator that orders the minibatches and the ``algo`` functions' parameters
+    (None: read from ``cfg.algo`` when the context is made)."""
 
     cfg: C.Config
     dist: D.Dist | None = None
     step: int = 0
     coefs: dict = field(default_factory=dict)
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    params: AlgoParams | None = None
+
+    def __post_init__(self):
+        if self.params is None:
+            self.params = AlgoParams.of(self.cfg.algo)
 
 
 # --------------------------------------------------------------------------------------- loss inputs
@@ -78,7 +110,7 @@ def loss_inputs(batch: TrainBatch, rows: list[int], logp, resp, norm: Normaliser
         columns[c] = to_padded([batch.extra[c][i] or [] for i in rows], prompts, L, dev)
     return LossInputs(logp, old, adv, mask, weight, is_peer, norm=norm, in_pg=in_pg, clip_low=a.clip_low,
                       clip_high=a.clip_high, clip_ratio_c=a.clip_ratio_c, agg=a.agg, mb_index=mb_index, step=ctx.step,
-                      columns=columns, params=a.loss_params, coefs=dict(ctx.coefs or {}))
+                      columns=columns, params=ctx.params.loss, coefs=dict(ctx.coefs or {}))
 
 
 def row_tokens(batch: TrainBatch, i: int) -> float:
@@ -95,17 +127,17 @@ def nonfinite_quantity(logp: torch.Tensor, old: torch.Tensor, loss: torch.Tensor
     return None
 
 
-def token_signals(batch: TrainBatch, algo, signal_params: dict, step: int, name: str,
+def token_signals(batch: TrainBatch, algo, params: AlgoParams, step: int, name: str,
                   coefs: dict) -> tuple[TrainBatch, dict]:
     """The batch with its ``loss_mask`` / ``token_adv`` from the registered loss mask, the rollout-rejection mask
-    and the token-advantage functions, in config order (each sees the columns of the ones before it); their
-    metrics."""
-    sctx = SignalContext(step=step, policy=name, algo=algo, coefs=coefs, params=dict(algo.loss_mask_params))
+    and the token-advantage functions, in config order (each sees the columns of the ones before it, and its own
+    parameters from ``params``); their metrics."""
+    sctx = SignalContext(step=step, policy=name, algo=algo, coefs=coefs, params=params.loss_mask)
     batch = dataclasses.replace(batch, loss_mask=LOSS_MASKS.get(algo.loss_mask)(batch, sctx))
-    mask, met = rollout_rejection(batch, algo.rollout_correction)
+    mask, met = rollout_rejection(batch, algo.rollout_correction, params.rejection)
     batch = dataclasses.replace(batch, loss_mask=mask)
     for fn_name in algo.token_advantages:
-        sctx.params = signal_params[fn_name]
+        sctx.params = params.token_adv[fn_name]
         adv, m = TOKEN_ADVANTAGES.get(fn_name)(batch, sctx)
         batch = dataclasses.replace(batch, token_adv=adv)
         met.update(m)

@@ -7,7 +7,8 @@
 - admission (registry ``ADMISSIONS``, ``exchange.params.admission``): ``gate`` applies the gate; ``random``
   ("random admission") admits as many responses as the floor would, drawn uniformly.
 
-A gate is ``gate(s, delta, cap) -> (w, keep)``; an admission is ``admit(s, opts, rng_factory) -> (w, keep)``.
+A gate is ``gate(s, delta, cap) -> (w, keep)``; an admission is ``admit(s, opts, rng_factory) -> (w, keep)``
+(``opts``: the exchange's :class:`~graft_cli.algorithms.exchange.graft.GraftParams`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 
 import numpy as np
 
-from graft_cli.registry import Registry
+from graft_cli.registry import Params, Registry
 
 GATES: Registry = Registry("gate")
 ADMISSIONS: Registry = Registry("admission rule")
@@ -75,10 +76,10 @@ def random_admission(s, delta: float, rng: np.random.Generator, cap: bool = True
 
 
 @ADMISSIONS.register("gate")
-def admit_by_gate(s, opts: dict, rng_factory):
-    return gate_weights(s, opts["delta"], opts["gate"], opts["cap"])
+def admit_by_gate(s, opts: Params, rng_factory):
+    return gate_weights(s, opts.delta, opts.gate, opts.cap)
 
 
 @ADMISSIONS.register("random")
-def admit_at_random(s, opts: dict, rng_factory):
-    return random_admission(s, opts["delta"], rng_factory(), opts["cap"])
+def admit_at_random(s, opts: Params, rng_factory):
+    return random_admission(s, opts.delta, rng_factory(), opts.cap)

@@ -134,24 +134,24 @@ class GraftParams(Params):
 MODE_LOSSES = {"sft": ("ppo_token_nll",), "hacpo": ("hacpo_peer",)}
 
 
-def options(params: dict, kind: type[GraftParams] = GraftParams) -> dict:
+def options(params: dict | None, kind: type[GraftParams] = GraftParams) -> GraftParams:
     """``exchange.params`` checked against ``kind`` (:meth:`Params.check`) with every default filled in, then the
-    rules between them (one-line GraftError)."""
-    out = kind.check(params, "exchange.params", "the GRAFT exchange").to_dict()
-    if out["hacpo_window"] < 1:
+    rules between them (one-line GraftError): the object of ``kind``."""
+    out = kind.check(params, "exchange.params", "the GRAFT exchange")
+    if out.hacpo_window < 1:
         raise GraftError("config key 'exchange.params.hacpo_window': must be >= 1")
-    if out.get("n_peer") == "pooled_donor" and out.get("selection") != "balanced":
+    if out.n_peer == "pooled_donor" and out.selection != "balanced":
         raise GraftError("config key 'exchange.params.n_peer': pooled_donor balances each receiver's intake against "
-                         f"its outflow and needs selection balanced, got {out.get('selection')!r}")
-    if not 0 < out["hacpo_c_min"] <= out["hacpo_c_max"]:
+                         f"its outflow and needs selection balanced, got {out.selection!r}")
+    if not 0 < out.hacpo_c_min <= out.hacpo_c_max:
         raise GraftError("config key 'exchange.params.hacpo_c_min': need 0 < hacpo_c_min <= hacpo_c_max")
     return out
 
 
-def check_loss_for_mode(cfg, opts: dict) -> None:
-    need = MODE_LOSSES.get(opts["mode"])
+def check_loss_for_mode(cfg, opts: GraftParams) -> None:
+    need = MODE_LOSSES.get(opts.mode)
     if need and cfg.algo.loss not in need:
-        raise GraftError(f"config key 'algo.loss': exchange.params.mode={opts['mode']} needs algo.loss="
+        raise GraftError(f"config key 'algo.loss': exchange.params.mode={opts.mode} needs algo.loss="
                          f"{' or '.join(need)}, got {cfg.algo.loss!r}")
 
 
@@ -168,7 +168,7 @@ class GraftExchange(Exchange):
 
     def __init__(self, cfg=None):
         super().__init__(cfg)
-        self.opts = options(cfg.exchange.params if cfg is not None else {}, self.PARAMS)
+        self.opts = options(cfg.exchange.params if cfg is not None else {}, self.PARAMS)  # a GraftParams
         self.hacpo_history: dict[str, list[float]] = {}
         self._same_tok: dict = {}
         self._admission: dict[str, dict] = {}  # receiver -> the last admit's transferred rows (admission_log)
@@ -195,7 +195,7 @@ class GraftExchange(Exchange):
         return np.random.default_rng([int(ctx.seed), *keys])
 
     def _same_tokenizer(self, a: str, b: str, ctx: ExchangeContext) -> bool:
-        if not self.opts["direct_ids"]:
+        if not self.opts.direct_ids:
             return False
         key = (a, b)
         if key not in self._same_tok:
@@ -231,8 +231,8 @@ class GraftExchange(Exchange):
         before the advantages and the loss): this step's rate joins the window first, so the window holds this
         step and the ones before it; ``lagged``: the window before this step (1.0 without history), then this
         step's rate is appended."""
-        w = self.opts["hacpo_window"]
-        lagged = self.opts["hacpo_capability"] == "lagged"
+        w = self.opts.hacpo_window
+        lagged = self.opts.hacpo_capability == "lagged"
         caps = {}
         if lagged:
             for name in steps:
@@ -250,8 +250,8 @@ class GraftExchange(Exchange):
     def plan(self, steps: dict[str, PolicyStep], ctx: ExchangeContext, directions=None) -> Plan:
         names = list(steps)
         B = len(steps[names[0]].problems)
-        return plan_exchange([steps[nm].k for nm in names], [steps[nm].n for nm in names], self.opts["selection"],
-                             ctx.seed, B, directions, self.opts["n_peer"])
+        return plan_exchange([steps[nm].k for nm in names], [steps[nm].n for nm in names], self.opts.selection,
+                             ctx.seed, B, directions, self.opts.n_peer)
 
     def select(self, steps: dict[str, PolicyStep], ctx: ExchangeContext):
         """Every receiver's batch; the receivers are ``ctx.receivers`` (the trained policies; default every
@@ -262,7 +262,7 @@ class GraftExchange(Exchange):
         if len(receivers) < len(names):
             directions = [(s, r) for r, rn in enumerate(names) if rn in receivers for s in range(len(names)) if s != r]
         plan = self.plan(steps, ctx, directions)
-        caps = self._capabilities(steps) if self.opts["mode"] == "hacpo" else {}
+        caps = self._capabilities(steps) if self.opts.mode == "hacpo" else {}
         batches, metrics = {}, {}
         for r, rname in enumerate(names):
             if rname in receivers:
@@ -280,7 +280,7 @@ class GraftExchange(Exchange):
                              rng=lambda *keys: self._rng(ctx, *keys), caps=caps, step=ctx.step,
                              eps=algo.adv_eps if algo is not None else 1e-6,
                              norm_by_std=algo.norm_by_std if algo is not None else True)
-        mode = REPLACEMENTS.get(self.opts["mode"])
+        mode = REPLACEMENTS.get(self.opts.mode)
         assign = plan.assign.get(r, {})
         batch = TrainBatch()
         for q in range(len(recv.problems)):
@@ -291,10 +291,10 @@ class GraftExchange(Exchange):
                 src = steps[batch.extra["src_policy"][i]]
                 n_src_tok += len(src.rollouts.response_ids[batch.group[i] * src.n + batch.extra["src_sample"][i]])
                 n_recv_tok += len(batch.response_ids[i])
-        if self.opts["peer_logprobs"] == "recompute" and any(s == "peer" for s in batch.source):
+        if self.opts.peer_logprobs == "recompute" and any(s == "peer" for s in batch.source):
             self._recompute_source_means(batch, steps, ctx)
         met = self.select_metrics(r, names, steps, plan, batch, n_src_tok, n_recv_tok)
-        mode_metrics = REPLACEMENTS.spec(self.opts["mode"]).metrics
+        mode_metrics = REPLACEMENTS.spec(self.opts.mode).metrics
         if mode_metrics is not None:
             met.update(mode_metrics(rc, assign))
         return batch, met
@@ -338,7 +338,7 @@ class GraftExchange(Exchange):
         s = [compatibility(batch.old_logprobs[i], nsc[i] if nsc[i] is not None else len(batch.response_ids[i]),
                            batch.source_logp_mean[i]) for i in peer]
         idx = 1 + (names.index(name) if name in names else 0)
-        w, keep = ADMISSIONS.get(o["admission"])(s, o, lambda: self._rng(ctx, idx, 7))
+        w, keep = ADMISSIONS.get(o.admission)(s, o, lambda: self._rng(ctx, idx, 7))
         weights = list(batch.weights)
         keep_row = [True] * len(batch)
         for i, wi, ki in zip(peer, w, keep):

@@ -94,19 +94,18 @@ class StoredGraftExchange(GraftExchange):
 
     @classmethod
     def validate(cls, cfg) -> None:
-        p = dict(cfg.exchange.params)
-        opts = options(p, StoredGraftParams)
+        opts = options(dict(cfg.exchange.params), StoredGraftParams)
         check_loss_for_mode(cfg, opts)
-        for k in ("partner_run", "partner_policy"):
-            if not p.get(k):
+        for k, v in (("partner_run", opts.partner_run), ("partner_policy", opts.partner_policy)):
+            if not v:
                 raise GraftError(f"config key 'exchange.params.{k}': required by exchange graft_stored")
-        if opts["peer_logprobs"] != "rollout":
+        if opts.peer_logprobs != "rollout":
             raise GraftError("config key 'exchange.params.peer_logprobs': graft_stored uses the stored rollout "
                              "log-probs; the partner model is not loaded")
-        if opts["mode"] == "hacpo":
+        if opts.mode == "hacpo":
             raise GraftError("config key 'exchange.params.mode': hacpo needs a co-trained peer")
-        d = os.path.join(str(p["partner_run"]), "rollouts", str(p["partner_policy"]))
+        d = os.path.join(str(opts.partner_run), "rollouts", str(opts.partner_policy))
         if not os.path.isdir(d):
             raise GraftError(f"config key 'exchange.params.partner_run': {d} does not exist (need the partner's "
-                             f"GRPO run directory with rollout logs of policy {p['partner_policy']!r})")
+                             f"GRPO run directory with rollout logs of policy {opts.partner_policy!r})")
         cls._receiver(cfg)

@@ -32,7 +32,7 @@ from graft_cli.algorithms.exchange.gates import source_mean_logprob
 from graft_cli.batch import PolicyStep, TrainBatch, is_correct
 from graft_cli.errors import GraftError
 from graft_cli.models.retokenize import retokenize
-from graft_cli.registry import Registry
+from graft_cli.registry import Params, Registry
 
 @dataclass(frozen=True)
 class ModeSpec:
@@ -84,13 +84,14 @@ def hacpo_advantages(r_self, r_peer, c: float, eps: float = 1e-6) -> tuple[list[
     return [(x - b) / (sd + eps) for x in rs], [(x - b) / (sd + eps) for x in rp]
 
 
-def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokenizer, opts: dict,
+def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokenizer, opts: Params,
                     src_name: str, advantages: list[float] | None = None, same_tokenizer: bool = False,
                     only: list[int] | None = None) -> TrainBatch:
     """The source's group for prompt q as receiver rows (graft.md §2.2 steps 5–6): re-tokenized response,
     the source's own advantage (or ``advantages`` when a variant recomputes them), reward, mean source
     log-prob (``peer_logprobs``; EOS excluded) and ``extra`` columns ``src_policy``, ``n_scored``,
-    (and the ``source_logp_mean`` field). ``only`` restricts to some sample indices (success-only, SFT)."""
+    (and the ``source_logp_mean`` field). ``only`` restricts to some sample indices (success-only, SFT); ``opts``:
+    the exchange's GraftParams (``opts.append_eos``)."""
     out = TrainBatch()
     ro, n = src.rollouts, src.n
     for j in (range(n) if only is None else only):
@@ -101,7 +102,7 @@ def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokeniz
             ids = list(ro.response_ids[r])
             n_scored = len(ids) - 1 if ended and len(ids) > 1 else len(ids)
         else:
-            ids, n_scored = retokenize(ro.texts[r], tokenizer, ended, opts["append_eos"], terminal_only)
+            ids, n_scored = retokenize(ro.texts[r], tokenizer, ended, opts.append_eos, terminal_only)
         src_mean = source_mean_logprob(ro.logprobs[r], ended)
         adv = float(src.advantages[q, j]) if advantages is None else float(advantages[j])
         out.append(prompt_ids=recv_prompt_ids, response_ids=ids, advantages=adv, weights=1.0, source="peer",
@@ -130,7 +131,7 @@ class ReceiverContext:
     r: int
     names: list  # policy (and source) names, in plan order
     steps: dict  # name -> PolicyStep
-    opts: dict  # the exchange's validated options
+    opts: Params  # the exchange's checked options: its GraftParams (graft.py, which imports this module)
     tokenizer: object  # the receiver's tokenizer
     encode_prompt: Callable  # problem text -> the receiver's prompt ids
     same_tokenizer: Callable  # source name -> bool (direct id transfer)
@@ -155,7 +156,7 @@ class ReceiverContext:
                                only=only)
 
     def success_only(self, s: int, q: int):
-        if self.opts["peer_responses"] != "success":
+        if self.opts.peer_responses != "success":
             return None
         src = self.steps[self.names[s]]
         return [j for j in range(src.n) if is_correct(float(src.rewards[q, j]))]
@@ -210,8 +211,8 @@ def _hacpo_rows(rc: ReceiverContext, s: int, q: int, advantages, only=None) -> T
     o = rc.opts
     rows = rc.peer_rows(s, q, advantages=advantages, only=only)
     _refuse_empty(rows, q, f"policy {sname!r}")
-    rows.extra["hacpo_c"] = [hacpo_capability(rc.caps[sname], rc.caps[rc.name], o["hacpo_c_min"],
-                                              o["hacpo_c_max"])] * len(rows)
+    rows.extra["hacpo_c"] = [hacpo_capability(rc.caps[sname], rc.caps[rc.name], o.hacpo_c_min,
+                                              o.hacpo_c_max)] * len(rows)
     return rows
 
 
@@ -235,7 +236,7 @@ def hacpo_metrics(rc: ReceiverContext, assign: dict) -> dict:
     cs, bs = [], []
     for q, s in sorted(assign.items()):
         sname = rc.names[s]
-        c = hacpo_capability(rc.caps[sname], rc.caps[rc.name], o["hacpo_c_min"], o["hacpo_c_max"])
+        c = hacpo_capability(rc.caps[sname], rc.caps[rc.name], o.hacpo_c_min, o.hacpo_c_max)
         cs.append(c)
         bs.append(hacpo_baseline(rc.recv.rewards[q].tolist(), rc.steps[sname].rewards[q].tolist(), c))
     if cs:
@@ -249,13 +250,13 @@ def hacpo_group(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
     o = rc.opts
     if s is None:
         out = _hacpo_own_rows(rc, q)
-        if o["hacpo_peer_elsewhere"] == "zero":
+        if o.hacpo_peer_elsewhere == "zero":
             for si, sname in enumerate(rc.names):
                 if si != rc.r:
                     out.extend(_hacpo_rows(rc, si, q, [0.0] * rc.steps[sname].n))
         return out
     src = rc.steps[rc.names[s]]
-    c = hacpo_capability(rc.caps[rc.names[s]], rc.caps[rc.name], o["hacpo_c_min"], o["hacpo_c_max"])
+    c = hacpo_capability(rc.caps[rc.names[s]], rc.caps[rc.name], o.hacpo_c_min, o.hacpo_c_max)
     a_self, a_peer = hacpo_advantages(rc.recv.rewards[q].tolist(), src.rewards[q].tolist(), c, rc.eps)
     out = _hacpo_own_rows(rc, q, a_self)
     out.extend(_hacpo_rows(rc, s, q, a_peer, only=rc.success_only(s, q)))
