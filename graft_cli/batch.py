@@ -1,19 +1,20 @@
-"""Per-step data structures shared by every layer: ``Rollouts`` (what an engine samples), ``PolicyStep`` and
-``TrainBatch``.
+"""Per-step data structures shared by every layer: ``Rollouts`` (what an engine samples),
+``PolicyStep`` and ``TrainBatch``.
 
-``PolicyStep`` is one policy's (or one stored source's) rollouts on the shared prompt batch with rewards
-and advantages. ``TrainBatch`` is what a policy is optimised on: one row per response (self, peer or
-teacher), with the receiver's token ids, a scalar advantage, a weight, a source tag and a group id (the
-prompt's index in the step batch), plus the per-token signals the loss reads:
+``PolicyStep`` is one policy's (or one stored source's) rollouts on the shared prompt batch with
+rewards and advantages. ``TrainBatch`` is what a policy is optimised on: one row per response (self,
+peer or teacher), with the receiver's token ids, a scalar advantage, a weight, a source tag and a
+group id (the prompt's index in the step batch), plus the per-token signals the loss reads:
 
-- ``loss_mask`` (optional, per row a list over response tokens; ``None`` = every response token): which
-  tokens carry gradient (tandem RLVR trains on the senior's tokens only); it also sets each row's token
-  count in the loss denominators;
-- ``token_adv`` (optional, per row a list over response tokens or ``None`` for the row's scalar advantage
-  broadcast): per-token advantages (OPD, truncated-IS-weighted advantages);
-- ``in_pg`` (per row): whether the row counts in the policy-gradient denominators (Σ|o_j|, N); rows with
-  ``False`` are auxiliary (e.g. SGT's NLL rows) and only the losses that use them see them;
-- ``extra``: further per-row columns by name (scorer outputs such as ``ref_logprobs``, exchange columns).
+- ``loss_mask`` (optional, per row a list over response tokens; ``None`` = every response token):
+  which tokens carry gradient (tandem RLVR trains on the senior's tokens only); it also sets each
+  row's token count in the loss denominators;
+- ``token_adv`` (optional, per row a list over response tokens or ``None`` for the row's scalar
+  advantage broadcast): per-token advantages (OPD, truncated-IS-weighted advantages);
+- ``in_pg`` (per row): whether the row counts in the policy-gradient denominators (Σ|o_j|, N); rows
+  with ``False`` are auxiliary (e.g. SGT's NLL rows) and only the losses that use them see them;
+- ``extra``: further per-row columns by name (scorer outputs such as ``ref_logprobs``, exchange
+  columns).
 
 Exchanges and registered signal functions fill these columns; the trainer only scores, schedules and
 optimises them.
@@ -33,16 +34,17 @@ CORRECT_ABOVE = 0.5  # a reward above this is a correct response (verifiable rew
 
 
 def is_correct(reward):
-    """Whether a reward (a float, or elementwise an array or tensor of them) marks a correct response."""
+    """Whether a reward (a float, or elementwise an array or tensor of them) marks a correct
+    response."""
     return reward > CORRECT_ABOVE
 
 
 @dataclass
 class Rollouts:
-    """What a rollout engine returns for ``B`` prompts sampled ``n`` times (prompt-major: the responses of prompt
-    ``i`` are rows ``i*n .. i*n+n-1``): response token ids, decoded text, the per-token log-probabilities of the
-    *processed* sampling distribution (after temperature, top-k and top-p), and whether each response hit
-    ``max_new_tokens`` without emitting EOS."""
+    """What a rollout engine returns for ``B`` prompts sampled ``n`` times (prompt-major: the
+    responses of prompt ``i`` are rows ``i*n .. i*n+n-1``): response token ids, decoded text, the
+    per-token log-probabilities of the *processed* sampling distribution (after temperature, top-k
+    and top-p), and whether each response hit ``max_new_tokens`` without emitting EOS."""
 
     prompt_ids: list[list[int]]  # one per prompt (B)
     response_ids: list[list[int]]  # B*n, prompt-major; includes the EOS token when one was emitted
@@ -142,7 +144,8 @@ class TrainBatch:
 
     @property
     def is_peer(self) -> list[bool]:
-        """Per row: a peer row (another policy's response: ``source`` is not ``"self"``; docs/glossary.md)."""
+        """Per row: a peer row (another policy's response: ``source`` is not ``"self"``;
+        docs/glossary.md)."""
         return [s != "self" for s in self.source]
 
     def peer_rows(self) -> list[int]:
@@ -186,8 +189,8 @@ def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
 
 
 def prefix_cost(prompt_keys: list, prompt_lens: list[int], response_lens: list[int], rows: list[int]) -> int:
-    """Padded tokens of one shared-prompt micro-batch: ``distinct prompts x longest prompt + rows x (longest
-    response - 1)``, the prompt pass and the response pass of
+    """Padded tokens of one shared-prompt micro-batch: ``distinct prompts x longest prompt + rows x
+    (longest response - 1)``, the prompt pass and the response pass of
     :func:`graft_cli.models.logprobs.shared_prefix_hidden`."""
     u = len({prompt_keys[i] for i in rows})
     return u * max(prompt_lens[i] for i in rows) + len(rows) * max(max(response_lens[i] for i in rows) - 1, 0)
@@ -195,16 +198,17 @@ def prefix_cost(prompt_keys: list, prompt_lens: list[int], response_lens: list[i
 
 def prefix_micro_batches(prompt_keys: list, prompt_lens: list[int], response_lens: list[int],
                          token_budget: int) -> list[list[int]]:
-    """Micro-batches of row indices for the shared-prompt forward (``optim.shared_prefix``): each micro-batch
-    runs its distinct prompts once. Two row orders are split greedily (a row joins the current micro-batch
-    while :func:`prefix_cost` stays within ``token_budget``; at least one row each), and the plan with fewer
-    padded tokens in all is kept (ties: the first):
+    """Micro-batches of row indices for the shared-prompt forward (``optim.shared_prefix``): each
+    micro-batch runs its distinct prompts once. Two row orders are split greedily (a row joins the
+    current micro-batch while :func:`prefix_cost` stays within ``token_budget``; at least one row
+    each), and the plan with fewer padded tokens in all is kept (ties: the first):
 
-    1. group-major: a prompt's rows together (each prompt runs once), prompt groups in order of their longest
-       response, rows within a group by response length — best when a group's responses are of like length;
-    2. by response length across groups (a prompt runs once per micro-batch it has rows in) — best when the
-       lengths within a group spread, as padding to the group's longest response would cost more than the
-       prompts saved."""
+    1. group-major: a prompt's rows together (each prompt runs once), prompt groups in order of
+       their longest response, rows within a group by response length — best when a group's
+       responses are of like length;
+    2. by response length across groups (a prompt runs once per micro-batch it has rows in) — best
+       when the lengths within a group spread, as padding to the group's longest response would cost
+       more than the prompts saved."""
     groups: dict = {}
     for i, k in enumerate(prompt_keys):
         groups.setdefault(k, []).append(i)
@@ -236,9 +240,10 @@ def prefix_micro_batches(prompt_keys: list, prompt_lens: list[int], response_len
 
 def plan_micro_batches(prompts: list[list[int]], responses: list[list[int]], token_budget: int,
                        shared_prefix: bool = False, sort: bool = True) -> list[list[int]]:
-    """Row indices split into forward micro-batches within ``token_budget`` padded tokens: rows of one prompt
-    together (``shared_prefix``, :func:`prefix_micro_batches`), else length-sorted (``sort``: each
-    micro-batch pads to a length close to its rows'), else in order (:func:`micro_batches`)."""
+    """Row indices split into forward micro-batches within ``token_budget`` padded tokens: rows of
+    one prompt together (``shared_prefix``, :func:`prefix_micro_batches`), else length-sorted
+    (``sort``: each micro-batch pads to a length close to its rows'), else in order
+    (:func:`micro_batches`)."""
     if shared_prefix:
         return prefix_micro_batches([tuple(p) for p in prompts], [len(p) for p in prompts],
                                     [len(r) for r in responses], token_budget)
@@ -248,8 +253,9 @@ def plan_micro_batches(prompts: list[list[int]], responses: list[list[int]], tok
 
 
 def cat_groups(parts: list[tuple[PolicyStep, list[int]]], limit: int | None = None) -> PolicyStep:
-    """Concatenate chosen prompt groups of several PolicySteps of one policy (rounds of dynamic sampling),
-    in order, keeping at most ``limit`` groups: problems, prompt ids, rollouts, rewards, advantages."""
+    """Concatenate chosen prompt groups of several PolicySteps of one policy (rounds of dynamic
+    sampling), in order, keeping at most ``limit`` groups: problems, prompt ids, rollouts, rewards,
+    advantages."""
     chosen = [(st, q) for st, qs in parts for q in qs][: limit if limit is not None else None]
     first = parts[0][0]
     n = first.n

@@ -1,7 +1,7 @@
 """The `graft` command line. Each subcommand composes a Hydra config (experiments/) and calls one
-function; errors in user input are one line on stderr and exit code 2. Each command imports what it uses inside
-its own function, so that `graft --help` and every command load only what they need (torch, transformers and the
-trainer take seconds to import)."""
+function; errors in user input are one line on stderr and exit code 2. Each command imports what it
+uses inside its own function, so that `graft --help` and every command load only what they need
+(torch, transformers and the trainer take seconds to import)."""
 
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ _RUN_KEYS = {"steps": "run.steps", "out": "run.out", "seed": "run.seed", "name":
 
 
 def _train_overrides(pair: str, method: str, overrides, **run) -> list[str]:
-    """The config overrides of ``graft train``: pair and method, each ``run`` option given (:data:`_RUN_KEYS`),
-    then the user's own ``overrides``."""
+    """The config overrides of ``graft train``: pair and method, each ``run`` option given
+    (:data:`_RUN_KEYS`), then the user's own ``overrides``."""
     ov = [f"pair='{pair}'", f"method='{method}'"]
     ov += [f"{key}={run[opt]}" for opt, key in _RUN_KEYS.items() if run.get(opt) is not None]
     return ov + list(overrides)
@@ -100,9 +100,10 @@ def train(no_progress, dry_run, overrides, **run):
 
 
 def _dry_run(cfg) -> None:
-    """``graft train --dry-run``: the composed config's key settings, after the checks a run makes before it loads
-    anything (the config's validation, the reward's name and options, a local training file's existence, every
-    evaluation benchmark's name or file), one ``key: value`` line each."""
+    """``graft train --dry-run``: the composed config's key settings, after the checks a run makes
+    before it loads anything (the config's validation, the reward's name and options, a local
+    training file's existence, every evaluation benchmark's name or file), one ``key: value`` line
+    each."""
 
     from graft_cli.eval.benchmarks import resolve_benchmarks
     from graft_cli.reward import make_grader
@@ -157,7 +158,8 @@ def _dry_run(cfg) -> None:
 
 
 def _print_summary(run_dir: str) -> None:
-    """What the run did (reward first -> last, exchange counts, clipping of grafted tokens) and its picture."""
+    """What the run did (reward first -> last, exchange counts, clipping of grafted tokens) and its
+    picture."""
     from graft_cli.console import make_console
     from graft_cli.report.run_summary import run_summary, run_variant, summary_markdown, summary_plot
 
@@ -235,8 +237,8 @@ def tiny_build(check, cache_dir, seed, force, recipe, prompts, code, roles):
 @click.argument("overrides", nargs=-1)
 @one_line_errors
 def tiny_rl_check(**opts):
-    """Train the tiny pair (GRPO n=8 by default), then compare each policy's held-out pass@1 with its
-    base model's, same sampling seed; writes OUT/rl_check.json (last printed line is that JSON).
+    """Train the tiny pair (GRPO n=8 by default), then compare each policy's held-out pass@1 with
+    its base model's, same sampling seed; writes OUT/rl_check.json (last printed line is that JSON).
 
     \b
     Example:
@@ -297,9 +299,9 @@ def tiny_rl_check(**opts):
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @one_line_errors
 def eval_cmd(**opts):
-    """Evaluate a run's checkpoints or one model: 5 runs x 8 samples at T=0.6, top-p 0.95 on MATH500,
-    AIME24, AIME25, AMC23 and Minerva; pass@1 mean ± std over runs, unbiased pass@k, per-sample JSONL.
-    Resumable: finished (benchmark, run) files are kept.
+    """Evaluate a run's checkpoints or one model: 5 runs x 8 samples at T=0.6, top-p 0.95 on
+    MATH500, AIME24, AIME25, AMC23 and Minerva; pass@1 mean ± std over runs, unbiased pass@k,
+    per-sample JSONL. Resumable: finished (benchmark, run) files are kept.
 
     \b
     Writes <run>/eval/<policy>/step_NNNNNN/{<bench>_run<k>.jsonl, summary.json},
@@ -331,8 +333,8 @@ def eval_cmd(**opts):
                    "folder]")
 @one_line_errors
 def export_cmd(run_dir, out, step, policies, merge):
-    """Export a run's checkpoint as Hugging Face model folders (from_pretrained / vLLM / lm-eval load them); a LoRA
-    policy as its PEFT adapter folder, or merged with --merge."""
+    """Export a run's checkpoint as Hugging Face model folders (from_pretrained / vLLM / lm-eval
+    load them); a LoRA policy as its PEFT adapter folder, or merged with --merge."""
     from graft_cli.train.checkpoint import export
 
     for name, path in export(run_dir, out, step, list(policies) or None, merge=merge).items():
@@ -361,8 +363,9 @@ def export_cmd(run_dir, out, step, policies, merge):
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @one_line_errors
 def complementarity_cmd(**opts):
-    """Per-step cross-solve rates: the share of X's all-fail prompts (k = 0) on which Y has k >= 1, both
-    directions, and their mean over training (graft.md §2.7). Writes complementarity.json and .png.
+    """Per-step cross-solve rates: the share of X's all-fail prompts (k = 0) on which Y has k >= 1,
+    both directions, and their mean over training (graft.md §2.7). Writes complementarity.json and
+    .png.
 
     \b
     Examples:
@@ -414,10 +417,10 @@ def ablate_cmd(**opts):
 @click.option("--no-plots", is_flag=True, help="tables only")
 @one_line_errors
 def report_cmd(dirs, out, devices, clip_steps, no_plots):
-    """Tables shaped like the paper's (Table 1 main results, 2/7/8 ablations, 9 clipped fractions, 5 compute,
-    4 repeats, 6 stored trajectories, complementarity) in markdown and LaTeX, with the paper's numbers side by
-    side for paper pairs, and PNG plots. DIRS are run directories or folders holding them (and `graft eval
-    --model` folders).
+    """Tables shaped like the paper's (Table 1 main results, 2/7/8 ablations, 9 clipped fractions, 5
+    compute, 4 repeats, 6 stored trajectories, complementarity) in markdown and LaTeX, with the
+    paper's numbers side by side for paper pairs, and PNG plots. DIRS are run directories or folders
+    holding them (and `graft eval --model` folders).
 
     \b
     Writes <out>/report.md, tables.tex, report.json and plots/*.png.
@@ -447,13 +450,13 @@ def report_cmd(dirs, out, devices, clip_steps, no_plots):
 @launch_options
 @one_line_errors
 def reproduce_cmd(**opts):
-    """Run a reproduction plan, experiments/reproduce/<PAIR>.yaml: train and evaluate each run, then `graft
-    report` on the output folder. The miniatures on the tiny pair (tiny, tiny_full, tiny3, tiny_saf,
-    tiny_tandem; each plan's file says its runs and seeds) add the paper's claims judged from the measured
-    numbers (95% t-intervals over seeds and where their variance comes from). The papers' own tables
-    (graft_table1, graft_ablations, graft_table6, saf_table, tandem_table: docs/cluster.md) name each run's
-    GPUs and hours. Resumable: finished runs and evaluations are skipped. --dry-run lists the runs with their
-    resources and the plan's GPU-hours.
+    """Run a reproduction plan, experiments/reproduce/<PAIR>.yaml: train and evaluate each run, then
+    `graft report` on the output folder. The miniatures on the tiny pair (tiny, tiny_full, tiny3,
+    tiny_saf, tiny_tandem; each plan's file says its runs and seeds) add the paper's claims judged
+    from the measured numbers (95% t-intervals over seeds and where their variance comes from). The
+    papers' own tables (graft_table1, graft_ablations, graft_table6, saf_table, tandem_table:
+    docs/cluster.md) name each run's GPUs and hours. Resumable: finished runs and evaluations are
+    skipped. --dry-run lists the runs with their resources and the plan's GPU-hours.
 
     \b
     Writes <out>/<pair>-<run>-s<seed>/ per run, <out>/plan_<name>.{md,json}, <out>/report/report.md (with the

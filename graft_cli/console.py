@@ -1,7 +1,7 @@
 """One place that makes rich consoles for every command.
 
-``emoji=False``: rich would otherwise render ``:a:`` in ``tiny:a: avg=...`` as an emoji (🅰), and model
-names, paths and hub ids are full of colons."""
+``emoji=False``: rich would otherwise render ``:a:`` in ``tiny:a: avg=...`` as an emoji (🅰), and
+model names, paths and hub ids are full of colons."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ def make_console(**kwargs) -> Console:
 
 
 def quiet_libraries(verbose: bool = False) -> None:
-    """Silence the progress bars and advisory warnings of transformers, datasets and huggingface_hub ("Loading
-    weights", "Writing model shards", ...) unless ``verbose``: graft's own progress says what is happening."""
+    """Silence the progress bars and advisory warnings of transformers, datasets and huggingface_hub
+    ("Loading weights", "Writing model shards", ...) unless ``verbose``: graft's own progress says
+    what is happening."""
     if verbose:
         return
 

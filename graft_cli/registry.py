@@ -1,8 +1,8 @@
 """Name -> function registries (verl `core_algos` style).
 
-Every algorithmic piece (advantage estimator, policy loss, exchange step, reward, engine) is registered
-under a string name and looked up from the config, so the training loop never branches on a method name.
-"""
+Every algorithmic piece (advantage estimator, policy loss, exchange step, reward, engine) is
+registered under a string name and looked up from the config, so the training loop never branches on
+a method name. """
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Name -> function (or class). A name may carry a **spec**: a dataclass the registry's users declare (the
-    parameters of a loss or a signal as a :class:`Params` holding their defaults, a scorer's needs, a handoff
-    schedule's shape), read with :meth:`spec` instead of attributes set on the function."""
+    """Name -> function (or class). A name may carry a **spec**: a dataclass the registry's users
+    declare (the parameters of a loss or a signal as a :class:`Params` holding their defaults, a
+    scorer's needs, a handoff schedule's shape), read with :meth:`spec` instead of attributes set on
+    the function."""
 
     def __init__(self, kind: str, spec_type: type | None = None):
         self.kind = kind
@@ -32,8 +33,9 @@ class Registry(Generic[T]):
         self._lazy: dict[str, str] = {}  # name -> module that registers it when imported (on first get)
 
     def lazy(self, name: str, module: str) -> None:
-        """``name`` is registered by ``module``, imported the first time the name is looked up (a piece whose module
-        imports this registry's own module, e.g. the code reward: no import circle, no cost until used)."""
+        """``name`` is registered by ``module``, imported the first time the name is looked up (a
+        piece whose module imports this registry's own module, e.g. the code reward: no import
+        circle, no cost until used)."""
         self._lazy[name] = module
 
     def _load(self, name: str) -> None:
@@ -41,8 +43,8 @@ class Registry(Generic[T]):
             importlib.import_module(self._lazy[name])
 
     def register(self, name: str, spec=None) -> Callable[[T], T]:
-        """Register under ``name``, with its ``spec`` (an instance of :attr:`spec_type`; its defaults when
-        None)."""
+        """Register under ``name``, with its ``spec`` (an instance of :attr:`spec_type`; its
+        defaults when None)."""
         if spec is None and self.spec_type is not None:
             spec = self.spec_type()
         if spec is not None and self.spec_type is None:
@@ -79,22 +81,25 @@ class Registry(Generic[T]):
 
 
 def choice(default, *others, among: Registry | None = None):
-    """A :class:`Params` field that takes one of a fixed set of values, ``default`` first: ``default`` and
-    ``others`` (``choice("all", "success")``), or the names of registry ``among`` (``choice("floor", among=GATES)``)."""
+    """A :class:`Params` field that takes one of a fixed set of values, ``default`` first:
+    ``default`` and ``others`` (``choice("all", "success")``), or the names of registry ``among``
+    (``choice("floor", among=GATES)``)."""
     return field(default=default, metadata={"choices": among if among is not None else (default, *others)})
 
 
 @dataclass(frozen=True)
 class Params:
-    """The parameters of a registered function: a frozen dataclass declared next to it, one field per parameter.
-    The field's default is the parameter's default (the one place it is written), its annotation the type a value
-    must have (``bool``; ``int``: a whole number; ``float``: a finite number; ``str``; ``X | None``; anything else is
-    taken as given) and :func:`choice` a parameter with a fixed set of values.
+    """The parameters of a registered function: a frozen dataclass declared next to it, one field
+    per parameter. The field's default is the parameter's default (the one place it is written), its
+    annotation the type a value must have (``bool``; ``int``: a whole number; ``float``: a finite
+    number; ``str``; ``X | None``; anything else is taken as given) and :func:`choice` a parameter
+    with a fixed set of values.
 
-    A registry whose names take parameters is ``Registry(kind, Params)``; each name is registered with an instance
-    holding its defaults (``register(name, spec=XParams())``, read back with ``registry.spec(name)``). Config
-    resolution turns the config's mapping into the typed object (:meth:`check`) and writes :meth:`to_dict` back,
-    so a run's ``config.yaml`` shows every value."""
+    A registry whose names take parameters is ``Registry(kind, Params)``; each name is registered
+    with an instance holding its defaults (``register(name, spec=XParams())``, read back with
+    ``registry.spec(name)``). Config resolution turns the config's mapping into the typed object
+    (:meth:`check`) and writes :meth:`to_dict` back, so a run's ``config.yaml`` shows every
+    value."""
 
     @classmethod
     def defaults(cls) -> dict:
@@ -103,14 +108,14 @@ class Params:
 
     @classmethod
     def check(cls, given: dict | None, key: str, owner: str) -> Params:
-        """``given`` over the defaults, each key and value checked (unknown keys, types, choices): a GraftError of
-        one line naming ``key.<parameter>`` on the first failure."""
+        """``given`` over the defaults, each key and value checked (unknown keys, types, choices): a
+        GraftError of one line naming ``key.<parameter>`` on the first failure."""
         return cls(**_checked(cls, given, key, owner)[0])
 
     @classmethod
     def read(cls, written: dict | None) -> Params:
-        """The values a run's config holds (checked when the run wrote it) over the defaults; keys that are no
-        parameter are left out."""
+        """The values a run's config holds (checked when the run wrote it) over the defaults; keys
+        that are no parameter are left out."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in (written or {}).items() if k in names})
 
@@ -142,8 +147,8 @@ def _allowed(v, allowed) -> bool:
 
 
 def _checked(cls: type, given: dict | None, key: str, owner: str, open_keys: tuple = ()) -> tuple[dict, dict]:
-    """(parameter -> value over the defaults, the ``open_keys`` given) with every given key and value checked
-    (:meth:`Params.check`)."""
+    """(parameter -> value over the defaults, the ``open_keys`` given) with every given key and
+    value checked (:meth:`Params.check`)."""
     fs = {f.name: f for f in fields(cls)}
     out, extra = cls.defaults(), {}
     for k, v in (given or {}).items():
@@ -177,9 +182,10 @@ def _checked(cls: type, given: dict | None, key: str, owner: str, open_keys: tup
 
 
 def params_class(name: str, defaults: dict, choices: dict | None = None) -> type[Params]:
-    """A :class:`Params` class made from a mapping of defaults (a part registered with keyword defaults, a
-    plugin's): a tuple default is a choice (its first entry the default), a bool one a flag, a number one any
-    finite number; ``choices`` maps a parameter to its allowed values (a tuple or a :class:`Registry`)."""
+    """A :class:`Params` class made from a mapping of defaults (a part registered with keyword
+    defaults, a plugin's): a tuple default is a choice (its first entry the default), a bool one a
+    flag, a number one any finite number; ``choices`` maps a parameter to its allowed values (a
+    tuple or a :class:`Registry`)."""
     specs = []
     for k, d in defaults.items():
         among = (choices or {}).get(k)
@@ -198,8 +204,9 @@ def params_class(name: str, defaults: dict, choices: dict | None = None) -> type
 
 def validate_params(defaults: dict, params: dict | None, key: str, owner: str, choices: dict | None = None,
                     open_keys: tuple = ()) -> dict:
-    """``params`` merged over ``defaults`` (a mapping, :func:`params_class`) with each key and value checked as
-    :meth:`Params.check` does; ``open_keys``: further keys taken as given (no default). Returns a plain mapping.
-    The check of the parts whose parameters are a mapping on a class (engine options, controllers)."""
+    """``params`` merged over ``defaults`` (a mapping, :func:`params_class`) with each key and value
+    checked as :meth:`Params.check` does; ``open_keys``: further keys taken as given (no default).
+    Returns a plain mapping. The check of the parts whose parameters are a mapping on a class
+    (engine options, controllers)."""
     values, extra = _checked(params_class(owner, defaults, choices), params, key, owner, open_keys)
     return {**values, **extra}

@@ -1,6 +1,6 @@
-"""The config schema: one dataclass per section of ``experiments/config.yaml`` (``run``, ``data``, ``prompt``,
-``rollout``, ``reward``, ``algo``, ``optim``, ``exchange``, ``eval``) and the :class:`Config` that holds them.
-Composition and validation are :mod:`graft_cli.config`'s."""
+"""The config schema: one dataclass per section of ``experiments/config.yaml`` (``run``, ``data``,
+``prompt``, ``rollout``, ``reward``, ``algo``, ``optim``, ``exchange``, ``eval``) and the
+:class:`Config` that holds them. Composition and validation are :mod:`graft_cli.config`'s."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ SYNC_CHECKS = ("every", "first", "off")  # run.sync_check
 
 @dataclass
 class LoraConfig:
-    """LoRA adapters for a trained policy (graft_cli/models/lora.py, through PEFT): ``r`` 0 trains the full weights;
-    ``r > 0`` trains rank-``r`` adapters scaled by ``alpha / r`` on ``target_modules`` (``all-linear``: every
-    linear layer but the LM head, or a list of module names), the base frozen. ``init``: default (B = 0, the
-    adapted model starts as the base), gaussian, pissa, olora (PEFT's ``init_lora_weights``)."""
+    """LoRA adapters for a trained policy (graft_cli/models/lora.py, through PEFT): ``r`` 0 trains
+    the full weights; ``r > 0`` trains rank-``r`` adapters scaled by ``alpha / r`` on
+    ``target_modules`` (``all-linear``: every linear layer but the LM head, or a list of module
+    names), the base frozen. ``init``: default (B = 0, the adapted model starts as the base),
+    gaussian, pissa, olora (PEFT's ``init_lora_weights``)."""
 
     r: int = 0
     alpha: float = 16.0
@@ -30,11 +31,12 @@ class LoraConfig:
 
 @dataclass
 class PolicyConfig:
-    """A model of the run. ``role: train`` is a policy (optimizer, rollout engine, checkpoints); ``role: frozen``
-    is only scored (a KL reference, an OPD teacher, a tandem junior): loaded once in the run's dtype and
-    device, no optimizer, not copied into checkpoints (the run records its path and weight hash and refuses
-    to resume against different weights). Each step the registered ``scorer`` writes one per-row column
-    (``column``, default ``<name>_logprobs``) into the batch of every policy it ``serves`` (default: all)."""
+    """A model of the run. ``role: train`` is a policy (optimizer, rollout engine, checkpoints);
+    ``role: frozen`` is only scored (a KL reference, an OPD teacher, a tandem junior): loaded once
+    in the run's dtype and device, no optimizer, not copied into checkpoints (the run records its
+    path and weight hash and refuses to resume against different weights). Each step the registered
+    ``scorer`` writes one per-row column (``column``, default ``<name>_logprobs``) into the batch of
+    every policy it ``serves`` (default: all)."""
 
     name: str = MISSING  # short name used in files and metrics (e.g. "smol", "qwen", "a")
     model: str = MISSING  # hub id or local folder; "tiny:a" etc. for the embedded tiny pair
@@ -55,8 +57,8 @@ class PolicyConfig:
 
 @dataclass
 class SourceConfig:
-    """A step source that is not a trained policy (graft_cli/train/sources.py): ``rollout_log`` reads a
-    partner's earlier run (``run``, its policy ``policy``), re-graded when ``reverify``."""
+    """A step source that is not a trained policy (graft_cli/train/sources.py): ``rollout_log``
+    reads a partner's earlier run (``run``, its policy ``policy``), re-graded when ``reverify``."""
 
     name: str = MISSING
     kind: str = "rollout_log"
@@ -74,7 +76,8 @@ class RunConfig:
     epochs: int = 3
     save_every: int = 10  # and at the last step; 0: no checkpoint at all (benchmarks: nothing to resume from)
     save_initial: bool = False  # a checkpoint of the initial weights (step 0), kept through rotation: evaluation then
-    # scores the base models by the same code path (graft eval --run, steps all / 0), e.g. a study's gain over them
+    # scores the base models by the same code path (graft eval --run, steps all / 0), e.g. a study's
+    # gain over them
     sync_check: str = "every"  # every | first | off: after a weight sync, the engine's and the trainer's log-probs of a
     # fixed probe must agree (graft_cli/train/sync_check.py), else the run stops in one line
     sync_tolerance: Optional[float] = None  # nats/token the probe gap may reach (default by run.dtype)
@@ -82,8 +85,9 @@ class RunConfig:
     # is abandoned at once, nothing half-written, and the run resumes from its last checkpoint)
     keep_checkpoints: int = 2  # last k complete checkpoints (the best by validation is kept too)
     checkpoint_format: str = "auto"  # full: every policy gathered to rank 0 and saved as a HF folder; sharded: under
-    # FSDP each rank writes its part (graft_cli/models/shards.py, no gather; resumes on any world size, `graft export`
-    # assembles a HF folder); auto: sharded under FSDP with more than one process, full otherwise
+    # FSDP each rank writes its part (graft_cli/models/shards.py, no gather; resumes on any world
+    # size, `graft export` assembles a HF folder); auto: sharded under FSDP with more than one
+    # process, full otherwise
     resume: bool = True
     log_rollouts: bool = True
     keep_rollouts: int = 0  # rollout logs of the last k steps per policy; 0 = all (stored-trajectory GRAFT reads them)
@@ -92,7 +96,8 @@ class RunConfig:
     threads: Optional[int] = None  # torch CPU threads
     policy_workers: int = 0  # policies stepped in parallel threads (1: one after the other; 0: auto, train/parallel)
     staleness: int = 0  # k: step t trains on rollouts sampled with the weights of step max(0, t - k), generated while
-    # the steps before it update (graft_cli/train/ahead.py); 0: each step samples with its own weights
+    # the steps before it update (graft_cli/train/ahead.py); 0: each step samples with its own
+    # weights
     loggers: list = field(default_factory=lambda: ["jsonl"])  # + tensorboard, wandb (graft_cli/train/trackers.py)
     wandb_project: str = "graft"
     wandb_mode: str = "online"  # online | offline (no network; `wandb sync` later) | disabled
@@ -100,8 +105,8 @@ class RunConfig:
     model_init: str = "pretrained"  # random: the published shapes with random weights (graft_cli/models/shapes.py)
     random_shrink: bool = False  # with model_init=random: the same configs at hidden 64 / 2 layers (CPU tests)
     dist_timeout_s: float = 1800.0  # data-parallel runs: the process group's timeout; a rank that waits this long on
-    # a collective (another rank hung) stops with one line (train/dist.py). Must exceed the slowest wait between
-    # ranks (rank 0's checkpoint write while the others wait at the barrier)
+    # a collective (another rank hung) stops with one line (train/dist.py). Must exceed the slowest
+    # wait between ranks (rank 0's checkpoint write while the others wait at the barrier)
 
 
 @dataclass
@@ -157,8 +162,9 @@ class RewardConfig:
 
 @dataclass
 class FilterGroupsConfig:
-    """DAPO's dynamic sampling (verl ``algorithm.filter_groups``): drop groups whose ``metric`` is constant and
-    sample further prompts until the step holds ``data.prompt_batch`` informative groups (train/collect.py)."""
+    """DAPO's dynamic sampling (verl ``algorithm.filter_groups``): drop groups whose ``metric`` is
+    constant and sample further prompts until the step holds ``data.prompt_batch`` informative
+    groups (train/collect.py)."""
 
     enable: bool = False
     metric: str = "acc"  # acc: the binary reward
@@ -167,18 +173,20 @@ class FilterGroupsConfig:
 
 @dataclass
 class RolloutCorrectionConfig:
-    """Rollout rejection and mismatch metrics (verl ``algorithm.rollout_correction``'s ``rollout_rs``,
-    ``rollout_token_veto_threshold`` and off-policy metrics; graft_cli/algorithms/correction.py), beside the TIS
-    weights of ``algo.is_correction``. Applies to the receiver's own rows (they carry rollout log-probs)."""
+    """Rollout rejection and mismatch metrics (verl ``algorithm.rollout_correction``'s
+    ``rollout_rs``, ``rollout_token_veto_threshold`` and off-policy metrics;
+    graft_cli/algorithms/correction.py), beside the TIS weights of ``algo.is_correction``. Applies
+    to the receiver's own rows (they carry rollout log-probs)."""
 
     rejection: str = "none"  # registered rejection mask: none | token | sequence | geometric | icepop
-    # a mapping: Hydra cannot type keys that depend on the name chosen; resolution checks it into its Params class
+    # a mapping: Hydra cannot type keys that depend on the name chosen; resolution checks it into
+    # its Params class
     params: dict = field(default_factory=dict)  # its thresholds (token/sequence/geometric: threshold 2.0,
     # threshold_lower 0 = 1/threshold; icepop: alpha 0.5, beta 5.0), validated against its defaults
     veto_threshold: float = 0.0  # drop a response holding a token with ratio below this (0 = off)
     metrics: Optional[bool] = None  # rollout_corr/* every step: KL, k3 KL, PPLs, log-PPL difference, chi2 (token,
-    # sequence); None: on at run.staleness >= 1 (behaviour vs proximal policy), else off (the HF engine's log-probs
-    # are the trainer's: all zero); on in the vLLM scale overlay
+    # sequence); None: on at run.staleness >= 1 (behaviour vs proximal policy), else off (the HF
+    # engine's log-probs are the trainer's: all zero); on in the vLLM scale overlay
 
 
 @dataclass
@@ -228,8 +236,9 @@ class OptimConfig:
     chunk_tokens: int = 4096  # LM-head rows per chunk in the log-prob computation
     gradient_checkpointing: bool = False
     shared_prefix: Any = "auto"  # each distinct prompt's forward runs once per micro-batch, its KV cache indexed
-    # to the group's rows (update and scoring; float order only: graft_cli/models/logprobs.py); auto: on unless
-    # gradient_checkpointing (which keeps no KV cache); resolved to true/false at validation
+    # to the group's rows (update and scoring; float order only: graft_cli/models/logprobs.py);
+    # auto: on unless gradient_checkpointing (which keeps no KV cache); resolved to true/false at
+    # validation
     autocast: str = "none"  # none | bfloat16: the update's and the trainer's scoring forwards under torch.autocast
     # (bf16 matmuls, fp32 log-softmax; docs/performance.md has its speed and log-prob error on CPU)
     on_nonfinite: str = "stop"  # a non-finite log-prob, loss or gradient norm: stop (one line) | skip the update
@@ -239,24 +248,28 @@ class OptimConfig:
 class ExchangeConfig:
     name: str = "none"  # registered exchange step: none | graft | ...
     ordering: str = "last"  # registered minibatch ordering (graft_cli/algorithms/minibatch.py): last | first |
-    # uniform (groups holding peer samples after / before the own groups / shuffled) | self_first_rows (HACPO)
+    # uniform (groups holding peer samples after / before the own groups / shuffled) |
+    # self_first_rows (HACPO)
     layout: str = "whole_batch"  # whole_batch: the ordering cuts one process's rows | rank_chunks (self_first_rows
-    # only): the rows split over layout_ranks data-parallel ranks first, as verl dispatches them (HACPO's 8-GPU
-    # launcher); optimizer step m = every rank's m-th minibatch (graft_cli/algorithms/minibatch.py)
+    # only): the rows split over layout_ranks data-parallel ranks first, as verl dispatches them
+    # (HACPO's 8-GPU launcher); optimizer step m = every rank's m-th minibatch
+    # (graft_cli/algorithms/minibatch.py)
     layout_ranks: int = 8  # W of rank_chunks: (algo.minibatch_prompts × rollout.n) % W == 0
-    # a mapping: Hydra cannot type keys that depend on the name chosen; resolution checks it into its Params class
+    # a mapping: Hydra cannot type keys that depend on the name chosen; resolution checks it into
+    # its Params class
     params: dict = field(default_factory=dict)  # exchange-specific options, validated by the exchange
 
 
 @dataclass
 class FinalEvalConfig:
-    """The final evaluation (`graft eval --run` without the matching option) where it differs from validation:
-    every None key is the validation's (``eval.*``; runs: 5). E.g. SAF-OPD validates on AIME24/25 and reports
-    AIME24/25 + HMMT25 Feb/Nov at avg@32, one run (opd_saf.md §5). A validated step's folder already holds the
-    validation's samples: the final evaluation adds runs and benchmarks to it. Where the final sampling differs
-    from the validation's (Tandem RLVR: validation n = 4 at T 0.6 / top-p 0.95, the final evaluation n = 8 at
-    T 0.7 / top-p 0.8 / top-k 20), validation writes ``<run>/validation/`` instead and the final evaluation
-    ``<run>/eval/`` (graft_cli/eval/setup.py ``validation_root``)."""
+    """The final evaluation (`graft eval --run` without the matching option) where it differs from
+    validation: every None key is the validation's (``eval.*``; runs: 5). E.g. SAF-OPD validates on
+    AIME24/25 and reports AIME24/25 + HMMT25 Feb/Nov at avg@32, one run (opd_saf.md §5). A validated
+    step's folder already holds the validation's samples: the final evaluation adds runs and
+    benchmarks to it. Where the final sampling differs from the validation's (Tandem RLVR:
+    validation n = 4 at T 0.6 / top-p 0.95, the final evaluation n = 8 at T 0.7 / top-p 0.8 / top-k
+    20), validation writes ``<run>/validation/`` instead and the final evaluation ``<run>/eval/``
+    (graft_cli/eval/setup.py ``validation_root``)."""
     benchmarks: Optional[list] = None
     runs: Optional[int] = None
     bench_runs: dict = field(default_factory=dict)  # benchmark -> runs where it differs from ``runs`` ({}: none)
@@ -270,7 +283,8 @@ class FinalEvalConfig:
 
 @dataclass
 class EvalConfig:
-    """Validation during training and defaults of `graft eval --run` (graft.md §1; graft_cli/eval/runner.py)."""
+    """Validation during training and defaults of `graft eval --run` (graft.md §1;
+    graft_cli/eval/runner.py)."""
     every: int = 0  # validate every N steps (and at the last step); 0 = off (the CPU default); paper: 5
     benchmarks: list = field(default_factory=list)  # names/NAME=FILE/paths; [] = the five (tiny: synthetic)
     data_dir: Optional[str] = None  # folder with <name>.jsonl benchmark files (else $GRAFT_EVAL_DIR, else hub)

@@ -1,12 +1,16 @@
-"""Registered algorithm pieces: pure functions over tensors and small stateful classes, looked up by name.
+"""Registered algorithm pieces: pure functions over tensors and small stateful classes, looked up by
+name.
 
 Importing this package registers every built-in piece (each module registers its own):
 
 * :mod:`.advantages` — group-relative advantage estimators (``ADVANTAGES``)
 * :mod:`.losses`, :mod:`.peer_losses` — policy losses with one signature (``POLICY_LOSSES``)
-* :mod:`.signals` — per-token signals: loss masks (``LOSS_MASKS``) and token advantages (``TOKEN_ADVANTAGES``)
-* :mod:`.correction` — truncated importance sampling of the rollout/trainer mismatch (``IS_CORRECTIONS``)
-* :mod:`.minibatch` — minibatch orderings of a step's batch (``MINIBATCH_ORDERINGS``, ``exchange.ordering``)
+* :mod:`.signals` — per-token signals: loss masks (``LOSS_MASKS``) and token advantages
+  (``TOKEN_ADVANTAGES``)
+* :mod:`.correction` — truncated importance sampling of the rollout/trainer mismatch
+  (``IS_CORRECTIONS``)
+* :mod:`.minibatch` — minibatch orderings of a step's batch (``MINIBATCH_ORDERINGS``,
+  ``exchange.ordering``)
 * :mod:`.controllers` — stateful coefficient schedules saved in checkpoints (``CONTROLLERS``)
 * :mod:`.exchange` — cross-model exchange steps (``EXCHANGES``) and their parts
 """

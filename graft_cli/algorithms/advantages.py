@@ -1,8 +1,7 @@
 """Group-relative advantage estimators (registry ``ADVANTAGES``).
 
-Every estimator maps binary/scalar rewards of shape ``(G, n)`` (G prompt groups of n responses) to one
-scalar advantage per response, shape ``(G, n)``.
-"""
+Every estimator maps binary/scalar rewards of shape ``(G, n)`` (G prompt groups of n responses) to
+one scalar advantage per response, shape ``(G, n)``. """
 
 from __future__ import annotations
 
@@ -17,8 +16,8 @@ ADVANTAGES: Registry = Registry("advantage estimator")
 def grpo_advantages(rewards: torch.Tensor, eps: float = 1e-6, norm_by_std: bool = True,
                     unbiased: bool = True) -> torch.Tensor:
     """GRPO (graft.md §1): â_i = (r_i − mean(R)) / (std(R) + ε), ε = 1e-6, std unbiased (Bessel, as
-    verl's ``torch.std``). Zero-variance groups get 0 (the numerator is 0). With ``norm_by_std=False``
-    it is Dr. GRPO's r_i − mean(R). Groups of one response get 0."""
+    verl's ``torch.std``). Zero-variance groups get 0 (the numerator is 0). With
+    ``norm_by_std=False`` it is Dr. GRPO's r_i − mean(R). Groups of one response get 0."""
     r = rewards.to(torch.float64)
     if r.shape[-1] < 2:
         return torch.zeros_like(rewards, dtype=torch.float32)

@@ -1,23 +1,25 @@
-"""Truncated importance-sampling (TIS) correction of the rollout-vs-trainer mismatch (registry ``IS_CORRECTIONS``).
+"""Truncated importance-sampling (TIS) correction of the rollout-vs-trainer mismatch (registry
+``IS_CORRECTIONS``).
 
-The engine that sampled a response (vLLM, bf16 kernels; or older weights at ``run.staleness`` >= 1) and the
-trainer that recomputes the old log-probs disagree, so the rollout is off-policy w.r.t. π_old: the behaviour
-policy π_rollout (the weights the engine sampled with; its log-probs are the rollout log-probs) is not the
-proximal policy π_old. The correction re-weights each
-token's policy-gradient term by the truncated ratio (docs/spec/rollout_corr.md §2; verl ``rollout_is``, TRL
+The engine that sampled a response (vLLM, bf16 kernels; or older weights at ``run.staleness`` >= 1)
+and the trainer that recomputes the old log-probs disagree, so the rollout is off-policy w.r.t.
+π_old: the behaviour policy π_rollout (the weights the engine sampled with; its log-probs are the
+rollout log-probs) is not the proximal policy π_old. The correction re-weights each token's
+policy-gradient term by the truncated ratio (docs/spec/rollout_corr.md §2; verl ``rollout_is``, TRL
 ``vllm_importance_sampling_correction``):
 
 - ``token``:    w_{j,t} = min(exp(logπ_old(o_{j,t}) − logπ_rollout(o_{j,t})), C)
-- ``sequence``: w_j     = min(exp(Σ_t logπ_old(o_{j,t}) − logπ_rollout(o_{j,t})), C), shared by the row's tokens
+- ``sequence``: w_j     = min(exp(Σ_t logπ_old(o_{j,t}) − logπ_rollout(o_{j,t})), C), shared by the
+  row's tokens
 - ``none``:     no weights (the default; with the in-process HF engine the two agree to ~1e-5)
 
 C = ``algo.is_threshold`` (verl's ``rollout_is_threshold``, default 2.0). The weights are constants
 (no gradient) and multiply the advantages, which for the PPO-clip surrogate equals multiplying the
 per-token loss (min(ρwA, clip(ρ)wA) = w·min(ρA, clip(ρ)A) for w > 0), as TRL's ``per_token_loss *=
-importance_sampling_ratio``. Only the receiver's own rows ("self", with rollout log-probs) are weighted;
-grafted/teacher rows get weight 1. Metrics are TRL's ``sampling/importance_sampling_ratio/{mean,min,max}``,
-computed after truncation, over tokens (token mode) or sequences (sequence mode).
-"""
+importance_sampling_ratio``. Only the receiver's own rows ("self", with rollout log-probs) are
+weighted; grafted/teacher rows get weight 1. Metrics are TRL's
+``sampling/importance_sampling_ratio/{mean,min,max}``, computed after truncation, over tokens (token
+mode) or sequences (sequence mode). """
 
 from __future__ import annotations
 
@@ -52,8 +54,9 @@ def sequence_tis(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch
 
 
 def self_rows_padded(old_logprobs: list, rollout_logprobs: list, source: list[str]):
-    """The receiver's own rows with usable rollout log-probs (``source == "self"``, same length, non-empty) and
-    their old / rollout log-probs and mask as (R, T) float64 tensors padded with 0: ``(rows, old, roll, mask)``."""
+    """The receiver's own rows with usable rollout log-probs (``source == "self"``, same length,
+    non-empty) and their old / rollout log-probs and mask as (R, T) float64 tensors padded with 0:
+    ``(rows, old, roll, mask)``."""
     rows = [i for i, (s, roll, old) in enumerate(zip(source, rollout_logprobs, old_logprobs))
             if s == "self" and roll is not None and len(roll) == len(old) and len(old) > 0]
     T = max((len(old_logprobs[i]) for i in rows), default=0)
@@ -69,8 +72,9 @@ def self_rows_padded(old_logprobs: list, rollout_logprobs: list, source: list[st
 
 def batch_is_weights(old_logprobs: list[list[float]], rollout_logprobs: list, source: list[str], mode: str,
                      threshold: float) -> tuple[list[list[float]] | None, dict]:
-    """Per-row, per-token weights for a TrainBatch (``None`` when ``mode == "none"``) and the metrics.
-    Rows that are not the receiver's own samples, or have no usable rollout log-probs, get weight 1."""
+    """Per-row, per-token weights for a TrainBatch (``None`` when ``mode == "none"``) and the
+    metrics. Rows that are not the receiver's own samples, or have no usable rollout log-probs, get
+    weight 1."""
     fn = IS_CORRECTIONS.get(mode)
     if mode == "none":
         return None, {}
@@ -102,7 +106,8 @@ SAFETY_BOUND = 20.0  # |log ratio| clamp before exp (verl's SAFETY_BOUND)
 
 
 def _band(log_w: torch.Tensor, upper: float, lower: float) -> torch.Tensor:
-    """1 where lower ≤ exp(log_w) ≤ upper (compared in log space), else 0; ``lower`` 0 means 1/upper (verl)."""
+    """1 where lower ≤ exp(log_w) ≤ upper (compared in log space), else 0; ``lower`` 0 means 1/upper
+    (verl)."""
     lo = 1.0 / upper if lower <= 0 else lower
     return ((log_w >= math.log(lo)) & (log_w <= math.log(upper))).to(log_w.dtype)
 
@@ -128,21 +133,22 @@ class RatioBandParams(Params):
 
 @ROLLOUT_REJECTIONS.register("token", spec=RatioBandParams())
 def token_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, p: RatioBandParams):
-    """keep_{j,t} = 1[L ≤ ρ_{j,t} ≤ U] with ρ = π_old/π_rollout per token (verl ``rollout_rs: token``;
-    U = ``threshold``, L = ``threshold_lower``, 0: 1/U)."""
+    """keep_{j,t} = 1[L ≤ ρ_{j,t} ≤ U] with ρ = π_old/π_rollout per token (verl ``rollout_rs:
+    token``; U = ``threshold``, L = ``threshold_lower``, 0: 1/U)."""
     return _band(log_ratio, p.threshold, p.threshold_lower) * mask
 
 
 @ROLLOUT_REJECTIONS.register("sequence", spec=RatioBandParams())
 def sequence_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, p: RatioBandParams):
-    """keep_j = 1[L ≤ Π_t ρ_{j,t} ≤ U] on every token of response j (verl ``rollout_rs: sequence``)."""
+    """keep_j = 1[L ≤ Π_t ρ_{j,t} ≤ U] on every token of response j (verl ``rollout_rs:
+    sequence``)."""
     return _band(_seq_masked(log_ratio, mask, mean=False), p.threshold, p.threshold_lower) * mask
 
 
 @ROLLOUT_REJECTIONS.register("geometric", spec=RatioBandParams())
 def geometric_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, p: RatioBandParams):
-    """keep_j = 1[L ≤ exp(mean_t log ρ_{j,t}) ≤ U] (verl ``rollout_rs: geometric``: the geometric mean of the
-    token ratios, a length-independent sequence test)."""
+    """keep_j = 1[L ≤ exp(mean_t log ρ_{j,t}) ≤ U] (verl ``rollout_rs: geometric``: the geometric
+    mean of the token ratios, a length-independent sequence test)."""
     return _band(_seq_masked(log_ratio, mask, mean=True), p.threshold, p.threshold_lower) * mask
 
 
@@ -159,8 +165,8 @@ def icepop_rejection(log_ratio: torch.Tensor, mask: torch.Tensor, p: IcePopParam
 
 
 def rejection_params(name: str, params: dict | None) -> Params:
-    """The checked parameters of rejection mask ``name``, its Params class's object (one-line error naming
-    ``algo.rollout_correction.params.<key>``)."""
+    """The checked parameters of rejection mask ``name``, its Params class's object (one-line error
+    naming ``algo.rollout_correction.params.<key>``)."""
     return type(ROLLOUT_REJECTIONS.spec(name)).check(params, "algo.rollout_correction.params",
                                                      f"rejection mask {name!r}")
 
@@ -173,12 +179,13 @@ def token_veto(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float) ->
 
 
 def mismatch_metrics(old: torch.Tensor, roll: torch.Tensor, mask: torch.Tensor) -> dict:
-    """verl's off-policy diagnostics between the proximal policy (π_old, the trainer's)
-    and the behaviour policy (π_rollout, the rollout log-probs) over the masked tokens:
-    ``kl`` = mean_t(log π_rollout − log π_old) (KL(π_rollout‖π_old), k1), ``k3_kl`` = mean_t(ρ − log ρ − 1),
-    ``training_ppl`` / ``rollout_ppl`` = mean_j exp(−mean_t log π), ``log_ppl_diff`` = mean_j(mean_t log π_rollout −
-    mean_t log π_old) (the log of training PPL / rollout PPL), ``ppl_ratio`` = mean_j exp(that),
-    ``chi2_token`` = mean_t ρ² − 1, ``chi2_seq`` = mean_j (Π_t ρ)² − 1 (ρ clamped to e^±20)."""
+    """verl's off-policy diagnostics between the proximal policy (π_old, the trainer's) and the
+    behaviour policy (π_rollout, the rollout log-probs) over the masked tokens: ``kl`` = mean_t(log
+    π_rollout − log π_old) (KL(π_rollout‖π_old), k1), ``k3_kl`` = mean_t(ρ − log ρ − 1),
+    ``training_ppl`` / ``rollout_ppl`` = mean_j exp(−mean_t log π), ``log_ppl_diff`` = mean_j(mean_t
+    log π_rollout − mean_t log π_old) (the log of training PPL / rollout PPL), ``ppl_ratio`` =
+    mean_j exp(that), ``chi2_token`` = mean_t ρ² − 1, ``chi2_seq`` = mean_j (Π_t ρ)² − 1 (ρ clamped
+    to e^±20)."""
     n = mask.sum()
     lr = (old - roll) * mask
     tok = lambda x: float((x * mask).sum() / n)  # noqa: E731
@@ -194,11 +201,11 @@ def mismatch_metrics(old: torch.Tensor, roll: torch.Tensor, mask: torch.Tensor) 
 
 def batch_rejection(old_logprobs: list, rollout_logprobs: list, source: list[str], loss_mask: list | None,
                     rejection: str, params: Params, veto_threshold: float, metrics: bool) -> tuple[list | None, dict]:
-    """The loss mask of a TrainBatch with the rejection mask (``params``: its Params class's object, a TypeError
-    otherwise) and the veto applied to the receiver's own rows (those
-    with rollout log-probs; grafted, teacher and stored rows are kept as they are), and the ``rollout_corr/*``
-    metrics over those rows (verl's names): the mismatch metrics, ``rs_masked_fraction`` (tokens dropped),
-    ``rs_seq_masked_fraction`` (responses with a dropped token), ``veto_fraction``."""
+    """The loss mask of a TrainBatch with the rejection mask (``params``: its Params class's object,
+    a TypeError otherwise) and the veto applied to the receiver's own rows (those with rollout
+    log-probs; grafted, teacher and stored rows are kept as they are), and the ``rollout_corr/*``
+    metrics over those rows (verl's names): the mismatch metrics, ``rs_masked_fraction`` (tokens
+    dropped), ``rs_seq_masked_fraction`` (responses with a dropped token), ``veto_fraction``."""
     fn = ROLLOUT_REJECTIONS.get(rejection)
     kind = type(ROLLOUT_REJECTIONS.spec(rejection))
     if not isinstance(params, kind):

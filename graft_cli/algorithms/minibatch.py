@@ -1,33 +1,34 @@
-"""Minibatch orderings (registry ``MINIBATCH_ORDERINGS``, config key ``exchange.ordering``): how one step's
-TrainBatch is cut into the optimizer's minibatches, in the order they are run.
+"""Minibatch orderings (registry ``MINIBATCH_ORDERINGS``, config key ``exchange.ordering``): how one
+step's TrainBatch is cut into the optimizer's minibatches, in the order they are run.
 
-An ordering is ``fn(batch, size, rng) -> list[list[int]]`` (row indices of each minibatch, empty ones dropped);
-``size`` is a :class:`MinibatchSize`: ``algo.minibatch_prompts`` and the rows a prompt brings of one source
-(``rollout.n``). The minibatch index m the losses see (``LossInputs.mb_index``; HACPO's stepwise bound L_m)
-is the position in the returned list.
+An ordering is ``fn(batch, size, rng) -> list[list[int]]`` (row indices of each minibatch, empty
+ones dropped); ``size`` is a :class:`MinibatchSize`: ``algo.minibatch_prompts`` and the rows a
+prompt brings of one source (``rollout.n``). The minibatch index m the losses see
+(``LossInputs.mb_index``; HACPO's stepwise bound L_m) is the position in the returned list.
 
-- ``last`` (GRAFT's peer-last, graft.md §2.5, §8 item 4), ``first``, ``uniform``: whole prompt groups.
-  Groups holding any non-self row ("peer groups") are placed after the policy's own groups (``last``) or
-  before them (``first``); the ordered groups are chunked into ⌈G / minibatch_prompts⌉ equal counts of
-  prompts (``np.array_split``), so a boundary minibatch may mix own and peer groups. ``uniform`` packs like
-  ``last`` and then shuffles the minibatch order with ``rng`` (reshuffled every step). Within a class,
-  groups keep their prompt-batch order.
-- ``self_first_rows`` (HACPO's released trainer, baselines.md §1.2: ``_target_trajectories_self_first``, then
-  verl's minibatches of ``ppo_mini_batch_size × n`` rows in order, ``shuffle: false``): the policy's own rows of
-  every prompt first, then the other rows (prompt-batch order within each part), cut into chunks of
-  ``minibatch_prompts × n`` rows. With 128 prompts × 8 self + 8 peer rows and 64-prompt minibatches: 4
-  minibatches of 512 rows, m = 0, 1 self rows only, m = 2, 3 peer rows only.
+- ``last`` (GRAFT's peer-last, graft.md §2.5, §8 item 4), ``first``, ``uniform``: whole prompt
+  groups. Groups holding any non-self row ("peer groups") are placed after the policy's own groups
+  (``last``) or before them (``first``); the ordered groups are chunked into ⌈G / minibatch_prompts⌉
+  equal counts of prompts (``np.array_split``), so a boundary minibatch may mix own and peer groups.
+  ``uniform`` packs like ``last`` and then shuffles the minibatch order with ``rng`` (reshuffled
+  every step). Within a class, groups keep their prompt-batch order.
+- ``self_first_rows`` (HACPO's released trainer, baselines.md §1.2:
+  ``_target_trajectories_self_first``, then verl's minibatches of ``ppo_mini_batch_size × n`` rows
+  in order, ``shuffle: false``): the policy's own rows of every prompt first, then the other rows
+  (prompt-batch order within each part), cut into chunks of ``minibatch_prompts × n`` rows. With 128
+  prompts × 8 self + 8 peer rows and 64-prompt minibatches: 4 minibatches of 512 rows, m = 0, 1 self
+  rows only, m = 2, 3 peer rows only.
 
-Layouts (``exchange.layout``, ``exchange.layout_ranks`` = W; ``self_first_rows`` only): ``whole_batch`` cuts the
-ordered rows of one process as above; ``rank_chunks`` reproduces verl's data-parallel split of the same ordered
-rows across W ranks (HACPO's released ``run_hacpo_math_8gpu.sh``, W = 8): the rows are dispatched to the ranks in
-W contiguous equal chunks (``chunk_tensordict``), each rank cuts its chunk into minibatches of
-``minibatch_prompts × n / W`` rows in order (``train_mini_batch``: ``mini_batch_size // dp_size``, ``shuffle:
-false``), and optimizer step m all-reduces the m-th minibatch of every rank, so minibatch m here is the union of
-those W row blocks. With 128 prompts × 8 + 8 rows, 64-prompt minibatches and W = 8: ranks 0-3 hold only self
-rows, ranks 4-7 only peer rows, and each of the 4 steps mixes 256 self and 256 peer rows (peer L_m = 0.8, 0.825,
-0.85, 0.875).
-"""
+Layouts (``exchange.layout``, ``exchange.layout_ranks`` = W; ``self_first_rows`` only):
+``whole_batch`` cuts the ordered rows of one process as above; ``rank_chunks`` reproduces verl's
+data-parallel split of the same ordered rows across W ranks (HACPO's released
+``run_hacpo_math_8gpu.sh``, W = 8): the rows are dispatched to the ranks in W contiguous equal
+chunks (``chunk_tensordict``), each rank cuts its chunk into minibatches of ``minibatch_prompts × n
+/ W`` rows in order (``train_mini_batch``: ``mini_batch_size // dp_size``, ``shuffle: false``), and
+optimizer step m all-reduces the m-th minibatch of every rank, so minibatch m here is the union of
+those W row blocks. With 128 prompts × 8 + 8 rows, 64-prompt minibatches and W = 8: ranks 0-3 hold
+only self rows, ranks 4-7 only peer rows, and each of the 4 steps mixes 256 self and 256 peer rows
+(peer L_m = 0.8, 0.825, 0.85, 0.875). """
 
 from __future__ import annotations
 
@@ -53,10 +54,10 @@ LAYOUTS = ("whole_batch", "rank_chunks")  # exchange.layout (module docstring)
 
 
 def rank_chunk_minibatches(order: list[int], per: int, ranks: int) -> list[list[int]]:
-    """verl's data-parallel split (module docstring, ``rank_chunks``): ``order`` in ``ranks`` contiguous equal
-    chunks, each cut into minibatches of ``per / ranks`` rows; minibatch m = the m-th block of every rank, rank
-    order. ``per`` and ``len(order)`` must be multiples of ``ranks`` and the chunk a multiple of ``per / ranks``
-    (verl asserts the same)."""
+    """verl's data-parallel split (module docstring, ``rank_chunks``): ``order`` in ``ranks``
+    contiguous equal chunks, each cut into minibatches of ``per / ranks`` rows; minibatch m = the
+    m-th block of every rank, rank order. ``per`` and ``len(order)`` must be multiples of ``ranks``
+    and the chunk a multiple of ``per / ranks`` (verl asserts the same)."""
     if per % ranks or len(order) % ranks or (len(order) // ranks) % (per // ranks):
         raise ValueError(f"rank_chunks: {len(order)} rows and minibatches of {per} rows do not split evenly "
                          f"over {ranks} ranks")
@@ -74,8 +75,8 @@ def _groups(batch: TrainBatch) -> dict[int, list[int]]:
 
 def group_schedule(batch: TrainBatch, num_minibatches: int, ordering: str,
                    rng: np.random.Generator | None = None) -> list[list[int]]:
-    """Whole prompt groups into ``num_minibatches`` minibatches, ordered ``last`` | ``first`` | ``uniform``
-    (module docstring)."""
+    """Whole prompt groups into ``num_minibatches`` minibatches, ordered ``last`` | ``first`` |
+    ``uniform`` (module docstring)."""
     if ordering not in ("last", "first", "uniform"):
         raise ValueError(f"unknown ordering {ordering!r}")
     groups = _groups(batch)
@@ -107,9 +108,10 @@ for _name in ("last", "first", "uniform"):
 
 @MINIBATCH_ORDERINGS.register("self_first_rows")
 def self_first_rows(batch: TrainBatch, size: MinibatchSize, rng: np.random.Generator | None = None) -> list[list[int]]:
-    """HACPO's schedule (module docstring): own rows of every prompt, then the other rows, each part in
-    prompt-batch order (rows of one prompt in batch order), in chunks of ``prompts × rows_per_prompt`` rows;
-    ``size.ranks`` > 1: those rows split over the ranks first (:func:`rank_chunk_minibatches`)."""
+    """HACPO's schedule (module docstring): own rows of every prompt, then the other rows, each part
+    in prompt-batch order (rows of one prompt in batch order), in chunks of ``prompts ×
+    rows_per_prompt`` rows; ``size.ranks`` > 1: those rows split over the ranks first
+    (:func:`rank_chunk_minibatches`)."""
     per = max(1, size.prompts * size.rows_per_prompt)
     groups = _groups(batch)
     order = [i for g in sorted(groups) for i in groups[g] if batch.source[i] == "self"]
@@ -121,12 +123,14 @@ def self_first_rows(batch: TrainBatch, size: MinibatchSize, rng: np.random.Gener
 
 def minibatch_plan(batch: TrainBatch, ordering: str, minibatch_prompts: int, rows_per_prompt: int = 1,
                    rng: np.random.Generator | None = None, ranks: int = 1) -> list[list[int]]:
-    """The step's minibatches (row indices, in the order they run) under the registered ``ordering``; ``ranks``:
-    the data-parallel ranks of layout ``rank_chunks`` (1: ``whole_batch``)."""
+    """The step's minibatches (row indices, in the order they run) under the registered
+    ``ordering``; ``ranks``: the data-parallel ranks of layout ``rank_chunks`` (1:
+    ``whole_batch``)."""
     size = MinibatchSize(int(minibatch_prompts), int(rows_per_prompt), max(1, int(ranks)))
     return MINIBATCH_ORDERINGS.get(ordering)(batch, size, rng)
 
 
 def layout_ranks(layout: str, ranks: int) -> int:
-    """The ranks an ordering splits over: ``exchange.layout_ranks`` under ``rank_chunks``, 1 under ``whole_batch``."""
+    """The ranks an ordering splits over: ``exchange.layout_ranks`` under ``rank_chunks``, 1 under
+    ``whole_batch``."""
     return int(ranks) if layout == "rank_chunks" else 1

@@ -2,21 +2,23 @@
 
 Pure functions over ``(B, T)`` tensors (response-token positions, float ``mask``):
 
-- :func:`opd_advantage` (opd_saf.md §1.2, Stage 0): A_OPD,t = log π_T(y_t) − log π_S,old(y_t) on every
-  response token (the teacher's log-probs of the student's own tokens at the rollout temperature, as verl scores
-  its reference slot; 1 on the SAF pairs and tiny);
-- :func:`topk_sparsify` (Stage 1): per sequence τ_i = quantile(|A_i[valid]|, 1 − k/100) (torch's linear
-  interpolation), keep = valid ∧ |A| ≥ τ_i (ties at τ kept); k = 100 keeps every response token;
+- :func:`opd_advantage` (opd_saf.md §1.2, Stage 0): A_OPD,t = log π_T(y_t) − log π_S,old(y_t) on
+  every response token (the teacher's log-probs of the student's own tokens at the rollout
+  temperature, as verl scores its reference slot; 1 on the SAF pairs and tiny);
+- :func:`topk_sparsify` (Stage 1): per sequence τ_i = quantile(|A_i[valid]|, 1 − k/100) (torch's
+  linear interpolation), keep = valid ∧ |A| ≥ τ_i (ties at τ kept); k = 100 keeps every response
+  token;
 - :func:`tanh_compress` (Stage 2): A ← where(keep, c·tanh(A), A), bounded in (−c, c);
-- :class:`SafSchedule` (Stages 3–4, a registered controller ``saf_schedule``): the KL-triggered linear warm-up
-  scale_w(s) = min(s/N_w, 1) over 1-based steps s, stopped (and frozen at its value) once the relative drop of
-  the previous step's sampled k3 KL from KL_0 reaches δ, or at s ≥ N_w; then the linear anneal
-  anneal(t) = c_min + (1 − c_min)·max(0, 1 − t/R), t = 0 on the activation step, R = the remaining budget
-  max(1, S − s*) with S = ``anneal_total_steps`` (default: the run's steps, so the OPD term reaches c_min at
-  the run's end), or R = ``anneal_steps`` when S = 0; N_w = 0 anneals from step 1 (the code);
-- :func:`fused_advantages` (the fusion, §2–3.2): A_total = g·A_GRPO + o·anneal·scale·stages(A_OPD), registered as
-  the token-advantage function ``opd_fusion``. Fixed fusion is every stage off (k = 100, no tanh, no
-  controller); OPD-only is g = 0.
+- :class:`SafSchedule` (Stages 3–4, a registered controller ``saf_schedule``): the KL-triggered
+  linear warm-up scale_w(s) = min(s/N_w, 1) over 1-based steps s, stopped (and frozen at its value)
+  once the relative drop of the previous step's sampled k3 KL from KL_0 reaches δ, or at s ≥ N_w;
+  then the linear anneal anneal(t) = c_min + (1 − c_min)·max(0, 1 − t/R), t = 0 on the activation
+  step, R = the remaining budget max(1, S − s*) with S = ``anneal_total_steps`` (default: the run's
+  steps, so the OPD term reaches c_min at the run's end), or R = ``anneal_steps`` when S = 0; N_w =
+  0 anneals from step 1 (the code);
+- :func:`fused_advantages` (the fusion, §2–3.2): A_total = g·A_GRPO + o·anneal·scale·stages(A_OPD),
+  registered as the token-advantage function ``opd_fusion``. Fixed fusion is every stage off (k =
+  100, no tanh, no controller); OPD-only is g = 0.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def opd_advantage(teacher_logp: torch.Tensor, student_logp: torch.Tensor, mask: 
 
 
 def topk_sparsify(a: torch.Tensor, mask: torch.Tensor, k: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stage 1: keep, per sequence, the tokens whose |A| is at least the (1 − k/100) quantile of the sequence's
+    """Stage 1: keep, per sequence, the tokens whose |A| is at least the (1 − k/100) quantile of the
+    sequence's
     |A| over its response tokens; returns ``(A·keep, keep)``. k ≥ 100: keep = mask."""
     valid = mask > 0
     if k >= 100:
@@ -59,7 +62,8 @@ def tanh_compress(a: torch.Tensor, keep: torch.Tensor, c: float) -> torch.Tensor
 
 
 def sampled_reverse_kl(teacher_logp, student_logp, mask) -> float:
-    """App. C's clipped k3 of the sampled tokens, token-mean over the mask: k3 = r − log r − 1, r = π_T/π_S."""
+    """App. C's clipped k3 of the sampled tokens, token-mean over the mask: k3 = r − log r − 1, r =
+    π_T/π_S."""
     k3 = kl_penalty(student_logp, teacher_logp, "low_var_kl")
     return float((k3 * mask).sum() / mask.sum().clamp(min=1.0))
 
@@ -77,8 +81,9 @@ def anneal_factor(t: int, steps: int, c_min: float) -> float:
 def fused_advantages(a_grpo: torch.Tensor, teacher_logp: torch.Tensor, student_logp: torch.Tensor,
                      mask: torch.Tensor, *, grpo_coef: float = 1.0, opd_coef: float = 1.0, topk: float = 100.0,
                      tanh: bool = False, tanh_coef: float = 0.1, scale: float = 1.0, anneal: float = 1.0):
-    """A_total = g·A_GRPO·mask + o·anneal·scale·stage2(stage1(A_OPD)) (opd_saf.md §3.2 "Fusion"); ``a_grpo`` is
-    ``(B,)`` or ``(B, T)``. Returns ``(A_total, A_OPD raw, A_OPD after the stages, keep)``."""
+    """A_total = g·A_GRPO·mask + o·anneal·scale·stage2(stage1(A_OPD)) (opd_saf.md §3.2 "Fusion");
+    ``a_grpo`` is ``(B,)`` or ``(B, T)``. Returns ``(A_total, A_OPD raw, A_OPD after the stages,
+    keep)``."""
     raw = opd_advantage(teacher_logp, student_logp, mask)
     staged, keep = topk_sparsify(raw, mask, topk)
     if tanh:
@@ -111,10 +116,11 @@ class OpdFusionParams(Params):
 
 @register_token_advantage("opd_fusion", params=OpdFusionParams)
 def opd_fusion(batch, ctx):
-    """GRPO + OPD advantages per token (module docstring); the teacher's log-probs come from a frozen model's
-    column (default ``ref_logprobs``, as verl's SAF puts the teacher in the reference slot); the student's are
-    the recomputed old log-probs (S0's form) or the rollout log-probs. ``ctx.coefs`` may carry ``saf/scale`` and
-    ``saf/anneal`` (the ``saf_schedule`` controller); without them both are 1."""
+    """GRPO + OPD advantages per token (module docstring); the teacher's log-probs come from a
+    frozen model's column (default ``ref_logprobs``, as verl's SAF puts the teacher in the reference
+    slot); the student's are the recomputed old log-probs (S0's form) or the rollout log-probs.
+    ``ctx.coefs`` may carry ``saf/scale`` and ``saf/anneal`` (the ``saf_schedule`` controller);
+    without them both are 1."""
     p: OpdFusionParams = ctx.params
     col = p.teacher_column
     if col not in batch.extra:
@@ -169,20 +175,21 @@ class SafScheduleParams(Params):
 
 @CONTROLLERS.register("saf_schedule", spec=SafScheduleParams())
 class SafSchedule(Controller):
-    """SAF's Stage 3 (KL-triggered warm-up) and Stage 4 (linear anneal) as coefficients ``saf/scale`` and
-    ``saf/anneal`` (module docstring; opd_saf.md §3.2 and its reference snippet).
+    """SAF's Stage 3 (KL-triggered warm-up) and Stage 4 (linear anneal) as coefficients
+    ``saf/scale`` and ``saf/anneal`` (module docstring; opd_saf.md §3.2 and its reference snippet).
 
-    The KL signal is the previous step's ``kl_metric`` metric of policy ``policy`` (default: the first row),
-    verl's 1-step-lagged ``actor/kl_loss``: by default ``kl_seq_mean``, the mean over the step's sequences of
-    each sequence's token-mean clipped k3 of the student at update time against the teacher column, which is
-    what the released runs log (one sequence per micro-batch, the micro-batches' token means averaged; their
-    constant 1/accumulation factor cancels in the relative drop); ``kl`` is the token mean over the step.
+    The KL signal is the previous step's ``kl_metric`` metric of policy ``policy`` (default: the
+    first row), verl's 1-step-lagged ``actor/kl_loss``: by default ``kl_seq_mean``, the mean over
+    the step's sequences of each sequence's token-mean clipped k3 of the student at update time
+    against the teacher column, which is what the released runs log (one sequence per micro-batch,
+    the micro-batches' token means averaged; their constant 1/accumulation factor cancels in the
+    relative drop); ``kl`` is the token mean over the step.
 
-    ``anneal_total_steps`` S: ``None`` (default) is the run's steps (``total_steps``), so the anneal spans the
-    training budget left after the warm-up and reaches ``anneal_min`` at the run's last step (the paper's
-    "spans the full training budget"; S0's script takes ``ANNEAL_TOTAL_STEPS``, default 0); 0 uses
-    ``anneal_steps``. R is fixed when the anneal starts (the released ``_anneal_steps_dynamic``), so a run resumed
-    with another ``--steps`` keeps its anneal."""
+    ``anneal_total_steps`` S: ``None`` (default) is the run's steps (``total_steps``), so the anneal
+    spans the training budget left after the warm-up and reaches ``anneal_min`` at the run's last
+    step (the paper's "spans the full training budget"; S0's script takes ``ANNEAL_TOTAL_STEPS``,
+    default 0); 0 uses ``anneal_steps``. R is fixed when the anneal starts (the released
+    ``_anneal_steps_dynamic``), so a run resumed with another ``--steps`` keeps its anneal."""
 
     PARAMS = SafScheduleParams
 
@@ -202,8 +209,9 @@ class SafSchedule(Controller):
         self.st = {"done": False, "frozen": None, "end": None, "kl0": None, "prev_kl": None, "t": 0, "R": None}
 
     def anneal_budget(self, end: int) -> int:
-        """R for an anneal that starts after warm-up end ``end``: max(1, S − end) with S = ``anneal_total_steps``
-        (None: the run's steps), or ``anneal_steps`` when S = 0 (or the run's length is unknown)."""
+        """R for an anneal that starts after warm-up end ``end``: max(1, S − end) with S =
+        ``anneal_total_steps`` (None: the run's steps), or ``anneal_steps`` when S = 0 (or the run's
+        length is unknown)."""
         p = self.params
         S = int(self.total_steps if p.anneal_total_steps is None else p.anneal_total_steps)
         return max(1, S - int(end)) if S > 0 else int(p.anneal_steps)

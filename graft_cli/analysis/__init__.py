@@ -1,1 +1,2 @@
-"""Analyses of runs and checkpoints: cross-model complementarity (:mod:`graft_cli.analysis.complementarity`)."""
+"""Analyses of runs and checkpoints: cross-model complementarity
+(:mod:`graft_cli.analysis.complementarity`)."""

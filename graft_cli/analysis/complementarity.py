@@ -1,20 +1,23 @@
-"""Cross-model complementarity (graft.md §2.7, Fig. 1; the paper: Smol solves 47.9% of Qwen's all-fail
-prompts, Qwen 18.7% of Smol's, as means over independent GRPO n=8 training).
+"""Cross-model complementarity (graft.md §2.7, Fig. 1; the paper: Smol solves 47.9% of Qwen's
+all-fail prompts, Qwen 18.7% of Smol's, as means over independent GRPO n=8 training).
 
-Definition (per step, graft.md §2.7 [I]; :func:`~graft_cli.algorithms.exchange.selection.solved_share`): among
-the batch prompts on which model X has ``k = 0`` (all of its samples fail), the share on which model Y has
-``k >= 1`` — "Y solves X's all-fail prompts". (GRAFT itself can only graft where Y's group is mixed,
-``1 <= k < n``: that narrower share is ``filled_share``, which ``graft tiny build --check`` reports.) Both
+Definition (per step, graft.md §2.7 [I];
+:func:`~graft_cli.algorithms.exchange.selection.solved_share`): among the batch prompts on which
+model X has ``k = 0`` (all of its samples fail), the share on which model Y has ``k >= 1`` — "Y
+solves X's all-fail prompts". (GRAFT itself can only graft where Y's group is mixed, ``1 <= k < n``:
+that narrower share is ``filled_share``, which ``graft tiny build --check`` reports.) Both
 directions are reported per step; the mean over training is the mean of the per-step rates over the
-steps where X has at least one all-fail prompt (``pooled`` gives the ratio of the summed counts too).
+steps where X has at least one all-fail prompt (``pooled`` gives the ratio of the summed counts
+too).
 
 Two sources:
 
-* **rollout logs** of training runs (``rollouts/<policy>/step_NNNNNN.parquet``): the two policies of one
-  run (e.g. an independent GRPO pair run) or one policy from each of two runs. The two logs must hold the
-  same prompts per step (same data seed and prompt order); a mismatch is a one-line error.
-* **two checkpoints** sampled afresh on a problem file: ``samples`` responses per prompt from each model
-  (default 8 at the training rollout temperature 1.0, top-p 1.0), graded with math-verify: one "step".
+* **rollout logs** of training runs (``rollouts/<policy>/step_NNNNNN.parquet``): the two policies of
+  one run (e.g. an independent GRPO pair run) or one policy from each of two runs. The two logs must
+  hold the same prompts per step (same data seed and prompt order); a mismatch is a one-line error.
+* **two checkpoints** sampled afresh on a problem file: ``samples`` responses per prompt from each
+  model (default 8 at the training rollout temperature 1.0, top-p 1.0), graded with math-verify: one
+  "step".
 
 Outputs: ``complementarity.json`` and ``complementarity.png`` (matplotlib, Agg backend).
 """
@@ -48,8 +51,8 @@ STEP_FILE_RE = re.compile(r"^step_(\d{6,})\.parquet$")
 
 # --------------------------------------------------------------------------------------------- pure
 def step_entry(step: int, k_x, k_y, n_x: int, n_y: int) -> dict:
-    """One step both ways: :func:`~graft_cli.algorithms.exchange.selection.solved_share` of X's all-fail prompts
-    by Y and of Y's by X."""
+    """One step both ways: :func:`~graft_cli.algorithms.exchange.selection.solved_share` of X's
+    all-fail prompts by Y and of Y's by X."""
     if np.shape(k_x) != np.shape(k_y):
         raise ValueError(f"k arrays differ in length: {np.shape(k_x)} vs {np.shape(k_y)}")
     r_yx, f_x, h_yx = solved_share(k_x, [k_y])
@@ -60,8 +63,8 @@ def step_entry(step: int, k_x, k_y, n_x: int, n_y: int) -> dict:
 
 
 def aggregate(steps: list[dict]) -> dict:
-    """Mean over steps of the per-step rates (steps where the failing side has an all-fail prompt) and the
-    pooled ratio of summed counts."""
+    """Mean over steps of the per-step rates (steps where the failing side has an all-fail prompt)
+    and the pooled ratio of summed counts."""
     out = {"mean": {}, "pooled": {}, "num_steps": len(steps)}
     for key, fail_key in (("y_solves_x", "x_all_fail"), ("x_solves_y", "y_all_fail")):
         hit_key = f"{key}_hits"
@@ -97,7 +100,8 @@ def parse_run_spec(spec: str) -> tuple[str, str | None]:
 
 
 def resolve_sides(specs: list[str]) -> list[tuple[str, str]]:
-    """One run with two policies, or two runs with one policy each (``DIR:POLICY`` where ambiguous)."""
+    """One run with two policies, or two runs with one policy each (``DIR:POLICY`` where
+    ambiguous)."""
     parsed = [parse_run_spec(s) for s in specs]
     if len(parsed) == 1:
         d, pol = parsed[0]
@@ -124,8 +128,8 @@ def resolve_sides(specs: list[str]) -> list[tuple[str, str]]:
 
 
 class LoggedStep(NamedTuple):
-    """One rollout-log file: its prompt ids in batch order, ``k`` (correct responses) per prompt and ``n``
-    (responses per prompt)."""
+    """One rollout-log file: its prompt ids in batch order, ``k`` (correct responses) per prompt and
+    ``n`` (responses per prompt)."""
 
     ids: list[str]
     k: np.ndarray
@@ -180,9 +184,10 @@ def _labels(x: tuple[str, str], y: tuple[str, str]) -> tuple[str, str]:
 # ---------------------------------------------------------------------------------------- checkpoints
 @dataclasses.dataclass
 class ComplementarityOptions:
-    """The options of ``graft complementarity`` (:func:`complementarity_main`): ``sources`` are run directories
-    (``runs``: one run, its two policies, or two runs, ``DIR`` or ``DIR:POLICY`` each) or two models (``models``:
-    folders, hub ids or ``tiny:<role>``, sampled afresh on ``data``; the sampling options are theirs)."""
+    """The options of ``graft complementarity`` (:func:`complementarity_main`): ``sources`` are run
+    directories (``runs``: one run, its two policies, or two runs, ``DIR`` or ``DIR:POLICY`` each)
+    or two models (``models``: folders, hub ids or ``tiny:<role>``, sampled afresh on ``data``; the
+    sampling options are theirs)."""
 
     sources: list[str] = dataclasses.field(default_factory=list)
     runs: bool = False
@@ -205,14 +210,15 @@ class ComplementarityOptions:
     @classmethod
     def from_cli(cls, *, from_runs: bool, from_models: bool, sources: tuple[str, ...], no_progress: bool,
                  **opts) -> ComplementarityOptions:
-        """The options from ``graft complementarity``'s click parameters (``--runs`` / ``--models`` are the flags
-        ``from_runs`` / ``from_models``, ``--no-progress`` the negation of ``progress``)."""
+        """The options from ``graft complementarity``'s click parameters (``--runs`` / ``--models``
+        are the flags ``from_runs`` / ``from_models``, ``--no-progress`` the negation of
+        ``progress``)."""
         return cls(sources=list(sources), runs=from_runs, models=from_models, progress=not no_progress, **opts)
 
 
 def sample_k(model_path: str, problems, o: ComplementarityOptions, grader, bar=None, task=None) -> np.ndarray:
-    """``k`` (correct responses of ``o.samples``) per problem of one model sampled with ``o``'s settings; ``bar``
-    (a rich progress) advances ``task`` by each chunk's problems."""
+    """``k`` (correct responses of ``o.samples``) per problem of one model sampled with ``o``'s
+    settings; ``bar`` (a rich progress) advances ``task`` by each chunk's problems."""
     path = resolve_path(model_path)
     tok = load_tokenizer(path)
     model = load_model(path, o.dtype, o.device)
@@ -232,8 +238,8 @@ def sample_k(model_path: str, problems, o: ComplementarityOptions, grader, bar=N
 
 
 def from_models(o: ComplementarityOptions, console=None) -> dict:
-    """Sample ``o.samples`` responses per prompt of ``o.data`` from each of the two models ``o.sources``, graded by
-    the registered ``o.reward`` (5 s per answer); one "step"."""
+    """Sample ``o.samples`` responses per prompt of ``o.data`` from each of the two models
+    ``o.sources``, graded by the registered ``o.reward`` (5 s per answer); one "step"."""
 
     models = o.sources
     if len(models) != 2:
@@ -325,8 +331,9 @@ def _json_safe(o):
 
 
 def complementarity_main(o: ComplementarityOptions, console=None) -> dict:
-    """The ``graft complementarity`` command: cross-solve rates from rollout logs (``o.runs``, :func:`from_runs`)
-    or from two models sampled afresh (``o.models``, :func:`from_models`), written to ``o.out``."""
+    """The ``graft complementarity`` command: cross-solve rates from rollout logs (``o.runs``,
+    :func:`from_runs`) or from two models sampled afresh (``o.models``, :func:`from_models`),
+    written to ``o.out``."""
     console = console or make_console(stderr=True)
     out = o.out
     if o.runs == o.models:

@@ -1,8 +1,8 @@
-"""Composition: the Hydra tree in ``experiments/`` (``config.yaml`` + ``pair/*.yaml`` + ``method/*.yaml`` +
-overlays + command-line overrides) merged into the schema's dataclasses (:mod:`graft_cli.schema`), so an unknown
-key fails with the key's name; then resolved (:mod:`graft_cli.config.resolve`) and validated
-(:mod:`graft_cli.config.validate`). Every failure is one line naming the key.
-"""
+"""Composition: the Hydra tree in ``experiments/`` (``config.yaml`` + ``pair/*.yaml`` +
+``method/*.yaml`` + overlays + command-line overrides) merged into the schema's dataclasses
+(:mod:`graft_cli.schema`), so an unknown key fails with the key's name; then resolved
+(:mod:`graft_cli.config.resolve`) and validated (:mod:`graft_cli.config.validate`). Every failure is
+one line naming the key. """
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from graft_cli.schema import Config, PolicyConfig, SourceConfig
 
 
 def _scaled(x, f) -> int:
-    """``${graft_scale:${data.prompt_batch},0.5}``: an int scaled from another key (a method's minibatch as a
-    share of the pair's prompt batch)."""
+    """``${graft_scale:${data.prompt_batch},0.5}``: an int scaled from another key (a method's
+    minibatch as a share of the pair's prompt batch)."""
     return max(1, int(round(int(x) * float(f))))
 
 
@@ -40,16 +40,17 @@ def _one_line(e: Exception) -> str:
     return f"config key {key!r}: {head}" if key else f"config: {head}"
 
 
-# scale=<name>: an optional hardware overlay (experiments/scale/); task=<name>: an optional task overlay
-# (experiments/task/: another task's data, reward, prompt, student and teacher for the pair); both applied last
+# scale=<name>: an optional hardware overlay (experiments/scale/); task=<name>: an optional task
+# overlay (experiments/task/: another task's data, reward, prompt, student and teacher for the
+# pair); both applied last
 GROUPS = ("pair", "method", "scale", "task")
 OVERLAYS = ("scale", "task")
 
 
 def compose(overrides: list[str] | None = None, config_dir: str | None = None) -> Config:
     """Compose ``config.yaml`` with Hydra (config groups ``pair=`` and ``method=`` select files),
-    merge into the schema, apply the ``key=value`` overrides, resolve, validate. Raises :class:`GraftError`
-    with one line on any problem (an unknown key names the key)."""
+    merge into the schema, apply the ``key=value`` overrides, resolve, validate. Raises
+    :class:`GraftError` with one line on any problem (an unknown key names the key)."""
     # lazy: Hydra only composes configs
     from hydra import compose as hcompose
 
@@ -87,8 +88,9 @@ def compose(overrides: list[str] | None = None, config_dir: str | None = None) -
 
 
 def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None, load_plugins: bool = True) -> Config:
-    """Merge into the schema, apply overrides, import plugins (``load_plugins``), resolve, validate. A config read back
-    from a run directory (:func:`load_yaml`) imports no plugin: code runs only when the user names it."""
+    """Merge into the schema, apply overrides, import plugins (``load_plugins``), resolve, validate.
+    A config read back from a run directory (:func:`load_yaml`) imports no plugin: code runs only
+    when the user names it."""
 
     schema = OmegaConf.structured(Config)
     try:
@@ -109,7 +111,8 @@ def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None, 
                     raise GraftError(f"config key {key!r}: unknown key")
                 OmegaConf.update(merged, key, value, merge=True)
 
-        # overrides of other keys first: the model lists may interpolate them (e.g. ${distill.student})
+        # overrides of other keys first: the model lists may interpolate them (e.g.
+        # ${distill.student})
         lists = [ov for ov in overrides or [] if ov.lstrip("+").split("=")[0].split(".")[0] in ("policies", "sources")]
         apply([ov for ov in overrides or [] if ov not in lists])
         merged.policies = [OmegaConf.merge(OmegaConf.structured(PolicyConfig), p) for p in merged.policies]
@@ -135,8 +138,9 @@ def from_dictconfig(raw: DictConfig | dict, overrides: list[str] | None = None, 
 
 
 def import_plugins(plugins: list) -> None:
-    """Import each plugin (a module name, or a path to a ``.py`` file) so that its registered functions exist
-    before the config is validated: how a new method is added without editing graft."""
+    """Import each plugin (a module name, or a path to a ``.py`` file) so that its registered
+    functions exist before the config is validated: how a new method is added without editing
+    graft."""
 
     for i, name in enumerate(plugins or []):
         name = str(name)
@@ -160,7 +164,8 @@ def import_plugins(plugins: list) -> None:
 
 
 def _dict_field(cfg: DictConfig, key: str) -> bool:
-    """True when ``key`` adds an entry under a free-form dict field (``exchange.params.x``, ``extra.y``)."""
+    """True when ``key`` adds an entry under a free-form dict field (``exchange.params.x``,
+    ``extra.y``)."""
     parent = key.rsplit(".", 1)[0] if "." in key else ""
     return parent in FREE_DICTS or any(parent.startswith(p + ".") for p in FREE_DICTS)
 

@@ -1,24 +1,25 @@
 """Resolution: the values a composed config implies, written into it before it is validated.
 
-Composing a config is compose → **resolve** → validate (:mod:`graft_cli.config.validate`, which changes nothing).
-Each resolver below fills in one section's implied values and is idempotent (a config read back from a run
-directory resolves to itself):
+Composing a config is compose → **resolve** → validate (:mod:`graft_cli.config.validate`, which
+changes nothing). Each resolver below fills in one section's implied values and is idempotent (a
+config read back from a run directory resolves to itself):
 
-* older names of values and keys (:data:`OLDER_VALUES`, :data:`OLDER_KEYS`) read as the current ones, so a run's
-  ``config.yaml`` written with them still resumes and evaluates;
-* the registered functions' parameters completed with their defaults (token advantages, loss mask, loss,
-  rollout-correction rejection): what a run used is written in full in its ``config.yaml``;
-* the exchange's implied policies, sources and parameters (:meth:`Exchange.resolve`: stored-trajectory GRAFT's
-  partner becomes a ``rollout_log`` source and is not trained);
-* ``algo.reference=initial``: a frozen ``<name>_ref`` copy of each trained policy (for a LoRA policy its base,
-  the adapter switched off);
-* ``algo.old_logprobs=auto``: ``rollout`` where the engine's log-probs are the trainer's (exact engine, float32,
-  no autocast, one PPO epoch, no top-p), else ``trainer``;
+* older names of values and keys (:data:`OLDER_VALUES`, :data:`OLDER_KEYS`) read as the current
+  ones, so a run's ``config.yaml`` written with them still resumes and evaluates;
+* the registered functions' parameters completed with their defaults (token advantages, loss mask,
+  loss, rollout-correction rejection): what a run used is written in full in its ``config.yaml``;
+* the exchange's implied policies, sources and parameters (:meth:`Exchange.resolve`:
+  stored-trajectory GRAFT's partner becomes a ``rollout_log`` source and is not trained);
+* ``algo.reference=initial``: a frozen ``<name>_ref`` copy of each trained policy (for a LoRA policy
+  its base, the adapter switched off);
+* ``algo.old_logprobs=auto``: ``rollout`` where the engine's log-probs are the trainer's (exact
+  engine, float32, no autocast, one PPO epoch, no top-p), else ``trainer``;
 * ``optim.shared_prefix=auto``: on unless gradient checkpointing is;
-* ``run.staleness`` >= 1 (rollouts sampled with older weights): ``algo.old_logprobs=auto`` is ``trainer`` (π_old
-  recomputed at the current weights, verl's recompute), ``algo.is_correction=auto`` is ``token`` (the rollout
-  log-probs are the behaviour policy's: truncated IS against π_old) and the rollout-correction metrics are on;
-  at 0, ``auto`` is ``none`` and the metrics are off.
+* ``run.staleness`` >= 1 (rollouts sampled with older weights): ``algo.old_logprobs=auto`` is
+  ``trainer`` (π_old recomputed at the current weights, verl's recompute),
+  ``algo.is_correction=auto`` is ``token`` (the rollout log-probs are the behaviour policy's:
+  truncated IS against π_old) and the rollout-correction metrics are on; at 0, ``auto`` is ``none``
+  and the metrics are off.
 
 A resolver that meets a name no registry knows leaves that section alone: validation names the key.
 """
@@ -42,7 +43,8 @@ OLDER_KEYS = {"rollout.engine_kwargs.sampler": "rollout.engine_kwargs.rng"}
 
 
 def _parent(cfg: Config, key: str):
-    """The section holding ``key``'s last part (a dataclass or a dict), or None when a part is missing."""
+    """The section holding ``key``'s last part (a dataclass or a dict), or None when a part is
+    missing."""
     node = cfg
     for part in key.split(".")[:-1]:
         node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
@@ -52,8 +54,8 @@ def _parent(cfg: Config, key: str):
 
 
 def rename_older(flat: dict) -> dict:
-    """A flat mapping (dotted key -> value, e.g. a run's raw ``config.yaml`` flattened) with the older values and
-    keys rewritten to the current names."""
+    """A flat mapping (dotted key -> value, e.g. a run's raw ``config.yaml`` flattened) with the
+    older values and keys rewritten to the current names."""
     out = dict(flat)
     for key, values in OLDER_VALUES.items():
         if isinstance(out.get(key), str) and out[key] in values:
@@ -65,7 +67,8 @@ def rename_older(flat: dict) -> dict:
 
 
 def resolve_older_names(cfg: Config) -> None:
-    """Older values and keys (:data:`OLDER_VALUES`, :data:`OLDER_KEYS`) rewritten to the current names."""
+    """Older values and keys (:data:`OLDER_VALUES`, :data:`OLDER_KEYS`) rewritten to the current
+    names."""
     for key, values in OLDER_VALUES.items():
         node, last = _parent(cfg, key), key.rsplit(".", 1)[-1]
         if isinstance(node, dict):
@@ -83,8 +86,8 @@ def resolve_older_names(cfg: Config) -> None:
 
 
 def resolve_signal_params(cfg: Config) -> None:
-    """``algo.token_adv_params`` (one flat dict over the token advantages) and ``algo.loss_mask_params`` with every
-    default filled in."""
+    """``algo.token_adv_params`` (one flat dict over the token advantages) and
+    ``algo.loss_mask_params`` with every default filled in."""
     a = cfg.algo
     if all(t in TOKEN_ADVANTAGES for t in a.token_advantages):
         flat = {}
@@ -96,7 +99,8 @@ def resolve_signal_params(cfg: Config) -> None:
 
 
 def resolve_loss_params(cfg: Config) -> None:
-    """``algo.loss_params`` and ``algo.rollout_correction.params`` with their registered defaults."""
+    """``algo.loss_params`` and ``algo.rollout_correction.params`` with their registered
+    defaults."""
     a = cfg.algo
     rc = a.rollout_correction
     if rc.rejection in ROLLOUT_REJECTIONS:
@@ -112,8 +116,8 @@ def resolve_exchange(cfg: Config) -> None:
 
 
 def resolve_reference(cfg: Config) -> None:
-    """``algo.reference=initial``: a frozen copy of each trained policy's initial weights, scored into
-    ``ref_logprobs`` (a LoRA policy's is its own base: ``base_of``)."""
+    """``algo.reference=initial``: a frozen copy of each trained policy's initial weights, scored
+    into ``ref_logprobs`` (a LoRA policy's is its own base: ``base_of``)."""
     if cfg.algo.reference != "initial":
         return
     for p in [p for p in cfg.policies if p.role == "train"]:
@@ -124,8 +128,8 @@ def resolve_reference(cfg: Config) -> None:
 
 
 def resolve_old_logprobs(cfg: Config) -> None:
-    """``algo.old_logprobs=auto``: the rollout log-probs where they are exactly the trainer's, else a trainer
-    forward."""
+    """``algo.old_logprobs=auto``: the rollout log-probs where they are exactly the trainer's, else
+    a trainer forward."""
     a, r = cfg.algo, cfg.rollout
     if a.old_logprobs != "auto" or r.engine not in ENGINES:
         return
@@ -139,7 +143,8 @@ def resolve_old_logprobs(cfg: Config) -> None:
 
 
 def resolve_staleness(cfg: Config) -> None:
-    """``algo.is_correction=auto`` and the rollout-correction metrics by ``run.staleness`` (module docstring)."""
+    """``algo.is_correction=auto`` and the rollout-correction metrics by ``run.staleness`` (module
+    docstring)."""
     stale = cfg.run.staleness > 0
     if cfg.algo.is_correction == "auto":
         cfg.algo.is_correction = "token" if stale else "none"
@@ -148,14 +153,14 @@ def resolve_staleness(cfg: Config) -> None:
 
 
 def resolve_shared_prefix(cfg: Config) -> None:
-    """``optim.shared_prefix=auto``: the prompt's KV cache shared across its group unless gradient checkpointing
-    (which turns the cache off) is on."""
+    """``optim.shared_prefix=auto``: the prompt's KV cache shared across its group unless gradient
+    checkpointing (which turns the cache off) is on."""
     if cfg.optim.shared_prefix == "auto":
         cfg.optim.shared_prefix = not cfg.optim.gradient_checkpointing
 
 
-# in order: older names first; the exchange may drop a policy (the partner of stored-trajectory GRAFT) before
-# references are made for the trained ones
+# in order: older names first; the exchange may drop a policy (the partner of stored-trajectory
+# GRAFT) before references are made for the trained ones
 RESOLVERS = (resolve_older_names, resolve_signal_params, resolve_loss_params, resolve_exchange, resolve_reference,
              resolve_old_logprobs, resolve_staleness, resolve_shared_prefix)
 

@@ -1,9 +1,9 @@
-"""Validation: ranges and cross-field rules of a resolved config, one function per section; nothing is changed.
+"""Validation: ranges and cross-field rules of a resolved config, one function per section; nothing
+is changed.
 
-Composing a config is compose → resolve (:mod:`graft_cli.config.resolve`) → **validate**. Every failure is one
-line naming the key. ``registries=False`` (a config read back from a run directory, whose plugins were not
-imported) skips the checks that a registered name exists.
-"""
+Composing a config is compose → resolve (:mod:`graft_cli.config.resolve`) → **validate**. Every
+failure is one line naming the key. ``registries=False`` (a config read back from a run directory,
+whose plugins were not imported) skips the checks that a registered name exists. """
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def _known(name: str, reg: Registry, key: str, registries: bool) -> None:
 
 
 def _float_fields(obj, prefix: str = ""):
-    """(dotted key, value) of every float option of the schema's dataclasses (lists of them included)."""
+    """(dotted key, value) of every float option of the schema's dataclasses (lists of them
+    included)."""
 
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
@@ -65,8 +66,8 @@ def validate_numbers(cfg: Config, registries: bool) -> None:
 
 
 def _check_lora(p: PolicyConfig, i: int, cfg: Config) -> None:
-    """``policies.<i>.lora`` and ``base_of``: ranges, a known init, LoRA on trained policies only, and a frozen
-    base that names a LoRA policy."""
+    """``policies.<i>.lora`` and ``base_of``: ranges, a known init, LoRA on trained policies only,
+    and a frozen base that names a LoRA policy."""
     lo, key = p.lora, f"policies.{i}.lora"
     _check(isinstance(lo.r, int) and lo.r >= 0, f"{key}.r", f"must be an integer >= 0 (0: full weights), got {lo.r!r}")
     _check(lo.alpha > 0, f"{key}.alpha", f"must be > 0, got {lo.alpha}")
@@ -87,7 +88,8 @@ def _check_lora(p: PolicyConfig, i: int, cfg: Config) -> None:
 
 
 def validate_policies(cfg: Config, registries: bool) -> None:
-    """Unique, well-formed names; known roles and scorers; a frozen model serves trained policies; LoRA."""
+    """Unique, well-formed names; known roles and scorers; a frozen model serves trained policies;
+    LoRA."""
     _check(len(cfg.policies) >= 1, "policies", "at least one policy is needed")
     names = [p.name for p in cfg.policies] + [s.name for s in cfg.sources]
     _check(len(set(names)) == len(names), "policies", f"policy names must be unique, got {names}")
@@ -107,7 +109,8 @@ def validate_policies(cfg: Config, registries: bool) -> None:
 
 
 def validate_kl(cfg: Config, registries: bool) -> None:
-    """The KL term's kind, rows and coefficient, and a frozen reference for every trained policy when it is on."""
+    """The KL term's kind, rows and coefficient, and a frozen reference for every trained policy
+    when it is on."""
     a = cfg.algo
     _check(a.kl_coef >= 0, "algo.kl_coef", "must be >= 0")
     _check(a.kl_type in KL_KINDS, "algo.kl_type", f"must be one of {', '.join(KL_KINDS)}")
@@ -122,8 +125,8 @@ def validate_kl(cfg: Config, registries: bool) -> None:
 
 
 def validate_algo(cfg: Config, registries: bool) -> None:
-    """The registered functions a step uses (advantage, token advantages, loss mask, loss, controllers) and the
-    ranges of the surrogate's options."""
+    """The registered functions a step uses (advantage, token advantages, loss mask, loss,
+    controllers) and the ranges of the surrogate's options."""
     a = cfg.algo
     for i, t in enumerate(a.token_advantages):
         _known(t, TOKEN_ADVANTAGES, f"algo.token_advantages.{i}", registries)
@@ -172,8 +175,8 @@ def validate_correction(cfg: Config, registries: bool) -> None:
 
 
 def validate_exchange(cfg: Config, registries: bool) -> None:
-    """A known exchange and minibatch ordering, the rank layout's divisibility, the exchange's own parameters
-    (:meth:`Exchange.validate`)."""
+    """A known exchange and minibatch ordering, the rank layout's divisibility, the exchange's own
+    parameters (:meth:`Exchange.validate`)."""
     ex, a = cfg.exchange, cfg.algo
     _known(ex.name, EXCHANGES, "exchange.name", registries)
     _known(ex.ordering, MINIBATCH_ORDERINGS, "exchange.ordering", registries)
@@ -222,7 +225,8 @@ def validate_rollout(cfg: Config, registries: bool) -> None:
 
 
 def validate_optim(cfg: Config, registries: bool) -> None:
-    """Optimizer ranges, the shared prompt prefix against gradient checkpointing, autocast, non-finite policy."""
+    """Optimizer ranges, the shared prompt prefix against gradient checkpointing, autocast,
+    non-finite policy."""
     o = cfg.optim
     _check(o.lr > 0, "optim.lr", "must be > 0")
     _check(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
@@ -309,7 +313,7 @@ VALIDATORS = (validate_numbers, validate_policies, validate_kl, validate_algo, v
 
 
 def validate(cfg: Config, registries: bool = True) -> None:
-    """Every section's rules (:data:`VALIDATORS`); raises :class:`GraftError` with one line on the first
-    failure."""
+    """Every section's rules (:data:`VALIDATORS`); raises :class:`GraftError` with one line on the
+    first failure."""
     for fn in VALIDATORS:
         fn(cfg, registries)

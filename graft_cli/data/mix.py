@@ -1,16 +1,17 @@
 """A training set re-weighted by the value of one field of its records (``data.mix``).
 
-``data.mix`` maps values of the field ``data.mix_field`` (default ``family``, the tiny task's skill family) to
-shares s_v. With G_v the problems whose field equals v, the mixed set takes n_v problems of each G_v,
+``data.mix`` maps values of the field ``data.mix_field`` (default ``family``, the tiny task's skill
+family) to shares s_v. With G_v the problems whose field equals v, the mixed set takes n_v problems
+of each G_v,
 
-    n_v = round(N · s̄_v),   s̄_v = s_v / Σ_u s_u,   N = max { N' : round(N' · s̄_v) ≤ |G_v| for every v },   (1)
+    n_v = round(N · s̄_v),   s̄_v = s_v / Σ_u s_u,   N = max { N' : round(N' · s̄_v) ≤ |G_v| for
+    every v },   (1)
 
-the largest set with the asked shares that no group runs out of (``round``: half to even). Each G_v is sampled
-without replacement with ``numpy.random.default_rng(data.mix_seed)`` (one generator, groups in sorted value
-order); the set keeps the file's order within a group, groups in sorted value order (the prompt sampler shuffles
-per run seed). Values the mapping does not name are left out. The same config gives the same set in every run, so
-arms and seeds of a study train on one set.
-"""
+the largest set with the asked shares that no group runs out of (``round``: half to even). Each G_v
+is sampled without replacement with ``numpy.random.default_rng(data.mix_seed)`` (one generator,
+groups in sorted value order); the set keeps the file's order within a group, groups in sorted value
+order (the prompt sampler shuffles per run seed). Values the mapping does not name are left out. The
+same config gives the same set in every run, so arms and seeds of a study train on one set. """
 
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ def check_mix(shares: Mapping, key: str = "data.mix") -> None:
 
 def load_training_set(source: str, fields: dict | None, where: dict | None, mix: Mapping | None = None,
                       mix_field: str = "family", mix_seed: int = 0) -> list[Problem]:
-    """The training problems of ``source`` (``where``: only rows whose fields equal these values), re-weighted by
-    ``mix`` (value of ``mix_field`` -> share, eq. 1) when it is given."""
+    """The training problems of ``source`` (``where``: only rows whose fields equal these values),
+    re-weighted by ``mix`` (value of ``mix_field`` -> share, eq. 1) when it is given."""
     if not mix:
         return load_problems(source, fields, where)
     check_mix(mix)
@@ -76,7 +77,8 @@ def load_training_set(source: str, fields: dict | None, where: dict | None, mix:
 
 
 def training_problems(data, source: str) -> list[Problem]:
-    """The training set a run's ``data`` config (``DataConfig``) names, read from ``source`` (its ``train``
-    resolved to a file or hub id): every problem, or the mixed set of eq. (1) under ``data.mix``."""
+    """The training set a run's ``data`` config (``DataConfig``) names, read from ``source`` (its
+    ``train`` resolved to a file or hub id): every problem, or the mixed set of eq. (1) under
+    ``data.mix``."""
     return load_training_set(source, dict(data.fields) or None, dict(data.where) or None, dict(data.mix) or None,
                              data.mix_field, data.mix_seed)

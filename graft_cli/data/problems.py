@@ -1,16 +1,17 @@
-"""Problem sets: a local JSONL/parquet file or a hub dataset, normalised to ``{id, problem, answer}``.
+"""Problem sets: a local JSONL/parquet file or a hub dataset, normalised to ``{id, problem,
+answer}``.
 
 Hub datasets use common field names (``problem``/``question``/``prompt`` and
-``answer``/``solution``/``final_answer``/``expected_answer``); a field map can be given explicitly as
-``name:split`` plus ``fields``. An answer given as a list (OlympiadBench's ``final_answer``) is its items joined
-with ", ". A malformed local line raises :class:`GraftError` naming file and line.
+``answer``/``solution``/``final_answer``/``expected_answer``); a field map can be given explicitly
+as ``name:split`` plus ``fields``. An answer given as a list (OlympiadBench's ``final_answer``) is
+its items joined with ", ". A malformed local line raises :class:`GraftError` naming file and line.
 
-For verl-style RL data (Eurus-2-RL-Data, the code runs' training set): a field map may name a nested field with
-dots (``answer: reward_model.ground_truth``); a problem given as a list of chat messages (``prompt: [{role,
-content}, ...]``) is kept as those messages, JSON-encoded (graft_cli/data/prompts.py renders them with the chat
-template, system message included); ``where`` keeps only the rows whose fields equal its values (``{ability:
-code}``); a local path may be a glob (``data/eurus2-rl-code/train-*.parquet``: the matching files, sorted, joined).
-"""
+For verl-style RL data (Eurus-2-RL-Data, the code runs' training set): a field map may name a nested
+field with dots (``answer: reward_model.ground_truth``); a problem given as a list of chat messages
+(``prompt: [{role, content}, ...]``) is kept as those messages, JSON-encoded
+(graft_cli/data/prompts.py renders them with the chat template, system message included); ``where``
+keeps only the rows whose fields equal its values (``{ability: code}``); a local path may be a glob
+(``data/eurus2-rl-code/train-*.parquet``: the matching files, sorted, joined). """
 
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ _MISSING = object()
 
 
 def field_value(row: dict, key: str):
-    """``row[key]``, where a dotted key walks nested mappings (``reward_model.ground_truth``); a missing key gives
-    the module's ``_MISSING``."""
+    """``row[key]``, where a dotted key walks nested mappings (``reward_model.ground_truth``); a
+    missing key gives the module's ``_MISSING``."""
     if key in row:
         return row[key]
     cur = row
@@ -94,8 +95,9 @@ def _normalise(row: dict, where: str, fields: dict | None = None) -> Problem:
 
 
 def _check_unique(rows: list[tuple[Problem, str]]) -> list[Problem]:
-    """The problems of ``(problem, where)`` rows; a repeated id is one line naming where it repeats and where it was
-    first (ids key rollout logs, evaluation files and the stored-trajectory partner's prompts)."""
+    """The problems of ``(problem, where)`` rows; a repeated id is one line naming where it repeats
+    and where it was first (ids key rollout logs, evaluation files and the stored-trajectory
+    partner's prompts)."""
     first: dict[str, str] = {}
     for p, where in rows:
         if p.id in first:
@@ -144,8 +146,9 @@ def _load_parquet(path: str, fields, keep: dict | None = None) -> list[Problem]:
 
 def _load_hub(spec: str, fields, config: str | None = None, where: dict | None = None,
               drop_answers=()) -> list[Problem]:
-    """A hub dataset ``name[:split]`` (config ``config``), its rows normalised; with ``where`` only the rows
-    whose fields equal those values, and without the rows whose raw answer is in ``drop_answers``."""
+    """A hub dataset ``name[:split]`` (config ``config``), its rows normalised; with ``where`` only
+    the rows whose fields equal those values, and without the rows whose raw answer is in
+    ``drop_answers``."""
     name, _, split = spec.partition(":")
     try:
         # lazy: datasets is heavy and only for hub data
@@ -179,15 +182,15 @@ def _load_hub(spec: str, fields, config: str | None = None, where: dict | None =
 
 def load_hub_subset(spec: str, fields: dict | None = None, config: str | None = None, where: dict | None = None,
                     drop_answers=()) -> list[Problem]:
-    """Part of a hub dataset (a benchmark built from a selection, e.g. OlympiadBench's single-answer rows):
-    ``spec`` ``name[:split]``, its ``config``, the rows matching ``where`` minus those whose raw answer is in
-    ``drop_answers``, normalised with the ``fields`` map."""
+    """Part of a hub dataset (a benchmark built from a selection, e.g. OlympiadBench's single-answer
+    rows): ``spec`` ``name[:split]``, its ``config``, the rows matching ``where`` minus those whose
+    raw answer is in ``drop_answers``, normalised with the ``fields`` map."""
     return _load_hub(spec, fields, config, where, drop_answers)
 
 
 def load_problems(source: str, fields: dict | None = None, where: dict | None = None) -> list[Problem]:
-    """Load a problem set from a local ``.jsonl``/``.json``/``.parquet`` file (or a glob of them), or a hub id
-    ``name[:split]``; ``where``: only the rows whose fields equal these values."""
+    """Load a problem set from a local ``.jsonl``/``.json``/``.parquet`` file (or a glob of them),
+    or a hub id ``name[:split]``; ``where``: only the rows whose fields equal these values."""
 
     if os.path.isdir(source):
         raise GraftError(f"{source}: is a folder; expected a .jsonl, .json or .parquet file (or a hub id "
@@ -211,10 +214,11 @@ def load_problems(source: str, fields: dict | None = None, where: dict | None = 
 
 def split_holdout(problems: list[Problem], n: int, seed: int = 0, distinct: bool = False
                   ) -> tuple[list[Problem], list[Problem]]:
-    """``(train, held_out)``: ``n`` problems drawn uniformly without replacement with ``numpy`` seed ``seed``
-    (``data.holdout``; the tandem paper holds 1,000 DeepScaleR problems out with seed 0), the rest in their
-    original order. ``n = 0``: everything trains. ``distinct`` (``data.holdout_distinct``): a training problem
-    whose text equals a held-out one's (a set with repeats under other ids) is dropped from training too."""
+    """``(train, held_out)``: ``n`` problems drawn uniformly without replacement with ``numpy`` seed
+    ``seed`` (``data.holdout``; the tandem paper holds 1,000 DeepScaleR problems out with seed 0),
+    the rest in their original order. ``n = 0``: everything trains. ``distinct``
+    (``data.holdout_distinct``): a training problem whose text equals a held-out one's (a set with
+    repeats under other ids) is dropped from training too."""
 
     if n <= 0:
         return list(problems), []

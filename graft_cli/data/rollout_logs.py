@@ -1,10 +1,9 @@
-"""Reading a run's rollout logs (``rollouts/<policy>/step_NNNNNN.parquet``, written by the trainer) back as
-one step of a partner: the stored-trajectory source (graft.md §5) reads these.
+"""Reading a run's rollout logs (``rollouts/<policy>/step_NNNNNN.parquet``, written by the trainer)
+back as one step of a partner: the stored-trajectory source (graft.md §5) reads these.
 
-Columns: step, prompt_index, prompt_id, sample_index, answer, response, token_ids, rollout_logprobs, truncated,
-reward, advantage, extracted, data_seed. A log whose rollout log-probs are in a column of an earlier name
-(:data:`RENAMED_COLUMNS`) is read under the current one.
-"""
+Columns: step, prompt_index, prompt_id, sample_index, answer, response, token_ids, rollout_logprobs,
+truncated, reward, advantage, extracted, data_seed. A log whose rollout log-probs are in a column of
+an earlier name (:data:`RENAMED_COLUMNS`) is read under the current one. """
 
 from __future__ import annotations
 
@@ -18,8 +17,8 @@ RENAMED_COLUMNS = {"gen_logprobs": "rollout_logprobs", "sampler_logprobs": "roll
 
 
 def _open(path: str, step: int):
-    """The parquet schema of one partner log (read without its rows); one line when it is missing, unreadable or
-    not a rollout log."""
+    """The parquet schema of one partner log (read without its rows); one line when it is missing,
+    unreadable or not a rollout log."""
     # lazy: pyarrow is heavy
     import pyarrow.parquet as pq
 
@@ -39,8 +38,9 @@ def _open(path: str, step: int):
 
 
 def _check_step(df, path: str, step: int, problems, data_seed: int | None) -> int:
-    """``df`` (sorted by prompt and sample) holds ``step`` and, when ``problems`` is given, their prompt ids in
-    order with the same number of samples each; returns that number (the group size)."""
+    """``df`` (sorted by prompt and sample) holds ``step`` and, when ``problems`` is given, their
+    prompt ids in order with the same number of samples each; returns that number (the group
+    size)."""
     if len(df) == 0 or set(int(x) for x in df["step"]) != {step}:
         raise GraftError(f"{path}: holds step {sorted(set(int(x) for x in df['step']))} but this run is at step "
                          f"{step} (step mismatch)")
@@ -63,9 +63,9 @@ def _check_step(df, path: str, step: int, problems, data_seed: int | None) -> in
 
 
 def check_partner_step(path: str, step: int, problems=None, data_seed: int | None = None) -> None:
-    """The check of :func:`read_partner_step` on the log's light columns only (its schema, step, prompt ids and
-    sample indices; not the responses), so every step of a run is checked before step 1 in seconds.
-    ``problems`` None (prompts not known in advance): the file and its step only."""
+    """The check of :func:`read_partner_step` on the log's light columns only (its schema, step,
+    prompt ids and sample indices; not the responses), so every step of a run is checked before step
+    1 in seconds. ``problems`` None (prompts not known in advance): the file and its step only."""
     # lazy: pandas is heavy
     import pandas as pd
 
@@ -76,9 +76,9 @@ def check_partner_step(path: str, step: int, problems=None, data_seed: int | Non
 
 
 def read_partner_step(path: str, step: int, problems, data_seed: int | None = None) -> dict:
-    """Load one partner log and check it against this step: the file exists, its ``step`` column equals
-    ``step`` and its prompt ids (in prompt order) equal ``problems``' ids. Returns column lists sorted by
-    (prompt_index, sample_index) and the group size ``n``."""
+    """Load one partner log and check it against this step: the file exists, its ``step`` column
+    equals ``step`` and its prompt ids (in prompt order) equal ``problems``' ids. Returns column
+    lists sorted by (prompt_index, sample_index) and the group size ``n``."""
     # lazy: pandas is heavy
     import pandas as pd
 

@@ -1,4 +1,5 @@
-"""Deterministic prompt batches: a seeded permutation per epoch, drop-last, with a resumable cursor."""
+"""Deterministic prompt batches: a seeded permutation per epoch, drop-last, with a resumable
+cursor."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import numpy as np
 
 
 class PromptSampler:
-    """Yields batches of problem indices. Epoch ``e`` uses ``permutation(seed + e)``; batches that would
-    run past the end of an epoch are dropped (drop-last). ``step`` is the data cursor: the number of
-    batches already served, so ``state_dict()``/``load_state_dict()`` resume exactly."""
+    """Yields batches of problem indices. Epoch ``e`` uses ``permutation(seed + e)``; batches that
+    would run past the end of an epoch are dropped (drop-last). ``step`` is the data cursor: the
+    number of batches already served, so ``state_dict()``/``load_state_dict()`` resume exactly."""
 
     def __init__(self, num_problems: int, batch_size: int, seed: int, shuffle: bool = True):
         if batch_size > num_problems:

@@ -1,40 +1,40 @@
 """The synthetic verifiable math task of the tiny pair (``pair=tiny``).
 
-Why a synthetic task: the real study (3B models on MATH) needs GPUs and a model hub; the default must
-still run every method for real on a laptop. This module generates a small arithmetic "world" whose
-records look exactly like real data (``{id, problem, answer}`` JSONL, graded by the same math-verify
-reward, prompted by the same :class:`~graft_cli.data.prompts.PromptSpec`), so everything downstream of
-the problem file is the code path real data takes.
+Why a synthetic task: the real study (3B models on MATH) needs GPUs and a model hub; the default
+must still run every method for real on a laptop. This module generates a small arithmetic "world"
+whose records look exactly like real data (``{id, problem, answer}`` JSONL, graded by the same
+math-verify reward, prompted by the same :class:`~graft_cli.data.prompts.PromptSpec`), so everything
+downstream of the problem file is the code path real data takes.
 
 Design choices
 --------------
-* **Six skill families, three levels each** (:data:`FAMILIES`): ``add`` (carries), ``sub`` (borrows),
-  ``mul``, ``two`` (two-step expressions: ``a+b+c``, then precedence, then brackets), ``lin``
-  (linear equations) and ``frac`` (fraction arithmetic). Level 1 is single-digit facts, which ~3M-parameter models
-  memorise in a minute of SFT; levels 2-3 need multi-digit work, which they only partly learn.
-  The level spread is what puts a freshly trained model in the useful RL band (some prompts always
-  solved, some sometimes, some never).
+* **Six skill families, three levels each** (:data:`FAMILIES`): ``add`` (carries), ``sub``
+  (borrows), ``mul``, ``two`` (two-step expressions: ``a+b+c``, then precedence, then brackets),
+  ``lin`` (linear equations) and ``frac`` (fraction arithmetic). Level 1 is single-digit facts,
+  which ~3M-parameter models memorise in a minute of SFT; levels 2-3 need multi-digit work, which
+  they only partly learn. The level spread is what puts a freshly trained model in the useful RL
+  band (some prompts always solved, some sometimes, some never).
 * **Short text on both sides.** Problems are bare expressions (``47+38=?``, ``3x+5=26, x=?``,
   ``1/3+1/4=?``) and worked solutions are a one-line chain of equalities ending in ``\\boxed{...}``
   (``4*5=20,3+20=23 \\boxed{23}``; ``26-5=21,21/3=7 \\boxed{7}``; ``4/12+3/12=7/12 \\boxed{7/12}``;
   ``240+42=282 \\boxed{282}`` for ``47*6``). Single-operation problems restate the operation
-  (``47+38=85``) — the one step there is — while multi-step ones only write the intermediate results.
-  Step time of RL on a CPU is proportional to sequence length, so every character counts; the chain
-  still gives the model intermediate results to condition on for the multi-step families (``two``,
-  ``lin``, ``frac``, multi-digit ``mul``).
+  (``47+38=85``) — the one step there is — while multi-step ones only write the intermediate
+  results. Step time of RL on a CPU is proportional to sequence length, so every character counts;
+  the chain still gives the model intermediate results to condition on for the multi-step families
+  (``two``, ``lin``, ``frac``, multi-digit ``mul``).
 * **Gold answers in MATH style** (integers, ``\\frac{a}{b}`` in lowest terms); reference solutions
   box the unreduced ``a/b`` the chain arrives at, which math-verify grades equal to the gold
   (value comparison). Every reference solution scores 1.0 (tested).
-* **Determinism.** All randomness comes from :class:`random.Random` seeded with a string derived from
-  ``(seed, split)``; Python hashes string seeds with SHA-512, so files are identical across runs,
-  processes and platforms.
+* **Determinism.** All randomness comes from :class:`random.Random` seeded with a string derived
+  from ``(seed, split)``; Python hashes string seeds with SHA-512, so files are identical across
+  runs, processes and platforms.
 * **Five held-out sets standing in for the real benchmarks** (:data:`EVAL_SETS`), with the real
   benchmarks' sizes and a difficulty ordering like theirs: ``math500`` covers everything,
   ``minerva`` and ``amc23`` are mid-level with different family skews, ``aime24``/``aime25`` are the
-  hardest levels. Training problems never repeat an evaluation problem (exact-text exclusion; level-1
-  fact spaces are small, so the "held-out" guarantee is per record, as for contaminated real data).
-  SFT examples (:func:`sft_example`) are drawn from a separate stream and may overlap everything: they
-  play the role of pretraining data.
+  hardest levels. Training problems never repeat an evaluation problem (exact-text exclusion;
+  level-1 fact spaces are small, so the "held-out" guarantee is per record, as for contaminated real
+  data). SFT examples (:func:`sft_example`) are drawn from a separate stream and may overlap
+  everything: they play the role of pretraining data.
 """
 
 from __future__ import annotations
@@ -57,9 +57,10 @@ def _frac_gold(f: Fraction) -> str:
 
 
 def _worked(*steps: tuple[str, str], ans: str, detail: tuple | None = None):
-    """A worked solution as data: its steps ``(expression, value)`` in order, the boxed answer, and optionally the
-    same computation in smaller steps (``detail``: partial products, a fraction's numerator and denominator one
-    multiplication at a time); a style (:data:`STYLES`) renders it as text (the v3 styles the detailed steps)."""
+    """A worked solution as data: its steps ``(expression, value)`` in order, the boxed answer, and
+    optionally the same computation in smaller steps (``detail``: partial products, a fraction's
+    numerator and denominator one multiplication at a time); a style (:data:`STYLES`) renders it as
+    text (the v3 styles the detailed steps)."""
     return tuple(steps), ans, (tuple(detail) if detail else None)
 
 
@@ -194,23 +195,25 @@ def _pick(rng: random.Random, weights: dict):
 
 
 def restate(problem: str) -> str:
-    """The problem's expression without its question: ``7*6-9=?`` -> ``7*6-9``, ``3x+5=26, x=?`` -> ``3x+5=26``.
-    Every v3 style opens with it: tokens both models copy from the prompt at almost no cost, as most tokens of
-    a real response are (the per-token mean of the gate's s is over the whole response)."""
+    """The problem's expression without its question: ``7*6-9=?`` -> ``7*6-9``, ``3x+5=26, x=?`` ->
+    ``3x+5=26``. Every v3 style opens with it: tokens both models copy from the prompt at almost no
+    cost, as most tokens of a real response are (the per-token mean of the gate's s is over the
+    whole response)."""
     return problem.split(", x=?")[0].removesuffix("=?")
 
 
 def style_chain(head: str, steps, ans: str) -> str:
-    """The tiny pair v2's writing (both models) and the records' ``solution``: left-to-right equalities, no
-    spaces, comma-separated, no restated problem: ``7*6=42,42-9=33 \\boxed{33}``."""
+    """The tiny pair v2's writing (both models) and the records' ``solution``: left-to-right
+    equalities, no spaces, comma-separated, no restated problem: ``7*6=42,42-9=33 \\boxed{33}``."""
     return ",".join(f"{e}={v}" for e, v in steps) + f" \\boxed{{{ans}}}"
 
 
 def op_word(expr: str) -> str:
-    """The operation a worked step performs, as a word, read off its expression (so both models can predict it from
-    the text before it): ``add`` if it has ``+``, else ``subtract`` for a ``-`` after the first character, else
-    ``multiply`` for ``*``, else ``divide``: ``7*6`` -> multiply, ``240+42`` -> add, ``26-5`` -> subtract, ``21/3``
-    -> divide, ``4/6+3/6`` -> add, ``1/3*4`` -> multiply."""
+    """The operation a worked step performs, as a word, read off its expression (so both models can
+    predict it from the text before it): ``add`` if it has ``+``, else ``subtract`` for a ``-``
+    after the first character, else ``multiply`` for ``*``, else ``divide``: ``7*6`` -> multiply,
+    ``240+42`` -> add, ``26-5`` -> subtract, ``21/3`` -> divide, ``4/6+3/6`` -> add, ``1/3*4`` ->
+    multiply."""
     if "+" in expr:
         return "add"
     if "-" in expr[1:]:
@@ -221,12 +224,12 @@ def op_word(expr: str) -> str:
 
 
 def style_prose(head: str, steps, ans: str) -> str:
-    """``a``'s style (recipes v3 and later), sentences as a Qwen-like model writes them: ``To find 7*6-9,
-    multiply first: 7*6=42. Then subtract: 42-9=33. The answer is \\boxed{33}.`` One step: ``To find 47+38, add:
-    47+38=85. The answer is \\boxed{85}.`` Every word is predictable from the problem (the restated expression,
-    the operation words of :func:`op_word`), so most tokens of a response cost either model little, as most tokens
-    of a real response do, while the arithmetic is written in the same local context as :func:`style_steps`
-    (the expression, ``=``, the digits)."""
+    """``a``'s style (recipes v3 and later), sentences as a Qwen-like model writes them: ``To find
+    7*6-9, multiply first: 7*6=42. Then subtract: 42-9=33. The answer is \\boxed{33}.`` One step:
+    ``To find 47+38, add: 47+38=85. The answer is \\boxed{85}.`` Every word is predictable from the
+    problem (the restated expression, the operation words of :func:`op_word`), so most tokens of a
+    response cost either model little, as most tokens of a real response do, while the arithmetic is
+    written in the same local context as :func:`style_steps` (the expression, ``=``, the digits)."""
     (e1, v1), rest = steps[0], steps[1:]
     first = f"{op_word(e1)} first" if rest else op_word(e1)
     text = f"To find {head}, {first}: {e1}={v1}."
@@ -236,9 +239,10 @@ def style_prose(head: str, steps, ans: str) -> str:
 
 
 def style_steps(head: str, steps, ans: str) -> str:
-    """``b``'s style in the v3 recipe, a Llama-like chain of clauses: ``Let's compute 7*6-9 step by step; multiply
-    7*6=42; subtract 42-9=33; so the final answer is \\boxed{33}``. The same steps and operation words as
-    :func:`style_prose`, in other connectives (where a real pair's writing differs)."""
+    """``b``'s style in the v3 recipe, a Llama-like chain of clauses: ``Let's compute 7*6-9 step by
+    step; multiply 7*6=42; subtract 42-9=33; so the final answer is \\boxed{33}``. The same steps
+    and operation words as :func:`style_prose`, in other connectives (where a real pair's writing
+    differs)."""
     text = f"Let's compute {head} step by step"
     for e, v in steps:
         text += f"; {op_word(e)} {e}={v}"
@@ -253,22 +257,24 @@ def style_words(head: str, steps, ans: str) -> str:
 
 STYLES = {"chain": style_chain, "prose": style_prose, "steps": style_steps, "words": style_words}
 CANONICAL_STYLE = "chain"  # the records' ``solution`` field (v2's text)
-# styles that write the detailed steps where a solution has them (v3's: a peer whose plan the receiver lacks still
-# writes steps the receiver can follow, one known operation at a time, as real worked solutions do)
+# styles that write the detailed steps where a solution has them (v3's: a peer whose plan the
+# receiver lacks still writes steps the receiver can follow, one known operation at a time, as real
+# worked solutions do)
 DETAILED_STYLES = frozenset({"prose", "steps", "words"})
 
 
 def render(worked, style: str = CANONICAL_STYLE) -> str:
-    """The text of a worked solution ``(problem, steps, answer[, detail])`` in ``style`` (:data:`STYLES`): the
-    detailed steps for :data:`DETAILED_STYLES` where there are some, the compact ones otherwise."""
+    """The text of a worked solution ``(problem, steps, answer[, detail])`` in ``style``
+    (:data:`STYLES`): the detailed steps for :data:`DETAILED_STYLES` where there are some, the
+    compact ones otherwise."""
     problem, steps, ans = worked[:3]
     detail = worked[3] if len(worked) > 3 else None
     return STYLES[style](restate(problem), detail if detail and style in DETAILED_STYLES else steps, ans)
 
 
 def make_problem(rng: random.Random, family: str, level: int, style: str = CANONICAL_STYLE) -> dict:
-    """One problem of ``family`` at ``level`` as a record without ``id``; ``solution`` is written in ``style``
-    and ``worked`` holds the solution as data (steps, answer) for other styles."""
+    """One problem of ``family`` at ``level`` as a record without ``id``; ``solution`` is written in
+    ``style`` and ``worked`` holds the solution as data (steps, answer) for other styles."""
     problem, answer, (steps, ans, detail) = FAMILIES[family](rng, level)
     worked = (problem, steps, ans, detail)
     return {"problem": problem, "answer": answer, "solution": render(worked, style), "family": family,
@@ -283,8 +289,9 @@ def sample_problem(rng: random.Random, families: dict | None = None, levels: dic
 
 
 def _slip_value(value: str, delta: int) -> str:
-    """``value`` (an integer ``42`` or an unreduced fraction ``7/12``) with its integer (the numerator) moved by
-    ``delta``, kept >= 1 for a numerator and >= 0 for an integer (a slip away from the wall instead)."""
+    """``value`` (an integer ``42`` or an unreduced fraction ``7/12``) with its integer (the
+    numerator) moved by ``delta``, kept >= 1 for a numerator and >= 0 for an integer (a slip away
+    from the wall instead)."""
     num, sep, den = value.partition("/")
     n = int(num) + delta
     floor = 1 if sep else 0
@@ -294,12 +301,13 @@ def _slip_value(value: str, delta: int) -> str:
 
 
 def slip(worked, delta: int):
-    """The worked solution ``(problem, steps, answer, detail)`` with a *slip* in its last computation: the last
-    step's result (in the compact and the detailed steps) and the boxed answer off by ``delta`` in the units (a
-    fraction's numerator), the rest of the solution unchanged. The solution reads as fluently as a correct one and
-    grades 0. The tiny pair (recipes v4 and later) trains on a share of slipped solutions so a base model makes
-    *stochastic* final-step errors, the kind RL with a verifiable reward removes (pass@k well above pass@1 at the
-    evaluation temperature), where an SFT-only model's errors are systematic."""
+    """The worked solution ``(problem, steps, answer, detail)`` with a *slip* in its last
+    computation: the last step's result (in the compact and the detailed steps) and the boxed answer
+    off by ``delta`` in the units (a fraction's numerator), the rest of the solution unchanged. The
+    solution reads as fluently as a correct one and grades 0. The tiny pair (recipes v4 and later)
+    trains on a share of slipped solutions so a base model makes *stochastic* final-step errors, the
+    kind RL with a verifiable reward removes (pass@k well above pass@1 at the evaluation
+    temperature), where an SFT-only model's errors are systematic."""
     problem, steps, ans, detail = (tuple(worked) + (None,))[:4]
     new_ans = _slip_value(ans, delta)
 
@@ -321,10 +329,11 @@ def slip(worked, delta: int):
 def sft_example(rng: random.Random, families: dict, levels: dict | None = None,
                 styles: dict | None = None, slip_rate: float = 0.0) -> tuple[str, str]:
     """``(problem, worked solution)`` for supervised pretraining; ``families`` weights define the
-    model's skill mix (this is where the pair's complementarity comes from) and ``styles`` (style -> weight,
-    default the canonical style only) how the solution is written. With one style no extra random draw is
-    made, so a single-style stream is the stream of v2. ``slip_rate`` > 0: that share of solutions carry a
-    :func:`slip` (+1 or -1 with equal odds); 0 makes no draw (the v2/v3 streams)."""
+    model's skill mix (this is where the pair's complementarity comes from) and ``styles`` (style ->
+    weight, default the canonical style only) how the solution is written. With one style no extra
+    random draw is made, so a single-style stream is the stream of v2. ``slip_rate`` > 0: that share
+    of solutions carry a :func:`slip` (+1 or -1 with equal odds); 0 makes no draw (the v2/v3
+    streams)."""
     rec = sample_problem(rng, families, levels)
     if not styles or len(styles) == 1:
         style = next(iter(styles)) if styles else CANONICAL_STYLE
@@ -377,8 +386,8 @@ def build_task(seed: int = 0, train_size: int = TRAIN_SIZE) -> dict[str, list[di
 
 
 def write_task(out_dir: str, seed: int = 0, train_size: int = TRAIN_SIZE) -> dict[str, str]:
-    """Write ``train.jsonl`` and ``eval_{math500,aime24,aime25,amc23,minerva}.jsonl`` into ``out_dir``;
-    returns split name -> path. Same seed, same bytes."""
+    """Write ``train.jsonl`` and ``eval_{math500,aime24,aime25,amc23,minerva}.jsonl`` into
+    ``out_dir``; returns split name -> path. Same seed, same bytes."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {}
     for name, recs in build_task(seed, train_size).items():
@@ -389,9 +398,10 @@ def write_task(out_dir: str, seed: int = 0, train_size: int = TRAIN_SIZE) -> dic
 
 
 def corpus(seed: int = 0, size: int = 4000, style=CANONICAL_STYLE) -> list[tuple[str, str]]:
-    """A sample of ``(problem, solution)`` pairs over all families and levels, solutions in ``style`` (a name), or in
-    one of ``style`` (a list of names) drawn uniformly per example (tokenizer training: a v2 tokenizer learns its own
-    model's writing, a v3 tokenizer general text covering every model's). One style makes no extra random draw."""
+    """A sample of ``(problem, solution)`` pairs over all families and levels, solutions in
+    ``style`` (a name), or in one of ``style`` (a list of names) drawn uniformly per example
+    (tokenizer training: a v2 tokenizer learns its own model's writing, a v3 tokenizer general text
+    covering every model's). One style makes no extra random draw."""
     rng = _rng(seed, "corpus")
     styles = [style] if isinstance(style, str) else list(style)
     out = []

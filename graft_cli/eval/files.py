@@ -1,4 +1,5 @@
-"""File names of an evaluation folder, shared by the solo, handoff and legibility evaluations and the reports."""
+"""File names of an evaluation folder, shared by the solo, handoff and legibility evaluations and
+the reports."""
 
 from __future__ import annotations
 
@@ -35,16 +36,17 @@ def _read_rows(path: str) -> list[dict] | None:
 
 
 def read_problems(folder: str) -> tuple[dict[str, np.ndarray], list[float]]:
-    """Per benchmark the per-problem pass@1 (mean grade over every run and sample of problem ``problem_index``),
-    from ``<folder>/<bench>_run<k>.jsonl``; and the ``senior_frac`` of every row that has one. A benchmark
-    with an unreadable file, a malformed row or a problem index without rows is left out."""
+    """Per benchmark the per-problem pass@1 (mean grade over every run and sample of problem
+    ``problem_index``), from ``<folder>/<bench>_run<k>.jsonl``; and the ``senior_frac`` of every row
+    that has one. A benchmark with an unreadable file, a malformed row or a problem index without
+    rows is left out."""
     means, _, fracs = read_problem_stats(folder)
     return means, fracs
 
 
 def read_problem_stats(folder: str) -> tuple[dict[str, np.ndarray], dict[str, float], list[float]]:
-    """:func:`read_problems` with, per benchmark, the sampling variance of its mean pass@1,
-    v_b = (1/N²) Σ_p s²_p / n_p (s² the problem's grades' sample variance over its n_p runs × samples;
+    """:func:`read_problems` with, per benchmark, the sampling variance of its mean pass@1, v_b =
+    (1/N²) Σ_p s²_p / n_p (s² the problem's grades' sample variance over its n_p runs × samples;
     ``graft_cli.report.power`` eq. 2)."""
     if not os.path.isdir(folder):
         return {}, {}, []
@@ -80,7 +82,8 @@ def read_problem_stats(folder: str) -> tuple[dict[str, np.ndarray], dict[str, fl
 
 
 def grade_variance(grades: list[list[float]]) -> float:
-    """(1/N²) Σ_p s²_p / n_p over the problems' grade lists (ddof 1; a problem with one grade counts 0)."""
+    """(1/N²) Σ_p s²_p / n_p over the problems' grade lists (ddof 1; a problem with one grade counts
+    0)."""
     N = len(grades)
     tot = 0.0
     for g in grades:
@@ -90,9 +93,10 @@ def grade_variance(grades: list[list[float]]) -> float:
 
 
 def read_grades(folder: str) -> dict[str, np.ndarray]:
-    """Per benchmark the grades ``correct[run, problem, sample]`` (0/1) from ``<folder>/<bench>_run<k>.jsonl``
-    (runs in file order of k). A benchmark whose files are unreadable, malformed or incomplete (a run, problem
-    or sample missing; runs of different sizes) is left out."""
+    """Per benchmark the grades ``correct[run, problem, sample]`` (0/1) from
+    ``<folder>/<bench>_run<k>.jsonl`` (runs in file order of k). A benchmark whose files are
+    unreadable, malformed or incomplete (a run, problem or sample missing; runs of different sizes)
+    is left out."""
     if not os.path.isdir(folder):
         return {}
     files: dict[str, list[tuple[int, str]]] = {}
@@ -122,10 +126,10 @@ def read_grades(folder: str) -> dict[str, np.ndarray]:
 
 
 def paired_grade_variance(x_folder: str, y_folder: str) -> dict[str, float]:
-    """Per benchmark both folders hold with the same runs, problems and samples: the sampling variance of the
-    difference of their mean pass@1, (1/N²) Σ_p s²_p(g^x − g^y) / n_p, over the grade differences of the same
-    (run, problem, sample) (``graft_cli.report.power`` eq. 2 on the pairs: sampled with the same seeds, the two
-    folders' answers can be correlated)."""
+    """Per benchmark both folders hold with the same runs, problems and samples: the sampling
+    variance of the difference of their mean pass@1, (1/N²) Σ_p s²_p(g^x − g^y) / n_p, over the
+    grade differences of the same (run, problem, sample) (``graft_cli.report.power`` eq. 2 on the
+    pairs: sampled with the same seeds, the two folders' answers can be correlated)."""
     gx, gy = read_grades(x_folder), read_grades(y_folder)
     out = {}
     for bench in sorted(set(gx) & set(gy)):

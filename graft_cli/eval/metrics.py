@@ -3,12 +3,13 @@
 Grades of one benchmark are an array ``correct[run, problem, sample]`` of 0/1 values.
 
 * **pass@1 of one run** = mean over samples, then over problems (:func:`pass_at_1`).
-* **unbiased pass@k** (Chen et al. 2021, Codex paper): for a problem with ``n`` samples of which ``c``
-  are correct, ``pass@k = 1 - C(n-c, k) / C(n, k)`` (1 when ``n - c < k``); averaged over problems
-  (:func:`pass_at_k`, :func:`pass_at_k_run`). ``pass@1`` is the special case ``c / n``.
+* **unbiased pass@k** (Chen et al. 2021, Codex paper): for a problem with ``n`` samples of which
+  ``c`` are correct, ``pass@k = 1 - C(n-c, k) / C(n, k)`` (1 when ``n - c < k``); averaged over
+  problems (:func:`pass_at_k`, :func:`pass_at_k_run`). ``pass@1`` is the special case ``c / n``.
 * **mean ± std over runs**: the std is the *sample* standard deviation (``ddof=1``, Bessel), as the
   paper's "mean ± std over 5 eval runs" and its Table 4 ("sample std over 3 training runs") read;
-  with a single run the std is undefined and reported as ``None`` (JSON ``null``) (:func:`mean_std`).
+  with a single run the std is undefined and reported as ``None`` (JSON ``null``)
+  (:func:`mean_std`).
 * **five-benchmark average**: the unweighted mean of the benchmarks' pass@1 *within each run*, then
   mean ± std over runs (:func:`average_over_benchmarks`). Its std is therefore the spread of the
   per-run averages, not a mean of per-benchmark stds.
@@ -38,7 +39,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def pass_at_k_run(correct: np.ndarray, k: int) -> float:
-    """Mean over problems of the unbiased pass@k of one run; ``correct`` is ``(problems, samples)``."""
+    """Mean over problems of the unbiased pass@k of one run; ``correct`` is ``(problems,
+    samples)``."""
     correct = np.asarray(correct)
     n = correct.shape[1]
     counts = is_correct(correct).sum(axis=1)
@@ -70,7 +72,8 @@ def summarize_benchmark(correct: np.ndarray, ks: Sequence[int] | None = None) ->
          "runs": [pass@1 of each run], "mean", "std",
          "pass@k": {"1": {"mean", "std", "runs"}, "2": ..., ...}}
 
-    ``ks`` defaults to 1, 2, 4, ... up to the number of samples (and the number of samples itself)."""
+    ``ks`` defaults to 1, 2, 4, ... up to the number of samples (and the number of samples
+    itself)."""
     correct = np.asarray(correct, dtype=np.float64)
     if correct.ndim != 3:
         raise ValueError(f"expected correct[run, problem, sample], got shape {correct.shape}")
@@ -89,10 +92,11 @@ def summarize_benchmark(correct: np.ndarray, ks: Sequence[int] | None = None) ->
 
 
 def average_over_benchmarks(per_bench_runs: Mapping[str, Sequence[float]]) -> dict:
-    """The benchmark average: ``mean`` = the unweighted mean over benchmarks of each benchmark's pass@1 averaged
-    over all its runs; ``runs`` = the average within each run that every benchmark has (aligned by index), and
-    ``std`` their sample std. With the same runs everywhere ``mean`` is the mean of ``runs``; where some
-    benchmarks have more runs (``eval.final.bench_runs``) ``mean`` uses them all.
+    """The benchmark average: ``mean`` = the unweighted mean over benchmarks of each benchmark's
+    pass@1 averaged over all its runs; ``runs`` = the average within each run that every benchmark
+    has (aligned by index), and ``std`` their sample std. With the same runs everywhere ``mean`` is
+    the mean of ``runs``; where some benchmarks have more runs (``eval.final.bench_runs``) ``mean``
+    uses them all.
 
     ``per_bench_runs`` maps benchmark -> pass@1 of each run."""
     if not per_bench_runs:
@@ -106,7 +110,8 @@ def average_over_benchmarks(per_bench_runs: Mapping[str, Sequence[float]]) -> di
 
 
 def pm(mean: float | None, std: float | None, scale: float = 100.0, digits: int = 2) -> str:
-    """``"72.08±0.52"`` (percent by default); ``"72.08"`` when the std is undefined; ``"—"`` for no value."""
+    """``"72.08±0.52"`` (percent by default); ``"72.08"`` when the std is undefined; ``"—"`` for no
+    value."""
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "—"
     s = f"{mean * scale:.{digits}f}"

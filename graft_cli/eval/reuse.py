@@ -1,17 +1,18 @@
 """Sharing identical evaluations between the runs of a plan.
 
-A plan's runs that start from the same weights and save them (``run.save_initial``: GRPO and GRAFT of every
-seed in ``experiments/reproduce/tiny.yaml``) evaluate the same model at step 0 with the same settings and seed:
-the same samples, byte for byte, once per run. :func:`shared` evaluates such a checkpoint once and gives the
-other runs its ``<bench>_run<k>.jsonl`` files, which the evaluator reads back as it reads a resumed folder's.
+A plan's runs that start from the same weights and save them (``run.save_initial``: GRPO and GRAFT
+of every seed in ``experiments/reproduce/tiny.yaml``) evaluate the same model at step 0 with the
+same settings and seed: the same samples, byte for byte, once per run. :func:`shared` evaluates such
+a checkpoint once and gives the other runs its ``<bench>_run<k>.jsonl`` files, which the evaluator
+reads back as it reads a resumed folder's.
 
-The key of an evaluation (:func:`reuse_key`) is the model's files (weights, config, tokenizer: not the optimizer
-state), the output folder's ``meta.json`` (sampling settings, prompt, problem-set fingerprints:
-:func:`graft_cli.eval.runner.prepare_folder`) and what else decides the samples and their grades (dtype, device
-type, rollout engine and its options, reward): two evaluations share files only when all of these are equal.
-A per-key lock makes a run that reaches the same evaluation while another is computing it wait and copy, instead of
-computing it twice; the shared copy is written to a temporary folder and renamed into place (a killed run leaves
-no half copy)."""
+The key of an evaluation (:func:`reuse_key`) is the model's files (weights, config, tokenizer: not
+the optimizer state), the output folder's ``meta.json`` (sampling settings, prompt, problem-set
+fingerprints: :func:`graft_cli.eval.runner.prepare_folder`) and what else decides the samples and
+their grades (dtype, device type, rollout engine and its options, reward): two evaluations share
+files only when all of these are equal. A per-key lock makes a run that reaches the same evaluation
+while another is computing it wait and copy, instead of computing it twice; the shared copy is
+written to a temporary folder and renamed into place (a killed run leaves no half copy)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ SKIP_PREFIXES = ("optimizer", "scheduler", "rng", "trainer_state", "training_arg
 
 
 def model_fingerprint(folder: str) -> str:
-    """SHA-256 over the names and bytes of the model folder's weight, config and tokenizer files (sorted by name);
-    optimizer and trainer state are left out."""
+    """SHA-256 over the names and bytes of the model folder's weight, config and tokenizer files
+    (sorted by name); optimizer and trainer state are left out."""
     h = hashlib.sha256()
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
@@ -44,7 +45,8 @@ def model_fingerprint(folder: str) -> str:
 
 
 def reuse_key(model_folder: str, out_dir: str, extra: dict) -> str:
-    """The evaluation's identity: :func:`model_fingerprint`, ``out_dir``'s ``meta.json`` and ``extra`` (JSON)."""
+    """The evaluation's identity: :func:`model_fingerprint`, ``out_dir``'s ``meta.json`` and
+    ``extra`` (JSON)."""
     with open(os.path.join(out_dir, "meta.json"), encoding="utf-8") as f:
         meta = json.load(f)
     blob = json.dumps({"model": model_fingerprint(model_folder), "meta": meta, "extra": extra}, sort_keys=True,
@@ -58,10 +60,11 @@ def _run_files(folder: str) -> list[str]:
 
 @contextlib.contextmanager
 def shared(reuse_dir: str | None, key: str | None, out_dir: str):
-    """Around one evaluation into ``out_dir``: under ``reuse_dir/<key>.lock``, copy the run files a previous
-    evaluation with the same key left in ``reuse_dir/<key>/`` into ``out_dir`` (those it lacks), then let the
-    evaluation run (it reads them back and samples only what is missing); on success, store ``out_dir``'s run
-    files under the key if none are stored. Yields the number of files copied in. ``reuse_dir`` None: no-op."""
+    """Around one evaluation into ``out_dir``: under ``reuse_dir/<key>.lock``, copy the run files a
+    previous evaluation with the same key left in ``reuse_dir/<key>/`` into ``out_dir`` (those it
+    lacks), then let the evaluation run (it reads them back and samples only what is missing); on
+    success, store ``out_dir``'s run files under the key if none are stored. Yields the number of
+    files copied in. ``reuse_dir`` None: no-op."""
     if not reuse_dir or not key:
         yield 0
         return

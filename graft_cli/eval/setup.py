@@ -1,6 +1,6 @@
-"""What an evaluation runs with: its sampling settings (:class:`EvalSettings`, the per-run and per-chunk seeds),
-the benchmarks, the graders of the run's reward, the rollout engine, and the settings, selection and folders a
-run's config implies for validation and final evaluation."""
+"""What an evaluation runs with: its sampling settings (:class:`EvalSettings`, the per-run and
+per-chunk seeds), the benchmarks, the graders of the run's reward, the rollout engine, and the
+settings, selection and folders a run's config implies for validation and final evaluation."""
 
 from __future__ import annotations
 
@@ -37,14 +37,14 @@ class EvalSettings:
     bench_runs: dict = field(default_factory=dict)  # benchmark -> runs where it differs from ``runs``
 
     def runs_for(self, bench: str) -> int:
-        """The runs of benchmark ``bench``: its ``bench_runs`` entry, else ``runs``. A small benchmark gets more
-        runs where its sampling noise dominates a study's interval (docs/studies.md); runs only add files, so a
-        folder's identity does not depend on them."""
+        """The runs of benchmark ``bench``: its ``bench_runs`` entry, else ``runs``. A small
+        benchmark gets more runs where its sampling noise dominates a study's interval
+        (docs/studies.md); runs only add files, so a folder's identity does not depend on them."""
         return int(self.bench_runs.get(bench, self.runs))
 
     def identity(self) -> dict:
-        """What the files of a folder depend on (``runs`` only adds files); ``top_k`` only when on, so folders
-        made before it existed keep their identity."""
+        """What the files of a folder depend on (``runs`` only adds files); ``top_k`` only when on,
+        so folders made before it existed keep their identity."""
         return {"samples": self.samples, "temperature": self.temperature, "top_p": self.top_p,
                 "max_new_tokens": self.max_new_tokens, "seed": self.seed,
                 **({"top_k": self.top_k} if self.top_k > 0 else {}), **self.extra}
@@ -68,7 +68,8 @@ class EvalSettings:
 
 
 def parse_bench_runs(raw, where: str = "--bench-runs") -> dict[str, int]:
-    """``{benchmark: runs}`` from a mapping or ``"aime24=5,aime25=5"``; one line naming ``where`` when malformed."""
+    """``{benchmark: runs}`` from a mapping or ``"aime24=5,aime25=5"``; one line naming ``where``
+    when malformed."""
     if isinstance(raw, str):
         pairs = [x.strip() for x in raw.split(",") if x.strip()]
         if any("=" not in x for x in pairs):
@@ -98,8 +99,9 @@ def check_bench_runs(settings: EvalSettings, benches) -> None:
 
 
 def parse_steps(spec, available: list[int], best: dict[str, int]) -> list[int] | str:
-    """The checkpoint steps ``--steps`` names: ``all`` (or none) the ``available`` ones and each policy's ``best``
-    step, ``last`` the newest available, ``best`` the string ``"best"``, else the comma-separated steps."""
+    """The checkpoint steps ``--steps`` names: ``all`` (or none) the ``available`` ones and each
+    policy's ``best`` step, ``last`` the newest available, ``best`` the string ``"best"``, else the
+    comma-separated steps."""
     if spec is None or spec in ("", "all"):
         return sorted(set(available) | set(best.values()))
     if spec == "last":
@@ -113,8 +115,8 @@ def parse_steps(spec, available: list[int], best: dict[str, int]) -> list[int] |
 
 
 def run_seed(base: int, run: int) -> int:
-    """Sampling seed of eval run ``run`` (1-based): distinct per run, independent of the checkpoint, so
-    every checkpoint is scored on the same random stream (common random numbers)."""
+    """Sampling seed of eval run ``run`` (1-based): distinct per run, independent of the checkpoint,
+    so every checkpoint is scored on the same random stream (common random numbers)."""
     return (int(base) * 1_000_003 + int(run) * 7_919 + 12_345) % (2**31 - 1)
 
 
@@ -131,11 +133,13 @@ HELDOUT = "heldout"
 
 
 def run_benches(cfg, benchmarks, data=None, eval_dir=None, held_out=None) -> list[tuple[BenchmarkSource, list]]:
-    """The benchmarks of a run's evaluation; the name ``heldout`` is the training set's held-out slice
-    (``data.holdout`` problems, seed ``data.holdout_seed``; ``held_out``: the trainer's copy, else rebuilt)."""
+    """The benchmarks of a run's evaluation; the name ``heldout`` is the training set's held-out
+    slice (``data.holdout`` problems, seed ``data.holdout_seed``; ``held_out``: the trainer's copy,
+    else rebuilt)."""
     names = [b for b in (benchmarks.split(",") if isinstance(benchmarks, str) else (benchmarks or [])) if b.strip()]
     rest = [b for b in names if b.strip() != HELDOUT]
-    # a run on the tiny task (pair=tiny, tiny3, ...: data.train is a tiny: name) is scored on its synthetic sets
+    # a run on the tiny task (pair=tiny, tiny3, ...: data.train is a tiny: name) is scored on its
+    # synthetic sets
     pair = "tiny" if str(cfg.data.train).startswith("tiny:") else cfg.pair
     out = [] if names and not rest and not data else load_benches(resolve_benchmarks(rest or None, data, pair,
                                                                                         eval_dir, cfg.eval.lcb_window))
@@ -159,16 +163,17 @@ def reward_kind(cfg) -> str:
 
 
 def default_rewards() -> dict:
-    """The reward that grades each benchmark kind when nothing else is said: math-verify for ``math``, the
-    sandboxed tests (with :data:`CODE_EVAL_TIMEOUT_S`) for ``code``."""
+    """The reward that grades each benchmark kind when nothing else is said: math-verify for
+    ``math``, the sandboxed tests (with :data:`CODE_EVAL_TIMEOUT_S`) for ``code``."""
     return {"math": RewardConfig(), "code": RewardConfig(name="code", timeout_s=CODE_EVAL_TIMEOUT_S)}
 
 
 class Graders:
-    """The graders of an evaluation, one per benchmark kind, each built by :func:`graft_cli.reward.make_grader`
-    from ``rewards[kind]`` (a ``reward:`` section; :func:`default_rewards` for a kind it leaves out) with
-    ``workers`` workers and started on first use; ``given``: graders owned elsewhere (the trainer's), used as they
-    are. :meth:`grade` uses the ``default`` kind's (a run's own reward, for re-draws of its training prompts)."""
+    """The graders of an evaluation, one per benchmark kind, each built by
+    :func:`graft_cli.reward.make_grader` from ``rewards[kind]`` (a ``reward:`` section;
+    :func:`default_rewards` for a kind it leaves out) with ``workers`` workers and started on first
+    use; ``given``: graders owned elsewhere (the trainer's), used as they are. :meth:`grade` uses
+    the ``default`` kind's (a run's own reward, for re-draws of its training prompts)."""
 
     def __init__(self, workers: int, default: str = "math", given: dict | None = None, rewards: dict | None = None):
         self.workers = workers
@@ -194,8 +199,9 @@ class Graders:
 
 
 def run_graders(cfg, workers: int | None = None, given=None) -> Graders:
-    """A run's evaluation graders: its own reward (``cfg.reward``, whatever its name) for the benchmarks of its
-    kind, the default reward of the other kind with the run's memory cap (and sci-notation reading)."""
+    """A run's evaluation graders: its own reward (``cfg.reward``, whatever its name) for the
+    benchmarks of its kind, the default reward of the other kind with the run's memory cap (and
+    sci-notation reading)."""
     rc, kind = cfg.reward, reward_kind(cfg)
     other = {k: dataclasses.replace(r, memory_mb=rc.memory_mb, sci_notation=rc.sci_notation)
              for k, r in default_rewards().items() if k != kind}
@@ -209,8 +215,9 @@ def make_engine(model, tok, engine: str = "hf", engine_kwargs: dict | None = Non
 
 def eval_prompt_spec(cfg):
     """The prompt of a run's evaluations (validation and ``graft eval --run``): the training prompt
-    (``prompt.*``) with ``eval.prompt_suffix`` (None: ``prompt.suffix``) and ``eval.prompt_separator`` between
-    problem and suffix (SAF-OPD's released evaluation: ``problem + "\n" + suffix``, math_eval/eval_math.py)."""
+    (``prompt.*``) with ``eval.prompt_suffix`` (None: ``prompt.suffix``) and
+    ``eval.prompt_separator`` between problem and suffix (SAF-OPD's released evaluation: ``problem +
+    "\n" + suffix``, math_eval/eval_math.py)."""
 
     ec = cfg.eval
     suffix = cfg.prompt.suffix if ec.prompt_suffix is None else ec.prompt_suffix
@@ -220,9 +227,9 @@ def eval_prompt_spec(cfg):
 def final_settings(cfg, runs: int | None = None, samples: int | None = None, temperature: float | None = None,
                    top_p: float | None = None, max_new_tokens: int | None = None,
                    seed: int | None = None, top_k: int | None = None, bench_runs: dict | None = None) -> EvalSettings:
-    """``graft eval --run``'s settings: each option given, else ``eval.final.<key>``, else the validation's
-    ``eval.<key>`` (runs: 5; per-benchmark runs: ``eval.final.bench_runs``; max new tokens: the training
-    ``rollout.max_new_tokens``)."""
+    """``graft eval --run``'s settings: each option given, else ``eval.final.<key>``, else the
+    validation's ``eval.<key>`` (runs: 5; per-benchmark runs: ``eval.final.bench_runs``; max new
+    tokens: the training ``rollout.max_new_tokens``)."""
     ec, fc = cfg.eval, cfg.eval.final
 
     def pick(given, final, validation):
@@ -239,24 +246,26 @@ def final_settings(cfg, runs: int | None = None, samples: int | None = None, tem
 
 
 def validation_settings(cfg) -> EvalSettings:
-    """The in-training validation's settings (``eval.*``; max new tokens: the training ``rollout.max_new_tokens``)."""
+    """The in-training validation's settings (``eval.*``; max new tokens: the training
+    ``rollout.max_new_tokens``)."""
     ec = cfg.eval
     return EvalSettings(runs=ec.runs, samples=ec.samples, temperature=ec.temperature, top_p=ec.top_p,
                         top_k=ec.top_k, max_new_tokens=ec.max_new_tokens or cfg.rollout.max_new_tokens, seed=ec.seed)
 
 
 def validation_root(cfg) -> str:
-    """Where the in-training validation writes its step folders: ``eval`` when the final evaluation samples as it
-    does (``graft eval --run`` then adds runs and benchmarks to the validated steps' folders), else ``validation``
-    (Tandem RLVR: validation n = 4 at T 0.6 / top-p 0.95 on the held-out slice, the final evaluation n = 8 at
-    T 0.7 / top-p 0.8 / top-k 20; a folder holds one sampling setting)."""
+    """Where the in-training validation writes its step folders: ``eval`` when the final evaluation
+    samples as it does (``graft eval --run`` then adds runs and benchmarks to the validated steps'
+    folders), else ``validation`` (Tandem RLVR: validation n = 4 at T 0.6 / top-p 0.95 on the
+    held-out slice, the final evaluation n = 8 at T 0.7 / top-p 0.8 / top-k 20; a folder holds one
+    sampling setting)."""
     return "eval" if validation_settings(cfg).identity() == final_settings(cfg).identity() else "validation"
 
 
 def run_selection(cfg, run_dir: str | None = None) -> Selection:
-    """The run's checkpoint selection: ``eval.select_metric`` on ``eval.select_benchmarks`` over the validation's
-    folders (:func:`validation_root`); over ``eval/`` when a ``validation/`` root holds nothing (no validation
-    ran)."""
+    """The run's checkpoint selection: ``eval.select_metric`` on ``eval.select_benchmarks`` over the
+    validation's folders (:func:`validation_root`); over ``eval/`` when a ``validation/`` root holds
+    nothing (no validation ran)."""
     root = validation_root(cfg)
     if root != "eval" and run_dir is not None and not os.path.isdir(os.path.join(run_dir, root)):
         root = "eval"

@@ -1,7 +1,7 @@
-"""A model folder's evaluation summary and a run's selection (graft.md §1 "Evaluation"): pass@1 per run, mean
-± std and unbiased pass@k from the per-sample files (``summary.json``), each policy's steps in
-``<run>/eval/<policy>/summary.json``, the best step by ``eval.select_metric`` (``<run>/best.json``) and its weights
-kept under ``<run>/best/<policy>/``."""
+"""A model folder's evaluation summary and a run's selection (graft.md §1 "Evaluation"): pass@1 per
+run, mean ± std and unbiased pass@k from the per-sample files (``summary.json``), each policy's
+steps in ``<run>/eval/<policy>/summary.json``, the best step by ``eval.select_metric``
+(``<run>/best.json``) and its weights kept under ``<run>/best/<policy>/``."""
 
 from __future__ import annotations
 
@@ -87,8 +87,9 @@ def write_summary(out_dir: str, extra: dict | None = None) -> dict:
 # ------------------------------------------------------------------------------ run-level bookkeeping
 @dataclass(frozen=True)
 class Selection:
-    """How ``best.json`` picks each policy's checkpoint: ``metric`` (pass@k) averaged over ``benchmarks`` (empty:
-    the benchmark average's, the five when present) of the step folders under ``<run>/<root>/<policy>/``."""
+    """How ``best.json`` picks each policy's checkpoint: ``metric`` (pass@k) averaged over
+    ``benchmarks`` (empty: the benchmark average's, the five when present) of the step folders under
+    ``<run>/<root>/<policy>/``."""
 
     root: str = "eval"
     metric: str = "pass@1"
@@ -108,8 +109,9 @@ class Selection:
 
 
 def selection_runs(summary: dict, metric: str = "pass@1", benchmarks=()) -> list[float] | None:
-    """Per eval run of one step's ``summary.json``: the mean over ``benchmarks`` (empty: the benchmark average's)
-    of ``metric`` (pass@k, the unbiased estimator); None when a benchmark or that k is missing."""
+    """Per eval run of one step's ``summary.json``: the mean over ``benchmarks`` (empty: the
+    benchmark average's) of ``metric`` (pass@k, the unbiased estimator); None when a benchmark or
+    that k is missing."""
     k = int(str(metric).split("@")[1])
     names = list(benchmarks) or list((summary.get("average") or {}).get("benchmarks") or summary["benchmarks"])
     per = []
@@ -125,8 +127,8 @@ def selection_runs(summary: dict, metric: str = "pass@1", benchmarks=()) -> list
 
 
 def write_policy_summary(run_dir: str, policy: str, selection: Selection | None = None) -> dict:
-    """``<run>/<root>/<policy>/summary.json`` (root ``eval`` unless ``selection`` says otherwise): every evaluated
-    step's average and per-benchmark pass@1, and the best step by ``selection``."""
+    """``<run>/<root>/<policy>/summary.json`` (root ``eval`` unless ``selection`` says otherwise):
+    every evaluated step's average and per-benchmark pass@1, and the best step by ``selection``."""
     sel = selection or Selection()
     pdir = os.path.join(run_dir, sel.root, policy)
     steps = {}
@@ -148,11 +150,12 @@ def write_policy_summary(run_dir: str, policy: str, selection: Selection | None 
 def select_best(steps: dict[str, dict], key: str = "average_runs") -> dict | None:
     """The best step on the benchmark average (graft.md §1 "Checkpoint selection").
 
-    Candidates: steps scored on all five benchmarks when any is, else steps scored on the same benchmark
-    set as the latest step. Steps are compared on the mean over the eval runs they all have (run 1 for
-    in-training validation; all five when every candidate was fully evaluated). Ties go to the earlier step.
-    With another ``key`` (a per-run score list of each step, e.g. ``select_runs`` of :func:`selection_runs`) the
-    candidates are the steps that have it, compared the same way."""
+    Candidates: steps scored on all five benchmarks when any is, else steps scored on the same
+    benchmark set as the latest step. Steps are compared on the mean over the eval runs they all
+    have (run 1 for in-training validation; all five when every candidate was fully evaluated). Ties
+    go to the earlier step. With another ``key`` (a per-run score list of each step, e.g.
+    ``select_runs`` of :func:`selection_runs`) the candidates are the steps that have it, compared
+    the same way."""
     if not steps:
         return None
     items = sorted(((int(k), v) for k, v in steps.items()), key=lambda kv: kv[0])
@@ -173,7 +176,8 @@ def select_best(steps: dict[str, dict], key: str = "average_runs") -> dict | Non
 
 
 def update_best(run_dir: str, policies: list[str] | None = None, selection: Selection | None = None) -> dict:
-    """Recompute ``<run>/best.json`` from the policies' summaries under ``selection.root`` (default ``eval``)."""
+    """Recompute ``<run>/best.json`` from the policies' summaries under ``selection.root`` (default
+    ``eval``)."""
     sel = selection or Selection()
     eval_root = os.path.join(run_dir, sel.root)
     if policies is None:
@@ -208,8 +212,8 @@ def best_folder_step(bdir: str) -> int | None:
 
 
 def save_best_weights(run_dir: str, policy: str, step: int, model, tokenizer) -> str:
-    """Keep the selected checkpoint's weights at ``<run>/best/<policy>/`` (checkpoint pruning would delete
-    it); written under a temporary name and renamed."""
+    """Keep the selected checkpoint's weights at ``<run>/best/<policy>/`` (checkpoint pruning would
+    delete it); written under a temporary name and renamed."""
     final = os.path.join(run_dir, "best", policy)
     tmp = f"{final}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -1,25 +1,27 @@
 """Tandem RLVR's evaluations of a checkpoint (tandem.md §2.10), next to the solo evaluation of
 :mod:`graft_cli.eval.runner`:
 
-1. **Solo pass@k** (k = 1, 2, 4, 8): the ordinary evaluation folder (its ``summary.json`` holds the unbiased
-   pass@k); :func:`pass_at_k_curve` computes every k = 1..8 from its run files, and
+1. **Solo pass@k** (k = 1, 2, 4, 8): the ordinary evaluation folder (its ``summary.json`` holds the
+   unbiased pass@k); :func:`pass_at_k_curve` computes every k = 1..8 from its run files, and
    :func:`plot_policy_pass_at_k` draws that curve for every evaluated checkpoint of a policy into
    ``<run>/eval/<policy>/pass_at_k.png`` (solo solid, handoff dashed).
-2. **Handoff robustness** (``<step folder>/handoff/``): the senior and the frozen junior write each answer
-   in strict alternation at reasoning-step ends: the senior writes first, the author toggles after every
-   token whose text ends with ``delimiter`` (``"\\n\\n"``; the tiny pair: ``","``), one shared token budget
-   (``max_new_tokens``), ``samples`` chains per problem; the team answer is graded and scored like the solo
-   one (same files, same summary, rows also carry the author mask and ``senior_frac``). It runs in the
-   tandem engine with the ``sentence`` schedule (the paper's in-engine variant, §2.10.4), so both models keep
-   their KV caches and the chain is one batched generation; the paper's offline script re-prompts each turn
-   with the text so far (§2.10.2), which can tokenize a step boundary differently.
-3. **Legibility** (``<step folder>/legibility/``): the frozen junior's per-token cross-entropy (nats) on the
-   senior's solo responses (every response of every solo run file), teacher-forced at temperature 1 after
-   the same prompt: per response ``ce = −Σ_t log p_junior(y_t | x, y_<t) / |y|`` over the response re-tokenized
-   from its text (the EOS is not scored). Per benchmark the pooled token mean ``Σ nll / Σ |y|`` (``ce``) and
-   the mean of the responses' ``ce`` (``ce_response_mean``); ``macro_ce``: the unweighted mean over
-   benchmarks of ``ce``. Lower = more legible to the junior. :func:`legibility_problems` reads it back per
-   problem (each problem's responses pooled) for the paired comparison of two arms.
+2. **Handoff robustness** (``<step folder>/handoff/``): the senior and the frozen junior write each
+   answer in strict alternation at reasoning-step ends: the senior writes first, the author toggles
+   after every token whose text ends with ``delimiter`` (``"\\n\\n"``; the tiny pair: ``","``), one
+   shared token budget (``max_new_tokens``), ``samples`` chains per problem; the team answer is
+   graded and scored like the solo one (same files, same summary, rows also carry the author mask
+   and ``senior_frac``). It runs in the tandem engine with the ``sentence`` schedule (the paper's
+   in-engine variant, §2.10.4), so both models keep their KV caches and the chain is one batched
+   generation; the paper's offline script re-prompts each turn with the text so far (§2.10.2), which
+   can tokenize a step boundary differently.
+3. **Legibility** (``<step folder>/legibility/``): the frozen junior's per-token cross-entropy
+   (nats) on the senior's solo responses (every response of every solo run file), teacher-forced at
+   temperature 1 after the same prompt: per response ``ce = −Σ_t log p_junior(y_t | x, y_<t) / |y|``
+   over the response re-tokenized from its text (the EOS is not scored). Per benchmark the pooled
+   token mean ``Σ nll / Σ |y|`` (``ce``) and the mean of the responses' ``ce``
+   (``ce_response_mean``); ``macro_ce``: the unweighted mean over benchmarks of ``ce``. Lower = more
+   legible to the junior. :func:`legibility_problems` reads it back per problem (each problem's
+   responses pooled) for the paired comparison of two arms.
 
 The junior must share the senior's vocabulary (checked before anything is generated).
 """
@@ -44,13 +46,15 @@ HANDOFF_DIR, LEGIBILITY_DIR = "handoff", "legibility"
 
 
 def handoff_settings(settings, junior: str, delimiter: str):
-    """The solo settings plus what a handoff folder also depends on (junior, schedule, delimiter)."""
+    """The solo settings plus what a handoff folder also depends on (junior, schedule,
+    delimiter)."""
     return replace(settings, extra={"handoff": {"junior": junior, "schedule": "sentence", "delimiter": delimiter}})
 
 
 def run_junior(cfg, junior: str | None = None) -> str:
-    """The junior of a run's handoff and legibility evaluations: ``junior``, else ``eval.junior``, else the
-    frozen model the run's rollout engine co-generates with (tandem), else the pair's ``tandem.junior``."""
+    """The junior of a run's handoff and legibility evaluations: ``junior``, else ``eval.junior``,
+    else the frozen model the run's rollout engine co-generates with (tandem), else the pair's
+    ``tandem.junior``."""
 
     if junior or cfg.eval.junior:
         return junior or cfg.eval.junior
@@ -82,8 +86,8 @@ def handoff_engine(model, tokenizer, junior_model, delimiter: str, engine_kwargs
 # ------------------------------------------------------------------------------------------- legibility
 def legibility(junior_model, tokenizer, spec, solo_dir: str, out_dir: str, benches, junior: str,
                token_budget: int = 32768, force: bool = False) -> dict:
-    """Score the junior on every solo response of ``solo_dir`` into ``out_dir`` (module docstring); a benchmark
-    whose file already holds every response is read back. Returns the summary."""
+    """Score the junior on every solo response of ``solo_dir`` into ``out_dir`` (module docstring);
+    a benchmark whose file already holds every response is read back. Returns the summary."""
 
     os.makedirs(out_dir, exist_ok=True)
     old = read_json_or_none(os.path.join(out_dir, "summary.json"))
@@ -127,7 +131,8 @@ def legibility(junior_model, tokenizer, spec, solo_dir: str, out_dir: str, bench
 
 
 def summarize_legibility(rows: list[dict]) -> dict:
-    """Pooled token-mean CE Σ nll / Σ |y| and the mean of per-response CEs (responses with no token skipped)."""
+    """Pooled token-mean CE Σ nll / Σ |y| and the mean of per-response CEs (responses with no token
+    skipped)."""
     scored = [r for r in rows if r.get("num_tokens")]
     tokens = sum(int(r["num_tokens"]) for r in scored)
     return {"ce": sum(float(r["nll"]) for r in scored) / tokens if tokens else None,
@@ -136,9 +141,9 @@ def summarize_legibility(rows: list[dict]) -> dict:
 
 
 def legibility_problems(folder: str) -> dict[str, np.ndarray]:
-    """Per benchmark of a legibility folder (``<bench>.jsonl``) the per-problem CE (nats/token): each problem's
-    responses pooled, ``Σ nll / Σ |y|``; NaN for a problem none of whose responses has a scored token. A
-    benchmark with an unreadable or malformed file is left out."""
+    """Per benchmark of a legibility folder (``<bench>.jsonl``) the per-problem CE (nats/token):
+    each problem's responses pooled, ``Σ nll / Σ |y|``; NaN for a problem none of whose responses
+    has a scored token. A benchmark with an unreadable or malformed file is left out."""
     out = {}
     if not os.path.isdir(folder):
         return out
@@ -168,9 +173,10 @@ CURVE_KS = tuple(range(1, 9))  # the pass@k curves: k = 1..8 (the paper's n = 8 
 
 
 def pass_at_k_curve(folder: str, ks=CURVE_KS) -> dict[int, float]:
-    """k -> macro pass@k (fraction) of an evaluation folder from its run files: per benchmark the unbiased
-    pass@k of each run (mean over problems of ``1 − C(n−c, k)/C(n, k)``) averaged over runs, then the
-    unweighted mean over benchmarks. k above a benchmark's samples is left out for all."""
+    """k -> macro pass@k (fraction) of an evaluation folder from its run files: per benchmark the
+    unbiased pass@k of each run (mean over problems of ``1 − C(n−c, k)/C(n, k)``) averaged over
+    runs, then the unweighted mean over benchmarks. k above a benchmark's samples is left out for
+    all."""
 
     grades = read_grades(folder)
     if not grades:
@@ -184,8 +190,8 @@ SUMMARY_KS = (1, 2, 4, 8)  # the k of an eval summary's pass@k
 
 
 def macro_pass_at_k(summary: dict | None) -> dict[str, float]:
-    """k -> (1/B) Σ_b summary pass@k mean of benchmark b, in %, over every benchmark of the summary; a k that
-    some benchmark lacks is left out."""
+    """k -> (1/B) Σ_b summary pass@k mean of benchmark b, in %, over every benchmark of the summary;
+    a k that some benchmark lacks is left out."""
     benches = summary.get("benchmarks") if isinstance(summary, dict) else None
     if not isinstance(benches, dict):
         return {}
@@ -203,8 +209,8 @@ def macro_pass_at_k(summary: dict | None) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------------------ plot
 def plot_policy_pass_at_k(run_dir: str, policy: str) -> str | None:
-    """``<run>/eval/<policy>/pass_at_k.png``: solo (and handoff, dashed) pass@k, k = 1..8 (up to the samples),
-    of every evaluated step, from its run files (else the summary's k = 1, 2, 4, 8)."""
+    """``<run>/eval/<policy>/pass_at_k.png``: solo (and handoff, dashed) pass@k, k = 1..8 (up to the
+    samples), of every evaluated step, from its run files (else the summary's k = 1, 2, 4, 8)."""
 
     def curve(d: str, summary) -> dict[str, float]:
         c = pass_at_k_curve(d)
@@ -224,8 +230,9 @@ def plot_policy_pass_at_k(run_dir: str, policy: str) -> str | None:
 
 
 def plot_pass_at_k(curves: dict[str, dict[int, float]], path: str, title: str = "pass@k") -> str | None:
-    """pass@k (in %) against k on a log-2 axis, one line per label (e.g. per checkpoint: ``{"step 20": {1: .31,
-    2: .42, ...}}``; a label containing "handoff" is dashed). None without matplotlib."""
+    """pass@k (in %) against k on a log-2 axis, one line per label (e.g. per checkpoint: ``{"step
+    20": {1: .31, 2: .42, ...}}``; a label containing "handoff" is dashed). None without
+    matplotlib."""
     try:
         import matplotlib  # a plotting library: imported only when a picture is drawn
 

@@ -1,6 +1,6 @@
-"""Validation during training (``eval.every``): each policy sampled on the validation benchmarks at the step's
-weights, its summary written, the best step re-selected and its weights kept; the :class:`ValidationHook` the trainer
-runs after each step."""
+"""Validation during training (``eval.every``): each policy sampled on the validation benchmarks at
+the step's weights, its summary written, the best step re-selected and its weights kept; the
+:class:`ValidationHook` the trainer runs after each step."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ class _ValidationState:
         self.warned = False
 
     def load(self, cfg, view: StepView) -> list:
-        """The validation benchmarks, loaded once (before step 1 by :meth:`ValidationHook.prepare`)."""
+        """The validation benchmarks, loaded once (before step 1 by
+        :meth:`ValidationHook.prepare`)."""
         if self.benches is None:
             self.benches = run_benches(cfg, list(cfg.eval.benchmarks), None, cfg.eval.data_dir, view.held_out)
         return self.benches
@@ -57,17 +58,18 @@ def validation_due(step: int, total_steps: int, every: int) -> bool:
 
 
 class ValidationHook(AfterStep):
-    """The training loop's after-step hook for validation (``train(..., after_step=(ValidationHook(),))``);
-    holds the loaded benchmarks across steps. Due at every ``eval.every``-th step and the last; done when every
-    policy's ``<root>/<policy>/step_N/summary.json`` is on disk (the evaluator writes it last; root
+    """The training loop's after-step hook for validation (``train(...,
+    after_step=(ValidationHook(),))``); holds the loaded benchmarks across steps. Due at every
+    ``eval.every``-th step and the last; done when every policy's
+    ``<root>/<policy>/step_N/summary.json`` is on disk (the evaluator writes it last; root
     :func:`validation_root`)."""
 
     def __init__(self):
         self.state = _ValidationState()
 
     def prepare(self, view: StepView, cfg) -> None:
-        """The validation benchmarks, loaded before step 1 (a set that cannot be loaded stops the run before it
-        trains, in one line naming it, instead of at the first validation)."""
+        """The validation benchmarks, loaded before step 1 (a set that cannot be loaded stops the
+        run before it trains, in one line naming it, instead of at the first validation)."""
         if cfg.eval.every > 0 and not view.data_parallel:
             self.state.load(cfg, view)
 
@@ -85,15 +87,16 @@ class ValidationHook(AfterStep):
 
 def validate_in_training(view: StepView, cfg, run_dir: str, console=None,
                          state: _ValidationState | None = None) -> list[dict]:
-    """Called by the training loop after each step: when ``eval.every`` > 0 and the step is a multiple of
-    it (or the last step), score each policy's current weights with the eval protocol (``eval.runs``
-    runs, default 1; ``eval.samples`` at ``eval.temperature``/``eval.top_p``/``eval.top_k``) into
-    ``<run>/<root>/<policy>/step_NNNNNN/`` (root ``eval``, or ``validation`` where the final evaluation samples
-    otherwise: :func:`validation_root`), update ``best.json`` (:func:`run_selection`) and, with ``eval.save_best``,
-    keep a new best policy's weights at ``<run>/best/<policy>/``. Returns ``validation/*`` metrics rows (one per
-    policy; ``validation/selection``: the step's selection score when it is not the pass@1 average) for
-    metrics.jsonl; ``[]`` when no validation is due. Sampling uses its own seeded generator, so training is
-    unaffected."""
+    """Called by the training loop after each step: when ``eval.every`` > 0 and the step is a
+    multiple of it (or the last step), score each policy's current weights with the eval protocol
+    (``eval.runs`` runs, default 1; ``eval.samples`` at
+    ``eval.temperature``/``eval.top_p``/``eval.top_k``) into ``<run>/<root>/<policy>/step_NNNNNN/``
+    (root ``eval``, or ``validation`` where the final evaluation samples otherwise:
+    :func:`validation_root`), update ``best.json`` (:func:`run_selection`) and, with
+    ``eval.save_best``, keep a new best policy's weights at ``<run>/best/<policy>/``. Returns
+    ``validation/*`` metrics rows (one per policy; ``validation/selection``: the step's selection
+    score when it is not the pass@1 average) for metrics.jsonl; ``[]`` when no validation is due.
+    Sampling uses its own seeded generator, so training is unaffected."""
     ec = cfg.eval
     if not validation_due(view.step, view.total_steps, ec.every):
         return []
@@ -126,8 +129,8 @@ def validate_in_training(view: StepView, cfg, run_dir: str, console=None,
 
 @dataclass
 class _Protocol:
-    """How a validation samples and scores: the prompt, the sampling settings, the output root, the checkpoint
-    selection, the graders."""
+    """How a validation samples and scores: the prompt, the sampling settings, the output root, the
+    checkpoint selection, the graders."""
 
     spec: PromptSpec
     settings: EvalSettings

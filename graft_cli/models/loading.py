@@ -22,12 +22,14 @@ def resolve_device(device: str) -> torch.device:
 
 
 def looks_local(path: str) -> bool:
-    """A filesystem path rather than a hub id (``org/name``): absolute, relative with ./ or ../, ~, or existing."""
+    """A filesystem path rather than a hub id (``org/name``): absolute, relative with ./ or ../, ~,
+    or existing."""
     return path.startswith(("/", "./", "../", "~", ".\\")) or os.path.exists(path) or path in (".", "..")
 
 
 def check_model_path(path: str, key: str, what: str = "model") -> None:
-    """One line naming the config key when a local model or tokenizer folder is missing or not a folder."""
+    """One line naming the config key when a local model or tokenizer folder is missing or not a
+    folder."""
     if looks_local(path):
         full = os.path.expanduser(path)
         if not os.path.exists(full):
@@ -37,8 +39,8 @@ def check_model_path(path: str, key: str, what: str = "model") -> None:
 
 
 def load_tokenizer(path: str, key: str | None = None, trust_remote_code: bool = False):
-    """The tokenizer at ``path`` (left padding; pad = EOS when it has no pad token); one line naming ``key`` on a
-    missing folder, an unloadable tokenizer or one without an EOS token."""
+    """The tokenizer at ``path`` (left padding; pad = EOS when it has no pad token); one line naming
+    ``key`` on a missing folder, an unloadable tokenizer or one without an EOS token."""
     # lazy: transformers is slow to import
     from transformers import AutoTokenizer
 
@@ -90,8 +92,9 @@ def load_model(path: str, dtype: str = "float32", device: str = "auto", attn_imp
 
 
 def from_shards(path: str, dtype=torch.float32, trust_remote_code: bool = False, attn_implementation=None):
-    """The model of a sharded checkpoint's policy folder (:mod:`graft_cli.models.shards`): built from its
-    ``config.json`` and loaded with the assembled weights (tied weights tied again); every weight must be there."""
+    """The model of a sharded checkpoint's policy folder (:mod:`graft_cli.models.shards`): built
+    from its ``config.json`` and loaded with the assembled weights (tied weights tied again); every
+    weight must be there."""
     # lazy: transformers is slow to import
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
@@ -110,22 +113,25 @@ def from_shards(path: str, dtype=torch.float32, trust_remote_code: bool = False,
     return model.eval()
 
 
-# ``<source>:<name>`` model and data names resolved by a registered function (name -> local path): ``tiny:<role>``
-# by the tiny pair's package, imported when first named (so this layer does not import it)
+# ``<source>:<name>`` model and data names resolved by a registered function (name -> local path):
+# ``tiny:<role>`` by the tiny pair's package, imported when first named (so this layer does not
+# import it)
 MODEL_SOURCES: Registry = Registry("model source")
 MODEL_SOURCES.lazy("tiny", "graft_cli.tiny.build")
 MODEL_SOURCES.lazy("tiny_code", "graft_cli.tiny.code")
 
-# ``<source>`` -> what a run built from that source was made with (the per-run provenance's build record): a
-# function of (the names a run loads from it, whether it trains on the source's data) returning a JSON-able dict
+# ``<source>`` -> what a run built from that source was made with (the per-run provenance's build
+# record): a function of (the names a run loads from it, whether it trains on the source's data)
+# returning a JSON-able dict
 SOURCE_BUILDS: Registry = Registry("source build")
 SOURCE_BUILDS.lazy("tiny", "graft_cli.tiny.build")
 
 
 def resolve_path(spec: str) -> str:
-    """``<source>:<name>`` with a registered source (``MODEL_SOURCES``; ``tiny:<role>``: a folder of the embedded
-    tiny pair, built on first use, or one of its task files, ``tiny:train``, ``tiny:eval_math500``, ...) is that
-    source's path; anything else (a hub id, a local folder or file) is returned."""
+    """``<source>:<name>`` with a registered source (``MODEL_SOURCES``; ``tiny:<role>``: a folder of
+    the embedded tiny pair, built on first use, or one of its task files, ``tiny:train``,
+    ``tiny:eval_math500``, ...) is that source's path; anything else (a hub id, a local folder or
+    file) is returned."""
     source, sep, name = spec.partition(":")
     if sep and source in MODEL_SOURCES:
         return MODEL_SOURCES.get(source)(name)
@@ -133,8 +139,9 @@ def resolve_path(spec: str) -> str:
 
 
 def weights_sha256(model) -> str:
-    """sha256 over the model's parameters and buffers (name, dtype, shape and bytes, in name order): the
-    identity a run records for a frozen model, independent of the file format it was loaded from."""
+    """sha256 over the model's parameters and buffers (name, dtype, shape and bytes, in name order):
+    the identity a run records for a frozen model, independent of the file format it was loaded
+    from."""
 
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
@@ -145,8 +152,8 @@ def weights_sha256(model) -> str:
 
 
 def vocab_difference(tok_a, tok_b) -> str | None:
-    """None when both tokenizers map every id to the same token string (same vocabulary size included);
-    else what differs first: the sizes, or the first id whose token string differs."""
+    """None when both tokenizers map every id to the same token string (same vocabulary size
+    included); else what differs first: the sizes, or the first id whose token string differs."""
     va, vb = tok_a.get_vocab(), tok_b.get_vocab()
     if len(va) != len(vb):
         return f"vocabulary sizes {len(va)} vs {len(vb)}"
@@ -159,9 +166,9 @@ def vocab_difference(tok_a, tok_b) -> str | None:
 
 def load_role(model: str, tokenizer: str | None, dtype: str, device: str, keys: tuple[str, str] = (None, None),
               trust_remote_code: bool = False, init: str = "pretrained", shrink: bool = False):
-    """``(model, tokenizer)`` of one model of a run: from its folder or hub id (``init: pretrained``), or with
-    random weights in its published shape and a synthetic tokenizer (``init: random``,
-    :mod:`graft_cli.models.shapes`; no download)."""
+    """``(model, tokenizer)`` of one model of a run: from its folder or hub id (``init:
+    pretrained``), or with random weights in its published shape and a synthetic tokenizer (``init:
+    random``, :mod:`graft_cli.models.shapes`; no download)."""
     if init == "random":
         return random_model(model, DTYPES[dtype], shrink, resolve_device(device))
     tok = load_tokenizer(resolve_path(tokenizer or model), keys[1], trust_remote_code)

@@ -1,18 +1,18 @@
 """Per-token log-probabilities of response tokens under a causal LM, memory-lean.
 
 Only positions that predict a response token go through the LM head, in chunks of ``chunk_tokens``
-rows; with gradients on, each chunk is recomputed in backward (activation checkpointing), so the fp32
-full-vocabulary logits of the whole batch are never held at once. ``naive_logprobs`` is the reference
-implementation (full logits, log_softmax, gather) used by tests.
+rows; with gradients on, each chunk is recomputed in backward (activation checkpointing), so the
+fp32 full-vocabulary logits of the whole batch are never held at once. ``naive_logprobs`` is the
+reference implementation (full logits, log_softmax, gather) used by tests.
 
-Shared prompts (``optim.shared_prefix``): the rows of a GRPO group share one prompt, so the prompt's forward
-can run once per distinct prompt and its KV cache be indexed out to the group's rows
-(:func:`shared_prefix_hidden`); the response tokens then run against that cache. It is the same function
-(the attention of a response token over ``prompt + response`` keys is unchanged), so log-probs and gradients
-agree with the full pass to float order (``tests/test_shared_prefix.py``), and the prompt's matmuls are paid
-once instead of ``n`` times. Gradients flow through the indexed cache into the prompt's forward (its backward
-sums the rows' contributions), as in Prefix Grouper (Liu et al. 2025, arXiv:2506.05433).
-"""
+Shared prompts (``optim.shared_prefix``): the rows of a GRPO group share one prompt, so the prompt's
+forward can run once per distinct prompt and its KV cache be indexed out to the group's rows
+(:func:`shared_prefix_hidden`); the response tokens then run against that cache. It is the same
+function (the attention of a response token over ``prompt + response`` keys is unchanged), so
+log-probs and gradients agree with the full pass to float order (``tests/test_shared_prefix.py``),
+and the prompt's matmuls are paid once instead of ``n`` times. Gradients flow through the indexed
+cache into the prompt's forward (its backward sums the rows' contributions), as in Prefix Grouper
+(Liu et al. 2025, arXiv:2506.05433). """
 
 from __future__ import annotations
 
@@ -57,10 +57,11 @@ def _is_fsdp(model) -> bool:
 
 
 def hidden_via_root(model, base, input_ids, attention_mask):
-    """The backbone's last hidden state, computed through the *root* module's forward (LM head on the last
-    position only) and captured with a forward hook. Under FSDP2 the root's parameters (embeddings, final
-    norm, tied head) are all-gathered only by the root forward — calling the backbone directly would meet
-    sharded parameters — and the root keeps them unsharded after forward, so the chunked head below works."""
+    """The backbone's last hidden state, computed through the *root* module's forward (LM head on
+    the last position only) and captured with a forward hook. Under FSDP2 the root's parameters
+    (embeddings, final norm, tied head) are all-gathered only by the root forward — calling the
+    backbone directly would meet sharded parameters — and the root keeps them unsharded after
+    forward, so the chunked head below works."""
     captured = {}
 
     def hook(_m, _i, out):
@@ -76,9 +77,10 @@ def hidden_via_root(model, base, input_ids, attention_mask):
 
 @dataclass
 class PrefixGroups:
-    """A micro-batch laid out for :func:`shared_prefix_hidden`: its ``U`` distinct prompts left-padded
-    (``prompt_ids``, ``prompt_mask``: (U, P)), which prompt each of the ``B`` rows has (``row_prompt``: (B,)),
-    and the responses right-padded (``response_ids``, ``response_mask``: (B, R))."""
+    """A micro-batch laid out for :func:`shared_prefix_hidden`: its ``U`` distinct prompts
+    left-padded (``prompt_ids``, ``prompt_mask``: (U, P)), which prompt each of the ``B`` rows has
+    (``row_prompt``: (B,)), and the responses right-padded (``response_ids``, ``response_mask``: (B,
+    R))."""
 
     prompt_ids: torch.Tensor
     prompt_mask: torch.Tensor
@@ -88,14 +90,16 @@ class PrefixGroups:
 
 
 def distinct(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
-    """The distinct prompts (in order of first appearance) and, per row, the index of its prompt among them."""
+    """The distinct prompts (in order of first appearance) and, per row, the index of its prompt
+    among them."""
     index: dict[tuple, int] = {}
     rows = [index.setdefault(tuple(p), len(index)) for p in prompts]
     return [list(k) for k in index], rows
 
 
 def left_pad(prompts: list[list[int]], pad_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-padded prompts: ``ids``, ``mask`` and the positions the mask gives (0 on padding), all ``(B, L)``."""
+    """Left-padded prompts: ``ids``, ``mask`` and the positions the mask gives (0 on padding), all
+    ``(B, L)``."""
     B, L = len(prompts), max(len(x) for x in prompts)
     ids = torch.full((B, L), pad_id, dtype=torch.long)
     mask = torch.zeros((B, L), dtype=torch.long)
@@ -120,8 +124,8 @@ def prefix_groups(prompts: list[list[int]], responses: list[list[int]], pad_id: 
 
 
 def cache_kwarg(module) -> str:
-    """transformers >= 5.2x renamed the forward's ``past_key_values`` to ``cache``; support both (a wrapper
-    whose forward takes ``**kwargs``, e.g. PEFT's, is looked through to its ``model``)."""
+    """transformers >= 5.2x renamed the forward's ``past_key_values`` to ``cache``; support both (a
+    wrapper whose forward takes ``**kwargs``, e.g. PEFT's, is looked through to its ``model``)."""
     for m in (module, getattr(module, "model", None)):
         params = inspect.signature(m.forward).parameters if m is not None else {}
         for name in ("cache", "past_key_values"):
@@ -131,12 +135,12 @@ def cache_kwarg(module) -> str:
 
 
 def shared_prefix_hidden(base, g: PrefixGroups) -> tuple[torch.Tensor, torch.Tensor]:
-    """The backbone's hidden states that predict each row's response tokens, and those tokens, flattened
-    row-major over (row, response position) — the order of ``hidden[:, :-1][response_mask[:, 1:]]`` in a
-    ``pack``ed batch. Pass 1 runs the U prompts (left-padded, positions from the mask) into a KV cache;
-    the cache is indexed to the B rows; pass 2 runs the responses (but their last token) at positions
-    ``len(prompt) + t`` against it. The last prompt position predicts response token 0, response position
-    ``t`` predicts token ``t + 1``."""
+    """The backbone's hidden states that predict each row's response tokens, and those tokens,
+    flattened row-major over (row, response position) — the order of ``hidden[:,
+    :-1][response_mask[:, 1:]]`` in a ``pack``ed batch. Pass 1 runs the U prompts (left-padded,
+    positions from the mask) into a KV cache; the cache is indexed to the B rows; pass 2 runs the
+    responses (but their last token) at positions ``len(prompt) + t`` against it. The last prompt
+    position predicts response token 0, response position ``t`` predicts token ``t + 1``."""
     # lazy: transformers is slow to import
     from transformers import DynamicCache
 
@@ -171,9 +175,10 @@ AUTOCAST = {"none": None, "bfloat16": torch.bfloat16}
 
 
 def autocast(kind: str, device) -> "contextlib.AbstractContextManager":
-    """``torch.autocast`` to ``kind`` (``optim.autocast`` / ``rollout.engine_kwargs.autocast``: none | bfloat16) on
-    ``device``'s type, or a null context for ``none``. Matmuls run in bf16 (AVX512-BF16 / AMX on CPUs that have
-    them), reductions and the log-softmax stay fp32 (the LM head's logits are cast up in :func:`_head_chunk`)."""
+    """``torch.autocast`` to ``kind`` (``optim.autocast`` / ``rollout.engine_kwargs.autocast``: none
+    | bfloat16) on ``device``'s type, or a null context for ``none``. Matmuls run in bf16
+    (AVX512-BF16 / AMX on CPUs that have them), reductions and the log-softmax stay fp32 (the LM
+    head's logits are cast up in :func:`_head_chunk`)."""
     dtype = AUTOCAST[kind]
     if dtype is None:
         return contextlib.nullcontext()
@@ -192,9 +197,9 @@ def response_logprobs(model, input_ids, attention_mask, response_mask, temperatu
 def _response_logprobs(model, input_ids, attention_mask, response_mask, temperature: float = 1.0,
                        chunk_tokens: int = 4096, with_entropy: bool = False, groups: PrefixGroups | None = None):
     """Returns ``(logp, entropy)`` of shape ``(B, L-1)``: entry ``t`` scores ``input_ids[:, t+1]``;
-    zero where ``response_mask[:, 1:]`` is 0. ``entropy`` is zeros unless ``with_entropy``. With ``groups``
-    (the same rows, :func:`prefix_groups`), the prompts run once each (:func:`shared_prefix_hidden`);
-    under FSDP the full pass is used."""
+    zero where ``response_mask[:, 1:]`` is 0. ``entropy`` is zeros unless ``with_entropy``. With
+    ``groups`` (the same rows, :func:`prefix_groups`), the prompts run once each
+    (:func:`shared_prefix_hidden`); under FSDP the full pass is used."""
     base, head = _backbone(model), model.get_output_embeddings()
     if base is None or head is None:
         return naive_logprobs(model, input_ids, attention_mask, response_mask, temperature, with_entropy)
@@ -252,7 +257,8 @@ def pack(prompts: list[list[int]], responses: list[list[int]], pad_id: int, devi
 
 
 def to_padded(rows: list[list[float]], prompts: list[list[int]], L: int, device=None) -> torch.Tensor:
-    """Per-response-token values (e.g. rollout log-probs) laid out like ``response_logprobs``'s output."""
+    """Per-response-token values (e.g. rollout log-probs) laid out like ``response_logprobs``'s
+    output."""
     out = torch.zeros((len(rows), L - 1), dtype=torch.float32)
     for i, (v, p) in enumerate(zip(rows, prompts)):
         if len(v):
@@ -263,8 +269,9 @@ def to_padded(rows: list[list[float]], prompts: list[list[int]], L: int, device=
 @torch.no_grad()
 def autocast_gap(model, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
                  kind: str = "bfloat16") -> torch.Tensor:
-    """|log p_autocast - log p_fp32| of every response token (one flat tensor): how far ``optim.autocast=kind``
-    moves the log-probs the loss and the ratio see (benchmarks/cpu_peak.py reports it; tested)."""
+    """|log p_autocast - log p_fp32| of every response token (one flat tensor): how far
+    ``optim.autocast=kind`` moves the log-probs the loss and the ratio see (benchmarks/cpu_peak.py
+    reports it; tested)."""
     dev = next(model.parameters()).device
     ids, att, resp = pack(prompts, responses, pad_id, dev)
     fp, _ = response_logprobs(model, ids, att, resp)

@@ -1,20 +1,22 @@
-"""Scoring rows of a TrainBatch under a model: one batched no-grad pass, and the registry of scorers.
+"""Scoring rows of a TrainBatch under a model: one batched no-grad pass, and the registry of
+scorers.
 
-:func:`score_rows` is the trainer's old-log-prob pass (every row under the policy's current weights) and
-the pass every scorer uses: rows sorted by length (with ``shared_prefix``: rows of one prompt together, each
-prompt run once), packed into micro-batches of ``token_budget`` padded tokens, chunked LM head
-(:func:`graft_cli.models.logprobs.response_logprobs`); data-parallel, each rank scores a shard of the rows and
-the results are all-gathered.
+:func:`score_rows` is the trainer's old-log-prob pass (every row under the policy's current weights)
+and the pass every scorer uses: rows sorted by length (with ``shared_prefix``: rows of one prompt
+together, each prompt run once), packed into micro-batches of ``token_budget`` padded tokens,
+chunked LM head (:func:`graft_cli.models.logprobs.response_logprobs`); data-parallel, each rank
+scores a shard of the rows and the results are all-gathered.
 
-A scorer (registry ``SCORERS``) turns a TrainBatch and a *frozen* model (a model with ``role: frozen``:
-a KL reference, an OPD teacher, a tandem junior) into one per-row column, stored as
+A scorer (registry ``SCORERS``) turns a TrainBatch and a *frozen* model (a model with ``role:
+frozen``: a KL reference, an OPD teacher, a tandem junior) into one per-row column, stored as
 ``batch.extra[<column>]``: ``scorer(model, tokenizer, batch, settings) -> list``.
 
-- ``logprobs``: per-token log π_frozen(o_t | ·) of each row's response tokens at the rollout temperature (a KL
-  reference's or a teacher's log-probs), as a list per row. verl's reference worker scores at
-  ``rollout.temperature`` as its actor does (``compute_ref_log_prob``: ``meta_info["temperature"]``), so the k3
-  KL to a frozen copy of the initial weights is 0 at step 1 whatever the temperature (tandem_qwen3_4b: 0.6);
-  an OPD teacher is scored the same way (S0 puts it in the reference slot; its rollouts are at T = 1).
+- ``logprobs``: per-token log π_frozen(o_t | ·) of each row's response tokens at the rollout
+  temperature (a KL reference's or a teacher's log-probs), as a list per row. verl's reference
+  worker scores at ``rollout.temperature`` as its actor does (``compute_ref_log_prob``:
+  ``meta_info["temperature"]``), so the k3 KL to a frozen copy of the initial weights is 0 at step 1
+  whatever the temperature (tandem_qwen3_4b: 0.6); an OPD teacher is scored the same way (S0 puts it
+  in the reference slot; its rollouts are at T = 1).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from graft_cli.registry import Registry
 
 @dataclass(frozen=True)
 class ScorerSpec:
-    """A scorer's needs: ``shared_vocab``, it scores the policy's own token ids, so the frozen model must share
-    the policy's vocabulary (checked before anything loads)."""
+    """A scorer's needs: ``shared_vocab``, it scores the policy's own token ids, so the frozen model
+    must share the policy's vocabulary (checked before anything loads)."""
 
     shared_vocab: bool = False
 
@@ -40,9 +42,9 @@ SCORERS: Registry = Registry("scorer", ScorerSpec)
 
 
 class DistLike(Protocol):
-    """What scoring needs of a data-parallel group (:class:`graft_cli.train.dist.Dist` is one): whether it is on,
-    whether models are FSDP-sharded, this rank's share of the rows, the group's maximum of an int, and every rank's
-    object."""
+    """What scoring needs of a data-parallel group (:class:`graft_cli.train.dist.Dist` is one):
+    whether it is on, whether models are FSDP-sharded, this rank's share of the rows, the group's
+    maximum of an int, and every rank's object."""
 
     enabled: bool
     fsdp: bool
@@ -82,8 +84,8 @@ class ScoreSettings:
 @torch.no_grad()
 def score_rows(model, pad_id: int, batch: TrainBatch, settings: ScoreSettings,
                only: list[int] | None = None) -> list[list[float] | None]:
-    """Per-token log-probs of every row's response tokens under ``model`` (module docstring); with ``only``,
-    of those rows alone (the others are None)."""
+    """Per-token log-probs of every row's response tokens under ``model`` (module docstring); with
+    ``only``, of those rows alone (the others are None)."""
     d = settings.dist or OneProcess()
     was_training = model.training
     model.eval()
@@ -118,12 +120,13 @@ def score_rows(model, pad_id: int, batch: TrainBatch, settings: ScoreSettings,
 
 @SCORERS.register("logprobs", ScorerSpec(shared_vocab=True))
 def logprob_scorer(model, tokenizer, batch: TrainBatch, settings: ScoreSettings) -> list[list[float]]:
-    """Per-token log-probs of the response tokens under the frozen model at the settings' temperature (the
-    trainer passes the rollout temperature, as verl's reference worker)."""
+    """Per-token log-probs of the response tokens under the frozen model at the settings'
+    temperature (the trainer passes the rollout temperature, as verl's reference worker)."""
     return score_rows(model, tokenizer.pad_token_id, batch, settings)
 
 
 @SCORERS.register("none")
 def no_scorer(model, tokenizer, batch: TrainBatch, settings: ScoreSettings) -> None:
-    """Fills no column: a frozen model that only co-generates (a tandem junior) or is used elsewhere."""
+    """Fills no column: a frozen model that only co-generates (a tandem junior) or is used
+    elsewhere."""
     return None

@@ -1,15 +1,16 @@
-"""Real-shape models without a download (``run.model_init: random``): the published configs of the paper's
-models, written out here, with random weights, and a synthetic tokenizer of the model's vocabulary size.
+"""Real-shape models without a download (``run.model_init: random``): the published configs of the
+paper's models, written out here, with random weights, and a synthetic tokenizer of the model's
+vocabulary size.
 
-Used to measure speed and memory on a GPU with no hub access (benchmarks/gpu_proof.sh). The configs carry the
-published dimensions (vocabulary, hidden size, layers, heads, KV heads, MLP width, RoPE, tied embeddings, special
-ids). ``run.random_shrink: true`` keeps a model's architecture class, vocabulary and special ids but shrinks its
-width and depth (hidden 64, 2 layers), so the same configs are tested on a CPU.
+Used to measure speed and memory on a GPU with no hub access (benchmarks/gpu_proof.sh). The configs
+carry the published dimensions (vocabulary, hidden size, layers, heads, KV heads, MLP width, RoPE,
+tied embeddings, special ids). ``run.random_shrink: true`` keeps a model's architecture class,
+vocabulary and special ids but shrinks its width and depth (hidden 64, 2 layers), so the same
+configs are tested on a CPU.
 
-The synthetic tokenizer maps printable ASCII (and newline) to one id each, fills the rest of the vocabulary with
-unused tokens, and puts EOS / pad at the config's ids: prompts encode, responses decode, and every id the model can
-sample is a valid token.
-"""
+The synthetic tokenizer maps printable ASCII (and newline) to one id each, fills the rest of the
+vocabulary with unused tokens, and puts EOS / pad at the config's ids: prompts encode, responses
+decode, and every id the model can sample is a valid token. """
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def smollm3_3b():
     # lazy: transformers is slow to import
     from transformers import SmolLM3Config
 
-    # SmolLM3-3B(-Base): 36 layers, d 2048, 16 heads / 4 KV heads, MLP 11008, vocab 128256, tied, NoPE every 4th layer
+    # SmolLM3-3B(-Base): 36 layers, d 2048, 16 heads / 4 KV heads, MLP 11008, vocab 128256, tied,
+    # NoPE every 4th layer
     return SmolLM3Config(vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
                          num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=65536,
                          rope_theta=5_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=128000,
@@ -33,7 +35,8 @@ def qwen3_1p7b():
     # lazy: transformers is slow to import
     from transformers import Qwen3Config
 
-    # Qwen3-1.7B(-Base): 28 layers, d 2048, 16 heads / 8 KV heads, head_dim 128, MLP 6144, vocab 151936, tied
+    # Qwen3-1.7B(-Base): 28 layers, d 2048, 16 heads / 8 KV heads, head_dim 128, MLP 6144, vocab
+    # 151936, tied
     return Qwen3Config(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
                        rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=151643,
@@ -44,7 +47,8 @@ def qwen3_4b():
     # lazy: transformers is slow to import
     from transformers import Qwen3Config
 
-    # Qwen3-4B(-Instruct-2507): 36 layers, d 2560, 32 heads / 8 KV heads, head_dim 128, MLP 9728, vocab 151936, tied
+    # Qwen3-4B(-Instruct-2507): 36 layers, d 2560, 32 heads / 8 KV heads, head_dim 128, MLP 9728,
+    # vocab 151936, tied
     return Qwen3Config(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
                        num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=262144,
                        rope_theta=5_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=151643,
@@ -55,7 +59,8 @@ def octothinker_3b():
     # lazy: transformers is slow to import
     from transformers import LlamaConfig
 
-    # OctoThinker-3B-Hybrid-Base (Llama-3.2-3B): 28 layers, d 3072, 24 heads / 8 KV heads, MLP 8192, vocab 128256, tied
+    # OctoThinker-3B-Hybrid-Base (Llama-3.2-3B): 28 layers, d 3072, 24 heads / 8 KV heads, MLP 8192,
+    # vocab 128256, tied
     return LlamaConfig(vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
                        num_attention_heads=24, num_key_value_heads=8, max_position_embeddings=131072,
                        rope_theta=500_000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=128000,
@@ -73,8 +78,9 @@ SHAPES = {
 
 
 def shape_config(model: str, shrink: bool = False):
-    """The published config of ``model`` (a hub id in :data:`SHAPES`); ``shrink``: the same architecture,
-    vocabulary and special ids at hidden 64 / 2 layers / 4 heads (2 KV) for CPU tests."""
+    """The published config of ``model`` (a hub id in :data:`SHAPES`); ``shrink``: the same
+    architecture, vocabulary and special ids at hidden 64 / 2 layers / 4 heads (2 KV) for CPU
+    tests."""
     if model not in SHAPES:
         raise GraftError(f"config key 'run.model_init': no published config for {model!r} here; known: "
                          f"{', '.join(sorted(SHAPES))}")
@@ -92,10 +98,11 @@ def shape_config(model: str, shrink: bool = False):
 
 
 def char_tokenizer(vocab_size: int = 98, eos: int = 1, pad: int | None = 0):
-    """A character-level tokenizer of ``vocab_size`` ids: EOS (``<|eos|>``) at ``eos``, pad (``<|pad|>``; EOS when
-    ``pad`` is None) at ``pad``, printable ASCII and newline one id each on the lowest other ids, unused tokens on the
-    rest; it pads on the left. Every id decodes, so every id a model can sample is a valid token. The defaults are
-    the tests' and the benchmarks' layout: pad 0, EOS 1, the characters on 2..97."""
+    """A character-level tokenizer of ``vocab_size`` ids: EOS (``<|eos|>``) at ``eos``, pad
+    (``<|pad|>``; EOS when ``pad`` is None) at ``pad``, printable ASCII and newline one id each on
+    the lowest other ids, unused tokens on the rest; it pads on the left. Every id decodes, so every
+    id a model can sample is a valid token. The defaults are the tests' and the benchmarks' layout:
+    pad 0, EOS 1, the characters on 2..97."""
     # lazy: tokenizers only for building tokenizers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -123,15 +130,17 @@ def char_tokenizer(vocab_size: int = 98, eos: int = 1, pad: int | None = 0):
 
 
 def synthetic_tokenizer(cfg):
-    """The :func:`char_tokenizer` of a config's vocabulary size and EOS / pad ids (module docstring)."""
+    """The :func:`char_tokenizer` of a config's vocabulary size and EOS / pad ids (module
+    docstring)."""
     eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, int) else cfg.eos_token_id[0]
     return char_tokenizer(int(cfg.vocab_size), eos, cfg.pad_token_id)
 
 
 def random_model(model: str, dtype, shrink: bool = False, device="cpu"):
-    """``(model with random weights, synthetic tokenizer)`` of the published shape of ``model``, its weights
-    allocated and initialised on ``device`` (on a GPU: a second for a 3B model, where initialising on the host
-    first took over 100 s on a 16-core machine, measured on the H200 machine)."""
+    """``(model with random weights, synthetic tokenizer)`` of the published shape of ``model``, its
+    weights allocated and initialised on ``device`` (on a GPU: a second for a 3B model, where
+    initialising on the host first took over 100 s on a 16-core machine, measured on the H200
+    machine)."""
     # lazy: transformers is slow to import
     from transformers import AutoModelForCausalLM
 

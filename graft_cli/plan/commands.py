@@ -1,4 +1,5 @@
-"""The `graft ablate` and `graft reproduce` commands (thin: load a plan, list it, or hand it to a launcher, report)."""
+"""The `graft ablate` and `graft reproduce` commands (thin: load a plan, list it, or hand it to a
+launcher, report)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ LAUNCH_OPTIONS = ("launcher", "status", "cancel", "report_only", "account", "par
 
 @dataclasses.dataclass(kw_only=True)
 class PlanOptions:
-    """What ``graft ablate`` and ``graft reproduce`` share: where the runs go, how many train at once, and what the
-    launcher does (``status``, ``cancel`` and ``report_only``: one at a time, :func:`run_plan`)."""
+    """What ``graft ablate`` and ``graft reproduce`` share: where the runs go, how many train at
+    once, and what the launcher does (``status``, ``cancel`` and ``report_only``: one at a time,
+    :func:`run_plan`)."""
 
     out: str | None = None  # folder of the run directories [default: the command's]
     dry_run: bool = False  # list the runs and their status; run nothing
@@ -51,9 +53,9 @@ class PlanOptions:
 
     @classmethod
     def from_cli(cls, *, no_progress: bool, **opts) -> PlanOptions:
-        """The options from the command's click parameters: ``--no-progress`` the negation of ``progress``, the
-        launcher options (:mod:`graft_cli.plan.options`) ``launcher``, ``status``, ``cancel``, ``report_only`` and
-        ``launch``."""
+        """The options from the command's click parameters: ``--no-progress`` the negation of
+        ``progress``, the launcher options (:mod:`graft_cli.plan.options`) ``launcher``, ``status``,
+        ``cancel``, ``report_only`` and ``launch``."""
         launch = launch_kwargs(**{k: opts.pop(k) for k in LAUNCH_OPTIONS})
         return cls(progress=not no_progress, **opts, **launch)
 
@@ -64,7 +66,8 @@ class PlanOptions:
             raise GraftError("--jobs must be >= 1")
 
     def launch_options(self) -> L.LaunchOptions:
-        """``launch`` with ``jobs``, ``progress`` and a console (stderr unless ``launch`` names one)."""
+        """``launch`` with ``jobs``, ``progress`` and a console (stderr unless ``launch`` names
+        one)."""
         given = self.launch or L.LaunchOptions()
         return dataclasses.replace(given, jobs=self.jobs, progress=self.progress, console=given.console or _console())
 
@@ -85,9 +88,10 @@ class AblateOptions(PlanOptions):
 
 @dataclasses.dataclass(kw_only=True)
 class ReproduceOptions(PlanOptions):
-    """The options of ``graft reproduce`` (:func:`reproduce_main`): ``register`` writes ``<out>/registration.json``
-    and runs nothing; ``registration`` (default ``<out>/registration.json`` when there is one) is the registered
-    design the plan must equal (:func:`enforce_registration`)."""
+    """The options of ``graft reproduce`` (:func:`reproduce_main`): ``register`` writes
+    ``<out>/registration.json`` and runs nothing; ``registration`` (default
+    ``<out>/registration.json`` when there is one) is the registered design the plan must equal
+    (:func:`enforce_registration`)."""
 
     pair: str = "tiny"  # the plan: experiments/reproduce/<PAIR>.yaml
     report: bool = True  # graft report (and the claims) after training and evaluation
@@ -101,8 +105,8 @@ class ReproduceOptions(PlanOptions):
 
 
 def ablate_main(o: AblateOptions) -> dict:
-    """``graft ablate --sweep NAME``: expand the sweep, list it (dry run), or train + evaluate its runs through the
-    launcher (``--status``, ``--cancel``, ``--report-only``: :func:`run_plan`)."""
+    """``graft ablate --sweep NAME``: expand the sweep, list it (dry run), or train + evaluate its
+    runs through the launcher (``--status``, ``--cancel``, ``--report-only``: :func:`run_plan`)."""
     o.check()
     opts = o.launch_options()
     chosen = get_launcher(o.launcher, opts)
@@ -126,11 +130,12 @@ def unplanned_methods(plan: P.Plan) -> list[str]:
 
 
 def reproduce_main(o: ReproduceOptions) -> dict:
-    """``graft reproduce --pair P``: the plan ``experiments/reproduce/<P>.yaml``: train and evaluate every run
-    through the launcher (resumable), then ``graft report`` on the output folder with the claims section.
-    ``o.register``: write ``<out>/registration.json`` and run nothing; ``o.registration`` (default
-    ``<out>/registration.json`` when there is one): the registered design the plan must equal before anything
-    runs or any claim is judged (:mod:`graft_cli.plan.registration`)."""
+    """``graft reproduce --pair P``: the plan ``experiments/reproduce/<P>.yaml``: train and evaluate
+    every run through the launcher (resumable), then ``graft report`` on the output folder with the
+    claims section. ``o.register``: write ``<out>/registration.json`` and run nothing;
+    ``o.registration`` (default ``<out>/registration.json`` when there is one): the registered
+    design the plan must equal before anything runs or any claim is judged
+    (:mod:`graft_cli.plan.registration`)."""
     o.check()
     opts = o.launch_options()
     chosen = get_launcher(o.launcher, opts)
@@ -166,8 +171,9 @@ def reproduce_main(o: ReproduceOptions) -> dict:
 
 
 def enforce_registration(plan: P.Plan, out: str, registration: str | None) -> dict | None:
-    """The registration the plan runs under (``registration``, else ``<out>/registration.json``), checked against
-    the plan (one line naming the first differing key) and kept in ``out`` for the report; None without one."""
+    """The registration the plan runs under (``registration``, else ``<out>/registration.json``),
+    checked against the plan (one line naming the first differing key) and kept in ``out`` for the
+    report; None without one."""
     inside = os.path.join(out, R.REGISTRATION)
     path = registration or (inside if os.path.exists(inside) else None)
     if path is None:
@@ -186,8 +192,9 @@ def enforce_registration(plan: P.Plan, out: str, registration: str | None) -> di
 
 def run_plan(plan: P.Plan, o: PlanOptions, launcher: L.Launcher, finish: L.Finish, console,
              what: str = "plan") -> dict:
-    """``o.status`` (each run's state), ``o.cancel`` (the plan's jobs), ``o.report_only`` (results and report from
-    the run directories in ``o.out``), or the launch itself into ``o.out``; prints what happened."""
+    """``o.status`` (each run's state), ``o.cancel`` (the plan's jobs), ``o.report_only`` (results
+    and report from the run directories in ``o.out``), or the launch itself into ``o.out``; prints
+    what happened."""
     out = o.out
     if sum((o.status, o.cancel, o.report_only)) > 1:
         raise GraftError("--status, --cancel and --report-only: one at a time")
@@ -233,8 +240,8 @@ CLAIM_KINDS = {"graft": "graft_cli.report.claims", "saf": "graft_cli.report.saf_
 
 
 def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> dict:
-    """``graft report`` on the plan's folder, then the claims of the plan's paper (``claims.kind``: graft | saf |
-    tandem | npeer | staleness | none)."""
+    """``graft report`` on the plan's folder, then the claims of the plan's paper (``claims.kind``:
+    graft | saf | tandem | npeer | staleness | none)."""
 
     kind = str((plan.claims or {}).get("kind", "graft"))
     if kind not in CLAIM_KINDS:

@@ -1,18 +1,19 @@
-"""Running a plan: per run, train (skipped when finished, resumed when partial) then evaluate (skipped when
-done), in plan order; one run at a time in this process, or ``jobs`` runs at a time in worker processes
-(each with ``cpu_count // jobs`` torch threads and its output in ``<out>/logs/<run>.log``). A run whose
-partner failed is skipped; any other failure is recorded and the plan goes on.
+"""Running a plan: per run, train (skipped when finished, resumed when partial) then evaluate
+(skipped when done), in plan order; one run at a time in this process, or ``jobs`` runs at a time in
+worker processes (each with ``cpu_count // jobs`` torch threads and its output in
+``<out>/logs/<run>.log``). A run whose partner failed is skipped; any other failure is recorded and
+the plan goes on.
 
-Stopping (a scheduler's SIGTERM, or Ctrl-C): with ``jobs`` > 1 every worker runs in its own process group; the
-parent signals each group (the worker, its reward processes) with SIGTERM, waits up to ``STOP_GRACE_S`` for them
-to leave (each ``graft train`` abandons its step: nothing is half-written, every run resumes from its last
-checkpoint), SIGKILLs what is left, and exits 143 with one line; the same command continues the plan. A worker
-whose parent dies (SIGKILL) notices within a second and stops its own group the same way. With ``jobs`` = 1 the
-run in this process stops the plan (:class:`~graft_cli.train.run.SignalStop`).
+Stopping (a scheduler's SIGTERM, or Ctrl-C): with ``jobs`` > 1 every worker runs in its own process
+group; the parent signals each group (the worker, its reward processes) with SIGTERM, waits up to
+``STOP_GRACE_S`` for them to leave (each ``graft train`` abandons its step: nothing is half-written,
+every run resumes from its last checkpoint), SIGKILLs what is left, and exits 143 with one line; the
+same command continues the plan. A worker whose parent dies (SIGKILL) notices within a second and
+stops its own group the same way. With ``jobs`` = 1 the run in this process stops the plan
+(:class:`~graft_cli.train.run.SignalStop`).
 
-Results: one record per run (:func:`execute`), written with the plan to ``<out>/plan_<name>.json`` and as a
-markdown table to ``<out>/plan_<name>.md`` (:mod:`graft_cli.plan.results`).
-"""
+Results: one record per run (:func:`execute`), written with the plan to ``<out>/plan_<name>.json``
+and as a markdown table to ``<out>/plan_<name>.md`` (:mod:`graft_cli.plan.results`). """
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ from graft_cli.train.run import RESUME_MAY_DIFFER, train
 
 # ------------------------------------------------------------------------------------------ dry run
 def describe(plan: Plan, out: str, check_configs: bool = True) -> list[dict]:
-    """One row per run: what would happen (composing each config when ``check_configs``, so a bad method
-    name or override shows up before anything runs)."""
+    """One row per run: what would happen (composing each config when ``check_configs``, so a bad
+    method name or override shows up before anything runs)."""
     rows = []
     for i, r in enumerate(plan.runs, 1):
         d = plan.run_dir(r, out)
@@ -92,9 +93,9 @@ def dry_run_markdown(plan: Plan, out: str, rows: list[dict]) -> str:
 
 # ---------------------------------------------------------------------------------------- one run
 def run_job(job: dict) -> dict:
-    """Train (unless finished) and evaluate (unless done) one run. ``job``: overrides, run_dir, finished,
-    eval (EvalPlan fields or None), threads, log (a file path: output goes there), progress.
-    Returns {trained, train_s, evaluated, eval_s, error}; never raises."""
+    """Train (unless finished) and evaluate (unless done) one run. ``job``: overrides, run_dir,
+    finished, eval (EvalPlan fields or None), threads, log (a file path: output goes there),
+    progress. Returns {trained, train_s, evaluated, eval_s, error}; never raises."""
     rec = {"trained": None, "train_s": 0.0, "evaluated": None, "eval_s": 0.0, "error": None}
     if job.get("parent_pid"):  # a worker process: its own process group, gone with its parent
         os.setpgrp()
@@ -157,8 +158,9 @@ STOP_GRACE_S = 8.0  # after SIGTERM to the workers' groups, this long before SIG
 
 
 def _exit_with_parent(ppid: int) -> None:
-    """A daemon thread that stops this worker's process group (this process, its reward processes) once its
-    parent is gone: SIGTERM (the run abandons its step cleanly), then SIGKILL after a few seconds."""
+    """A daemon thread that stops this worker's process group (this process, its reward processes)
+    once its parent is gone: SIGTERM (the run abandons its step cleanly), then SIGKILL after a few
+    seconds."""
     def watch():
         while os.getppid() == ppid:
             time.sleep(0.5)
@@ -177,8 +179,8 @@ class _PlanStop(BaseException):
 
 
 def _alive(pid: int, proc=None) -> bool:
-    """The worker lives (``proc.is_alive()`` also reaps it once it has ended), or its process group still has a
-    member (its reward processes)."""
+    """The worker lives (``proc.is_alive()`` also reaps it once it has ended), or its process group
+    still has a member (its reward processes)."""
     if proc is not None and proc.is_alive():
         return True
     try:
@@ -189,7 +191,8 @@ def _alive(pid: int, proc=None) -> bool:
 
 
 def _signal(pid: int, sig: int) -> None:
-    """``sig`` to the worker's group, and to the worker itself (in case it has not made its group yet)."""
+    """``sig`` to the worker's group, and to the worker itself (in case it has not made its group
+    yet)."""
     for send in (os.killpg, os.kill):
         try:
             send(pid, sig)
@@ -198,8 +201,9 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def stop_workers(procs: dict, grace_s: float = STOP_GRACE_S) -> list[int]:
-    """SIGTERM each worker's process group (``procs``: pid -> its ``multiprocessing.Process``; a worker leads its
-    own group), wait up to ``grace_s`` for them all to end, SIGKILL the groups still there; returns those."""
+    """SIGTERM each worker's process group (``procs``: pid -> its ``multiprocessing.Process``; a
+    worker leads its own group), wait up to ``grace_s`` for them all to end, SIGKILL the groups
+    still there; returns those."""
     for pid in procs:
         _signal(pid, signal.SIGTERM)
     deadline = time.time() + grace_s
@@ -213,8 +217,8 @@ def stop_workers(procs: dict, grace_s: float = STOP_GRACE_S) -> list[int]:
 
 # ------------------------------------------------------------------------------------ tiny pair pin
 def uses_tiny(plan: Plan, out: str, source: str = "tiny") -> bool:
-    """Whether the plan's runs load the embedded tiny pair (``tiny:<role>`` models or data; ``source="tiny_code"``:
-    the tiny code models, ``tiny_code:<name>``, in any run)."""
+    """Whether the plan's runs load the embedded tiny pair (``tiny:<role>`` models or data;
+    ``source="tiny_code"``: the tiny code models, ``tiny_code:<name>``, in any run)."""
 
     runs = [r for r in plan.runs if not r.partner]
     for r in runs[:1] if source == "tiny" else runs:
@@ -226,9 +230,10 @@ def uses_tiny(plan: Plan, out: str, source: str = "tiny") -> bool:
 
 
 def tiny_roles(plan: Plan, out: str) -> tuple:
-    """The tiny roles the plan's runs train (``tiny:<role>`` policy models; the pair's a and b when none is named):
-    built before the runs start. Frozen roles a method loads (a teacher, c) are built when a run first asks for
-    them (:func:`graft_cli.tiny.build.resolve_tiny`), so a GRAFT study on a clean machine waits for the pair alone."""
+    """The tiny roles the plan's runs train (``tiny:<role>`` policy models; the pair's a and b when
+    none is named): built before the runs start. Frozen roles a method loads (a teacher, c) are
+    built when a run first asks for them (:func:`graft_cli.tiny.build.resolve_tiny`), so a GRAFT
+    study on a clean machine waits for the pair alone."""
     roles: set = set()
     for r in plan.runs:
         if r.partner:
@@ -239,9 +244,9 @@ def tiny_roles(plan: Plan, out: str) -> tuple:
 
 
 def tiny_identity(progress: bool = True, code: bool = False, roles=T.PAIR) -> dict:
-    """Build the tiny ``roles`` (and with ``code`` the tiny code models) once here if needed (workers never build
-    them concurrently) and return the identity: cache folder and the manifests' model hashes (of every role the
-    cache has)."""
+    """Build the tiny ``roles`` (and with ``code`` the tiny code models) once here if needed
+    (workers never build them concurrently) and return the identity: cache folder and the manifests'
+    model hashes (of every role the cache has)."""
 
     T.ensure_tiny(progress=progress, roles=roles)
     man = T.read_manifest() or {}
@@ -253,16 +258,16 @@ def tiny_identity(progress: bool = True, code: bool = False, roles=T.PAIR) -> di
 
 
 def same_models(before: dict | None, now: dict | None) -> bool:
-    """Every role in ``before`` (a hash per role) has the same hash in ``now``; roles built since (a teacher asked
-    for later) are not a change."""
+    """Every role in ``before`` (a hash per role) has the same hash in ``now``; roles built since (a
+    teacher asked for later) are not a change."""
     before, now = before or {}, now or {}
     return all(now.get(r) == h for r, h in before.items())
 
 
 def check_tiny(expected: dict | None) -> None:
-    """Refuse to train when the tiny pair differs from the one the plan started with: a rebuilt cache
-    (other hashes for the roles it had), or code whose recipe no longer matches the cache (ensure_tiny would
-    rebuild it)."""
+    """Refuse to train when the tiny pair differs from the one the plan started with: a rebuilt
+    cache (other hashes for the roles it had), or code whose recipe no longer matches the cache
+    (ensure_tiny would rebuild it)."""
     if not expected:
         return
 
@@ -282,15 +287,16 @@ def check_tiny(expected: dict | None) -> None:
 
 # ------------------------------------------------------------------------------------------ the plan
 def _eval_label(ev) -> str:
-    """``steps=last runs=1 samples=4`` and the benchmarks with runs of their own (``aime24=5 ...``)."""
+    """``steps=last runs=1 samples=4`` and the benchmarks with runs of their own (``aime24=5
+    ...``)."""
     more = "".join(f" {b}={r}" for b, r in (ev.bench_runs or {}).items())
     return f"steps={ev.steps} runs={ev.runs}{more} samples={ev.samples or 8}"
 
 
 def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True, console=None,
             only: list[str] | None = None) -> list[dict]:
-    """Run the plan into ``out``; returns one record per run (see :func:`record`). ``only``: run keys
-    (``name-sSEED``) to restrict to (their partners must be finished or also listed)."""
+    """Run the plan into ``out``; returns one record per run (see :func:`record`). ``only``: run
+    keys (``name-sSEED``) to restrict to (their partners must be finished or also listed)."""
     ex = _Execution(plan, out, max(1, int(jobs or plan.jobs or 1)), progress, console or make_console(stderr=True))
     runs = [r for r in plan.runs if not only or r.key in only]
     os.makedirs(out, exist_ok=True)
@@ -313,7 +319,8 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
 
 
 def _tiny_of(plan: Plan, out: str, progress: bool) -> dict:
-    """The tiny build the plan's runs use (built if missing), refused when ``out`` holds runs of another build."""
+    """The tiny build the plan's runs use (built if missing), refused when ``out`` holds runs of
+    another build."""
     tiny = tiny_identity(progress, code=uses_tiny(plan, out, "tiny_code"), roles=tiny_roles(plan, out))
     prev = (load_results(out, plan.name) or {}).get("tiny")
     if prev and (not same_models(prev.get("hashes"), tiny["hashes"])
@@ -324,8 +331,8 @@ def _tiny_of(plan: Plan, out: str, progress: bool) -> dict:
 
 
 class _Execution:
-    """One :func:`execute`: the runs' records, the ones still pending, their partners, and the jobs (in this
-    process when ``jobs`` is 1, else worker processes)."""
+    """One :func:`execute`: the runs' records, the ones still pending, their partners, and the jobs
+    (in this process when ``jobs`` is 1, else worker processes)."""
 
     def __init__(self, plan: Plan, out: str, jobs: int, progress: bool, console):
         self.plan, self.out, self.jobs, self.progress, self.console = plan, out, jobs, progress, console
@@ -414,8 +421,8 @@ class _Execution:
             self.finish(r, rec, t0)
 
     def run_parallel(self) -> None:
-        """``jobs`` worker processes (one run each, then replaced), a run started when its partner is finished;
-        SIGTERM / SIGINT stop the workers and end with one line saying what resumes."""
+        """``jobs`` worker processes (one run each, then replaced), a run started when its partner
+        is finished; SIGTERM / SIGINT stop the workers and end with one line saying what resumes."""
         running: dict = {}
 
         def on_signal(signum, frame):
@@ -478,8 +485,9 @@ class _Execution:
 
 
 def reuse_check(plan: Plan, r: PlanRun, out: str) -> None:
-    """Refuse (one line naming the run and the key) a finished run whose recorded config or tiny build differs from
-    what the plan composes for it now (:func:`graft_cli.train.provenance.reuse_problem`)."""
+    """Refuse (one line naming the run and the key) a finished run whose recorded config or tiny
+    build differs from what the plan composes for it now
+    (:func:`graft_cli.train.provenance.reuse_problem`)."""
     why = reuse_problem(compose(plan.compose_overrides(r, out)), plan.run_dir(r, out), RESUME_MAY_DIFFER)
     if why:
         raise GraftError(f"plan {plan.name}: run {plan.run_name(r)} is finished but cannot be reused: {why}; remove "

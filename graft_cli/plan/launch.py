@@ -1,13 +1,13 @@
-"""Where a plan's runs execute: a :class:`Launcher` runs (or submits) them, tells each run's state and cancels
-them. ``local`` (:class:`LocalLauncher`) trains and evaluates in this process or its worker pool
-(:func:`graft_cli.plan.execute.execute`), then runs the plan's final step (results, report); ``slurm``
-(:class:`graft_cli.plan.slurm.SlurmLauncher`) makes every run a Slurm job, its evaluation a job after it and the
-final step one job after every evaluation.
+"""Where a plan's runs execute: a :class:`Launcher` runs (or submits) them, tells each run's state
+and cancels them. ``local`` (:class:`LocalLauncher`) trains and evaluates in this process or its
+worker pool (:func:`graft_cli.plan.execute.execute`), then runs the plan's final step (results,
+report); ``slurm`` (:class:`graft_cli.plan.slurm.SlurmLauncher`) makes every run a Slurm job, its
+evaluation a job after it and the final step one job after every evaluation.
 
-A run's state (:class:`RunState`) is read from its directory (last complete checkpoint, evaluation done) and,
-for a scheduler, from the scheduler's record of the run's jobs: ``queued``, ``running``, ``finished``,
-``failed (<STATE>)``, ``new`` / ``partial k/N`` (on disk, no job) or ``cancelled (partner ... failed)``.
-"""
+A run's state (:class:`RunState`) is read from its directory (last complete checkpoint, evaluation
+done) and, for a scheduler, from the scheduler's record of the run's jobs: ``queued``, ``running``,
+``finished``, ``failed (<STATE>)``, ``new`` / ``partial k/N`` (on disk, no job) or ``cancelled
+(partner ... failed)``. """
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ from graft_cli.report.markdown import md_table
 
 @dataclass
 class Finish:
-    """The plan's final step once every run is trained and evaluated: ``call(records)`` in this process (local),
-    or the ``graft`` command line ``argv`` that does the same from the run directories (a scheduler's last job)."""
+    """The plan's final step once every run is trained and evaluated: ``call(records)`` in this
+    process (local), or the ``graft`` command line ``argv`` that does the same from the run
+    directories (a scheduler's last job)."""
     argv: list[str]
     call: Callable[[list[dict]], dict]
 
@@ -57,7 +58,8 @@ class Launcher(Protocol):
     name: str
 
     def launch(self, plan: Plan, out: str, finish: Finish) -> dict:
-        """Train and evaluate (or submit) every run not finished, then the final step; returns what it did."""
+        """Train and evaluate (or submit) every run not finished, then the final step; returns what
+        it did."""
 
     def status(self, plan: Plan, out: str) -> list[RunState]:
         """Each run's state, in plan order."""
@@ -87,7 +89,8 @@ def status_markdown(plan: Plan, states: list[RunState]) -> str:
 
 
 class LocalLauncher:
-    """This machine: :func:`~graft_cli.plan.execute.execute` (one process, or ``jobs`` worker processes)."""
+    """This machine: :func:`~graft_cli.plan.execute.execute` (one process, or ``jobs`` worker
+    processes)."""
     name = "local"
 
     def __init__(self, opts: LaunchOptions):

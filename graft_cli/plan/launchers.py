@@ -1,4 +1,5 @@
-"""The launchers by name: ``--launcher local`` (this machine's process pool) or ``slurm`` (every run a Slurm job)."""
+"""The launchers by name: ``--launcher local`` (this machine's process pool) or ``slurm`` (every run
+a Slurm job)."""
 
 from __future__ import annotations
 

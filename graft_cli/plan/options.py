@@ -1,4 +1,5 @@
-"""The launcher options shared by `graft reproduce` and `graft ablate` (click only: `graft --help` loads no more)."""
+"""The launcher options shared by `graft reproduce` and `graft ablate` (click only: `graft --help`
+loads no more)."""
 
 from __future__ import annotations
 

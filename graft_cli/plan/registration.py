@@ -5,24 +5,27 @@
     {"plan": name, "source": plan file, "plan_hash": sha256 of the design below,
      "design": {name, pair, steps, overrides, eval, claims, analysis,
                 runs: {key: {name, method, seed, overrides, eval, partner, pair}}},
-     "arms": {run name: {"method", "seeds"}}, "claims": the plan's claims section,
-     "analysis": {"interval": rule name, "alpha", "sequential": {"spending", "looks"} or null, "reading": text},
+     "arms": {run name: {"method", "seeds"}}, "claims": the plan's claims section, "analysis":
+     {"interval": rule name, "alpha", "sequential": {"spending", "looks"} or null, "reading": text},
      "registered": UTC time, "commit": the code's git HEAD, "dirty": uncommitted changes}
 
-The design is the plan as expanded (each run's method, seed, overrides and evaluation; the plan's claims and
-``analysis``), not its YAML text: comments may change, the design may not. A study then runs with
-``--registration FILE`` (or finds ``<out>/registration.json``): the plan must hash to the registered design or
-nothing runs and no claim is judged; the first differing key is named (:func:`differences`).
+The design is the plan as expanded (each run's method, seed, overrides and evaluation; the plan's
+claims and ``analysis``), not its YAML text: comments may change, the design may not. A study then
+runs with ``--registration FILE`` (or finds ``<out>/registration.json``): the plan must hash to the
+registered design or nothing runs and no claim is judged; the first differing key is named
+(:func:`differences`).
 
 ``analysis`` (a plan key; docs/studies.md, "Registration"):
 
-- ``interval``: the interval rule of the claims (``paired_t``: the paired t-interval over seeds; ``floored_t``:
-  the same with its variance floored at the measured evaluation variance, graft_cli/report/power.py).
+- ``interval``: the interval rule of the claims (``paired_t``: the paired t-interval over seeds;
+  ``floored_t``: the same with its variance floored at the measured evaluation variance,
+  graft_cli/report/power.py).
 - ``alpha``: two-sided error rate (0.05).
-- ``sequential``: a group-sequential design, ``{spending: obrien_fleming | pocock, looks: [n_1, ..., n_K]}``
-  (seed counts per arm at which the claims may be judged, n_K the plan's seeds): the claims at look k use the
-  repeated confidence interval with look k's boundary (Lan-DeMets alpha spending), so that judging at any look,
-  or extending to a later one, keeps the error rate at ``alpha`` (graft_cli/report/sequential.py).
+- ``sequential``: a group-sequential design, ``{spending: obrien_fleming | pocock, looks: [n_1, ...,
+  n_K]}`` (seed counts per arm at which the claims may be judged, n_K the plan's seeds): the claims
+  at look k use the repeated confidence interval with look k's boundary (Lan-DeMets alpha spending),
+  so that judging at any look, or extending to a later one, keeps the error rate at ``alpha``
+  (graft_cli/report/sequential.py).
 - ``reading``: the pre-registered reading of the outcomes, in words.
 """
 
@@ -110,8 +113,9 @@ def check_registration(plan: Plan, reg: dict, where: str) -> None:
 
 
 def register(plan: Plan, out: str) -> tuple[str, bool]:
-    """Write ``<out>/registration.json``; returns (path, written). A registration already there is never replaced:
-    the same design leaves it as it is (written False), another design is refused."""
+    """Write ``<out>/registration.json``; returns (path, written). A registration already there is
+    never replaced: the same design leaves it as it is (written False), another design is
+    refused."""
     path = os.path.join(out, REGISTRATION)
     if os.path.exists(path):
         check_registration(plan, load_registration(path), path)

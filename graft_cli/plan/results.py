@@ -1,7 +1,7 @@
-"""A plan's results: each run's record completed from its directory (:func:`measured_record`: status, the scores of
-its evaluated step, training seconds, provenance) and the plan's results files, ``<out>/plan_<name>.json`` (the
-plan, each execution's wall time and commit, the tiny build, the records) and ``<out>/plan_<name>.md`` (a table).
-"""
+"""A plan's results: each run's record completed from its directory (:func:`measured_record`:
+status, the scores of its evaluated step, training seconds, provenance) and the plan's results
+files, ``<out>/plan_<name>.json`` (the plan, each execution's wall time and commit, the tiny build,
+the records) and ``<out>/plan_<name>.md`` (a table). """
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ from graft_cli.train.provenance import read_provenance, source_commit
 
 
 def run_scores(run_dir: str, steps_spec: str) -> dict:
-    """policy -> {step, avg, std, num_runs, benchmarks} (pass@1 in %) of the evaluated step that stands for
-    the run: the selected (best.json) step for ``best``; otherwise the latest evaluated step of the spec."""
+    """policy -> {step, avg, std, num_runs, benchmarks} (pass@1 in %) of the evaluated step that
+    stands for the run: the selected (best.json) step for ``best``; otherwise the latest evaluated
+    step of the spec."""
     out = {}
     targets = S.eval_targets(run_dir, steps_spec) or {}
     best = read_json_or_none(best_path(run_dir)) or {}
@@ -61,7 +62,8 @@ def train_seconds(run_dir: str) -> float:
 
 
 def run_provenance(run_dir: str) -> dict | None:
-    """The run's first session (commit, dirty, start), its config and tiny build hashes and its session count."""
+    """The run's first session (commit, dirty, start), its config and tiny build hashes and its
+    session count."""
     prov = read_provenance(run_dir)
     if not prov:
         return None
@@ -72,8 +74,8 @@ def run_provenance(run_dir: str) -> dict | None:
 
 
 def measured_record(plan: Plan, r: PlanRun, rec: dict) -> dict:
-    """``rec`` completed from run ``r``'s directory: status, scores of its evaluated step, training seconds,
-    provenance."""
+    """``rec`` completed from run ``r``'s directory: status, scores of its evaluated step, training
+    seconds, provenance."""
     rec.pop("_finished", None)
     rec["status"] = S.run_status(rec["dir"], plan.steps).label()
     rec["provenance"] = run_provenance(rec["dir"])
@@ -84,7 +86,8 @@ def measured_record(plan: Plan, r: PlanRun, rec: dict) -> dict:
 
 
 def disk_records(plan: Plan, out: str) -> list[dict]:
-    """One record per run from what its directory holds (runs trained elsewhere, e.g. as Slurm jobs)."""
+    """One record per run from what its directory holds (runs trained elsewhere, e.g. as Slurm
+    jobs)."""
     return [measured_record(plan, r, {"key": r.key, "name": r.name, "method": r.method, "seed": r.seed,
                                       "run": plan.run_name(r), "dir": plan.run_dir(r, out),
                                       "overrides": list(r.overrides), "partner": r.partner_key(),
@@ -138,7 +141,8 @@ def load_results(out: str, name: str) -> dict | None:
 
 
 def eval_dict(plan: Plan, r: PlanRun | None = None) -> dict | None:
-    """The evaluation settings of run ``r`` (``None``: the plan's own) as a dict; None when evaluation is off."""
+    """The evaluation settings of run ``r`` (``None``: the plan's own) as a dict; None when
+    evaluation is off."""
     ev = plan.eval_for(r) if r is not None else plan.eval
     if not ev.enabled:
         return None

@@ -1,36 +1,38 @@
-"""The Slurm launcher (``--launcher slurm``): every run of a plan is one batch job, its evaluation a job after it,
-and the plan's final step (results, report) one job after every evaluation.
+"""The Slurm launcher (``--launcher slurm``): every run of a plan is one batch job, its evaluation a
+job after it, and the plan's final step (results, report) one job after every evaluation.
 
 Per run not finished on disk, in plan order (partners first):
 
-- a **training job** ``<prefix><run>-train``: ``graft train`` with the run's config and ``run.save_on_signal=true``,
-  one process under ``srun``, or (more than one GPU, several nodes, or ``resources.launch: torchrun``) the torchrun
-  line of ``experiments/slurm/graft_multinode.sbatch`` (one torchrun agent per node, c10d rendezvous on the first);
-  ``--signal=TERM@120 --requeue``: on preemption or near the time limit the run checkpoints and the job requeues or
-  ends, and the next submission resumes it. A stored-trajectory run's job waits for its partner's training job
+- a **training job** ``<prefix><run>-train``: ``graft train`` with the run's config and
+  ``run.save_on_signal=true``, one process under ``srun``, or (more than one GPU, several nodes, or
+  ``resources.launch: torchrun``) the torchrun line of ``experiments/slurm/graft_multinode.sbatch``
+  (one torchrun agent per node, c10d rendezvous on the first); ``--signal=TERM@120 --requeue``: on
+  preemption or near the time limit the run checkpoints and the job requeues or ends, and the next
+  submission resumes it. A stored-trajectory run's job waits for its partner's training job
   (``--dependency=afterok:<id>``);
-- an **evaluation job** ``<prefix><run>-eval``: ``graft eval --run DIR`` with the plan's settings, after the run's
-  training job (``afterok``);
-- one **report job** ``<prefix>report`` after every evaluation job (``afterany``): the same ``graft reproduce`` /
-  ``graft ablate`` command with ``--report-only``.
+- an **evaluation job** ``<prefix><run>-eval``: ``graft eval --run DIR`` with the plan's settings,
+  after the run's training job (``afterok``);
+- one **report job** ``<prefix>report`` after every evaluation job (``afterany``): the same ``graft
+  reproduce`` / ``graft ablate`` command with ``--report-only``.
 
-Dependent jobs carry ``--kill-on-invalid-dep=yes``: when a training job fails, Slurm cancels what waits on it
-(``--status`` says so; the next submission resubmits the failed run and its dependants).
+Dependent jobs carry ``--kill-on-invalid-dep=yes``: when a training job fails, Slurm cancels what
+waits on it (``--status`` says so; the next submission resubmits the failed run and its dependants).
 
-Scripts go to ``<out>/slurm/`` (``<run>.train.sbatch``, ``<run>.eval.sbatch``, ``report_<plan>.sbatch``; readable,
-and ``sbatch FILE`` resubmits one by hand), job output to ``<out>/slurm/logs/``, and the job ids to the ledger
-``<out>/slurm/jobs.json`` (written atomically under a lock; keyed by run directory, so plans sharing an output folder
-share it). Submitting again resubmits only what is not finished and never a job that is still queued or running.
+Scripts go to ``<out>/slurm/`` (``<run>.train.sbatch``, ``<run>.eval.sbatch``,
+``report_<plan>.sbatch``; readable, and ``sbatch FILE`` resubmits one by hand), job output to
+``<out>/slurm/logs/``, and the job ids to the ledger ``<out>/slurm/jobs.json`` (written atomically
+under a lock; keyed by run directory, so plans sharing an output folder share it). Submitting again
+resubmits only what is not finished and never a job that is still queued or running.
 
-``#SBATCH`` settings: the run's ``resources`` (nodes, GPUs per node, CPUs, memory; time = 1.5 x the expected hours,
-at least 10 minutes) and the options ``--account``, ``--partition``, ``--qos``, ``--time``, ``--sbatch`` (extra
-lines), over the plan's ``slurm:`` section (same keys, ``extra`` for the extra lines; ``job_prefix``;
-``gpu_type`` for ``--gpus-per-node=TYPE:N``; ``setup``: shell lines run first, e.g. ``module load``; ``overrides``:
-config overrides of every run submitted to Slurm, e.g. ``scale=4xh200``).
+``#SBATCH`` settings: the run's ``resources`` (nodes, GPUs per node, CPUs, memory; time = 1.5 x the
+expected hours, at least 10 minutes) and the options ``--account``, ``--partition``, ``--qos``,
+``--time``, ``--sbatch`` (extra lines), over the plan's ``slurm:`` section (same keys, ``extra`` for
+the extra lines; ``job_prefix``; ``gpu_type`` for ``--gpus-per-node=TYPE:N``; ``setup``: shell lines
+run first, e.g. ``module load``; ``overrides``: config overrides of every run submitted to Slurm,
+e.g. ``scale=4xh200``).
 
-Before anything is written: ``sbatch`` must be on PATH and every run must fit the partition (``sinfo``: GPUs and
-CPUs per node, nodes); else one line and nothing is submitted.
-"""
+Before anything is written: ``sbatch`` must be on PATH and every run must fit the partition
+(``sinfo``: GPUs and CPUs per node, nodes); else one line and nothing is submitted. """
 
 from __future__ import annotations
 
@@ -109,8 +111,8 @@ def submit(script: str, dependency: str | None = None) -> str:
 
 
 def job_states(ids: list[str]) -> dict[str, Job]:
-    """Each job's state: ``squeue`` for the jobs Slurm still holds, ``sacct`` for the ones it has let go (jobs
-    neither knows are UNKNOWN)."""
+    """Each job's state: ``squeue`` for the jobs Slurm still holds, ``sacct`` for the ones it has
+    let go (jobs neither knows are UNKNOWN)."""
     ids = sorted({i for i in ids if i}, key=int)
     if not ids:
         return {}
@@ -138,8 +140,8 @@ def cancel_jobs(ids: list[str]) -> None:
 
 
 def partition_limits(partition: str | None) -> tuple[str, int, int, int]:
-    """(partition, most GPUs on one node, most CPUs on one node, nodes) from ``sinfo``; the default partition when
-    ``partition`` is None."""
+    """(partition, most GPUs on one node, most CPUs on one node, nodes) from ``sinfo``; the default
+    partition when ``partition`` is None."""
     argv = ["sinfo", "-h", "-o", "%P|%c|%G|%D"] + (["-p", partition] if partition else [])
     rows = [ln.split("|") for ln in _run(argv, "sinfo").splitlines() if ln.count("|") == 3]
     if partition is None:
@@ -154,7 +156,8 @@ def partition_limits(partition: str | None) -> tuple[str, int, int, int]:
 
 
 def gres_gpus(gres: str) -> int:
-    """GPUs per node in a ``sinfo %G`` field: ``gpu:h200:8(S:0-1),shard:4`` -> 8, ``(null)`` -> 0."""
+    """GPUs per node in a ``sinfo %G`` field: ``gpu:h200:8(S:0-1),shard:4`` -> 8, ``(null)`` ->
+    0."""
     n = 0
     for item in gres.split(","):
         parts = re.sub(r"\(.*?\)", "", item).split(":")
@@ -164,7 +167,8 @@ def gres_gpus(gres: str) -> int:
 
 
 def check_fits(plan: Plan, partition: str | None) -> None:
-    """One line for the first run that asks for more than the partition has; nothing when every run fits."""
+    """One line for the first run that asks for more than the partition has; nothing when every run
+    fits."""
     name, gpus, cpus, nodes = partition_limits(partition)
     for r in plan.runs:
         res = plan.resources_for(r)
@@ -211,8 +215,8 @@ def sbatch_lines(settings: dict, name: str, res: Resources, gpus: int, time: str
 
 def job_script(header: list[str], comment: str, settings: dict, command: list[str], torchrun: bool,
                gpus: int, cpus: int) -> str:
-    """A batch script: header, environment, the plan's setup lines, then ``graft <command>`` under srun (one
-    process) or through the multi-node template's torchrun line."""
+    """A batch script: header, environment, the plan's setup lines, then ``graft <command>`` under
+    srun (one process) or through the multi-node template's torchrun line."""
     env = [f"export PATH={shlex.quote(os.path.dirname(sys.executable))}:$PATH",
            f"export OMP_NUM_THREADS=${{OMP_NUM_THREADS:-{max(1, cpus // max(1, gpus))}}}"]
     body = ["set -euo pipefail", *env, *list(settings.get("setup") or [])]
@@ -251,8 +255,8 @@ def eval_command(plan: Plan, r: PlanRun, out: str) -> list[str]:
 
 # -------------------------------------------------------------------------------------------- ledger
 class Ledger:
-    """``<out>/slurm/jobs.json``: per run directory the ids of its training and evaluation jobs (newest last), per
-    plan its report jobs."""
+    """``<out>/slurm/jobs.json``: per run directory the ids of its training and evaluation jobs
+    (newest last), per plan its report jobs."""
 
     def __init__(self, folder: str):
         self.path = os.path.join(folder, "jobs.json")
@@ -335,8 +339,9 @@ class SlurmLauncher:
 
 
 def check_configs(plan: Plan, out: str) -> None:
-    """Compose every run's config before anything is submitted (a stored-trajectory run once its partner has run;
-    its job composes it), and build the tiny pair once here when the plan uses it (jobs never build it at once)."""
+    """Compose every run's config before anything is submitted (a stored-trajectory run once its
+    partner has run; its job composes it), and build the tiny pair once here when the plan uses it
+    (jobs never build it at once)."""
     from graft_cli.plan import execute as X  # lazy: composing loads the method registries
 
     for row in X.describe(plan, out):
@@ -347,7 +352,8 @@ def check_configs(plan: Plan, out: str) -> None:
 
 
 def cancel_never_satisfied(jobs: dict[str, Job]) -> list[str]:
-    """Cancel the pending jobs whose dependency failed (a cluster that keeps them pending); they read failed."""
+    """Cancel the pending jobs whose dependency failed (a cluster that keeps them pending); they
+    read failed."""
     never = [j.id for j in jobs.values() if j.state in QUEUED and j.reason == NEVER]
     cancel_jobs(never)
     for i in never:
@@ -356,8 +362,8 @@ def cancel_never_satisfied(jobs: dict[str, Job]) -> list[str]:
 
 
 def job_label(job: Job | None, on_disk: str, upstream: str | None) -> str:
-    """A job's state for ``--status``: what is on disk wins once finished; a job cancelled because what it waited
-    on failed says which (``upstream``)."""
+    """A job's state for ``--status``: what is on disk wins once finished; a job cancelled because
+    what it waited on failed says which (``upstream``)."""
     if on_disk == "finished" or job is None:
         return on_disk
     if job.state == "CANCELLED" and upstream:
@@ -415,7 +421,8 @@ class Submission:
         (self.submitted if new else self.kept).append({"kind": kind, "run": run, "job": job, "dependency": dep})
 
     def training(self, r: PlanRun, train_ids: dict) -> str | None:
-        """The run's training job id (kept if queued or running, else submitted), or None once finished."""
+        """The run's training job id (kept if queued or running, else submitted), or None once
+        finished."""
         plan, name = self.plan, self.plan.run_name(r)
         st, _ = disk_state(plan, r, self.out)
         if st.finished:
@@ -436,7 +443,8 @@ class Submission:
         return job
 
     def evaluation(self, r: PlanRun, train_job: str | None) -> str | None:
-        """The run's evaluation job id (kept, submitted after ``train_job``), or None when done or off."""
+        """The run's evaluation job id (kept, submitted after ``train_job``), or None when done or
+        off."""
         plan, name = self.plan, self.plan.run_name(r)
         _, ev = disk_state(plan, r, self.out)
         if ev in ("finished", "off"):
@@ -456,8 +464,8 @@ class Submission:
         return job
 
     def report(self, eval_ids: list[str]) -> str | None:
-        """The final job after every evaluation (a queued one is replaced when new evaluations were submitted);
-        None when nothing is left to run and the results are written."""
+        """The final job after every evaluation (a queued one is replaced when new evaluations were
+        submitted); None when nothing is left to run and the results are written."""
         old = (self.ledger.reports.get(self.plan.name) or [None])[-1]
         new_evals = any(s["kind"] == "eval" for s in self.submitted)
         if self.active(old) and not new_evals:

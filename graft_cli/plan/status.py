@@ -1,10 +1,10 @@
 """Is a run finished, partial or new; is its evaluation done (read from the run directory only).
 
 A run is *finished* when its last complete checkpoint's step equals its total steps: the plan's
-``run.steps`` when set, else the ``total_steps`` its checkpoint recorded (``state.json``). A checkpoint past the
-planned total also counts as finished (the run is not retrained; ``note`` says so). Anything with
-``config.yaml`` but short of that is *partial* (``train()`` resumes it from its last checkpoint).
-"""
+``run.steps`` when set, else the ``total_steps`` its checkpoint recorded (``state.json``). A
+checkpoint past the planned total also counts as finished (the run is not retrained; ``note`` says
+so). Anything with ``config.yaml`` but short of that is *partial* (``train()`` resumes it from its
+last checkpoint). """
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def checkpoint_total(path: str) -> int | None:
 
 
 def run_status(run_dir: str, total_steps: int | None) -> RunStatus:
-    """Status of ``run_dir`` against ``total_steps`` (None: use the checkpoint's own recorded total)."""
+    """Status of ``run_dir`` against ``total_steps`` (None: use the checkpoint's own recorded
+    total)."""
     if not os.path.exists(config_path(run_dir)):
         return RunStatus("new", 0, total_steps)
     steps = ckpt.complete_steps(checkpoints_dir(run_dir))
@@ -65,7 +66,8 @@ def run_status(run_dir: str, total_steps: int | None) -> RunStatus:
 
 # --------------------------------------------------------------------------------------------- eval
 def eval_targets(run_dir: str, steps_spec: str) -> dict[str, list[int]] | None:
-    """policy -> the steps ``graft eval --run DIR --steps SPEC`` would evaluate (None: cannot tell yet)."""
+    """policy -> the steps ``graft eval --run DIR --steps SPEC`` would evaluate (None: cannot tell
+    yet)."""
     pols = run_policies(run_dir)
     complete = ckpt.complete_steps(checkpoints_dir(run_dir))
     spec = (steps_spec or "last").strip()
@@ -90,9 +92,9 @@ def eval_summary(run_dir: str, policy: str, step: int) -> dict | None:
 
 def eval_done(run_dir: str, steps_spec: str, runs: int, samples: int | None = None,
               benchmarks: list | None = None, bench_runs: dict | None = None) -> bool:
-    """True when every target (policy, step) has a summary with at least ``runs`` eval runs (a benchmark of
-    ``bench_runs``: at least its own), made with ``samples`` samples (when given) and covering ``benchmarks``
-    (names; when given)."""
+    """True when every target (policy, step) has a summary with at least ``runs`` eval runs (a
+    benchmark of ``bench_runs``: at least its own), made with ``samples`` samples (when given) and
+    covering ``benchmarks`` (names; when given)."""
     targets = eval_targets(run_dir, steps_spec)
     if not targets or not any(targets.values()):
         return False
@@ -118,5 +120,6 @@ def eval_done(run_dir: str, steps_spec: str, runs: int, samples: int | None = No
 
 
 def _tandem_eval(run_dir: str) -> bool:
-    """Whether the run's config asks for the handoff and legibility evaluations (``eval.tandem``)."""
+    """Whether the run's config asks for the handoff and legibility evaluations
+    (``eval.tandem``)."""
     return bool((run_config_raw(run_dir).get("eval") or {}).get("tandem"))

@@ -1,10 +1,10 @@
-"""``graft tiny rl-check``: does RL move the tiny pair? (The target: GRPO n=8 for <= 80 steps raises each
-model's held-out mean pass@1 by >= 3 points over its base.)
+"""``graft tiny rl-check``: does RL move the tiny pair? (The target: GRPO n=8 for <= 80 steps raises
+each model's held-out mean pass@1 by >= 3 points over its base.)
 
 The check is a command, not a test, because it takes minutes: it trains one run of the pair with the
 chosen method (default GRPO n=8, the tiny pair's default batch), then evaluates each policy's base
-model and its last checkpoint on the five held-out synthetic benchmarks with the *same* sampling seed
-and settings, and compares.
+model and its last checkpoint on the five held-out synthetic benchmarks with the *same* sampling
+seed and settings, and compares.
 
 Two held-out figures are reported per policy:
 
@@ -38,8 +38,8 @@ from graft_cli.train.run import train as run_train
 
 
 def pooled_pass1(summary: dict) -> tuple[float, int]:
-    """Pass@1 over every problem of every benchmark in an eval ``summary.json`` (each benchmark's mean
-    weighted by its number of problems), and the number of problems."""
+    """Pass@1 over every problem of every benchmark in an eval ``summary.json`` (each benchmark's
+    mean weighted by its number of problems), and the number of problems."""
     total, n = 0.0, 0
     for b in summary["benchmarks"].values():
         k = int(b["num_problems"])
@@ -71,14 +71,14 @@ class TinyRLCheckOptions:
     @classmethod
     def from_cli(cls, *, min_gain: float, no_progress: bool, overrides: tuple[str, ...] = (),
                  **opts) -> TinyRLCheckOptions:
-        """The options from ``graft tiny rl-check``'s click parameters (``--min-gain`` is ``min_gain_points``,
-        ``--no-progress`` the negation of ``progress``)."""
+        """The options from ``graft tiny rl-check``'s click parameters (``--min-gain`` is
+        ``min_gain_points``, ``--no-progress`` the negation of ``progress``)."""
         return cls(min_gain_points=min_gain, progress=not no_progress, overrides=tuple(overrides), **opts)
 
 
 def rl_check(o: TinyRLCheckOptions) -> dict:
-    """Train the tiny pair with ``o.method``, evaluate each policy's last checkpoint and its base model with the same
-    sampling, and write and print ``<out>/rl_check.json`` (module docstring)."""
+    """Train the tiny pair with ``o.method``, evaluate each policy's last checkpoint and its base
+    model with the same sampling, and write and print ``<out>/rl_check.json`` (module docstring)."""
     console = make_console()
     out = o.out
     name = f"{o.method}-s{o.seed}"

@@ -1,27 +1,27 @@
-"""The paper's qualitative claims, judged from measured numbers (the `graft reproduce` report section).
+"""The paper's qualitative claims, judged from measured numbers (the `graft reproduce` report
+section).
 
 Claims (graft.md §2.7, §6.1/§6.8, §6.4, §6.7):
 
 1. **complementarity** — in independent GRPO n=8 training each model solves a share of the other's
    all-fail prompts (paper: Smol solves 47.9% of Qwen's, Qwen 18.7% of Smol's). Δ = share −
    ``complementarity_min`` (per step from the rollout logs, mean over steps, then over seeds).
-2. **graft_beats_grpo** — GRAFT improves over GRPO n=8 for both models of a pair (Table 1, and over 3 runs in
-   Table 4). Δ = GRAFT − GRPO eval pass@1 (points, macro over benchmarks).
+2. **graft_beats_grpo** — GRAFT improves over GRPO n=8 for both models of a pair (Table 1, and over
+   3 runs in Table 4). Δ = GRAFT − GRPO eval pass@1 (points, macro over benchmarks).
 3. **gate_matters** — removing the compatibility gate (w = 1) hurts (Table 2a: −8.36 / −2.51).
    Δ = GRAFT − w/o gate.
-4. **peer_last_clips** — with peer-last ordering the PPO clip acts on grafted tokens, with peer-first it
-   almost never does (Table 9: 0.277/0.440% vs 0.004/0.002%). Δ = mean ``clip_ratio/peer`` over steps
-   1..``clip_steps``, peer-last − peer-first.
+4. **peer_last_clips** — with peer-last ordering the PPO clip acts on grafted tokens, with
+   peer-first it almost never does (Table 9: 0.277/0.440% vs 0.004/0.002%). Δ = mean
+   ``clip_ratio/peer`` over steps 1..``clip_steps``, peer-last − peer-first.
 
-Every Δ gets a 95% interval (claims 2-3: the t-interval over the seeds' macro scores, paired where the arms ran the
-same seeds, with the variance decomposition of :mod:`graft_cli.report.power`; 1 and 4: a t-interval over seeds, or
-with one seed the bootstrap over steps; see :func:`judge`). Per model the verdict
-is ``held`` (interval above zero), ``not significant`` (straddles zero), ``did not hold`` (below zero) or
-``not measured``; a claim's verdict is the models' common one, else ``mixed``.
-:func:`judge` is pure (numbers in, verdicts out); :func:`measure` reads the
-numbers from a plan's run directories; :func:`claims_markdown` renders the section, :func:`write_claims`
-appends it to ``report.md`` and writes ``claims.json``.
-"""
+Every Δ gets a 95% interval (claims 2-3: the t-interval over the seeds' macro scores, paired where
+the arms ran the same seeds, with the variance decomposition of :mod:`graft_cli.report.power`; 1 and
+4: a t-interval over seeds, or with one seed the bootstrap over steps; see :func:`judge`). Per model
+the verdict is ``held`` (interval above zero), ``not significant`` (straddles zero), ``did not
+hold`` (below zero) or ``not measured``; a claim's verdict is the models' common one, else
+``mixed``. :func:`judge` is pure (numbers in, verdicts out); :func:`measure` reads the numbers from
+a plan's run directories; :func:`claims_markdown` renders the section, :func:`write_claims` appends
+it to ``report.md`` and writes ``claims.json``. """
 
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ N_BOOT, BOOT_SEED = 2000, 0
 
 
 def _overall(per: dict) -> str:
-    """One claim's verdict from the per-model verdicts (:func:`~graft_cli.report.stats.overall_verdict`)."""
+    """One claim's verdict from the per-model verdicts
+    (:func:`~graft_cli.report.stats.overall_verdict`)."""
     return overall_verdict(v["verdict"] for v in per.values())
 
 
@@ -109,11 +110,12 @@ def _fmt_iv(iv, digits=2, unit=""):
 
 def _compare_scores(problems: dict, x: str, y: str, policy: str, n_boot: int, eval_var: dict | None = None,
                     eval_var_paired: dict | None = None, analysis: dict | None = None) -> dict:
-    """Δ = run x − run y (pass@1 points, macro over the benchmarks both have) for ``policy``: the interval of record
-    (the t-interval over seeds, paired where the arms share their seeds, by the ``analysis`` rule: floored at the
-    evaluation variance, at a sequential look's boundary; :func:`graft_cli.report.stats.compare`), the variance
-    decomposition, and alongside the hierarchical bootstrap and the Welch interval. The verdict reads
-    ``underpowered`` when the half-width exceeds 1 point."""
+    """Δ = run x − run y (pass@1 points, macro over the benchmarks both have) for ``policy``: the
+    interval of record (the t-interval over seeds, paired where the arms share their seeds, by the
+    ``analysis`` rule: floored at the evaluation variance, at a sequential look's boundary;
+    :func:`graft_cli.report.stats.compare`), the variance decomposition, and alongside the
+    hierarchical bootstrap and the Welch interval. The verdict reads ``underpowered`` when the
+    half-width exceeds 1 point."""
 
     a = {**DEFAULT_ANALYSIS, **(analysis or {})}
     arm = lambda run: (problems.get(run) or {}).get(policy) or {}
@@ -133,19 +135,22 @@ def judge(measured: dict, cfg: dict | None = None) -> list[Claim]:
     """Verdicts with 95% intervals from measured numbers. ``measured``::
 
         {"policies": ["a", "b"],
-         "scores": {run name: {policy: {seed: eval average (pass@1 %)}}},          # the headline table
-         "problems": {run name: {policy: {seed: {benchmark: per-problem pass@1 array (0..1)}}}},
-         "complementarity": {policy: {seed: [per step: share of this policy's all-fail prompts the other
+         "scores": {run name: {policy: {seed: eval average (pass@1 %)}}},          # the headline
+         table "problems": {run name: {policy: {seed: {benchmark: per-problem pass@1 array
+         (0..1)}}}}, "complementarity": {policy: {seed: [per step: share of this policy's all-fail
+         prompts the other
                                                 solves]}},
          "clip_peer": {run name: {policy: {seed: [per step clip_ratio/peer (fraction)]}}}}
 
-    Each claim, per model: the measured difference Δ in the paper's direction's sign convention and its 95%
-    interval; ``held`` when the interval excludes zero in the paper's direction, ``not significant`` when it
-    straddles zero, ``did not hold`` when it excludes zero the other way (:func:`graft_cli.report.stats.verdict`).
-    Intervals: claims 2 and 3, the t-interval over the seeds' macro scores, paired where the arms ran the same
-    seeds, with the variance decomposition beside it (``eval_var``: run -> policy -> seed -> benchmark -> v_b,
-    :mod:`graft_cli.report.power`); claims 1 and 4, the t-interval over seeds when both sides have ≥ 2 seeds, else
-    the percentile bootstrap over training steps (:func:`graft_cli.report.stats.mean_interval` / ``diff_interval``)."""
+    Each claim, per model: the measured difference Δ in the paper's direction's sign convention and
+    its 95% interval; ``held`` when the interval excludes zero in the paper's direction, ``not
+    significant`` when it straddles zero, ``did not hold`` when it excludes zero the other way
+    (:func:`graft_cli.report.stats.verdict`). Intervals: claims 2 and 3, the t-interval over the
+    seeds' macro scores, paired where the arms ran the same seeds, with the variance decomposition
+    beside it (``eval_var``: run -> policy -> seed -> benchmark -> v_b,
+    :mod:`graft_cli.report.power`); claims 1 and 4, the t-interval over seeds when both sides have ≥
+    2 seeds, else the percentile bootstrap over training steps
+    (:func:`graft_cli.report.stats.mean_interval` / ``diff_interval``)."""
 
     s = settings(cfg)
     n_boot = int(s.get("n_boot", N_BOOT))
@@ -215,14 +220,16 @@ def peer_clip_steps(run_dir: str, clip_steps: int | None) -> dict:
 
 
 def mean_peer_clip(run_dir: str, clip_steps: int | None) -> dict:
-    """policy -> mean over steps 1..clip_steps of ``clip_ratio/peer`` (steps with grafted tokens only)."""
+    """policy -> mean over steps 1..clip_steps of ``clip_ratio/peer`` (steps with grafted tokens
+    only)."""
     return {p: float(np.mean(v)) for p, v in peer_clip_steps(run_dir, clip_steps).items() if v}
 
 
 def measure(records: list[dict], cfg: dict | None = None) -> dict:
-    """The numbers :func:`judge` needs, from plan records (``graft_cli.plan.execute.execute``: name, seed,
-    dir, scores): eval averages, per-problem pass@1 of the scored step (``eval/<policy>/step_N/``), per-step
-    complementarity of the baseline runs and per-step peer clip ratios."""
+    """The numbers :func:`judge` needs, from plan records (``graft_cli.plan.execute.execute``: name,
+    seed, dir, scores): eval averages, per-problem pass@1 of the scored step
+    (``eval/<policy>/step_N/``), per-step complementarity of the baseline runs and per-step peer
+    clip ratios."""
 
     s = settings(cfg)
     pols: list[str] = []
@@ -280,9 +287,9 @@ def pair_key(x: str, y: str) -> str:
 
 
 def paired_eval_var(records: list[dict], pairs: list[tuple[str, str]]) -> dict:
-    """``"x|y"`` -> policy -> seed -> benchmark -> the sampling variance of the seed's paired difference
-    (:func:`graft_cli.eval.files.paired_grade_variance` of the two runs' scored steps), for each pair of run names
-    and every seed and policy both evaluated."""
+    """``"x|y"`` -> policy -> seed -> benchmark -> the sampling variance of the seed's paired
+    difference (:func:`graft_cli.eval.files.paired_grade_variance` of the two runs' scored steps),
+    for each pair of run names and every seed and policy both evaluated."""
     scored = {(r["name"], str(r["seed"])): (r["dir"], r.get("scores") or {}) for r in records
               if r.get("seed") is not None and r.get("dir")}
     out: dict = {}
@@ -307,10 +314,10 @@ def half_width(iv) -> float | None:
 
 
 def regime_figures(measured: dict, cfg: dict | None = None) -> dict:
-    """The study's regime, reported beside the verdicts: per model, the baseline's gain over the base models
-    (Δ = baseline at its scored step − the same runs' step-0 evaluation, t over seeds; needs ``run.save_initial``),
-    and per claim 2 and 3 its interval's half-width and variance decomposition (:func:`graft_cli.report.power
-    .decompose`)."""
+    """The study's regime, reported beside the verdicts: per model, the baseline's gain over the
+    base models (Δ = baseline at its scored step − the same runs' step-0 evaluation, t over seeds;
+    needs ``run.save_initial``), and per claim 2 and 3 its interval's half-width and variance
+    decomposition (:func:`graft_cli.report.power .decompose`)."""
 
     s = settings(cfg)
     n_boot = int(s.get("n_boot", N_BOOT))
@@ -339,7 +346,8 @@ def _policies(run_dir: str) -> list[str]:
 
 # -------------------------------------------------------------------------------------------- render
 def headline_rows(records: list[dict], baseline: str = "grpo") -> tuple[list[str], list[list[str]]]:
-    """One row per (plan run name): per policy the eval average, mean ± sample std over seeds, Δ vs baseline."""
+    """One row per (plan run name): per policy the eval average, mean ± sample std over seeds, Δ vs
+    baseline."""
     order: list[str] = []
     methods: dict[str, str] = {}
     pols: list[str] = []
@@ -378,7 +386,8 @@ def claims_markdown(claims: list[Claim], records: list[dict] | None = None, cfg:
                     title: str = "Claims of the paper on this pair (from the measured numbers)",
                     report_dir: str | None = None, measured: dict | None = None,
                     regime: dict | None = None) -> str:
-    """The claims section; ``regime``: :func:`regime_figures` of ``measured`` when the caller has them."""
+    """The claims section; ``regime``: :func:`regime_figures` of ``measured`` when the caller has
+    them."""
     s = settings(cfg)
     out = [f"## {title}", ""]
     out.append(md_table(["#", "Claim", "Verdict", "Measured", "Paper"],
@@ -425,7 +434,8 @@ BEGIN, END = "<!-- claims: graft reproduce -->", "<!-- /claims -->"
 
 
 def insert_section(text: str, md: str) -> str:
-    """Put ``md`` between markers before the report's first table section (replacing an earlier one)."""
+    """Put ``md`` between markers before the report's first table section (replacing an earlier
+    one)."""
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         text = head.rstrip("\n") + "\n\n" + rest.split(END, 1)[1].lstrip("\n")
@@ -437,7 +447,8 @@ def insert_section(text: str, md: str) -> str:
 
 
 def write_section(report_dir: str, md: str) -> str:
-    """Insert (or replace) the claims section ``md`` in ``<report_dir>/report.md``; returns the file's path."""
+    """Insert (or replace) the claims section ``md`` in ``<report_dir>/report.md``; returns the
+    file's path."""
     os.makedirs(report_dir, exist_ok=True)
     path = os.path.join(report_dir, "report.md")
     text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# graft report\n"
@@ -446,8 +457,9 @@ def write_section(report_dir: str, md: str) -> str:
 
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[Claim]]:
-    """Judge the claims from ``records``, append the section to ``<report_dir>/report.md`` (replacing an
-    earlier claims section) and write ``<report_dir>/claims.json``. Returns (markdown, claims)."""
+    """Judge the claims from ``records``, append the section to ``<report_dir>/report.md``
+    (replacing an earlier claims section) and write ``<report_dir>/claims.json``. Returns (markdown,
+    claims)."""
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)

@@ -1,10 +1,11 @@
-"""Table 5 of `graft report`: compute, mean wall-clock per step and "GPU-hours" by the GRAFT paper's accounting,
-``devices x Σ time/step`` (docs/spec/graft.md §6.3), through each policy's selected step and for the full run.
+"""Table 5 of `graft report`: compute, mean wall-clock per step and "GPU-hours" by the GRAFT paper's
+accounting, ``devices x Σ time/step`` (docs/spec/graft.md §6.3), through each policy's selected step
+and for the full run.
 
-Per-model costs of a joint run split each step's time by the policies' own rollout + reward + old-log-prob + update
-times (an attribution: the paper measured per-model time). "Both": an online method's joint run through the later
-of the two selected steps; independent training, the sum of the two models' costs.
-"""
+Per-model costs of a joint run split each step's time by the policies' own rollout + reward +
+old-log-prob + update times (an attribution: the paper measured per-model time). "Both": an online
+method's joint run through the later of the two selected steps; independent training, the sum of the
+two models' costs. """
 
 from __future__ import annotations
 

@@ -1,23 +1,27 @@
-"""Does a study's interval keep its 95%? Simulated studies from a published study's own variance components.
+"""Does a study's interval keep its 95%? Simulated studies from a published study's own variance
+components.
 
-The components come from a claims file's ``measured`` section (:func:`components`): each arm's per-problem pass
-rates (the mean of its seeds) and its training spread σ_T (:func:`graft_cli.report.power.arm_components`). Each
-simulated study draws, per seed, a training shift and the evaluated answers (binomial at the design's samples per
-problem; :func:`graft_cli.report.power.coverage`) and is judged by each procedure of :data:`PROCEDURES`:
+The components come from a claims file's ``measured`` section (:func:`components`): each arm's
+per-problem pass rates (the mean of its seeds) and its training spread σ_T
+(:func:`graft_cli.report.power.arm_components`). Each simulated study draws, per seed, a training
+shift and the evaluated answers (binomial at the design's samples per problem;
+:func:`graft_cli.report.power.coverage`) and is judged by each procedure of :data:`PROCEDURES`:
 
 - ``bootstrap``: the paired hierarchical percentile bootstrap over seeds and problems
   (:func:`graft_cli.report.stats.hierarchical_bootstrap`), the studies' interval before this one;
 - ``welch``: the Welch t-interval over the seeds' macro scores;
-- ``paired_t``: the paired t-interval over the seeds' macro scores (:func:`graft_cli.report.power.seed_interval`);
-- ``floored_t``: the same with SE² floored at the measured evaluation variance (power.py eq. 5), the interval of
-  record.
+- ``paired_t``: the paired t-interval over the seeds' macro scores
+  (:func:`graft_cli.report.power.seed_interval`);
+- ``floored_t``: the same with SE² floored at the measured evaluation variance (power.py eq. 5), the
+  interval of record.
 
-:func:`sequential_coverage` simulates the rule a sequential study uses: judged at looks, stopped by a
-variance-driven rule or at the last look, with and without the repeated confidence intervals' boundaries.
+:func:`sequential_coverage` simulates the rule a sequential study uses: judged at looks, stopped by
+a variance-driven rule or at the last look, with and without the repeated confidence intervals'
+boundaries.
 
-Two truths are simulated: the study's measured Δ (arm x's and arm y's own pass rates and spreads) and the null
-(y := x, Δ = 0); training shifts normal or Student t with 4 df (heavier tails than six seeds can rule out).
-"""
+Two truths are simulated: the study's measured Δ (arm x's and arm y's own pass rates and spreads)
+and the null (y := x, Δ = 0); training shifts normal or Student t with 4 df (heavier tails than six
+seeds can rule out). """
 
 from __future__ import annotations
 
@@ -71,9 +75,9 @@ def procedures(n_boot: int = 400) -> dict:
 
 def components(measured: Mapping, run_x: str, run_y: str, policy: str, samples: Mapping[str, int] | None = None,
                scale: float = 100.0) -> dict:
-    """Both arms' parts for a simulation from a claims file's ``measured`` section: per-problem pass rates, σ_T
-    (fractions) and the benchmarks. A file without ``eval_var`` gets it from the pass rates and ``samples`` (0/1
-    grades per problem per benchmark)."""
+    """Both arms' parts for a simulation from a claims file's ``measured`` section: per-problem pass
+    rates, σ_T (fractions) and the benchmarks. A file without ``eval_var`` gets it from the pass
+    rates and ``samples`` (0/1 grades per problem per benchmark)."""
     probs = measured["problems"]
     x, y = probs[run_x][policy], probs[run_y][policy]
     benches = sorted(set.intersection(*[set(v) for v in list(x.values()) + list(y.values())]))
@@ -96,8 +100,8 @@ def components(measured: Mapping, run_x: str, run_y: str, policy: str, samples: 
 def coverage_table(comp: Mapping, designs: Sequence[EvalDesign], studies: int = 1000, seed: int = 0,
                    n_boot: int = 400, tails: Sequence[int | None] = (None, 4),
                    only: Sequence[str] | None = None) -> list[dict]:
-    """One row per (design, truth, tails): each procedure's coverage and mean half-width (points); ``only``: the
-    procedures to run (default all of :func:`procedures`)."""
+    """One row per (design, truth, tails): each procedure's coverage and mean half-width (points);
+    ``only``: the procedures to run (default all of :func:`procedures`)."""
     rows = []
     procs = {k: v for k, v in procedures(n_boot).items() if only is None or k in only}
     for d in designs:
@@ -114,8 +118,9 @@ def coverage_table(comp: Mapping, designs: Sequence[EvalDesign], studies: int = 
 
 
 def _interval_at(x, y, ex, ey, n: int, rule: str, boundary: float | None):
-    """The paired interval (fractions) of the first ``n`` simulated seeds: ``paired_t`` or ``floored_t`` (SE² floored
-    at the seeds' mean sampling variance of Δ̂, eq. 5 of power.py), at a sequential ``boundary`` when given."""
+    """The paired interval (fractions) of the first ``n`` simulated seeds: ``paired_t`` or
+    ``floored_t`` (SE² floored at the seeds' mean sampling variance of Δ̂, eq. 5 of power.py), at a
+    sequential ``boundary`` when given."""
     keys = list(x)[:n]
     benches = list(next(iter(x.values())))
     mx = {s: macro_mean(_lists({s: x[s]}, benches)[s]) for s in keys}
@@ -131,13 +136,14 @@ def _interval_at(x, y, ex, ey, n: int, rule: str, boundary: float | None):
 def sequential_coverage(comp: Mapping, looks: Sequence[int], samples: Mapping[str, int], studies: int = 1000,
                         seed: int = 0, target: float | None = None, tails: int | None = None, null: bool = False,
                         spending: str = "obrien_fleming") -> dict:
-    """Coverage of the rule a sequential study actually uses, from simulated studies of ``looks[-1]`` seeds judged at
-    each look on their first n_k seeds. The stop: with ``target`` (points), the first look whose paired-t half-width
-    is ≤ target (a variance-driven extension, as results/tiny's), else the last look. Per procedure the share of
-    studies whose interval at the stopping look covers the true Δ, its mean half-width (points), and the share that
-    cover at every look (simultaneous coverage): ``naive`` (the paired t at the stopping look, as if the design had
-    been fixed), ``floored`` (the floored t, the same), ``rci`` (the floored t at the look's boundary, report/
-    sequential.py) and ``rci_paired`` (the paired t at the boundary)."""
+    """Coverage of the rule a sequential study actually uses, from simulated studies of
+    ``looks[-1]`` seeds judged at each look on their first n_k seeds. The stop: with ``target``
+    (points), the first look whose paired-t half-width is ≤ target (a variance-driven extension, as
+    results/tiny's), else the last look. Per procedure the share of studies whose interval at the
+    stopping look covers the true Δ, its mean half-width (points), and the share that cover at every
+    look (simultaneous coverage): ``naive`` (the paired t at the stopping look, as if the design had
+    been fixed), ``floored`` (the floored t, the same), ``rci`` (the floored t at the look's
+    boundary, report/ sequential.py) and ``rci_paired`` (the paired t at the boundary)."""
     rng = np.random.default_rng(seed)
     px, py, sd_x, sd_y = comp["px"], comp["py"], comp["sd_x"], comp["sd_y"]
     if null:

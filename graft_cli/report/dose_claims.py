@@ -1,25 +1,27 @@
-"""The weak-family dose experiment judged from its runs (``claims.kind: dose``; experiments/reproduce/tiny_dose.yaml).
+"""The weak-family dose experiment judged from its runs (``claims.kind: dose``;
+experiments/reproduce/tiny_dose.yaml).
 
-Per receiver (policy) p with weak family f_p (``claims.weak``) and per seed s of each arm, two metrics of the
-last evaluated step:
+Per receiver (policy) p with weak family f_p (``claims.weak``) and per seed s of each arm, two
+metrics of the last evaluated step:
 
-- **weak**: held-out pass@1 on f_p, the mean over the ``weak_benchmark`` problems of family f_p (their family read
-  from the training file the run names) of each problem's mean grade over runs × samples;
+- **weak**: held-out pass@1 on f_p, the mean over the ``weak_benchmark`` problems of family f_p
+  (their family read from the training file the run names) of each problem's mean grade over runs ×
+  samples;
 - **macro**: the macro pass@1 over the ``macro`` benchmarks (eq. 1 of graft_cli/report/power.py).
 
-Contrasts (points): no-gate − GRPO (primary), GRAFT − GRPO, GRAFT − no-gate, each with the registered interval
-(:func:`graft_cli.report.stats.compare`: the paired t-interval over seeds, SE² floored at the measured evaluation
-variance of the difference, from the paired grades; at a sequential look, the repeated confidence interval of
-:mod:`graft_cli.report.sequential`), the verdict (``underpowered`` past ±1 point) and, for the primary contrast,
-the pre-registered reading against ``threshold`` T (+2 points):
+Contrasts (points): no-gate − GRPO (primary), GRAFT − GRPO, GRAFT − no-gate, each with the
+registered interval (:func:`graft_cli.report.stats.compare`: the paired t-interval over seeds, SE²
+floored at the measured evaluation variance of the difference, from the paired grades; at a
+sequential look, the repeated confidence interval of :mod:`graft_cli.report.sequential`), the
+verdict (``underpowered`` past ±1 point) and, for the primary contrast, the pre-registered reading
+against ``threshold`` T (+2 points):
 
-    lo ≥ T: the gate or the dose is the bottleneck;  hi < T and lo ≤ 0 ≤ hi: peer solutions do not teach the
-    skill at this scale;  lo ≤ 0 and hi ≥ T: open at this power;  otherwise the interval lies outside the
-    pre-registered readings (0 < lo < T: a gain below T; hi < 0: a loss).
+    lo ≥ T: the gate or the dose is the bottleneck;  hi < T and lo ≤ 0 ≤ hi: peer solutions do not
+    teach the skill at this scale;  lo ≤ 0 and hi ≥ T: open at this power;  otherwise the interval
+    lies outside the pre-registered readings (0 < lo < T: a gain below T; hi < 0: a loss).
 
-The dose: per arm, receiver and seed the mean over steps of ``graft/admitted`` (grafted responses the gate admitted)
-and ``graft/transferred`` (offered), from metrics.jsonl.
-"""
+The dose: per arm, receiver and seed the mean over steps of ``graft/admitted`` (grafted responses
+the gate admitted) and ``graft/transferred`` (offered), from metrics.jsonl. """
 
 from __future__ import annotations
 
@@ -51,13 +53,15 @@ def settings(cfg: dict | None) -> dict:
 
 
 def _variance(g: np.ndarray) -> float:
-    """Eq. (2) of power.py for one benchmark's grades ``g[run, problem, sample]``: (1/N²) Σ_p s²_p / n_p."""
+    """Eq. (2) of power.py for one benchmark's grades ``g[run, problem, sample]``: (1/N²) Σ_p s²_p /
+    n_p."""
     d = g.transpose(1, 0, 2).reshape(g.shape[1], -1)
     return float(np.sum(d.var(axis=1, ddof=1) / d.shape[1])) / d.shape[0] ** 2 if d.shape[1] > 1 else 0.0
 
 
 def _family_of(run_dir: str) -> dict[str, str]:
-    """problem id -> family of the run's training file (``data.train``: a local JSONL or a ``tiny:`` name)."""
+    """problem id -> family of the run's training file (``data.train``: a local JSONL or a ``tiny:``
+    name)."""
     train = str((run_config_raw(run_dir).get("data") or {}).get("train") or "")
     path = resolve_path(train) if train else ""
     if not path or not os.path.exists(path):
@@ -82,8 +86,9 @@ def _weak_mask(step_dir: str, bench: str, family: str, fam_of: dict) -> np.ndarr
 
 
 def measure(records: list[dict], cfg: dict | None = None) -> dict:
-    """Per metric, arm, policy and seed: the per-problem mean grades (``grades[metric][arm][policy][seed]``:
-    benchmark -> array) and the grade matrices' sampling variances; the dose per arm, policy and seed."""
+    """Per metric, arm, policy and seed: the per-problem mean grades
+    (``grades[metric][arm][policy][seed]``: benchmark -> array) and the grade matrices' sampling
+    variances; the dose per arm, policy and seed."""
     s = settings(cfg)
     arms = (s["baseline"], s["method"], s["no_gate"])
     grades: dict = {m: {} for m in METRICS}
@@ -148,7 +153,8 @@ def reading(iv, threshold: float) -> str:
 
 
 def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
-    """One claim per (metric, contrast), per receiver: Δ, interval, verdict; the primary with its reading."""
+    """One claim per (metric, contrast), per receiver: Δ, interval, verdict; the primary with its
+    reading."""
     s = settings(cfg)
     contrasts = [("nogate_vs_grpo", s["no_gate"], s["baseline"]), ("graft_vs_grpo", s["method"], s["baseline"]),
                  ("graft_vs_nogate", s["method"], s["no_gate"])]
@@ -218,7 +224,8 @@ def claims_markdown(claims: list[dict], measured: dict, cfg: dict | None = None)
 
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
-    """Judge the dose experiment from ``records``, append the section to ``report.md``, write ``claims.json``."""
+    """Judge the dose experiment from ``records``, append the section to ``report.md``, write
+    ``claims.json``."""
     from graft_cli.report.claims import write_section  # lazy: the GRAFT claims module is large
 
     measured = measure(records, cfg)

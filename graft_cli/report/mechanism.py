@@ -1,20 +1,22 @@
-"""How GRAFT acts, beyond the headline: per-family held-out curves, rescue rates and admitted shares.
+"""How GRAFT acts, beyond the headline: per-family held-out curves, rescue rates and admitted
+shares.
 
-* **Per-family pass@1 over steps** (:func:`family_curves`, :func:`plot_family_curves`): for the baseline and
-  method runs of a plan, every evaluated checkpoint's per-problem grades on one benchmark
-  (``eval/<policy>/step_N/<bench>_run<k>.jsonl``), grouped by the problem's family. The family comes from the
-  benchmark's own file (the ``source`` recorded in the folder's ``meta.json``), from the first of the fields
-  :data:`FAMILY_KEYS` a record has (the tiny task's ``family``; MATH's ``subject`` or ``type``). One PNG per
-  model: a panel per family, GRPO and GRAFT as mean ± min/max over seeds.
+* **Per-family pass@1 over steps** (:func:`family_curves`, :func:`plot_family_curves`): for the
+  baseline and method runs of a plan, every evaluated checkpoint's per-problem grades on one
+  benchmark (``eval/<policy>/step_N/<bench>_run<k>.jsonl``), grouped by the problem's family. The
+  family comes from the benchmark's own file (the ``source`` recorded in the folder's
+  ``meta.json``), from the first of the fields :data:`FAMILY_KEYS` a record has (the tiny task's
+  ``family``; MATH's ``subject`` or ``type``). One PNG per model: a panel per family, GRPO and GRAFT
+  as mean ± min/max over seeds.
 * **Rescue rate** (:func:`rescue_table`): the ``rescue.json`` of each run's scored step
   (:mod:`graft_cli.eval.rescue`), pooled over seeds: rescued / events per subset.
-* **Admitted share** (:func:`admitted_curves`): ``graft/frac_admitted`` per step from ``metrics.jsonl``
-  (share of grafted responses the gate admits; mean over seeds).
-* **The gate made visible** (:func:`admission_frame`, :func:`plot_s_histogram`, :func:`family_admitted`):
-  every transferred response's compatibility score s from the exchange logs
-  (``rollouts/<receiver>/exchange_step_N.parquet``): the distribution of s per direction (source → receiver),
-  split into admitted / rejected and correct / wrong, and the admitted share per skill family over steps (the
-  family from the run's training file, :func:`train_family_map`).
+* **Admitted share** (:func:`admitted_curves`): ``graft/frac_admitted`` per step from
+  ``metrics.jsonl`` (share of grafted responses the gate admits; mean over seeds).
+* **The gate made visible** (:func:`admission_frame`, :func:`plot_s_histogram`,
+  :func:`family_admitted`): every transferred response's compatibility score s from the exchange
+  logs (``rollouts/<receiver>/exchange_step_N.parquet``): the distribution of s per direction
+  (source → receiver), split into admitted / rejected and correct / wrong, and the admitted share
+  per skill family over steps (the family from the run's training file, :func:`train_family_map`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ FAMILY_KEYS = ("family", "subject", "type")
 
 
 def family_map(source: str) -> dict[str, str]:
-    """problem id -> family for a local JSONL benchmark file (``{}`` when unreadable or without a family)."""
+    """problem id -> family for a local JSONL benchmark file (``{}`` when unreadable or without a
+    family)."""
     if not source or not os.path.isfile(source) or not source.endswith(".jsonl"):
         return {}
     try:
@@ -53,7 +56,8 @@ def family_map(source: str) -> dict[str, str]:
 
 
 def step_family_pass1(folder: str, bench: str) -> dict[str, float]:
-    """family -> mean grade over the problems of that family, every run and sample, in one eval folder."""
+    """family -> mean grade over the problems of that family, every run and sample, in one eval
+    folder."""
     meta = read_json_or_none(os.path.join(folder, "meta.json")) or {}
     src = ((meta.get("benchmarks") or {}).get(bench) or {}).get("source", "")
     fam = family_map(src)
@@ -71,8 +75,8 @@ def step_family_pass1(folder: str, bench: str) -> dict[str, float]:
 
 
 def family_curves(records: list[dict], names: tuple[str, ...], bench: str = "math500") -> dict:
-    """``{policy: {run name: {family: {step: [per-seed pass@1]}}}}`` over every evaluated step of the runs
-    named ``names``."""
+    """``{policy: {run name: {family: {step: [per-seed pass@1]}}}}`` over every evaluated step of
+    the runs named ``names``."""
     out: dict = {}
     for r in records:
         if r["name"] not in names:
@@ -93,8 +97,8 @@ def family_curves(records: list[dict], names: tuple[str, ...], bench: str = "mat
 
 
 def plot_family_curves(curves: dict, out_dir: str, labels: dict | None = None) -> dict[str, str]:
-    """One PNG per policy (``family_<policy>.png``): a panel per family, pass@1 (%) over steps per run, mean
-    over seeds with the min-max band. Returns policy -> path."""
+    """One PNG per policy (``family_<policy>.png``): a panel per family, pass@1 (%) over steps per
+    run, mean over seeds with the min-max band. Returns policy -> path."""
     plt = _plt()
     labels = labels or {}
     paths = {}
@@ -130,8 +134,8 @@ def plot_family_curves(curves: dict, out_dir: str, labels: dict | None = None) -
 
 
 def rescue_table(records: list[dict], names: tuple[str, ...]) -> list[dict]:
-    """Per (run name, policy): seeds, and per subset (admitted / not_admitted) the events and rescued prompts
-    summed over seeds, the pooled rate and the per-seed rates."""
+    """Per (run name, policy): seeds, and per subset (admitted / not_admitted) the events and
+    rescued prompts summed over seeds, the pooled rate and the per-seed rates."""
     acc: dict = {}
     for r in records:
         if r["name"] not in names:
@@ -190,8 +194,9 @@ def plot_admitted(curves: dict, path: str) -> str | None:
 
 
 def train_family_map(run_dir: str) -> dict[str, str]:
-    """problem id -> family of a run's training problems: its ``data.train`` file when local JSONL, the tiny
-    task's ``train.jsonl`` in the tiny cache for ``tiny:train`` (never builds it); ``{}`` otherwise."""
+    """problem id -> family of a run's training problems: its ``data.train`` file when local JSONL,
+    the tiny task's ``train.jsonl`` in the tiny cache for ``tiny:train`` (never builds it); ``{}``
+    otherwise."""
 
     train = str((run_config_raw(run_dir).get("data") or {}).get("train") or "")
     if train.startswith("tiny:"):
@@ -200,9 +205,9 @@ def train_family_map(run_dir: str) -> dict[str, str]:
 
 
 def admission_frame(records: list[dict], name: str):
-    """One row per transferred response of the runs named ``name`` (every step's exchange log): ``run``,
-    ``receiver``, ``step``, ``prompt_id``, ``source``, ``s``, ``admitted``, ``reward``, ``family`` (None when
-    unknown). An empty DataFrame when no run logged its exchange."""
+    """One row per transferred response of the runs named ``name`` (every step's exchange log):
+    ``run``, ``receiver``, ``step``, ``prompt_id``, ``source``, ``s``, ``admitted``, ``reward``,
+    ``family`` (None when unknown). An empty DataFrame when no run logged its exchange."""
 
     # lazy: pandas is heavy
     import pandas as pd
@@ -228,9 +233,9 @@ def admission_frame(records: list[dict], name: str):
 
 
 def plot_s_histogram(df, path: str, delta: float | None = None, s_max: float = 2.0) -> str | None:
-    """One panel per direction (source → receiver): stacked histogram of s (clipped to [0, ``s_max``]) for
-    admitted-correct, admitted-wrong, rejected-correct and rejected-wrong responses, δ as a line (none when
-    ``delta`` is None)."""
+    """One panel per direction (source → receiver): stacked histogram of s (clipped to [0,
+    ``s_max``]) for admitted-correct, admitted-wrong, rejected-correct and rejected-wrong responses,
+    δ as a line (none when ``delta`` is None)."""
     if df is None or not len(df):
         return None
     d = df[df["s"].notna()]
@@ -257,8 +262,8 @@ def plot_s_histogram(df, path: str, delta: float | None = None, s_max: float = 2
 
 
 def family_admitted(df) -> dict:
-    """receiver -> family -> {step: admitted share over seeds' pooled responses}; and ``"all"`` -> receiver ->
-    family -> (admitted, total) over every step."""
+    """receiver -> family -> {step: admitted share over seeds' pooled responses}; and ``"all"`` ->
+    receiver -> family -> (admitted, total) over every step."""
     out: dict = {"curves": {}, "all": {}}
     if df is None or not len(df):
         return out
@@ -270,7 +275,8 @@ def family_admitted(df) -> dict:
 
 
 def plot_family_admitted(fa: dict, path: str, smooth: int = 5) -> str | None:
-    """One panel per receiver: the admitted share per family over steps (a running mean over ``smooth`` steps)."""
+    """One panel per receiver: the admitted share per family over steps (a running mean over
+    ``smooth`` steps)."""
     curves = fa.get("curves") or {}
     if not curves:
         return None
@@ -300,8 +306,8 @@ def _rate(v: dict) -> str:
 
 def mechanism_markdown(records: list[dict], report_dir: str, baseline: str, method: str,
                        bench: str = "math500") -> str:
-    """The report's mechanism subsection: per-family plots (written into ``report_dir``), the rescue table and
-    the mean admitted share."""
+    """The report's mechanism subsection: per-family plots (written into ``report_dir``), the rescue
+    table and the mean admitted share."""
 
     out = ["### Mechanism", ""]
     curves = family_curves(records, (baseline, method), bench)
@@ -347,7 +353,8 @@ def mechanism_markdown(records: list[dict], report_dir: str, baseline: str, meth
 
 
 def gate_markdown(records: list[dict], report_dir: str, method: str) -> list[str]:
-    """The gate made visible: s histograms per direction and the admitted share per family (markdown lines)."""
+    """The gate made visible: s histograms per direction and the admitted share per family (markdown
+    lines)."""
 
     df = admission_frame(records, method)
     if not len(df):
@@ -374,8 +381,9 @@ def gate_markdown(records: list[dict], report_dir: str, method: str) -> list[str
 
 
 def _run_delta(records: list[dict], name: str) -> float | None:
-    """The δ the runs named ``name`` were configured with: their config's exchange parameters with the registered
-    defaults filled in (0 with ``gate: none``); None when no such run has a GRAFT exchange."""
+    """The δ the runs named ``name`` were configured with: their config's exchange parameters with
+    the registered defaults filled in (0 with ``gate: none``); None when no such run has a GRAFT
+    exchange."""
 
     for r in records:
         if r["name"] == name:

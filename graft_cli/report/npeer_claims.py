@@ -1,26 +1,29 @@
-"""Exchange among more than two peers, judged from a plan's measured numbers (beyond the GRAFT paper).
+"""Exchange among more than two peers, judged from a plan's measured numbers (beyond the GRAFT
+paper).
 
-The plan (``experiments/reproduce/tiny3.yaml``, ``claims.kind: npeer``) trains GRPO on every model, GRAFT on
-every pair of models, and three-way GRAFT under each N-peer rule (``exchange.params.n_peer``). Two questions:
+The plan (``experiments/reproduce/tiny3.yaml``, ``claims.kind: npeer``) trains GRPO on every model,
+GRAFT on every pair of models, and three-way GRAFT under each N-peer rule
+(``exchange.params.n_peer``). Two questions:
 
-1. **two_peers_beat_best_single** (one claim per rule R) — per model X: Δ = pass@1 of X in three-way GRAFT
-   under R − pass@1 of X in GRAFT with its *best single peer*, the pairwise run with X whose mean macro pass@1
-   over seeds is highest (chosen on the same numbers, which favours the single peer: a conservative choice).
-   Verdict per model :func:`~graft_cli.report.stats.verdict` (``held`` when the 95% interval excludes 0
-   upwards, ``not significant`` when it straddles 0, ``did not hold`` when it excludes 0 downwards); the claim's
-   verdict is the models' common one, else ``mixed``.
+1. **two_peers_beat_best_single** (one claim per rule R) — per model X: Δ = pass@1 of X in three-way
+   GRAFT under R − pass@1 of X in GRAFT with its *best single peer*, the pairwise run with X whose
+   mean macro pass@1 over seeds is highest (chosen on the same numbers, which favours the single
+   peer: a conservative choice). Verdict per model :func:`~graft_cli.report.stats.verdict` (``held``
+   when the 95% interval excludes 0 upwards, ``not significant`` when it straddles 0, ``did not
+   hold`` when it excludes 0 downwards); the claim's verdict is the models' common one, else
+   ``mixed``.
 2. **best_rule** — pooled over the models (each model's benchmarks enter the macro mean as their own
-   benchmarks, so every model weighs the same): the rule with the highest mean; Δ = best − each other rule.
-   ``held`` when every interval excludes 0 upwards (that rule is best), ``not significant`` otherwise. Per
-   model, the rule with the highest mean and its Δ to the runner-up are listed too.
+   benchmarks, so every model weighs the same): the rule with the highest mean; Δ = best − each
+   other rule. ``held`` when every interval excludes 0 upwards (that rule is best), ``not
+   significant`` otherwise. Per model, the rule with the highest mean and its Δ to the runner-up are
+   listed too.
 
-Also measured without a verdict: every arm against GRPO per model. Intervals: the interval of record of
-:func:`~graft_cli.report.stats.compare`, the t-interval over the seeds' macro pass@1, paired where the arms share
-their seeds, with the variance decomposition and the hierarchical bootstrap beside it. Per-problem pass@1 comes
-from each run's evaluation files of its evaluated step (``eval/<policy>/step_<step>/<bench>_run<k>.jsonl``);
-anything missing is ``not measured``.
-:func:`judge` is pure; :func:`measure` reads the run directories.
-"""
+Also measured without a verdict: every arm against GRPO per model. Intervals: the interval of record
+of :func:`~graft_cli.report.stats.compare`, the t-interval over the seeds' macro pass@1, paired
+where the arms share their seeds, with the variance decomposition and the hierarchical bootstrap
+beside it. Per-problem pass@1 comes from each run's evaluation files of its evaluated step
+(``eval/<policy>/step_<step>/<bench>_run<k>.jsonl``); anything missing is ``not measured``.
+:func:`judge` is pure; :func:`measure` reads the run directories. """
 
 from __future__ import annotations
 
@@ -48,9 +51,9 @@ def settings(cfg: dict | None) -> dict:
 
 # ---------------------------------------------------------------------------------------------- measure
 def measure(records: list[dict], cfg: dict | None = None) -> dict:
-    """``{"problems": model -> run name -> seed -> bench -> per-problem pass@1 (0..1)}, "eval_var": the same keys ->
-    v_b (graft_cli.report.power eq. 2), "models": [...],
-    "peers": run name -> [models it trains]}`` from the records' evaluated steps."""
+    """``{"problems": model -> run name -> seed -> bench -> per-problem pass@1 (0..1)}, "eval_var":
+    the same keys -> v_b (graft_cli.report.power eq. 2), "models": [...], "peers": run name ->
+    [models it trains]}`` from the records' evaluated steps."""
     out: dict = {"problems": {}, "eval_var": {}, "models": [], "peers": {}, "exchange": {}}
     for r in records:
         name, seed, rd = r.get("name"), r.get("seed"), r.get("dir") or ""
@@ -77,8 +80,9 @@ def measure(records: list[dict], cfg: dict | None = None) -> dict:
 
 
 def exchange_volume(run_dir: str) -> dict:
-    """receiver -> {admitted: mean admitted grafted responses per step, share: mean ``graft/grafted_share``,
-    from: {source: mean ``graft/admitted/<source>``} (runs of 3+ policies)} from ``metrics.jsonl``."""
+    """receiver -> {admitted: mean admitted grafted responses per step, share: mean
+    ``graft/grafted_share``, from: {source: mean ``graft/admitted/<source>``} (runs of 3+ policies)}
+    from ``metrics.jsonl``."""
     try:
         rows = read_jsonl(metrics_path(run_dir))
     except (OSError, ValueError):
@@ -100,7 +104,8 @@ def exchange_volume(run_dir: str) -> dict:
 
 # ----------------------------------------------------------------------------------------------- pure
 def seed_means(arm: dict | None) -> list[float]:
-    """Each seed's macro pass@1 (%) over the benchmarks every seed of ``arm`` has (seed order); [] if none."""
+    """Each seed's macro pass@1 (%) over the benchmarks every seed of ``arm`` has (seed order); []
+    if none."""
     if not arm:
         return []
     benches = sorted(set.intersection(*(set(v) for v in arm.values())))
@@ -114,7 +119,8 @@ def arm_mean(arm: dict | None) -> float | None:
 
 
 def best_single(problems: dict, model: str, pairwise: list[str]) -> tuple[str | None, float | None]:
-    """The pairwise run of ``model`` with the highest mean macro pass@1 of ``model`` (ties: plan order)."""
+    """The pairwise run of ``model`` with the highest mean macro pass@1 of ``model`` (ties: plan
+    order)."""
     best, best_v = None, None
     for name in pairwise:
         v = arm_mean((problems.get(model) or {}).get(name))
@@ -124,8 +130,8 @@ def best_single(problems: dict, model: str, pairwise: list[str]) -> tuple[str | 
 
 
 def pooled(problems: dict, models: list[str]) -> dict:
-    """run name -> seed -> {"<model>/<bench>": per-problem array}: every model's benchmarks as benchmarks of one
-    macro mean (so each model weighs by its number of benchmarks, equal here)."""
+    """run name -> seed -> {"<model>/<bench>": per-problem array}: every model's benchmarks as
+    benchmarks of one macro mean (so each model weighs by its number of benchmarks, equal here)."""
     out: dict = {}
     for m in models:
         for name, arm in (problems.get(m) or {}).items():
@@ -229,8 +235,8 @@ def table_markdown(measured: dict, cfg: dict | None = None) -> str:
 
 
 def exchange_markdown(measured: dict, cfg: dict | None = None) -> str:
-    """Per arm and receiver: admitted grafted responses per step and the grafted share of its update batch
-    (mean over steps and seeds); for three peers, per source."""
+    """Per arm and receiver: admitted grafted responses per step and the grafted share of its update
+    batch (mean over steps and seeds); for three peers, per source."""
 
     models = measured.get("models") or []
     rows = []
@@ -257,7 +263,8 @@ def exchange_markdown(measured: dict, cfg: dict | None = None) -> str:
 
 
 def first_seed(pngs: list[str]) -> list[str]:
-    """Of ``transfer_<pair>-<name>-s<seed>.png`` files, the lowest seed of each run name (sorted by name)."""
+    """Of ``transfer_<pair>-<name>-s<seed>.png`` files, the lowest seed of each run name (sorted by
+    name)."""
 
     best: dict = {}
     for p in pngs:
@@ -317,7 +324,8 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, repor
 
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
-    """The three-peer section (table, claims, versus GRPO) into ``<report_dir>/report.md`` and ``claims.json``."""
+    """The three-peer section (table, claims, versus GRPO) into ``<report_dir>/report.md`` and
+    ``claims.json``."""
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)

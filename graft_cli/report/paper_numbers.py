@@ -1,12 +1,13 @@
-"""The GRAFT paper's reported numbers (docs/spec/graft.md §6), for side-by-side columns in `graft report`.
+"""The GRAFT paper's reported numbers (docs/spec/graft.md §6), for side-by-side columns in `graft
+report`.
 
-Values are percentages as printed in the paper; a cell is ``(mean, std)`` with ``std`` None where the paper
-prints none, and a missing cell is None. Rows are kept as the paper's own strings (five benchmarks, then the
-average after ``|``) and parsed by :func:`_row`, so every number can be checked against graft.md by eye.
-The OCR repairs listed in graft.md §6.0 are already applied there. Method keys are the method config names of
-``experiments/method/`` (``grpo``, ``grpo_n16``, ``grpo_n32``, ``graft``, ``graft_*`` variants, ``graft_stored``)
-plus ``hacpo``, ``sgt`` and ``grpo_dapo`` (GRPO n=8 + dynamic sampling) for the baselines.
-"""
+Values are percentages as printed in the paper; a cell is ``(mean, std)`` with ``std`` None where
+the paper prints none, and a missing cell is None. Rows are kept as the paper's own strings (five
+benchmarks, then the average after ``|``) and parsed by :func:`_row`, so every number can be checked
+against graft.md by eye. The OCR repairs listed in graft.md §6.0 are already applied there. Method
+keys are the method config names of ``experiments/method/`` (``grpo``, ``grpo_n16``, ``grpo_n32``,
+``graft``, ``graft_*`` variants, ``graft_stored``) plus ``hacpo``, ``sgt`` and ``grpo_dapo`` (GRPO
+n=8 + dynamic sampling) for the baselines. """
 
 # ruff: noqa: E501
 from __future__ import annotations
@@ -19,7 +20,8 @@ MODEL_IDS = {
 }
 MODEL_NAMES = {"smol": "SmolLM3-3B-Base", "qwen": "Qwen3-1.7B-Base", "octo": "OctoThinker-3B-Hybrid-Base"}
 PAIRS = {"1": ("smol", "qwen"), "2": ("octo", "qwen"), "3": ("smol", "octo")}
-# graft.md §2.7 / §6.2: share of the receiver's all-fail prompts the other model solves, mean over GRPO n=8 training
+# graft.md §2.7 / §6.2: share of the receiver's all-fail prompts the other model solves, mean over
+# GRPO n=8 training
 COMPLEMENTARITY = {("smol", "qwen"): 47.9, ("qwen", "smol"): 18.7}  # (solver, failer) -> %
 HEADLINE = {"mean_delta_graft_vs_grpo": 2.108, "max_delta": 4.46, "vs_hacpo": 4.0, "vs_sgt": 1.5}
 DEVICES = 4  # Table 5 accounting: GPU-h = 4 x sum of per-step wall-clock (validation and checkpointing excluded)
@@ -52,7 +54,8 @@ def _compute(s_avg, s_best, s_full, q_avg, q_best, q_full, both_best, both_full)
             "both": {"best": both_best, "full": both_full}}
 
 
-# Table 1 (graft.md §6.1): updated model -> rows (method, peer pair; GRPO rows have pair None); delta vs GRPO n=8.
+# Table 1 (graft.md §6.1): updated model -> rows (method, peer pair; GRPO rows have pair None);
+# delta vs GRPO n=8.
 TABLE1 = {
     'smol': [
         _row('grpo', None, '72.08±0.52 8.58±1.13 8.50±0.96 46.62±1.49 27.22±0.63 | 32.60±0.49', None),
@@ -89,7 +92,8 @@ TABLE1 = {
     ],
 }
 
-# Table 5 (§6.3, Pair 1): per-model Avg, best-checkpoint and 3-epoch GPU-h; joint cost of both models.
+# Table 5 (§6.3, Pair 1): per-model Avg, best-checkpoint and 3-epoch GPU-h; joint cost of both
+# models.
 TABLE5 = {  # method: (smol Avg, smol best, smol 3-ep, qwen Avg, qwen best, qwen 3-ep, both best, both 3-ep)
     'grpo': _compute('32.60', 17.2, 17.4, '31.20', 11.4, 12.5, 28.6, 29.9),
     'grpo_n16': _compute('33.38', 21.0, 34.8, '32.15', 22.1, 22.5, 43.1, 57.3),
@@ -131,7 +135,8 @@ TABLE7 = {
     ],
 }
 
-# Table 7 δ sweep (§6.5, Pair 1): method -> receiver -> row; δ = 0 is the w/o-floor run; delta vs δ = 0.8.
+# Table 7 δ sweep (§6.5, Pair 1): method -> receiver -> row; δ = 0 is the w/o-floor run; delta vs δ
+# = 0.8.
 DELTA_SWEEP = {
     'graft_nofloor': {
         'smol': _row('graft_nofloor', '1', '75.66 11.75 12.17 49.38 26.89 | 35.17±0.59', None),
@@ -147,7 +152,8 @@ DELTA_SWEEP = {
     },
 }
 
-# Table 2b / 8 (§6.6, Pair 1): design -> receiver -> Avg (per benchmark where the paper gives it); delta vs full GRAFT.
+# Table 2b / 8 (§6.6, Pair 1): design -> receiver -> Avg (per benchmark where the paper gives it);
+# delta vs full GRAFT.
 TABLE8 = {
     'graft_pooled': {
         'smol': _row('graft_pooled', '1', '— — — — — | 33.07±0.47', -3.99),
@@ -183,7 +189,8 @@ TABLE8 = {
     },
 }
 
-# Table 9 (§6.7, Pair 1, steps 1-48): clipped-token fraction (%) by minibatch ordering; self / grafted tokens.
+# Table 9 (§6.7, Pair 1, steps 1-48): clipped-token fraction (%) by minibatch ordering; self /
+# grafted tokens.
 TABLE9 = {  # row: {ordering: clipped-token fraction in %}
     'self:smol': {'first': 0.046, 'uniform': 0.043, 'last': 0.045},
     'self:qwen': {'first': 0.068, 'uniform': 0.068, 'last': 0.072},
@@ -192,7 +199,8 @@ TABLE9 = {  # row: {ordering: clipped-token fraction in %}
     'zero_peer_steps': {'first': 97.6, 'uniform': 13.0, 'last': 0.0},
 }
 
-# Table 4 (§6.8): pair -> model -> method -> mean ± sample std over 3 training runs; delta GRAFT vs GRPO n=8.
+# Table 4 (§6.8): pair -> model -> method -> mean ± sample std over 3 training runs; delta GRAFT vs
+# GRPO n=8.
 TABLE4 = {
     '1': {
         'smol': {
@@ -246,7 +254,8 @@ METHOD_ORDER_T1 = ("grpo", "grpo_n16", "grpo_n32", "grpo_dapo", "hacpo", "sgt", 
 
 
 def model_key(model: str | None) -> str | None:
-    """``smol``/``qwen``/``octo`` for the paper's hub ids (also a local copy named after them), else None."""
+    """``smol``/``qwen``/``octo`` for the paper's hub ids (also a local copy named after them), else
+    None."""
     if not model:
         return None
     for k, hub in MODEL_IDS.items():

@@ -1,18 +1,19 @@
 """PNG plots of `graft report` (matplotlib, Agg backend):
 
 * ``reward.png`` — training reward per step, each run and policy;
-* ``validation.png`` — the benchmark average per evaluated step (in-training validation or ``graft eval``),
-  the selected step marked;
-* ``clip_fraction.png`` — clipped-token fraction of self and grafted tokens per step, by minibatch ordering
-  (GRAFT runs, ``clip_ratio/self`` / ``clip_ratio/peer``);
+* ``validation.png`` — the benchmark average per evaluated step (in-training validation or ``graft
+  eval``), the selected step marked;
+* ``clip_fraction.png`` — clipped-token fraction of self and grafted tokens per step, by minibatch
+  ordering (GRAFT runs, ``clip_ratio/self`` / ``clip_ratio/peer``);
 * ``complementarity.png`` — per-step cross-solve rates (two-policy runs' rollout logs, else the
   ``graft/complementarity`` metric);
-* ``compat_hist.png`` — compatibility scores per direction (receiver ← peer). Per-response scores are not
-  logged, so this is the distribution over steps of the per-step mean ``graft/s_mean`` (with the per-step
-  10th/90th percentiles ``graft/s_p10``/``graft/s_p90`` overlaid) and the gate floor δ as a line;
-* ``transfer_<run>.png`` — runs with three or more policies: the transfer matrix, grafted responses admitted
-  per step from each source (row) to each receiver (column), mean over steps (``graft/admitted/<source>``
-  on the receiver's metrics rows; :func:`transfer_matrix`).
+* ``compat_hist.png`` — compatibility scores per direction (receiver ← peer). Per-response scores
+  are not logged, so this is the distribution over steps of the per-step mean ``graft/s_mean`` (with
+  the per-step 10th/90th percentiles ``graft/s_p10``/``graft/s_p90`` overlaid) and the gate floor δ
+  as a line;
+* ``transfer_<run>.png`` — runs with three or more policies: the transfer matrix, grafted responses
+  admitted per step from each source (row) to each receiver (column), mean over steps
+  (``graft/admitted/<source>`` on the receiver's metrics rows; :func:`transfer_matrix`).
 """
 
 from __future__ import annotations
@@ -190,7 +191,8 @@ def plot_compat_hist(runs, path):
 
 
 def _delta_of(run) -> float | None:
-    """The gate floor δ of the run's config (its exchange's parameters, defaults filled in); None without one."""
+    """The gate floor δ of the run's config (its exchange's parameters, defaults filled in); None
+    without one."""
     d = getattr(exchange_params(run_config_raw(run.path).get("exchange")), "delta", None)
     try:
         return float(d) if d is not None else None

@@ -1,21 +1,21 @@
-"""Published results: the measured output of a miniature study, kept in the repository (``results/<name>/``), and
-the README block that quotes it, so the two cannot drift apart.
+"""Published results: the measured output of a miniature study, kept in the repository
+(``results/<name>/``), and the README block that quotes it, so the two cannot drift apart.
 
     python -m graft_cli.report.publish copy OUT [--dest results/tiny] [--command CMD] [--wall-min M]
     python -m graft_cli.report.publish readme [--dest results/tiny] [--readme PAGE] [--check]
     python -m graft_cli.report.publish compare PUBLISHED_CLAIMS NEW_CLAIMS
 
-``copy`` takes a finished `graft reproduce --out OUT` folder: ``report.md``, ``tables.tex``, ``claims.json``,
-``plots/*.png`` and the report's own ``*.png`` (the mechanism plots), the plan's results table, the study's
-``registration.json`` (a study registered in DEST is published only with that registration), plus
-``PROVENANCE.json`` (the command, the commit and whether the tree was clean, the machine, the date, the wall
-time; each execution stage with its commit and wall time, their total, every run's commit and config and tiny
-build hashes, and the runs reused from an earlier stage).
-``readme`` rewrites the block between ``<!-- published: DEST -->`` and ``<!-- /published -->`` of the page
-that holds it (README.md or a docs/ page; links relative to the page) from those files (``--check``: exit 1 when
-it differs: the test suite runs this). ``compare`` lists the claims whose verdict changed (exit 1 if any): the weekly
-reproduction workflow fails on a changed verdict. ``make publish`` runs the study and the first two.
-"""
+``copy`` takes a finished `graft reproduce --out OUT` folder: ``report.md``, ``tables.tex``,
+``claims.json``, ``plots/*.png`` and the report's own ``*.png`` (the mechanism plots), the plan's
+results table, the study's ``registration.json`` (a study registered in DEST is published only with
+that registration), plus ``PROVENANCE.json`` (the command, the commit and whether the tree was
+clean, the machine, the date, the wall time; each execution stage with its commit and wall time,
+their total, every run's commit and config and tiny build hashes, and the runs reused from an
+earlier stage). ``readme`` rewrites the block between ``<!-- published: DEST -->`` and ``<!--
+/published -->`` of the page that holds it (README.md or a docs/ page; links relative to the page)
+from those files (``--check``: exit 1 when it differs: the test suite runs this). ``compare`` lists
+the claims whose verdict changed (exit 1 if any): the weekly reproduction workflow fails on a
+changed verdict. ``make publish`` runs the study and the first two. """
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def machine() -> dict:
 
 
 def copy(out: str, dest: str, command: str, wall_min: float | None = None) -> dict:
-    """Copy a finished study's report into ``dest`` (replacing it) with its provenance; returns the provenance."""
+    """Copy a finished study's report into ``dest`` (replacing it) with its provenance; returns the
+    provenance."""
     rep = os.path.join(out, "report")
     missing = [f for f in FILES if not os.path.exists(os.path.join(rep, f))]
     if missing:
@@ -84,10 +85,10 @@ def copy(out: str, dest: str, command: str, wall_min: float | None = None) -> di
 
 
 def run_provenance(out: str) -> dict:
-    """What the study's runs were made with, from its plan results (``plan_<name>.json``): each execution stage
-    (commit, wall time, runs it trained), the total wall time over the stages, each run's first session (commit,
-    config and tiny build hashes) and the runs reused from an earlier stage (made at another commit than the last
-    stage that trained runs)."""
+    """What the study's runs were made with, from its plan results (``plan_<name>.json``): each
+    execution stage (commit, wall time, runs it trained), the total wall time over the stages, each
+    run's first session (commit, config and tiny build hashes) and the runs reused from an earlier
+    stage (made at another commit than the last stage that trained runs)."""
     plans = sorted(glob.glob(os.path.join(out, "plan_*.json")))
     if not plans:
         return {}
@@ -122,8 +123,9 @@ def claims_section(dest: str) -> str:
 
 
 def relink_images(md: str, dest: str) -> str:
-    """Image links of the report (relative to its folder) made relative to the page that quotes it: ``](x.png)``
-    -> ``](DEST/x.png)`` with ``dest`` given relative to that page; absolute and external links are left alone."""
+    """Image links of the report (relative to its folder) made relative to the page that quotes it:
+    ``](x.png)`` -> ``](DEST/x.png)`` with ``dest`` given relative to that page; absolute and
+    external links are left alone."""
 
     return re.sub(r"(!\[[^\]]*\]\()(?![a-z]+://|/)([^)]+\.png\))", lambda m: f"{m.group(1)}{dest}/{m.group(2)}", md)
 
@@ -156,7 +158,8 @@ def find_page(dest: str, root: str = ".") -> str:
 
 
 def update_readme(readme: str, dest: str, check: bool = False) -> bool:
-    """Rewrite (or, with ``check``, compare) the README's block for ``dest``; True when it is up to date."""
+    """Rewrite (or, with ``check``, compare) the README's block for ``dest``; True when it is up to
+    date."""
     begin, end = f"<!-- published: {dest} -->", "<!-- /published -->"
     text = open(readme, encoding="utf-8").read()
     if begin not in text or end not in text.split(begin, 1)[1]:

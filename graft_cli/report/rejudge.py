@@ -1,14 +1,17 @@
-"""Published studies re-judged from their own files under the current interval rules (``claims.json`` only).
+"""Published studies re-judged from their own files under the current interval rules
+(``claims.json`` only).
 
-Every comparison a study stored with its variance decomposition (Δ, interval, ``total`` = SE², ``evaluation`` =
-V_E, df) is re-judged by the floored rule, SE² = max(SE², V_E) at the same df (graft_cli/report/power.py eq. 5),
-and the verdict reads ``underpowered`` past ±1 point (:func:`graft_cli.report.stats.powered_verdict`). A GRAFT study
-that keeps its per-problem scores (results/tiny) is re-judged by design as well: each ``designs`` entry names the
-seeds it keeps and its analysis (fixed, or group-sequential looks), and :func:`graft_cli.report.claims.judge`
-judges claims 2-3 from the stored numbers.
+Every comparison a study stored with its variance decomposition (Δ, interval, ``total`` = SE²,
+``evaluation`` = V_E, df) is re-judged by the floored rule, SE² = max(SE², V_E) at the same df
+(graft_cli/report/power.py eq. 5), and the verdict reads ``underpowered`` past ±1 point
+(:func:`graft_cli.report.stats.powered_verdict`). A GRAFT study that keeps its per-problem scores
+(results/tiny) is re-judged by design as well: each ``designs`` entry names the seeds it keeps and
+its analysis (fixed, or group-sequential looks), and :func:`graft_cli.report.claims.judge` judges
+claims 2-3 from the stored numbers.
 
-    python -m graft_cli.report.rejudge results/tiny3 results/tiny_tandem
-    python -m graft_cli.report.rejudge results/tiny --design "fixed-13:13:" --design "sequential-18:18:9,13,18"
+    python -m graft_cli.report.rejudge results/tiny3 results/tiny_tandem python -m
+    graft_cli.report.rejudge results/tiny --design "fixed-13:13:" --design
+    "sequential-18:18:9,13,18"
 
 writes ``<dir>/rejudge.md`` and ``<dir>/rejudge.json`` and prints the table.
 """
@@ -29,8 +32,9 @@ __all__ = ["floored", "judge_designs", "rejudge_stored", "stored_comparisons"]
 
 
 def floored(entry: dict) -> dict | None:
-    """A stored comparison under the floored rule: (Δ, lo, hi) with SE² = max(total, evaluation) at the stored df,
-    whether the floor binds, and the powered verdict (with the seeds ±1 would take at the stored per-seed variance)."""
+    """A stored comparison under the floored rule: (Δ, lo, hi) with SE² = max(total, evaluation) at
+    the stored df, whether the floor binds, and the powered verdict (with the seeds ±1 would take at
+    the stored per-seed variance)."""
     dec, iv = entry.get("decomposition") or {}, entry.get("interval")
     if not iv or dec.get("total") is None or dec.get("evaluation") is None or not dec.get("df"):
         return None
@@ -49,7 +53,8 @@ def floored(entry: dict) -> dict | None:
 
 
 def stored_comparisons(obj, path: str = "") -> list[tuple[str, dict]]:
-    """Every (path, comparison) in a claims.json tree that carries an interval and a decomposition."""
+    """Every (path, comparison) in a claims.json tree that carries an interval and a
+    decomposition."""
     out = []
     if isinstance(obj, dict):
         if "interval" in obj and isinstance(obj.get("decomposition"), dict):
@@ -69,7 +74,8 @@ def _fmt(iv) -> str:
 
 
 def rejudge_stored(claims: dict) -> list[dict]:
-    """One row per stored comparison: its path, stored interval and verdict, the floored interval and verdict."""
+    """One row per stored comparison: its path, stored interval and verdict, the floored interval
+    and verdict."""
     rows = []
     for path, c in stored_comparisons(claims.get("claims")):
         f = floored(c)
@@ -83,7 +89,8 @@ def rejudge_stored(claims: dict) -> list[dict]:
 
 
 def _restrict(measured: dict, keep: set) -> dict:
-    """``measured`` with only the seeds in ``keep`` in its per-seed maps (scores, problems, sampling variances)."""
+    """``measured`` with only the seeds in ``keep`` in its per-seed maps (scores, problems, sampling
+    variances)."""
     m = json.loads(json.dumps(measured))
     for key in ("scores", "problems", "eval_var", "eval_var_paired"):
         for run in (m.get(key) or {}).values():
@@ -93,7 +100,8 @@ def _restrict(measured: dict, keep: set) -> dict:
 
 
 def judge_designs(claims: dict, designs: list[tuple[str, int, list[int] | None]]) -> list[dict]:
-    """Claims 2-3 of a GRAFT study judged under each design (name, seeds kept: 0..n−1, sequential looks or None)."""
+    """Claims 2-3 of a GRAFT study judged under each design (name, seeds kept: 0..n−1, sequential
+    looks or None)."""
     from graft_cli.report.claims import judge  # the GRAFT claims
 
     rows = []

@@ -1,5 +1,5 @@
-"""A report table (:class:`Table`: title, columns, rows with a style each, notes) and its markdown and LaTeX
-renderings."""
+"""A report table (:class:`Table`: title, columns, rows with a style each, notes) and its markdown
+and LaTeX renderings."""
 
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ _TEX_TABLE = str.maketrans(dict(_TEX))
 
 
 def tex_escape(s: str) -> str:
-    """``s`` with each character of ``_TEX`` replaced in one pass (a replacement is never escaped again)."""
+    """``s`` with each character of ``_TEX`` replaced in one pass (a replacement is never escaped
+    again)."""
     return s.translate(_TEX_TABLE)
 
 

@@ -1,19 +1,21 @@
-"""What one run did, in a few lines and one picture: printed by `graft train` (and `make demo`) at the end.
+"""What one run did, in a few lines and one picture: printed by `graft train` (and `make demo`) at
+the end.
 
 Per trained policy, from ``metrics.jsonl``:
 
 - reward, first → last step (the training reward: the mean over the step's responses);
-- for cross-model runs (GRAFT and its relatives), summed over the steps: prompt groups the receiver got from its
-  peer (``graft/selected``), grafted responses transferred (``graft/transferred``) and admitted by the gate
-  (``graft/admitted``), and the mean clipped fraction of the grafted tokens (``clip_ratio/peer``);
+- for cross-model runs (GRAFT and its relatives), summed over the steps: prompt groups the receiver
+  got from its peer (``graft/selected``), grafted responses transferred (``graft/transferred``) and
+  admitted by the gate (``graft/admitted``), and the mean clipped fraction of the grafted tokens
+  (``clip_ratio/peer``);
 - seconds per step (median);
 
-and the run's variant as ``graft report`` files it (:func:`run_variant`: read from its resolved settings, so
-``--method graft exchange.params.delta=0.0`` prints "w/o floor (δ=0)", the row of Table 2a/7 it lands in).
+and the run's variant as ``graft report`` files it (:func:`run_variant`: read from its resolved
+settings, so ``--method graft exchange.params.delta=0.0`` prints "w/o floor (δ=0)", the row of Table
+2a/7 it lands in).
 
-``<run>/summary.png``: reward over steps per policy and, when the run exchanged, the groups selected and responses
-admitted per step.
-"""
+``<run>/summary.png``: reward over steps per policy and, when the run exchanged, the groups selected
+and responses admitted per step. """
 
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ from graft_cli.rundir import read_metrics, run_config_raw, training_rows
 
 
 def run_variant(run_dir: str) -> str | None:
-    """``"<label> (<variant>)"``: the variant :func:`graft_cli.report.runs.identify` reads from the run's
-    config.yaml and its table label; None without a config.yaml."""
+    """``"<label> (<variant>)"``: the variant :func:`graft_cli.report.runs.identify` reads from the
+    run's config.yaml and its table label; None without a config.yaml."""
 
     raw = run_config_raw(run_dir)
     if not raw.get("method"):
@@ -38,7 +40,8 @@ def run_variant(run_dir: str) -> str | None:
 
 
 def run_summary(run_dir: str) -> dict:
-    """policy -> {reward_first, reward_last, steps, selected, transferred, admitted, clip_peer, s_per_step}."""
+    """policy -> {reward_first, reward_last, steps, selected, transferred, admitted, clip_peer,
+    s_per_step}."""
     rows = training_rows(read_metrics(run_dir))
     out: dict[str, dict] = {}
     for pol in dict.fromkeys(r["policy"] for r in rows):

@@ -1,6 +1,7 @@
-"""The runs a report reads: each run directory's identity (its method *variant*, read from the resolved settings in
-``config.yaml``: :func:`identify`), pair, seed, metrics and, per policy, the eval summary of its selected step
-(:class:`Run`, :class:`PolicyResult`); the method names and the groups of methods the tables compare."""
+"""The runs a report reads: each run directory's identity (its method *variant*, read from the
+resolved settings in ``config.yaml``: :func:`identify`), pair, seed, metrics and, per policy, the
+eval summary of its selected step (:class:`Run`, :class:`PolicyResult`); the method names and the
+groups of methods the tables compare."""
 
 from __future__ import annotations
 
@@ -124,8 +125,8 @@ def find_dirs(paths: list[str]) -> tuple[list[str], list[str]]:
 # not compared (the design keys tell every method apart: a reference model is algo.reference, a teacher
 # algo.token_advantages, a junior rollout.engine) and never in a label
 SETUP_KEYS = ("policies", "data.", "eval.", "run.", "algo.minibatch_prompts")
-# keys no method config sets that still change what a step trains on: compared, and in a label where they differ
-# (GRAFT at run.staleness=1 is `graft[run.staleness=1]`)
+# keys no method config sets that still change what a step trains on: compared, and in a label where
+# they differ (GRAFT at run.staleness=1 is `graft[run.staleness=1]`)
 DESIGN_KEYS = ("run.staleness",)
 _MISSING = object()
 _COMPOSED: dict = {}  # (experiments dir, pair, method) -> composed config (asdict), or None when it fails
@@ -145,9 +146,9 @@ def _flatten(d, prefix: str = "", out: dict | None = None) -> dict:
 
 
 def _method_files(exp_dir: str | None = None) -> dict:
-    """Each method config's own settings: its file merged over its ``defaults`` chain (values as written,
-    interpolations kept as strings), flattened, ``method`` left out; with the chain's depth (0: no parent).
-    Returns {method: (settings, depth)}."""
+    """Each method config's own settings: its file merged over its ``defaults`` chain (values as
+    written, interpolations kept as strings), flattened, ``method`` left out; with the chain's depth
+    (0: no parent). Returns {method: (settings, depth)}."""
 
     exp_dir = exp_dir or EXPERIMENTS_DIR
     if exp_dir in _METHOD_FILES:
@@ -179,9 +180,9 @@ def _method_files(exp_dir: str | None = None) -> dict:
 
 
 def method_delta(method: str, exp_dir: str | None = None) -> float | None:
-    """The gate floor δ of method config ``method``: the ``exchange.params`` its file sets (over its ``defaults``
-    chain) with its exchange's registered defaults filled in; None for a method with no file here or no GRAFT
-    exchange."""
+    """The gate floor δ of method config ``method``: the ``exchange.params`` its file sets (over its
+    ``defaults`` chain) with its exchange's registered defaults filled in; None for a method with no
+    file here or no GRAFT exchange."""
     files = _method_files(exp_dir)
     if method not in files:
         return None
@@ -196,9 +197,9 @@ def method_delta(method: str, exp_dir: str | None = None) -> float | None:
 
 
 def composed_config(pair: str, method: str, exp_dir: str | None = None) -> dict | None:
-    """``asdict(compose(pair=P, method=M))`` (cached per experiments folder, pair and method); None when it
-    does not compose (an unknown pair or method; a method that needs a key only its runs set, e.g.
-    graft_stored's partner)."""
+    """``asdict(compose(pair=P, method=M))`` (cached per experiments folder, pair and method); None
+    when it does not compose (an unknown pair or method; a method that needs a key only its runs
+    set, e.g. graft_stored's partner)."""
 
     key = (exp_dir or EXPERIMENTS_DIR, str(pair), str(method))
     if key not in _COMPOSED:
@@ -237,16 +238,17 @@ def _label_value(v) -> str:
 
 
 def identify(raw: dict, exp_dir: str | None = None) -> tuple[str, list[tuple[str, str]]]:
-    """``(variant, residual)`` of a run's config mapping: the method config whose composed settings are
-    nearest the run's, and the (key, value) settings in which the run still differs from it. A function of
-    the settings, not of the method name the run was started with.
+    """``(variant, residual)`` of a run's config mapping: the method config whose composed settings
+    are nearest the run's, and the (key, value) settings in which the run still differs from it. A
+    function of the settings, not of the method name the run was started with.
 
-    Compared: every key some method config sets, except the set-up keys (``SETUP_KEYS``), and ``DESIGN_KEYS``.
-    With ``Δ_M`` the compared keys where the run differs from ``compose(pair, M)``, the variant is the ``M``
-    with the smallest ``Δ_M``; on ties the more general config (fewer ``defaults`` levels: ``graft`` before
-    ``graft_nofloor``), then the name. Only methods whose own file settings could reach the best so far are
-    composed (``Δ_M`` holds every key the file sets and the run does not have). Keys a hand-written config.yaml
-    lacks take the run's method's value; a run whose pair or method is not here is named by its method."""
+    Compared: every key some method config sets, except the set-up keys (``SETUP_KEYS``), and
+    ``DESIGN_KEYS``. With ``Δ_M`` the compared keys where the run differs from ``compose(pair, M)``,
+    the variant is the ``M`` with the smallest ``Δ_M``; on ties the more general config (fewer
+    ``defaults`` levels: ``graft`` before ``graft_nofloor``), then the name. Only methods whose own
+    file settings could reach the best so far are composed (``Δ_M`` holds every key the file sets
+    and the run does not have). Keys a hand-written config.yaml lacks take the run's method's value;
+    a run whose pair or method is not here is named by its method."""
     method = str(raw.get("method", "?"))
     pair = str(raw.get("pair", "?"))
     files = _method_files(exp_dir)
@@ -316,8 +318,8 @@ def is_code(name: str, v: dict) -> bool:
 
 
 def code_average(summary: dict) -> tuple:
-    """(mean %, std %) of a summary's code benchmarks: its ``code_average`` beside math ones, its ``average`` when
-    it scored code only, else (None, None)."""
+    """(mean %, std %) of a summary's code benchmarks: its ``code_average`` beside math ones, its
+    ``average`` when it scored code only, else (None, None)."""
     b = summary["benchmarks"]
     if "code_average" in summary:
         a = summary["code_average"]
@@ -329,8 +331,8 @@ def code_average(summary: dict) -> tuple:
 
 
 def load_run(path: str, steps: dict | None = None) -> Run:
-    """One run directory; ``steps`` (policy -> step) names the scored step of each policy where a plan fixed it
-    (the step its claims judge), else the selected step (``best.json``)."""
+    """One run directory; ``steps`` (policy -> step) names the scored step of each policy where a
+    plan fixed it (the step its claims judge), else the selected step (``best.json``)."""
     with open(config_path(path), encoding="utf-8") as f:
         raw = yaml.safe_load(f) or {}
     if not isinstance(raw, dict):
@@ -362,8 +364,9 @@ def load_run(path: str, steps: dict | None = None) -> Run:
 
 
 def shared_settings(runs: list[Run]) -> list[tuple[str, str]]:
-    """Residual settings every run has, when the runs are of two or more variants: a plan-wide override
-    (e.g. ``exchange.params.peer_logprobs=recompute`` on every run of a sweep) rather than one run's variant."""
+    """Residual settings every run has, when the runs are of two or more variants: a plan-wide
+    override (e.g. ``exchange.params.peer_logprobs=recompute`` on every run of a sweep) rather than
+    one run's variant."""
     if len({r.base for r in runs}) < 2:
         return []
     common = set(runs[0].residual)
@@ -373,8 +376,9 @@ def shared_settings(runs: list[Run]) -> list[tuple[str, str]]:
 
 
 def load_runs(dirs: list[str], steps: dict | None = None) -> tuple[list[Run], list[tuple[str, str]]]:
-    """:func:`load_run` of each directory (``steps``: run directory -> policy -> scored step), the settings all of
-    them share (:func:`shared_settings`) taken out of their variant names; returns (runs, shared settings)."""
+    """:func:`load_run` of each directory (``steps``: run directory -> policy -> scored step), the
+    settings all of them share (:func:`shared_settings`) taken out of their variant names; returns
+    (runs, shared settings)."""
     by_dir = {os.path.abspath(k): v for k, v in (steps or {}).items()}
     runs = [load_run(d, by_dir.get(os.path.abspath(d))) for d in dirs]
     shared = shared_settings(runs)
@@ -398,8 +402,8 @@ class Index:
         for r in runs:
             for p in r.policies:
                 self.names.setdefault(p["key"], P.MODEL_NAMES.get(p["key"], p["name"]))
-        # table columns: the five benchmarks, or whatever the results were scored on (e.g. --data FILE); code
-        # benchmarks have their own table (code_table)
+        # table columns: the five benchmarks, or whatever the results were scored on (e.g. --data
+        # FILE); code benchmarks have their own table (code_table)
         seen = [b for r in runs for res in r.results.values() for b in res.benchmarks]
         self.benches = list(FIVE) if not seen or set(FIVE) <= set(seen) else \
             [b for b in FIVE if b in seen] + sorted(set(seen) - set(FIVE))

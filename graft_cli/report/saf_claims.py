@@ -1,21 +1,23 @@
-"""The SAF-OPD paper's claims, judged from a miniature study's numbers (`graft reproduce --pair tiny_saf`).
+"""The SAF-OPD paper's claims, judged from a miniature study's numbers (`graft reproduce --pair
+tiny_saf`).
 
 Claims (opd_saf.md §6):
 
-1. **saf_beats_fixed** — SAF beats fixed-coefficient GRPO+OPD fusion on the aggregate score (the paper: in all
-   6 model × domain settings, by +0.51 to +2.70 points).
-2. **fixed_collapses_entropy** — fixed fusion collapses the policy's entropy early in training, SAF does not
-   (SAF "avoids entropy collapse and keeps entropy and response length higher").
+1. **saf_beats_fixed** — SAF beats fixed-coefficient GRPO+OPD fusion on the aggregate score (the
+   paper: in all 6 model × domain settings, by +0.51 to +2.70 points).
+2. **fixed_collapses_entropy** — fixed fusion collapses the policy's entropy early in training, SAF
+   does not (SAF "avoids entropy collapse and keeps entropy and response length higher").
 
-Each claim is a difference with a 95% interval over seeds: 1. mean(SAF) − mean(fixed) of the eval average (pass@1
-%, macro over the evaluated sets), the t-interval over the seeds' scores paired where both arms ran the same seeds,
-with its variance decomposition (:func:`graft_cli.report.stats.compare`; the Welch interval over the recorded
-averages where the per-problem files are missing); 2. the relative entropy drop over the early window (steps
-1..``early_steps``: 1 − H(end of window)/H(step 1), H the token-mean policy entropy logged in training) of
-fixed fusion minus SAF's. Verdict: ``held`` when the interval excludes 0 in the paper's direction,
-``not significant`` when it straddles 0, ``did not hold`` when it excludes 0 the other way, ``not measured``
-with fewer than 2 seeds on a side. :func:`judge` is pure; :func:`measure` reads the run directories.
-"""
+Each claim is a difference with a 95% interval over seeds: 1. mean(SAF) − mean(fixed) of the eval
+average (pass@1 %, macro over the evaluated sets), the t-interval over the seeds' scores paired
+where both arms ran the same seeds, with its variance decomposition
+(:func:`graft_cli.report.stats.compare`; the Welch interval over the recorded averages where the
+per-problem files are missing); 2. the relative entropy drop over the early window (steps
+1..``early_steps``: 1 − H(end of window)/H(step 1), H the token-mean policy entropy logged in
+training) of fixed fusion minus SAF's. Verdict: ``held`` when the interval excludes 0 in the paper's
+direction, ``not significant`` when it straddles 0, ``did not hold`` when it excludes 0 the other
+way, ``not measured`` with fewer than 2 seeds on a side. :func:`judge` is pure; :func:`measure`
+reads the run directories. """
 
 from __future__ import annotations
 
@@ -44,9 +46,10 @@ def settings(cfg: dict | None) -> dict:
 
 
 def arms(cfg: dict | None) -> list[dict]:
-    """The settings of each arm the claims are judged on: the plan's ``claims`` (label ``math`` by default), then
-    each entry of its ``arms`` (e.g. ``{label: code, grpo: grpo_code, fixed: grpo_opd_code, saf: saf_code,
-    opd_only: opd_only_code}``), which inherits what it does not set. The paper judges SAF in both domains."""
+    """The settings of each arm the claims are judged on: the plan's ``claims`` (label ``math`` by
+    default), then each entry of its ``arms`` (e.g. ``{label: code, grpo: grpo_code, fixed:
+    grpo_opd_code, saf: saf_code, opd_only: opd_only_code}``), which inherits what it does not set.
+    The paper judges SAF in both domains."""
     base = settings(cfg)
     out = [{**base, "arms": []}]
     for a in base["arms"] or []:
@@ -57,7 +60,8 @@ def arms(cfg: dict | None) -> list[dict]:
 
 
 def entropy_drop(curve: dict[int, float], early_steps: int) -> float | None:
-    """1 − H(last step ≤ early_steps)/H(first step): the relative entropy lost over the early window."""
+    """1 − H(last step ≤ early_steps)/H(first step): the relative entropy lost over the early
+    window."""
     steps = sorted(s for s in curve if s <= early_steps)
     if len(steps) < 2 or not curve[steps[0]]:
         return None
@@ -90,7 +94,8 @@ def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------- measure
 def curves(run_dir: str, policy: str) -> dict[str, dict[int, float]]:
-    """Per step: training entropy, and validation score (``validation/score``) when validation ran."""
+    """Per step: training entropy, and validation score (``validation/score``) when validation
+    ran."""
     out: dict[str, dict[int, float]] = {"entropy": {}, "validation": {}}
     for r in read_metrics(run_dir):
         if r.get("policy") != policy:
@@ -188,8 +193,9 @@ def plot(measured: dict, cfg: dict | None, path: str) -> str | None:
 
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
-    """The SAF section (per arm: table, plot, claims) into ``<report_dir>/report.md`` and ``claims.json``. The
-    first arm's claims keep their keys; a further arm's are keyed ``<label>/<key>``."""
+    """The SAF section (per arm: table, plot, claims) into ``<report_dir>/report.md`` and
+    ``claims.json``. The first arm's claims keep their keys; a further arm's are keyed
+    ``<label>/<key>``."""
     parts, all_claims, per_arm = ["## SAF-OPD on this pair (from the measured numbers)", ""], [], {}
     var_rows = []
     arm_list = arms(cfg)

@@ -1,21 +1,24 @@
 """What bounded staleness does to the science: one method at ``run.staleness`` 0 and k, side by side
 (`graft reproduce --pair tiny_staleness`).
 
-Reported, not judged against a paper (no paper runs GRAFT asynchronously). Per trained policy, for the arm at
-staleness k (``k1``) against the arm at 0 (``k0``), seeds paired by number (the same data order and sampling seeds):
+Reported, not judged against a paper (no paper runs GRAFT asynchronously). Per trained policy, for
+the arm at staleness k (``k1``) against the arm at 0 (``k0``), seeds paired by number (the same data
+order and sampling seeds):
 
-1. **pass@1** — the eval average (macro over the evaluated sets, %) of the last checkpoint: Δ with the t-interval
-   over the seeds' macro scores, paired, and the variance decomposition (:func:`graft_cli.report.stats.compare`).
-2. **admitted** — the gate's admitted share of grafted responses, ``graft/frac_admitted``, the mean over steps of
-   each seed's run (%): Δ with the paired t-interval over seeds (:func:`graft_cli.report.power.seed_interval`).
-3. **peer clip** — the clipped share of grafted tokens, ``clip_ratio/peer``, the mean over the steps with grafted
-   tokens (%): the same interval.
+1. **pass@1** — the eval average (macro over the evaluated sets, %) of the last checkpoint: Δ with
+   the t-interval over the seeds' macro scores, paired, and the variance decomposition
+   (:func:`graft_cli.report.stats.compare`).
+2. **admitted** — the gate's admitted share of grafted responses, ``graft/frac_admitted``, the mean
+   over steps of each seed's run (%): Δ with the paired t-interval over seeds
+   (:func:`graft_cli.report.power.seed_interval`).
+3. **peer clip** — the clipped share of grafted tokens, ``clip_ratio/peer``, the mean over the steps
+   with grafted tokens (%): the same interval.
 
-Reading of each Δ: ``differs`` when its 95% interval excludes 0, ``no difference resolved`` when it straddles 0
-(the half-width says how large an effect it rules out), ``not measured`` with fewer than 2 paired seeds. Beside
-them, the k arm's own staleness figures (mean over steps and seeds): ``async/staleness``, the truncated IS weight's
-clipped share and the behaviour-vs-proximal KL. :func:`judge` is pure; :func:`measure` reads the run directories.
-"""
+Reading of each Δ: ``differs`` when its 95% interval excludes 0, ``no difference resolved`` when it
+straddles 0 (the half-width says how large an effect it rules out), ``not measured`` with fewer than
+2 paired seeds. Beside them, the k arm's own staleness figures (mean over steps and seeds):
+``async/staleness``, the truncated IS weight's clipped share and the behaviour-vs-proximal KL.
+:func:`judge` is pure; :func:`measure` reads the run directories. """
 
 from __future__ import annotations
 
@@ -90,8 +93,9 @@ def step_means(run_dir: str) -> dict[str, dict[str, float]]:
 
 
 def measure(records: list[dict], cfg: dict | None = None) -> dict:
-    """From plan records (name, seed, dir, scores): per arm, policy and seed the eval average and its
-    per-problem pass@1, the per-seed means of :data:`STEP_MEASURES`, and the k arm's :data:`STALENESS_FIGURES`."""
+    """From plan records (name, seed, dir, scores): per arm, policy and seed the eval average and
+    its per-problem pass@1, the per-seed means of :data:`STEP_MEASURES`, and the k arm's
+    :data:`STALENESS_FIGURES`."""
     s = settings(cfg)
     arms = (s["k0"], s["k1"])
     pols: list[str] = []
@@ -166,7 +170,8 @@ def claims_markdown(claims: list[dict], measured: dict, cfg: dict | None = None)
 
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
-    """The staleness section into ``<report_dir>/report.md`` and ``claims.json``. Returns (markdown, claims)."""
+    """The staleness section into ``<report_dir>/report.md`` and ``claims.json``. Returns (markdown,
+    claims)."""
     measured = measure(records, cfg)
     claims = judge(measured, cfg)
     md = claims_markdown(claims, measured, cfg)

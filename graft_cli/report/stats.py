@@ -1,13 +1,14 @@
 """Intervals and verdicts for the claims reports (pure functions, numpy only).
 
-- :func:`hierarchical_bootstrap`: a paired two-level bootstrap of a difference of means (training seeds, then
-  problems shared by both arms), macro-averaged over benchmarks.
-- :func:`welch_interval` and :func:`verdict`: the 95% Welch t-interval over seeds and the directional verdict
-  (``held`` / ``not significant`` / ``did not hold`` from an interval's sign).
+- :func:`hierarchical_bootstrap`: a paired two-level bootstrap of a difference of means (training
+  seeds, then problems shared by both arms), macro-averaged over benchmarks.
+- :func:`welch_interval` and :func:`verdict`: the 95% Welch t-interval over seeds and the
+  directional verdict (``held`` / ``not significant`` / ``did not hold`` from an interval's sign).
 - :func:`equivalence_verdict`: the verdict of a "matches" claim against an equivalence margin.
-- :func:`compare`: Δ of two arms' per-problem scores (bootstrap and Welch intervals, per benchmark too).
-- :func:`mean_interval` / :func:`diff_interval`: intervals of per-step quantities (t / Welch over seeds with
-  ≥ 2 seeds, else the percentile bootstrap over steps).
+- :func:`compare`: Δ of two arms' per-problem scores (bootstrap and Welch intervals, per benchmark
+  too).
+- :func:`mean_interval` / :func:`diff_interval`: intervals of per-step quantities (t / Welch over
+  seeds with ≥ 2 seeds, else the percentile bootstrap over steps).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from graft_cli.report.power import decompose, seed_interval, t975
 
 
 def welch_interval(x: list[float], y: list[float]) -> tuple[float, float, float] | None:
-    """mean(x) − mean(y) and its 95% Welch t-interval (Welch–Satterthwaite df, rounded down); None with fewer
-    than 2 values on a side."""
+    """mean(x) − mean(y) and its 95% Welch t-interval (Welch–Satterthwaite df, rounded down); None
+    with fewer than 2 values on a side."""
     if len(x) < 2 or len(y) < 2:
         return None
     mx, my = float(np.mean(x)), float(np.mean(y))
@@ -48,10 +49,11 @@ def verdict(iv) -> str:
 
 
 def powered_verdict(iv, target: float = 1.0, n: int | None = None, per_seed_variance: float | None = None) -> str:
-    """The verdict of :func:`verdict`, except ``underpowered`` in place of ``not significant`` or ``did not hold``
-    when the interval's half-width exceeds ``target`` (points): too wide to say whether an effect of the size the
-    study was built to resolve is absent (an interval above zero still reads ``held``). With
-    ``per_seed_variance`` (σ² of one seed pair, eq. 4 of power.py) it says how many seeds ±``target`` would take."""
+    """The verdict of :func:`verdict`, except ``underpowered`` in place of ``not significant`` or
+    ``did not hold`` when the interval's half-width exceeds ``target`` (points): too wide to say
+    whether an effect of the size the study was built to resolve is absent (an interval above zero
+    still reads ``held``). With ``per_seed_variance`` (σ² of one seed pair, eq. 4 of power.py) it
+    says how many seeds ±``target`` would take."""
     if iv is None:
         return "not measured"
     if (iv[2] - iv[1]) / 2 <= target or verdict(iv) == "held":  # a resolved effect in the claim's direction stands
@@ -63,16 +65,17 @@ def powered_verdict(iv, target: float = 1.0, n: int | None = None, per_seed_vari
 
 
 def comparison_verdict(c: dict, target: float = 1.0) -> str:
-    """:func:`powered_verdict` of a :func:`compare` result (pass@1 points), with the seeds ±``target`` would take
-    from its decomposition's per-seed variance (training + evaluation)."""
+    """:func:`powered_verdict` of a :func:`compare` result (pass@1 points), with the seeds
+    ±``target`` would take from its decomposition's per-seed variance (training + evaluation)."""
     per = ((c.get("decomposition") or {}).get("per_seed") or {})
     var = None if per.get("evaluation") is None else per["training"] + per["evaluation"]
     return powered_verdict(c.get("interval"), target, per_seed_variance=var)
 
 
 def overall_verdict(verdicts) -> str:
-    """One claim's verdict from its per-model verdicts: the common label when every model has the same one,
-    ``not measured`` when none was measured, else ``mixed`` (the per-model verdicts stay in the evidence)."""
+    """One claim's verdict from its per-model verdicts: the common label when every model has the
+    same one, ``not measured`` when none was measured, else ``mixed`` (the per-model verdicts stay
+    in the evidence)."""
     vs = [v.split(" (")[0] for v in verdicts]  # "underpowered (13 seeds for ±1)" counts as "underpowered"
     if not vs or all(v == "not measured" for v in vs):
         return "not measured"
@@ -87,7 +90,8 @@ Arm = Mapping  # seed -> np.ndarray (one benchmark) or a sequence of np.ndarray 
 
 
 def as_benchmarks(value) -> list[np.ndarray]:
-    """One seed's value as a list of 1-d float arrays, one per benchmark (a single array is one benchmark)."""
+    """One seed's value as a list of 1-d float arrays, one per benchmark (a single array is one
+    benchmark)."""
     if isinstance(value, np.ndarray) and value.ndim == 1:
         return [value.astype(np.float64)]
     if isinstance(value, Sequence) and value and not isinstance(value[0], (int, float, np.number)):
@@ -96,12 +100,14 @@ def as_benchmarks(value) -> list[np.ndarray]:
 
 
 def macro_mean(benchmarks: Sequence[np.ndarray]) -> float:
-    """(1/B) Σ_b mean_p a_b[p]: the unweighted mean over benchmarks of each benchmark's mean over problems."""
+    """(1/B) Σ_b mean_p a_b[p]: the unweighted mean over benchmarks of each benchmark's mean over
+    problems."""
     return float(np.mean([np.mean(a) for a in benchmarks]))
 
 
 def _stack(arm: Arm) -> list[np.ndarray] | None:
-    """Per benchmark b the matrix A_b[s, p] over the arm's seeds (sorted); None when the shapes disagree."""
+    """Per benchmark b the matrix A_b[s, p] over the arm's seeds (sorted); None when the shapes
+    disagree."""
     per_seed = [as_benchmarks(arm[s]) for s in sorted(arm, key=str)]
     B = len(per_seed[0])
     if B == 0 or any(len(v) != B for v in per_seed):
@@ -119,20 +125,20 @@ def hierarchical_bootstrap(x: Arm, y: Arm, n_boot: int = 2000, seed: int = 0,
                            alpha: float = 0.05) -> tuple[float, float, float] | None:
     """Δ = x − y with a paired hierarchical percentile bootstrap interval.
 
-    ``x`` and ``y`` map a training seed to its per-problem scores (e.g. pass@1 of each problem, the mean over
-    samples and runs): one array, or one array per benchmark b = 1..B (problem p of benchmark b is the same
-    problem in every seed of both arms). The statistic is
+    ``x`` and ``y`` map a training seed to its per-problem scores (e.g. pass@1 of each problem, the
+    mean over samples and runs): one array, or one array per benchmark b = 1..B (problem p of
+    benchmark b is the same problem in every seed of both arms). The statistic is
 
         Δ = (1/B) Σ_b [ mean_{s∈S_x, p∈P_b} x_s[b][p] − mean_{s∈S_y, p∈P_b} y_s[b][p] ],
 
-    the unweighted mean over benchmarks of each benchmark's difference of means. Each of ``n_boot`` replicates
-    resamples with replacement, independently, the seeds of x (|S_x| draws) and the seeds of y (|S_y| draws),
-    and for every benchmark one resample of its problem indices (|P_b| draws) shared by both arms and by all
-    seeds, then recomputes Δ. The interval is the (α/2, 1 − α/2) percentiles of the replicates (numpy's linear
-    interpolation). Deterministic given ``seed`` (``numpy.random.default_rng``). Returns (Δ, lo, hi), or None
-    when an arm has no seeds, the arms (or the seeds of an arm) disagree in their number of benchmarks or in a
-    benchmark's number of problems, or a benchmark has no problems.
-    """
+    the unweighted mean over benchmarks of each benchmark's difference of means. Each of ``n_boot``
+    replicates resamples with replacement, independently, the seeds of x (|S_x| draws) and the seeds
+    of y (|S_y| draws), and for every benchmark one resample of its problem indices (|P_b| draws)
+    shared by both arms and by all seeds, then recomputes Δ. The interval is the (α/2, 1 − α/2)
+    percentiles of the replicates (numpy's linear interpolation). Deterministic given ``seed``
+    (``numpy.random.default_rng``). Returns (Δ, lo, hi), or None when an arm has no seeds, the arms
+    (or the seeds of an arm) disagree in their number of benchmarks or in a benchmark's number of
+    problems, or a benchmark has no problems. """
     if not x or not y:
         return None
     X, Y = _stack(x), _stack(y)
@@ -141,7 +147,8 @@ def hierarchical_bootstrap(x: Arm, y: Arm, n_boot: int = 2000, seed: int = 0,
     delta = float(np.mean([a.mean() - b.mean() for a, b in zip(X, Y)]))
     rng = np.random.default_rng(seed)
     nx, ny = X[0].shape[0], Y[0].shape[0]
-    # seed resamples as weights: w[r, s] = (times seed s is drawn in replicate r) / (number of draws)
+    # seed resamples as weights: w[r, s] = (times seed s is drawn in replicate r) / (number of
+    # draws)
     wx = np.stack([np.bincount(i, minlength=nx) for i in rng.integers(0, nx, (n_boot, nx))]) / nx
     wy = np.stack([np.bincount(i, minlength=ny) for i in rng.integers(0, ny, (n_boot, ny))]) / ny
     reps = np.zeros(n_boot)
@@ -158,8 +165,9 @@ def hierarchical_bootstrap(x: Arm, y: Arm, n_boot: int = 2000, seed: int = 0,
 def equivalence_verdict(iv, margin: float) -> str:
     """Verdict of "x matches y" from an interval (Δ, lo, hi) and an equivalence margin m > 0:
 
-    ``held`` when −m ≤ lo and hi ≤ m (the whole interval within the margin), ``did not hold`` when lo > m or
-    hi < −m (the whole interval outside it), otherwise ``inconclusive``; ``not measured`` when iv is None."""
+    ``held`` when −m ≤ lo and hi ≤ m (the whole interval within the margin), ``did not hold`` when
+    lo > m or hi < −m (the whole interval outside it), otherwise ``inconclusive``; ``not measured``
+    when iv is None."""
     if iv is None:
         return "not measured"
     _, lo, hi = iv
@@ -171,13 +179,15 @@ def equivalence_verdict(iv, margin: float) -> str:
 
 
 def common_benchmarks(*arms_: dict) -> list[str]:
-    """The benchmarks every seed of every given arm (seed -> bench -> per-problem array) has, sorted."""
+    """The benchmarks every seed of every given arm (seed -> bench -> per-problem array) has,
+    sorted."""
     sets = [set(b) for arm in arms_ for b in arm.values()]
     return sorted(set.intersection(*sets)) if sets else []
 
 
 def paired(problems: dict, a: str, b: str) -> tuple[dict, dict, list[str]]:
-    """Arms ``a`` and ``b`` of ``problems`` (name -> seed -> bench -> array) as seed -> [array per common bench]."""
+    """Arms ``a`` and ``b`` of ``problems`` (name -> seed -> bench -> array) as seed -> [array per
+    common bench]."""
     xa, xb = problems.get(a) or {}, problems.get(b) or {}
     benches = common_benchmarks(xa, xb) if xa and xb else []
     if not benches:
@@ -187,24 +197,28 @@ def paired(problems: dict, a: str, b: str) -> tuple[dict, dict, list[str]]:
 
 
 def points(iv, scale: float = 100.0):
-    """(Δ, lo, hi) of an interval (extra entries, e.g. a method label, dropped) scaled, e.g. to points (%)."""
+    """(Δ, lo, hi) of an interval (extra entries, e.g. a method label, dropped) scaled, e.g. to
+    points (%)."""
     return None if iv is None else tuple(scale * float(v) for v in iv[:3])
 
 
 def compare(problems: dict, a: str, b: str, n_boot: int = 2000, seed: int = 0, scale: float = 100.0,
             eval_var: dict | None = None, eval_var_paired: dict | None = None, rule: str = "floored_t",
             boundary: float | None = None) -> dict:
-    """Δ = a − b in points (%; ``scale`` 1: in the scores' own unit, e.g. nats) over the benchmarks both arms have.
+    """Δ = a − b in points (%; ``scale`` 1: in the scores' own unit, e.g. nats) over the benchmarks
+    both arms have.
 
-    ``interval``, the interval of record: the t-interval over the seeds' macro scores, paired when both arms ran
-    the same seeds (:func:`graft_cli.report.power.seed_interval`); with one seed on a side, the hierarchical
-    bootstrap over problems (the only variation measured). ``method`` names it. Alongside: ``bootstrap`` (the paired
-    hierarchical percentile bootstrap over seeds and problems), ``welch``, ``decomposition`` (the parts of
-    Var(Δ̂), :func:`graft_cli.report.power.decompose`; its sampling part from ``eval_var_paired``: seed ->
-    benchmark -> v^d_{s,b} of the pair's grade differences where given, else from ``eval_var``: name -> seed ->
-    benchmark -> v_{s,b}), the benchmarks, seeds per arm and each benchmark's bootstrap Δ. ``rule``: ``floored_t``
-    (SE² floored at the decomposition's evaluation variance, :func:`graft_cli.report.power.seed_interval`) or
-    ``paired_t``; ``boundary``: a sequential look's boundary c_k (the repeated confidence interval)."""
+    ``interval``, the interval of record: the t-interval over the seeds' macro scores, paired when
+    both arms ran the same seeds (:func:`graft_cli.report.power.seed_interval`); with one seed on a
+    side, the hierarchical bootstrap over problems (the only variation measured). ``method`` names
+    it. Alongside: ``bootstrap`` (the paired hierarchical percentile bootstrap over seeds and
+    problems), ``welch``, ``decomposition`` (the parts of Var(Δ̂),
+    :func:`graft_cli.report.power.decompose`; its sampling part from ``eval_var_paired``: seed ->
+    benchmark -> v^d_{s,b} of the pair's grade differences where given, else from ``eval_var``: name
+    -> seed -> benchmark -> v_{s,b}), the benchmarks, seeds per arm and each benchmark's bootstrap
+    Δ. ``rule``: ``floored_t`` (SE² floored at the decomposition's evaluation variance,
+    :func:`graft_cli.report.power.seed_interval`) or ``paired_t``; ``boundary``: a sequential look's
+    boundary c_k (the repeated confidence interval)."""
     x, y, benches = paired(problems, a, b)
     empty = {"interval": None, "method": None, "bootstrap": None, "welch": None, "decomposition": None,
              "benchmarks": [], "seeds": [len(x), len(y)], "per_benchmark": {}}
@@ -255,10 +269,10 @@ def _percentile_boot(values: list[np.ndarray], n_boot: int, seed: int, alpha: fl
 
 def mean_interval(per_seed: Mapping, offset: float = 0.0, n_boot: int = 2000, seed: int = 0,
                   alpha: float = 0.05):
-    """Δ = mean − ``offset`` of a quantity measured per training step in each seed (``seed -> [values]``),
-    the mean being over seeds of each seed's mean over steps. With ≥ 2 seeds the interval is the one-sample
-    95% t-interval over the seeds' means (df = seeds − 1); with one seed, the percentile bootstrap over its
-    steps. Returns (Δ, lo, hi, method) or None without values."""
+    """Δ = mean − ``offset`` of a quantity measured per training step in each seed (``seed ->
+    [values]``), the mean being over seeds of each seed's mean over steps. With ≥ 2 seeds the
+    interval is the one-sample 95% t-interval over the seeds' means (df = seeds − 1); with one seed,
+    the percentile bootstrap over its steps. Returns (Δ, lo, hi, method) or None without values."""
     means = [float(np.mean(v)) for v in per_seed.values() if len(v)]
     if not means:
         return None
@@ -273,10 +287,11 @@ def mean_interval(per_seed: Mapping, offset: float = 0.0, n_boot: int = 2000, se
 
 
 def diff_interval(x: Mapping, y: Mapping, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05):
-    """Δ = mean(x) − mean(y) of per-step quantities (``seed -> [values]`` per arm; each arm's mean is over
-    its seeds of each seed's mean over steps). With ≥ 2 seeds on both sides: the Welch t-interval over the
-    seeds' means; otherwise the percentile bootstrap over the steps of each arm, pooled over its seeds
-    (independent resamples per arm). Returns (Δ, lo, hi, method) or None when an arm is empty."""
+    """Δ = mean(x) − mean(y) of per-step quantities (``seed -> [values]`` per arm; each arm's mean
+    is over its seeds of each seed's mean over steps). With ≥ 2 seeds on both sides: the Welch
+    t-interval over the seeds' means; otherwise the percentile bootstrap over the steps of each arm,
+    pooled over its seeds (independent resamples per arm). Returns (Δ, lo, hi, method) or None when
+    an arm is empty."""
     mx = [float(np.mean(v)) for v in x.values() if len(v)]
     my = [float(np.mean(v)) for v in y.values() if len(v)]
     if not mx or not my:

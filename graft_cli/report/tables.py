@@ -1,48 +1,53 @@
 """`graft report`: the paper's tables from run and eval directories, in markdown and LaTeX.
 
 Inputs. A *run directory* holds ``config.yaml`` (method, pair, seed, exchange settings, policies),
-``metrics.jsonl`` (training lines with ``time/step``, ``clip_ratio/*``, ``graft/*``; validation lines with
-``validation/score``), ``rollouts/`` and ``eval/<policy>/step_NNNNNN/summary.json`` (``graft eval``). A folder
-holding run directories is searched (three levels). A standalone ``graft eval --model`` folder (a
-``summary.json`` without ``config.yaml``) is listed under "Other evaluations".
+``metrics.jsonl`` (training lines with ``time/step``, ``clip_ratio/*``, ``graft/*``; validation
+lines with ``validation/score``), ``rollouts/`` and ``eval/<policy>/step_NNNNNN/summary.json``
+(``graft eval``). A folder holding run directories is searched (three levels). A standalone ``graft
+eval --model`` folder (a ``summary.json`` without ``config.yaml``) is listed under "Other
+evaluations".
 
-Which numbers. A policy's result is the eval summary of its scored step: the step a plan's claims judge (``steps``),
-else the selected step (``best.json``; without it, the same rule recomputed from the eval summaries,
-:func:`graft_cli.eval.summary.select_best`): per benchmark pass@1 mean ± std over eval runs, in percent. Runs are
-identified by their *variant*, read from the resolved settings in ``config.yaml`` rather than the method name they
-were started with (:func:`identify`): the method config whose composed settings the run's equal (``graft`` with
-``exchange.params.delta=0.7`` is ``graft_delta0p7``, with ``exchange.ordering=first`` it is ``graft_first``), plus
-any setting it still differs in (``graft[delta=0.5]``); then ``pair`` and ``seed``. The main tables use the lowest
+Which numbers. A policy's result is the eval summary of its scored step: the step a plan's claims
+judge (``steps``), else the selected step (``best.json``; without it, the same rule recomputed from
+the eval summaries, :func:`graft_cli.eval.summary.select_best`): per benchmark pass@1 mean ± std
+over eval runs, in percent. Runs are identified by their *variant*, read from the resolved settings
+in ``config.yaml`` rather than the method name they were started with (:func:`identify`): the method
+config whose composed settings the run's equal (``graft`` with ``exchange.params.delta=0.7`` is
+``graft_delta0p7``, with ``exchange.ordering=first`` it is ``graft_first``), plus any setting it
+still differs in (``graft[delta=0.5]``); then ``pair`` and ``seed``. The main tables use the lowest
 seed ("training run #1", as the paper), Table 4 all seeds.
 
 Tables (graft.md §6), each rendered only when its runs exist:
 
-* **Table 1** — per updated model: GRPO n=8/16/32, dynamic sampling, HACPO, SGT, GRAFT (one row per peer
-  pair); Δ vs GRPO n=8 of the same model.
-* **Tables 2a/7, 7 (δ sweep), 2b/8** — ablations, δ sweep and alternative designs per receiver; Δ vs full
-  GRAFT of the same pair and receiver.
+* **Table 1** — per updated model: GRPO n=8/16/32, dynamic sampling, HACPO, SGT, GRAFT (one row per
+  peer pair); Δ vs GRPO n=8 of the same model.
+* **Tables 2a/7, 7 (δ sweep), 2b/8** — ablations, δ sweep and alternative designs per receiver; Δ vs
+  full GRAFT of the same pair and receiver.
 * **Table 9** — clipped-token fraction (%) of self and grafted tokens by minibatch ordering (first /
   uniform / last), the mean over steps ``1..clip_steps`` (48 as the paper) of the per-step fractions
-  ``clip_ratio/self`` and ``clip_ratio/peer`` (steps without grafted tokens excluded for the latter), and the
-  % of steps with grafted tokens in which none was clipped (``clip_ratio/peer_any`` = 0), both policies pooled.
-* **Table 5** — compute: mean wall-clock per step and "GPU-hours" by the paper's accounting, ``devices x
-  Σ time/step`` (validation and checkpoint writing are outside ``time/step``), through each policy's best
-  step and for the full run. Per-model costs of a joint run split each step's time by the policies' own
-  rollout + reward + old-log-prob + update times (an attribution; the paper measured per-model time). "Both":
-  online methods (one joint run with exchange) are charged the joint run through the *later* of the two
-  selected steps; independent GRPO the sum of the two models' costs.
-* **Table 4** — (pair, method) groups with two or more seeds: mean ± sample std over training runs of each
-  run's eval mean; Δ GRAFT vs GRPO n=8.
+  ``clip_ratio/self`` and ``clip_ratio/peer`` (steps without grafted tokens excluded for the
+  latter), and the % of steps with grafted tokens in which none was clipped (``clip_ratio/peer_any``
+  = 0), both policies pooled.
+* **Table 5** — compute: mean wall-clock per step and "GPU-hours" by the paper's accounting,
+  ``devices x Σ time/step`` (validation and checkpoint writing are outside ``time/step``), through
+  each policy's best step and for the full run. Per-model costs of a joint run split each step's
+  time by the policies' own rollout + reward + old-log-prob + update times (an attribution; the
+  paper measured per-model time). "Both": online methods (one joint run with exchange) are charged
+  the joint run through the *later* of the two selected steps; independent GRPO the sum of the two
+  models' costs.
+* **Table 4** — (pair, method) groups with two or more seeds: mean ± sample std over training runs
+  of each run's eval mean; Δ GRAFT vs GRPO n=8.
 * **Table 6** — stored-trajectory GRAFT receivers; Δ vs GRPO n=8.
-* **Complementarity** — mean over training of the per-step cross-solve rates of two-policy runs' rollout
-  logs (:mod:`graft_cli.analysis.complementarity`) or the ``graft/complementarity`` metric.
-* **Code benchmarks** — beside the math tables, every run policy (at its selected step) and eval folder scored on
-  code benchmarks (HumanEval, HumanEval+, MBPP+, LiveCodeBench v6; SAF-OPD's code domain, opd_saf.md §5):
-  pass@1 per benchmark and their average. Code benchmarks never enter the math tables' columns or averages.
+* **Complementarity** — mean over training of the per-step cross-solve rates of two-policy runs'
+  rollout logs (:mod:`graft_cli.analysis.complementarity`) or the ``graft/complementarity`` metric.
+* **Code benchmarks** — beside the math tables, every run policy (at its selected step) and eval
+  folder scored on code benchmarks (HumanEval, HumanEval+, MBPP+, LiveCodeBench v6; SAF-OPD's code
+  domain, opd_saf.md §5): pass@1 per benchmark and their average. Code benchmarks never enter the
+  math tables' columns or averages.
 
-When the pair is one of the paper's (1, 2, 3) the paper's own numbers (:mod:`graft_cli.report.paper_numbers`)
-follow each of our rows as an italic "(paper)" row (Table 9: extra columns).
-"""
+When the pair is one of the paper's (1, 2, 3) the paper's own numbers
+(:mod:`graft_cli.report.paper_numbers`) follow each of our rows as an italic "(paper)" row (Table 9:
+extra columns). """
 
 from __future__ import annotations
 
@@ -147,7 +152,8 @@ def table1(idx: Index) -> Table | None:
 
 
 def _receivers(idx: Index, methods) -> list[tuple[str, str]]:
-    """(pair, model key) with a full-GRAFT result and at least one of ``methods`` besides the references."""
+    """(pair, model key) with a full-GRAFT result and at least one of ``methods`` besides the
+    references."""
     out = []
     for r in idx.runs:
         if r.variant != "graft":
@@ -186,9 +192,9 @@ def ablation_table(idx: Index, key: str, title: str, methods, labels: dict | Non
 
 
 def delta_sweep(runs: list[Run]) -> tuple[list[str], dict[str, str]]:
-    """Table 7's rows (variants, labels): the δ variants (``SWEEP``: no floor, 0.7, full GRAFT, 0.9; each method
-    config's δ, :func:`method_delta`) and every run that is full GRAFT but for δ (``graft[delta=X]``, e.g. the
-    threshold sweep's 0.5), by δ."""
+    """Table 7's rows (variants, labels): the δ variants (``SWEEP``: no floor, 0.7, full GRAFT, 0.9;
+    each method config's δ, :func:`method_delta`) and every run that is full GRAFT but for δ
+    (``graft[delta=X]``, e.g. the threshold sweep's 0.5), by δ."""
     rows = {m: d for m in SWEEP if (d := method_delta(m)) is not None}
     for r in runs:
         if r.base == "graft" and len(r.residual) == 1 and r.residual[0][0] == "delta":
@@ -314,7 +320,8 @@ def table6(idx: Index) -> Table | None:
 
 
 def complementarity_rows(idx: Index) -> list[dict]:
-    """Per two-policy run: mean cross-solve rates from its rollout logs (else the graft/complementarity metric)."""
+    """Per two-policy run: mean cross-solve rates from its rollout logs (else the
+    graft/complementarity metric)."""
 
     out = []
     for r in idx.runs:
@@ -361,8 +368,8 @@ def complementarity_table(idx: Index, rows: list[dict]) -> Table | None:
 
 
 def code_table(runs: list[Run], eval_dirs: list[str]) -> Table | None:
-    """Code benchmarks: each run policy at its selected step and each ``graft eval --model`` folder that scored
-    code benchmarks, pass@1 % per benchmark and their average; None when nothing did."""
+    """Code benchmarks: each run policy at its selected step and each ``graft eval --model`` folder
+    that scored code benchmarks, pass@1 % per benchmark and their average; None when nothing did."""
     rows = [(r.name, method_label(r.variant), r.pair, p["name"], res.step, res.code, res.code_avg)
             for r in runs for p in r.policies if (res := r.results.get(p["name"])) is not None and res.code]
     for d in eval_dirs:
@@ -419,8 +426,9 @@ def build_tables(runs: list[Run], eval_dirs: list[str] | None = None, devices: i
 
 
 def tandem_table(runs: list[Run]) -> Table | None:
-    """Solo and handoff pass@k and legibility of every run whose selected step has the tandem evaluations
-    (``graft eval --run --tandem``: ``step_N/handoff/``, ``step_N/legibility/``); None when no run has them."""
+    """Solo and handoff pass@k and legibility of every run whose selected step has the tandem
+    evaluations (``graft eval --run --tandem``: ``step_N/handoff/``, ``step_N/legibility/``); None
+    when no run has them."""
 
     t = Table("tandem", "Tandem RLVR evaluations: solo and handoff pass@k %, legibility (junior CE, nats/token)",
               ["Run", "Method", "Policy", "Step", *[f"Solo pass@{k}" for k in KS],
@@ -468,9 +476,9 @@ def runs_table(runs: list[Run], shared: list | None = None) -> Table:
 # ------------------------------------------------------------------------------------------- command
 def report_main(paths: list[str], out: str | None = None, devices: int | None = None, clip_steps: int = 48,
                 plots: bool = True, console=None, steps: dict | None = None) -> str:
-    """The ``graft report`` command: writes report.md, tables.tex, report.json and plots/*.png into ``out``.
-    ``steps`` (run directory -> policy -> step): the scored step of a plan's runs, so that every table reads the
-    numbers its claims judge."""
+    """The ``graft report`` command: writes report.md, tables.tex, report.json and plots/*.png into
+    ``out``. ``steps`` (run directory -> policy -> step): the scored step of a plan's runs, so that
+    every table reads the numbers its claims judge."""
 
     console = console or make_console(stderr=True)
     if not paths:

@@ -1,39 +1,43 @@
-"""The Tandem RLVR paper's claims, judged from a plan's measured numbers (tandem.md §2.9, §2.10, §3).
+"""The Tandem RLVR paper's claims, judged from a plan's measured numbers (tandem.md §2.9, §2.10,
+§3).
 
-Claims (tandem.md §3: "TRL matches vanilla GRPO on solo; handoff robustness beats the GRPO senior by up to
-6.6 pts on AIME"; §2.9: KL-Reg GRPO, k3 to the frozen base = the junior, is the baseline that separates "stay
-near the base" from co-generation; §2.10: legibility, the junior's cross-entropy on the senior's solutions):
+Claims (tandem.md §3: "TRL matches vanilla GRPO on solo; handoff robustness beats the GRPO senior by
+up to 6.6 pts on AIME"; §2.9: KL-Reg GRPO, k3 to the frozen base = the junior, is the baseline that
+separates "stay near the base" from co-generation; §2.10: legibility, the junior's cross-entropy on
+the senior's solutions):
 
-1. **solo_matches_grpo** — Δ = Tandem RLVR − vanilla GRPO solo pass@1 (points), macro over the benchmarks both
-   arms have. Verdict :func:`~graft_cli.report.stats.equivalence_verdict` with the margin ``margin`` (points):
-   ``held`` when the 95% interval lies within ±margin, ``did not hold`` when it lies outside, else
-   ``inconclusive``.
+1. **solo_matches_grpo** — Δ = Tandem RLVR − vanilla GRPO solo pass@1 (points), macro over the
+   benchmarks both arms have. Verdict :func:`~graft_cli.report.stats.equivalence_verdict` with the
+   margin ``margin`` (points): ``held`` when the 95% interval lies within ±margin, ``did not hold``
+   when it lies outside, else ``inconclusive``.
 2. **handoff_beats_grpo** — Δ = Tandem RLVR − GRPO handoff pass@1 (points, same macro). Verdict
-   :func:`~graft_cli.report.stats.verdict`: ``held`` when the interval excludes 0 upwards, ``not significant``
-   when it straddles 0, ``did not hold`` when it excludes 0 downwards.
-3. **handoff_beats_kl** — Δ = Tandem RLVR − KL-Reg GRPO handoff pass@1 (points): "tandem beats KL-regularised
-   GRPO" on the metric the paper's robustness claim is about (handoff pass@1; our choice of metric, the
-   paper's tables are [U]). Verdict as claim 2.
-4. **more_legible_than_grpo** — Δ = CE(GRPO) − CE(Tandem RLVR), nats per token: how much lower the junior's
-   cross-entropy on the tandem senior's solo answers is than on GRPO's. Per problem the CE of its responses
-   pooled (Σ nll / Σ tokens, :func:`graft_cli.eval.tandem_evals.legibility_problems`), problems without a scored
-   token in some seed of either arm left out; Δ = the macro over benchmarks of the mean over problems (the
-   table's ``macro_ce`` pools tokens per benchmark instead, so its difference can differ slightly). Verdict as
-   claim 2 (``held``: the tandem senior is more legible to the junior).
+   :func:`~graft_cli.report.stats.verdict`: ``held`` when the interval excludes 0 upwards, ``not
+   significant`` when it straddles 0, ``did not hold`` when it excludes 0 downwards.
+3. **handoff_beats_kl** — Δ = Tandem RLVR − KL-Reg GRPO handoff pass@1 (points): "tandem beats
+   KL-regularised GRPO" on the metric the paper's robustness claim is about (handoff pass@1; our
+   choice of metric, the paper's tables are [U]). Verdict as claim 2.
+4. **more_legible_than_grpo** — Δ = CE(GRPO) − CE(Tandem RLVR), nats per token: how much lower the
+   junior's cross-entropy on the tandem senior's solo answers is than on GRPO's. Per problem the CE
+   of its responses pooled (Σ nll / Σ tokens,
+   :func:`graft_cli.eval.tandem_evals.legibility_problems`), problems without a scored token in some
+   seed of either arm left out; Δ = the macro over benchmarks of the mean over problems (the table's
+   ``macro_ce`` pools tokens per benchmark instead, so its difference can differ slightly). Verdict
+   as claim 2 (``held``: the tandem senior is more legible to the junior).
 
-The interval of record is the t-interval over the seeds' macro values, paired where the arms ran the same seeds
-(:func:`graft_cli.report.stats.compare`; one seed on a side: the hierarchical bootstrap over problems), with the
-variance decomposition of :mod:`graft_cli.report.power` beside it and the paired hierarchical bootstrap
-(``bootstrap``) and the Welch interval (``welch``) for comparison. Also
-measured, without a verdict: solo and handoff pass@{1,2,4,8} (summary files), the pass@k curves k = 1..8 from the
-run files (:func:`graft_cli.eval.tandem_evals.pass_at_k_curve`; table and plot in the claims section), the legibility CE
-and the senior's token share in handoff chains, for every arm (Tandem RLVR, GRPO, KL-Reg GRPO, GRPO n=16).
+The interval of record is the t-interval over the seeds' macro values, paired where the arms ran the
+same seeds (:func:`graft_cli.report.stats.compare`; one seed on a side: the hierarchical bootstrap
+over problems), with the variance decomposition of :mod:`graft_cli.report.power` beside it and the
+paired hierarchical bootstrap (``bootstrap``) and the Welch interval (``welch``) for comparison.
+Also measured, without a verdict: solo and handoff pass@{1,2,4,8} (summary files), the pass@k curves
+k = 1..8 from the run files (:func:`graft_cli.eval.tandem_evals.pass_at_k_curve`; table and plot in
+the claims section), the legibility CE and the senior's token share in handoff chains, for every arm
+(Tandem RLVR, GRPO, KL-Reg GRPO, GRPO n=16).
 
-Files of a record (policy ``policy``, its evaluated step): ``E = <dir>/eval/<policy>/step_<step:06d>/`` with the
-solo evaluation (``summary.json``, ``<bench>_run<k>.jsonl``), ``E/handoff/`` (same layout, rows with
-``senior_frac``) and ``E/legibility/`` (``summary.json``, ``<bench>.jsonl``). Anything missing or unreadable is
-not measured. :func:`judge` is pure; :func:`measure` reads the run directories.
-"""
+Files of a record (policy ``policy``, its evaluated step): ``E =
+<dir>/eval/<policy>/step_<step:06d>/`` with the solo evaluation (``summary.json``,
+``<bench>_run<k>.jsonl``), ``E/handoff/`` (same layout, rows with ``senior_frac``) and
+``E/legibility/`` (``summary.json``, ``<bench>.jsonl``). Anything missing or unreadable is not
+measured. :func:`judge` is pure; :func:`measure` reads the run directories. """
 
 from __future__ import annotations
 
@@ -75,9 +79,9 @@ def arms(cfg: dict | None) -> list[tuple[str, str]]:
 
 # ----------------------------------------------------------------------------------------------- pure
 def finite_common(problems: dict, a: str, b: str) -> dict:
-    """Arms ``a`` and ``b`` of ``problems`` (name -> seed -> bench -> per-problem array) restricted, per benchmark
-    every seed of both has with the same number of problems, to the problems finite in all of them; a benchmark
-    left with no problem is dropped."""
+    """Arms ``a`` and ``b`` of ``problems`` (name -> seed -> bench -> per-problem array) restricted,
+    per benchmark every seed of both has with the same number of problems, to the problems finite in
+    all of them; a benchmark left with no problem is dropped."""
     xa, xb = problems.get(a) or {}, problems.get(b) or {}
     seeds = list(xa.values()) + list(xb.values())
     if not xa or not xb:
@@ -98,7 +102,8 @@ def finite_common(problems: dict, a: str, b: str) -> dict:
 
 
 def _handoff_claim(key: str, claim: str, c: dict, other: str) -> dict:
-    """A "Tandem beats ``other`` on handoff pass@1" claim from its comparison ``c`` (:func:`compare`)."""
+    """A "Tandem beats ``other`` on handoff pass@1" claim from its comparison ``c``
+    (:func:`compare`)."""
     return {"key": key, "claim": claim, "paper": PAPER[key], "verdict": comparison_verdict(c),
             **_intervals(c), "measured": f"Δ = Tandem − {other} handoff pass@1 (points, macro over benchmarks); "
                                          f"95% interval: {c['method'] or '—'}"}
@@ -111,8 +116,8 @@ def _intervals(c: dict) -> dict:
 
 
 def judge(measured: dict, cfg: dict | None = None) -> list[dict]:
-    """The four claims from ``measured["problems"][mode][run name][seed][bench]`` (per-problem pass@1, 0..1, for
-    the modes solo and handoff; per-problem CE in nats for ``legibility``)."""
+    """The four claims from ``measured["problems"][mode][run name][seed][bench]`` (per-problem
+    pass@1, 0..1, for the modes solo and handoff; per-problem CE in nats for ``legibility``)."""
     s = settings(cfg)
     probs = measured.get("problems") or {}
     n_boot, margin = int(s["n_boot"]), float(s["margin"])
@@ -158,13 +163,15 @@ def _new_arm() -> dict:
 
 
 def measure(records: list[dict], cfg: dict | None = None) -> dict:
-    """``{"arms": name -> per-seed lists, "problems": mode -> name -> seed -> bench -> per-problem pass@1}``.
+    """``{"arms": name -> per-seed lists, "problems": mode -> name -> seed -> bench -> per-problem
+    pass@1}``.
 
-    Per arm: ``seeds``/``steps`` of the records with an evaluated step, ``solo``/``handoff``: k -> [macro pass@k
-    % of each seed] (k = 1, 2, 4, 8 from the summaries), ``curve``: mode -> k -> [macro pass@k % of each seed]
-    for k = 1..8 from the run files, ``legibility_ce``: [macro CE of each seed], ``senior_frac``: [mean senior
-    token share of each seed's handoff rows], ``junior``: the legibility junior(s). ``problems["legibility"]``:
-    name -> seed -> bench -> per-problem CE."""
+    Per arm: ``seeds``/``steps`` of the records with an evaluated step, ``solo``/``handoff``: k ->
+    [macro pass@k % of each seed] (k = 1, 2, 4, 8 from the summaries), ``curve``: mode -> k ->
+    [macro pass@k % of each seed] for k = 1..8 from the run files, ``legibility_ce``: [macro CE of
+    each seed], ``senior_frac``: [mean senior token share of each seed's handoff rows], ``junior``:
+    the legibility junior(s). ``problems["legibility"]``: name -> seed -> bench -> per-problem
+    CE."""
     s = settings(cfg)
     out: dict = {"arms": {}, "problems": {m: {} for m in (*MODES, "legibility")}, "eval_var": {m: {} for m in MODES}}
     for r in records:
@@ -217,8 +224,8 @@ def table_markdown(measured: dict, cfg: dict | None = None) -> str:
 
 
 def curves_markdown(measured: dict, cfg: dict | None = None) -> str:
-    """The pass@k curves, k = 1..8: per arm and mode the mean over seeds of the macro pass@k (%), — where k
-    exceeds the samples or the arm has no run files."""
+    """The pass@k curves, k = 1..8: per arm and mode the mean over seeds of the macro pass@k (%), —
+    where k exceeds the samples or the arm has no run files."""
 
     rows = []
     for key, label in arms(cfg):
@@ -260,8 +267,8 @@ def per_benchmark_markdown(claim: dict) -> str:
 
 
 def plot(measured: dict, cfg: dict | None, path: str) -> str | None:
-    """Solo and handoff pass@k vs k = 1..8 (macro over benchmarks, mean over seeds; from the run files, else the
-    summaries' k = 1, 2, 4, 8), one line per arm."""
+    """Solo and handoff pass@k vs k = 1..8 (macro over benchmarks, mean over seeds; from the run
+    files, else the summaries' k = 1, 2, 4, 8), one line per arm."""
     try:
         # lazy: matplotlib is only needed for plots
         import matplotlib
@@ -335,7 +342,8 @@ def section_markdown(measured: dict, claims: list[dict], cfg: dict | None, png: 
 
 
 def write_claims(report_dir: str, records: list[dict], cfg: dict | None = None) -> tuple[str, list[dict]]:
-    """The Tandem section (table, plot, claims) into ``<report_dir>/report.md`` and ``claims.json``."""
+    """The Tandem section (table, plot, claims) into ``<report_dir>/report.md`` and
+    ``claims.json``."""
 
     measured = measure(records, cfg)
     claims = judge(measured, cfg)

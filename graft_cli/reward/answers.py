@@ -1,40 +1,44 @@
-"""The math answer rule: the last boxed answer of a response, equivalent to the gold under math-verify.
+"""The math answer rule: the last boxed answer of a response, equivalent to the gold under
+math-verify.
 
-:func:`grade_one` / :func:`grade_status` grade one answer in this process; :mod:`graft_cli.reward.pool` runs them
-in worker processes with a hard timeout (the reward ``math_verify`` of the registry ``REWARDS``).
+:func:`grade_one` / :func:`grade_status` grade one answer in this process;
+:mod:`graft_cli.reward.pool` runs them in worker processes with a hard timeout (the reward
+``math_verify`` of the registry ``REWARDS``).
 
 The rule (graft.md §1): a response scores 1.0 when the content of its LAST ``\\boxed{...}`` (also
-``\\boxed x`` and ``\\fbox{...}``) is equivalent to the reference answer under math-verify, else 0.0.
-No format or length reward. A response without a boxed answer, a parse failure, an exception or a
-verification timeout all score 0.0.
+``\\boxed x`` and ``\\fbox{...}``) is equivalent to the reference answer under math-verify, else
+0.0. No format or length reward. A response without a boxed answer, a parse failure, an exception or
+a verification timeout all score 0.0.
 
 math-verify usage (docs/spec/conventions.md §7):
 
 * ``verify(gold, pred)`` with the GOLD FIRST: verify is not symmetric (assignments ``x=5`` and
   equation/interval conversions follow the gold's format).
-* ``parsing_timeout=None`` / ``timeout_seconds=None``: math-verify's own timeouts use ``signal.alarm``
-  (main thread only; in other threads ``parse`` raises). :class:`MathVerifyGrader` enforces a hard
-  wall-clock deadline instead, by killing the worker process that holds a stuck item.
+* ``parsing_timeout=None`` / ``timeout_seconds=None``: math-verify's own timeouts use
+  ``signal.alarm`` (main thread only; in other threads ``parse`` raises). :class:`MathVerifyGrader`
+  enforces a hard wall-clock deadline instead, by killing the worker process that holds a stuck
+  item.
 * Extraction configs (chosen deliberately):
 
   - prediction: we cut the last box out ourselves with :func:`last_boxed` (linear time, brace
     balanced) and parse ``\\boxed{<content>}`` with ``LatexExtractionConfig(boxed_match_priority=0,
     try_extract_without_anchor=False)`` and ``extraction_mode="first_match"`` (TRL's prediction
     config): only the boxed content is ever read, never a stray number elsewhere in the response.
-    Default normalisation (units, ``^\\circ``, ``\\text{}``, ``\\dfrac``, malformed operators) applies.
-    ``fallback_mode="first_match"`` keeps the normalised string, so two answers that sympy cannot
-    parse still match when their normalised strings are identical.
+    Default normalisation (units, ``^\\circ``, ``\\text{}``, ``\\dfrac``, malformed operators)
+    applies. ``fallback_mode="first_match"`` keeps the normalised string, so two answers that sympy
+    cannot parse still match when their normalised strings are identical.
   - gold: a bare answer string (``\\frac{1}{2}``, ``(0,\\infty)``, ``x=5``, ``\\text{Evelyn}``,
-    ``10\\%``) is parsed the same way as ``\\boxed{<gold>}`` (surrounding ``$...$`` stripped first), so
-    gold and prediction go through identical normalisation. Only if that yields no sympy object do we
-    try ``$<gold>$`` with the default ``LatexExtractionConfig()``; an unparsable gold (e.g. with
-    ``\\hbar``) then compares by normalised string, so an identical answer still scores 1. Never
-    ``ExprExtractionConfig`` on a gold: it would pull a stray number out of an unparsable expression.
+    ``10\\%``) is parsed the same way as ``\\boxed{<gold>}`` (surrounding ``$...$`` stripped first),
+    so gold and prediction go through identical normalisation. Only if that yields no sympy object
+    do we try ``$<gold>$`` with the default ``LatexExtractionConfig()``; an unparsable gold (e.g.
+    with ``\\hbar``) then compares by normalised string, so an identical answer still scores 1.
+    Never ``ExprExtractionConfig`` on a gold: it would pull a stray number out of an unparsable
+    expression.
 
 * Percentages: with the antlr4 runtime 4.9.3 (pinned by hydra/omegaconf), latex2sympy2_extended
   1.11's generated parser lacks ``AtomContext.FUNC_GAMMA``, so every LaTeX percentage (``50\\%``)
-  raises ``AttributeError`` and falls back to string comparison. :func:`_ensure_math_verify` adds the
-  missing accessor (returning ``None``, as the 4.13.2 parser does for a non-gamma atom), which
+  raises ``AttributeError`` and falls back to string comparison. :func:`_ensure_math_verify` adds
+  the missing accessor (returning ``None``, as the 4.13.2 parser does for a non-gamma atom), which
   restores math-verify's designed behaviour: ``50\\%`` == ``50`` == ``0.5`` == ``\\frac{1}{2}``, but
   ``12.5\\%`` != ``12.5`` (non-integer percentages compare as their value, 0.125).
 * Repeating decimals (``0.\\overline{3}``), which latex2sympy reads as ``0``, are rewritten as
@@ -90,11 +94,11 @@ def _braced_arg(text: str, i: int) -> str | None:
 def last_boxed(text: str) -> str | None:
     """Content of the LAST ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x`` in ``text``, stripped.
 
-    Brace balanced (escaped ``\\{``/``\\}`` are content). Returns None when there is no box, when the
-    last box never closes (e.g. a truncated response: the last box is the final answer, an earlier one
-    is not used instead), or when it is empty. ``\\boxed x`` (no braces) takes the text up to the next
-    ``$``, newline or end, without a trailing ``.``/``,``. Linear time: one right-to-left search per
-    command and at most one forward brace scan."""
+    Brace balanced (escaped ``\\{``/``\\}`` are content). Returns None when there is no box, when
+    the last box never closes (e.g. a truncated response: the last box is the final answer, an
+    earlier one is not used instead), or when it is empty. ``\\boxed x`` (no braces) takes the text
+    up to the next ``$``, newline or end, without a trailing ``.``/``,``. Linear time: one
+    right-to-left search per command and at most one forward brace scan."""
     if not isinstance(text, str) or not text:
         return None
     best, best_cmd = -1, ""
@@ -147,7 +151,8 @@ def _ensure_math_verify():
     extraction configs. Returns ``(parse, verify, boxed_cfg, dollar_cfg)``.
 
     1. Percentages (module docstring): the antlr 4.9.3/4.11 parsers lack ``AtomContext.FUNC_GAMMA``,
-       which ``convert_atom`` probes before ``PERCENT_NUMBER``; add it (always ``None``, as in 4.13.2).
+       which ``convert_atom`` probes before ``PERCENT_NUMBER``; add it (always ``None``, as in
+       4.13.2).
     2. Speed: ``parse_number`` calls ``sympy.Number(text)``, which goes through ``parse_expr`` and a
        fresh ``from sympy import *`` (~0.5 ms, about half of a whole grade). Plain integers and
        decimals are built directly; the results are identical (``Integer(int(t))`` after the
@@ -155,8 +160,8 @@ def _ensure_math_verify():
     3. Speed: ANTLR's full-context (LL) prediction costs 10-30 ms for intervals, sets and equations.
        math-verify's LaTeX parses use ANTLR's standard two-stage strategy instead: SLL prediction
        first, which per ANTLR's ``PredictionMode.SLL`` contract returns the same tree as LL or a
-       syntax error (latex2sympy's error listener raises on any error); on any exception the parse is
-       redone in full LL, so results equal LL's, ~20x faster for those answers."""
+       syntax error (latex2sympy's error listener raises on any error); on any exception the parse
+       is redone in full LL, so results equal LL's, ~20x faster for those answers."""
     # lazy: sympy is slow to import
     import sympy
 
@@ -258,13 +263,13 @@ def _normalise(content: str) -> str:
     """Pre-normalisation math-verify lacks:
 
     - a sentence-final ``.`` inside the box (``\\boxed{104.}`` does not parse) is dropped;
-    - repeating decimals ``0.\\overline{3}`` / ``1.2\\overline{45}`` become fractions (latex2sympy reads
-      ``0.\\overline{3}`` as 0, which would match a wrong ``0``);
-    - scientific e-notation ``4e33`` / ``2.7778e-6`` becomes ``4\\times 10^{33}`` (math-verify reads the ``e``
-      as Euler's number; 58 of Minerva's 272 golds are written this way); off with ``OPTIONS["sci_notation"]``
-      (``reward.sci_notation: false``);
-    - a space between a digit and the imaginary unit (``6+9 i``) is dropped: ``9 i`` parses as the symbol
-      ``i`` times 9, ``9i`` as 9·I."""
+    - repeating decimals ``0.\\overline{3}`` / ``1.2\\overline{45}`` become fractions (latex2sympy
+      reads ``0.\\overline{3}`` as 0, which would match a wrong ``0``);
+    - scientific e-notation ``4e33`` / ``2.7778e-6`` becomes ``4\\times 10^{33}`` (math-verify reads
+      the ``e`` as Euler's number; 58 of Minerva's 272 golds are written this way); off with
+      ``OPTIONS["sci_notation"]`` (``reward.sci_notation: false``);
+    - a space between a digit and the imaginary unit (``6+9 i``) is dropped: ``9 i`` parses as the
+      symbol ``i`` times 9, ``9i`` as 9·I."""
     content = _TRAILING_DOT_RE.sub("", content)
     if "\\overline" in content:
         content = _REPEATING_RE.sub(_repeating_to_frac, content)
@@ -285,16 +290,16 @@ _parse_boxed_cached = lru_cache(maxsize=8192)(_parse_boxed_uncached)
 
 
 def _parse_boxed(content: str, units: bool = True) -> tuple:
-    """Parsed ``\\boxed{content}`` (``units``: with math-verify's unit stripping). Short answers are cached
-    per process: samples of one prompt often repeat an answer, and ANTLR's full-context prediction makes
-    intervals and sets cost ~10 ms each."""
+    """Parsed ``\\boxed{content}`` (``units``: with math-verify's unit stripping). Short answers are
+    cached per process: samples of one prompt often repeat an answer, and ANTLR's full-context
+    prediction makes intervals and sets cost ~10 ms each."""
     return _parse_boxed_cached(content, units) if len(content) <= 512 else _parse_boxed_uncached(content, units)
 
 
 def strips_gold_variable(content: str, gold: str) -> bool:
-    """Whether math-verify's unit stripping would drop a trailing word of ``content`` that the gold uses as a
-    variable (``\\frac{1}{m} t`` against ``\\frac{t}{m}``: the ``t`` is not tonnes). Then both sides are
-    parsed without unit stripping."""
+    """Whether math-verify's unit stripping would drop a trailing word of ``content`` that the gold
+    uses as a variable (``\\frac{1}{m} t`` against ``\\frac{t}{m}``: the ``t`` is not tonnes). Then
+    both sides are parsed without unit stripping."""
     # lazy: math-verify's LaTeX parser is slow to import
     from latex2sympy2_extended.math_normalization import units_regex
 
@@ -325,8 +330,8 @@ def _parse_gold(gold: str, units: bool = True) -> tuple:
 
     ``\\boxed{<gold>}`` first (the prediction's path); if that gives no sympy object, ``$<gold>$``
     with the default LaTeX config; else the normalised string alone (string equality only). Never
-    math-verify's plain-expression extraction on the raw gold: it would pick a stray number out of an
-    unparsable answer (``\\hbar\\omega(v+1/2)`` -> ``2``)."""
+    math-verify's plain-expression extraction on the raw gold: it would pick a stray number out of
+    an unparsable answer (``\\hbar\\omega(v+1/2)`` -> ``2``)."""
     parse, _, _, dollar_cfg, _ = _ensure_math_verify()
     g = _bare_gold(gold)
     parsed = _parse_boxed(g, units)
@@ -343,7 +348,8 @@ MAX_NESTING = 64  # nor one whose brackets nest deeper: ANTLR and sympy would sp
 
 
 def nesting_depth(text: str) -> int:
-    """Deepest nesting of ``{[(`` in ``text`` (escaped characters skipped; unbalanced closers ignored)."""
+    """Deepest nesting of ``{[(`` in ``text`` (escaped characters skipped; unbalanced closers
+    ignored)."""
     depth = best = 0
     i, n = 0, len(text)
     while i < n:
@@ -361,8 +367,9 @@ def nesting_depth(text: str) -> int:
 
 
 def grade_status(response: str, gold: str) -> tuple[float, str | None, str]:
-    """``(reward, extracted, status)``; status ``ok``, ``rejected`` (too long or too deeply nested to parse:
-    scored 0 before math-verify sees it), ``memory`` (the worker's address-space cap was hit) or ``error``."""
+    """``(reward, extracted, status)``; status ``ok``, ``rejected`` (too long or too deeply nested
+    to parse: scored 0 before math-verify sees it), ``memory`` (the worker's address-space cap was
+    hit) or ``error``."""
     extracted = None
     try:
         extracted = last_boxed(response)

@@ -1,29 +1,31 @@
 """Binary test-execution reward for code (``reward.name=code``, registry ``REWARDS``).
 
-A response scores 1.0 only when the program extracted from it passes **every** test of its problem, run in a
-separate supervised process per answer (:mod:`graft_cli.reward.sandbox`: fresh working directory, scrubbed environment,
-resource limits, process-group timeout, capped output, namespaces / Landlock / cgroup where the OS allows); else
-0.0. The seed's code reward is the same rule (verl ``prime_code`` with ``continuous=False``: 1 when all tests
-pass, else 0; opd_saf.md §4). The program of a response and the test spec of a gold:
-:mod:`graft_cli.reward.programs`; what runs them in the sandbox: :mod:`graft_cli.reward.harness`; a run's verdict
-and its statuses: :mod:`graft_cli.reward.verdicts`.
+A response scores 1.0 only when the program extracted from it passes **every** test of its problem,
+run in a separate supervised process per answer (:mod:`graft_cli.reward.sandbox`: fresh working
+directory, scrubbed environment, resource limits, process-group timeout, capped output, namespaces /
+Landlock / cgroup where the OS allows); else 0.0. The seed's code reward is the same rule (verl
+``prime_code`` with ``continuous=False``: 1 when all tests pass, else 0; opd_saf.md §4). The program
+of a response and the test spec of a gold: :mod:`graft_cli.reward.programs`; what runs them in the
+sandbox: :mod:`graft_cli.reward.harness`; a run's verdict and its statuses:
+:mod:`graft_cli.reward.verdicts`.
 
-``assert`` golds that carry a ``reference`` solution are **converted** to the call kind before grading
-(:meth:`CodeGrader.convert_golds`, graft_cli/reward/convert.py): the tests' calls of the entry point and the values
-each is compared with are recorded while the reference runs them, and each call gets the tests' own comparison
-rule (``==``, ``!=``, ``is``, ``in``, ``abs(a - b) < tol``, truthiness, EvalPlus's ``assertion``). The others
-(no reference, or tests that use the result otherwise, e.g. HumanEval/32's ``poly(xs, candidate(xs))``; counted
-per gold in :attr:`CodeGrader.test_kinds` as ``assert_fallback``) run their tests **beside** the answer
-(:meth:`graft_cli.reward.sandbox.Sandbox.run_pair`): the answer's process only loads the program and serves calls (the
-arguments in, each return value out as tagged plain data, an exception as its class name); the tests run in a
-second sandboxed process of their own (trusted view: numpy for EvalPlus's tests), with the prompt's helpers and
-the entry point bound to a stub that sends each call over and rebuilds the value it gets back as exact built-ins
-(a lying ``__eq__`` does not cross; a malformed reply or a lost answer fails the tests). Only the tests' process
-writes to the grader - a pass is its line with a random nonce its stdin alone carried, after the tests returned -
-and it is not dumpable, so the answer's process (same uid, where no namespace or Landlock domain separates them)
-cannot open its ``/proc`` files. A call's argument mutated by the answer is not seen by the tests (the converted
-kind does not see it either).
-"""
+``assert`` golds that carry a ``reference`` solution are **converted** to the call kind before
+grading (:meth:`CodeGrader.convert_golds`, graft_cli/reward/convert.py): the tests' calls of the
+entry point and the values each is compared with are recorded while the reference runs them, and
+each call gets the tests' own comparison rule (``==``, ``!=``, ``is``, ``in``, ``abs(a - b) < tol``,
+truthiness, EvalPlus's ``assertion``). The others (no reference, or tests that use the result
+otherwise, e.g. HumanEval/32's ``poly(xs, candidate(xs))``; counted per gold in
+:attr:`CodeGrader.test_kinds` as ``assert_fallback``) run their tests **beside** the answer
+(:meth:`graft_cli.reward.sandbox.Sandbox.run_pair`): the answer's process only loads the program and
+serves calls (the arguments in, each return value out as tagged plain data, an exception as its
+class name); the tests run in a second sandboxed process of their own (trusted view: numpy for
+EvalPlus's tests), with the prompt's helpers and the entry point bound to a stub that sends each
+call over and rebuilds the value it gets back as exact built-ins (a lying ``__eq__`` does not cross;
+a malformed reply or a lost answer fails the tests). Only the tests' process writes to the grader -
+a pass is its line with a random nonce its stdin alone carried, after the tests returned - and it is
+not dumpable, so the answer's process (same uid, where no namespace or Landlock domain separates
+them) cannot open its ``/proc`` files. A call's argument mutated by the answer is not seen by the
+tests (the converted kind does not see it either). """
 
 from __future__ import annotations
 
@@ -50,8 +52,8 @@ from graft_cli.reward.verdicts import result_message, verdict
 
 @functools.lru_cache(maxsize=256)
 def stdlib_only(tests: str) -> bool:
-    """Whether ``tests`` import nothing but the standard library (their process then starts without site-packages,
-    as an answer's does: faster)."""
+    """Whether ``tests`` import nothing but the standard library (their process then starts without
+    site-packages, as an answer's does: faster)."""
     try:
         tree = ast.parse(tests)
     except SyntaxError:
@@ -66,9 +68,10 @@ def stdlib_only(tests: str) -> bool:
 
 
 def _run(sandbox: Sandbox, spec: dict, program: str, nonce: str, record: tuple[str, list] | None = None):
-    """One sandboxed run: an answer of the io / call kinds alone under the answer interpreter (``-I -S``: the
-    standard library only); an assert-kind answer as the server of the tests, which run beside it in a process of
-    their own (:meth:`Sandbox.run_pair`); a reference solution's record run in the trusted view."""
+    """One sandboxed run: an answer of the io / call kinds alone under the answer interpreter (``-I
+    -S``: the standard library only); an assert-kind answer as the server of the tests, which run
+    beside it in a process of their own (:meth:`Sandbox.run_pair`); a reference solution's record
+    run in the trusted view."""
     data = payload(spec, program, nonce, sandbox.limits.output_bytes, record)
     answer = [sandbox.python, "-I", "-S", "-c", HARNESS, "{fd}"]
     trusted = [sys.executable, "-I", "-c", HARNESS, "{fd}"]
@@ -81,8 +84,8 @@ def _run(sandbox: Sandbox, spec: dict, program: str, nonce: str, record: tuple[s
 
 
 def grade_code(response: str, gold, sandbox: Sandbox) -> tuple[float, str | None, str, float, str]:
-    """``(reward, program, status, seconds, detail)`` of one response against a code gold, run in ``sandbox``.
-    Never raises for what the response does (a malformed gold raises ValueError)."""
+    """``(reward, program, status, seconds, detail)`` of one response against a code gold, run in
+    ``sandbox``. Never raises for what the response does (a malformed gold raises ValueError)."""
     spec = parse_spec(gold)
     program = extract_program(response, spec.get("prompt"))
     if program is None:
@@ -94,8 +97,9 @@ def grade_code(response: str, gold, sandbox: Sandbox) -> tuple[float, str | None
 
 
 def convert_spec(spec: dict, sandbox: Sandbox) -> tuple[dict | None, str]:
-    """An assert-kind spec as a call-kind one (graft_cli/reward/convert.py: its calls and expected values recorded
-    while its reference solution runs the rewritten tests in ``sandbox``), or ``(None, why not)``."""
+    """An assert-kind spec as a call-kind one (graft_cli/reward/convert.py: its calls and expected
+    values recorded while its reference solution runs the rewritten tests in ``sandbox``), or
+    ``(None, why not)``."""
     if spec["kind"] != "assert":
         return None, f"{spec['kind']} kind"
     if not spec.get("reference"):
@@ -140,9 +144,9 @@ def _sandbox_for(options: dict) -> Sandbox:
 
 
 def grade_item(response, gold, sb: Sandbox) -> tuple[float, str | None, str, float]:
-    """One pool item: ``response`` None asks for the conversion of ``gold`` (:func:`convert_spec`; its result,
-    the converted gold as JSON or why not, in the program field, status ``code_converted`` / ``code_assert``).
-    Never raises."""
+    """One pool item: ``response`` None asks for the conversion of ``gold`` (:func:`convert_spec`;
+    its result, the converted gold as JSON or why not, in the program field, status
+    ``code_converted`` / ``code_assert``). Never raises."""
     t0 = time.monotonic()
     try:
         if response is None:
@@ -158,7 +162,8 @@ def grade_item(response, gold, sb: Sandbox) -> tuple[float, str | None, str, flo
 
 
 def _own_state() -> tuple:
-    """What a sandboxed program could change about its supervisor from outside (prlimit, renice, affinity)."""
+    """What a sandboxed program could change about its supervisor from outside (prlimit, renice,
+    affinity)."""
     lims = tuple(resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_"))
     try:
         aff = tuple(sorted(os.sched_getaffinity(0)))
@@ -168,9 +173,10 @@ def _own_state() -> tuple:
 
 
 def code_worker_main(conn, options: dict | None = None) -> None:
-    """A code-grading worker (the math grader's protocol, :func:`graft_cli.reward.pool._worker_main`): ``("grade",
-    [(idx, response, gold), ...])`` -> ``("r", idx, reward, program, status, seconds)`` per item. A worker whose
-    own limits, priority or CPU affinity changed while it graded stops after that item (the pool replaces it)."""
+    """A code-grading worker (the math grader's protocol,
+    :func:`graft_cli.reward.pool._worker_main`): ``("grade", [(idx, response, gold), ...])`` ->
+    ``("r", idx, reward, program, status, seconds)`` per item. A worker whose own limits, priority
+    or CPU affinity changed while it graded stops after that item (the pool replaces it)."""
     options = dict(options or {}, worker=True)  # a worker process: it joins its slot's cgroup itself
     sb = _sandbox_for(options)
     state = _own_state()
@@ -194,11 +200,12 @@ def _extract_for(response: str, gold) -> str | None:
 
 
 class CodeGrader(MathVerifyGrader):
-    """Grades code responses (:func:`grade_code`) in worker processes, each with its own sandbox slot; the pool,
-    its ordering and its crash/stuck-worker handling are the math grader's. ``timeout_s`` is each answer's
-    wall-clock budget inside the sandbox (the whole test suite); the pool kills a worker only when it has not
-    answered ``timeout_s + 10`` s after taking an item (the sandbox's own kill and sweep failed). ``num_workers=0``
-    grades in the calling process (debugging; its sandbox is set up with ``preexec_fn``, unsafe with threads)."""
+    """Grades code responses (:func:`grade_code`) in worker processes, each with its own sandbox
+    slot; the pool, its ordering and its crash/stuck-worker handling are the math grader's.
+    ``timeout_s`` is each answer's wall-clock budget inside the sandbox (the whole test suite); the
+    pool kills a worker only when it has not answered ``timeout_s + 10`` s after taking an item (the
+    sandbox's own kill and sweep failed). ``num_workers=0`` grades in the calling process
+    (debugging; its sandbox is set up with ``preexec_fn``, unsafe with threads)."""
 
     worker_target = staticmethod(code_worker_main)
     preload = ("graft_cli.reward.code_grader",)
@@ -222,7 +229,8 @@ class CodeGrader(MathVerifyGrader):
         self._converted: dict = {}  # assert-kind gold -> the call-kind gold its answers are graded against
 
     def on_ready(self, msg: tuple) -> None:
-        """Keep the first worker's sandbox report; warn once about the protections asked for but refused here."""
+        """Keep the first worker's sandbox report; warn once about the protections asked for but
+        refused here."""
         if self.sandbox_features is not None or len(msg) < 3:
             return
         self.sandbox_features = dict(msg[2])
@@ -242,9 +250,10 @@ class CodeGrader(MathVerifyGrader):
         return _extract_for(response, gold)
 
     def convert_golds(self, golds: list) -> list:
-        """``golds`` with each assert-kind gold that has a reference solution and tests the call kind can express
-        replaced by its call-kind conversion (:func:`convert_spec`, run once per distinct gold in the workers and
-        kept for the grader's lifetime); :attr:`test_kinds` records each gold's kind and why."""
+        """``golds`` with each assert-kind gold that has a reference solution and tests the call
+        kind can express replaced by its call-kind conversion (:func:`convert_spec`, run once per
+        distinct gold in the workers and kept for the grader's lifetime); :attr:`test_kinds` records
+        each gold's kind and why."""
         todo = []
         for g in golds:
             if not isinstance(g, str) or g in self.test_kinds:
@@ -270,7 +279,8 @@ class CodeGrader(MathVerifyGrader):
         return [self._converted.get(g, g) if isinstance(g, str) else g for g in golds]
 
     def kind_counts(self, golds: list) -> dict:
-        """How many distinct golds of ``golds`` are of each test kind (:meth:`convert_golds` first)."""
+        """How many distinct golds of ``golds`` are of each test kind (:meth:`convert_golds`
+        first)."""
         self.convert_golds(golds)
         out = {"io": 0, "call": 0, "assert_converted": 0, "assert_fallback": 0}
         for g in dict.fromkeys(g for g in golds if isinstance(g, str)):
@@ -279,11 +289,12 @@ class CodeGrader(MathVerifyGrader):
         return out
 
     def grade(self, responses: list[str], golds: list[str]) -> Grades:
-        """Grade a batch (assert-kind golds converted first where they can be: :meth:`convert_golds`); with
-        ``dedupe`` (the default) each distinct (extracted program, gold) pair runs once and its verdict, status and
-        time are copied to the responses that carry the same program for the same problem (a group of 8 samples from
-        a small policy repeats its program often; a sandboxed run costs ~0.1 s). A response whose program cannot be
-        extracted is its own item, as without ``dedupe``."""
+        """Grade a batch (assert-kind golds converted first where they can be:
+        :meth:`convert_golds`); with ``dedupe`` (the default) each distinct (extracted program,
+        gold) pair runs once and its verdict, status and time are copied to the responses that carry
+        the same program for the same problem (a group of 8 samples from a small policy repeats its
+        program often; a sandboxed run costs ~0.1 s). A response whose program cannot be extracted
+        is its own item, as without ``dedupe``."""
         if len(responses) != len(golds):
             return super().grade(responses, golds)
         golds = self.convert_golds(list(golds))
@@ -327,9 +338,10 @@ class CodeGrader(MathVerifyGrader):
 @REWARDS.register("code")
 def make_code(num_workers: int = 2, timeout_s: float = 10.0, chunk_size: int = 4, memory_mb: int = 4096,
               code=None) -> CodeGrader:
-    """Binary test-execution reward for code (:class:`CodeGrader`): each answer runs sandboxed with ``timeout_s``
-    of wall clock and ``memory_mb`` MiB of address space (0: 4096). ``code.allow_root`` (``reward.code``): as
-    root, grade even where answers cannot get a uid of their own (else the first grading stops in one line)."""
+    """Binary test-execution reward for code (:class:`CodeGrader`): each answer runs sandboxed with
+    ``timeout_s`` of wall clock and ``memory_mb`` MiB of address space (0: 4096).
+    ``code.allow_root`` (``reward.code``): as root, grade even where answers cannot get a uid of
+    their own (else the first grading stops in one line)."""
     allow = bool(code.get("allow_root", False) if isinstance(code, dict) else getattr(code, "allow_root", False))
     return CodeGrader(num_workers=num_workers, timeout_s=timeout_s, chunk_size=min(int(chunk_size), 4),
                       memory_mb=memory_mb or 4096, allow_root=allow)

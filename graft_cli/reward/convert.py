@@ -1,56 +1,61 @@
-"""Assert-kind code tests turned into call-kind tests whose verdict is decided outside the untrusted process.
+"""Assert-kind code tests turned into call-kind tests whose verdict is decided outside the untrusted
+process.
 
-An ``assert`` spec (HumanEval / EvalPlus test code) is judged by running its tests in a process of their own that
-calls the answer's entry point over a pipe (:meth:`graft_cli.reward.sandbox.Sandbox.run_pair`): two sandboxed
-processes and a round trip per call. Most such tests, though, only call the entry point and compare what it returned
-with a value of their own: one run of the answer's process suffices. :func:`rewrite_tests` finds every call of the
-entry point in the test code (``f(...)``, and ``candidate(...)`` inside ``check``) and accepts the tests when each call
-sits in one of these places, giving the call a comparison rule:
+An ``assert`` spec (HumanEval / EvalPlus test code) is judged by running its tests in a process of
+their own that calls the answer's entry point over a pipe
+(:meth:`graft_cli.reward.sandbox.Sandbox.run_pair`): two sandboxed processes and a round trip per
+call. Most such tests, though, only call the entry point and compare what it returned with a value
+of their own: one run of the answer's process suffices. :func:`rewrite_tests` finds every call of
+the entry point in the test code (``f(...)``, and ``candidate(...)`` inside ``check``) and accepts
+the tests when each call sits in one of these places, giving the call a comparison rule:
 
 =========================================  ==========  ==================================================
 the call in the tests                      rule        passes when (``got``: the value returned)
-=========================================  ==========  ==================================================
-``assert f(x) == y`` / ``y == f(x)``       ``eq``      ``got == y``
-``assert f(x) != y``                       ``ne``      ``got != y``
-``assert f(x) is y`` / ``is not y``        ``is``      ``got is y`` (``None``, ``True``, ``False``)
-``assert f(x) in y`` / ``not in y``        ``in``      ``got in y``
-``assert abs(f(x) - y) < t`` (``<=``)      ``close``   ``abs(got - y) < t`` (``<=``)
-``assert f(x)`` / ``assert not f(x)``      ``truthy``  ``bool(got)`` is True / False
-``assertion(f(*inp), exp, atol)``          ``allclose``EvalPlus's ``assertion``: ``got == exp``, or within
-                                                       ``atol`` (1e-6 when ``atol`` is 0 and ``exp`` holds
-                                                       floats) element-wise
+=========================================  ==========
+================================================== ``assert f(x) == y`` / ``y == f(x)``       ``eq``
+``got == y`` ``assert f(x) != y``                       ``ne``      ``got != y`` ``assert f(x) is
+y`` / ``is not y``        ``is``      ``got is y`` (``None``, ``True``, ``False``) ``assert f(x) in
+y`` / ``not in y``        ``in``      ``got in y`` ``assert abs(f(x) - y) < t`` (``<=``)
+``close``   ``abs(got - y) < t`` (``<=``) ``assert f(x)`` / ``assert not f(x)``      ``truthy``
+``bool(got)`` is True / False ``assertion(f(*inp), exp, atol)``          ``allclose``EvalPlus's
+``assertion``: ``got == exp``, or within
+                                                       ``atol`` (1e-6 when ``atol`` is 0 and ``exp``
+                                                       holds floats) element-wise
 the same, set variant                      ``seteq``   ``set(got) == set(exp)`` (EvalPlus's
                                                        ``MBPP_OUTPUT_SET_EQ_TASKS``: order ignored)
 the same, not-None variant                 ``notnone`` ``got == exp`` when ``got`` is a bool, else
                                                        ``(got is not None) == exp`` (EvalPlus's
-                                                       ``MBPP_OUTPUT_NOT_NONE_TASKS``: regex matches)
+                                                       ``MBPP_OUTPUT_NOT_NONE_TASKS``: regex
+                                                       matches)
 =========================================  ==========  ==================================================
 
-EvalPlus's hub tests define ``assertion`` themselves, in one of the three variants of :data:`ASSERTIONS`; the
-rule is the variant's (any other definition leaves the problem in the assert kind). The not-None variant as the
-hub writes it asserts nothing; the rule is the one EvalPlus's own evaluator applies. A ``notnone`` call's result
-is reduced to a bool inside the sandbox (a regex match is not plain data).
+EvalPlus's hub tests define ``assertion`` themselves, in one of the three variants of
+:data:`ASSERTIONS`; the rule is the variant's (any other definition leaves the problem in the assert
+kind). The not-None variant as the hub writes it asserts nothing; the rule is the one EvalPlus's own
+evaluator applies. A ``notnone`` call's result is reduced to a bool inside the sandbox (a regex
+match is not plain data).
 
-and ``set``/``sorted``/``len``/``list``/``tuple``/``abs``/``round`` of the call (``assert sorted(f(x)) == y``)
-applied to ``got`` before the rule. Any other use of the entry point (its result stored in a variable, passed
-to a helper such as ``poly(xs, f(x))``, compared in a chain) leaves the problem in the assert kind.
+and ``set``/``sorted``/``len``/``list``/``tuple``/``abs``/``round`` of the call (``assert
+sorted(f(x)) == y``) applied to ``got`` before the rule. Any other use of the entry point (its
+result stored in a variable, passed to a helper such as ``poly(xs, f(x))``, compared in a chain)
+leaves the problem in the assert kind.
 
-The rewritten tests are then run once with the problem's **reference solution** in the sandbox (the harness's
-``record`` mode): each call's arguments, the reference's result and the test's own expected value (``y``,
-``t``, ``exp``, ``atol``) are recorded as plain data, as EvalPlus derives its expected outputs from the
-reference. The reference must pass its own tests and every recorded value must be plain data (below); else the
-problem stays assert-kind (its tests run in a process of their own beside the answer's:
-:func:`graft_cli.reward.code_grader._run`), counted as such.
+The rewritten tests are then run once with the problem's **reference solution** in the sandbox (the
+harness's ``record`` mode): each call's arguments, the reference's result and the test's own
+expected value (``y``, ``t``, ``exp``, ``atol``) are recorded as plain data, as EvalPlus derives its
+expected outputs from the reference. The reference must pass its own tests and every recorded value
+must be plain data (below); else the problem stays assert-kind (its tests run in a process of their
+own beside the answer's: :func:`graft_cli.reward.code_grader._run`), counted as such.
 
-**Plain data** crosses the sandbox boundary in a tagged JSON form with exact types: ``None``, ``bool``, ``int``,
-``float`` (non-finite as ``{"f": "nan"}``...), ``str`` and ``list`` as themselves (an ``int`` beyond
-:data:`INT_BITS` bits, past the decimal conversion limit of 4,300 digits, as ``{"i": hex}``: linear both ways),
-``{"t": [...]}`` a tuple, ``{"s": [...]}`` a set, ``{"fs": [...]}`` a frozenset, ``{"d": [[k, v], ...]}`` a dict
-(``collections.Counter``, ``OrderedDict`` and ``defaultdict`` too, read from the dict's own storage),
-``{"b": hex}`` bytes, ``{"c": [re, im]}`` a complex. Only objects whose type is exactly one of these are encoded
-(any other subclass, whose ``__eq__`` could lie, is refused). :func:`decode` rebuilds them here, in the trusted
-process, where the rules compare real built-in values.
-"""
+**Plain data** crosses the sandbox boundary in a tagged JSON form with exact types: ``None``,
+``bool``, ``int``, ``float`` (non-finite as ``{"f": "nan"}``...), ``str`` and ``list`` as themselves
+(an ``int`` beyond :data:`INT_BITS` bits, past the decimal conversion limit of 4,300 digits, as
+``{"i": hex}``: linear both ways), ``{"t": [...]}`` a tuple, ``{"s": [...]}`` a set, ``{"fs":
+[...]}`` a frozenset, ``{"d": [[k, v], ...]}`` a dict (``collections.Counter``, ``OrderedDict`` and
+``defaultdict`` too, read from the dict's own storage), ``{"b": hex}`` bytes, ``{"c": [re, im]}`` a
+complex. Only objects whose type is exactly one of these are encoded (any other subclass, whose
+``__eq__`` could lie, is refused). :func:`decode` rebuilds them here, in the trusted process, where
+the rules compare real built-in values. """
 
 from __future__ import annotations
 
@@ -116,7 +121,8 @@ def decode(x, depth: int = 0):
 
 
 def encode(x, depth: int = 0):
-    """The tagged JSON form of a plain built-in value (the trusted side's twin of the harness's encoder)."""
+    """The tagged JSON form of a plain built-in value (the trusted side's twin of the harness's
+    encoder)."""
     if depth > MAX_DEPTH:
         raise NotPlain("nested too deep")
     t = type(x)
@@ -142,7 +148,8 @@ def encode(x, depth: int = 0):
 
 
 def json_form(x):
-    """A decoded value as JSON would carry it (tuples -> lists, ...): what plain call-kind golds compare with."""
+    """A decoded value as JSON would carry it (tuples -> lists, ...): what plain call-kind golds
+    compare with."""
     t = type(x)
     if t in (list, tuple):
         return [json_form(v) for v in x]
@@ -163,7 +170,8 @@ def _floats(x) -> bool:
 
 
 def _allclose(got, exp, atol: float) -> bool:
-    """numpy.testing.assert_allclose(got, exp, atol=atol, rtol=1e-7) on plain values (EvalPlus's ``assertion``)."""
+    """numpy.testing.assert_allclose(got, exp, atol=atol, rtol=1e-7) on plain values (EvalPlus's
+    ``assertion``)."""
     if type(got) in (list, tuple) and type(exp) in (list, tuple):
         return len(got) == len(exp) and all(_allclose(a, b, atol) for a, b in zip(got, exp))
     if type(got) in (int, float, bool) and type(exp) in (int, float, bool):
@@ -174,7 +182,8 @@ def _allclose(got, exp, atol: float) -> bool:
 
 
 def passes(rule: dict, got) -> bool:
-    """Whether ``got`` (a decoded value) passes one recorded call's rule (module docstring's table)."""
+    """Whether ``got`` (a decoded value) passes one recorded call's rule (module docstring's
+    table)."""
     try:
         for name, *args in rule.get("transform", []):
             got = TRANSFORMS[name](got, *args)
@@ -217,7 +226,8 @@ _CMP = {ast.Eq: "eq", ast.NotEq: "ne", ast.Is: "is", ast.IsNot: "is", ast.In: "i
 
 
 def _site_call(node, names) -> tuple[ast.Call, list] | None:
-    """``node`` is a call of the entry point, possibly inside transforms: (the call, transforms outermost last)."""
+    """``node`` is a call of the entry point, possibly inside transforms: (the call, transforms
+    outermost last)."""
     chain = []
     while isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in TRANSFORMS \
             and node.args and not node.keywords and node.func.id not in names:
@@ -241,7 +251,8 @@ def _rec(site: int, call: ast.Call) -> ast.Call:
 
 
 def _wrap(chain: list, node):
-    """``node`` inside the transforms of ``chain`` again (innermost first), as the tests wrote it."""
+    """``node`` inside the transforms of ``chain`` again (innermost first), as the tests wrote
+    it."""
     for name, *extra in chain:
         node = ast.Call(ast.Name(name, ast.Load()), [node] + [ast.Constant(e) for e in extra], [])
     return node
@@ -251,7 +262,8 @@ def _exp(site: int, key: str, node) -> ast.Call:
     return ast.Call(ast.Name("__graft_exp__", ast.Load()), [ast.Constant(site), ast.Constant(key), node], [])
 
 
-# EvalPlus's ``assertion`` helpers as its hub tests define them -> the rule of a call checked with each
+# EvalPlus's ``assertion`` helpers as its hub tests define them -> the rule of a call checked with
+# each
 _STANDARD_MBPP = '''def assertion(out, exp, atol):
     if atol == 0 and is_floats(exp):
         atol = 1e-6
@@ -291,9 +303,9 @@ ASSERTIONS = {ast.dump(ast.parse(src).body[0]): rule for src, rule in (
 
 
 def assertion_rule(tree: ast.Module) -> str:
-    """The rule of ``assertion(f(*inp), exp, atol)`` calls: the variant of the tests' own top-level ``assertion``
-    (:data:`ASSERTIONS`; ``allclose`` when the tests do not define it); raises :class:`NotConvertible` for a
-    definition of another kind."""
+    """The rule of ``assertion(f(*inp), exp, atol)`` calls: the variant of the tests' own top-level
+    ``assertion`` (:data:`ASSERTIONS`; ``allclose`` when the tests do not define it); raises
+    :class:`NotConvertible` for a definition of another kind."""
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "assertion"]
     if not defs:
         return "allclose"
@@ -401,8 +413,9 @@ class _Rewriter(ast.NodeTransformer):
 
 
 def rewrite_tests(tests: str, entry_point: str) -> tuple[str, list[dict]]:
-    """The tests with each call of the entry point recorded (``__graft_rec__``) and each expected value recorded
-    (``__graft_exp__``), and the rule of each call site; raises :class:`NotConvertible`."""
+    """The tests with each call of the entry point recorded (``__graft_rec__``) and each expected
+    value recorded (``__graft_exp__``), and the rule of each call site; raises
+    :class:`NotConvertible`."""
     if not entry_point:
         raise NotConvertible("no entry point")
     try:
@@ -418,10 +431,11 @@ def rewrite_tests(tests: str, entry_point: str) -> tuple[str, list[dict]]:
 
 
 def calls_from_records(records: list, sites: list[dict]) -> tuple[list, list[dict]]:
-    """``(inputs, rules)`` of a converted spec from the record run's events (``[site, args, kwargs, result]``
-    calls and ``[site, key, value]`` expected values, all tagged). Raises :class:`NotConvertible` when a call
-    site's expected value is missing, or when the reference's own recorded result does not pass its call's rule
-    (the rule would not reproduce the tests' verdict)."""
+    """``(inputs, rules)`` of a converted spec from the record run's events (``[site, args, kwargs,
+    result]`` calls and ``[site, key, value]`` expected values, all tagged). Raises
+    :class:`NotConvertible` when a call site's expected value is missing, or when the reference's
+    own recorded result does not pass its call's rule (the rule would not reproduce the tests'
+    verdict)."""
     inputs, rules, results, waiting, last = [], [], [], {}, {}
     for ev in records:
         if len(ev) == 4:

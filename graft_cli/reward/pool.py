@@ -1,16 +1,17 @@
-"""Grading in worker processes with a hard timeout per answer: the math-verify grader (:class:`MathVerifyGrader`, the
-reward ``math_verify`` of :data:`graft_cli.reward.REWARDS`), its pool (which the code grader reuses) and the
-:class:`Grades` every grader returns.
+"""Grading in worker processes with a hard timeout per answer: the math-verify grader
+(:class:`MathVerifyGrader`, the reward ``math_verify`` of :data:`graft_cli.reward.REWARDS`), its
+pool (which the code grader reuses) and the :class:`Grades` every grader returns.
 
 The rule and its math-verify usage are :mod:`graft_cli.reward.answers`
-(:func:`~graft_cli.reward.answers.grade_status`); this module runs it where a stuck answer cannot stop training.
+(:func:`~graft_cli.reward.answers.grade_status`); this module runs it where a stuck answer cannot
+stop training.
 
-Hard timeout: some answers never finish. ``\\boxed{10^{10^{10^{10}}}}`` makes sympy's ``doit`` inside
-``verify`` evaluate ``10**(10**10)`` in C, where not even math-verify's ``signal.alarm`` could interrupt
-it. :class:`MathVerifyGrader` therefore grades in worker processes (``forkserver``: forked from a clean
-server that preloaded math-verify, so a killed worker is replaced in ~0.2 s; never plain ``fork``,
-since the trainer holds torch threads) and kills a worker that overruns ``timeout_s`` on an item.
-"""
+Hard timeout: some answers never finish. ``\\boxed{10^{10^{10^{10}}}}`` makes sympy's ``doit``
+inside ``verify`` evaluate ``10**(10**10)`` in C, where not even math-verify's ``signal.alarm``
+could interrupt it. :class:`MathVerifyGrader` therefore grades in worker processes (``forkserver``:
+forked from a clean server that preloaded math-verify, so a killed worker is replaced in ~0.2 s;
+never plain ``fork``, since the trainer holds torch threads) and kills a worker that overruns
+``timeout_s`` on an item. """
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ from graft_cli.reward.answers import OPTIONS, _ensure_math_verify, grade_one, gr
 
 
 def _cap_memory(memory_mb: int) -> None:
-    """An address-space limit for this worker (``RLIMIT_AS``): an answer that needs more raises MemoryError
-    inside sympy and scores 0 (status ``memory``) instead of taking the machine's memory."""
+    """An address-space limit for this worker (``RLIMIT_AS``): an answer that needs more raises
+    MemoryError inside sympy and scores 0 (status ``memory``) instead of taking the machine's
+    memory."""
     if memory_mb and memory_mb > 0:
         cap = int(memory_mb) * 2**20
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -52,9 +54,10 @@ def _vm_peak() -> int:
 
 
 def _worker_main(conn, options: dict | None = None) -> None:
-    """Worker loop: ``("grade", [(idx, response, gold), ...])`` -> one ``("r", idx, reward, extracted, status)``
-    message per item, sent as soon as the item is done (the parent times each item from the previous
-    answer). ``("stop",)`` or a closed pipe ends the loop. ``options``: ``sci_notation``, ``memory_mb``."""
+    """Worker loop: ``("grade", [(idx, response, gold), ...])`` -> one ``("r", idx, reward,
+    extracted, status)`` message per item, sent as soon as the item is done (the parent times each
+    item from the previous answer). ``("stop",)`` or a closed pipe ends the loop. ``options``:
+    ``sci_notation``, ``memory_mb``."""
     options = dict(options or {})
     OPTIONS["sci_notation"] = bool(options.get("sci_notation", True))
     _ensure_math_verify()
@@ -66,16 +69,17 @@ def _worker_main(conn, options: dict | None = None) -> None:
     def answer(idx, response, gold):
         reward, extracted, status = grade_status(response, gold)
         near_cap = cap > 0 and _vm_peak() >= 0.9 * cap
-        # math-verify swallows the MemoryError: the peak tells; a fresh worker takes over (stop after this item)
+        # math-verify swallows the MemoryError: the peak tells; a fresh worker takes over (stop
+        # after this item)
         return ("r", idx, 0.0 if near_cap else reward, extracted, "memory" if near_cap else status), near_cap
 
     serve(conn, answer)
 
 
 def serve(conn, answer) -> None:
-    """A grading worker's loop: each ``("grade", [(idx, response, gold), ...])`` message -> one message per item,
-    ``answer(idx, response, gold)`` giving it and whether the worker stops after it; ``("stop",)`` or a closed
-    pipe ends the loop."""
+    """A grading worker's loop: each ``("grade", [(idx, response, gold), ...])`` message -> one
+    message per item, ``answer(idx, response, gold)`` giving it and whether the worker stops after
+    it; ``("stop",)`` or a closed pipe ends the loop."""
     while True:
         try:
             msg = conn.recv()
@@ -123,8 +127,9 @@ class Grades:
         return len(self.rewards)
 
     def counts(self) -> dict:
-        """``reward/<status>`` counts of the responses that did not grade normally (metrics rows); a grader that
-        times its answers (code) adds its ``reward/code_*`` counts and the mean / max seconds per answer."""
+        """``reward/<status>`` counts of the responses that did not grade normally (metrics rows); a
+        grader that times its answers (code) adds its ``reward/code_*`` counts and the mean / max
+        seconds per answer."""
         st = self.status or ["timeout" if t else "ok" for t in self.timed_out]
         out = {v: sum(1 for x in st if x == k) for k, v in STATUS_METRICS.items()}
         if self.seconds is not None:
@@ -179,10 +184,11 @@ class MathVerifyGrader:
     are reused across calls; their start-up does not count against ``timeout_s``. One grader serves
     one thread at a time. ``num_timeouts`` / ``num_restarts`` count over the grader's lifetime.
 
-    A subclass grades something else with the same pool (graft_cli/reward/code_grader.py): ``worker_target`` (the
-    worker loop; a worker ``i`` gets the grader's options plus ``slot: i``; an answer message may carry its seconds
-    as a 6th element), ``preload`` (the forkserver's modules), :meth:`extract` (what a timed-out or crashed item
-    reports as extracted) and :meth:`grade_inline` (the ``num_workers=0`` path)."""
+    A subclass grades something else with the same pool (graft_cli/reward/code_grader.py):
+    ``worker_target`` (the worker loop; a worker ``i`` gets the grader's options plus ``slot: i``;
+    an answer message may carry its seconds as a 6th element), ``preload`` (the forkserver's
+    modules), :meth:`extract` (what a timed-out or crashed item reports as extracted) and
+    :meth:`grade_inline` (the ``num_workers=0`` path)."""
 
     worker_target = staticmethod(_worker_main)
     preload = ("graft_cli.reward.pool", "math_verify", "latex2sympy2_extended")
@@ -192,7 +198,8 @@ class MathVerifyGrader:
         return last_boxed(response)
 
     def on_ready(self, msg: tuple) -> None:
-        """A worker's ``("ready", pid, ...)`` message (a subclass reads what its workers report there)."""
+        """A worker's ``("ready", pid, ...)`` message (a subclass reads what its workers report
+        there)."""
 
     def grade_inline(self, response: str, gold):
         """``(reward, extracted, status, seconds or None)`` of one item in the calling process."""
@@ -232,8 +239,8 @@ class MathVerifyGrader:
                 self._workers[i] = self._new_worker(i)
 
     def start(self, wait: bool = True) -> MathVerifyGrader:
-        """Start the workers now (otherwise the first :meth:`grade` does) and, with ``wait``, block until
-        all of them are ready, e.g. to overlap their start-up with model loading."""
+        """Start the workers now (otherwise the first :meth:`grade` does) and, with ``wait``, block
+        until all of them are ready, e.g. to overlap their start-up with model loading."""
         if self.num_workers == 0:
             return self
         self._start_workers()
@@ -317,7 +324,8 @@ class MathVerifyGrader:
             raise
 
     def _dispatch(self, queue: deque, responses, golds, now: float) -> None:
-        """The next chunk of ``queue`` to each ready worker that holds none (a send that fails puts it back)."""
+        """The next chunk of ``queue`` to each ready worker that holds none (a send that fails puts
+        it back)."""
         for w in self._workers:
             if w.ready and not w.current and queue:
                 chunk = queue.popleft()
@@ -330,9 +338,9 @@ class MathVerifyGrader:
                 w.last = now
 
     def _on_crash(self, i: int, queue: deque, retried: set, score_zero) -> None:
-        """Worker ``i`` died: the item it held is regraded once on a fresh worker, then scored 0 (``score_zero``,
-        e.g. the OOM killer each time); the rest of its chunk goes back to the front of ``queue``. Dying before it
-        was ready counts towards the start-up failures."""
+        """Worker ``i`` died: the item it held is regraded once on a fresh worker, then scored 0
+        (``score_zero``, e.g. the OOM killer each time); the rest of its chunk goes back to the
+        front of ``queue``. Dying before it was ready counts towards the start-up failures."""
         w = self._workers[i]
         if w.current:
             idx = w.current.popleft()

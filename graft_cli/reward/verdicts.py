@@ -1,12 +1,12 @@
-"""The verdict of one sandboxed run of a code answer (:func:`verdict`): the harness's one result line, read and
-compared with the test spec here, in the trusted process.
+"""The verdict of one sandboxed run of a code answer (:func:`verdict`): the harness's one result
+line, read and compared with the test spec here, in the trusted process.
 
-Statuses (``Grades.status``; counted in metrics as ``reward/code_*``): ``ok`` (ran: passed, or a test failed),
-``code_error`` (a Python exception: syntax error, runtime error, memory error; a malformed result or reply),
-``code_timeout`` (wall clock or CPU limit), ``code_crash`` (ended without a verdict: killed by a signal or limit,
-exited before its tests, output over the cap; the answer's process of the assert kind lost), ``code_no_program``.
-The per-answer wall time is in ``Grades.seconds`` (metrics ``reward/code_time_mean_s`` / ``_max_s``).
-"""
+Statuses (``Grades.status``; counted in metrics as ``reward/code_*``): ``ok`` (ran: passed, or a
+test failed), ``code_error`` (a Python exception: syntax error, runtime error, memory error; a
+malformed result or reply), ``code_timeout`` (wall clock or CPU limit), ``code_crash`` (ended
+without a verdict: killed by a signal or limit, exited before its tests, output over the cap; the
+answer's process of the assert kind lost), ``code_no_program``. The per-answer wall time is in
+``Grades.seconds`` (metrics ``reward/code_time_mean_s`` / ``_max_s``). """
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def _num(tok: str):
 
 
 def same_output(got: str, want: str, tol: float = 1e-6) -> bool:
-    """stdin/stdout tests: equal whitespace-separated tokens; numeric tokens equal within ``tol`` (absolute, or
-    relative to the expected value when it is larger than 1)."""
+    """stdin/stdout tests: equal whitespace-separated tokens; numeric tokens equal within ``tol``
+    (absolute, or relative to the expected value when it is larger than 1)."""
     a, b = got.split(), want.split()
     if a == b:
         return True
@@ -42,15 +42,16 @@ def same_output(got: str, want: str, tol: float = 1e-6) -> bool:
 
 
 def same_value(got, want) -> bool:
-    """Call tests: the JSON-decoded return value equals the expected one (or its only element: APPS's rule)."""
+    """Call tests: the JSON-decoded return value equals the expected one (or its only element:
+    APPS's rule)."""
     if got == want:
         return True
     return isinstance(want, list) and len(want) == 1 and got == want[0]
 
 
 def result_message(run) -> dict | None:
-    """The harness's one result line (None: it wrote none); raises ValueError on anything else: several lines,
-    not JSON (nested too deep included), not an object."""
+    """The harness's one result line (None: it wrote none); raises ValueError on anything else:
+    several lines, not JSON (nested too deep included), not an object."""
     lines = [x for x in run.result.split(b"\n") if x.strip()]
     if not lines:
         return None
@@ -66,8 +67,8 @@ def result_message(run) -> dict | None:
 
 
 def verdict(spec: dict, run, nonce: str) -> tuple[float, str, str]:
-    """``(reward, status, detail)`` of one sandbox run (module docstring: statuses). Anything the run wrote that is
-    not one well-formed result line is ``code_error``; this never raises."""
+    """``(reward, status, detail)`` of one sandbox run (module docstring: statuses). Anything the
+    run wrote that is not one well-formed result line is ``code_error``; this never raises."""
     if run.timed_out:
         return 0.0, "code_timeout", "wall-clock timeout"
     if run.output_capped:

@@ -1,4 +1,5 @@
-"""Rollout engines. Importing this package registers the built-in ones (``hf``, ``tandem``; ``vllm`` when installed)."""
+"""Rollout engines. Importing this package registers the built-in ones (``hf``, ``tandem``; ``vllm``
+when installed)."""
 
 from graft_cli.rollout import hf, tandem, vllm_server  # noqa: F401  (register "hf", "tandem", "vllm_server")
 from graft_cli.rollout.engine import ENGINES, RolloutEngine, SamplingParams, solo_engine  # noqa: F401  (the API)

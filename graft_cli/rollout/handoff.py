@@ -1,28 +1,29 @@
-"""Who writes the next token of a co-generated (tandem) response: handoff schedules as pure tensor functions
-(registry ``HANDOFFS``, ``rollout.engine_kwargs.schedule``; tandem.md §2.2, §2.10.4, §2.11).
+"""Who writes the next token of a co-generated (tandem) response: handoff schedules as pure tensor
+functions (registry ``HANDOFFS``, ``rollout.engine_kwargs.schedule``; tandem.md §2.2, §2.10.4,
+§2.11).
 
-Every sequence of a batch carries a :class:`HandoffState`: ``senior`` (bool: the senior writes the next token),
-``since`` (tokens since the last redraw), ``draws`` (how many uniform draws the sequence has used) and
-``count`` (boundary tokens seen). A schedule is ``fn(state, tok, ctx) -> state``: called once after each
-emitted token ``tok`` (whichever model emitted it), it gives the author of the following token. All
-sequences move at once: no Python loop over sequences.
+Every sequence of a batch carries a :class:`HandoffState`: ``senior`` (bool: the senior writes the
+next token), ``since`` (tokens since the last redraw), ``draws`` (how many uniform draws the
+sequence has used) and ``count`` (boundary tokens seen). A schedule is ``fn(state, tok, ctx) ->
+state``: called once after each emitted token ``tok`` (whichever model emitted it), it gives the
+author of the following token. All sequences move at once: no Python loop over sequences.
 
-Randomness: each sequence has its own row of uniform draws ``ctx.uniforms[b, :]``, made up front from a
-generator seeded by (sampling seed, row) (:func:`row_uniforms`); redraw ``k`` of sequence ``b`` reads
-``uniforms[b, k]``. The draws therefore depend on the seed and the row only, never on the other rows or the
-batch size, and a resumed run redraws exactly what the uninterrupted one did.
+Randomness: each sequence has its own row of uniform draws ``ctx.uniforms[b, :]``, made up front
+from a generator seeded by (sampling seed, row) (:func:`row_uniforms`); redraw ``k`` of sequence
+``b`` reads ``uniforms[b, k]``. The draws therefore depend on the seed and the row only, never on
+the other rows or the batch size, and a resumed run redraws exactly what the uninterrupted one did.
 
-- ``word`` (the paper's default): ``senior ~ Bernoulli(p)`` at the start; after each token,
-  ``since += 1`` and, if ``tok ∈ B`` (a token that opens a word: its string starts with the tokenizer's
+- ``word`` (the paper's default): ``senior ~ Bernoulli(p)`` at the start; after each token, ``since
+  += 1`` and, if ``tok ∈ B`` (a token that opens a word: its string starts with the tokenizer's
   leading-space marker, :func:`word_boundary_ids`) or ``since >= max_gap_tokens`` (32), a redraw
-  ``senior ~ Bernoulli(p)`` and ``since = 0``. A redraw may keep the author; the redraw comes *after* the
-  word-opening token, so the new author may continue that word.
+  ``senior ~ Bernoulli(p)`` and ``since = 0``. A redraw may keep the author; the redraw comes
+  *after* the word-opening token, so the new author may continue that word.
 - ``bernoulli``: a redraw after every token (per-token Bernoulli(p)).
 - ``alternating``: the senior writes first, the author toggles after every token.
-- ``sentence``: the senior writes first, the author toggles after every token that ends a reasoning step
-  (its string ends with ``delimiter``, default ``"\\n\\n"``; :func:`suffix_boundary_ids`): the senior writes
-  while the count of boundary tokens so far is even (the vLLM fork's ``sentence`` strategy; the handoff
-  evaluation's strict alternation).
+- ``sentence``: the senior writes first, the author toggles after every token that ends a reasoning
+  step (its string ends with ``delimiter``, default ``"\\n\\n"``; :func:`suffix_boundary_ids`): the
+  senior writes while the count of boundary tokens so far is even (the vLLM fork's ``sentence``
+  strategy; the handoff evaluation's strict alternation).
 - ``chunk``: the senior writes first, the author toggles every ``chunk_size`` tokens.
 """
 
@@ -36,8 +37,9 @@ from graft_cli.registry import Registry
 
 @dataclass(frozen=True)
 class ScheduleSpec:
-    """A handoff schedule's shape: ``random_start``, the first author is a Bernoulli(p) draw (else the senior);
-    ``boundary``, the boundary set it reads (``word`` openings, ``suffix`` = step ends, None)."""
+    """A handoff schedule's shape: ``random_start``, the first author is a Bernoulli(p) draw (else
+    the senior); ``boundary``, the boundary set it reads (``word`` openings, ``suffix`` = step ends,
+    None)."""
 
     random_start: bool = False
     boundary: str | None = None
@@ -65,7 +67,8 @@ class HandoffContext:
 
 
 def row_uniforms(seed: int, rows: list[int], num: int, device="cpu") -> torch.Tensor:
-    """``(len(rows), num)`` uniforms; row ``r``'s come from a generator seeded by ``(seed, r)`` only."""
+    """``(len(rows), num)`` uniforms; row ``r``'s come from a generator seeded by ``(seed, r)``
+    only."""
     out = torch.empty((len(rows), num), dtype=torch.float64)
     for i, r in enumerate(rows):
         g = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(r) * 7_919 + 99_991) % (2**63 - 1))
@@ -83,8 +86,8 @@ def _draw(state: HandoffState, ctx: HandoffContext, where: torch.Tensor) -> Hand
 
 
 def initial_state(schedule: str, ctx: HandoffContext, batch: int, device="cpu") -> HandoffState:
-    """The author of each sequence's first token: a Bernoulli(p) draw for the random schedules, the senior for
-    the deterministic ones (``alternating``, ``sentence``, ``chunk``)."""
+    """The author of each sequence's first token: a Bernoulli(p) draw for the random schedules, the
+    senior for the deterministic ones (``alternating``, ``sentence``, ``chunk``)."""
     z = torch.zeros(batch, dtype=torch.long, device=device)
     st = HandoffState(torch.ones(batch, dtype=torch.bool, device=device), z, z.clone(), z.clone())
     if HANDOFFS.spec(schedule).random_start:
@@ -134,17 +137,18 @@ def chunk_handoff(state: HandoffState, tok: torch.Tensor, ctx: HandoffContext) -
 
 # ------------------------------------------------------------------------------------ boundary sets
 def token_strings(tokenizer) -> list[str]:
-    """Each id's surface string as the vocabulary stores it (``convert_ids_to_tokens``; '' for unknown ids)."""
+    """Each id's surface string as the vocabulary stores it (``convert_ids_to_tokens``; '' for
+    unknown ids)."""
     n = max(len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
     toks = tokenizer.convert_ids_to_tokens(list(range(n)))
     return [t if isinstance(t, str) else "" for t in toks]
 
 
 def word_boundary_ids(tokenizer) -> torch.Tensor:
-    """B of the ``word`` schedule: the ids whose vocabulary string starts with a leading-space marker
-    (``Ġ`` for byte-level BPE, ``▁`` for SentencePiece; on Qwen3 53,021 of ~151k ids), or, for a tokenizer
-    with neither (a character vocabulary), whose decoded string starts with a space. Special tokens are never
-    boundaries. Computed once per engine from the vocabulary."""
+    """B of the ``word`` schedule: the ids whose vocabulary string starts with a leading-space
+    marker (``Ġ`` for byte-level BPE, ``▁`` for SentencePiece; on Qwen3 53,021 of ~151k ids), or,
+    for a tokenizer with neither (a character vocabulary), whose decoded string starts with a space.
+    Special tokens are never boundaries. Computed once per engine from the vocabulary."""
     strings = token_strings(tokenizer)
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     marked = [i for i, s in enumerate(strings) if s[:1] in LEADING_SPACE_MARKERS]

@@ -1,44 +1,48 @@
 """The transformers rollout engine: batched sampling with a KV cache and left padding.
 
 A hand-written decode loop rather than ``model.generate`` so that (a) sampling is driven by a seeded
-``torch.Generator`` (the global RNG is untouched), and (b) only the sampled token's log-probability of
-the *processed* distribution (logits / T, then top-k, then top-p, in transformers' and vLLM's order) is
-kept, never a B x T x V score tensor.
-Responses that emit EOS stop there (the EOS id is kept in ``response_ids``); the rest are marked
-``truncated`` at ``max_new_tokens``. Prompts are processed in micro-batches of ``max_batch`` sequences.
+``torch.Generator`` (the global RNG is untouched), and (b) only the sampled token's log-probability
+of the *processed* distribution (logits / T, then top-k, then top-p, in transformers' and vLLM's
+order) is kept, never a B x T x V score tensor. Responses that emit EOS stop there (the EOS id is
+kept in ``response_ids``); the rest are marked ``truncated`` at ``max_new_tokens``. Prompts are
+processed in micro-batches of ``max_batch`` sequences.
 
-Fast path (``rollout.engine_kwargs``; ``auto`` = on when the model is on CUDA, so the CPU path is unchanged):
-``cache: static`` preallocates a ``StaticCache`` whose length is rounded up to ``cache_bucket`` tokens and
-feeds a fixed-length attention mask, so every decode step has the same shapes; ``compile: true`` then runs
-the one-token decode step through ``torch.compile`` (``compile_mode``, default ``reduce-overhead`` = CUDA
-graphs). Sampling, log-probs and stopping are the same code either way. If the fast path fails on first
-use it is switched off with a warning and the batch is redone on the dynamic-cache path.
+Fast path (``rollout.engine_kwargs``; ``auto`` = on when the model is on CUDA, so the CPU path is
+unchanged): ``cache: static`` preallocates a ``StaticCache`` whose length is rounded up to
+``cache_bucket`` tokens and feeds a fixed-length attention mask, so every decode step has the same
+shapes; ``compile: true`` then runs the one-token decode step through ``torch.compile``
+(``compile_mode``, default ``reduce-overhead`` = CUDA graphs). Sampling, log-probs and stopping are
+the same code either way. If the fast path fails on first use it is switched off with a warning and
+the batch is redone on the dynamic-cache path.
 
-Under FSDP (data-parallel training, train/dist.py) every rank must run the same number of forward passes:
-the decode loop then stops only when all ranks' rows are done.
+Under FSDP (data-parallel training, train/dist.py) every rank must run the same number of forward
+passes: the decode loop then stops only when all ranks' rows are done.
 
-Three speed options (``rollout.engine_kwargs``), on by default where they change float summation order only
-(``auto``: on with the dynamic cache, i.e. the CPU path; the static-cache CUDA path keeps its fixed shapes):
+Three speed options (``rollout.engine_kwargs``), on by default where they change float summation
+order only (``auto``: on with the dynamic cache, i.e. the CPU path; the static-cache CUDA path keeps
+its fixed shapes):
 
-* ``rng: per_row`` (the default; ``rng`` is the layout of the engine's random streams): each response row draws
-  from its own stream, uniforms u_{r,t} from a generator seeded with (seed, r) where r is the row's index in the
-  prompt-major flat list, and takes the token by inverse CDF, o_t = min{v : Σ_{w ≤ v} p(w) > u_{r,t} Σ_w p(w)}.
-  A row's samples then depend on its own logits only, not on which other rows share its batch (``max_batch`` no
-  longer changes the samples either).
+* ``rng: per_row`` (the default; ``rng`` is the layout of the engine's random streams): each
+  response row draws from its own stream, uniforms u_{r,t} from a generator seeded with (seed, r)
+  where r is the row's index in the prompt-major flat list, and takes the token by inverse CDF, o_t
+  = min{v : Σ_{w ≤ v} p(w) > u_{r,t} Σ_w p(w)}. A row's samples then depend on its own logits only,
+  not on which other rows share its batch (``max_batch`` no longer changes the samples either).
   ``rng: batch`` is one ``torch.multinomial`` stream over the batch.
-* ``compact`` (``auto`` = on with per-row streams and the dynamic cache; needs both): rows that ended on EOS
-  leave the decode batch (their KV cache rows, mask and positions are dropped) once a quarter of the live rows
-  have ended, so the remaining steps cost only what the unfinished rows need. With per-row streams the samples
-  are those of the uncompacted loop up to float summation order (tested).
-* ``share_prompts`` (``auto`` = on with the dynamic cache): the rows of one prompt (its ``n`` samples) share one
-  prefill. The batch's distinct prompts run once and their KV cache, mask and positions are indexed out to the
-  rows, so prefill costs ``distinct prompts x prompt length`` instead of ``rows x prompt length`` (float order
-  only: the rows' first logits are the distinct prompt's; tested).
+* ``compact`` (``auto`` = on with per-row streams and the dynamic cache; needs both): rows that
+  ended on EOS leave the decode batch (their KV cache rows, mask and positions are dropped) once a
+  quarter of the live rows have ended, so the remaining steps cost only what the unfinished rows
+  need. With per-row streams the samples are those of the uncompacted loop up to float summation
+  order (tested).
+* ``share_prompts`` (``auto`` = on with the dynamic cache): the rows of one prompt (its ``n``
+  samples) share one prefill. The batch's distinct prompts run once and their KV cache, mask and
+  positions are indexed out to the rows, so prefill costs ``distinct prompts x prompt length``
+  instead of ``rows x prompt length`` (float order only: the rows' first logits are the distinct
+  prompt's; tested).
 
-Two more options, off by default: ``ignore_eos: true`` (vLLM's name) runs every row to ``max_new_tokens`` (the
-benchmarks' equal-work mode), and ``autocast: bfloat16`` runs prefill and decode under ``torch.autocast``
-(sampling stays fp32; ``algo.old_logprobs: auto`` then recomputes with the trainer).
-"""
+Two more options, off by default: ``ignore_eos: true`` (vLLM's name) runs every row to
+``max_new_tokens`` (the benchmarks' equal-work mode), and ``autocast: bfloat16`` runs prefill and
+decode under ``torch.autocast`` (sampling stays fp32; ``algo.old_logprobs: auto`` then recomputes
+with the trainer). """
 
 from __future__ import annotations
 
@@ -64,8 +68,9 @@ from graft_cli.rollout.engine import ENGINES, RolloutEngine, SamplingParams
 
 
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
-    """Keep the ``top_k`` largest logits of each row (ties with the k-th kept, as transformers' TopKLogitsWarper
-    and vLLM's top-k mask); the rest get -inf. ``top_k`` <= 0 or >= the vocabulary: unchanged."""
+    """Keep the ``top_k`` largest logits of each row (ties with the k-th kept, as transformers'
+    TopKLogitsWarper and vLLM's top-k mask); the rest get -inf. ``top_k`` <= 0 or >= the vocabulary:
+    unchanged."""
     if top_k <= 0 or top_k >= logits.shape[-1]:
         return logits
     kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
@@ -73,8 +78,8 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
 
 
 def processed_logprobs(logits: torch.Tensor, p: SamplingParams) -> torch.Tensor:
-    """log softmax(top_p(top_k(logits / T))): the distribution a token is drawn from (top-p over the top-k
-    tokens renormalised)."""
+    """log softmax(top_p(top_k(logits / T))): the distribution a token is drawn from (top-p over the
+    top-k tokens renormalised)."""
     return torch.log_softmax(top_p_filter(top_k_filter(logits / p.temperature, p.top_k), p.top_p), -1)
 
 
@@ -107,8 +112,9 @@ def eos_ids_of(tokenizer, model=None) -> list[int]:
 
 @ENGINES.register("hf")
 class HFEngine(RolloutEngine):
-    # its log-probs are the policy's own, of the distribution the trainer scores (logits / T, same weights, same
-    # forward): algo.old_logprobs=auto keeps them when the run is fp32, single-epoch and top-p 1 (config.py)
+    # its log-probs are the policy's own, of the distribution the trainer scores (logits / T, same
+    # weights, same forward): algo.old_logprobs=auto keeps them when the run is fp32, single-epoch
+    # and top-p 1 (config.py)
     exact_logprobs = True
     own_weights = True  # built over a rollout replica at run.staleness >= 1 (train/policies.py)
     options = {"cache": "auto", "compile": "auto", "compile_mode": "reduce-overhead", "cache_bucket": 256,
@@ -145,8 +151,8 @@ class HFEngine(RolloutEngine):
 
     @classmethod
     def check_options(cls, opts: dict) -> None:
-        """``ValueError("rollout.engine_kwargs.<key>: <why>")`` for options that cannot work together (config
-        validation runs it before anything is loaded or written)."""
+        """``ValueError("rollout.engine_kwargs.<key>: <why>")`` for options that cannot work
+        together (config validation runs it before anything is loaded or written)."""
         cache, rng, compact, share_prompts, autocast = (opts[k] for k in ("cache", "rng", "compact",
                                                                           "share_prompts", "autocast"))
         if autocast not in AUTOCAST:
@@ -170,7 +176,8 @@ class HFEngine(RolloutEngine):
 
     @torch.no_grad()
     def score(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[list[float]]:
-        """The responses' log-probs from the forward this engine samples with (its model, its autocast)."""
+        """The responses' log-probs from the forward this engine samples with (its model, its
+        autocast)."""
         was = self.model.training
         self.model.eval()
         try:
@@ -184,7 +191,8 @@ class HFEngine(RolloutEngine):
                                                                                                   response_ids))]
 
     def _lockstep(self) -> bool:
-        """FSDP-sharded model in a multi-process run: forwards are collective, ranks stop together."""
+        """FSDP-sharded model in a multi-process run: forwards are collective, ranks stop
+        together."""
         return _is_fsdp(self.model) and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
 
     def _step(self, **kw):
@@ -204,7 +212,8 @@ class HFEngine(RolloutEngine):
         return self.model(**kw).logits
 
     def decoder(self, prompts: list[list[int]], max_new_tokens: int) -> "Decoder":
-        """A one-batch decode state of this engine's model (cache, masks, positions) for ``prompts``."""
+        """A one-batch decode state of this engine's model (cache, masks, positions) for
+        ``prompts``."""
         return Decoder(self, prompts, max_new_tokens)
 
     @torch.no_grad()
@@ -244,7 +253,8 @@ class HFEngine(RolloutEngine):
         return unpad(out_tok, out_lp, lengths, done)
 
     def _sample_fallback(self, prompts, p, gen, first_row: int = 0):
-        """The fast path, or (if it fails the first time it is used) the dynamic path, same generator state."""
+        """The fast path, or (if it fails the first time it is used) the dynamic path, same
+        generator state."""
         if not self.static:
             return self._sample_batch(prompts, p, gen, first_row)
         state = gen.get_state()
@@ -267,7 +277,8 @@ class HFEngine(RolloutEngine):
         gen = torch.Generator(device=dev).manual_seed(int(params.seed))
         flat = [x for x in prompt_ids for _ in range(params.n)]  # prompt-major
         ids, lps, trunc = [], [], []
-        # sort by prompt length inside each chunk is unnecessary for equal-format prompts; keep order
+        # sort by prompt length inside each chunk is unnecessary for equal-format prompts; keep
+        # order
         for s in range(0, len(flat), self.max_batch):
             a, b, c = self._sample_fallback(flat[s : s + self.max_batch], params, gen, s)
             ids += a
@@ -281,13 +292,15 @@ class HFEngine(RolloutEngine):
 
 
 def _on(value: bool | str, auto: bool) -> bool:
-    """An engine switch: ``True`` / ``False`` as given, ``"auto"`` as the engine's default ``auto``."""
+    """An engine switch: ``True`` / ``False`` as given, ``"auto"`` as the engine's default
+    ``auto``."""
     return auto if value == "auto" else bool(value)
 
 
 def sample_next(logits: torch.Tensor, p: SamplingParams, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row from the last-position ``logits`` (B, 1, V): greedy at temperature 0 (log-prob 0),
-    else a draw from softmax(top_p(top_k(logits / T))) with its log-probability under that distribution."""
+    """One token per row from the last-position ``logits`` (B, 1, V): greedy at temperature 0
+    (log-prob 0), else a draw from softmax(top_p(top_k(logits / T))) with its log-probability under
+    that distribution."""
     logits = logits[:, -1, :].float()
     if p.temperature <= 0:
         return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
@@ -307,8 +320,9 @@ def row_uniforms(seed: int, first_row: int, rows: int, steps: int, dev) -> torch
 
 
 def sample_inverse_cdf(logits: torch.Tensor, p: SamplingParams, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`sample_next` with the row's own uniform ``u`` (B,): the first token whose cumulative probability
-    exceeds u × total (a zero-probability token is never taken); greedy at temperature 0."""
+    """:func:`sample_next` with the row's own uniform ``u`` (B,): the first token whose cumulative
+    probability exceeds u × total (a zero-probability token is never taken); greedy at temperature
+    0."""
     logits = logits[:, -1, :].float()
     if p.temperature <= 0:
         return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
@@ -319,7 +333,8 @@ def sample_inverse_cdf(logits: torch.Tensor, p: SamplingParams, u: torch.Tensor)
 
 
 def unpad(out_tok: torch.Tensor, out_lp: torch.Tensor, lengths: torch.Tensor, done: torch.Tensor, *extra):
-    """Per-row lists cut at each row's length: (ids, logprobs, truncated, *extra per-token columns)."""
+    """Per-row lists cut at each row's length: (ids, logprobs, truncated, *extra per-token
+    columns)."""
     lengths, done = lengths.tolist(), done.tolist()
     tok, lp = out_tok.tolist(), out_lp.tolist()
     cols = [x.tolist() for x in extra]
@@ -329,10 +344,11 @@ def unpad(out_tok: torch.Tensor, out_lp: torch.Tensor, lengths: torch.Tensor, do
 
 
 class Decoder:
-    """The decode state of one model over one left-padded batch: its KV cache (a ``DynamicCache``, or on the
-    fast path a ``StaticCache`` of bucketed length with a fixed-length mask), attention mask and positions.
-    ``prefill()`` runs the prompts and returns the last position's logits; ``step(tok)`` feeds one token per
-    row (every row, finished or not, so shapes stay fixed) and returns the next logits."""
+    """The decode state of one model over one left-padded batch: its KV cache (a ``DynamicCache``,
+    or on the fast path a ``StaticCache`` of bucketed length with a fixed-length mask), attention
+    mask and positions. ``prefill()`` runs the prompts and returns the last position's logits;
+    ``step(tok)`` feeds one token per row (every row, finished or not, so shapes stay fixed) and
+    returns the next logits."""
 
     def __init__(self, engine: HFEngine, prompts: list[list[int]], max_new_tokens: int):
         self.engine = engine
@@ -376,7 +392,8 @@ class Decoder:
         return out
 
     def select(self, keep: torch.Tensor) -> None:
-        """Keep only the batch rows ``keep`` (dynamic cache): their KV cache rows, mask and next positions."""
+        """Keep only the batch rows ``keep`` (dynamic cache): their KV cache rows, mask and next
+        positions."""
         self.cache.batch_select_indices(keep)
         self.mask, self.next_pos = self.mask[keep], self.next_pos[keep]
 

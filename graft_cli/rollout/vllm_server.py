@@ -1,39 +1,43 @@
-"""Rollouts from ``vllm serve`` processes (``rollout.engine: vllm_server``): the policy's samples come from vLLM
-servers on their own GPUs or nodes, the trainer keeps its GPUs for the update (TRL's server mode, verl's standalone
-rollout workers).
+"""Rollouts from ``vllm serve`` processes (``rollout.engine: vllm_server``): the policy's samples
+come from vLLM servers on their own GPUs or nodes, the trainer keeps its GPUs for the update (TRL's
+server mode, verl's standalone rollout workers).
 
-- **Servers.** ``rollout.engine_kwargs.urls`` lists the servers of the run (``http://host:port``). Each policy's
-  engine uses the servers whose ``/v1/models`` lists the policy's model (its folder or hub id, as ``vllm serve``
-  was given it, or ``served_model``): one list serves a pair, one server per model or several per model (the
-  prompts of a call are split between them in contiguous chunks, sent at once). A server that does not answer,
-  or a list with no server for the policy's model, stops the run in one line before the first step.
-- **Launch** each server with the sampled-token log-probs of the processed distribution and the development
-  endpoints the weight push uses::
+- **Servers.** ``rollout.engine_kwargs.urls`` lists the servers of the run (``http://host:port``).
+  Each policy's engine uses the servers whose ``/v1/models`` lists the policy's model (its folder or
+  hub id, as ``vllm serve`` was given it, or ``served_model``): one list serves a pair, one server
+  per model or several per model (the prompts of a call are split between them in contiguous chunks,
+  sent at once). A server that does not answer, or a list with no server for the policy's model,
+  stops the run in one line before the first step.
+- **Launch** each server with the sampled-token log-probs of the processed distribution and the
+  development endpoints the weight push uses::
 
-      VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --logprobs-mode processed_logprobs --port 8000 [--tensor-parallel-size N]
+      VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --logprobs-mode processed_logprobs --port 8000
+      [--tensor-parallel-size N]
 
-- **Requests.** ``/v1/completions`` with the prompt token ids, ``n``, temperature / top-p / top-k, ``max_tokens``,
-  ``logprobs: 0`` (the sampled token's log-prob) and ``return_token_ids`` (the response's token ids, EOS kept last
-  as the other engines keep it), EOS ids as ``stop_token_ids``; greedy calls repeat the prompt ``n`` times (vLLM
-  refuses ``n > 1`` at T = 0). ``per_request_seed`` sends each server's request the seed ``seed + i * n`` of its
-  first prompt ``i`` (GPU servers; vLLM-CPU refuses per-request seeds).
-- **Weights** (``weight_sync: folder``): after every update (and once at start, so a server left from an earlier
-  run never serves stale weights) the policy's full state dict (FSDP2 shards gathered, a collective) is written
-  with ``save_pretrained`` under ``sync_dir`` (a folder every server can read: local on one node, shared storage
-  across nodes) and each server reloads it through ``/collective_rpc`` ``reload_weights(weights_path=...)``, then
-  its prefix cache is reset. Under ``torch.distributed`` rank 0 pushes and the others wait. vLLM's NCCL weight
-  transfer (``/init_weight_transfer_engine``, ``/update_weights``) needs GPUs on both ends and is not implemented
-  here (it could not be tested on CPU).
+- **Requests.** ``/v1/completions`` with the prompt token ids, ``n``, temperature / top-p / top-k,
+  ``max_tokens``, ``logprobs: 0`` (the sampled token's log-prob) and ``return_token_ids`` (the
+  response's token ids, EOS kept last as the other engines keep it), EOS ids as ``stop_token_ids``;
+  greedy calls repeat the prompt ``n`` times (vLLM refuses ``n > 1`` at T = 0). ``per_request_seed``
+  sends each server's request the seed ``seed + i * n`` of its first prompt ``i`` (GPU servers;
+  vLLM-CPU refuses per-request seeds).
+- **Weights** (``weight_sync: folder``): after every update (and once at start, so a server left
+  from an earlier run never serves stale weights) the policy's full state dict (FSDP2 shards
+  gathered, a collective) is written with ``save_pretrained`` under ``sync_dir`` (a folder every
+  server can read: local on one node, shared storage across nodes) and each server reloads it
+  through ``/collective_rpc`` ``reload_weights(weights_path=...)``, then its prefix cache is reset.
+  Under ``torch.distributed`` rank 0 pushes and the others wait. vLLM's NCCL weight transfer
+  (``/init_weight_transfer_engine``, ``/update_weights``) needs GPUs on both ends and is not
+  implemented here (it could not be tested on CPU).
 
-- **LoRA policies** (``lora_sync``): ``adapter`` loads the policy's adapter into every server at each sync as a new
-  version (``/v1/load_lora_adapter``, name ``graft-<pid>-v<N>``, the previous one unloaded) and names it in every
-  request; the servers need ``--enable-lora --max-lora-rank R`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``.
-  ``merged`` pushes the adapter merged into full weights like a full-weight policy's; ``auto`` (default) is
-  ``adapter`` unless a server refuses runtime adapters, then ``merged`` with a warning.
+- **LoRA policies** (``lora_sync``): ``adapter`` loads the policy's adapter into every server at
+  each sync as a new version (``/v1/load_lora_adapter``, name ``graft-<pid>-v<N>``, the previous one
+  unloaded) and names it in every request; the servers need ``--enable-lora --max-lora-rank R`` and
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``. ``merged`` pushes the adapter merged into full weights
+  like a full-weight policy's; ``auto`` (default) is ``adapter`` unless a server refuses runtime
+  adapters, then ``merged`` with a warning.
 
-``graft eval --run`` scores a run's checkpoints with the transformers engine (``solo_engine``): the servers hold the
-run's latest weights, not a checkpoint's.
-"""
+``graft eval --run`` scores a run's checkpoints with the transformers engine (``solo_engine``): the
+servers hold the run's latest weights, not a checkpoint's. """
 
 from __future__ import annotations
 
@@ -58,7 +62,8 @@ def _first_line(e: BaseException) -> str:
 
 
 def _same_model(served: dict, want: str) -> bool:
-    """``/v1/models`` entry ``served`` serves ``want`` (a hub id, or a folder compared by its real path)."""
+    """``/v1/models`` entry ``served`` serves ``want`` (a hub id, or a folder compared by its real
+    path)."""
     names = {served.get("id"), served.get("root")}
     if want in names:
         return True
@@ -122,8 +127,8 @@ class VLLMServerEngine(RolloutEngine):
         self._own_tmp = sync_dir is None
         self.sync_dir = sync_dir or tempfile.mkdtemp(prefix="graft-vllm-sync-")
         self._pushes = 0
-        # a LoRA policy: each sync loads its adapter into the servers under a new name (adapter), or pushes the merged
-        # weights (merged; auto: where a server refuses runtime adapters)
+        # a LoRA policy: each sync loads its adapter into the servers under a new name (adapter), or
+        # pushes the merged weights (merged; auto: where a server refuses runtime adapters)
         self.lora_sync = lora_sync if is_lora(model) else "merged"
         self._adapter: str | None = None  # the adapter name requests are sent to
         if push_at_start or self.lora_sync != "merged":
@@ -143,9 +148,10 @@ class VLLMServerEngine(RolloutEngine):
         return r
 
     def _load_adapter(self, model) -> bool:
-        """The policy's adapter saved under ``sync_dir`` and loaded by every server as ``graft-<pid>-v<N>``
-        (``/v1/load_lora_adapter``; the previous version unloaded). False when a server refuses runtime adapters and
-        ``lora_sync`` is auto (the merged weights are pushed from then on)."""
+        """The policy's adapter saved under ``sync_dir`` and loaded by every server as
+        ``graft-<pid>-v<N>`` (``/v1/load_lora_adapter``; the previous version unloaded). False when
+        a server refuses runtime adapters and ``lora_sync`` is auto (the merged weights are pushed
+        from then on)."""
         self._pushes += 1
         name = f"graft-{os.getpid()}-v{self._pushes}"
         d = os.path.join(self.sync_dir, name)
@@ -171,8 +177,9 @@ class VLLMServerEngine(RolloutEngine):
         return True
 
     def sync_weights(self, model) -> None:
-        """Write the policy's weights under ``sync_dir`` and have every server reload them (rank 0 of a
-        data-parallel run; the others wait at a barrier); a LoRA policy's adapter is loaded as a new version."""
+        """Write the policy's weights under ``sync_dir`` and have every server reload them (rank 0
+        of a data-parallel run; the others wait at a barrier); a LoRA policy's adapter is loaded as
+        a new version."""
         self.model = model
         if self.lora_sync != "merged" and self._load_adapter(model):
             return
@@ -236,11 +243,12 @@ class VLLMServerEngine(RolloutEngine):
                         truncated=trunc, n=params.n, meta={"engine": "vllm_server"})
 
     def score(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[list[float]]:
-        """The responses' log-probs as the first server computes them (``prompt_logprobs`` of prompt + response at
-        temperature 1, under the current adapter for a LoRA policy)."""
+        """The responses' log-probs as the first server computes them (``prompt_logprobs`` of prompt
+        + response at temperature 1, under the current adapter for a LoRA policy)."""
         url, served = self.servers[0]
         rows = [list(p) + list(r) for p, r in zip(prompt_ids, response_ids)]
-        # with an adapter, one row per request (vllm-cpu 0.32 with LoRA fails on prompt log-probs of a batch)
+        # with an adapter, one row per request (vllm-cpu 0.32 with LoRA fails on prompt log-probs of
+        # a batch)
         choices = []
         for part in ([[x] for x in rows] if self._adapter else [rows]):
             body = {"model": self._adapter or served, "prompt": part, "max_tokens": 1, "temperature": 1.0,

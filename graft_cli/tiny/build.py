@@ -1,7 +1,7 @@
-"""Building the tiny pair (:mod:`graft_cli.tiny`): the build jobs (one single-threaded worker process per
-tokenizer family), the cache folder with its lock and ``manifest.json`` (written last, atomically), and
-:func:`ensure_tiny`, which resolves ``tiny:<role>`` names (registered as the ``tiny`` model source of
-:data:`graft_cli.models.loading.MODEL_SOURCES`)."""
+"""Building the tiny pair (:mod:`graft_cli.tiny`): the build jobs (one single-threaded worker
+process per tokenizer family), the cache folder with its lock and ``manifest.json`` (written last,
+atomically), and :func:`ensure_tiny`, which resolves ``tiny:<role>`` names (registered as the
+``tiny`` model source of :data:`graft_cli.models.loading.MODEL_SOURCES`)."""
 
 from __future__ import annotations
 
@@ -70,10 +70,11 @@ def _save(model, tokenizer, out: str) -> str:
 
 
 def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
-    """One build job (:data:`JOBS`): 'a' builds tokenizer A and model a (its snapshot at ``junior_step`` is the
-    junior); 'teacher' continues a's SFT from the saved ``a`` (the same float32 weights the in-memory model had, so
-    the teacher is the same whether it is built with a or later); 'b' and 'c' their own tokenizer and model.
-    ``report(role, step, total, loss)`` is called as training proceeds. Returns role -> info."""
+    """One build job (:data:`JOBS`): 'a' builds tokenizer A and model a (its snapshot at
+    ``junior_step`` is the junior); 'teacher' continues a's SFT from the saved ``a`` (the same
+    float32 weights the in-memory model had, so the teacher is the same whether it is built with a
+    or later); 'b' and 'c' their own tokenizer and model. ``report(role, step, total, loss)`` is
+    called as training proceeds. Returns role -> info."""
 
     # lazy: transformers is slow to import
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -130,11 +131,12 @@ def _job(kind: str, recipe: Recipe, seed: int, cache_dir: str, report) -> dict:
 
 
 def _worker_main(argv: list[str]) -> None:
-    """Entry point of a build worker process: ``python -m graft_cli.tiny.build _worker KIND SEED DIR RECIPE``.
+    """Entry point of a build worker process: ``python -m graft_cli.tiny.build _worker KIND SEED DIR
+    RECIPE``.
 
     Workers are fresh interpreters started with :mod:`subprocess` (not :mod:`multiprocessing`, whose
-    spawn/forkserver start methods re-import the caller's ``__main__``, which can deadlock or rebuild
-    when the caller is an unguarded script). They speak one JSON object per stdout line."""
+    spawn/forkserver start methods re-import the caller's ``__main__``, which can deadlock or
+    rebuild when the caller is an unguarded script). They speak one JSON object per stdout line."""
     kind, seed, cache_dir, recipe_json = argv
     torch.set_num_threads(1)
     last = [0.0]
@@ -212,12 +214,13 @@ def read_manifest(cache_dir: str | None = None) -> dict | None:
 
 def token_stats(paths: dict, n: int = 512, seed: int = 0, recipe: Recipe | None = None,
                 roles=POLICY_ROLES) -> dict:
-    """Mean/max prompt and reference-response (+EOS) token counts under each tokenizer, the share of responses
-    whose token counts differ between a and b, and the re-tokenized length ratios ``ratio_{y}_over_{x}``: x's
-    reference responses re-tokenized with y's tokenizer over their length under x's. Reference responses are the
-    training split's solutions when every model writes the canonical style (v2); with ``recipe``'s own styles
-    (v3) each model's responses are ``n`` fresh problems written in its own style. Over the peers among ``roles``
-    (a build of some roles, :func:`build_tiny`, has the tokenizers of those alone)."""
+    """Mean/max prompt and reference-response (+EOS) token counts under each tokenizer, the share of
+    responses whose token counts differ between a and b, and the re-tokenized length ratios
+    ``ratio_{y}_over_{x}``: x's reference responses re-tokenized with y's tokenizer over their
+    length under x's. Reference responses are the training split's solutions when every model writes
+    the canonical style (v2); with ``recipe``'s own styles (v3) each model's responses are ``n``
+    fresh problems written in its own style. Over the peers among ``roles`` (a build of some roles,
+    :func:`build_tiny`, has the tokenizers of those alone)."""
     # lazy: transformers is slow to import
     from transformers import AutoTokenizer
 
@@ -257,17 +260,18 @@ def token_stats(paths: dict, n: int = 512, seed: int = 0, recipe: Recipe | None 
 
 def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False, progress: bool = True,
                recipe: Recipe | None = None, workers: int = 2, roles=ROLES) -> dict[str, str]:
-    """Build (or reuse) the tiny models ``roles`` (default all of :data:`ROLES`: a, b, c, teacher, junior) and the
-    task under ``cache_dir``.
+    """Build (or reuse) the tiny models ``roles`` (default all of :data:`ROLES`: a, b, c, teacher,
+    junior) and the task under ``cache_dir``.
 
-    Returns role -> folder for each of :data:`ROLES` and ``task`` (the folders of roles not built are empty). A
-    cache whose manifest matches (version, seed, recipe) is reused for the roles it has; the jobs (:data:`JOBS`)
-    of the missing roles run and the manifest is rewritten with them, atomically, last (until then it lists the
-    roles built before, so a build stopped half-way loses only its own roles): the pair (a with its
-    junior, and b) builds without the teacher and c, which are built when first asked for (``tiny:teacher``,
-    ``tiny:c``; a later build gives the same weights as one build of all). ``force`` rebuilds from scratch.
-    ``workers >= 2`` trains the jobs in single-threaded worker processes at once (the teacher once a is saved);
-    ``workers=1`` runs the same jobs in-process (identical weights)."""
+    Returns role -> folder for each of :data:`ROLES` and ``task`` (the folders of roles not built
+    are empty). A cache whose manifest matches (version, seed, recipe) is reused for the roles it
+    has; the jobs (:data:`JOBS`) of the missing roles run and the manifest is rewritten with them,
+    atomically, last (until then it lists the roles built before, so a build stopped half-way loses
+    only its own roles): the pair (a with its junior, and b) builds without the teacher and c, which
+    are built when first asked for (``tiny:teacher``, ``tiny:c``; a later build gives the same
+    weights as one build of all). ``force`` rebuilds from scratch. ``workers >= 2`` trains the jobs
+    in single-threaded worker processes at once (the teacher once a is saved); ``workers=1`` runs
+    the same jobs in-process (identical weights)."""
 
     cache_dir = os.path.abspath(cache_dir or default_cache_dir())
     recipe = recipe or default_recipe()
@@ -315,9 +319,10 @@ def build_tiny(cache_dir: str | None = None, seed: int = 0, force: bool = False,
 
 
 def build_machine() -> dict:
-    """The CPU the build ran on (``/proc/cpuinfo``'s model name and its vector-instruction flags), the kernel level
-    torch dispatched to and torch's version: the weights depend on them (CPU types with other float kernels build
-    other weights, docs/tiny_pair.md), so the manifest and ``graft tiny build --check`` name them."""
+    """The CPU the build ran on (``/proc/cpuinfo``'s model name and its vector-instruction flags),
+    the kernel level torch dispatched to and torch's version: the weights depend on them (CPU types
+    with other float kernels build other weights, docs/tiny_pair.md), so the manifest and ``graft
+    tiny build --check`` name them."""
     model, flags = "?", set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -333,33 +338,35 @@ def build_machine() -> dict:
 
 
 def _suggest_max_new_tokens(stats: dict) -> int:
-    """The rollout budget the check samples with: 48 tokens when every reference response fits in 40 (v2, whose
-    studies were measured at 48), else the longest plus a third, rounded up to a multiple of 16 (v3: 64)."""
+    """The rollout budget the check samples with: 48 tokens when every reference response fits in 40
+    (v2, whose studies were measured at 48), else the longest plus a third, rounded up to a multiple
+    of 16 (v3: 64)."""
     longest = max((v for k, v in stats.items() if k.startswith("tokens_response_max_")), default=0)
     if longest <= 40:
         return 48
     return int(math.ceil(longest * 4 / 3 / 16) * 16)
 
 
-# The build's jobs -> the roles each makes, and the job each needs done first: 'a' (a and its junior snapshot),
-# 'b', 'c', and 'teacher' (a's SFT continued, from the saved a). Each is ~700-1000 single-threaded SFT steps but
-# the teacher's 220; on 2 cores the workers share the cores (the wall time is ~their CPU time / 2).
+# The build's jobs -> the roles each makes, and the job each needs done first: 'a' (a and its junior
+# snapshot), 'b', 'c', and 'teacher' (a's SFT continued, from the saved a). Each is ~700-1000
+# single-threaded SFT steps but the teacher's 220; on 2 cores the workers share the cores (the wall
+# time is ~their CPU time / 2).
 JOBS = {"a": ("a", "junior"), "b": ("b",), "c": ("c",), "teacher": ("teacher",)}
 _NEEDS = {"teacher": "a"}
 PAIR = ("a", "b", "junior")  # what the GRAFT studies on pair=tiny load
 
 
 def _jobs_for(missing: set, have: set) -> list[str]:
-    """The jobs that build the ``missing`` roles (and the jobs they need whose roles are not in ``have``), in
-    :data:`JOBS` order."""
+    """The jobs that build the ``missing`` roles (and the jobs they need whose roles are not in
+    ``have``), in :data:`JOBS` order."""
     need = {k for k, made in JOBS.items() if missing & set(made)}
     need |= {_NEEDS[k] for k in need if k in _NEEDS and not set(JOBS[_NEEDS[k]]) <= have}
     return [k for k in JOBS if k in need]
 
 
 def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update, jobs=tuple(JOBS)) -> dict:
-    """Run ``jobs`` (:data:`JOBS`) in single-threaded worker interpreters, each as soon as the job it needs
-    (:data:`_NEEDS`) is done; relay progress."""
+    """Run ``jobs`` (:data:`JOBS`) in single-threaded worker interpreters, each as soon as the job
+    it needs (:data:`_NEEDS`) is done; relay progress."""
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     pypath = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -420,8 +427,8 @@ def _run_parallel(recipe: Recipe, seed: int, cache_dir: str, update, jobs=tuple(
 
 
 def _manifest_ok(man: dict | None, cache_dir: str, seed: int, recipe: Recipe, roles=ROLES) -> bool:
-    """``man`` is this build's (version, seed, recipe), its task files are in the cache, and so is each of
-    ``roles`` (listed in it, with its folder)."""
+    """``man`` is this build's (version, seed, recipe), its task files are in the cache, and so is
+    each of ``roles`` (listed in it, with its folder)."""
     if not man or man.get("version") != TINY_VERSION or man.get("seed") != seed:
         return False
     if man.get("recipe") != recipe.to_dict():
@@ -443,16 +450,18 @@ def _task_files_present(man: dict, cache_dir: str) -> bool:
 
 def ensure_tiny(cache_dir: str | None = None, seed: int = 0, progress: bool = True,
                 recipe: Recipe | None = None, roles=ROLES) -> dict:
-    """Role -> folder of a tiny cache that has ``roles`` (default all), building what is missing first."""
+    """Role -> folder of a tiny cache that has ``roles`` (default all), building what is missing
+    first."""
     return build_tiny(cache_dir, seed=seed, force=False, progress=progress, recipe=recipe, roles=roles)
 
 
 def ensure_task(cache_dir: str | None = None, seed: int = 0) -> str:
-    """The tiny task's folder (``train.jsonl`` and the five ``eval_<name>.jsonl``), written if the cache has no
-    complete build, without training any model: the synthetic task is a pure function of the seed and the
-    training-split size (graft_cli/data/synthetic.py, same seed same bytes, atomic writes), so reading the task
-    (``tiny:train``, the synthetic benchmarks) never waits for a model build (the pair: ~4 minutes on 2 cores). A
-    complete cache's task is returned as it was built."""
+    """The tiny task's folder (``train.jsonl`` and the five ``eval_<name>.jsonl``), written if the
+    cache has no complete build, without training any model: the synthetic task is a pure function
+    of the seed and the training-split size (graft_cli/data/synthetic.py, same seed same bytes,
+    atomic writes), so reading the task (``tiny:train``, the synthetic benchmarks) never waits for a
+    model build (the pair: ~4 minutes on 2 cores). A complete cache's task is returned as it was
+    built."""
     cache_dir = os.path.abspath(cache_dir or default_cache_dir())
     task = _paths(cache_dir)["task"]
     man = read_manifest(cache_dir)
@@ -463,8 +472,8 @@ def ensure_task(cache_dir: str | None = None, seed: int = 0) -> str:
 
 @SOURCE_BUILDS.register("tiny")
 def build_record(roles: list[str], with_task: bool) -> dict:
-    """What a run of the tiny pair was made with: each ``tiny:<role>`` it loads with its manifest hash, and, when it
-    trains on ``tiny:`` data, each task file's sha256 (None otherwise)."""
+    """What a run of the tiny pair was made with: each ``tiny:<role>`` it loads with its manifest
+    hash, and, when it trains on ``tiny:`` data, each task file's sha256 (None otherwise)."""
     man = read_manifest() or {}
     hashes = man.get("hashes") or {}
     return {"roles": {r: hashes.get(r) for r in roles},
@@ -473,8 +482,9 @@ def build_record(roles: list[str], with_task: bool) -> dict:
 
 @MODEL_SOURCES.register("tiny")
 def resolve_tiny(role: str) -> str:
-    """``tiny:<role>``: the folder of a built role (built on first use, with what it needs), or a task file of the pair
-    (``tiny:train``, ``tiny:eval_math500``, ...: the task alone, no model is built for it)."""
+    """``tiny:<role>``: the folder of a built role (built on first use, with what it needs), or a
+    task file of the pair (``tiny:train``, ``tiny:eval_math500``, ...: the task alone, no model is
+    built for it)."""
     if role in ROLES:  # a role of the pair builds the pair (its two jobs side by side), a teacher or c itself
         return ensure_tiny(roles=PAIR if role in PAIR else (role,))[role]
     task = ensure_task()

@@ -1,6 +1,7 @@
-"""Measuring a built tiny pair (:mod:`graft_cli.tiny`): :func:`check_tiny` samples each role with the project's
-rollout engine and grades with the reward (pass@1, all-fail share, complementarity both ways, per family and the
-regime), :func:`targets_met` against the build's targets, and ``graft tiny build [--check]`` (:func:`tiny_main`)."""
+"""Measuring a built tiny pair (:mod:`graft_cli.tiny`): :func:`check_tiny` samples each role with
+the project's rollout engine and grades with the reward (pass@1, all-fail share, complementarity
+both ways, per family and the regime), :func:`targets_met` against the build's targets, and ``graft
+tiny build [--check]`` (:func:`tiny_main`)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ from graft_cli.tiny.sft import Recipe
 
 def sample_groups(model, tokenizer, problems: list[str], golds: list[str], grader, n: int = 8, seed: int = 0,
                   max_new_tokens: int = 48, temperature: float = 1.0) -> Graded:
-    """Sample ``n`` responses per problem with the project's rollout engine (prompt-major) and grade them."""
+    """Sample ``n`` responses per problem with the project's rollout engine (prompt-major) and grade
+    them."""
     spec = PromptSpec()
     prompt_ids = [spec.encode(p, tokenizer) for p in problems]
     return sample_and_grade(HFEngine(model, tokenizer), prompt_ids, golds,
@@ -47,9 +49,10 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
     project's rollout engine (:class:`~graft_cli.rollout.hf.HFEngine`), graded by the math-verify
     reward. Per role: ``pass1``, ``all_fail``, ``all_pass``, per-family and per-level pass@1,
     truncation rate, mean response tokens, and ``math500_pass1`` (one sample on the first
-    ``heldout`` problems of ``eval_math500.jsonl``; 0 skips it). Pair: ``comp_a_fail_b_mixed`` (share
-    of a's all-fail prompts on which b's group has 1 <= k < n) and ``comp_b_fail_a_mixed``.
-    Sampling runs on ``threads`` threads (1 is as fast for 3M models and immune to oversubscription)."""
+    ``heldout`` problems of ``eval_math500.jsonl``; 0 skips it). Pair: ``comp_a_fail_b_mixed``
+    (share of a's all-fail prompts on which b's group has 1 <= k < n) and ``comp_b_fail_a_mixed``.
+    Sampling runs on ``threads`` threads (1 is as fast for 3M models and immune to
+    oversubscription)."""
     # lazy: transformers is slow to import
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -120,9 +123,9 @@ def check_tiny(paths: dict, num_prompts: int = 256, n: int = 8, seed: int = 0, r
 
 
 def weak_families(recipe: dict, props: dict) -> dict[str, str]:
-    """Each of a and b's weak family: the family of smallest weight in its SFT mix (``recipe``: the built cache's,
-    as its manifest holds it), declared before anything is measured; without one, the family of lowest measured
-    pass@1."""
+    """Each of a and b's weak family: the family of smallest weight in its SFT mix (``recipe``: the
+    built cache's, as its manifest holds it), declared before anything is measured; without one, the
+    family of lowest measured pass@1."""
     out = {}
     for r in ("a", "b"):
         fams = (recipe.get(f"stage_{r}") or {}).get("families")
@@ -141,11 +144,12 @@ def _family_index(families: list[str]) -> dict[str, list[int]]:
 
 def peer_fills(ks: dict, n: int, index: list[int] | None = None) -> dict:
     """Who can fill whose all-fail prompts, among N >= 2 models: the fillable share
-    (:func:`~graft_cli.algorithms.exchange.selection.filled_share`, Alg. 1's trigger: the peer's group mixed,
-    1 <= k < n), not the paper's solved share. ``ks`` maps a model to its per-prompt success counts in groups of
-    ``n`` (``index``: the prompts counted, default all). Per receiver X: ``all_fail`` (share of the prompts), and
-    on X's all-fail prompts ``any`` (some peer's group mixed), ``mixed[Y]`` (Y's group mixed) and ``only[Y]``
-    (Y's mixed and no other peer's): the prompts only Y can fill. A share over no all-fail prompt is 0."""
+    (:func:`~graft_cli.algorithms.exchange.selection.filled_share`, Alg. 1's trigger: the peer's
+    group mixed, 1 <= k < n), not the paper's solved share. ``ks`` maps a model to its per-prompt
+    success counts in groups of ``n`` (``index``: the prompts counted, default all). Per receiver X:
+    ``all_fail`` (share of the prompts), and on X's all-fail prompts ``any`` (some peer's group
+    mixed), ``mixed[Y]`` (Y's group mixed) and ``only[Y]`` (Y's mixed and no other peer's): the
+    prompts only Y can fill. A share over no all-fail prompt is 0."""
     index = list(range(len(next(iter(ks.values()))))) if index is None else index
     out = {}
     for x, kx in ks.items():
@@ -168,9 +172,9 @@ def _fill_share(fails: list[int], fills: dict, by: list[str], not_by: tuple | li
 
 def family_complementarity(families: list[str], k_a: list[int], k_b: list[int], n: int) -> dict:
     """Per skill family: each model's all-fail rate and, on its all-fail prompts, the share on which
-    the peer's group is mixed (1 <= k < n): the prompts GRAFT can graft on. ``k_*`` are the per-prompt
-    success counts of groups of ``n``; returns family -> {n_prompts, all_fail_a, all_fail_b,
-    peer_mixed_a (b mixed on a's all-fail), peer_mixed_b}."""
+    the peer's group is mixed (1 <= k < n): the prompts GRAFT can graft on. ``k_*`` are the
+    per-prompt success counts of groups of ``n``; returns family -> {n_prompts, all_fail_a,
+    all_fail_b, peer_mixed_a (b mixed on a's all-fail), peer_mixed_b}."""
     out = {}
     for fam, idx in _family_index(families).items():
         f = peer_fills({"a": k_a, "b": k_b}, n, idx)
@@ -180,8 +184,9 @@ def family_complementarity(families: list[str], k_a: list[int], k_b: list[int], 
 
 
 def blind_spots(families: dict, all_fail_min: float | None = None, peer_mixed_min: float | None = None) -> dict:
-    """Per model, the families that are structural blind spots: all-fail rate >= ``all_fail_min`` and the
-    peer's group mixed on >= ``peer_mixed_min`` of those prompts (defaults: :data:`TARGETS`, 60% and 40%)."""
+    """Per model, the families that are structural blind spots: all-fail rate >= ``all_fail_min``
+    and the peer's group mixed on >= ``peer_mixed_min`` of those prompts (defaults: :data:`TARGETS`,
+    60% and 40%)."""
     all_fail_min = TARGETS["blind_all_fail"] if all_fail_min is None else all_fail_min
     peer_mixed_min = TARGETS["blind_peer_mixed"] if peer_mixed_min is None else peer_mixed_min
     return {r: [f for f, v in families.items() if v[f"all_fail_{r}"] >= all_fail_min
@@ -189,7 +194,8 @@ def blind_spots(families: dict, all_fail_min: float | None = None, peer_mixed_mi
 
 
 def _comp(k_fail: list[int], k_other: list[int], n: int) -> float:
-    """The fillable share of the first model's all-fail prompts by the other (0 when it has none)."""
+    """The fillable share of the first model's all-fail prompts by the other (0 when it has
+    none)."""
     share = filled_share(k_fail, [k_other], n)[0]
     return 0.0 if math.isnan(share) else share
 
@@ -199,11 +205,11 @@ TARGETS = {"pass1": (0.15, 0.60), "all_fail": (0.15, 0.60), "comp": 0.10, "comp_
 
 
 def targets_met(props: dict) -> dict:
-    """Which of the pair's targets hold for measured ``props``: pass@1 and all-fail bands for a and b;
-    complementarity >= 10 % both ways and >= 20 % one way; re-tokenized length ratios in [0.85, 1.18] both
-    ways (with ``props["token_stats"]``); and each model's regime targets (``props["regime"]``:
-    :data:`graft_cli.tiny.regime.REGIME_TARGETS`). v2's blind-spot targets are reported
-    (:func:`blind_spots`) but no longer required."""
+    """Which of the pair's targets hold for measured ``props``: pass@1 and all-fail bands for a and
+    b; complementarity >= 10 % both ways and >= 20 % one way; re-tokenized length ratios in [0.85,
+    1.18] both ways (with ``props["token_stats"]``); and each model's regime targets
+    (``props["regime"]``: :data:`graft_cli.tiny.regime.REGIME_TARGETS`). v2's blind-spot targets are
+    reported (:func:`blind_spots`) but no longer required."""
     lo, hi = TARGETS["pass1"]
     flo, fhi = TARGETS["all_fail"]
     met = {}
@@ -308,8 +314,9 @@ def _fills_table(props: dict):
 
 
 def roles_line(roles) -> str:
-    """What ``graft tiny build`` builds (or reuses): the roles asked for, with the roles their jobs make too (a's
-    job makes the junior), and the roles left for a run to build when it first asks for them."""
+    """What ``graft tiny build`` builds (or reuses): the roles asked for, with the roles their jobs
+    make too (a's job makes the junior), and the roles left for a run to build when it first asks
+    for them."""
     made = [r for r in ROLES if r in {x for job in _jobs_for(set(roles), set()) for x in JOBS[job]}]
     rest = [r for r in ROLES if r not in made]
     return (f"tiny roles built (or reused): {', '.join(made)}"
@@ -319,8 +326,9 @@ def roles_line(roles) -> str:
 def tiny_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, force: bool = False, *,
               recipe: Recipe | str | None = None, num_prompts: int = 256, n: int = 8, heldout: int = 500,
               roles=None) -> dict:
-    """``graft tiny build [--check] [--roles a,b]``: build or reuse the cache (``roles``, default all), print a
-    summary table; with ``check``, measure the properties and print them, the LAST line being one JSON object."""
+    """``graft tiny build [--check] [--roles a,b]``: build or reuse the cache (``roles``, default
+    all), print a summary table; with ``check``, measure the properties and print them, the LAST
+    line being one JSON object."""
 
     console = make_console()
     recipe = Recipe.named(recipe) if isinstance(recipe, str) else recipe

@@ -1,28 +1,29 @@
 """The tiny code models: SAF-OPD's code domain on a CPU, built the way the arithmetic pair is.
 
-``tiny_code:<name>`` (a model source, :data:`graft_cli.models.loading.MODEL_SOURCES`) resolves, building on first
-use into ``<tiny cache>/code/`` with its own ``manifest.json`` (the arithmetic pair's cache and hashes are not
-touched):
+``tiny_code:<name>`` (a model source, :data:`graft_cli.models.loading.MODEL_SOURCES`) resolves,
+building on first use into ``<tiny cache>/code/`` with its own ``manifest.json`` (the arithmetic
+pair's cache and hashes are not touched):
 
-* ``tiny_code:junior``: the student, an early snapshot (step ``junior_step``) of a from-scratch SFT run on the
-  synthetic "write a one-line Python function" task (:mod:`graft_cli.data.synthetic_code`): clearly weaker than
-  the teacher and unsure where it is not, as the arithmetic junior is (the SAF student role);
-* ``tiny_code:teacher``: that run continued on a balanced, harder mix (levels 1:2:2 instead of 2:2:1), its logits
-  then sharpened x6 (:func:`graft_cli.tiny.sft.sharpen`; the arithmetic teacher's x4 left OPD's advantages at ~4x
-  GRPO's on this task, below SAF-OPD's regime), as the arithmetic teacher is built (an instruct-like teacher,
-  confident where its student is unsure);
-* ``tiny_code:train`` and ``tiny_code:eval``: the task's training set (4,000 problems) and held-out set (300), the
-  ``tiny_code`` benchmark of ``graft eval``.
+* ``tiny_code:junior``: the student, an early snapshot (step ``junior_step``) of a from-scratch SFT
+  run on the synthetic "write a one-line Python function" task
+  (:mod:`graft_cli.data.synthetic_code`): clearly weaker than the teacher and unsure where it is
+  not, as the arithmetic junior is (the SAF student role);
+* ``tiny_code:teacher``: that run continued on a balanced, harder mix (levels 1:2:2 instead of
+  2:2:1), its logits then sharpened x6 (:func:`graft_cli.tiny.sft.sharpen`; the arithmetic teacher's
+  x4 left OPD's advantages at ~4x GRPO's on this task, below SAF-OPD's regime), as the arithmetic
+  teacher is built (an instruct-like teacher, confident where its student is unsure);
+* ``tiny_code:train`` and ``tiny_code:eval``: the task's training set (4,000 problems) and held-out
+  set (300), the ``tiny_code`` benchmark of ``graft eval``.
 
-Both models are ``a``'s architecture (a ``Qwen3ForCausalLM``, hidden 192, 4 layers, 4/2 heads, MLP 576, tied
-embeddings) with their own Qwen-style byte-level BPE trained on the code task's text (prompt + reference response;
-vocabulary 512, digits single tokens), so a program is ~20-30 tokens and a prompt ~50-70. The SFT target is
-:func:`graft_cli.data.synthetic_code.reference_response` (the one-liner in a python fence) after the prompt
-``"{problem}\\n"`` (``PromptSpec(suffix="", raw_template="{problem}\\n")``: what a code benchmark's prompt is in
-``graft eval``, and what the code runs' task overlay sets, experiments/task/tiny_code.yaml; the math suffix asks
-for a boxed answer). The build is single-threaded with a fixed seed, its weight hashes in the
-manifest (bit-identity per CPU type, as the pair's: docs/tiny_pair.md).
-"""
+Both models are ``a``'s architecture (a ``Qwen3ForCausalLM``, hidden 192, 4 layers, 4/2 heads, MLP
+576, tied embeddings) with their own Qwen-style byte-level BPE trained on the code task's text
+(prompt + reference response; vocabulary 512, digits single tokens), so a program is ~20-30 tokens
+and a prompt ~50-70. The SFT target is :func:`graft_cli.data.synthetic_code.reference_response` (the
+one-liner in a python fence) after the prompt ``"{problem}\\n"`` (``PromptSpec(suffix="",
+raw_template="{problem}\\n")``: what a code benchmark's prompt is in ``graft eval``, and what the
+code runs' task overlay sets, experiments/task/tiny_code.yaml; the math suffix asks for a boxed
+answer). The build is single-threaded with a fixed seed, its weight hashes in the manifest
+(bit-identity per CPU type, as the pair's: docs/tiny_pair.md). """
 
 from __future__ import annotations
 
@@ -68,9 +69,10 @@ class CodeRecipe:
     stage_teacher: Stage = Stage(steps=200, lr=1.5e-3, batch=32, families=_ALL, levels=_TEACHER_LEVELS, warmup=10,
                                  pack=256)
     junior_step: int = 160
-    # the teacher's logits x this (as the arithmetic teacher's x4); calibrated against SAF-OPD's regime (OPD advantages
-    # >= 5x GRPO's over the student's samples, experiments/reproduce/tiny_saf.yaml): mean opd/grpo_magnitude_ratio
-    # over the first 5 steps of grpo_opd on the code task 4.14 (3.21-4.88) at x4, 6.99 (5.11-9.01) at x6
+    # the teacher's logits x this (as the arithmetic teacher's x4); calibrated against SAF-OPD's
+    # regime (OPD advantages >= 5x GRPO's over the student's samples,
+    # experiments/reproduce/tiny_saf.yaml): mean opd/grpo_magnitude_ratio over the first 5 steps of
+    # grpo_opd on the code task 4.14 (3.21-4.88) at x4, 6.99 (5.11-9.01) at x6
     teacher_sharpen: float = 6.0
     vocab: int = 512
     n_train: int = 4000
@@ -99,7 +101,8 @@ def prompt_text(problem: str) -> str:
 
 
 def build_tokenizer(seed: int = 0, vocab_size: int = 512):
-    """A Qwen-style byte-level BPE (Qwen's pre-tokenizer regex, single digits) trained on the code task's text."""
+    """A Qwen-style byte-level BPE (Qwen's pre-tokenizer regex, single digits) trained on the code
+    task's text."""
     # lazy: tokenizers only for building tokenizers
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -125,7 +128,8 @@ def build_tokenizer(seed: int = 0, vocab_size: int = 512):
 
 
 def example_stream(stage: Stage, seed: str):
-    """Batches of fresh (problem, reference response) pairs drawn from the stage's family and level weights."""
+    """Batches of fresh (problem, reference response) pairs drawn from the stage's family and level
+    weights."""
     rng = random.Random(seed)
     fams, fw = list(stage.families), list(stage.families.values())
     levels, lw = list(stage.levels), list(stage.levels.values())
@@ -168,7 +172,8 @@ def paths_of(root: str) -> dict[str, str]:
 
 def build_code(cache_dir: str | None = None, seed: int = 0, force: bool = False, recipe: CodeRecipe | None = None,
                progress=None) -> dict[str, str]:
-    """Build (or reuse) the tiny code models and task under ``<cache_dir>/code``; returns name -> path."""
+    """Build (or reuse) the tiny code models and task under ``<cache_dir>/code``; returns name ->
+    path."""
     recipe = recipe or CodeRecipe()
     root = cache_dir_of(cache_dir)
     os.makedirs(root, exist_ok=True)
@@ -213,7 +218,8 @@ def build_code(cache_dir: str | None = None, seed: int = 0, force: bool = False,
 
 @MODEL_SOURCES.register("tiny_code")
 def resolve_tiny_code(name: str) -> str:
-    """``tiny_code:<name>``: ``junior``, ``teacher`` (folders), ``train``, ``eval`` (task files); built on first use."""
+    """``tiny_code:<name>``: ``junior``, ``teacher`` (folders), ``train``, ``eval`` (task files);
+    built on first use."""
     paths = build_code()
     if name not in paths:
         raise GraftError(f"unknown tiny_code name {name!r}; known: {', '.join(sorted(paths))}")
@@ -222,9 +228,10 @@ def resolve_tiny_code(name: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- measurement
 def check_code(paths: dict, n: int = 8, seed: int = 0, max_new_tokens: int = 40, grader=None) -> dict:
-    """Measured before any RL, on the task's held-out problems, T = 1.0, ``n`` samples per problem with the
-    project's rollout engine and the code reward: per model pass@1, the share of problems whose group is all-fail /
-    mixed / all-pass (GRPO learns only from mixed groups), and pass@1 per family."""
+    """Measured before any RL, on the task's held-out problems, T = 1.0, ``n`` samples per problem
+    with the project's rollout engine and the code reward: per model pass@1, the share of problems
+    whose group is all-fail / mixed / all-pass (GRPO learns only from mixed groups), and pass@1 per
+    family."""
     # lazy: transformers is slow to import
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -258,8 +265,8 @@ def check_code(paths: dict, n: int = 8, seed: int = 0, max_new_tokens: int = 40,
 
 
 def code_main(check: bool = False, cache_dir: str | None = None, seed: int = 0, force: bool = False) -> dict:
-    """``graft tiny build --code [--check]``: build or reuse the tiny code models; with ``check`` measure them
-    (:func:`check_code`), the last printed line one JSON object."""
+    """``graft tiny build --code [--check]``: build or reuse the tiny code models; with ``check``
+    measure them (:func:`check_code`), the last printed line one JSON object."""
     console = make_console()
     paths = build_code(cache_dir, seed=seed, force=force)
     man = read_manifest(cache_dir)

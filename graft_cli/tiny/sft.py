@@ -1,6 +1,6 @@
-"""The tiny pair's recipe, model shapes and SFT loop (:mod:`graft_cli.tiny`): ``Shape``, ``Stage`` and ``Recipe``
-(the skill mixes that give each model its blind family), the models built from a shape, and the packed SFT on
-worked solutions (loss on the response tokens and EOS)."""
+"""The tiny pair's recipe, model shapes and SFT loop (:mod:`graft_cli.tiny`): ``Shape``, ``Stage``
+and ``Recipe`` (the skill mixes that give each model its blind family), the models built from a
+shape, and the packed SFT on worked solutions (loss on the response tokens and EOS)."""
 
 from __future__ import annotations
 
@@ -49,22 +49,24 @@ class Stage:
     styles: dict | None = None  # solution style -> weight (graft_cli.data.synthetic.STYLES); None: canonical only
     pack: int = 0  # > 0: pack each batch's examples into rows of this many tokens (sft_batch_packed); 0: pad (v2)
     slip: float = 0.0  # share of solutions with a final-step slip (graft_cli.data.synthetic.slip); 0: none (v2, v3)
-    # how packed rows are filled (sft_batch_packed): "greedy", in the batch's order (v3-v5); "ffd", first-fit
-    # decreasing (v6: 12% fewer rows of b's, 6% of a's, for the same examples and the same loss)
+    # how packed rows are filled (sft_batch_packed): "greedy", in the batch's order (v3-v5); "ffd",
+    # first-fit decreasing (v6: 12% fewer rows of b's, 6% of a's, for the same examples and the same
+    # loss)
     pack_order: str = "greedy"
 
 
-# The skill mixes (module docstring, "Structural complementarity"): each model's blind family at 0.01.
+# The skill mixes (module docstring, "Structural complementarity"): each model's blind family at
+# 0.01.
 _A_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.6, "frac": 0.01}
 _B_FAMS = {"add": 0.6, "sub": 0.6, "lin": 0.01, "mul": 1.0, "two": 1.0, "frac": 1.6}
-# v3 (Recipe.v3): weak, not blind, families
-# v3: a is weak at two-step expressions (precedence, brackets: a plan of one word, "multiply first", that a peer's
-# worked steps make easy to follow), b at linear equations; each trained well on the other's weak family
+# v3 (Recipe.v3): weak, not blind, families v3: a is weak at two-step expressions (precedence,
+# brackets: a plan of one word, "multiply first", that a peer's worked steps make easy to follow), b
+# at linear equations; each trained well on the other's weak family
 _A3_FAMS = {"add": 1.0, "sub": 1.0, "lin": 1.0, "mul": 0.6, "two": 0.05, "frac": 0.6}
 _B3_FAMS = {**_B_FAMS, "lin": 0.11}
-# c (pair=tiny3): blind on multiplication (both a and b solve it), trained hard on subtraction (b's weakest
-# family after its blind one) and well on fractions (a's blind family), so each model's all-fail prompts are
-# filled by two peers, some by one of them only
+# c (pair=tiny3): blind on multiplication (both a and b solve it), trained hard on subtraction (b's
+# weakest family after its blind one) and well on fractions (a's blind family), so each model's
+# all-fail prompts are filled by two peers, some by one of them only
 _C_FAMS = {"add": 1.0, "sub": 1.6, "lin": 0.6, "mul": 0.01, "two": 0.6, "frac": 1.0}
 # v3: each model writes its own style (graft_cli.data.synthetic.STYLES) and sees a little of its
 # peers'; the teacher and junior are a's (its style).
@@ -73,25 +75,26 @@ _A_STYLES = {"prose": 0.97, "steps": 0.03}
 _B_STYLES = {"steps": 0.96, "prose": 0.04}
 _C_STYLES = {"words": 0.95, "prose": 0.025, "steps": 0.025}
 _V3_TOKENIZER_STYLES = ("prose", "steps", "words")
-# The v3 teacher: a's SFT continued on a balanced, harder mix, its logits then scaled x4 (sharpen): an instruct-like
-# teacher, confident where its student is unsure. Calibrated on build 5's teacher and junior against SAF-OPD's regime
-# (OPD advantages >= 5x GRPO's): mean |A_OPD| / mean |A_GRPO| over the junior's samples was 1.4 as
-# trained, 3.2 / 4.9 / 8.5 with the logits x2 / x3 / x5.
+# The v3 teacher: a's SFT continued on a balanced, harder mix, its logits then scaled x4 (sharpen):
+# an instruct-like teacher, confident where its student is unsure. Calibrated on build 5's teacher
+# and junior against SAF-OPD's regime (OPD advantages >= 5x GRPO's): mean |A_OPD| / mean |A_GRPO|
+# over the junior's samples was 1.4 as trained, 3.2 / 4.9 / 8.5 with the logits x2 / x3 / x5.
 _V3_TEACHER_SHARPEN = 4.0
-# v4: the share of the students' SFT solutions with a final-step slip. At T = 0.6 a last digit learnt as
-# 0.6 / 0.2 / 0.2 samples the slip ~24% of the time (0.2^(1/0.6) x 2 over the sum): room for GRPO to gain points
-# on every family, which v3 (systematic errors) did not leave.
+# v4: the share of the students' SFT solutions with a final-step slip. At T = 0.6 a last digit
+# learnt as 0.6 / 0.2 / 0.2 samples the slip ~24% of the time (0.2^(1/0.6) x 2 over the sum): room
+# for GRPO to gain points on every family, which v3 (systematic errors) did not leave.
 _V4_SLIP = 0.4
-# v4 build 2: the weak families a little stronger than v3's (build 1, v3's weights with slips: the gate admitted
-# 5% / 17% of the peers' weak-family responses, target >= 20%); c keeps v3's clean training (with slips its pass@1
-# fell to 0.11, target >= 0.15)
+# v4 build 2: the weak families a little stronger than v3's (build 1, v3's weights with slips: the
+# gate admitted 5% / 17% of the peers' weak-family responses, target >= 20%); c keeps v3's clean
+# training (with slips its pass@1 fell to 0.11, target >= 0.15)
 _A4_FAMS = {**_A3_FAMS, "two": 0.08}
 _B4_FAMS = {**_B3_FAMS, "lin": 0.14}
-# v5: v4 built on an AMD AVX2 CPU (other float kernels than the Intel AVX-512 build the v4
-# weights were calibrated on) missed one target by 0.011: a's weak-family admission 0.189 (Intel 0.223; target
-# >= 0.20). The builds cannot be made bit-identical across CPU types at speed (MKL_CBWR=COMPATIBLE, the only pin
-# measured to make a and b agree, makes the GEMMs ~3x slower: docs/tiny_pair.md), so v5 gives the target a margin
-# instead: a's two-step weight 0.10 (v4 build 1 -> 2: 0.05 -> 0.08 moved the admission 0.05 -> 0.22).
+# v5: v4 built on an AMD AVX2 CPU (other float kernels than the Intel AVX-512 build the v4 weights
+# were calibrated on) missed one target by 0.011: a's weak-family admission 0.189 (Intel 0.223;
+# target >= 0.20). The builds cannot be made bit-identical across CPU types at speed
+# (MKL_CBWR=COMPATIBLE, the only pin measured to make a and b agree, makes the GEMMs ~3x slower:
+# docs/tiny_pair.md), so v5 gives the target a margin instead: a's two-step weight 0.10 (v4 build 1
+# -> 2: 0.05 -> 0.08 moved the admission 0.05 -> 0.22).
 _A5_FAMS = {**_A4_FAMS, "two": 0.10}
 # v6: b's SFT steps, so b (the pair's longer job: its responses are ~13% longer than a's) trains in
 # ~260 s of a core beside a's job (0.368 s per ffd-packed step, measured two workers side by side)
@@ -108,14 +111,14 @@ class Recipe:
     :meth:`reduced` is a seconds-long build with the same code path, for tests.
 
     ``c`` (v2, two builds): MLP 640 with rotary on a quarter of each head (Pythia's) reached pass@1
-    0.168 in 120 CPU-s; MLP 768 with full rotary 0.181 in 152 CPU-s: the first was kept.
-    Calibration (single-threaded SFT, pass@1 at T=1 on the training distribution): batch 32 beat 16
-    and 64 per CPU-second; peak lr 3e-3 fell to pass@1 0.07 where 2e-3 gave 0.15 (3.2M model);
-    level weights 2:2:1 (facts first). Skill mixes (v2, one build each, measured with
-    ``check_tiny`` on 256-512 prompts): blind weights 0.03 left ``b`` solving linear equations too
-    often (all-fail 24%) and ``b``'s fractions at weight 1.0 too rarely mixed on ``a``'s all-fail
-    fraction prompts (29%); 0.01 and ``frac`` 1.6 gave both blind spots (docs/tiny_pair.md table). ``a`` then
-    ``teacher`` (one worker) and ``b`` (the other) take about the same CPU time."""
+    0.168 in 120 CPU-s; MLP 768 with full rotary 0.181 in 152 CPU-s: the first was kept. Calibration
+    (single-threaded SFT, pass@1 at T=1 on the training distribution): batch 32 beat 16 and 64 per
+    CPU-second; peak lr 3e-3 fell to pass@1 0.07 where 2e-3 gave 0.15 (3.2M model); level weights
+    2:2:1 (facts first). Skill mixes (v2, one build each, measured with ``check_tiny`` on 256-512
+    prompts): blind weights 0.03 left ``b`` solving linear equations too often (all-fail 24%) and
+    ``b``'s fractions at weight 1.0 too rarely mixed on ``a``'s all-fail fraction prompts (29%);
+    0.01 and ``frac`` 1.6 gave both blind spots (docs/tiny_pair.md table). ``a`` then ``teacher``
+    (one worker) and ``b`` (the other) take about the same CPU time."""
 
     shape_a: Shape = Shape("qwen3", 192, 4, 4, 2, 576)
     shape_b: Shape = Shape("llama", 192, 4, 4, 4, 512)
@@ -132,8 +135,9 @@ class Recipe:
     bpe_vocab_c: int = 384
     name: str = "v2"
     own_styles: dict | None = None  # role -> the style it writes (graft_cli.data.synthetic.STYLES); None: v2's chain
-    # the styles every tokenizer's corpus is drawn from (uniformly), as real tokenizers are trained on general text
-    # that covers every model's writing; None: each tokenizer on its own model's style (v2)
+    # the styles every tokenizer's corpus is drawn from (uniformly), as real tokenizers are trained
+    # on general text that covers every model's writing; None: each tokenizer on its own model's
+    # style (v2)
     tokenizer_styles: tuple | None = None
     split_a: str = "free"  # a's pre-tokenizer between digits (build_tokenizer_a): free (v2) or qwen (v3)
     teacher_sharpen: float = 1.0  # the teacher's logits x this (sharpen): 1 = as trained (v2)
@@ -142,7 +146,8 @@ class Recipe:
         return (self.own_styles or {}).get(role, CANONICAL_STYLE)
 
     def tokenizer_style(self, role: str):
-        """The style(s) of ``role``'s tokenizer corpus: :attr:`tokenizer_styles` (a list) or its own style."""
+        """The style(s) of ``role``'s tokenizer corpus: :attr:`tokenizer_styles` (a list) or its own
+        style."""
         return list(self.tokenizer_styles) if self.tokenizer_styles else self.own_style(role)
 
     @classmethod
@@ -153,10 +158,10 @@ class Recipe:
 
     @classmethod
     def v3(cls) -> Recipe:
-        """Tiny pair v3: each model writes its own style (a prose, b steps, c words; the
-        teacher and junior a's), sees 3-5% of its peers', and has a weak (not blind) family (a: two-step expressions,
-        b: linear equations); a's tokenizer splits words as Qwen's does; SFT packed; the teacher sharpened. Build 7
-        (seed 0) meets every regime target (docs/tiny_pair.md)."""
+        """Tiny pair v3: each model writes its own style (a prose, b steps, c words; the teacher and
+        junior a's), sees 3-5% of its peers', and has a weak (not blind) family (a: two-step
+        expressions, b: linear equations); a's tokenizer splits words as Qwen's does; SFT packed;
+        the teacher sharpened. Build 7 (seed 0) meets every regime target (docs/tiny_pair.md)."""
         base = cls()
         return dataclasses.replace(
             base, name="v3", own_styles=dict(_V3_OWN_STYLES), split_a="qwen", tokenizer_styles=_V3_TOKENIZER_STYLES,
@@ -168,11 +173,12 @@ class Recipe:
 
     @classmethod
     def v4(cls) -> Recipe:
-        """Tiny pair v4: v3 whose pair (``a``, ``b``; the junior is a snapshot of ``a``) is trained with
-        :data:`_V4_SLIP` of its solutions slipped in the last computation (:func:`graft_cli.data.synthetic.slip`)
-        and slightly stronger weak families; the teacher continues ``a`` on clean solutions, ``c`` is v3's. v3's base
-        models err systematically at T = 0.6 and GRPO moved their held-out pass@1 by +0.2 to +2.2 points in 40-200
-        steps; a base model that slips stochastically leaves RL the room the paper's base models have (pass@k well
+        """Tiny pair v4: v3 whose pair (``a``, ``b``; the junior is a snapshot of ``a``) is trained
+        with :data:`_V4_SLIP` of its solutions slipped in the last computation
+        (:func:`graft_cli.data.synthetic.slip`) and slightly stronger weak families; the teacher
+        continues ``a`` on clean solutions, ``c`` is v3's. v3's base models err systematically at T
+        = 0.6 and GRPO moved their held-out pass@1 by +0.2 to +2.2 points in 40-200 steps; a base
+        model that slips stochastically leaves RL the room the paper's base models have (pass@k well
         above pass@1), while the styles, skills and tokenizers stay v3's."""
         v3 = cls.v3()
         return dataclasses.replace(
@@ -182,19 +188,21 @@ class Recipe:
 
     @classmethod
     def v5(cls) -> Recipe:
-        """Tiny pair v5: v4 with ``a``'s weak family (two-step expressions) at weight :data:`_A5_FAMS`
-        0.10 (v4: 0.08), so its weak-family gate admission clears the target on CPU types other than the one v4 was
-        calibrated on (v4 on an AMD AVX2 CPU: 0.189, target >= 0.20). Everything else is v4's."""
+        """Tiny pair v5: v4 with ``a``'s weak family (two-step expressions) at weight
+        :data:`_A5_FAMS` 0.10 (v4: 0.08), so its weak-family gate admission clears the target on CPU
+        types other than the one v4 was calibrated on (v4 on an AMD AVX2 CPU: 0.189, target >=
+        0.20). Everything else is v4's."""
         v4 = cls.v4()
         return dataclasses.replace(v4, name="v5", stage_a=dataclasses.replace(v4.stage_a, families=_A5_FAMS))
 
     @classmethod
     def v6(cls) -> Recipe:
         """Tiny pair v6 (the default): v5 built in less time. Every stage packs its rows first-fit
-        decreasing (:func:`first_fit_decreasing`; same examples, same loss, 9% / 13% less SFT time per step for a /
-        b, two workers side by side on an AMD EPYC) and b trains :data:`_V6_B_STEPS` steps (v5: 780), so the pair
-        (a with its junior snapshot, and b) builds in <= 300 s on 2 cores (v5: ~331 s of b alone); the skills,
-        styles, slips, tokenizers and shapes are v5's."""
+        decreasing (:func:`first_fit_decreasing`; same examples, same loss, 9% / 13% less SFT time
+        per step for a / b, two workers side by side on an AMD EPYC) and b trains
+        :data:`_V6_B_STEPS` steps (v5: 780), so the pair (a with its junior snapshot, and b) builds
+        in <= 300 s on 2 cores (v5: ~331 s of b alone); the skills, styles, slips, tokenizers and
+        shapes are v5's."""
         v5 = cls.v5()
         ffd = {k: dataclasses.replace(getattr(v5, k), pack_order="ffd")
                for k in ("stage_a", "stage_b", "stage_c", "stage_teacher")}
@@ -203,7 +211,8 @@ class Recipe:
 
     @classmethod
     def named(cls, name: str) -> Recipe:
-        """The recipe called ``name`` (:data:`RECIPES`); a one-line error naming the known ones otherwise."""
+        """The recipe called ``name`` (:data:`RECIPES`); a one-line error naming the known ones
+        otherwise."""
         if name not in RECIPES:
             raise GraftError(f"tiny recipe {name!r}: unknown; known: {', '.join(RECIPES)} "
                              f"(GRAFT_TINY_RECIPE or graft tiny build --recipe)")
@@ -249,9 +258,10 @@ _STAGE_ADDED = {"pack_order": "greedy"}  # Stage fields added after v5 -> their 
 
 
 def default_recipe() -> Recipe:
-    """``$GRAFT_TINY_RECIPE`` (default ``v6``, the pair in the GRAFT paper's regime with room for RL; the others
-    are the recipes v6 grew from, kept buildable so that a result made on one can be re-made: which study used which
-    is in docs/tiny_pair.md and each study's README): the recipe :func:`build_tiny` / :func:`ensure_tiny` build."""
+    """``$GRAFT_TINY_RECIPE`` (default ``v6``, the pair in the GRAFT paper's regime with room for
+    RL; the others are the recipes v6 grew from, kept buildable so that a result made on one can be
+    re-made: which study used which is in docs/tiny_pair.md and each study's README): the recipe
+    :func:`build_tiny` / :func:`ensure_tiny` build."""
     return Recipe.named(os.environ.get("GRAFT_TINY_RECIPE") or "v6")
 
 
@@ -292,9 +302,10 @@ def make_model(shape: Shape, tokenizer, seed: int):
 
 
 def sharpen(model, factor: float) -> None:
-    """Scale ``model``'s output logits by ``factor`` (its distribution at temperature 1/factor), in its weights: the
-    final norm's weight times ``factor`` (the LM head is linear without bias after it, so the logits scale exactly;
-    tied embeddings are left as they are). 1 leaves the model unchanged."""
+    """Scale ``model``'s output logits by ``factor`` (its distribution at temperature 1/factor), in
+    its weights: the final norm's weight times ``factor`` (the LM head is linear without bias after
+    it, so the logits scale exactly; tied embeddings are left as they are). 1 leaves the model
+    unchanged."""
     if factor == 1.0:
         return
     norm = model.get_decoder().norm if hasattr(model.get_decoder(), "norm") else model.get_decoder().final_layer_norm
@@ -332,9 +343,9 @@ def _lr_at(stage: Stage, step: int) -> float:
 
 
 def sft_batch(tokenizer, examples: list[tuple[str, str]], prompt=_prompt_text):
-    """Right-padded ``(input_ids, attention_mask, labels)`` for (problem, solution) pairs: the prompt
-    is ``prompt(problem)`` (default: :class:`PromptSpec` text), the target the solution + EOS; labels are -100
-    except on the target."""
+    """Right-padded ``(input_ids, attention_mask, labels)`` for (problem, solution) pairs: the
+    prompt is ``prompt(problem)`` (default: :class:`PromptSpec` text), the target the solution +
+    EOS; labels are -100 except on the target."""
     prompts = tokenizer([prompt(p) for p, _ in examples], add_special_tokens=False)["input_ids"]
     targets = tokenizer([s for _, s in examples], add_special_tokens=False)["input_ids"]
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
@@ -352,10 +363,11 @@ def sft_batch(tokenizer, examples: list[tuple[str, str]], prompt=_prompt_text):
 
 
 def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
-    """Bin packing by first-fit decreasing: indices of ``lengths`` grouped into bins of total ``<= capacity``
-    (longest first, each into the first bin it fits; an item longer than ``capacity`` gets a bin of its own; ties
-    keep their order). At most 11/9 OPT + 6/9 bins (Dósa 2007); on the tiny styles' 20-80-token examples in
-    128-token rows it uses 6-12% fewer rows than filling them in order."""
+    """Bin packing by first-fit decreasing: indices of ``lengths`` grouped into bins of total ``<=
+    capacity`` (longest first, each into the first bin it fits; an item longer than ``capacity``
+    gets a bin of its own; ties keep their order). At most 11/9 OPT + 6/9 bins (Dósa 2007); on the
+    tiny styles' 20-80-token examples in 128-token rows it uses 6-12% fewer rows than filling them
+    in order."""
     bins: list[list[int]] = []
     room: list[int] = []
     for i in sorted(range(len(lengths)), key=lambda j: -lengths[j]):
@@ -372,13 +384,14 @@ def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
 
 def sft_batch_packed(tokenizer, examples: list[tuple[str, str]], row_len: int, prompt=_prompt_text,
                      order: str = "greedy"):
-    """The examples of :func:`sft_batch` packed into rows of ``row_len`` tokens: ``order`` "greedy" fills them in
-    order (a row takes the next example while it fits), "ffd" by :func:`first_fit_decreasing`; an example longer
-    than a row gets a row of its own. Returns ``(input_ids, position_ids, labels)``. Positions restart at 0 with
-    every example, which is how transformers recognises packed sequences and masks attention block-diagonally
-    (each example sees only itself, as in a padded batch), so the loss is the padded batch's (same tokens, same
-    labels) without computing the padding: ~30% less SFT work on the v3 styles' ~20-60-token examples. Padding
-    fills each row's tail (label -100, positions counting on)."""
+    """The examples of :func:`sft_batch` packed into rows of ``row_len`` tokens: ``order`` "greedy"
+    fills them in order (a row takes the next example while it fits), "ffd" by
+    :func:`first_fit_decreasing`; an example longer than a row gets a row of its own. Returns
+    ``(input_ids, position_ids, labels)``. Positions restart at 0 with every example, which is how
+    transformers recognises packed sequences and masks attention block-diagonally (each example sees
+    only itself, as in a padded batch), so the loss is the padded batch's (same tokens, same labels)
+    without computing the padding: ~30% less SFT work on the v3 styles' ~20-60-token examples.
+    Padding fills each row's tail (label -100, positions counting on)."""
     prompts = tokenizer([prompt(p) for p, _ in examples], add_special_tokens=False)["input_ids"]
     targets = tokenizer([s for _, s in examples], add_special_tokens=False)["input_ids"]
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
@@ -430,10 +443,11 @@ def sft(model, tokenizer, stage: Stage, data_seed: str, on_step=None, snapshot_a
 
     Loss: token-mean cross-entropy over response tokens + EOS. AdamW (betas 0.9/0.98, fused CPU
     kernel), gradient clipping, :func:`_lr_at` schedule, i.i.d. batches (:func:`_example_stream`).
-    Batch 32 beat 16 and 64 per CPU-second in the calibration runs.
-    ``snapshot_at`` maps a step count to a callback receiving the model after that many steps (the
-    junior). ``stream``: batches of (problem, solution) pairs from another task (default: the arithmetic task's
-    stage mix, :func:`_example_stream`), each prompt written by ``prompt``. Returns the list of per-step losses."""
+    Batch 32 beat 16 and 64 per CPU-second in the calibration runs. ``snapshot_at`` maps a step
+    count to a callback receiving the model after that many steps (the junior). ``stream``: batches
+    of (problem, solution) pairs from another task (default: the arithmetic task's stage mix,
+    :func:`_example_stream`), each prompt written by ``prompt``. Returns the list of per-step
+    losses."""
     rng = random.Random(data_seed)
     stream = stream if stream is not None else _example_stream(tokenizer, stage, rng)
     opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.98), eps=1e-8,

@@ -1,6 +1,6 @@
-"""The tiny pair's tokenizers (:mod:`graft_cli.tiny`): ``a`` a Qwen-style byte-level BPE, ``b`` a GPT-2 /
-Llama-3-style byte-level BPE with the constant prompt suffix as one added token, ``c`` a Gemma-style SentencePiece
-BPE, each trained on its own seeded corpus of the synthetic task."""
+"""The tiny pair's tokenizers (:mod:`graft_cli.tiny`): ``a`` a Qwen-style byte-level BPE, ``b`` a
+GPT-2 / Llama-3-style byte-level BPE with the constant prompt suffix as one added token, ``c`` a
+Gemma-style SentencePiece BPE, each trained on its own seeded corpus of the synthetic task."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ EOS_A, PAD_A = "<|endoftext|>", "<|pad|>"
 BOS_B, EOS_B, PAD_B = "<s>", "</s>", "<pad>"
 PAD_C, EOS_C, BOS_C, UNK_C = "<pad>", "<eos>", "<bos>", "<unk>"  # Gemma's specials, in Gemma's id order
 
-# ``b``'s tokenizer adds the constant part of the raw prompt template, " Let's think step by step and
-# output the final answer within \boxed{}.\n", as ONE added, non-special token: its regex pre-tokenizer
-# would otherwise spend ~17 tokens on it in every prompt (RL step time is proportional to sequence length).
-# Prompts are never exchanged between the models (each encodes its own), so this changes no response.
+# ``b``'s tokenizer adds the constant part of the raw prompt template, " Let's think step by step
+# and output the final answer within \boxed{}.\n", as ONE added, non-special token: its regex
+# pre-tokenizer would otherwise spend ~17 tokens on it in every prompt (RL step time is proportional
+# to sequence length). Prompts are never exchanged between the models (each encodes its own), so
+# this changes no response.
 def _suffix_tokens_b() -> tuple[str, ...]:
     constant = RAW_TEMPLATE.split("{problem}", 1)[1].format(suffix=SUFFIX)  # " <suffix>\n"
     return (constant,)
@@ -31,14 +32,16 @@ class _Raw:
 
 
 def _prompt_text(problem: str, spec: PromptSpec = PromptSpec()) -> str:
-    """The prompt a tiny model sees for ``problem`` under ``spec`` (no chat template: the raw template)."""
+    """The prompt a tiny model sees for ``problem`` under ``spec`` (no chat template: the raw
+    template)."""
     return spec.text(problem, _Raw())
 
 
 def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], style="chain"):
-    """A byte-level BPE (``tokenizers`` trainer, ~0.2 s) over the task's text: prompt + worked solution
-    pairs drawn from :func:`graft_cli.data.synthetic.corpus` with ``corpus_seed``, solutions in ``style`` (a name,
-    or a list of names drawn uniformly per example: :meth:`Recipe.tokenizer_style`)."""
+    """A byte-level BPE (``tokenizers`` trainer, ~0.2 s) over the task's text: prompt + worked
+    solution pairs drawn from :func:`graft_cli.data.synthetic.corpus` with ``corpus_seed``,
+    solutions in ``style`` (a name, or a list of names drawn uniformly per example:
+    :meth:`Recipe.tokenizer_style`)."""
     # lazy: tokenizers only for building tokenizers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -52,21 +55,23 @@ def _bpe(pre_tokenizer, corpus_seed: int, vocab_size: int, specials: list[str], 
     return tok
 
 
-# Qwen2/Qwen3's pre-tokenizer regex (their tokenizer.json): a word with its leading space or one punctuation mark
-# (" then" -> "Ġthen"), single digits, punctuation runs, newlines, spaces; preceded by the LaTeX command with its
-# leading space that a's earlier split isolates (" \boxed" stays one piece)
+# Qwen2/Qwen3's pre-tokenizer regex (their tokenizer.json): a word with its leading space or one
+# punctuation mark (" then" -> "Ġthen"), single digits, punctuation runs, newlines, spaces; preceded
+# by the LaTeX command with its leading space that a's earlier split isolates (" \boxed" stays one
+# piece)
 QWEN_PRETOKENIZE = (r" ?\\[A-Za-z]+|(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                     r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def build_tokenizer_a(seed: int = 0, vocab_size: int = 384, style: str = "chain", split: str = "free"):
-    """``a``: byte-level BPE in the Qwen style (digits always single tokens). Pre-tokenizer: ``Digits(
-    individual_digits=True)``, then a split isolating a LaTeX command with its leading space (``" \\boxed"``), then
-    ``split``: ``free`` (v2) lets all other text between digits be one pre-token that BPE merges freely (``"x+"``,
-    ``"{}.\\n"``); ``qwen`` (v3, whose responses are sentences) splits it with Qwen's own regex
-    (:data:`QWEN_PRETOKENIZE`: a word keeps its leading space, ``" then"`` -> ``"Ġthen"``, as in Qwen3's vocabulary,
-    so the tandem ``word`` schedule sees word openings). Then ``ByteLevel(use_regex=False)``. ``\\boxed{`` is 2
-    tokens. Specials: ``<|endoftext|>`` (EOS) and ``<|pad|>``; no BOS, no chat template."""
+    """``a``: byte-level BPE in the Qwen style (digits always single tokens). Pre-tokenizer:
+    ``Digits( individual_digits=True)``, then a split isolating a LaTeX command with its leading
+    space (``" \\boxed"``), then ``split``: ``free`` (v2) lets all other text between digits be one
+    pre-token that BPE merges freely (``"x+"``, ``"{}.\\n"``); ``qwen`` (v3, whose responses are
+    sentences) splits it with Qwen's own regex (:data:`QWEN_PRETOKENIZE`: a word keeps its leading
+    space, ``" then"`` -> ``"Ġthen"``, as in Qwen3's vocabulary, so the tandem ``word`` schedule
+    sees word openings). Then ``ByteLevel(use_regex=False)``. ``\\boxed{`` is 2 tokens. Specials:
+    ``<|endoftext|>`` (EOS) and ``<|pad|>``; no BOS, no chat template."""
     # lazy: tokenizers only for building tokenizers
     from tokenizers import Regex, pre_tokenizers
 
@@ -94,11 +99,12 @@ def build_tokenizer_a(seed: int = 0, vocab_size: int = 384, style: str = "chain"
 def build_tokenizer_b(seed: int = 0, vocab_size: int = 512, style: str = "chain"):
     """``b``: byte-level BPE in the GPT-2 / Llama-3 style: ``Digits(individual_digits=True)`` then
     ``ByteLevel(use_regex=True)`` (the GPT-2 split: letters, digits and punctuation runs never merge
-    with each other), trained on a differently seeded corpus with its own vocabulary size, so ids and
-    merges differ from ``a``'s throughout. ``\\boxed{`` is 3 tokens (``" \\"``, ``"boxed"``, ``"{"``, as
-    in Llama 3). The constant prompt suffix is one added non-special token (:func:`_suffix_tokens_b`).
-    Re-tokenized lengths of reference responses: b/a 1.07 (a/b 0.94); docs/tiny_pair.md's table has the
-    measured figures. Specials ``<s>`` (unused BOS), ``</s>`` (EOS), ``<pad>``."""
+    with each other), trained on a differently seeded corpus with its own vocabulary size, so ids
+    and merges differ from ``a``'s throughout. ``\\boxed{`` is 3 tokens (``" \\"``, ``"boxed"``,
+    ``"{"``, as in Llama 3). The constant prompt suffix is one added non-special token
+    (:func:`_suffix_tokens_b`). Re-tokenized lengths of reference responses: b/a 1.07 (a/b 0.94);
+    docs/tiny_pair.md's table has the measured figures. Specials ``<s>`` (unused BOS), ``</s>``
+    (EOS), ``<pad>``."""
     # lazy: tokenizers only for building tokenizers
     from tokenizers import AddedToken, pre_tokenizers
 
@@ -117,14 +123,15 @@ def build_tokenizer_b(seed: int = 0, vocab_size: int = 512, style: str = "chain"
 
 
 def build_tokenizer_c(seed: int = 0, vocab_size: int = 384, style: str = "chain"):
-    """``c``: a SentencePiece-style BPE in the Gemma manner: spaces become ``"▁"`` (``Metaspace`` with no
-    dummy prefix, as Gemma's ``add_dummy_prefix=False``), pieces never span a word boundary (SentencePiece's
-    ``split_by_whitespace``) but merge freely across punctuation (``"▁\\boxed{"`` is one token), digits
-    always single tokens, a character (not byte) alphabet with ``<unk>`` (a peer's text outside it, e.g. a
-    stray byte a byte-level model sampled, re-tokenizes to ``<unk>``, as in a SentencePiece model without
-    byte fallback). Trained on a third corpus seed (``seed + 15485``), so its ids and merges differ from
-    ``a``'s and ``b``'s; the constant prompt suffix is one added token, as in ``b``. Specials ``<pad>``
-    ``<eos>`` ``<bos>`` (unused) ``<unk>``, as Gemma numbers them."""
+    """``c``: a SentencePiece-style BPE in the Gemma manner: spaces become ``"▁"`` (``Metaspace``
+    with no dummy prefix, as Gemma's ``add_dummy_prefix=False``), pieces never span a word boundary
+    (SentencePiece's ``split_by_whitespace``) but merge freely across punctuation (``"▁\\boxed{"``
+    is one token), digits always single tokens, a character (not byte) alphabet with ``<unk>`` (a
+    peer's text outside it, e.g. a stray byte a byte-level model sampled, re-tokenizes to ``<unk>``,
+    as in a SentencePiece model without byte fallback). Trained on a third corpus seed (``seed +
+    15485``), so its ids and merges differ from ``a``'s and ``b``'s; the constant prompt suffix is
+    one added token, as in ``b``. Specials ``<pad>`` ``<eos>`` ``<bos>`` (unused) ``<unk>``, as
+    Gemma numbers them."""
 
     # lazy: tokenizers only for building tokenizers
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -1,22 +1,24 @@
-"""How a step's rollouts are collected (registry ``COLLECTORS``; :func:`collector_for` picks one from the config:
-``dynamic`` when ``algo.filter_groups.enable``, else ``single``).
+"""How a step's rollouts are collected (registry ``COLLECTORS``; :func:`collector_for` picks one
+from the config: ``dynamic`` when ``algo.filter_groups.enable``, else ``single``).
 
-A collector is ``cls(cfg)`` with ``collect(inp: CollectInputs) -> (steps, rows)``: every trained policy's
-:class:`~graft_cli.batch.PolicyStep` for this step and its metrics row so far. It draws prompt batches from
-``inp.sampler`` (indices into ``inp.problems``) and samples through ``inp.worker.sample(i, problems, round)``
-(policy ``i`` of ``inp.policies``; :class:`~graft_cli.train.rollout_worker.RolloutWorker` in a run), whose seeds
-depend on (run seed, step, policy, round) only, so a resumed run collects exactly what the uninterrupted one would.
+A collector is ``cls(cfg)`` with ``collect(inp: CollectInputs) -> (steps, rows)``: every trained
+policy's :class:`~graft_cli.batch.PolicyStep` for this step and its metrics row so far. It draws
+prompt batches from ``inp.sampler`` (indices into ``inp.problems``) and samples through
+``inp.worker.sample(i, problems, round)`` (policy ``i`` of ``inp.policies``;
+:class:`~graft_cli.train.rollout_worker.RolloutWorker` in a run), whose seeds depend on (run seed,
+step, policy, round) only, so a resumed run collects exactly what the uninterrupted one would.
 
-- ``single``: one prompt batch, every policy samples it (GRPO, GRAFT: the policies share the prompts); the
-  policies sample in parallel threads when the trainer has a pool of them (``run.policy_workers``).
-- ``dynamic``: DAPO's dynamic sampling (verl ``algorithm.filter_groups``; baselines.md §4): groups whose
-  rewards are all equal (the ``acc`` metric: all correct or all wrong) are dropped, and further prompt
-  batches are drawn and sampled until every policy holds ``data.prompt_batch`` informative groups or
-  ``algo.filter_groups.max_num_gen_batches`` rounds have run (0 = no cap); surplus groups beyond the batch are
-  discarded (the first ones are kept, as verl does). A policy that ends short trains on the groups it has.
-  Each policy keeps its own groups, so the policies no longer share prompts: only ``exchange.name: none``.
-  Metrics: ``filter_groups/rounds``, ``/evicted_groups``, ``/discarded_surplus_groups``, ``/kept_groups``,
-  ``/prompts_consumed``.
+- ``single``: one prompt batch, every policy samples it (GRPO, GRAFT: the policies share the
+  prompts); the policies sample in parallel threads when the trainer has a pool of them
+  (``run.policy_workers``).
+- ``dynamic``: DAPO's dynamic sampling (verl ``algorithm.filter_groups``; baselines.md §4): groups
+  whose rewards are all equal (the ``acc`` metric: all correct or all wrong) are dropped, and
+  further prompt batches are drawn and sampled until every policy holds ``data.prompt_batch``
+  informative groups or ``algo.filter_groups.max_num_gen_batches`` rounds have run (0 = no cap);
+  surplus groups beyond the batch are discarded (the first ones are kept, as verl does). A policy
+  that ends short trains on the groups it has. Each policy keeps its own groups, so the policies no
+  longer share prompts: only ``exchange.name: none``. Metrics: ``filter_groups/rounds``,
+  ``/evicted_groups``, ``/discarded_surplus_groups``, ``/kept_groups``, ``/prompts_consumed``.
 """
 
 from __future__ import annotations
@@ -36,19 +38,20 @@ COLLECTORS: Registry = Registry("rollout collector")
 GROUP_METRICS = ("acc",)
 
 class Sampler(Protocol):
-    """Who samples for a collector: :class:`~graft_cli.train.rollout_worker.RolloutWorker` in a run."""
+    """Who samples for a collector: :class:`~graft_cli.train.rollout_worker.RolloutWorker` in a
+    run."""
 
     def sample(self, i: int, problems: list[Problem], round_: int = 0) -> tuple[PolicyStep, dict]:
-        """Policy ``i`` samples ``problems`` in sampling round ``round_``, grades them and takes the group
-        advantages: its step and its metrics row so far."""
+        """Policy ``i`` samples ``problems`` in sampling round ``round_``, grades them and takes the
+        group advantages: its step and its metrics row so far."""
         ...
 
 
 @dataclass
 class CollectInputs:
-    """What a collector draws on: the training problems, the data cursor over them, the trained policies' names
-    (in order), the worker policy ``i`` samples and grades a list of problems through, and the threads the
-    policies sample on."""
+    """What a collector draws on: the training problems, the data cursor over them, the trained
+    policies' names (in order), the worker policy ``i`` samples and grades a list of problems
+    through, and the threads the policies sample on."""
 
     problems: list[Problem]
     sampler: PromptSampler
@@ -58,7 +61,8 @@ class CollectInputs:
 
 
 def informative_groups(rewards: torch.Tensor, metric: str = "acc") -> list[int]:
-    """DAPO's filter: the prompt groups whose ``metric`` (``acc``: the binary reward) is not constant."""
+    """DAPO's filter: the prompt groups whose ``metric`` (``acc``: the binary reward) is not
+    constant."""
     if metric not in GROUP_METRICS:
         raise ValueError(f"unknown filter_groups metric {metric!r}; known: {', '.join(GROUP_METRICS)}")
     if rewards.shape[1] < 2:
@@ -72,8 +76,8 @@ class SingleRound:
         self.cfg = cfg
 
     def prompts_at(self, inp: CollectInputs, step: int) -> list | None:
-        """The problems of 0-based ``step``, known in advance (one batch per step); step sources check their data
-        against them before step 1."""
+        """The problems of 0-based ``step``, known in advance (one batch per step); step sources
+        check their data against them before step 1."""
         return [inp.problems[i] for i in inp.sampler.batch_at(step)]
 
     def collect(self, inp: CollectInputs):

@@ -1,40 +1,43 @@
 """Multi-process (data-parallel) training helpers: one process per GPU, launched by ``torchrun`` or
-``accelerate launch`` (``experiments/accelerate/fsdp_*gpu.yaml``). A no-op object when ``WORLD_SIZE`` is 1.
+``accelerate launch`` (``experiments/accelerate/fsdp_*gpu.yaml``). A no-op object when
+``WORLD_SIZE`` is 1.
 
 What the trainer does with it (the gradient equals the single-process one):
 
-1. Rollouts are data-parallel: each rollout group (``world / rollout_tp`` of them; a group is the ranks of
-   one tensor-parallel vLLM engine) samples and grades a contiguous slice of the prompt batch; the
-   ``Rollouts`` and grades are all-gathered, so every rank holds the full step data and computes the same
-   rewards, advantages and exchange.
+1. Rollouts are data-parallel: each rollout group (``world / rollout_tp`` of them; a group is the
+   ranks of one tensor-parallel vLLM engine) samples and grades a contiguous slice of the prompt
+   batch; the ``Rollouts`` and grades are all-gathered, so every rank holds the full step data and
+   computes the same rewards, advantages and exchange.
 2. Old log-probs: each rank scores a strided shard of the rows; the results are all-gathered.
-3. Update: each rank runs a strided shard of every minibatch, divided by the **global** ``Normaliser``
-   of that minibatch (computed from the full batch); the loss is multiplied by ``world`` and gradients
-   are averaged across ranks (all-reduce in ``replicate`` mode, FSDP's reduce-scatter in ``fsdp`` mode),
-   so the averaged gradient is the sum of the shards' gradients = the single-process gradient.
-   Stats (token and clip counts, loss sums, entropy sums) are summed across ranks.
-4. Only rank 0 writes files (config, metrics, rollouts, checkpoints); checkpoint state dicts are gathered
-   collectively first (FSDP).
+3. Update: each rank runs a strided shard of every minibatch, divided by the **global**
+   ``Normaliser`` of that minibatch (computed from the full batch); the loss is multiplied by
+   ``world`` and gradients are averaged across ranks (all-reduce in ``replicate`` mode, FSDP's
+   reduce-scatter in ``fsdp`` mode), so the averaged gradient is the sum of the shards' gradients =
+   the single-process gradient. Stats (token and clip counts, loss sums, entropy sums) are summed
+   across ranks.
+4. Only rank 0 writes files (config, metrics, rollouts, checkpoints); checkpoint state dicts are
+   gathered collectively first (FSDP).
 
-Modes: ``replicate`` (every rank holds the full model; gradients all-reduced by hand; works on CPU with
-gloo) and ``fsdp``: FSDP2 full shard of every policy (``fully_shard`` on each decoder layer and the root, one
-wrapper whatever the launcher), selected either by ``GRAFT_FSDP=1`` under ``torchrun`` (bf16 compute / fp32
-reduction on CUDA unless ``GRAFT_FSDP_BF16=0``) or by ``accelerate launch`` with an FSDP config
-(``ACCELERATE_USE_FSDP=true``): accelerate is then the launcher, and the launch config's FSDP settings are read
-from the environment it sets (:func:`accelerate_fsdp`: ``mixed_precision``, ``fsdp_reshard_after_forward``,
-``fsdp_offload_params``, ``fsdp_transformer_layer_cls_to_wrap``; settings graft cannot honour are refused in one
-line). ``Accelerator.prepare`` is not used: on CPU its FSDP2 wrapping of these models did not reproduce the
-one-process step (``tests/test_dist.py``). On CPU both run with gloo in fp32, which is what the CPU tests check
-next to ``replicate``. FSDP ranks must run the same number of forward passes,
-so micro-batch counts are equalised across ranks with zero-weight dummy micro-batches and the HF engine's
-decode loop stops only when every rank is done.
+Modes: ``replicate`` (every rank holds the full model; gradients all-reduced by hand; works on CPU
+with gloo) and ``fsdp``: FSDP2 full shard of every policy (``fully_shard`` on each decoder layer and
+the root, one wrapper whatever the launcher), selected either by ``GRAFT_FSDP=1`` under ``torchrun``
+(bf16 compute / fp32 reduction on CUDA unless ``GRAFT_FSDP_BF16=0``) or by ``accelerate launch``
+with an FSDP config (``ACCELERATE_USE_FSDP=true``): accelerate is then the launcher, and the launch
+config's FSDP settings are read from the environment it sets (:func:`accelerate_fsdp`:
+``mixed_precision``, ``fsdp_reshard_after_forward``, ``fsdp_offload_params``,
+``fsdp_transformer_layer_cls_to_wrap``; settings graft cannot honour are refused in one line).
+``Accelerator.prepare`` is not used: on CPU its FSDP2 wrapping of these models did not reproduce the
+one-process step (``tests/test_dist.py``). On CPU both run with gloo in fp32, which is what the CPU
+tests check next to ``replicate``. FSDP ranks must run the same number of forward passes, so
+micro-batch counts are equalised across ranks with zero-weight dummy micro-batches and the HF
+engine's decode loop stops only when every rank is done.
 
-Faults: the process group is created with ``run.dist_timeout_s`` as its timeout. A rank that dies closes its
-connections, so the others' next (or current) collective fails at once; a rank that hangs makes the others'
-collective fail after the timeout. Either way each surviving rank stops with one line
-(:class:`~graft_cli.errors.PeerLost`, exit 75) instead of a traceback or a hang, and relaunching all ranks
-resumes from the last complete checkpoint (every write is rank 0's and atomic).
-"""
+Faults: the process group is created with ``run.dist_timeout_s`` as its timeout. A rank that dies
+closes its connections, so the others' next (or current) collective fails at once; a rank that hangs
+makes the others' collective fail after the timeout. Either way each surviving rank stops with one
+line (:class:`~graft_cli.errors.PeerLost`, exit 75) instead of a traceback or a hang, and
+relaunching all ranks resumes from the last complete checkpoint (every write is rank 0's and
+atomic). """
 
 from __future__ import annotations
 
@@ -70,10 +73,10 @@ def _env_int(name: str, default: int) -> int:
 
 @dataclass(frozen=True)
 class ShardSpec:
-    """How :func:`fully_shard_model` wraps a model: the module classes sharded one by one (empty: the model's
-    ``_no_split_modules``, its decoder layers), whether their parameters are resharded after the forward pass
-    (FULL_SHARD; False keeps them gathered until the backward, SHARD_GRAD_OP) and whether parameters live on the
-    CPU between uses."""
+    """How :func:`fully_shard_model` wraps a model: the module classes sharded one by one (empty:
+    the model's ``_no_split_modules``, its decoder layers), whether their parameters are resharded
+    after the forward pass (FULL_SHARD; False keeps them gathered until the backward, SHARD_GRAD_OP)
+    and whether parameters live on the CPU between uses."""
 
     layer_classes: tuple = ()
     reshard_after_forward: bool = True
@@ -111,7 +114,8 @@ class Dist:
 
     @contextmanager
     def guard(self, what: str):
-        """A collective whose failure (a peer died, or hung past the timeout) becomes one line (:func:`peer_lost`)."""
+        """A collective whose failure (a peer died, or hung past the timeout) becomes one line
+        (:func:`peer_lost`)."""
         try:
             yield
         except RuntimeError as e:  # gloo raises RuntimeError, NCCL / the store torch.distributed.DistError
@@ -167,11 +171,13 @@ class Dist:
     # --------------------------------------------------------------------------------- gradients
     @property
     def loss_scale(self) -> float:
-        """Factor on each rank's loss: gradients are averaged over ranks, the global loss is their sum."""
+        """Factor on each rank's loss: gradients are averaged over ranks, the global loss is their
+        sum."""
         return float(self.world)
 
     def sync_grads(self, model) -> None:
-        """``replicate`` mode: average the gradients over ranks (one flat all-reduce). FSDP already did."""
+        """``replicate`` mode: average the gradients over ranks (one flat all-reduce). FSDP already
+        did."""
         if not self.enabled or self.fsdp:
             return
         params = [p for p in model.parameters() if p.requires_grad]
@@ -206,8 +212,8 @@ class Dist:
         return fully_shard_model(model, self.mixed_bf16, self.shard_spec)
 
     def full_state(self, model, optimizer) -> tuple[dict | None, dict | None]:
-        """Full (unsharded) model and optimizer state dicts, collective in FSDP mode; ``(None, None)`` when
-        the local objects already hold everything."""
+        """Full (unsharded) model and optimizer state dicts, collective in FSDP mode; ``(None,
+        None)`` when the local objects already hold everything."""
         if not self.fsdp:
             return None, None
 
@@ -215,8 +221,8 @@ class Dist:
         return get_model_state_dict(model, options=opts), get_optimizer_state_dict(model, optimizer, options=opts)
 
     def load_adapter_state(self, model, optimizer, adapter_sd: dict, optim_sd: dict) -> None:
-        """A LoRA policy's saved adapter (PEFT's keys) and its optimizer state into ``model`` (FSDP: the full
-        tensors distributed into the shards, the base left as it is)."""
+        """A LoRA policy's saved adapter (PEFT's keys) and its optimizer state into ``model`` (FSDP:
+        the full tensors distributed into the shards, the base left as it is)."""
         if not self.fsdp:
             lora.load_adapter_state(model, adapter_sd)
             optimizer.load_state_dict(optim_sd)
@@ -237,8 +243,9 @@ class Dist:
 
 
 def peer_lost(d: Dist, what: str, e: BaseException) -> PeerLost:
-    """The one line for a failed collective ``what`` on rank ``d.rank``: the library's first line without its
-    source path and advice (gloo: ``[.../pair.cc:537] Read error ...: Connection reset by peer. This is ...``)."""
+    """The one line for a failed collective ``what`` on rank ``d.rank``: the library's first line
+    without its source path and advice (gloo: ``[.../pair.cc:537] Read error ...: Connection reset
+    by peer. This is ...``)."""
 
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     first = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". This is typically")[0][:200]
@@ -247,8 +254,9 @@ def peer_lost(d: Dist, what: str, e: BaseException) -> PeerLost:
 
 
 def fully_shard_model(model, mixed_bf16: bool = False, spec: ShardSpec = ShardSpec()):
-    """FSDP2 full shard: each decoder layer (``spec.layer_classes``, else the model's ``_no_split_modules``) and then
-    the root; ``mixed_bf16`` = bf16 parameters in compute, fp32 reduction."""
+    """FSDP2 full shard: each decoder layer (``spec.layer_classes``, else the model's
+    ``_no_split_modules``) and then the root; ``mixed_bf16`` = bf16 parameters in compute, fp32
+    reduction."""
 
     kw = {}
     if mixed_bf16:
@@ -259,8 +267,9 @@ def fully_shard_model(model, mixed_bf16: bool = False, spec: ShardSpec = ShardSp
     for m in list(model.modules()):
         if type(m).__name__ in names:
             fully_shard(m, reshard_after_forward=spec.reshard_after_forward, **kw)
-    # the root keeps its own parameters (embeddings, final norm, LM head) gathered after the forward pass
-    # (FSDP2's default for the root): the scoring code calls the LM head on chunks of hidden states after it
+    # the root keeps its own parameters (embeddings, final norm, LM head) gathered after the forward
+    # pass (FSDP2's default for the root): the scoring code calls the LM head on chunks of hidden
+    # states after it
     fully_shard(model, **kw)
     return model
 
@@ -270,8 +279,9 @@ def _env_flag(env: dict, name: str, default: bool) -> bool:
 
 
 def accelerate_fsdp(env: dict) -> tuple[ShardSpec, bool]:
-    """The FSDP settings of an ``accelerate launch`` config, as the environment accelerate sets from it:
-    ``(ShardSpec, bf16)``. Settings graft does not honour raise :class:`GraftError` naming the config key."""
+    """The FSDP settings of an ``accelerate launch`` config, as the environment accelerate sets from
+    it: ``(ShardSpec, bf16)``. Settings graft does not honour raise :class:`GraftError` naming the
+    config key."""
 
     def refuse(key: str, why: str):
         raise GraftError(f"accelerate launch config: {key}: {why}")
@@ -295,7 +305,8 @@ def accelerate_fsdp(env: dict) -> tuple[ShardSpec, bool]:
 
 
 def _rebuild_optimizer(opt, model):
-    """FSDP2 replaced the parameters by sharded DTensors: point the (still stateless) optimizer at them."""
+    """FSDP2 replaced the parameters by sharded DTensors: point the (still stateless) optimizer at
+    them."""
     if len(opt.param_groups) != 1 or opt.state:
         raise ValueError("FSDP wrapping expects a fresh optimizer with one parameter group")
     opt.param_groups[0]["params"] = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapter only
@@ -303,7 +314,8 @@ def _rebuild_optimizer(opt, model):
 
 
 class _FullModel:
-    """Checkpoint view of an FSDP policy: ``save_pretrained`` writes the gathered full state dict."""
+    """Checkpoint view of an FSDP policy: ``save_pretrained`` writes the gathered full state
+    dict."""
 
     def __init__(self, model, sd):
         self.model, self.sd = model, sd
@@ -321,15 +333,17 @@ class _FullOptim:
 
 
 def sharded_checkpoints(d: Dist, fmt: str) -> bool:
-    """``run.checkpoint_format``: ``sharded`` / ``auto`` write each rank's part under FSDP with more than one
-    process (``auto``'s default); ``full`` (and every run that is not FSDP) gathers to rank 0."""
+    """``run.checkpoint_format``: ``sharded`` / ``auto`` write each rank's part under FSDP with more
+    than one process (``auto``'s default); ``full`` (and every run that is not FSDP) gathers to rank
+    0."""
     return d.fsdp and d.world > 1 and fmt in ("auto", "sharded")
 
 
 def save_checkpoint(d: Dist, ckpt_root: str, step: int, policies: dict, state: dict, keep: int, protect: tuple = (),
                     fmt: str = "full"):
-    """``checkpoint.save`` on rank 0 with full state dicts gathered first (collective in FSDP mode), or with
-    ``fmt`` sharded (:func:`sharded_checkpoints`) ``checkpoint.save_sharded``: every rank its part, no gather."""
+    """``checkpoint.save`` on rank 0 with full state dicts gathered first (collective in FSDP mode),
+    or with ``fmt`` sharded (:func:`sharded_checkpoints`) ``checkpoint.save_sharded``: every rank
+    its part, no gather."""
 
     if sharded_checkpoints(d, fmt):
         return ckpt.save_sharded(d, ckpt_root, step, policies, state, keep, protect)
@@ -344,7 +358,8 @@ def save_checkpoint(d: Dist, ckpt_root: str, step: int, policies: dict, state: d
 
 
 def setup(cfg) -> Dist:
-    """Initialise the process group from the launcher's environment (``WORLD_SIZE``, ``RANK``, ...)."""
+    """Initialise the process group from the launcher's environment (``WORLD_SIZE``, ``RANK``,
+    ...)."""
     world = _env_int("WORLD_SIZE", 1)
     if world <= 1:
         return Dist()

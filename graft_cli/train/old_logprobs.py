@@ -1,6 +1,6 @@
-"""Scoring in a step: the log-probs of a batch's rows under a policy's current weights (no grad), the old
-log-probs of the update (``algo.old_logprobs``), the frozen models' columns (reference, teacher), and the
-rollout-vs-trainer gap on the policy's own rows."""
+"""Scoring in a step: the log-probs of a batch's rows under a policy's current weights (no grad),
+the old log-probs of the update (``algo.old_logprobs``), the frozen models' columns (reference,
+teacher), and the rollout-vs-trainer gap on the policy's own rows."""
 
 from __future__ import annotations
 
@@ -23,15 +23,17 @@ def score_settings(cfg: C.Config, dist: D.Dist | None = None) -> ScoreSettings:
 
 def score_logprobs(pol: Policy, batch: TrainBatch, cfg: C.Config, dist: D.Dist | None = None,
                    only: list[int] | None = None) -> list[list[float] | None]:
-    """Old log-probs of every row (``only``: of those rows) under the policy's current weights: one batched
-    no-grad pass (data-parallel: each rank scores a shard of the rows, then the results are all-gathered)."""
+    """Old log-probs of every row (``only``: of those rows) under the policy's current weights: one
+    batched no-grad pass (data-parallel: each rank scores a shard of the rows, then the results are
+    all-gathered)."""
     return score_rows(pol.model, pol.tokenizer.pad_token_id, batch, score_settings(cfg, dist), only)
 
 
 def old_logprobs(pol: Policy, b: TrainBatch, cfg: C.Config, dist: D.Dist | None = None) -> list[list[float]]:
-    """The old log-probs of the update (``algo.old_logprobs``): ``trainer`` rescores every row under the current
-    weights (verl's convention); ``rollout`` keeps the rollout log-probs on the policy's own rows and scores
-    only the peer rows (another policy's responses, co-trained or stored), which have none."""
+    """The old log-probs of the update (``algo.old_logprobs``): ``trainer`` rescores every row under
+    the current weights (verl's convention); ``rollout`` keeps the rollout log-probs on the policy's
+    own rows and scores only the peer rows (another policy's responses, co-trained or stored), which
+    have none."""
     if cfg.algo.old_logprobs == "trainer":
         return score_logprobs(pol, b, cfg, dist)
     peer = b.peer_rows()
@@ -40,8 +42,8 @@ def old_logprobs(pol: Policy, b: TrainBatch, cfg: C.Config, dist: D.Dist | None 
 
 
 def score_frozen(frozen: dict[str, Frozen], name: str, batch: TrainBatch, settings: ScoreSettings) -> TrainBatch:
-    """The batch with the column of every frozen model serving policy ``name`` (one no-grad pass each, in config
-    order: a scorer sees the columns of the ones before it)."""
+    """The batch with the column of every frozen model serving policy ``name`` (one no-grad pass
+    each, in config order: a scorer sees the columns of the ones before it)."""
     for f in frozen.values():
         if not f.cfg.serves or name in f.cfg.serves:
             with f.scope():

@@ -1,7 +1,7 @@
-"""Seconds and peak accelerator memory per phase of a training step, kept out of the step's logic: one context
-manager, ``with phases("score", times): ...``, times the block into ``times[name]`` (the step's own dict by
-default) and, on CUDA, records the peak memory allocated since the previous phase ended as
-``memory/<name>_peak_gib`` (rollout, score, update); nothing on CPU."""
+"""Seconds and peak accelerator memory per phase of a training step, kept out of the step's logic:
+one context manager, ``with phases("score", times): ...``, times the block into ``times[name]`` (the
+step's own dict by default) and, on CUDA, records the peak memory allocated since the previous phase
+ended as ``memory/<name>_peak_gib`` (rollout, score, update); nothing on CPU."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ class Phases:
 
     @contextlib.contextmanager
     def __call__(self, name: str, times: dict | None = None, memory: bool = True):
-        """Time the block into ``times[name]`` (default: :attr:`seconds`); with ``memory``, mark the peak memory of
-        the phase when the block ends (policy threads share one device: their phases' peaks are maxed)."""
+        """Time the block into ``times[name]`` (default: :attr:`seconds`); with ``memory``, mark the
+        peak memory of the phase when the block ends (policy threads share one device: their phases'
+        peaks are maxed)."""
         t0 = time.perf_counter()
         yield
         if memory and self.on:

@@ -1,6 +1,6 @@
-"""Setting a run up: the trained policies (model, tokenizer, optimizer, rollout engine) and the frozen models
-loaded from the config, the prompt cache, and :func:`preflight`, the checks that need the models' tokenizers
-(shared vocabularies), run before anything is loaded or written."""
+"""Setting a run up: the trained policies (model, tokenizer, optimizer, rollout engine) and the
+frozen models loaded from the config, the prompt cache, and :func:`preflight`, the checks that need
+the models' tokenizers (shared vocabularies), run before anything is loaded or written."""
 
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ if TYPE_CHECKING:  # transformers is slow to import
 
 @dataclass
 class Policy:
-    """A trained policy. With LoRA (``lora.r > 0``) ``model`` is the PEFT model, the optimizer holds the adapter's
-    parameters only and ``base_sha256`` is the hash of the frozen base its adapter trains on (None: full weights)."""
+    """A trained policy. With LoRA (``lora.r > 0``) ``model`` is the PEFT model, the optimizer holds
+    the adapter's parameters only and ``base_sha256`` is the hash of the frozen base its adapter
+    trains on (None: full weights)."""
 
     name: str
     model: torch.nn.Module  # a transformers causal LM (a PEFT model with LoRA; FSDP-wrapped under accelerate)
@@ -48,15 +49,16 @@ class Policy:
     prompt_cache: dict
     base_sha256: str | None = None
     replica: torch.nn.Module | None = None  # run.staleness >= 1 with an engine of its own weights: the copy it
-    # samples from, loaded with each rollout's weights by the rollout thread (train/ahead.py); None: the engine
-    # samples from ``model``
+    # samples from, loaded with each rollout's weights by the rollout thread (train/ahead.py); None:
+    # the engine samples from ``model``
 
 
 @dataclass
 class Frozen:
-    """A model with ``role: frozen``: scored, never updated (no optimizer, not checkpointed). ``scope()`` is the
-    context it is scored in: for the base of a LoRA policy (``base_of``) the policy's own model with its adapter
-    disabled (:func:`graft_cli.models.lora.adapter_off`), else nothing."""
+    """A model with ``role: frozen``: scored, never updated (no optimizer, not checkpointed).
+    ``scope()`` is the context it is scored in: for the base of a LoRA policy (``base_of``) the
+    policy's own model with its adapter disabled (:func:`graft_cli.models.lora.adapter_off`), else
+    nothing."""
 
     name: str
     model: torch.nn.Module
@@ -68,8 +70,8 @@ class Frozen:
 
 # ----------------------------------------------------------------------------------------------- setup
 def engine_kwargs(cfg: C.Config, frozen: dict) -> dict:
-    """``rollout.engine_kwargs`` with the options the engine declares in ``frozen_kwargs`` (the tandem junior)
-    replaced by the loaded frozen model they name."""
+    """``rollout.engine_kwargs`` with the options the engine declares in ``frozen_kwargs`` (the
+    tandem junior) replaced by the loaded frozen model they name."""
     kw = dict(cfg.rollout.engine_kwargs)
     for k in ENGINES.get(cfg.rollout.engine).frozen_kwargs:
         kw[k] = frozen[kw[k]].model
@@ -109,29 +111,30 @@ def build_policy(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None, 
 
 
 def rollout_replica(model: torch.nn.Module, cfg: C.Config, dist: D.Dist | None) -> torch.nn.Module | None:
-    """The policy's rollout replica (``Policy.replica``): a frozen copy of ``model`` for an engine that samples
-    from weights of its own (``own_weights``) at ``run.staleness`` >= 1, so that the next steps' rollouts are
-    generated while ``model`` updates; None otherwise."""
+    """The policy's rollout replica (``Policy.replica``): a frozen copy of ``model`` for an engine
+    that samples from weights of its own (``own_weights``) at ``run.staleness`` >= 1, so that the
+    next steps' rollouts are generated while ``model`` updates; None otherwise."""
     if cfg.run.staleness < 1 or not ENGINES.get(cfg.rollout.engine).own_weights:
         return None
     if dist is not None and dist.enabled:
         raise GraftError(f"run.staleness={cfg.run.staleness}: sampling ahead runs in one process; data-parallel "
                          f"runs sample with each step's own weights (run.staleness=0)")
-    # parameters keep requires_grad: sampling runs under no_grad anyway, and CPU kernels pick another path for weights
-    # that do not require grad (last-bit differences from the trained model's log-probs)
+    # parameters keep requires_grad: sampling runs under no_grad anyway, and CPU kernels pick
+    # another path for weights that do not require grad (last-bit differences from the trained
+    # model's log-probs)
     return copy.deepcopy(model).eval()
 
 
 def base_frozen(pc: C.PolicyConfig, policy: Policy) -> Frozen:
-    """The frozen model that is a LoRA policy's base (``base_of``): the policy's own model scored with its adapter
-    disabled; its hash is the base's."""
+    """The frozen model that is a LoRA policy's base (``base_of``): the policy's own model scored
+    with its adapter disabled; its hash is the base's."""
     return Frozen(pc.name, policy.model, policy.tokenizer, pc, policy.base_sha256,
                   lambda: lora.adapter_off(policy.model))
 
 
 def build_frozen(pc: C.PolicyConfig, cfg: C.Config, dist: D.Dist | None = None) -> Frozen:
-    """Load a frozen model once in the run's dtype and device (FSDP-sharded like the policies), in eval mode
-    with gradients off; its weight hash is recorded in every checkpoint."""
+    """Load a frozen model once in the run's dtype and device (FSDP-sharded like the policies), in
+    eval mode with gradients off; its weight hash is recorded in every checkpoint."""
     model, tok = load_role(pc.model, pc.tokenizer, cfg.run.dtype, cfg.run.device, _keys(pc, cfg), pc.trust_remote_code,
                            cfg.run.model_init, cfg.run.random_shrink)
     model.requires_grad_(False)
@@ -151,9 +154,9 @@ def encode_prompt(pol: Policy, problem: str, spec: PromptSpec) -> list[int]:
 
 
 def preflight(cfg: C.Config) -> None:
-    """Checks that need the models' tokenizers, before anything is written: a frozen model whose scorer scores the
-    policies' own token ids (a KL reference, an OPD teacher), or that co-generates with them (a tandem junior),
-    must share each served policy's vocabulary."""
+    """Checks that need the models' tokenizers, before anything is written: a frozen model whose
+    scorer scores the policies' own token ids (a KL reference, an OPD teacher), or that co-generates
+    with them (a tandem junior), must share each served policy's vocabulary."""
 
     trained = {p.name: p for p in cfg.policies if p.role == "train"}
     toks: dict = {}

@@ -1,17 +1,20 @@
-"""What a run was made with, recorded in its directory (``provenance.json``) and checked before a plan reuses it.
+"""What a run was made with, recorded in its directory (``provenance.json``) and checked before a
+plan reuses it.
 
 ``provenance.json``::
 
     {"config_hash": sha256 of the resolved config (the keys a resumed run may change left out),
-     "tiny_build": {"hash": sha256 over the tiny roles' model hashes and the task files it trains on, "roles": {...}}
+     "tiny_build": {"hash": sha256 over the tiny roles' model hashes and the task files it trains
+     on, "roles": {...}}
                    or null (no tiny model or data),
-     "sessions": [{"commit": git HEAD of the code, "dirty": uncommitted changes, "started": UTC time,
+     "sessions": [{"commit": git HEAD of the code, "dirty": uncommitted changes, "started": UTC
+     time,
                    "from_step": the step it resumed from (0: a fresh start)}, ...]}
 
-one session per ``graft train`` that opened the run directory (a resumed run appends one). A plan reuses a finished
-run only when its config hash and tiny build hash equal those the plan composes now (:func:`reuse_problem`), or,
-where the hash differs, when its ``config.yaml`` read back (older names read as the current ones) equals the plan's.
-"""
+one session per ``graft train`` that opened the run directory (a resumed run appends one). A plan
+reuses a finished run only when its config hash and tiny build hash equal those the plan composes
+now (:func:`reuse_problem`), or, where the hash differs, when its ``config.yaml`` read back (older
+names read as the current ones) equals the plan's. """
 
 from __future__ import annotations
 
@@ -51,8 +54,9 @@ def _identity_keys(flat: dict, ignore: set) -> dict:
 
 
 def config_hash(cfg: C.Config, ignore: set) -> str:
-    """sha256 of the canonical JSON of the resolved config less the keys in ``ignore`` (those a run may change
-    between sessions without becoming another run: its folder, checkpoint cadence, loggers, threads)."""
+    """sha256 of the canonical JSON of the resolved config less the keys in ``ignore`` (those a run
+    may change between sessions without becoming another run: its folder, checkpoint cadence,
+    loggers, threads)."""
     body = json.dumps(_identity_keys(flat_config(cfg), ignore), sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()
 
@@ -64,8 +68,8 @@ def config_diff(a: C.Config, b: C.Config, ignore: set) -> list[str]:
 
 
 def source_commit() -> tuple[str | None, bool | None]:
-    """(git HEAD, whether the checkout has uncommitted changes) of the code running now; (None, None) outside a
-    git checkout."""
+    """(git HEAD, whether the checkout has uncommitted changes) of the code running now; (None,
+    None) outside a git checkout."""
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
     def git(*args):
@@ -82,8 +86,8 @@ def source_commit() -> tuple[str | None, bool | None]:
 
 
 def tiny_build(cfg: C.Config) -> dict | None:
-    """The tiny roles a run loads (``tiny:<role>`` models) with their manifest hashes, and the tiny task files when
-    it trains on ``tiny:`` data, hashed together; None for a run with neither."""
+    """The tiny roles a run loads (``tiny:<role>`` models) with their manifest hashes, and the tiny
+    task files when it trains on ``tiny:`` data, hashed together; None for a run with neither."""
     roles = sorted({str(p.model).split(":", 1)[1] for p in cfg.policies if str(p.model).startswith("tiny:")})
     tiny_data = str(cfg.data.train).startswith("tiny:")
     if not roles and not tiny_data:
@@ -109,8 +113,8 @@ def record_session(cfg: C.Config, run_dir: str, ignore: set, from_step: int) -> 
 
 
 def reuse_problem(cfg: C.Config, run_dir: str, ignore: set) -> str | None:
-    """Why the finished run in ``run_dir`` cannot stand for a run of config ``cfg`` (None: it can): no provenance,
-    another config (the first differing key named), or another tiny build."""
+    """Why the finished run in ``run_dir`` cannot stand for a run of config ``cfg`` (None: it can):
+    no provenance, another config (the first differing key named), or another tiny build."""
     prov = read_provenance(run_dir)
     if prov is None:
         return "it has no provenance.json (made by code that did not record one)"
@@ -123,7 +127,8 @@ def reuse_problem(cfg: C.Config, run_dir: str, ignore: set) -> str | None:
         if keys or on_disk is None:
             return (f"its config differs in {keys[0]!r}" + (f" (and {len(keys) - 1} more)" if len(keys) > 1 else "")
                     if keys else "its config hash differs from the plan's")
-        # its config.yaml reads as this config: the hash was taken over older names of its values (docs/glossary.md)
+        # its config.yaml reads as this config: the hash was taken over older names of its values
+        # (docs/glossary.md)
     now = tiny_build(cfg)
     if (prov.get("tiny_build") or {}).get("hash") != (now or {}).get("hash"):
         roles = [r for r in sorted(set((now or {}).get("roles") or {}) | set((prov.get("tiny_build") or {}).get(

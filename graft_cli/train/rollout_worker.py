@@ -1,9 +1,11 @@
-"""The rollout worker: policy ``i`` samples a list of problems, its responses are graded and the group advantages
-taken (:meth:`RolloutWorker.sample`, the ``sample`` a collector calls, train/collect.py).
+"""The rollout worker: policy ``i`` samples a list of problems, its responses are graded and the
+group advantages taken (:meth:`RolloutWorker.sample`, the ``sample`` a collector calls,
+train/collect.py).
 
-A worker is bound to one 0-based step (:meth:`RolloutWorker.at`): sampling seeds depend on (run seed, step,
-policy, round) only, never on RNG state, so a resumed run samples exactly what the uninterrupted one would, and a
-collection launched ahead of its step (train/ahead.py) samples what it would have sampled at its step."""
+A worker is bound to one 0-based step (:meth:`RolloutWorker.at`): sampling seeds depend on (run
+seed, step, policy, round) only, never on RNG state, so a resumed run samples exactly what the
+uninterrupted one would, and a collection launched ahead of its step (train/ahead.py) samples what
+it would have sampled at its step."""
 
 from __future__ import annotations
 
@@ -36,9 +38,10 @@ def sampling_seed(run_seed: int, step: int, policy_index: int) -> int:
 
 @dataclass(frozen=True)
 class RolloutWorker:
-    """What sampling reads: the trained policies (their engines and prompt encodings, in order: policy ``i`` is
-    the ``i``-th), the prompt format, the grader, the advantage function, the config (``rollout``, ``algo``,
-    ``run.seed``), the data-parallel group and the step the seeds are drawn for."""
+    """What sampling reads: the trained policies (their engines and prompt encodings, in order:
+    policy ``i`` is the ``i``-th), the prompt format, the grader, the advantage function, the config
+    (``rollout``, ``algo``, ``run.seed``), the data-parallel group and the step the seeds are drawn
+    for."""
 
     policies: dict[str, Policy]
     spec: PromptSpec
@@ -53,9 +56,9 @@ class RolloutWorker:
         return dataclasses.replace(self, step=step)
 
     def sample(self, i: int, problems: list[Problem], round_: int = 0) -> tuple[PolicyStep, dict]:
-        """Policy ``i`` samples ``problems`` (sampling round ``round_`` of the worker's step), grades them and takes
-        the group advantages; the step and its metrics (seconds of rollout and reward, the grader's counts, the
-        engine's metrics)."""
+        """Policy ``i`` samples ``problems`` (sampling round ``round_`` of the worker's step),
+        grades them and takes the group advantages; the step and its metrics (seconds of rollout and
+        reward, the grader's counts, the engine's metrics)."""
         cfg, r, step, dist = self.cfg, self.cfg.rollout, self.step, self.dist
         pol = self.policies[list(self.policies)[i]]
         t0 = time.perf_counter()

@@ -1,7 +1,8 @@
-"""The run driver: :func:`train` runs (or resumes) a run: the checks before anything is written (a writable run
-directory, :func:`~graft_cli.train.policies.preflight`, a resumed run's config against the one on disk), the run
-directory's lock, ``config.yaml``, the step loop with its checkpoints, after-step hooks and progress, and the
-one-line endings of a stopped run (SIGTERM, a lost data-parallel peer)."""
+"""The run driver: :func:`train` runs (or resumes) a run: the checks before anything is written (a
+writable run directory, :func:`~graft_cli.train.policies.preflight`, a resumed run's config against
+the one on disk), the run directory's lock, ``config.yaml``, the step loop with its checkpoints,
+after-step hooks and progress, and the one-line endings of a stopped run (SIGTERM, a lost
+data-parallel peer)."""
 
 from __future__ import annotations
 
@@ -72,8 +73,9 @@ _LOCKS: dict = {}
 
 
 def _lock_run_dir(out: str) -> None:
-    """One training process per run directory: an exclusive ``flock`` on ``<run>/.lock``, released by the
-    OS when the process ends (also on a kill), so a second `graft train` on the same run stops at once."""
+    """One training process per run directory: an exclusive ``flock`` on ``<run>/.lock``, released
+    by the OS when the process ends (also on a kill), so a second `graft train` on the same run
+    stops at once."""
 
     f = open(os.path.join(out, ".lock"), "w")
     try:
@@ -85,23 +87,25 @@ def _lock_run_dir(out: str) -> None:
 
 
 def _unlock_run_dir(out: str) -> None:
-    """Release this process's lock of ``out`` (a run that ended: the same process may train it again)."""
+    """Release this process's lock of ``out`` (a run that ended: the same process may train it
+    again)."""
     f = _LOCKS.pop(out, None)
     if f is not None:
         f.close()
 
 
 class _Preempt(BaseException):
-    """Raised by the SIGTERM handler where the main thread is (the step is abandoned; every write is atomic)."""
+    """Raised by the SIGTERM handler where the main thread is (the step is abandoned; every write is
+    atomic)."""
 
 
 class SignalStop:
-    """SIGTERM during :func:`train` (a scheduler's preemption; installed in the main thread only). By default the
-    step in progress is **abandoned** at once: the handler raises where the main thread is, every file write is
-    atomic (a temporary name, then a rename), so nothing half-written is left and the run resumes from its last
-    checkpoint. With ``run.save_on_signal`` the step is **finished**, its checkpoint written, and the run stops
-    at that step boundary (a second SIGTERM abandons it). Either way the run ends with :class:`Stopped` (exit
-    143) and one line."""
+    """SIGTERM during :func:`train` (a scheduler's preemption; installed in the main thread only).
+    By default the step in progress is **abandoned** at once: the handler raises where the main
+    thread is, every file write is atomic (a temporary name, then a rename), so nothing half-written
+    is left and the run resumes from its last checkpoint. With ``run.save_on_signal`` the step is
+    **finished**, its checkpoint written, and the run stops at that step boundary (a second SIGTERM
+    abandons it). Either way the run ends with :class:`Stopped` (exit 143) and one line."""
 
     def __init__(self, save_on_signal: bool):
         self.save, self.requested, self._old = save_on_signal, False, None
@@ -121,9 +125,9 @@ class SignalStop:
 
 
 def check_inputs(cfg: C.Config, out: str) -> None:
-    """What can be checked before anything is loaded or written: a writable run directory, the models'
-    vocabularies (:func:`~graft_cli.train.policies.preflight`), a resumed run's config against the one on disk, the
-    trackers' names."""
+    """What can be checked before anything is loaded or written: a writable run directory, the
+    models' vocabularies (:func:`~graft_cli.train.policies.preflight`), a resumed run's config
+    against the one on disk, the trackers' names."""
     check_writable(out, "run.out")
     preflight(cfg)
     if cfg.run.resume:
@@ -148,14 +152,16 @@ def open_run_dir(cfg: C.Config, out: str) -> None:
 
 
 def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[AfterStep, ...] = ()) -> str:
-    """Run (or resume) a training run; returns the run directory. Each :class:`AfterStep` hook that is due is
-    called as ``hook(view, cfg, run_dir, console)`` (``view``: :class:`~graft_cli.train.hooks.StepView`) after the
-    step's checkpoint and may return metrics rows to log."""
+    """Run (or resume) a training run; returns the run directory. Each :class:`AfterStep` hook that
+    is due is called as ``hook(view, cfg, run_dir, console)`` (``view``:
+    :class:`~graft_cli.train.hooks.StepView`) after the step's checkpoint and may return metrics
+    rows to log."""
     console = console or make_console(stderr=True)
     out = run_dir_for(cfg)
     is_main = os.environ.get("RANK", "0") == "0"  # data-parallel runs: only rank 0 writes files
     check_inputs(cfg, out)  # nothing is written before the inputs are known good
-    # every input (models, tokenizers, data, rewards) is loaded and checked before the run directory is touched
+    # every input (models, tokenizers, data, rewards) is loaded and checked before the run directory
+    # is touched
     trainer = Trainer(cfg, out, progress and is_main, console)
     run = _Run(cfg, out, console, trainer, after_step, SignalStop(cfg.run.save_on_signal), is_main,
                progress and is_main)
@@ -191,7 +197,8 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
 
 @dataclass
 class _Run:
-    """One call of :func:`train` once its inputs are loaded: the step loop, its checkpoints, hooks and progress."""
+    """One call of :func:`train` once its inputs are loaded: the step loop, its checkpoints, hooks
+    and progress."""
 
     cfg: C.Config
     out: str
@@ -204,7 +211,8 @@ class _Run:
     trackers: Trackers | None = None
 
     def start(self) -> bool:
-        """Resume from the newest valid checkpoint (True), or start at step 0 with metrics.jsonl cleared."""
+        """Resume from the newest valid checkpoint (True), or start at step 0 with metrics.jsonl
+        cleared."""
         trainer, console = self.trainer, self.console
         resumed = self.cfg.run.resume and trainer.resume()
         if resumed:
@@ -226,8 +234,8 @@ class _Run:
             self.trackers.log(rows)
 
     def run_hooks(self, pending: bool) -> None:
-        """The hooks due after the trainer's step (e.g. validation: eval/<policy>/step_N/, best.json);
-        ``pending``: only those whose work for the step is not on disk."""
+        """The hooks due after the trainer's step (e.g. validation: eval/<policy>/step_N/,
+        best.json); ``pending``: only those whose work for the step is not on disk."""
         for hook in self.hooks:
             view = self.trainer.view()
             if hook.due(view, self.cfg) and not (pending and hook.done(view, self.cfg, self.out)):
@@ -235,8 +243,9 @@ class _Run:
                 self.log(hook(view, self.cfg, self.out, None))
 
     def loop(self, resumed: bool) -> None:
-        """Steps until the run's last: each step's metrics, its checkpoint (before any hook), the hooks, progress
-        (a terminal gets rich's live bar; a log one plain line every ``run.log_every`` steps)."""
+        """Steps until the run's last: each step's metrics, its checkpoint (before any hook), the
+        hooks, progress (a terminal gets rich's live bar; a log one plain line every
+        ``run.log_every`` steps)."""
         trainer, cfg = self.trainer, self.cfg
         self.trackers = Trackers(cfg, self.out, trainer.step) if self.is_main else None
         live = self.progress and self.console.is_terminal
@@ -261,8 +270,8 @@ class _Run:
                 self.trackers.close()
 
     def one_step(self) -> list[dict]:
-        """Train one step, log it, checkpoint it when due (always before a hook runs or a requested stop), stop
-        on a requested SIGTERM, run the hooks; returns the step's rows."""
+        """Train one step, log it, checkpoint it when due (always before a hook runs or a requested
+        stop), stop on a requested SIGTERM, run the hooks; returns the step's rows."""
         trainer, cfg = self.trainer, self.cfg
         try:
             rows = trainer.train_step()
@@ -289,8 +298,8 @@ def on_disk(trainer) -> str:
 
 
 def step_line(rows: list[dict]) -> str:
-    """One step in a line: per policy the reward (and, when it exchanged, groups from the peer / responses
-    admitted), then seconds per step."""
+    """One step in a line: per policy the reward (and, when it exchanged, groups from the peer /
+    responses admitted), then seconds per step."""
     parts = []
     for r in rows:
         p = f"{r['policy']}: r={r.get('reward', float('nan')):.3f}"

@@ -1,15 +1,16 @@
 """Step sources that are not trained policies (registry ``STEP_SOURCES``, config ``sources``).
 
-A source gives, each step, a :class:`~graft_cli.batch.PolicyStep` on the step's prompts that an exchange can
-draw from, without a model being loaded or trained. The trainer owns every source: it builds them at start,
-grades their responses with its own grader and closes them with itself.
+A source gives, each step, a :class:`~graft_cli.batch.PolicyStep` on the step's prompts that an
+exchange can draw from, without a model being loaded or trained. The trainer owns every source: it
+builds them at start, grades their responses with its own grader and closes them with itself.
 
-- ``rollout_log``: a partner's earlier run read from its rollout logs (stored-trajectory GRAFT, graft.md §5):
-  at step t the file ``rollouts/<policy>/step_{t+1:06d}.parquet`` of the partner run, checked against this
-  step's prompts; with ``reverify`` the logged responses are re-graded with this run's reward and the
-  partner's advantages recomputed from the re-verified rewards (graft.md §8 item 13), else the logged
-  rewards and advantages are kept. Metrics (added to every trained policy's row): ``graft/partner_reward``,
-  ``graft/reverify_changed``. ``check`` runs before step 1 on every step the run will train (light columns only).
+- ``rollout_log``: a partner's earlier run read from its rollout logs (stored-trajectory GRAFT,
+  graft.md §5): at step t the file ``rollouts/<policy>/step_{t+1:06d}.parquet`` of the partner run,
+  checked against this step's prompts; with ``reverify`` the logged responses are re-graded with
+  this run's reward and the partner's advantages recomputed from the re-verified rewards (graft.md
+  §8 item 13), else the logged rewards and advantages are kept. Metrics (added to every trained
+  policy's row): ``graft/partner_reward``, ``graft/reverify_changed``. ``check`` runs before step 1
+  on every step the run will train (light columns only).
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ class RolloutLogSource:
         self.grader, self.adv_fn, self.algo, self.data_seed = grader, adv_fn, algo, data_seed
 
     def check(self, steps, problems_at=None) -> None:
-        """Before step 1: the partner's log of every step in ``steps`` exists and (``problems_at(step)``: the step's
-        prompts, when known in advance) holds that step's prompts in order; a missing or mismatched one is one
-        line now, not a stop at that step hours into the run."""
+        """Before step 1: the partner's log of every step in ``steps`` exists and
+        (``problems_at(step)``: the step's prompts, when known in advance) holds that step's prompts
+        in order; a missing or mismatched one is one line now, not a stop at that step hours into
+        the run."""
         for t in steps:
             check_partner_step(rollout_log_path(self.run, self.policy, t), t,
                                problems_at(t) if problems_at else None, self.data_seed)

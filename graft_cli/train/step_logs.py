@@ -1,6 +1,6 @@
-"""What a step leaves besides metrics.jsonl: each policy's rollout log ``rollouts/<policy>/step_N.parquet`` and
-exchange log ``rollouts/<policy>/exchange_step_N.parquet`` (kept for the last ``run.keep_rollouts`` steps), and the
-per-step rollout metrics."""
+"""What a step leaves besides metrics.jsonl: each policy's rollout log
+``rollouts/<policy>/step_N.parquet`` and exchange log ``rollouts/<policy>/exchange_step_N.parquet``
+(kept for the last ``run.keep_rollouts`` steps), and the per-step rollout metrics."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ class StepLogs:
     keep: int = 0
 
     def rollouts(self, st: PolicyStep, peer_rows: list[int] | None = None) -> None:
-        """``rollouts/<policy>/step_N.parquet``: the policy's own samples of the step, one row each, with
-        ``peer_rows``: how many rows of another policy's responses the update used on that prompt (after
-        the exchange's admission; 0 without exchange). The rescue analysis (graft_cli/eval/rescue.py)
-        reads it."""
+        """``rollouts/<policy>/step_N.parquet``: the policy's own samples of the step, one row each,
+        with ``peer_rows``: how many rows of another policy's responses the update used on that
+        prompt (after the exchange's admission; 0 without exchange). The rescue analysis
+        (graft_cli/eval/rescue.py) reads it."""
         n = st.n
         B = len(st.problems)
         ro = st.rollouts
@@ -52,10 +52,10 @@ class StepLogs:
         rotate_log(rollout_log_path, self.out, st.name, self.step, self.keep)
 
     def admission(self, name: str, st: PolicyStep, cols: dict | None) -> None:
-        """``rollouts/<policy>/exchange_step_N.parquet``: every row another policy's response put into this
-        policy's batch this step, kept or dropped by the exchange's admission (``cols``: the exchange's
-        ``admission_log``, e.g. the compatibility score s), with the step and prompt id. Written only when the
-        exchange logs (``cols`` not None) and a row was transferred."""
+        """``rollouts/<policy>/exchange_step_N.parquet``: every row another policy's response put
+        into this policy's batch this step, kept or dropped by the exchange's admission (``cols``:
+        the exchange's ``admission_log``, e.g. the compatibility score s), with the step and prompt
+        id. Written only when the exchange logs (``cols`` not None) and a row was transferred."""
         if not cols or not cols.get("prompt_index"):
             return
         k = len(cols["prompt_index"])
@@ -66,7 +66,8 @@ class StepLogs:
 
 
 def rotate_log(log_path, out: str, policy: str, step: int, keep: int) -> None:
-    """``run.keep_rollouts`` = k > 0: only the last k steps' logs (``log_path(out, policy, step)``) stay."""
+    """``run.keep_rollouts`` = k > 0: only the last k steps' logs (``log_path(out, policy, step)``)
+    stay."""
     if keep > 0 and step >= keep:
         old = log_path(out, policy, step - keep)
         if os.path.exists(old):
@@ -96,7 +97,8 @@ def rollout_metrics(step: PolicyStep) -> dict:
 
 
 def peer_rows_per_prompt(batch: TrainBatch, num_prompts: int) -> list[int]:
-    """Per prompt index, the rows of ``batch`` that are not the policy's own samples (``source != 'self'``)."""
+    """Per prompt index, the rows of ``batch`` that are not the policy's own samples (``source !=
+    'self'``)."""
     out = [0] * num_prompts
     for g, s in zip(batch.group, batch.source):
         if s != "self" and g is not None and 0 <= int(g) < num_prompts:

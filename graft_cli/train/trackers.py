@@ -1,17 +1,18 @@
-"""Experiment trackers (registry ``TRACKERS``, ``run.loggers``): where the metrics rows of a run go besides
-``metrics.jsonl``, which is always written and is the run's record (``jsonl`` names it in the list).
+"""Experiment trackers (registry ``TRACKERS``, ``run.loggers``): where the metrics rows of a run go
+besides ``metrics.jsonl``, which is always written and is the run's record (``jsonl`` names it in
+the list).
 
-- ``tensorboard``: ``<run>/tensorboard/`` event files (``torch.utils.tensorboard``; needs the ``tensorboard``
-  package), one scalar per metric named ``<policy>/<metric>`` at the row's ``step``. On resume the writer
-  purges the events after the resumed step, so the curves match metrics.jsonl.
-- ``wandb``: a Weights & Biases run named after the graft run in project ``run.wandb_project`` (``graft``), with
-  files under ``<run>/wandb/`` and ``run.wandb_mode`` (``online``; ``offline`` needs no network: sync later
-  with ``wandb sync``); the run id is derived from the run directory, so a resumed run continues the same
-  W&B run. Metric names are ``<policy>/<metric>`` as in TensorBoard.
+- ``tensorboard``: ``<run>/tensorboard/`` event files (``torch.utils.tensorboard``; needs the
+  ``tensorboard`` package), one scalar per metric named ``<policy>/<metric>`` at the row's ``step``.
+  On resume the writer purges the events after the resumed step, so the curves match metrics.jsonl.
+- ``wandb``: a Weights & Biases run named after the graft run in project ``run.wandb_project``
+  (``graft``), with files under ``<run>/wandb/`` and ``run.wandb_mode`` (``online``; ``offline``
+  needs no network: sync later with ``wandb sync``); the run id is derived from the run directory,
+  so a resumed run continues the same W&B run. Metric names are ``<policy>/<metric>`` as in
+  TensorBoard.
 
-Only numeric values are logged (metrics.jsonl also holds strings and nulls). The same names as verl's
-``trainer.logger`` and TRL's ``report_to`` would show.
-"""
+Only numeric values are logged (metrics.jsonl also holds strings and nulls). The same names as
+verl's ``trainer.logger`` and TRL's ``report_to`` would show. """
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ TRACKERS: Registry = Registry("tracker")
 
 
 def scalars(row: dict) -> tuple[int, str, dict]:
-    """``(step, policy, {metric: float})`` of a metrics row: finite numbers only (booleans as 0/1)."""
+    """``(step, policy, {metric: float})`` of a metrics row: finite numbers only (booleans as
+    0/1)."""
     out = {}
     for k, v in row.items():
         if k in ("step", "policy"):

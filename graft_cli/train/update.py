@@ -1,8 +1,9 @@
-"""One policy's update (README.md, "How a step works"): the token signals (registered loss mask, rollout rejection
-and token advantages), the loss inputs of a micro-batch built from the TrainBatch's columns only, and
-:func:`update_policy`, ``algo.ppo_epochs``
-passes over the minibatches of the registered ordering with gradient accumulation over token-budget micro-batches,
-non-finite guards and FSDP's zero-weight passes. What it reads besides the batch is one :class:`UpdateContext`."""
+"""One policy's update (README.md, "How a step works"): the token signals (registered loss mask,
+rollout rejection and token advantages), the loss inputs of a micro-batch built from the
+TrainBatch's columns only, and :func:`update_policy`, ``algo.ppo_epochs`` passes over the
+minibatches of the registered ordering with gradient accumulation over token-budget micro-batches,
+non-finite guards and FSDP's zero-weight passes. What it reads besides the batch is one
+:class:`UpdateContext`."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ from graft_cli.train.policies import Policy
 
 @dataclass(frozen=True)
 class AlgoParams:
-    """The parameters of the ``algo`` section's registered functions, each the object of its Params class checked
-    from the resolved config (:meth:`of`, once per run): the loss's (``LossInputs.params``), the loss mask's and
-    each token-advantage function's by name (``SignalContext.params``) and the rollout-rejection mask's."""
+    """The parameters of the ``algo`` section's registered functions, each the object of its Params
+    class checked from the resolved config (:meth:`of`, once per run): the loss's
+    (``LossInputs.params``), the loss mask's and each token-advantage function's by name
+    (``SignalContext.params``) and the rollout-rejection mask's."""
 
     loss: Params
     loss_mask: Params
@@ -48,8 +50,8 @@ class AlgoParams:
 
     @classmethod
     def of(cls, algo) -> AlgoParams:
-        """The parameters ``algo`` (an ``AlgoConfig``) gives its loss, loss mask, rejection mask and token
-        advantages (one-line GraftError naming the key of a bad value)."""
+        """The parameters ``algo`` (an ``AlgoConfig``) gives its loss, loss mask, rejection mask and
+        token advantages (one-line GraftError naming the key of a bad value)."""
         rc = algo.rollout_correction
         return cls(loss=POLICY_LOSSES.get(algo.loss).check(algo.loss_params),
                    loss_mask=loss_mask_params(algo.loss_mask, algo.loss_mask_params),
@@ -59,10 +61,11 @@ class AlgoParams:
 
 @dataclass
 class UpdateContext:
-    """What one policy's update reads besides its batch: the config (``algo``, ``optim``, ``rollout.n``,
-    ``exchange.ordering``), the data-parallel group (``None``: one process), the step (0-based), the controllers'
-    coefficients of the step, the generator that orders the minibatches and the ``algo`` functions' parameters
-    (None: read from ``cfg.algo`` when the context is made)."""
+    """What one policy's update reads besides its batch: the config (``algo``, ``optim``,
+    ``rollout.n``, ``exchange.ordering``), the data-parallel group (``None``: one process), the step
+    (0-based), the controllers' coefficients of the step, the generator that orders the minibatches
+    and the ``algo`` functions' parameters (None: read from ``cfg.algo`` when the context is
+    made)."""
 
     cfg: C.Config
     dist: D.Dist | None = None
@@ -83,10 +86,10 @@ def _rows_with(col, rows) -> bool:
 
 def loss_inputs(batch: TrainBatch, rows: list[int], logp, resp, norm: Normaliser, spec, mb_index: int,
                 ctx: UpdateContext) -> LossInputs:
-    """The loss inputs of micro-batch ``rows`` (``resp``: the packed rows' response mask, ``(B, L)``), built from
-    the batch's columns only: loss mask, advantages (per-token when set, else the scalar on every masked token),
-    weights, source and PG flags, the per-row ``extra`` columns and the loss's per-token columns padded to
-    ``(B, L - 1)``, the layout of ``logp``."""
+    """The loss inputs of micro-batch ``rows`` (``resp``: the packed rows' response mask, ``(B,
+    L)``), built from the batch's columns only: loss mask, advantages (per-token when set, else the
+    scalar on every masked token), weights, source and PG flags, the per-row ``extra`` columns and
+    the loss's per-token columns padded to ``(B, L - 1)``, the layout of ``logp``."""
     a, L, dev = ctx.cfg.algo, resp.shape[1], resp.device
     prompts = [batch.prompt_ids[i] for i in rows]
     if _rows_with(batch.loss_mask, rows):
@@ -120,7 +123,8 @@ def row_tokens(batch: TrainBatch, i: int) -> float:
 
 
 def nonfinite_quantity(logp: torch.Tensor, old: torch.Tensor, loss: torch.Tensor) -> str | None:
-    """Which of a micro-batch's log-probs, old log-probs or loss is not finite (None when all are)."""
+    """Which of a micro-batch's log-probs, old log-probs or loss is not finite (None when all
+    are)."""
     for name, t in (("log-prob", logp), ("old log-prob", old), ("loss", loss)):
         if not bool(torch.isfinite(t.detach()).all()):
             return name
@@ -129,9 +133,9 @@ def nonfinite_quantity(logp: torch.Tensor, old: torch.Tensor, loss: torch.Tensor
 
 def token_signals(batch: TrainBatch, algo, params: AlgoParams, step: int, name: str,
                   coefs: dict) -> tuple[TrainBatch, dict]:
-    """The batch with its ``loss_mask`` / ``token_adv`` from the registered loss mask, the rollout-rejection mask
-    and the token-advantage functions, in config order (each sees the columns of the ones before it, and its own
-    parameters from ``params``); their metrics."""
+    """The batch with its ``loss_mask`` / ``token_adv`` from the registered loss mask, the
+    rollout-rejection mask and the token-advantage functions, in config order (each sees the columns
+    of the ones before it, and its own parameters from ``params``); their metrics."""
     sctx = SignalContext(step=step, policy=name, algo=algo, coefs=coefs, params=params.loss_mask)
     batch = dataclasses.replace(batch, loss_mask=LOSS_MASKS.get(algo.loss_mask)(batch, sctx))
     mask, met = rollout_rejection(batch, algo.rollout_correction, params.rejection)
@@ -146,7 +150,8 @@ def token_signals(batch: TrainBatch, algo, params: AlgoParams, step: int, name: 
 
 @dataclass
 class _Pass:
-    """One update's fixed inputs: the policy, its batch, the loss, the context and the data-parallel group."""
+    """One update's fixed inputs: the policy, its batch, the loss, the context and the data-parallel
+    group."""
 
     pol: Policy
     batch: TrainBatch
@@ -157,8 +162,8 @@ class _Pass:
 
 @dataclass
 class _Totals:
-    """What an update accumulates over its minibatches (summed loss statistics, per-step loss and gradient norm,
-    the entropy's token sum and count, the skipped updates)."""
+    """What an update accumulates over its minibatches (summed loss statistics, per-step loss and
+    gradient norm, the entropy's token sum and count, the skipped updates)."""
 
     stats: dict = field(default_factory=dict)
     losses: list = field(default_factory=list)
@@ -170,10 +175,11 @@ class _Totals:
 
 def update_policy(pol: Policy, batch: TrainBatch, ctx: UpdateContext) -> dict:
     """One optimisation epoch (``algo.ppo_epochs`` of them) over the minibatches of the registered
-    ``exchange.ordering`` (whole prompt groups, or HACPO's self-first row chunks, split over ``exchange.layout``'s
-    ranks), ordered by ``ctx.rng``; one optimizer step per minibatch (:func:`_accumulate`, :func:`_step`).
-    Data-parallel (``ctx.dist``): each rank runs its shard of every minibatch with the minibatch's global
-    ``Normaliser``; gradients are averaged across ranks (train/dist.py)."""
+    ``exchange.ordering`` (whole prompt groups, or HACPO's self-first row chunks, split over
+    ``exchange.layout``'s ranks), ordered by ``ctx.rng``; one optimizer step per minibatch
+    (:func:`_accumulate`, :func:`_step`). Data-parallel (``ctx.dist``): each rank runs its shard of
+    every minibatch with the minibatch's global ``Normaliser``; gradients are averaged across ranks
+    (train/dist.py)."""
     cfg, a = ctx.cfg, ctx.cfg.algo
     p = _Pass(pol, batch, POLICY_LOSSES.get(a.loss), ctx, ctx.dist or D.Dist())
     pol.model.train()
@@ -188,11 +194,13 @@ def update_policy(pol: Policy, batch: TrainBatch, ctx: UpdateContext) -> dict:
 
 
 def _accumulate(p: _Pass, mb: list[int], mb_idx: int, acc: _Totals) -> tuple[float, str | None]:
-    """Minibatch ``mb``'s gradients, accumulated over token-budget micro-batches of this rank's shard; returns
-    the summed loss and the first non-finite quantity seen (None when all were finite)."""
+    """Minibatch ``mb``'s gradients, accumulated over token-budget micro-batches of this rank's
+    shard; returns the summed loss and the first non-finite quantity seen (None when all were
+    finite)."""
     batch, ctx, d, a, o = p.batch, p.ctx, p.d, p.ctx.cfg.algo, p.ctx.cfg.optim
     model, dev, pad = p.pol.model, next(p.pol.model.parameters()).device, p.pol.tokenizer.pad_token_id
-    # rows outside the PG (auxiliary rows), and rows without loss tokens, stay out of its denominators
+    # rows outside the PG (auxiliary rows), and rows without loss tokens, stay out of its
+    # denominators
     norm = Normaliser.of_rows([row_tokens(batch, i) for i in mb], [batch.in_pg[i] for i in mb],
                               a.loss_scale_factor or float(ctx.cfg.rollout.max_new_tokens))
     local = d.shard(mb)
@@ -224,8 +232,8 @@ def _accumulate(p: _Pass, mb: list[int], mb_idx: int, acc: _Totals) -> tuple[flo
 
 
 def _step(p: _Pass, mb_idx: int, total: float, bad: str | None, acc: _Totals) -> None:
-    """The optimizer step of one minibatch after the gradient sync and clip; a non-finite value stops the run
-    (``optim.on_nonfinite=stop``) or skips the step on every rank (``skip``)."""
+    """The optimizer step of one minibatch after the gradient sync and clip; a non-finite value
+    stops the run (``optim.on_nonfinite=stop``) or skips the step on every rank (``skip``)."""
     d, pol, step = p.d, p.pol, p.ctx.step
     o = p.ctx.cfg.optim
     d.sync_grads(pol.model)
@@ -252,8 +260,8 @@ _COUNTS = ("tokens", "tokens_self", "tokens_peer", "clip_low", "clip_high", "cli
 
 
 def _update_metrics(p: _Pass, acc: _Totals) -> dict:
-    """The update's metrics: mean loss and gradient norm, clip fractions, the loss's own statistics, entropy
-    (data-parallel: the ranks' sums first)."""
+    """The update's metrics: mean loss and gradient norm, clip fractions, the loss's own statistics,
+    entropy (data-parallel: the ranks' sums first)."""
     stats, ent_sum, ent_n, losses = acc.stats, acc.ent_sum, acc.ent_n, acc.losses
     if p.d.enabled:  # sums over the ranks' shards
         parts = p.d.gather_objects((stats, ent_sum, ent_n, losses))

@@ -1,6 +1,8 @@
-"""Exchange steps (registry ``EXCHANGES``): how the policies' step data becomes each policy's TrainBatch.
+"""Exchange steps (registry ``EXCHANGES``): how the policies' step data becomes each policy's
+TrainBatch.
 
-* :mod:`.base` — the interface (``Exchange``, ``ExchangeContext``, ``Receivers``) and ``none`` (independent GRPO)
+* :mod:`.base` — the interface (``Exchange``, ``ExchangeContext``, ``Receivers``) and ``none``
+  (independent GRPO)
 * :mod:`.selection`, :mod:`.replacement`, :mod:`.gates` — GRAFT's registered parts
 * :mod:`.graft` — GRAFT composed from them; :mod:`.graft_stored` — its stored-trajectory defaults
 """

@@ -1,20 +1,22 @@
-"""The exchange interface (registry ``EXCHANGES``): how the policies' step data becomes each policy's
-TrainBatch. ``none`` is independent GRPO. Cross-model methods (GRAFT, HACPO, SGT, ...) register here.
+"""The exchange interface (registry ``EXCHANGES``): how the policies' step data becomes each
+policy's TrainBatch. ``none`` is independent GRPO. Cross-model methods (GRAFT, HACPO, SGT, ...)
+register here.
 
 An exchange is a class with:
-- ``resolve(cfg)`` (class method): write into the config what the exchange implies (policies it does not train,
-  sources it reads, parameters it infers); idempotent; nothing by default;
-- ``validate(cfg)`` (class method): check ``cfg.exchange.params`` without changing anything; raise GraftError
-  naming the key;
-- ``select(steps, ctx) -> (batches, metrics)``: before scoring, build the TrainBatch of every receiver
-  (``ctx.receivers``: the trained policies; ``steps`` may also hold stored sources' steps), encoding prompts and
-  scoring rows through ``ctx.models`` (:class:`Receivers`);
+- ``resolve(cfg)`` (class method): write into the config what the exchange implies (policies it does
+  not train, sources it reads, parameters it infers); idempotent; nothing by default;
+- ``validate(cfg)`` (class method): check ``cfg.exchange.params`` without changing anything; raise
+  GraftError naming the key;
+- ``select(steps, ctx) -> (batches, metrics)``: before scoring, build the TrainBatch of every
+  receiver (``ctx.receivers``: the trained policies; ``steps`` may also hold stored sources' steps),
+  encoding prompts and scoring rows through ``ctx.models`` (:class:`Receivers`);
 - ``admit(name, batch, ctx) -> (batch, metrics)``: after the receiver's old log-probs are known
-  (``batch.old_logprobs``), weight or drop rows (e.g. GRAFT's compatibility gate) in a new batch, the given one
-  unchanged;
+  (``batch.old_logprobs``), weight or drop rows (e.g. GRAFT's compatibility gate) in a new batch,
+  the given one unchanged;
 - ``state_dict()``/``load_state_dict()`` for schedules that carry state across steps;
-- ``admission_log(name) -> columns | None``: per transferred row of receiver ``name``'s last ``admit`` (kept or
-  dropped), columns for the trainer's exchange log (``rollouts/<name>/exchange_step_N.parquet``); ``None``: no log.
+- ``admission_log(name) -> columns | None``: per transferred row of receiver ``name``'s last
+  ``admit`` (kept or dropped), columns for the trainer's exchange log
+  (``rollouts/<name>/exchange_step_N.parquet``); ``None``: no log.
 """
 
 from __future__ import annotations
@@ -34,22 +36,23 @@ ScoreFn = Callable[[str, TrainBatch], list]  # (policy name, rows) -> per-row to
 
 
 class Receivers(Protocol):
-    """What an exchange may ask of the trained policies: a policy's prompt encoding and its trainer forward on rows
-    (:class:`graft_cli.train.policy_stages.PolicyReceivers` in a run)."""
+    """What an exchange may ask of the trained policies: a policy's prompt encoding and its trainer
+    forward on rows (:class:`graft_cli.train.policy_stages.PolicyReceivers` in a run)."""
 
     def encode(self, text: str, name: str) -> list[int]:
         """Problem ``text`` as policy ``name``'s prompt token ids."""
         ...
 
     def score(self, name: str, batch: TrainBatch) -> list:
-        """Per-row token log-probs of ``batch`` under policy ``name``'s current weights (no grad)."""
+        """Per-row token log-probs of ``batch`` under policy ``name``'s current weights (no
+        grad)."""
         ...
 
 
 @dataclass
 class ReceiverFunctions:
-    """:class:`Receivers` made of two functions, for callers without a trainer (tests, benchmarks); without
-    ``score_fn`` a call to :meth:`score` stops with one line."""
+    """:class:`Receivers` made of two functions, for callers without a trainer (tests, benchmarks);
+    without ``score_fn`` a call to :meth:`score` stops with one line."""
 
     encode_fn: Callable[[str, str], list]  # (problem text, policy name) -> prompt token ids
     score_fn: ScoreFn | None = None
@@ -111,9 +114,10 @@ EXCHANGES.register("none")(Exchange)
 
 
 def exchange_params(section) -> Params | None:
-    """The typed ``exchange.params`` of a config's ``exchange`` section as a run wrote it (a mapping, such as a run's
-    ``config.yaml`` read back, or the config's own section): the values it holds over the defaults registered for
-    its exchange (:meth:`Params.read`). None when the section names no registered exchange."""
+    """The typed ``exchange.params`` of a config's ``exchange`` section as a run wrote it (a
+    mapping, such as a run's ``config.yaml`` read back, or the config's own section): the values it
+    holds over the defaults registered for its exchange (:meth:`Params.read`). None when the section
+    names no registered exchange."""
     get = section.get if isinstance(section, dict) else lambda k: getattr(section, k, None)
     name = get("name") if section is not None else None
     if not isinstance(name, str) or name not in EXCHANGES:

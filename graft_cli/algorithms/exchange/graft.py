@@ -1,92 +1,101 @@
-"""GRAFT: balanced cross-model trajectory exchange with a compatibility gate (graft.md §2), its design
-variants (graft.md §3) and the N-policy generalisation. Registered as exchange ``graft``.
+"""GRAFT: balanced cross-model trajectory exchange with a compatibility gate (graft.md §2), its
+design variants (graft.md §3) and the N-policy generalisation. Registered as exchange ``graft``.
 
 Per step (graft.md §2.2, Alg. 1), for every ordered pair of policies (source S, receiver R):
 
 The parts are registered and composed from ``exchange.params``: selection rules
 (:mod:`~graft_cli.algorithms.exchange.selection`), replacement modes
 (:mod:`~graft_cli.algorithms.exchange.replacement`), gates and admission
-(:mod:`~graft_cli.algorithms.exchange.gates`); re-tokenization lives in :mod:`graft_cli.models.retokenize`.
-The stored-trajectory variant (``graft_stored``) is this exchange fed by a partner's rollout logs, a step
-source the trainer owns (graft_cli/train/sources.py).
+(:mod:`~graft_cli.algorithms.exchange.gates`); re-tokenization lives in
+:mod:`graft_cli.models.retokenize`. The stored-trajectory variant (``graft_stored``) is this
+exchange fed by a partner's rollout logs, a step source the trainer owns
+(graft_cli/train/sources.py).
 
 1. **Trigger** (:func:`trigger`, Alg. 1 line "C_{A→B}"): prompt q is a candidate for S→R when the
    receiver's whole group fails and the source's group is mixed, ``k_R(q) = 0 ∧ 1 ≤ k_S(q) < n``.
 2. **Balanced exchange** (:func:`select_with_ties`, :func:`balanced_pair`; Alg. 1 "SelectWithTies"):
    ``m = min(|C_{S→R}|, |C_{R→S}|)``; each direction ranks its candidates by the *source's* success
-   count, descending, and keeps the first m plus every candidate tied with the m-th. ``m = 0`` → nothing
-   moves in either direction. **Tie order**: candidates are sorted by ``(-k_S(q), q)`` (ties by prompt
-   index, ascending); because every candidate tied with the m-th is kept, the *set* selected does not
-   depend on the tie order (it is ``{q ∈ C : k_S(q) ≥ k_S(m-th)}``); it is returned in prompt order.
+   count, descending, and keeps the first m plus every candidate tied with the m-th. ``m = 0`` →
+   nothing moves in either direction. **Tie order**: candidates are sorted by ``(-k_S(q), q)`` (ties
+   by prompt index, ascending); because every candidate tied with the m-th is kept, the *set*
+   selected does not depend on the tie order (it is ``{q ∈ C : k_S(q) ≥ k_S(m-th)}``); it is
+   returned in prompt order.
 3. **Replacement** (:func:`peer_group_rows`, graft.md §2.2 step 5): the receiver's failed group is
-   removed and the source's *whole* group inserted (``source="peer"``, ``group`` = the prompt's index),
-   each response keeping the source's own GRPO advantage (computed over its full group, before any
-   floor; never renormalised). Groups stay in prompt-batch order in the TrainBatch.
+   removed and the source's *whole* group inserted (``source="peer"``, ``group`` = the prompt's
+   index), each response keeping the source's own GRPO advantage (computed over its full group,
+   before any floor; never renormalised). Groups stay in prompt-batch order in the TrainBatch.
 4. **Re-tokenization** (:func:`retokenize`, graft.md §2.2 step 6, §8 item 3; HACPO's contract,
    baselines.md §1.2): the source's response *string* (``Rollouts.texts``, decoded with
-   ``skip_special_tokens=True``) is encoded with the receiver's tokenizer,
-   ``tokenizer(text, add_special_tokens=False)``, after the receiver's own encoding of the same problem
+   ``skip_special_tokens=True``) is encoded with the receiver's tokenizer, ``tokenizer(text,
+   add_special_tokens=False)``, after the receiver's own encoding of the same problem
    (``ctx.models.encode(problem, receiver)``).
 
-   **EOS rule.** When the source response ended with EOS (it was not truncated) and ``append_eos`` is
-   true (default), the receiver's EOS id is appended, so the receiver also learns to stop; a truncated
-   source response gets no EOS. The terminal EOS is **excluded from both sides of s**: the receiver mean
-   is over the first ``n_scored`` tokens (the re-tokenized text, without the appended EOS), the source
-   mean over the generated tokens without the terminal EOS (:func:`source_mean_logprob`). The appended
-   EOS still takes part in the loss like any other token. A response with no scorable token on either
-   side has ``s = nan`` and is dropped by the floor (kept with w = 1 when the gate is off).
-   With ``direct_ids: true`` and byte-identical vocabularies (graft.md §8 item 10) the source token ids
-   are used as they are (same EOS exclusion).
-5. **Compatibility and gate** (:func:`compatibility`, :func:`gate_weights`; Eq. 6–8), in ``admit`` once
-   the trainer has scored every row under the receiver's old policy:
-   ``s = exp(mean_t log π_old^R(o^R_t) − mean_t log π_S(o^S_t))`` and
-   ``w = 1[s > δ] · min(s, 1)`` (δ: ``delta``, :class:`GraftParams`; strict >). Responses with ``s ≤ δ`` are
-   **dropped** (they leave the loss numerator and the token-count denominator). ``δ ≤ 0`` means no floor (every
-   response kept, ``w = min(s, 1)``). The source log-probs are its rollout log-probs (``peer_logprobs: rollout``,
-   GRAFT's default; exact where the engine's log-probs equal the trainer's fp32 forward, the HF engine in fp32) or
-   recomputed by the source policy's trainer forward at the rollout temperature before any update (``peer_logprobs:
-   recompute``, via ``ctx.models.score``; HACPO's default, as its released trainer scores the pool
-   with each source's actor, and the one to use with bf16 weights or vLLM, whose log-probs differ).
-6. **Objective**: the registered loss (``ppo_token``: token-level PPO ratio against the receiver's own
-   old policy for self and grafted tokens, w per response, token-mean over retained responses; with no
-   transfer it is GRPO exactly). Peer-last minibatch ordering lives in
-   :mod:`graft_cli.algorithms.minibatch` (registered, ``exchange.ordering``): groups holding grafted rows
-   are ordered after the receiver's own groups, then the ordered groups are chunked into equal prompt
-   counts, so a boundary minibatch may mix own and grafted groups (graft.md §8 item 4).
+   **EOS rule.** When the source response ended with EOS (it was not truncated) and ``append_eos``
+   is true (default), the receiver's EOS id is appended, so the receiver also learns to stop; a
+   truncated source response gets no EOS. The terminal EOS is **excluded from both sides of s**: the
+   receiver mean is over the first ``n_scored`` tokens (the re-tokenized text, without the appended
+   EOS), the source mean over the generated tokens without the terminal EOS
+   (:func:`source_mean_logprob`). The appended EOS still takes part in the loss like any other
+   token. A response with no scorable token on either side has ``s = nan`` and is dropped by the
+   floor (kept with w = 1 when the gate is off). With ``direct_ids: true`` and byte-identical
+   vocabularies (graft.md §8 item 10) the source token ids are used as they are (same EOS
+   exclusion).
+5. **Compatibility and gate** (:func:`compatibility`, :func:`gate_weights`; Eq. 6–8), in ``admit``
+   once the trainer has scored every row under the receiver's old policy: ``s = exp(mean_t log
+   π_old^R(o^R_t) − mean_t log π_S(o^S_t))`` and ``w = 1[s > δ] · min(s, 1)`` (δ: ``delta``,
+   :class:`GraftParams`; strict >). Responses with ``s ≤ δ`` are **dropped** (they leave the loss
+   numerator and the token-count denominator). ``δ ≤ 0`` means no floor (every response kept, ``w =
+   min(s, 1)``). The source log-probs are its rollout log-probs (``peer_logprobs: rollout``, GRAFT's
+   default; exact where the engine's log-probs equal the trainer's fp32 forward, the HF engine in
+   fp32) or recomputed by the source policy's trainer forward at the rollout temperature before any
+   update (``peer_logprobs: recompute``, via ``ctx.models.score``; HACPO's default, as its released
+   trainer scores the pool with each source's actor, and the one to use with bf16 weights or vLLM,
+   whose log-probs differ).
+6. **Objective**: the registered loss (``ppo_token``: token-level PPO ratio against the receiver's
+   own old policy for self and grafted tokens, w per response, token-mean over retained responses;
+   with no transfer it is GRPO exactly). Peer-last minibatch ordering lives in
+   :mod:`graft_cli.algorithms.minibatch` (registered, ``exchange.ordering``): groups holding grafted
+   rows are ordered after the receiver's own groups, then the ordered groups are chunked into equal
+   prompt counts, so a boundary minibatch may mix own and grafted groups (graft.md §8 item 4).
 
-**N ≥ 2 policies** (:func:`plan_exchange`). Every ordered pair (S, R) has its candidate set; balancing is
-per unordered pair, ``m_{SR} = min(|C_{S→R}|, |C_{R→S}|)``, each direction selecting with ties as above.
-A receiver prompt offered by several sources takes the group of the source with the most successes
-``k_S(q)``, ties to the lower policy index (config order): the default N-peer rule ``n_peer: best_source``;
-``round_robin`` deals contested prompts to the sources in turn and ``pooled_donor`` balances each
-receiver's intake against its total outflow instead of per pair (:mod:`~graft_cli.algorithms.exchange.selection`).
-With exactly two policies every rule is the pair algorithm.
+**N ≥ 2 policies** (:func:`plan_exchange`). Every ordered pair (S, R) has its candidate set;
+balancing is per unordered pair, ``m_{SR} = min(|C_{S→R}|, |C_{R→S}|)``, each direction selecting
+with ties as above. A receiver prompt offered by several sources takes the group of the source with
+the most successes ``k_S(q)``, ties to the lower policy index (config order): the default N-peer
+rule ``n_peer: best_source``; ``round_robin`` deals contested prompts to the sources in turn and
+``pooled_donor`` balances each receiver's intake against its total outflow instead of per pair
+(:mod:`~graft_cli.algorithms.exchange.selection`). With exactly two policies every rule is the pair
+algorithm.
 
 **Design variants** (graft.md §3) are ``exchange.params`` keys (:class:`GraftParams`):
 
-- ``gate: floor | none`` — ``none`` is "w/o compatibility gate" (w = 1 for every transferred response);
-- ``delta`` — the floor δ (0 = "no floor": w = min(s, 1) for all); ``cap: false`` drops the min(·, 1);
+- ``gate: floor | none`` — ``none`` is "w/o compatibility gate" (w = 1 for every transferred
+  response);
+- ``delta`` — the floor δ (0 = "no floor": w = min(s, 1) for all); ``cap: false`` drops the min(·,
+  1);
 - ``selection``: ``balanced`` (GRAFT) | ``unbalanced`` (trigger 1 ≤ k_S < n, every candidate, no
-  balancing: the stored-trajectory rule) | ``sgt`` ("w/o balanced exchange": k_R = 0 ∧ k_S ≥ 1, all-correct
-  source groups included with zero advantage; their tokens count) | ``random`` ("random prompts": per
-  direction, as many prompts as GRAFT's balanced selection would take, drawn uniformly over the batch
-  regardless of rewards);
-- ``admission: gate | random`` — "random admission": count the responses with s > δ, sample that many
-  uniformly from the transferred responses, give them w = min(s, 1) (no floor), drop the others;
+  balancing: the stored-trajectory rule) | ``sgt`` ("w/o balanced exchange": k_R = 0 ∧ k_S ≥ 1,
+  all-correct source groups included with zero advantage; their tokens count) | ``random`` ("random
+  prompts": per direction, as many prompts as GRAFT's balanced selection would take, drawn uniformly
+  over the batch regardless of rewards);
+- ``admission: gate | random`` — "random admission": count the responses with s > δ, sample that
+  many uniformly from the transferred responses, give them w = min(s, 1) (no floor), drop the
+  others;
 - ``mode``: ``replace`` (GRAFT) | ``pooled`` (receiver group ‖ source group, pooled GRPO advantages,
   receiver w = 1) | ``sft`` (SGT's NLL on one uniformly sampled correct source response per selected
   prompt, a row outside the policy gradient; the receiver keeps its own zero-advantage group; loss
-  ``ppo_token_nll`` with λ = ``algo.loss_params.nll_coef``) |
-  ``hacpo`` (HACPO update on GRAFT-selected prompts: joint group with HACPO's capability-aware
-  advantages; source responses on other prompts enter with zero advantage; loss ``hacpo_peer``; every row
-  carries ``n_scored``, its tokens without a terminal EOS, for the loss mask ``strip_eos``); the capabilities
-  P_k include this step's success rates (``hacpo_capability: current``, HACPO's code) or only the steps
-  before it (``lagged``);
+  ``ppo_token_nll`` with λ = ``algo.loss_params.nll_coef``) | ``hacpo`` (HACPO update on
+  GRAFT-selected prompts: joint group with HACPO's capability-aware advantages; source responses on
+  other prompts enter with zero advantage; loss ``hacpo_peer``; every row carries ``n_scored``, its
+  tokens without a terminal EOS, for the loss mask ``strip_eos``); the capabilities P_k include this
+  step's success rates (``hacpo_capability: current``, HACPO's code) or only the steps before it
+  (``lagged``);
 - ``peer_responses: all | success`` — "success-only": only correct source responses are inserted
   (advantages still from the full source group);
 - loss-level variants: ``algo.loss=ppo_seq`` (sequence ratio), ``luffy``, ``hacpo_peer``,
-  ``ppo_token_nll`` (:mod:`graft_cli.algorithms.peer_losses`) with their parameters in ``algo.loss_params``
-  (LUFFY's γ, HACPO's L_0/Δ/schedule/peer coefficient, SGT's λ); ordering via ``exchange.ordering``.
+  ``ppo_token_nll`` (:mod:`graft_cli.algorithms.peer_losses`) with their parameters in
+  ``algo.loss_params`` (LUFFY's γ, HACPO's L_0/Δ/schedule/peer coefficient, SGT's λ); ordering via
+  ``exchange.ordering``.
 """
 
 from __future__ import annotations
@@ -109,9 +118,9 @@ from graft_cli.registry import Params, choice
 # ------------------------------------------------------------------------------------------------ options
 @dataclass(frozen=True)
 class GraftParams(Params):
-    """``exchange.params`` of the GRAFT exchange (the variants: module docstring), the one place their defaults
-    are written; the choices of ``gate``, ``selection``, ``n_peer``, ``admission`` and ``mode`` are their
-    registries' names."""
+    """``exchange.params`` of the GRAFT exchange (the variants: module docstring), the one place
+    their defaults are written; the choices of ``gate``, ``selection``, ``n_peer``, ``admission``
+    and ``mode`` are their registries' names."""
 
     delta: float = 0.8  # Eq. 8 floor δ (strict >); <= 0: no floor
     gate: str = choice("floor", among=GATES)  # floor | none
@@ -135,8 +144,8 @@ MODE_LOSSES = {"sft": ("ppo_token_nll",), "hacpo": ("hacpo_peer",)}
 
 
 def options(params: dict | None, kind: type[GraftParams] = GraftParams) -> GraftParams:
-    """``exchange.params`` checked against ``kind`` (:meth:`Params.check`) with every default filled in, then the
-    rules between them (one-line GraftError): the object of ``kind``."""
+    """``exchange.params`` checked against ``kind`` (:meth:`Params.check`) with every default filled
+    in, then the rules between them (one-line GraftError): the object of ``kind``."""
     out = kind.check(params, "exchange.params", "the GRAFT exchange")
     if out.hacpo_window < 1:
         raise GraftError("config key 'exchange.params.hacpo_window': must be >= 1")
@@ -174,8 +183,9 @@ class GraftExchange(Exchange):
         self._admission: dict[str, dict] = {}  # receiver -> the last admit's transferred rows (admission_log)
 
     def admission_log(self, name: str) -> dict | None:
-        """Receiver ``name``'s transferred rows of the last :meth:`admit`, dropped ones included: ``prompt_index``,
-        ``source``, ``source_sample``, ``s`` (Eq. 7; None when undefined), ``weight``, ``admitted``, ``reward``."""
+        """Receiver ``name``'s transferred rows of the last :meth:`admit`, dropped ones included:
+        ``prompt_index``, ``source``, ``source_sample``, ``s`` (Eq. 7; None when undefined),
+        ``weight``, ``admitted``, ``reward``."""
         return self._admission.pop(name, None)
 
     @classmethod
@@ -204,9 +214,9 @@ class GraftExchange(Exchange):
         return self._same_tok[key]
 
     def _recompute_source_means(self, batch: TrainBatch, steps: dict[str, PolicyStep], ctx: ExchangeContext) -> None:
-        """``peer_logprobs: recompute`` (graft.md §8 item 2): score each transferred response with its source
-        policy's trainer forward (θ_old: no policy has been updated yet in this step) through
-        ``ctx.models.score(policy_name, TrainBatch) -> per-token log-probs``."""
+        """``peer_logprobs: recompute`` (graft.md §8 item 2): score each transferred response with
+        its source policy's trainer forward (θ_old: no policy has been updated yet in this step)
+        through ``ctx.models.score(policy_name, TrainBatch) -> per-token log-probs``."""
         by_src: dict[str, list[int]] = {}
         for i, (s, sp) in enumerate(zip(batch.source, batch.extra.get("src_policy", []))):
             if s == "peer" and sp is not None:
@@ -226,11 +236,11 @@ class GraftExchange(Exchange):
                 batch.source_logp_mean[i] = m
 
     def _capabilities(self, steps: dict[str, PolicyStep]) -> dict[str, float]:
-        """HACPO P_k (baselines.md §1.2): the mean of policy k's positive-reward rates (each floored at 1e-8) over
-        its last ``hacpo_window`` steps. ``hacpo_capability: current`` (HACPO's ``CapabilityTracker.update``
-        before the advantages and the loss): this step's rate joins the window first, so the window holds this
-        step and the ones before it; ``lagged``: the window before this step (1.0 without history), then this
-        step's rate is appended."""
+        """HACPO P_k (baselines.md §1.2): the mean of policy k's positive-reward rates (each floored
+        at 1e-8) over its last ``hacpo_window`` steps. ``hacpo_capability: current`` (HACPO's
+        ``CapabilityTracker.update`` before the advantages and the loss): this step's rate joins the
+        window first, so the window holds this step and the ones before it; ``lagged``: the window
+        before this step (1.0 without history), then this step's rate is appended."""
         w = self.opts.hacpo_window
         lagged = self.opts.hacpo_capability == "lagged"
         caps = {}
@@ -254,8 +264,9 @@ class GraftExchange(Exchange):
                              ctx.seed, B, directions, self.opts.n_peer)
 
     def select(self, steps: dict[str, PolicyStep], ctx: ExchangeContext):
-        """Every receiver's batch; the receivers are ``ctx.receivers`` (the trained policies; default every
-        step's policy). Steps of stored sources only give (directions source → receiver)."""
+        """Every receiver's batch; the receivers are ``ctx.receivers`` (the trained policies;
+        default every step's policy). Steps of stored sources only give (directions source →
+        receiver)."""
         names = list(steps)
         receivers = [nm for nm in names if ctx.receivers is None or nm in ctx.receivers]
         directions = None
@@ -326,8 +337,8 @@ class GraftExchange(Exchange):
 
     def admit(self, name: str, batch: TrainBatch, ctx: ExchangeContext):
         """Compatibility gate (Eq. 6–8) on the grafted rows, from the receiver's old log-probs
-        (``batch.old_logprobs``, one no-grad pass by the trainer) and the source means set at select time.
-        Dropped rows leave the batch (loss numerator and denominator)."""
+        (``batch.old_logprobs``, one no-grad pass by the trainer) and the source means set at select
+        time. Dropped rows leave the batch (loss numerator and denominator)."""
         o = self.opts
         peer = [i for i, s in enumerate(batch.source) if s == "peer"]
         names = list(ctx.tokenizers)

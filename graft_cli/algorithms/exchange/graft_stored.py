@@ -1,31 +1,32 @@
-"""Stored-trajectory GRAFT (graft.md §5): one receiver trains against a partner's *earlier* independent
-GRPO run, read from its rollout logs. Registered as exchange ``graft_stored``: it *is* the GRAFT exchange
-(:class:`~graft_cli.algorithms.exchange.graft.GraftExchange`), fed by a partner-log step source that the
-trainer owns (graft_cli/train/sources.py: it reads the log of each step, re-grades it with the trainer's
-grader and recomputes the partner's advantages). This module only holds its defaults and its validation,
-which returns the source the ``exchange.params`` below describe (config validation adds it to ``cfg.sources``).
+"""Stored-trajectory GRAFT (graft.md §5): one receiver trains against a partner's *earlier*
+independent GRPO run, read from its rollout logs. Registered as exchange ``graft_stored``: it *is*
+the GRAFT exchange (:class:`~graft_cli.algorithms.exchange.graft.GraftExchange`), fed by a
+partner-log step source that the trainer owns (graft_cli/train/sources.py: it reads the log of each
+step, re-grades it with the trainer's grader and recomputes the partner's advantages). This module
+only holds its defaults and its validation, which returns the source the ``exchange.params`` below
+describe (config validation adds it to ``cfg.sources``).
 
 ``exchange.params``:
 
-- ``partner_run`` (required): the partner's run directory (holding ``rollouts/<policy>/step_NNNNNN.parquet``);
+- ``partner_run`` (required): the partner's run directory (holding
+  ``rollouts/<policy>/step_NNNNNN.parquet``);
 - ``partner_policy`` (required): the partner's policy name in that run;
-- ``receiver`` (optional): which of the pair's policies trains. When the pair lists several policies the
-  others are removed from ``cfg.policies`` at validation (default: the one that is not
+- ``receiver`` (optional): which of the pair's policies trains. When the pair lists several policies
+  the others are removed from ``cfg.policies`` at validation (default: the one that is not
   ``partner_policy`` when the pair has two), so ``--pair tiny --method graft_stored
   exchange.params.partner_run=DIR exchange.params.partner_policy=b`` trains ``a`` alone;
-- ``reverify`` (default true): re-grade the logged responses with this run's reward (graft.md §5) and
-  recompute the partner's advantages from the re-verified rewards (graft.md §8 item 13); false keeps the
-  logged rewards and advantages;
-- every GRAFT option; ``selection`` defaults to ``unbalanced``: one-way transfer of every candidate with
-  1 ≤ k_partner < n (balanced exchange inactive). ``peer_logprobs`` must be ``rollout``: the compatibility
-  denominator is the stored log-probs.
+- ``reverify`` (default true): re-grade the logged responses with this run's reward (graft.md §5)
+  and recompute the partner's advantages from the re-verified rewards (graft.md §8 item 13); false
+  keeps the logged rewards and advantages;
+- every GRAFT option; ``selection`` defaults to ``unbalanced``: one-way transfer of every candidate
+  with 1 ≤ k_partner < n (balanced exchange inactive). ``peer_logprobs`` must be ``rollout``: the
+  compatibility denominator is the stored log-probs.
 
-At receiver step t (0-based) the partner's file ``step_{t+1:06d}.parquet`` is read; its ``step`` column must
-be t and its prompt ids, in prompt order, must equal this step's prompts, else a one-line GraftError (the
-two runs need the same data, data seed and batch size; note that the trainer drops prompts longer than
-``rollout.max_prompt_tokens`` under the policies it loads, so a prompt that only the partner's tokenizer
-made too long shifts the order and is reported here).
-"""
+At receiver step t (0-based) the partner's file ``step_{t+1:06d}.parquet`` is read; its ``step``
+column must be t and its prompt ids, in prompt order, must equal this step's prompts, else a
+one-line GraftError (the two runs need the same data, data seed and batch size; note that the
+trainer drops prompts longer than ``rollout.max_prompt_tokens`` under the policies it loads, so a
+prompt that only the partner's tokenizer made too long shifts the order and is reported here). """
 
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ from graft_cli.schema import SourceConfig
 
 @dataclass(frozen=True)
 class StoredGraftParams(GraftParams):
-    """``exchange.params`` of ``graft_stored`` (module docstring): GRAFT's, one-way selection by default, and the
-    partner's run."""
+    """``exchange.params`` of ``graft_stored`` (module docstring): GRAFT's, one-way selection by
+    default, and the partner's run."""
 
     selection: str = choice("unbalanced", among=SELECTIONS)
     partner_run: str | None = None  # required

@@ -1,23 +1,25 @@
-"""What a selected prompt puts into the receiver's batch (graft.md §2.2 step 5; §3 variants), registered.
+"""What a selected prompt puts into the receiver's batch (graft.md §2.2 step 5; §3 variants),
+registered.
 
-A replacement mode (registry ``REPLACEMENTS``, ``exchange.params.mode``) is
-``mode(rc: ReceiverContext, q, s) -> TrainBatch``: the receiver's rows for prompt ``q`` when it receives
-from source index ``s`` (``s is None``: the prompt was not selected; most modes keep the receiver's own
+A replacement mode (registry ``REPLACEMENTS``, ``exchange.params.mode``) is ``mode(rc:
+ReceiverContext, q, s) -> TrainBatch``: the receiver's rows for prompt ``q`` when it receives from
+source index ``s`` (``s is None``: the prompt was not selected; most modes keep the receiver's own
 group).
 
-- ``replace`` (GRAFT): the receiver's failed group is removed and the source's *whole* group inserted
-  (``source="peer"``), each response keeping the source's own GRPO advantage (computed over its full group,
-  never renormalised);
+- ``replace`` (GRAFT): the receiver's failed group is removed and the source's *whole* group
+  inserted (``source="peer"``), each response keeping the source's own GRPO advantage (computed over
+  its full group, never renormalised);
 - ``pooled``: receiver group ‖ source group with GRPO advantages over the pool, receiver w = 1;
-- ``sft`` (SGT's update): the receiver keeps its own zero-advantage group and gains one uniformly drawn
-  correct source response as a row outside the policy gradient (``in_pg`` false) for an NLL term
-  (loss ``ppo_token_nll``, λ = ``algo.loss_params.nll_coef``);
-- ``hacpo``: the joint group with HACPO's capability-aware advantages (column ``hacpo_c``); source responses
-  on prompts that were not selected enter with zero advantage (``hacpo_peer_elsewhere: zero``) or not at all;
-  every row has ``n_scored`` (its tokens without the terminal EOS; loss mask ``strip_eos``).
+- ``sft`` (SGT's update): the receiver keeps its own zero-advantage group and gains one uniformly
+  drawn correct source response as a row outside the policy gradient (``in_pg`` false) for an NLL
+  term (loss ``ppo_token_nll``, λ = ``algo.loss_params.nll_coef``);
+- ``hacpo``: the joint group with HACPO's capability-aware advantages (column ``hacpo_c``); source
+  responses on prompts that were not selected enter with zero advantage (``hacpo_peer_elsewhere:
+  zero``) or not at all; every row has ``n_scored`` (its tokens without the terminal EOS; loss mask
+  ``strip_eos``).
 
-``peer_responses: success`` keeps only the correct source responses (advantages still from the full group).
-"""
+``peer_responses: success`` keeps only the correct source responses (advantages still from the full
+group). """
 
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ from graft_cli.registry import Params, Registry
 
 @dataclass(frozen=True)
 class ModeSpec:
-    """A replacement mode's optional ``metrics(rc, assign) -> dict`` (added to the exchange's metrics)."""
+    """A replacement mode's optional ``metrics(rc, assign) -> dict`` (added to the exchange's
+    metrics)."""
 
     metrics: Callable | None = None
 
@@ -45,8 +48,8 @@ REPLACEMENTS: Registry = Registry("replacement mode", ModeSpec)
 
 
 def pooled_advantages(r_recv, r_src, eps: float = 1e-6, norm_by_std: bool = True) -> tuple[list[float], list[float]]:
-    """graft.md §3 "pooled groups": â = (r − mean_pool)/(std_pool + ε) over G_R ‖ G_S (unbiased std, as
-    the GRPO estimator)."""
+    """graft.md §3 "pooled groups": â = (r − mean_pool)/(std_pool + ε) over G_R ‖ G_S (unbiased std,
+    as the GRPO estimator)."""
 
     r = torch.tensor([list(map(float, r_recv)) + list(map(float, r_src))], dtype=torch.float32)
     a = grpo_advantages(r, eps=eps, norm_by_std=norm_by_std)[0].tolist()
@@ -59,8 +62,9 @@ def hacpo_capability(p_src: float, p_tgt: float, c_min: float = 0.1, c_max: floa
 
 
 def hacpo_baseline(r_self, r_peer, c: float) -> float:
-    """HACPO's capability-aware baseline (baselines.md §1.2, eq. 5–6): all rewards equal → b = mean(r); else
-    b = mean_i(r_i ω_i), ω = 1 (self), 1/c (peer); binary guard: b > 1 → the mean of the learner's own rewards."""
+    """HACPO's capability-aware baseline (baselines.md §1.2, eq. 5–6): all rewards equal → b =
+    mean(r); else b = mean_i(r_i ω_i), ω = 1 (self), 1/c (peer); binary guard: b > 1 → the mean of
+    the learner's own rewards."""
     rs, rp = [float(x) for x in r_self], [float(x) for x in r_peer]
     allr = np.array(rs + rp, dtype=np.float64)
     if allr.size == 0 or np.all(allr == allr[0]):
@@ -72,9 +76,9 @@ def hacpo_baseline(r_self, r_peer, c: float) -> float:
 
 
 def hacpo_advantages(r_self, r_peer, c: float, eps: float = 1e-6) -> tuple[list[float], list[float]]:
-    """HACPO capability-aware advantage over the joint group (baselines.md §1.2, paper eq. 5–6): all equal →
-    b = mean(r); else b = mean_i(r_i ω_i), ω = 1 (self), 1/c (peer); b > 1 → mean of own rewards;
-    A = (r − b)/(std_unbiased(all r) + ε)."""
+    """HACPO capability-aware advantage over the joint group (baselines.md §1.2, paper eq. 5–6): all
+    equal → b = mean(r); else b = mean_i(r_i ω_i), ω = 1 (self), 1/c (peer); b > 1 → mean of own
+    rewards; A = (r − b)/(std_unbiased(all r) + ε)."""
     rs, rp = [float(x) for x in r_self], [float(x) for x in r_peer]
     allr = np.array(rs + rp, dtype=np.float64)
     if allr.size < 2 or np.all(allr == allr[0]):
@@ -87,11 +91,11 @@ def hacpo_advantages(r_self, r_peer, c: float, eps: float = 1e-6) -> tuple[list[
 def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokenizer, opts: Params,
                     src_name: str, advantages: list[float] | None = None, same_tokenizer: bool = False,
                     only: list[int] | None = None) -> TrainBatch:
-    """The source's group for prompt q as receiver rows (graft.md §2.2 steps 5–6): re-tokenized response,
-    the source's own advantage (or ``advantages`` when a variant recomputes them), reward, mean source
-    log-prob (``peer_logprobs``; EOS excluded) and ``extra`` columns ``src_policy``, ``n_scored``,
-    (and the ``source_logp_mean`` field). ``only`` restricts to some sample indices (success-only, SFT); ``opts``:
-    the exchange's GraftParams (``opts.append_eos``)."""
+    """The source's group for prompt q as receiver rows (graft.md §2.2 steps 5–6): re-tokenized
+    response, the source's own advantage (or ``advantages`` when a variant recomputes them), reward,
+    mean source log-prob (``peer_logprobs``; EOS excluded) and ``extra`` columns ``src_policy``,
+    ``n_scored``, (and the ``source_logp_mean`` field). ``only`` restricts to some sample indices
+    (success-only, SFT); ``opts``: the exchange's GraftParams (``opts.append_eos``)."""
     out = TrainBatch()
     ro, n = src.rollouts, src.n
     for j in (range(n) if only is None else only):
@@ -196,9 +200,10 @@ def sft_rows(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
 
 
 def _refuse_empty(rows: TrainBatch, q: int, who: str) -> None:
-    """HACPO's released trajectory code refuses a response with no token to score (``materialize_rollout_records``:
-    no generated token; ``build_training_view``: a text that encodes to no learner token): its mean log-prob, and
-    so its ratio, does not exist. An EOS-only response is not empty (its EOS is scored)."""
+    """HACPO's released trajectory code refuses a response with no token to score
+    (``materialize_rollout_records``: no generated token; ``build_training_view``: a text that
+    encodes to no learner token): its mean log-prob, and so its ratio, does not exist. An EOS-only
+    response is not empty (its EOS is scored)."""
     for k, t in zip(rows.extra["n_scored"], rows.texts):
         if int(k) <= 0:
             raise GraftError(f"HACPO: a response of {who} to prompt {q} has no token to score in the receiver's "
@@ -217,8 +222,9 @@ def _hacpo_rows(rc: ReceiverContext, s: int, q: int, advantages, only=None) -> T
 
 
 def _hacpo_own_rows(rc: ReceiverContext, q: int, advantages=None) -> TrainBatch:
-    """The receiver's own rows with ``n_scored``: the response without the terminal EOS it ended with (HACPO's
-    trajectory contract strips it from every row; an EOS-only response keeps its one action)."""
+    """The receiver's own rows with ``n_scored``: the response without the terminal EOS it ended
+    with (HACPO's trajectory contract strips it from every row; an EOS-only response keeps its one
+    action)."""
     out = own_group_rows(rc.recv, q, advantages)
     ro, n = rc.recv.rollouts, rc.recv.n
     out.extra["n_scored"] = [len(ro.response_ids[q * n + j]) - (not bool(ro.truncated[q * n + j])
@@ -229,8 +235,8 @@ def _hacpo_own_rows(rc: ReceiverContext, q: int, advantages=None) -> TrainBatch:
 
 
 def hacpo_metrics(rc: ReceiverContext, assign: dict) -> dict:
-    """``hacpo/*``: every policy's capability P_k, the receiver's mean c(src→tgt) and mean baseline b over the
-    prompts it pooled."""
+    """``hacpo/*``: every policy's capability P_k, the receiver's mean c(src→tgt) and mean baseline
+    b over the prompts it pooled."""
     o = rc.opts
     out = {f"hacpo/capability/{n}": p for n, p in rc.caps.items()}
     cs, bs = [], []

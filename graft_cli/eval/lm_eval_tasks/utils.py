@@ -1,13 +1,12 @@
 """Scoring of graft's lm-evaluation-harness tasks: graft's own math-verify reward
-(``graft_cli.reward.answers.grade_one``: the last ``\\boxed{}`` of a response against the gold answer) on each of a
-problem's samples.
+(``graft_cli.reward.answers.grade_one``: the last ``\\boxed{}`` of a response against the gold
+answer) on each of a problem's samples.
 
-lm-eval calls :func:`process_results` once per problem with the filtered responses: with ``repeats: 8`` and the
-``take_first_k`` filter that is ``[[r1, ..., r8]]``; a flat list of strings is accepted too. Returned per
-problem: ``pass_at_1`` (share of correct samples; its mean over problems is the paper's pass@1) and
-``pass_at_k`` (unbiased pass@k with k = the number of samples, i.e. pass@8). Needs ``graft`` importable in the
-lm-eval environment (``pip install -e <graft checkout>``).
-"""
+lm-eval calls :func:`process_results` once per problem with the filtered responses: with ``repeats:
+8`` and the ``take_first_k`` filter that is ``[[r1, ..., r8]]``; a flat list of strings is accepted
+too. Returned per problem: ``pass_at_1`` (share of correct samples; its mean over problems is the
+paper's pass@1) and ``pass_at_k`` (unbiased pass@k with k = the number of samples, i.e. pass@8).
+Needs ``graft`` importable in the lm-eval environment (``pip install -e <graft checkout>``). """
 
 from __future__ import annotations
 
