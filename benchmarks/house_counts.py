@@ -15,7 +15,8 @@
 * **tuple assignments**: assignments whose target unpacks 3 or more names (``a, b, c = ...``);
 * **call-backs**: a Trainer (``train/loop.py``) method handed down as a value — passed to a constructor or a
   function, or called from a lambda handed down — so that a lower stage calls back up into the trainer;
-* **untyped params**: config schema fields named ``*params`` typed as a bare ``dict``;
+* **untyped params**: dataclass fields named ``*params`` typed as a bare ``dict`` (the config schema's, the
+  algorithms' contexts);
 * **shared names**: module file names (``__init__.py`` aside) that two or more modules of graft_cli share;
 * **long files**: modules over 600 lines;
 * **untested**: modules no test file imports (by dotted name, ``from graft_cli.x import y`` or its ``graft_cli.x.y``);
@@ -181,7 +182,7 @@ def count(repo: str | None = None) -> dict:
             "lines naming an issue or a date": history,
             f"lines over 100 characters ({share:.1f}% of {n_lines})": wide_lines,
             "tuple assignments of 3+ names": tuples, "call-backs into the Trainer": callbacks,
-            "untyped params dicts in the schema": untyped, "file names shared by modules": shared,
+            "untyped params dicts": untyped, "file names shared by modules": shared,
             "modules over 600 lines": long_files, "modules no test imports": untested,
             "benchmarks importing tests/": on_tests}
 
