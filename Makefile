@@ -11,7 +11,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: setup demo test test-fast test-extended test-vllm lint clean publish publish-tiny3 publish-saf publish-tandem publish-staleness publish-dose reproduce gpu-deps
+.PHONY: setup demo test test-fast test-extended test-vllm lint clean publish publish-tiny3 publish-saf publish-tandem publish-staleness publish-dose publish-ladder reproduce gpu-deps
 
 setup: $(VENV)/.installed
 
@@ -68,6 +68,11 @@ publish-staleness: setup
 # registration committed before its first run (results/tiny_dose/registration.json).
 publish-dose: setup
 	$(call publish_study,tiny_dose,results/tiny_dose,publish-dose,--registration results/tiny_dose/registration.json)
+
+# The transfer ladder (experiments/reproduce/tiny_ladder.yaml) into results/tiny_ladder/, under the registration
+# committed before its first run (results/tiny_ladder/registration.json).
+publish-ladder: setup
+	$(call publish_study,tiny_ladder,results/tiny_ladder,publish-ladder,--registration results/tiny_ladder/registration.json)
 
 # The weekly reproduction (.github/workflows/reproduce.yml): the study afresh, its verdicts against the published.
 reproduce: setup

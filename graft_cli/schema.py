@@ -205,6 +205,7 @@ class AlgoConfig:
     # rollout.top_p 1), else trainer; resolved at validation, so the run's config.yaml records which
     loss_scale_factor: Optional[float] = None
     log_entropy: bool = True
+    grad_share_every: int = 0  # every N steps: grafted rows' share of each minibatch's gradient norm (0: off)
     is_correction: str = "auto"  # truncated IS of the rollout-vs-trainer mismatch: none | token | sequence | auto
     # (token at run.staleness >= 1, else none)
     is_threshold: float = 2.0  # truncation C of the IS ratio (verl rollout_is_threshold)

@@ -100,7 +100,7 @@ def test_a_part_given_no_parameters_resolves_to_its_defaults():
 
 CASES = [  # (overrides, the key the line names, words it must hold)
     (["method=graft", "exchange.params.delat=0.6"], "exchange.params.delat",
-     ("not a parameter of the GRAFT exchange; known: admission, append_eos, cap, delta,",)),
+     ("not a parameter of the GRAFT exchange; known: admission, append_eos, cap, content, delta,",)),
     (["method=graft", "exchange.params.delta=high"], "exchange.params.delta", ("must be a number, got 'high'",)),
     (["method=graft", "exchange.params.hacpo_window=2.5"], "exchange.params.hacpo_window",
      ("must be a whole number, got 2.5",)),

@@ -206,7 +206,7 @@ def clipped_token_mask(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float, 
 
 
 def clip_stats(ratio, adv, mask, is_peer, clip_low, clip_high) -> dict[str, torch.Tensor]:
-    """Sums for clip metrics, split into self and peer tokens."""
+    """Sums for clip metrics and the mean importance ratio, split into self and peer tokens."""
     low, high = clipped_token_mask(ratio, adv, clip_low, clip_high)
     m = mask > 0
     peer = is_peer[:, None].expand_as(m) & m
@@ -216,6 +216,9 @@ def clip_stats(ratio, adv, mask, is_peer, clip_low, clip_high) -> dict[str, torc
         "tokens": f(m), "tokens_self": f(own), "tokens_peer": f(peer),
         "clip_low": f(low & m), "clip_high": f(high & m),
         "clip_self": f((low | high) & own), "clip_peer": f((low | high) & peer),
+        # the mean importance ratio ρ of own and of grafted tokens (reported as ratio/self, ratio/peer)
+        "ratio/self/sum": f(ratio * own), "ratio/self/n": f(own),
+        "ratio/peer/sum": f(ratio * peer), "ratio/peer/n": f(peer),
     }
 
 

@@ -40,6 +40,7 @@ Design choices
 from __future__ import annotations
 
 import json
+import re
 import os
 import random
 from fractions import Fraction
@@ -414,4 +415,126 @@ def corpus(seed: int = 0, size: int = 4000, style=CANONICAL_STYLE) -> list[tuple
 
 __all__ = ["FAMILIES", "LEVELS", "STYLES", "CANONICAL_STYLE", "render", "slip",
            "TRAIN_MIX", "EVAL_SETS", "BENCHMARK_NAMES", "make_problem", "sample_problem",
-           "sft_example", "generate_split", "build_task", "write_task", "corpus"]
+           "sft_example", "generate_split", "build_task", "write_task", "corpus", "worked_from_problem",
+           "family_of", "gold_solution"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# The worked solution of a problem, read back from its text (gold content in any style; a problem's family)
+
+_INT = r"(\d+)"
+_PATTERNS = (  # (family, level, regex over the problem text); the first match wins
+    ("two", 3, rf"\({_INT}\+{_INT}\)\*{_INT}=\?"),
+    ("two", 2, rf"{_INT}\+{_INT}\*{_INT}=\?"),
+    ("two", 2, rf"{_INT}\*{_INT}-{_INT}=\?"),
+    ("two", 1, rf"{_INT}\+{_INT}\+{_INT}=\?"),
+    ("lin", 1, rf"x\+{_INT}={_INT}, x=\?"),
+    ("lin", 2, rf"{_INT}x={_INT}, x=\?"),
+    ("lin", 3, rf"{_INT}x\+{_INT}={_INT}, x=\?"),
+    ("frac", 3, rf"{_INT}/{_INT}\+{_INT}/{_INT}=\?"),
+    ("frac", 2, rf"{_INT}/{_INT}\*{_INT}=\?"),
+    ("add", 0, rf"{_INT}\+{_INT}=\?"),
+    ("sub", 0, rf"{_INT}-{_INT}=\?"),
+    ("mul", 0, rf"{_INT}\*{_INT}=\?"),
+)
+
+
+class _Replay(random.Random):
+    """A :class:`random.Random` that returns given integers in order from ``randint`` and
+    ``sample`` and a given number from ``random``: it replays a generator's draws, so a problem's
+    worked solution is rebuilt by the very generator that made it (no second copy of its
+    arithmetic)."""
+
+    def __init__(self, ints: list[int], coin: float = 0.0):
+        super().__init__(0)
+        self._ints, self._coin = list(ints), coin
+
+    def randint(self, a, b):  # noqa: D102
+        return self._ints.pop(0)
+
+    def sample(self, population, k, **kw):  # noqa: D102
+        return [self._ints.pop(0) for _ in range(k)]
+
+    def random(self):  # noqa: D102
+        return self._coin
+
+
+def _draws(family: str, level: int, nums: list[int], problem: str) -> tuple[list[int], float, int]:
+    """The generator's draws (in its order), its coin and level that give ``problem``."""
+    if family == "two" and level == 3:  # (a+c)*b: draws a, b, c
+        a, c, b = nums
+        return [a, b, c], 0.0, 3
+    if family == "two" and level == 2:
+        if "+" in problem:  # c+a*b: draws a, b, c; coin < 0.5
+            c, a, b = nums
+            return [a, b, c], 0.0, 2
+        a, b, c = nums  # a*b-c: coin >= 0.5
+        return [a, b, c], 0.9, 2
+    if family == "two":  # a+b+c
+        return list(nums), 0.0, 1
+    if family == "lin":
+        if level == 1:  # x+a=b: draws x, a
+            a, b = nums
+            return [b - a, a], 0.0, 1
+        if level == 2:  # ax=b: draws x, a
+            a, b = nums
+            return [b // a, a], 0.0, 2
+        a, c, d = nums  # ax+c=d: draws x, a, c
+        return [(d - c) // a, a, c], 0.0, 3
+    if family == "frac":
+        if level == 3:  # a/b+c/d: sample(b, d), then a, c
+            a, b, c, d = nums
+            return [b, d, a, c], 0.0, 3
+        a, d, k = nums  # a/d*k: draws d, a, k
+        return [d, a, k], 0.0, 2
+    if family == "mul":
+        a, b = nums
+        return [a, b], 0.0, (1 if a < 10 else 2 if a < 20 else 3)
+    a, b = nums  # add, sub: the level only picks the ranges; a single-step solution reads the same
+    return [a, b], 0.0, (1 if a < 10 else 2)
+
+
+def _frac_level1(problem: str):
+    m = re.fullmatch(rf"{_INT}/{_INT}\+{_INT}/{_INT}=\?", problem)
+    if m and m.group(2) == m.group(4):
+        a, d, b = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        return [d, a, b]
+    return None
+
+
+def worked_from_problem(problem: str) -> tuple[str, tuple, tuple]:
+    """``(family, worked, gold)`` of a tiny-task problem from its text alone: its family, its worked
+    solution ``(problem, steps, answer, detail)`` as :func:`make_problem` holds it (render it in any
+    style with :func:`render`) and its gold answer. The problem's numbers are replayed through the
+    family's generator (:class:`_Replay`), so the solution is the one the generator wrote. A text no
+    generator writes is a ValueError."""
+    draws = _frac_level1(problem)
+    if draws is not None:
+        family, level, coin = "frac", 1, 0.0
+    else:
+        for family, level, pat in _PATTERNS:
+            m = re.fullmatch(pat, problem)
+            if m:
+                draws, coin, level = _draws(family, level, [int(g) for g in m.groups()], problem)
+                break
+        else:
+            raise ValueError(f"not a tiny-task problem: {problem!r}")
+    made, gold, (steps, ans, detail) = FAMILIES[family](_Replay(draws, coin), level)
+    if made != problem:
+        raise ValueError(f"not a tiny-task problem: {problem!r} (its numbers make {made!r})")
+    return family, (problem, steps, ans, detail), gold
+
+
+def family_of(problem: str) -> str | None:
+    """The tiny-task family of ``problem`` (:data:`FAMILIES`), None for any other text."""
+    try:
+        return worked_from_problem(problem)[0]
+    except ValueError:
+        return None
+
+
+def gold_solution(problem: str, style: str) -> str:
+    """The gold worked solution of ``problem`` written in ``style`` (:data:`STYLES`)."""
+    if style not in STYLES:
+        raise ValueError(f"unknown style {style!r}; styles: {', '.join(STYLES)}")
+    return render(worked_from_problem(problem)[1], style)

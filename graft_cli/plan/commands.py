@@ -142,7 +142,7 @@ def reproduce_main(o: ReproduceOptions) -> dict:
     plan = P.load_reproduce(o.pair, steps=o.steps)
     out = o.out or os.path.join("results", f"reproduce_{plan.name}")
     if o.register:
-        path, written = R.register(plan, out)
+        path, written = R.register(plan, out, claims_module(plan))
         opts.console.print(f"reproduce {plan.name}: {'registered' if written else 'already registered'} in {path} "
                            f"(plan hash {R.plan_hash(plan)[:12]}); commit it before the first run")
         return {"registration": path}
@@ -181,7 +181,7 @@ def enforce_registration(plan: P.Plan, out: str, registration: str | None) -> di
     if not os.path.exists(path):
         raise GraftError(f"--registration {path}: file not found")
     reg = R.load_registration(path)
-    R.check_registration(plan, reg, path)
+    R.check_registration(plan, reg, path, out)
     if os.path.abspath(path) != os.path.abspath(inside):
         if os.path.exists(inside) and R.load_registration(inside).get("plan_hash") != reg["plan_hash"]:
             raise GraftError(f"{inside}: holds another registration than {path}; use a new --out")
@@ -236,7 +236,16 @@ def submission_markdown(result: dict) -> str:
 CLAIM_KINDS = {"graft": "graft_cli.report.claims", "saf": "graft_cli.report.saf_claims",
                "tandem": "graft_cli.report.tandem_claims", "npeer": "graft_cli.report.npeer_claims",
                "staleness": "graft_cli.report.staleness_claims", "dose": "graft_cli.report.dose_claims",
+               "ladder": "graft_cli.report.ladder_claims",
                "none": None}  # none: graft report's tables only (the paper-table plans span pairs or students)
+
+
+def claims_module(plan: P.Plan) -> str | None:
+    """The module that judges the plan's claims (``claims.kind``), None for ``none``."""
+    kind = str((plan.claims or {}).get("kind", "graft"))
+    if kind not in CLAIM_KINDS:
+        raise GraftError(f"{plan.source}: claims.kind {kind!r}: must be one of {', '.join(CLAIM_KINDS)}")
+    return CLAIM_KINDS[kind]
 
 
 def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> dict:
@@ -255,6 +264,15 @@ def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> d
         console.print(f"[yellow]warning[/]: graft report failed ({type(e).__name__}: {e}); writing the claims only")
     if CLAIM_KINDS[kind] is None:
         return {"report": rdir, "claims": [], "claims_md": ""}
+    reg_path = os.path.join(out, R.REGISTRATION)
+    changed = R.analysis_changes(R.load_registration(reg_path), CLAIM_KINDS[kind]) if os.path.exists(reg_path) else []
+    if changed:
+        console.print(f"[yellow]note[/]: the analysis code differs from the registered version in {', '.join(changed)}"
+                      f" (recorded in {os.path.join(rdir, 'analysis_code.json')})")
+    if os.path.exists(reg_path):
+        os.makedirs(rdir, exist_ok=True)
+        atomic_write_json(os.path.join(rdir, "analysis_code.json"),
+                          {"changed_since_registration": changed, **R.analysis_code(CLAIM_KINDS[kind])})
     write_claims = importlib.import_module(CLAIM_KINDS[kind]).write_claims
     md, claims = write_claims(rdir, records, {**plan.claims, "analysis": plan.analysis})
     return {"report": rdir, "claims": claims, "claims_md": md}

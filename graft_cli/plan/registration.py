@@ -7,10 +7,18 @@
                 runs: {key: {name, method, seed, overrides, eval, partner, pair}}},
      "arms": {run name: {"method", "seeds"}}, "claims": the plan's claims section, "analysis":
      {"interval": rule name, "alpha", "sequential": {"spending", "looks"} or null, "reading": text},
-     "registered": UTC time, "commit": the code's git HEAD, "dirty": uncommitted changes}
+     "registered": UTC time, "commit": the code's git HEAD, "dirty": uncommitted changes,
+     "resolved": {"configs": {run key: sha256 of its resolved config}, "tiny_build": {run key: hash}},
+     "analysis_code": {"commit": git HEAD, "modules": {module: sha256 of its source}}}
 
 The design is the plan as expanded (each run's method, seed, overrides and evaluation; the plan's
-claims and ``analysis``), not its YAML text: comments may change, the design may not. A study then
+claims and ``analysis``), not its YAML text: comments may change, the design may not. ``resolved``
+holds what the design does not show: each run's resolved config as ``graft train`` composes it
+(method configs' contents, the pair's, every default; hashed as a run's ``provenance.json`` does,
+:func:`graft_cli.train.provenance.config_hash`) and its tiny build hash, so that a method config
+edited after registration is a change of design too. ``analysis_code`` is the version of the code
+that judges the claims (the claims module of ``claims.kind`` and the report modules it imports):
+a report made by other code says so. A study then
 runs with ``--registration FILE`` (or finds ``<out>/registration.json``): the plan must hash to the
 registered design or nothing runs and no claim is judged; the first differing key is named
 (:func:`differences`).
@@ -36,14 +44,19 @@ import json
 import os
 import time
 
+import ast
+import importlib.util
+
+from graft_cli.config import compose
 from graft_cli.errors import GraftError
 from graft_cli.plan.spec import Plan
 from graft_cli.rundir import REGISTRATION, atomic_write_json, read_json_or_none
-from graft_cli.train.provenance import source_commit
+from graft_cli.train.provenance import config_hash, source_commit, tiny_build
+from graft_cli.train.run import RESUME_MAY_DIFFER
 
 
-__all__ = ["REGISTRATION", "check_registration", "design", "differences", "load_registration", "plan_hash",
-           "register", "registration_record"]
+__all__ = ["REGISTRATION", "analysis_code", "analysis_changes", "check_registration", "design", "differences",
+           "load_registration", "plan_hash", "register", "registration_record", "resolved"]
 
 
 def design(plan: Plan) -> dict:
@@ -83,7 +96,57 @@ def differences(registered: dict, now: dict) -> list[str]:
     return sorted(whole | {k for k in keys if not any(k.startswith(w + ".") for w in whole)})
 
 
-def registration_record(plan: Plan) -> dict:
+def resolved(plan: Plan, out: str) -> dict:
+    """Each run's resolved config hash and tiny build hash, as the plan composes them into ``out``
+    (the keys a run may change between sessions left out, as a run's provenance does)."""
+    configs, builds = {}, {}
+    for r in plan.runs:
+        cfg = compose(plan.compose_overrides(r, out))
+        configs[r.key] = config_hash(cfg, RESUME_MAY_DIFFER)
+        tb = tiny_build(cfg)
+        builds[r.key] = tb["hash"] if tb else None
+    return {"configs": configs, "tiny_build": builds}
+
+
+def _report_imports(module: str) -> list[str]:
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(open(spec.origin, encoding="utf-8").read())
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("graft_cli.report"):
+            out.append(n.module)
+    return out
+
+
+def analysis_code(module: str | None) -> dict:
+    """The version of the code that judges a study's claims: the git HEAD and the sha256 of the
+    claims ``module`` and of every ``graft_cli.report`` module it imports, transitively."""
+    mods: dict = {}
+    todo = [module] if module else []
+    while todo:
+        m = todo.pop()
+        if m in mods:
+            continue
+        spec = importlib.util.find_spec(m)
+        if spec is None or not spec.origin:
+            continue
+        with open(spec.origin, "rb") as f:
+            mods[m] = hashlib.sha256(f.read()).hexdigest()
+        todo += _report_imports(m)
+    return {"commit": source_commit()[0], "modules": dict(sorted(mods.items()))}
+
+
+def analysis_changes(reg: dict, module: str | None) -> list[str]:
+    """The analysis modules whose source differs from the registration's (added, removed or
+    changed); empty when they are the registered ones or the registration records none."""
+    was = (reg.get("analysis_code") or {}).get("modules")
+    if not was:
+        return []
+    now = analysis_code(module)["modules"]
+    return sorted(m for m in set(was) | set(now) if was.get(m) != now.get(m))
+
+
+def registration_record(plan: Plan, out: str = "", claims_module: str | None = None) -> dict:
     arms: dict = {}
     for r in plan.runs:
         arm = arms.setdefault(r.name, {"method": r.method, "seeds": []})
@@ -92,7 +155,8 @@ def registration_record(plan: Plan) -> dict:
     return {"plan": plan.name, "source": os.path.relpath(plan.source) if plan.source else "",
             "plan_hash": plan_hash(plan), "design": design(plan), "arms": arms, "claims": plan.claims,
             "analysis": plan.analysis, "registered": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-            "commit": commit, "dirty": dirty}
+            "commit": commit, "dirty": dirty, "resolved": resolved(plan, out),
+            "analysis_code": analysis_code(claims_module)}
 
 
 def load_registration(path: str) -> dict:
@@ -102,9 +166,21 @@ def load_registration(path: str) -> dict:
     return reg
 
 
-def check_registration(plan: Plan, reg: dict, where: str) -> None:
-    """Raise one line naming the first key where the plan differs from the registered design."""
+def check_registration(plan: Plan, reg: dict, where: str, out: str | None = None) -> None:
+    """Raise one line naming the first key where the plan differs from the registered design, or,
+    for a registration that holds them and a plan folder ``out``, the first run whose resolved
+    config or tiny build differs from the registered one."""
     if reg.get("plan_hash") == plan_hash(plan):
+        if out is None or not isinstance(reg.get("resolved"), dict):
+            return
+        now = resolved(plan, out)
+        for part, what in (("configs", "resolved config"), ("tiny_build", "tiny build")):
+            was = reg["resolved"].get(part) or {}
+            for key in sorted(set(was) | set(now[part])):
+                if was.get(key) != now[part].get(key):
+                    raise GraftError(f"{where}: plan {plan.name}: run {key}'s {what} differs from its registration "
+                                     f"(a method or pair config, a default or the tiny build changed): a registered "
+                                     f"design does not change; register a new study")
         return
     diff = differences(reg["design"], design(plan))
     raise GraftError(f"{where}: plan {plan.name} differs from its registration in "
@@ -112,14 +188,15 @@ def check_registration(plan: Plan, reg: dict, where: str) -> None:
                         else "its hash") + ": a registered design does not change; register a new study")
 
 
-def register(plan: Plan, out: str) -> tuple[str, bool]:
+def register(plan: Plan, out: str, claims_module: str | None = None) -> tuple[str, bool]:
     """Write ``<out>/registration.json``; returns (path, written). A registration already there is
     never replaced: the same design leaves it as it is (written False), another design is
     refused."""
     path = os.path.join(out, REGISTRATION)
     if os.path.exists(path):
-        check_registration(plan, load_registration(path), path)
+        check_registration(plan, load_registration(path), path, out)
         return path, False
+    record = registration_record(plan, out, claims_module)  # composed before anything is written
     os.makedirs(out, exist_ok=True)
-    atomic_write_json(path, registration_record(plan))
+    atomic_write_json(path, record)
     return path, True

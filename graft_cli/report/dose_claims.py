@@ -88,9 +88,10 @@ def _weak_mask(step_dir: str, bench: str, family: str, fam_of: dict) -> np.ndarr
 def measure(records: list[dict], cfg: dict | None = None) -> dict:
     """Per metric, arm, policy and seed: the per-problem mean grades
     (``grades[metric][arm][policy][seed]``: benchmark -> array) and the grade matrices' sampling
-    variances; the dose per arm, policy and seed."""
+    variances; the dose per arm, policy and seed. The arms are ``cfg["arms"]`` where given (the
+    transfer ladder's), else the baseline, the method and the no-gate arm."""
     s = settings(cfg)
-    arms = (s["baseline"], s["method"], s["no_gate"])
+    arms = tuple(s.get("arms") or (s["baseline"], s["method"], s["no_gate"]))
     grades: dict = {m: {} for m in METRICS}
     raw: dict = {}  # (arm, policy, seed) -> metric -> bench -> grades[run, problem, sample]
     dose: dict = {}

@@ -171,6 +171,7 @@ class _Totals:
     ent_sum: float = 0.0
     ent_n: float = 0.0
     skipped: int = 0
+    grad_share: list = field(default_factory=list)  # (grafted rows' gradient norm / the minibatch's, row share)
 
 
 def update_policy(pol: Policy, batch: TrainBatch, ctx: UpdateContext) -> dict:
@@ -187,23 +188,50 @@ def update_policy(pol: Policy, batch: TrainBatch, ctx: UpdateContext) -> dict:
     for _epoch in range(a.ppo_epochs):
         plan = minibatch_plan(batch, cfg.exchange.ordering, a.minibatch_prompts, cfg.rollout.n, ctx.rng,
                               layout_ranks(cfg.exchange.layout, cfg.exchange.layout_ranks))
+        measure = a.grad_share_every > 0 and (ctx.step + 1) % a.grad_share_every == 0
         for mb_idx, mb in enumerate(plan):
             total, bad = _accumulate(p, mb, mb_idx, acc)
+            if measure and bad is None and any(batch.source[i] != "self" for i in mb):
+                acc.grad_share.append(_grafted_grad_share(p, mb, mb_idx))
             _step(p, mb_idx, total, bad, acc)
     return _update_metrics(p, acc)
 
 
-def _accumulate(p: _Pass, mb: list[int], mb_idx: int, acc: _Totals) -> tuple[float, str | None]:
+def _grad_norm(params: list) -> float:
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in params])))
+
+
+def _grafted_grad_share(p: _Pass, mb: list[int], mb_idx: int) -> tuple[float, float]:
+    """(‖g_grafted‖ / ‖g‖, the grafted rows' share of the minibatch's rows): g is the minibatch's
+    accumulated gradient, g_grafted the gradient of the grafted rows' terms of the same loss (the
+    same normaliser, so g = g_grafted + g_own for a loss that is a sum over tokens), from a second
+    backward over those rows. The accumulated gradient is put back untouched, so the update is the
+    one it would have been."""
+    params = [q for q in p.pol.model.parameters() if q.grad is not None]
+    kept = [q.grad.detach().clone() for q in params]
+    full = _grad_norm(kept)
+    p.pol.optimizer.zero_grad(set_to_none=True)
+    grafted = [i for i in mb if p.batch.source[i] != "self"]
+    _accumulate(p, mb, mb_idx, _Totals(), only=grafted)
+    grads = [q.grad for q in params if q.grad is not None]
+    part = _grad_norm(grads) if grads else 0.0
+    for q, g in zip(params, kept):
+        q.grad = g
+    return (part / full if full > 0 else float("nan")), len(grafted) / len(mb)
+
+
+def _accumulate(p: _Pass, mb: list[int], mb_idx: int, acc: _Totals, only: list[int] | None = None
+                ) -> tuple[float, str | None]:
     """Minibatch ``mb``'s gradients, accumulated over token-budget micro-batches of this rank's
     shard; returns the summed loss and the first non-finite quantity seen (None when all were
-    finite)."""
+    finite). ``only``: the terms of these rows of ``mb`` alone, under ``mb``'s normaliser."""
     batch, ctx, d, a, o = p.batch, p.ctx, p.d, p.ctx.cfg.algo, p.ctx.cfg.optim
     model, dev, pad = p.pol.model, next(p.pol.model.parameters()).device, p.pol.tokenizer.pad_token_id
     # rows outside the PG (auxiliary rows), and rows without loss tokens, stay out of its
     # denominators
     norm = Normaliser.of_rows([row_tokens(batch, i) for i in mb], [batch.in_pg[i] for i in mb],
                               a.loss_scale_factor or float(ctx.cfg.rollout.max_new_tokens))
-    local = d.shard(mb)
+    local = d.shard(mb if only is None else only)
     total, bad = 0.0, None
     micros = plan_micro_batches([batch.prompt_ids[i] for i in local], [batch.response_ids[i] for i in local],
                                 o.micro_batch_tokens, shared_prefix=o.shared_prefix, sort=o.sort_micro_batches)
@@ -286,9 +314,13 @@ def _update_metrics(p: _Pass, acc: _Totals) -> dict:
         out["clip_ratio/dual_mean"] = stats["clip_dual"] / tok
     for k, v in stats.items():  # a pair <name>/sum, <name>/n is reported as the mean <name> (e.g. kl)
         if k.endswith("/sum") and f"{k[:-4]}/n" in stats:
-            out[k[:-4]] = v / max(stats[f"{k[:-4]}/n"], 1.0)
+            if stats[f"{k[:-4]}/n"] > 0 or not k.startswith("ratio/"):  # no grafted token: no ratio/peer
+                out[k[:-4]] = v / max(stats[f"{k[:-4]}/n"], 1.0)
         elif not k.endswith("/n") and k not in _COUNTS:
             out[f"loss/{k}"] = v
     if p.ctx.cfg.algo.log_entropy and ent_n:
         out["entropy"] = ent_sum / ent_n
+    if acc.grad_share:
+        out["grad_share/grafted"] = float(np.nanmean([g for g, _ in acc.grad_share]))
+        out["grad_share/grafted_rows"] = float(np.mean([r for _, r in acc.grad_share]))
     return out

@@ -102,15 +102,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from graft_cli.algorithms.exchange.base import EXCHANGES, Exchange, ExchangeContext
+from graft_cli.algorithms.exchange.content import CONTENTS
 from graft_cli.algorithms.exchange.gates import ADMISSIONS, GATES, compatibility, source_mean_logprob
 from graft_cli.algorithms.exchange.replacement import REPLACEMENTS, ReceiverContext
 from graft_cli.algorithms.exchange.selection import N_PEER_RULES, SELECTIONS, Plan, plan_exchange, solved_share
 from graft_cli.batch import PolicyStep, TrainBatch
+from graft_cli.data.synthetic import family_of
 from graft_cli.errors import GraftError
 from graft_cli.models.retokenize import tokenizers_identical
 from graft_cli.registry import Params, choice
@@ -138,6 +141,9 @@ class GraftParams(Params):
     hacpo_c_min: float = 0.1
     hacpo_c_max: float = 10.0
     hacpo_peer_elsewhere: str = choice("zero", "drop")  # zero: source responses on other prompts, advantage 0 | drop
+    content: str = choice("peer", among=CONTENTS)  # what a grafted correct response says: peer | gold_*_style
+    styles: dict = field(default_factory=dict)  # policy -> the style it writes (gold content)
+    families: dict = field(default_factory=dict)  # receiver -> its designated families (selection family)
 
 
 MODE_LOSSES = {"sft": ("ppo_token_nll",), "hacpo": ("hacpo_peer",)}
@@ -154,7 +160,26 @@ def options(params: dict | None, kind: type[GraftParams] = GraftParams) -> Graft
                          f"its outflow and needs selection balanced, got {out.selection!r}")
     if not 0 < out.hacpo_c_min <= out.hacpo_c_max:
         raise GraftError("config key 'exchange.params.hacpo_c_min': need 0 < hacpo_c_min <= hacpo_c_max")
+    for key in ("styles", "families"):
+        if not isinstance(getattr(out, key), Mapping):
+            raise GraftError(f"config key 'exchange.params.{key}': must be a mapping of policy names, "
+                             f"got {getattr(out, key)!r}")
+    if out.content != "peer" and out.gate != "none":
+        raise GraftError(f"config key 'exchange.params.content': {out.content} rows have no source log-probs, so "
+                         f"the gate's s is undefined and the floor would drop them all; set exchange.params.gate=none")
+    if out.content != "peer" and not out.styles:
+        raise GraftError(f"config key 'exchange.params.styles': content {out.content} needs each policy's style "
+                         f"(the tiny pair: {{a: prose, b: steps}})")
+    if out.selection == "family" and not out.families:
+        raise GraftError("config key 'exchange.params.families': selection family needs each receiver's families "
+                         "(e.g. {a: [two], b: [lin]})")
     return out
+
+
+def designated(families: Mapping, name: str) -> set[str]:
+    """Receiver ``name``'s designated families (``exchange.params.families``: a name or a list)."""
+    got = families.get(name) or ()
+    return {got} if isinstance(got, str) else {str(f) for f in got}
 
 
 def check_loss_for_mode(cfg, opts: GraftParams) -> None:
@@ -162,6 +187,23 @@ def check_loss_for_mode(cfg, opts: GraftParams) -> None:
     if need and cfg.algo.loss not in need:
         raise GraftError(f"config key 'algo.loss': exchange.params.mode={opts.mode} needs algo.loss="
                          f"{' or '.join(need)}, got {cfg.algo.loss!r}")
+
+
+def family_metrics(log: dict) -> dict:
+    """Per prompt family of the grafted rows (the admission log's columns): ``graft/family/<f>/``
+    ``offered`` (grafted rows), ``admitted``, ``dropped`` and ``reward`` (the mean reward of the
+    admitted ones, None when none was); nothing where no row has a family."""
+    out: dict = {}
+    fams = log.get("family") or []
+    for f in sorted({f for f in fams if f is not None}):
+        rows = [i for i, x in enumerate(fams) if x == f]
+        adm = [i for i in rows if log["admitted"][i]]
+        rew = [log["reward"][i] for i in adm if log["reward"][i] is not None]
+        out[f"graft/family/{f}/offered"] = len(rows)
+        out[f"graft/family/{f}/admitted"] = len(adm)
+        out[f"graft/family/{f}/dropped"] = len(rows) - len(adm)
+        out[f"graft/family/{f}/reward"] = float(np.mean(rew)) if rew else None
+    return out
 
 
 def _pct(a, p) -> float:
@@ -260,8 +302,12 @@ class GraftExchange(Exchange):
     def plan(self, steps: dict[str, PolicyStep], ctx: ExchangeContext, directions=None) -> Plan:
         names = list(steps)
         B = len(steps[names[0]].problems)
+        eligible = None
+        if self.opts.families:
+            fams = [family_of(p.problem) for p in steps[names[0]].problems]
+            eligible = [{q for q, f in enumerate(fams) if f in designated(self.opts.families, nm)} for nm in names]
         return plan_exchange([steps[nm].k for nm in names], [steps[nm].n for nm in names], self.opts.selection,
-                             ctx.seed, B, directions, self.opts.n_peer)
+                             ctx.seed, B, directions, self.opts.n_peer, eligible)
 
     def select(self, steps: dict[str, PolicyStep], ctx: ExchangeContext):
         """Every receiver's batch; the receivers are ``ctx.receivers`` (the trained policies;
@@ -304,6 +350,9 @@ class GraftExchange(Exchange):
                 n_recv_tok += len(batch.response_ids[i])
         if self.opts.peer_logprobs == "recompute" and any(s == "peer" for s in batch.source):
             self._recompute_source_means(batch, steps, ctx)
+        fams = {}  # the tiny task's family of each grafted row's prompt (None elsewhere): the mechanism's split
+        batch.extra["family"] = [fams.setdefault(g, family_of(recv.problems[g].problem)) if sp == "peer" else None
+                                 for sp, g in zip(batch.source, batch.group)]
         met = self.select_metrics(r, names, steps, plan, batch, n_src_tok, n_recv_tok)
         mode_metrics = REPLACEMENTS.spec(self.opts.mode).metrics
         if mode_metrics is not None:
@@ -370,6 +419,8 @@ class GraftExchange(Exchange):
             "admitted": [bool(k) for k in keep],
             "reward": [None if i >= len(batch.rewards) or batch.rewards[i] is None else float(batch.rewards[i])
                        for i in peer],
+            "family": [batch.extra.get("family", [None] * len(batch))[i] for i in peer],
+            "content": [batch.extra.get("content", [None] * len(batch))[i] for i in peer],
         }
         kept = [i for i in range(len(batch)) if keep_row[i]]
         out = batch.select(kept) if len(kept) < len(batch) else batch
@@ -385,6 +436,7 @@ class GraftExchange(Exchange):
             "graft/frac_admitted": float(sum(keep)) / len(keep),
             "graft/grafted_share": float(sum(keep)) / max(len(out), 1),  # of the receiver's batch rows
         }
+        met.update(family_metrics(self._admission[name]))
         for key in per_source:  # per source: the transfer matrix of the report (row: source, column: receiver)
             sn = key.rsplit("/", 1)[1]
             met[key] = int(sum(1 for i, ki in zip(peer, keep) if ki and srcs[i] == sn))

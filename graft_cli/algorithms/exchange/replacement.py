@@ -9,6 +9,9 @@ group).
 - ``replace`` (GRAFT): the receiver's failed group is removed and the source's *whole* group
   inserted (``source="peer"``), each response keeping the source's own GRPO advantage (computed over
   its full group, never renormalised);
+- ``replace_or_add``: ``replace`` where the receiver's group failed (k_R = 0); where it has some
+  success its own group stays and the source's group is added beside it (for triggers that graft
+  regardless of the receiver's rewards: selection ``family``);
 - ``pooled``: receiver group ‖ source group with GRPO advantages over the pool, receiver w = 1;
 - ``sft`` (SGT's update): the receiver keeps its own zero-advantage group and gains one uniformly
   drawn correct source response as a row outside the policy gradient (``in_pg`` false) for an NLL
@@ -19,7 +22,8 @@ group).
   ``strip_eos``).
 
 ``peer_responses: success`` keeps only the correct source responses (advantages still from the full
-group). """
+group). What the correct source responses say is the content rule's (``content``,
+:mod:`~graft_cli.algorithms.exchange.content`): the source's own text by default. """
 
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import numpy as np
 import torch
 
 from graft_cli.algorithms.advantages import grpo_advantages
+from graft_cli.algorithms.exchange.content import CONTENTS
 from graft_cli.algorithms.exchange.gates import source_mean_logprob
 from graft_cli.batch import PolicyStep, TrainBatch, is_correct
 from graft_cli.errors import GraftError
@@ -90,16 +95,28 @@ def hacpo_advantages(r_self, r_peer, c: float, eps: float = 1e-6) -> tuple[list[
 
 def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokenizer, opts: Params,
                     src_name: str, advantages: list[float] | None = None, same_tokenizer: bool = False,
-                    only: list[int] | None = None) -> TrainBatch:
+                    only: list[int] | None = None, correct_text: str | None = None) -> TrainBatch:
     """The source's group for prompt q as receiver rows (graft.md §2.2 steps 5–6): re-tokenized
     response, the source's own advantage (or ``advantages`` when a variant recomputes them), reward,
     mean source log-prob (``peer_logprobs``; EOS excluded) and ``extra`` columns ``src_policy``,
-    ``n_scored``, (and the ``source_logp_mean`` field). ``only`` restricts to some sample indices
-    (success-only, SFT); ``opts``: the exchange's GraftParams (``opts.append_eos``)."""
+    ``n_scored``, ``content`` (and the ``source_logp_mean`` field). ``only`` restricts to some
+    sample indices (success-only, SFT); ``opts``: the exchange's GraftParams (``opts.append_eos``).
+    ``correct_text`` (a content rule's text, :mod:`~graft_cli.algorithms.exchange.content`) stands in
+    for every correct response: re-tokenized, ended (the receiver's EOS appended with
+    ``append_eos``), no source log-probs (NaN mean), ``content`` ``"gold"``; reward and advantage
+    stay the source's."""
     out = TrainBatch()
     ro, n = src.rollouts, src.n
     for j in (range(n) if only is None else only):
         r = q * n + j
+        reward = float(src.rewards[q, j])
+        adv = float(src.advantages[q, j]) if advantages is None else float(advantages[j])
+        if correct_text is not None and is_correct(reward):
+            ids, n_scored = retokenize(correct_text, tokenizer, True, opts.append_eos, False)
+            out.append(prompt_ids=recv_prompt_ids, response_ids=ids, advantages=adv, weights=1.0, source="peer",
+                       group=q, rewards=reward, rollout_logprobs=None, source_logp_mean=float("nan"),
+                       texts=correct_text, src_policy=src_name, src_sample=j, n_scored=n_scored, content="gold")
+            continue
         ended = not bool(ro.truncated[r])
         terminal_only = ended and len(ro.response_ids[r]) == 1  # an EOS-only response: its EOS is its action
         if same_tokenizer:
@@ -108,10 +125,9 @@ def peer_group_rows(src: PolicyStep, q: int, recv_prompt_ids: list[int], tokeniz
         else:
             ids, n_scored = retokenize(ro.texts[r], tokenizer, ended, opts.append_eos, terminal_only)
         src_mean = source_mean_logprob(ro.logprobs[r], ended)
-        adv = float(src.advantages[q, j]) if advantages is None else float(advantages[j])
         out.append(prompt_ids=recv_prompt_ids, response_ids=ids, advantages=adv, weights=1.0, source="peer",
-                   group=q, rewards=float(src.rewards[q, j]), rollout_logprobs=None, source_logp_mean=src_mean,
-                   texts=ro.texts[r], src_policy=src_name, src_sample=j, n_scored=n_scored)
+                   group=q, rewards=reward, rollout_logprobs=None, source_logp_mean=src_mean,
+                   texts=ro.texts[r], src_policy=src_name, src_sample=j, n_scored=n_scored, content="peer")
     return out
 
 
@@ -154,10 +170,14 @@ class ReceiverContext:
         return self.steps[self.name]
 
     def peer_rows(self, s: int, q: int, advantages=None, only=None) -> TrainBatch:
+        """Source ``s``'s rows for prompt ``q``, its correct responses' text set by the content
+        rule (``opts.content``)."""
         sname = self.names[s]
-        return peer_group_rows(self.steps[sname], q, self.encode_prompt(self.recv.problems[q].problem), self.tokenizer,
-                               self.opts, sname, advantages=advantages, same_tokenizer=self.same_tokenizer(sname),
-                               only=only)
+        problem = self.recv.problems[q].problem
+        text = CONTENTS.get(self.opts.content)(problem, self.name, sname, self.opts.styles)
+        return peer_group_rows(self.steps[sname], q, self.encode_prompt(problem), self.tokenizer, self.opts, sname,
+                               advantages=advantages, same_tokenizer=self.same_tokenizer(sname), only=only,
+                               correct_text=text)
 
     def success_only(self, s: int, q: int):
         if self.opts.peer_responses != "success":
@@ -171,6 +191,22 @@ def replace_group(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
     if s is None:
         return own_group_rows(rc.recv, q)
     return rc.peer_rows(s, q, only=rc.success_only(s, q))
+
+
+@REPLACEMENTS.register("replace_or_add")
+def replace_or_add(rc: ReceiverContext, q: int, s: int | None) -> TrainBatch:
+    """``replace`` where the receiver's group failed (k_R = 0); where it solved some (k_R ≥ 1) its
+    own group stays, with its own advantages, and the source's group is added beside it. Under
+    GRAFT's trigger (k_R = 0) it is ``replace``; a trigger that grafts regardless of the receiver's
+    rewards (selection ``family``) keeps the receiver's own signal."""
+    if s is None:
+        return own_group_rows(rc.recv, q)
+    rows = rc.peer_rows(s, q, only=rc.success_only(s, q))
+    if int(rc.recv.k[q]) == 0:
+        return rows
+    out = own_group_rows(rc.recv, q)
+    out.extend(rows)
+    return out
 
 
 @REPLACEMENTS.register("pooled")

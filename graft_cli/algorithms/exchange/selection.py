@@ -1,9 +1,9 @@
 """GRAFT's prompt selection (graft.md §2.2 steps 3–4, Alg. 1) and its variants, as registered rules.
 
 A selection rule (registry ``SELECTIONS``) decides, for one direction source S → receiver R, which
-prompts R receives from S: ``rule(ks, ns, s, r, seed, batch_size) -> (candidates, selected, m)``
+prompts R receives from S: ``rule(ks, ns, s, r, seed, batch_size, eligible) -> (candidates, selected, m)``
 with ``ks[i]`` policy i's success counts per prompt and ``ns[i]`` its group size (``m`` is None for
-unbalanced rules).
+unbalanced rules; ``eligible``: the prompts a designed trigger may graft into R, None for the others).
 
 - ``balanced`` (GRAFT): candidates C_{S→R} = {q : k_R(q) = 0 ∧ 1 ≤ k_S(q) < n}; ``m = min(|C_{S→R}|,
   |C_{R→S}|)``; SelectWithTies by the source's k. **Tie order**: candidates are sorted by
@@ -15,6 +15,10 @@ unbalanced rules).
   included;
 - ``all`` (HACPO's pooling): every prompt of the batch, whatever the rewards (the peer's group joins
   the receiver's on every prompt);
+- ``family`` (the designed dose of the transfer ladder): every prompt of the receiver's designated
+  families (``exchange.params.families``) on which the source's group is mixed, whatever the
+  receiver's rewards; pair it with replacement ``replace_or_add`` so a receiver's own group with
+  signal is kept;
 - ``random`` ("random prompts"): as many prompts as ``balanced`` selects, uniformly without
   replacement over the whole batch, from ``np.random.default_rng([seed, s, r])``.
 
@@ -94,32 +98,43 @@ def balanced_pair(k_a, k_b, n_a: int, n_b: int | None = None) -> dict:
 
 
 @SELECTIONS.register("balanced")
-def select_balanced(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0):
+def select_balanced(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0, eligible=None):
     cand = trigger(ks[r], ks[s], ns[s])
     m = min(len(cand), len(trigger(ks[s], ks[r], ns[r])))
     return cand, select_with_ties(cand, ks[s], m), m
 
 
 @SELECTIONS.register("unbalanced")
-def select_unbalanced(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0):
+def select_unbalanced(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0, eligible=None):
     cand = trigger(ks[r], ks[s], ns[s])
     return cand, cand, None
 
 
 @SELECTIONS.register("sgt")
-def select_sgt(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0):
+def select_sgt(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0, eligible=None):
     cand = trigger_sgt(ks[r], ks[s])
     return cand, cand, None
 
 
 @SELECTIONS.register("all")
-def select_all(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0):
+def select_all(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0, eligible=None):
     every = list(range(batch_size or len(_ints(ks[r]))))
     return every, every, None
 
 
+@SELECTIONS.register("family")
+def select_family(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0, eligible=None):
+    """The designed dose: every prompt of the receiver's designated families (``eligible``, the
+    prompt indices whose family is in ``exchange.params.families[receiver]``) on which the source's
+    group is mixed (1 ≤ k_S < n, so its advantages carry a signal), whatever the receiver's own
+    rewards; no balancing. The experimenter sets the dose through the family and the mix."""
+    k_s = _ints(ks[s])
+    cand = [q for q in sorted(eligible or ()) if 1 <= k_s[q] < ns[s]]
+    return cand, cand, None
+
+
 @SELECTIONS.register("random")
-def select_random(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0):
+def select_random(ks, ns, s: int, r: int, seed: int = 0, batch_size: int = 0, eligible=None):
     cand, sel, m = select_balanced(ks, ns, s, r)
     if sel:
         rng = np.random.default_rng([seed, s, r])
@@ -150,6 +165,7 @@ class PeerCounts:
     seed: int
     batch: int
     dirs: list
+    eligible: list | None = None  # per policy: the prompt indices a designed trigger may graft (``family``)
 
 
 N_PEER_RULES: Registry = Registry("N-peer rule")  # (PeerCounts, Plan) -> Plan
@@ -189,7 +205,7 @@ def _pairwise(assign, c: PeerCounts, plan: Plan) -> Plan:
     offers: dict[int, dict[int, list[int]]] = {r: {} for r in plan.assign}
     rule = SELECTIONS.get(c.selection)
     for s, r in c.dirs:
-        cand, sel, m = rule(c.ks, c.ns, s, r, c.seed, c.batch)
+        cand, sel, m = rule(c.ks, c.ns, s, r, c.seed, c.batch, eligible=c.eligible[r] if c.eligible else None)
         plan.candidates[(s, r)], plan.selected[(s, r)], plan.m[(s, r)] = cand, sel, m
         for q in sel:
             offers[r].setdefault(q, []).append(s)
@@ -236,7 +252,8 @@ def plan_pooled_donor(c: PeerCounts, plan: Plan) -> Plan:
 
 
 def plan_exchange(ks: list, ns: list[int], selection: str = "balanced", seed: int = 0, batch_size: int | None = None,
-                  directions: list[tuple[int, int]] | None = None, n_peer: str = "best_source") -> Plan:
+                  directions: list[tuple[int, int]] | None = None, n_peer: str = "best_source",
+                  eligible: list | None = None) -> Plan:
     """The N-policy exchange plan (module docstring, the N-peer rules). ``ks[i]`` are policy i's
     success counts per prompt, ``ns[i]`` its group size. ``directions`` restricts the (source,
     receiver) pairs that receive (default: every ordered pair); balancing still uses both
@@ -246,7 +263,7 @@ def plan_exchange(ks: list, ns: list[int], selection: str = "balanced", seed: in
     N = len(ks)
     B = batch_size if batch_size is not None else (len(_ints(ks[0])) if N else 0)
     dirs = directions if directions is not None else [(s, r) for r in range(N) for s in range(N) if s != r]
-    counts = PeerCounts(ks, ns, selection, seed, B, dirs)
+    counts = PeerCounts(ks, ns, selection, seed, B, dirs, eligible)
     return N_PEER_RULES.get(n_peer)(counts, Plan(assign={r: {} for r in range(N)}))
 
 
