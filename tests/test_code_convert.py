@@ -4,13 +4,17 @@ values worked by hand."""
 
 from __future__ import annotations
 
+import collections
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from graft_cli.reward import convert
 from graft_cli.reward.convert import (INT_BITS, NotConvertible, NotPlain, calls_from_records, decode, encode,
-                                      json_form, passes, rewrite_tests)
+                                      passes, rewrite_tests)
 
 
 @pytest.mark.parametrize("tests,rule", [
@@ -132,11 +136,12 @@ def test_ints_past_the_decimal_digit_limit_cross_as_hex():
 def test_plain_data_keeps_what_json_would_merge_apart():
     assert decode({"t": [1, 2]}) != decode([1, 2])  # a tuple is not a list
     assert type(decode({"s": [1]})) is set and type(decode({"fs": [1]})) is frozenset
-    assert json_form(decode({"t": [1, {"t": [2]}]})) == [1, [2]]  # what plain call-kind golds compare with
+    assert decode({"t": [1, {"t": [2]}]}) == (1, (2,))  # nested tuples stay tuples
     nested = []
     for _ in range(200):
         nested = [nested]
-    for bad in ({"x": 1}, {"t": 1}, {"s": [[1]]}, {"f": "1.5"}, {"c": ["a", 1]}, nested, {"b": "zz"}):
+    for bad in ({"x": 1}, {"t": 1}, {"s": [[1]]}, {"f": "1.5"}, {"c": ["a", 1]}, nested, {"b": "zz"},
+                {"od": [[[1], 2]]}, {"dd": ["print", []]}, {"q": [-1, []]}, {"ct": [[1]]}):
         with pytest.raises(NotPlain):
             decode(bad)
 
@@ -174,3 +179,75 @@ def test_plain_data_keeps_what_json_would_merge_apart():
 ])
 def test_passes_rules_worked_by_hand(rule, got, ok):
     assert passes({"transform": [], **rule}, got) is ok
+
+
+def _od(*keys):
+    return collections.OrderedDict((k, i) for i, k in enumerate(keys))
+
+
+# one per container type: the value, and one that equals it under == but differs in type or order where the type has
+# one (None: the type has neither beyond what == sees)
+CONTAINERS = {
+    "list": ([3, 1, 2], [1, 2, 3]),
+    "tuple": ((3, 1), [3, 1]),
+    "set": ({3, 1}, None),
+    "frozenset": (frozenset({3, 1}), {3, 1}),
+    "dict": ({"b": 1, "a": 2}, None),
+    "OrderedDict": (_od("b", "a"), _od("a", "b")),
+    "Counter": (collections.Counter({"b": 2, "a": 1}), {"b": 2, "a": 1}),
+    "defaultdict": (collections.defaultdict(list, {"b": [1]}), {"b": [1]}),
+    "deque": (collections.deque([3, 1], maxlen=4), [3, 1]),
+}
+
+
+def _same(a, b) -> bool:
+    """Equal, of one type, in one order (where the type has one), a defaultdict with one factory, a deque with one
+    maxlen."""
+    if type(a) is not type(b) or a != b:
+        return False
+    if type(a) in (dict, collections.OrderedDict, collections.Counter, collections.defaultdict):
+        return list(a.items()) == list(b.items()) and getattr(a, "default_factory", None) is getattr(
+            b, "default_factory", None)
+    if type(a) is collections.deque:
+        return list(a) == list(b) and a.maxlen == b.maxlen
+    return True
+
+
+def _source(value) -> str:
+    if type(value) is collections.defaultdict:
+        return f"defaultdict({value.default_factory.__name__}, {dict(value)!r})"
+    return repr(value)
+
+
+@pytest.mark.parametrize("name", list(CONTAINERS))
+def test_each_container_crosses_with_its_type_and_order(name):
+    """The trusted side's codec and the harness's own (the answer's process, run for real on a call-kind payload)
+    both rebuild the value with its type and order; the look-alike (same under a JSON round trip) stays apart."""
+    from graft_cli.reward.harness import HARNESS, payload
+
+    value, other = CONTAINERS[name]
+    assert _same(decode(encode(value)), value)
+    assert json.loads(json.dumps(encode(value))) == encode(value)  # it is JSON
+    if other is not None:
+        assert not _same(decode(encode(other)), value)
+    program = (f"import collections\nfrom collections import OrderedDict, Counter, defaultdict, deque\n"
+               f"def f():\n    return {_source(value)}\n")
+    spec = {"kind": "call", "inputs": [[]], "fn_name": "f", "rules": [{"rule": "eq"}]}
+    rfd, wfd = os.pipe()
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", HARNESS, str(wfd)],
+                          input=payload(spec, program, "n", 1000), pass_fds=(wfd,), capture_output=True, timeout=60)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as f:
+        line = f.read()
+    assert proc.returncode == 0, proc.stderr[-500:]
+    got = decode(json.loads(line)["calls"][0]["out"])
+    assert _same(got, value), (got, value)
+
+
+def test_an_ordered_dict_moved_to_its_end_crosses_in_its_own_order():
+    """OrderedDict.move_to_end changes the OrderedDict's order but not the order of the dict storage beneath it: the
+    value crosses in the OrderedDict's own."""
+    od = _od("a", "b", "c")
+    od.move_to_end("a")
+    assert list(decode(encode(od))) == ["b", "c", "a"] and list(dict.keys(od)) == ["a", "b", "c"]
+    assert decode(encode(od)) != _od("a", "b", "c")

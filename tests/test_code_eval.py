@@ -59,7 +59,7 @@ def test_loaders_on_the_fixtures():
     io_spec, call_spec = (json.loads(p.answer) for p in lcb)
     assert io_spec == {"inputs": ["1 2\n", "10 -4\n", "0 0\n"], "outputs": ["3\n", "6\n", "0\n"]}  # + private ones
     assert call_spec == {"inputs": [[[3, 4, 5, 2]], [[1, 5, 4, 5]], [[-10, -3, 2]]], "outputs": [20, 25, 30],
-                         "fn_name": "maxProduct"}
+                         "fn_name": "maxProduct", "judge": "livecodebench"}
     assert "```python\nclass Solution:" in lcb[1].problem and lcb[0].problem.endswith("then write the Python code.")
     assert [p.id for p in livecodebench_problems(LCB, "..2025-01-01")] == ["abc100_a"]
     with pytest.raises(GraftError, match="no LiveCodeBench problem dated"):

@@ -65,17 +65,46 @@ def test_parse_spec_kinds_and_errors():
 
 
 @pytest.mark.parametrize("got,want,ok", [
-    ("3\n", "3", True), ("1 2\n3", "1\n2 3\n", True), ("0.3333333", "0.33333333", True),
-    ("2", "3", False), ("1 2", "1 2 3", False), ("1000000.5", "1000000.0", True), ("1000002.5", "1000000.0", False),
-    ("abc", "abd", False),
-    ("1e-7", "0", True),
+    ("3\n", "3", True), ("  1 2 \r\n3\n\n", "1 2\n3", True), ("1  2\n", "1 2", True),  # stripped lines; tokens
+    ("1 2\n3", "1\n2 3\n", False),  # the lines must match, not only the tokens
+    ("5.0", "5", True), ("+5", "5", True), ("1e3", "1000", True),  # exact decimals: the same number
+    (str(10**18 + 1), str(10**18), False), ("999999937", "0999999937", True),
+    (str(10**9 + 7 + 7), str(10**9 + 7), False),  # no tolerance for integers
+    ("0.3333333", "0.33333333", False), ("1000000.5", "1000000.0", False), ("1e-7", "0", False),
+    ("2", "3", False), ("1 2", "1 2 3", False), ("abc", "abd", False), ("yes", "YES", False),
+    ("\uff15", "5", False), ("1_000", "1000", False), ("NaN", "NaN", True), ("nan", "NaN", False),  # ASCII only
+    ("True", "1", False),
 ])
 def test_same_output(got, want, ok):
+    """LiveCodeBench's stdio rule worked by hand (graft_cli/reward/verdicts.py): stripped lines, each equal as text or
+    as exact decimals."""
     assert same_output(got, want) is ok
 
 
-def test_same_value():
-    assert same_value([1, 2], [1, 2]) and same_value(5, [5]) and not same_value([5], 5) and not same_value(2, 3)
+@pytest.mark.parametrize("got,want,tol,ok", [
+    ("0.3333333", "0.33333333", 1e-6, True), ("1000000.5", "1000000.0", 1e-6, True),
+    ("1000002.5", "1000000.0", 1e-6, False), ("1e-7", "0", 1e-6, True), ("0.5 x", "0.5000001 x", 1e-6, False),
+])
+def test_same_output_within_a_declared_tolerance(got, want, tol, ok):
+    """Numbers within ``tol`` (absolute, or relative above 1) only when the problem declares it; text still exact."""
+    assert same_output(got, want, tol) is ok
+
+
+@pytest.mark.parametrize("got,want,judge,ok", [
+    ([1, 2], [1, 2], "apps", True), ((1, 2), [1, 2], "livecodebench", True), ((1, 2), [1, 2], "apps", True),
+    (5, [5], "apps", True), (5, [5], "livecodebench", False),  # APPS's wrapped outputs; LiveCodeBench's are not
+    ([5], 5, "apps", False), (2, 3, "apps", False),
+    ({1, 2}, [1, 2], "apps", False), ({1, 2}, [1, 2], "livecodebench", False),  # a set is not a list
+    ([(1, 2)], [[1, 2]], "livecodebench", False), ([(1, 2)], [[[1, 2]]], "apps", True),  # APPS's list of tuples
+    ({1: "a"}, {"1": "a"}, "apps", True), ({"1": "a"}, {"1": "a"}, "apps", False),  # APPS: int keys
+    ({1: "a"}, {"1": "a"}, "livecodebench", False), ({"1": "a"}, {"1": "a"}, "livecodebench", True),
+    (True, 1, "livecodebench", True), (True, 1, "apps", True),  # Python's ==, as both judges compare
+    ([1, 2], [[1, 2], [3]], "apps", False),  # APPS would take the first of several: graft only of one
+])
+def test_same_value(got, want, judge, ok):
+    """Call-kind golds with JSON outputs under each judge's rule, worked by hand from APPS's and LiveCodeBench's
+    testing_util.py."""
+    assert same_value(got, want, judge) is ok
 
 
 # ---------------------------------------------------------------------------------------------- hostile suite

