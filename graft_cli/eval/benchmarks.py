@@ -28,7 +28,11 @@ problems dated in the window ``--lcb-window`` / ``eval.lcb_window``, default
 ``2025-02-01..2025-05-01``: the problems v6 added). Each is read by its loader
 (graft_cli/data/code_problems.py) from the hub, from ``<eval dir>/<name>.jsonl`` or from
 ``name=FILE``, a file in the dataset's own layout (rows as the hub has them, JSONL or parquet).
-``tiny_code`` is the tiny code task's 300 held-out one-line-function problems (``tiny_code:eval``,
+``humaneval_plus`` and ``mbpp_plus`` are EvalPlus's own release files (HumanEval+ v0.1.10, MBPP+ v0.2.0), graded
+as EvalPlus's evaluator grades them (graft_cli/data/evalplus.py, graft_cli/reward/evalplus.py): found through
+``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH`` (EvalPlus's own variables), the release file's name in the eval
+data directory, or ``name=FILE`` (``.jsonl`` or ``.jsonl.gz``); their summaries give the base tests' pass@1 beside
+the plus one. ``tiny_code`` is the tiny code task's 300 held-out one-line-function problems (``tiny_code:eval``,
 graft_cli/tiny/code.py), the code arm of the ``tiny_saf`` miniature. """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import os
 from dataclasses import dataclass, field
 
 from graft_cli.data.code_problems import LOADERS, parse_window
+from graft_cli.data.evalplus import RELEASES, evalplus_problems, release_path
 from graft_cli.data.problems import Problem, load_hub_subset, load_problems
 from graft_cli.errors import GraftError
 from graft_cli.models.loading import resolve_path
@@ -117,6 +122,10 @@ BENCHMARKS: dict[str, Benchmark] = {
                   kind="code", loader="humaneval", provenance="opd_saf.md §5 (EvalPlus)"),
         Benchmark("mbppplus", "MBPP+", "evalplus/mbppplus:test", "mbppplus.jsonl", 378, kind="code",
                   loader="mbppplus", provenance="opd_saf.md §5 (EvalPlus v0.2.0: 378 tasks)"),
+        Benchmark("humaneval_plus", "HumanEval+ v0.1.10", "", "HumanEvalPlus-v0.1.10.jsonl.gz", 164, kind="code",
+                  loader="evalplus", provenance="EvalPlus's release file, graded as its evaluator grades"),
+        Benchmark("mbpp_plus", "MBPP+ v0.2.0", "", "MbppPlus-v0.2.0.jsonl.gz", 378, kind="code", loader="evalplus",
+                  provenance="EvalPlus's release file, graded as its evaluator grades"),
         Benchmark("livecodebench", "LiveCodeBench v6", "livecodebench/code_generation_lite", "livecodebench.jsonl",
                   175, kind="code", loader="livecodebench",
                   provenance="opd_saf.md §5 (release_v6; 175 problems in the default window)"),
@@ -141,6 +150,8 @@ class BenchmarkSource:
     window: tuple | None = None  # livecodebench: (start, end) dates
 
     def load(self):
+        if self.loader == "evalplus":
+            return evalplus_problems(self.source, RELEASES[self.name].dataset)
         if self.loader:
             kwargs = {"window": self.window} if self.loader == "livecodebench" else {}
             return LOADERS[self.loader](self.source or None, **kwargs)
@@ -168,7 +179,8 @@ def tiny_task_dir() -> str:
 
 def _looks_like_file(s: str) -> bool:
     """A local file rather than a hub ``org/name[:split]`` (which has a ``/`` too)."""
-    return s.endswith((".jsonl", ".json", ".parquet")) or s.startswith(("/", "./", "../", "~")) or os.path.exists(s)
+    return s.endswith((".jsonl", ".json", ".parquet", ".jsonl.gz")) or s.startswith(("/", "./", "../", "~")) \
+        or os.path.exists(s)
 
 
 def _name_from_path(path: str) -> str:
@@ -226,6 +238,8 @@ def resolve_benchmarks(benchmarks=None, data: str | None = None, pair: str | Non
                 out.append(_code_source(BENCHMARKS[name], src, lcb_window))
             else:
                 out.append(BenchmarkSource(name, display_name(name), src))
+        elif e in BENCHMARKS and BENCHMARKS[e].loader == "evalplus":
+            out.append(_code_source(BENCHMARKS[e], release_path(e, eval_dir), lcb_window))
         elif e in BENCHMARKS and BENCHMARKS[e].kind == "code":
             b = BENCHMARKS[e]
             local = os.path.join(eval_dir, b.filename) if eval_dir else ""

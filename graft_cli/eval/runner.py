@@ -201,6 +201,8 @@ class Evaluator:
                     row.update(response=ro.texts[r], extracted=grades.extracted[r], grade=float(grades.rewards[r]),
                                timed_out=bool(grades.timed_out[r]), truncated=bool(ro.truncated[r]),
                                num_tokens=len(ro.response_ids[r]))
+                    if grades.base is not None and grades.base[r] == grades.base[r]:  # EvalPlus: the base verdict too
+                        row["base"] = float(grades.base[r])
                     if "author" in ro.token_columns:  # a co-written answer (handoff): who wrote each token
                         a = ro.token_columns["author"][r]
                         row.update(author=a, senior_frac=sum(a) / len(a) if a else None)

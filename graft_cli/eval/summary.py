@@ -19,21 +19,22 @@ from graft_cli.rundir import (atomic_write_json, best_path, checkpoint_dir, read
 
 
 # ------------------------------------------------------------------------------------------ summary
-def grades_array(rows: list[dict], num_problems: int, samples: int) -> np.ndarray:
+def grades_array(rows: list[dict], num_problems: int, samples: int, key: str = "grade") -> np.ndarray:
     a = np.full((num_problems, samples), np.nan)
     for r in rows:
-        a[int(r["problem_index"]), int(r["sample"])] = float(r["grade"])
+        a[int(r["problem_index"]), int(r["sample"])] = float(r.get(key, r["grade"]))  # a skipped prompt: its grade
     if np.isnan(a).any():
         raise GraftError(f"incomplete run file: {int(np.isnan(a).sum())} of {a.size} grades missing")
     return a
 
 
-def load_correct(out_dir: str, bench: str, num_problems: int, samples: int) -> np.ndarray:
-    """``correct[run, problem, sample]`` from the contiguous run files ``run1, run2, ...``."""
+def load_correct(out_dir: str, bench: str, num_problems: int, samples: int, key: str = "grade") -> np.ndarray:
+    """``correct[run, problem, sample]`` from the contiguous run files ``run1, run2, ...`` (``key``:
+    ``base`` for an EvalPlus benchmark's base tests)."""
     runs = []
     k = 1
     while os.path.exists(run_file(out_dir, bench, k)):
-        runs.append(grades_array(read_jsonl(run_file(out_dir, bench, k)), num_problems, samples))
+        runs.append(grades_array(read_jsonl(run_file(out_dir, bench, k)), num_problems, samples, key))
         k += 1
     return np.stack(runs) if runs else np.zeros((0, num_problems, samples))
 
@@ -54,6 +55,9 @@ def summarize_dir(out_dir: str) -> dict:
         s["skipped_long"] = _count(out_dir, name, correct.shape[0], "skipped")
         if fp.get("kind", "math") != "math":
             s["kind"] = fp["kind"]
+        if fp.get("kind") == "code" and "base" in read_jsonl(run_file(out_dir, name, 1))[0]:
+            base = summarize_benchmark(load_correct(out_dir, name, int(fp["num_problems"]), samples, "base"), [1])
+            s["base"] = {k: base[k] for k in ("runs", "mean", "std")}  # EvalPlus's base tests, beside the plus pass@1
         benches[name] = s
     order = [b for b in FIVE if b in benches] + [b for b in benches if b not in FIVE]
     benches = {b: benches[b] for b in order}

@@ -41,8 +41,9 @@ import warnings
 
 from graft_cli.errors import GraftError
 from graft_cli.reward import REWARDS
-from graft_cli.reward.confine import Cgroup
+from graft_cli.reward.confine import Cgroup, io_priority
 from graft_cli.reward.convert import NotConvertible, NotPlain, calls_from_records, decode, rewrite_tests
+from graft_cli.reward.evalplus import evalplus_budget_s, grade_evalplus, reference_outputs
 from graft_cli.reward.harness import HARNESS, payload
 from graft_cli.reward.pool import Grades, MathVerifyGrader, serve
 from graft_cli.reward.programs import extract_program, parse_spec
@@ -90,6 +91,10 @@ def grade_code(response: str, gold, sandbox: Sandbox) -> tuple[float, str | None
     program = extract_program(response, spec.get("prompt"))
     if program is None:
         return 0.0, None, "code_no_program", 0.0, "no fenced python block"
+    if spec["kind"] == "evalplus":
+        t0 = time.monotonic()
+        reward, status, detail, base = grade_evalplus(program, spec, sandbox)
+        return reward, program, status, time.monotonic() - t0, f"{detail}; base {'passed' if base else 'failed'}"
     nonce = secrets.token_hex(16)
     run = _run(sandbox, spec, program, nonce)
     reward, status, detail = verdict(spec, run, nonce)
@@ -138,38 +143,49 @@ def _sandbox_for(options: dict) -> Sandbox:
     if not _SANDBOX:
         lim = Limits(timeout_s=float(options.get("timeout_s", 10.0)), memory_mb=int(options.get("memory_mb") or 4096),
                      nproc=int(options.get("nproc", 32)), output_bytes=int(options.get("output_bytes", 1 << 20)))
-        _SANDBOX.append(Sandbox(int(options.get("slot", 0)), lim, options.get("features", ALL_FEATURES),
-                                own_cgroup=bool(options.get("worker"))))
+        _SANDBOX.append(Sandbox(int(options.get("slot", 0)), lim, options.get("features", ALL_FEATURES)))
     return _SANDBOX[0]
 
 
-def grade_item(response, gold, sb: Sandbox) -> tuple[float, str | None, str, float]:
-    """One pool item: ``response`` None asks for the conversion of ``gold`` (:func:`convert_spec`;
-    its result, the converted gold as JSON or why not, in the program field, status
-    ``code_converted`` / ``code_assert``). Never raises."""
+def grade_item(response, gold, sb: Sandbox) -> tuple[float, str | None, str, float, float]:
+    """One pool item: ``(reward, program, status, seconds, base)``, ``base`` the base tests' verdict of
+    an EvalPlus gold (NaN for the others). ``response`` None asks for the conversion of ``gold``
+    (:func:`convert_spec`; its result, the converted gold as JSON or why not, in the program field,
+    status ``code_converted`` / ``code_assert``), or for an EvalPlus task's expected outputs
+    (:func:`graft_cli.reward.evalplus.reference_outputs`, status ``code_reference``). Never raises."""
     t0 = time.monotonic()
+    base = float("nan")
     try:
+        if response is None and parse_spec(gold)["kind"] == "evalplus_reference":
+            spec = parse_spec(gold)
+            return 0.0, json.dumps(reference_outputs(sb, spec["dataset"], spec["row"])), "code_reference", \
+                time.monotonic() - t0, base
         if response is None:
             conv, why = convert_spec(parse_spec(gold), sb)
             return 0.0, json.dumps(conv) if conv else why, "code_converted" if conv else "code_assert", \
-                time.monotonic() - t0
-        reward, program, status, _, _ = grade_code(response, gold, sb)
+                time.monotonic() - t0, base
+        reward, program, status, _, detail = grade_code(response, gold, sb)
+        if detail.endswith(("; base passed", "; base failed")):
+            base = float(detail.endswith("; base passed"))
+        elif program is None and parse_spec(gold)["kind"] == "evalplus":
+            base = 0.0
     except (ValueError, TypeError):
         reward, program, status = 0.0, None, "code_bad_gold"
     except Exception as e:  # the grader's own failure must not end the pool: this answer scores 0
         reward, program, status = 0.0, f"grader error {type(e).__name__}", "code_error"
-    return reward, program, status, time.monotonic() - t0
+    return reward, program, status, time.monotonic() - t0, base
 
 
 def _own_state() -> tuple:
     """What a sandboxed program could change about its supervisor from outside (prlimit, renice,
-    affinity)."""
+    scheduling policy and priority, I/O priority, affinity)."""
     lims = tuple(resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_"))
     try:
         aff = tuple(sorted(os.sched_getaffinity(0)))
     except OSError:
         aff = ()
-    return lims, os.getpriority(os.PRIO_PROCESS, 0), aff
+    return lims, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, \
+        io_priority(), aff
 
 
 def code_worker_main(conn, options: dict | None = None) -> None:
@@ -177,14 +193,14 @@ def code_worker_main(conn, options: dict | None = None) -> None:
     :func:`graft_cli.reward.pool._worker_main`): ``("grade", [(idx, response, gold), ...])`` ->
     ``("r", idx, reward, program, status, seconds)`` per item. A worker whose own limits, priority
     or CPU affinity changed while it graded stops after that item (the pool replaces it)."""
-    options = dict(options or {}, worker=True)  # a worker process: it joins its slot's cgroup itself
+    options = dict(options or {})
     sb = _sandbox_for(options)
     state = _own_state()
     conn.send(("ready", os.getpid(), sb.features(), sb.root))
 
     def answer(idx, response, gold):
-        reward, program, status, sec = grade_item(response, gold, sb)
-        return ("r", idx, reward, program, status, sec), _own_state() != state
+        reward, program, status, sec, base = grade_item(response, gold, sb)
+        return ("r", idx, reward, program, status, sec, base), _own_state() != state
 
     try:
         serve(conn, answer)
@@ -239,7 +255,7 @@ class CodeGrader(MathVerifyGrader):
                 and not self.allow_root:
             raise GraftError("code reward: the sandbox could not run answers under a uid of their own (running as "
                              "root here); set reward.code.allow_root=true to run them as root without capabilities")
-        wanted = set(self.options["features"]) - {"nproc", "nocaps"} - (set() if root else {"uid"})
+        wanted = set(self.options["features"]) - {"nproc", "nocaps"} - ({"userns"} if root else {"uid"})
         off = sorted(k for k in wanted if not self.sandbox_features.get(k))
         if off:
             warnings.warn(f"code reward sandbox: {', '.join(off)} refused on this machine (graft_cli/reward/sandbox.py "
@@ -297,6 +313,15 @@ class CodeGrader(MathVerifyGrader):
         is its own item, as without ``dedupe``."""
         if len(responses) != len(golds):
             return super().grade(responses, golds)
+        need = max((evalplus_budget_s(g) for g in golds if isinstance(g, str) and '"evalplus' in g[:40]),
+                   default=0.0)
+        if need > self.timeout_s - self.slack_s:  # an EvalPlus task's own limits (graft_cli/reward/evalplus.py)
+            saved = self.timeout_s
+            self.timeout_s = need + self.slack_s
+            try:
+                return self.grade(responses, golds)
+            finally:
+                self.timeout_s = saved
         golds = self.convert_golds(list(golds))
         if not self.dedupe:
             return super().grade(responses, golds)
@@ -312,7 +337,8 @@ class CodeGrader(MathVerifyGrader):
             return super().grade(responses, golds)
         g = super().grade([responses[i] for i in order], [golds[i] for i in order])
         return Grades(g.rewards[which], g.timed_out[which], [g.extracted[k] for k in which],
-                      [g.status[k] for k in which], None if g.seconds is None else g.seconds[which])
+                      [g.status[k] for k in which], None if g.seconds is None else g.seconds[which],
+                      None if g.base is None else g.base[which])
 
     def grade_inline(self, response: str, gold):
         if self.sandbox_features is None:

