@@ -161,6 +161,73 @@ HACKS = {
     "exit_zero_early": "import os\nos._exit(0)",
 }
 HACK_GOLDS = {"converted": CONVERTED, "fallback": FALLBACK, "call": CALL, "io": IO}
+MEMORY_MB = 1024  # the world grader's memory per answer: small enough for the memfd attack to reach its cgroup's cap
+
+
+# ------------------------------------------------------------------------------------------------ verdicts
+def _io_gold(pairs, **extra) -> str:
+    return json.dumps({"inputs": [i for i, _ in pairs], "outputs": [o for _, o in pairs], **extra})
+
+
+def _gold(tests: str, entry: str, prompt: str, reference: str | None = None) -> str:
+    return json.dumps({"tests": tests, "entry_point": entry, "prompt": prompt,
+                       **({"reference": reference} if reference else {})})
+
+
+READ2 = "a, b = map(int, input().split())\n"
+BIG = [(f"{a} {b}\n", f"{a + b}\n") for a, b in ((10**17, 3), (123456789012345678, 987654321098765432))]
+MOD = [(f"{a} {b}\n", f"{a * b % (10**9 + 7)}\n") for a, b in ((123456789, 987654321), (10**9, 10**9))]
+THIRDS = [("3\n", "0.3333333333\n"), ("7\n", "0.1428571429\n")]
+FULLWIDTH = "str(a + b).translate({ord(c): 0xFF10 + int(c) for c in '0123456789'})"
+OD_PROMPT = "def order(s):\n"
+OD_RIGHT = "import collections\ndef order(s):\n    return collections.OrderedDict((c, i) for i, c in enumerate(s))\n"
+OD_WRONG = ("import collections\ndef order(s):\n"
+            "    return collections.OrderedDict(sorted((c, i) for i, c in enumerate(s)))\n")
+OD_TESTS = ("import collections\n\n\ndef check(candidate):\n"
+            "    assert candidate('ba') == collections.OrderedDict([('b', 0), ('a', 1)])\n")
+TYPED_TESTS = {  # tests that use the value's type: the fallback kind, the value crossing back to them
+    "counter": ("import collections\n\n\ndef check(candidate):\n    c = candidate('abca')\n"
+                "    assert type(c) is collections.Counter and c.most_common(1) == [('a', 2)]\n",
+                "import collections\ndef count(s):\n    return collections.Counter(s)\n",
+                "import collections\ndef count(s):\n    return dict(collections.Counter(s))\n"),
+    "defaultdict": ("def check(candidate):\n    d = candidate('abca')\n    assert d['a'] == 2 and d['z'] == 0\n",
+                    "import collections\ndef count(s):\n    d = collections.defaultdict(int)\n    for c in s:\n"
+                    "        d[c] += 1\n    return d\n",
+                    "def count(s):\n    return {c: s.count(c) for c in s}\n"),
+    "deque": ("def check(candidate):\n    q = candidate('abca')\n    q.append('z')\n"
+              "    assert list(q) == ['b', 'c', 'a', 'z'] and q.maxlen == 4\n",
+              "import collections\ndef count(s):\n    return collections.deque(s, maxlen=4)\n",
+              "def count(s):\n    return list(s)\n"),
+}
+# name -> (gold, a wrong answer some lenient comparison scored 1 or a right one it scored 0, the right answer)
+VERDICT_HACKS = {
+    "io_big_sum_off_by_one": (_io_gold(BIG), py(READ2 + "print(a + b + 1)"), py(READ2 + "print(a + b)")),
+    "io_modulus_off_by_seven": (_io_gold(MOD), py(READ2 + "print((a * b + 7) % (10**9 + 7))"),
+                                py(READ2 + "print(a * b % (10**9 + 7))")),
+    "io_float_within_1e-6": (_io_gold(THIRDS), py("n = int(input())\nprint(f'{1 / n:.7f}')"),
+                             py("n = int(input())\nprint(f'{1 / n:.10f}')")),
+    "io_outside_a_declared_tolerance": (_io_gold(THIRDS, tolerance=1e-6), py("n = int(input())\nprint(f'{1 / n:.4f}')"),
+                                        py("n = int(input())\nprint(f'{1 / n:.8f}')")),
+    "io_fullwidth_digits": (_io_gold(BIG), py(READ2 + f"print({FULLWIDTH})"), py(READ2 + "print(a + b)")),
+    "io_lines_joined": (_io_gold([("3\n", "1\n2\n3\n")]), py("print(' '.join(map(str, range(1, int(input()) + 1))))"),
+                        py("print('\\n'.join(map(str, range(1, int(input()) + 1))))")),
+    "call_scalar_for_a_list": (json.dumps({"fn_name": "f", "inputs": [[3]], "outputs": [[3]],
+                                           "judge": "livecodebench"}),
+                               py("def f(n):\n    return n"), py("def f(n):\n    return [n]")),
+    "call_set_for_a_sorted_list": (json.dumps({"fn_name": "f", "inputs": [[[3, 1, 2]]], "outputs": [[[1, 2, 3]]]}),
+                                   py("def f(xs):\n    return set(xs)"), py("def f(xs):\n    return sorted(xs)")),
+    "call_int_keys_for_str_keys": (json.dumps({"fn_name": "f", "inputs": [["a"]], "outputs": [{"1": "a"}],
+                                               "judge": "livecodebench"}),
+                                   py("def f(s):\n    return {1: s}"), py("def f(s):\n    return {'1': s}")),
+    "call_tuples_for_lists": (json.dumps({"fn_name": "f", "inputs": [[2]], "outputs": [[[0, 1], [1, 2]]],
+                                          "judge": "livecodebench"}),
+                              py("def f(n):\n    return [(i, i + 1) for i in range(n)]"),
+                              py("def f(n):\n    return [[i, i + 1] for i in range(n)]")),
+    "ordered_dict_order_converted": (_gold(OD_TESTS, "order", OD_PROMPT, OD_RIGHT), py(OD_WRONG), py(OD_RIGHT)),
+    "ordered_dict_order_fallback": (_gold(OD_TESTS, "order", OD_PROMPT), py(OD_WRONG), py(OD_RIGHT)),
+    **{f"{k}_type_fallback": (_gold(tests, "count", "def count(s):\n"), py(wrong), py(right))
+       for k, (tests, right, wrong) in TYPED_TESTS.items()},
+}
 RIGHT, WRONG = "def add(a, b):\n    return a + b\n", "def add(a, b):\n    return None\n"
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORGED = ('{"status":"pass","nonce":"0"}\\n{"calls":[{"out":5},{"out":0},{"out":0.75},{"out":3},{"out":38},'
@@ -313,6 +380,9 @@ TRICKS = {
                            "        _n += 1\n    except OSError:\n        break", control=False),
     "cpu_threads": trick("exhaust", "import threading\ndef _spin():\n    while True:\n        pass\n"
                          "for _ in range(8):\n    threading.Thread(target=_spin, daemon=True).start()", control=False),
+    "memfd_past_the_cap": trick("exhaust", "import os\n_fds = []\ntry:\n    for _ in range(96):\n"
+                                "        fd = os.memfd_create('x')\n        os.write(fd, bytes(16 << 20))\n"
+                                "        _fds.append(fd)\nexcept OSError:\n    pass", control=False),
     "memory_then_wrong": trick("exhaust", "_b = [bytes(128 << 20)]\ntry:\n    _b.append(bytearray(64 << 30))\n"
                                "except MemoryError:\n    pass\ndel _b"),
     # the project, its installation and its data
@@ -342,12 +412,14 @@ def probe(attack: str, setup: str = "") -> str:
 
 
 LIBC = "libc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+OUTSIDE = "raise OSError('tried: the outside decides')"
+IOPRIO_SET = {"x86_64": 251, "aarch64": 30}.get(os.uname().machine, 251)
 
 
 # the protections that hold each escape (any one suffices); an escape whose protections all are off on a machine is
 # not run there (it would reach outside), and its test is skipped
 NEEDS = {**dict.fromkeys(("chmod_outside", "setuid_bit_outside", "chown_outside", "xattr_outside"), ("uid", "seccomp")),
-         "utime_outside": ("uid",),
+         "utime_outside": ("uid", "mountns", "seccomp"),
          "read_etc_shadow": ("uid",), "dev_mem": ("uid", "nocaps"), "dev_kmsg": ("uid", "nocaps"),
          "write_outside": ("uid", "landlock"), "rename_outside": ("uid", "landlock"),
          **dict.fromkeys(("unix_socket_tmp", "unix_socket_run", "forkserver_socket"), ("mountns", "seccomp")),
@@ -361,12 +433,19 @@ NEEDS = {**dict.fromkeys(("chmod_outside", "setuid_bit_outside", "chown_outside"
                           "signal_trainer", "kill_workers", "see_outside_processes", "read_trainer_environ",
                           "read_trainer_mem", "setns_host"), ("pidns", "seccomp")),
          **dict.fromkeys(("raw_socket", "packet_socket", "chroot"), ("uid", "nocaps")),
-         **dict.fromkeys(("fill_inodes", "fill_disk"), ("mountns",))}
+         **dict.fromkeys(("fill_inodes", "fill_disk"), ("mountns",)),
+         # devices, the machine's sockets, inbound network, other processes' scheduling
+         **dict.fromkeys(("read_dev_shm", "list_dev_nodes"), ("mountns", "landlock_read")),
+         "terminal_of_the_uid": ("mountns", "landlock_read", "uid"),
+         "proc_net_unix": ("netns", "landlock_read"),
+         **dict.fromkeys(("netlink_sock_diag", "tcp_listen_inbound", "udp_bind_inbound"), ("netns", "seccomp")),
+         **dict.fromkeys(("renice_workers", "sched_idle_workers", "ioprio_workers"), ("pidns", "seccomp")),
+         **dict.fromkeys(("renice_uid", "ioprio_uid"), ("pidns", "uid", "seccomp"))}
 
 
 # the new attacks that only a per-slot process budget keeps from their neighbours: as a user without cgroups the
 # process limit (RLIMIT_NPROC) is the user's, shared by every slot, so filling it starves the answers beside it
-TRICK_NEEDS = {"process_table": ("cgroup", "uid")}
+TRICK_NEEDS = {"process_table": ("cgroup", "uid", "userns")}
 
 
 def trick_held_here(name: str, feats: dict) -> bool:
@@ -387,6 +466,9 @@ def escapes(ctx: dict) -> dict[str, str]:
 
     def ok(expr):  # a C call whose success returns >= 0
         return f"r = {expr}\nif r < 0:\n    raise OSError(ctypes.get_errno(), 'refused')"
+
+    # a socket reaches outside only in the machine's own network namespace
+    host_net = f"assert os.stat('/proc/self/ns/net').st_ino == {ctx['netns']}"
 
     out = {
         "unix_socket_tmp": connect("socket.AF_UNIX", ctx["sock_tmp"]),
@@ -445,6 +527,23 @@ def escapes(ctx: dict) -> dict[str, str]:
         "fill_disk": "with open('big', 'wb') as f:\n    for _ in range(200):\n        f.write(b'x' * (1 << 20))\n"
                      "        f.flush()",
         "see_outside_processes": f"os.kill({pid}, 0)",
+        "read_dev_shm": f"open({ctx['shm_secret']!r}).read()",
+        "list_dev_nodes": "names = os.listdir('/dev')\nassert {'tty', 'kmsg', 'ptmx'} & set(names)",
+        "terminal_of_the_uid": f"os.open({ctx['pty']!r}, os.O_RDONLY | os.O_NONBLOCK)",
+        "proc_net_unix": f"assert {TAG!r} in open('/proc/self/net/unix').read()",
+        "netlink_sock_diag": "s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4)\n" + host_net,
+        "tcp_listen_inbound": "s = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen(1)\n" + host_net,
+        "udp_bind_inbound": "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.bind(('127.0.0.1', 0))\n"
+                            + host_net,
+        # these only try: the outside decides (world: each process's priority, policy and I/O priority after)
+        "renice_workers": "\n".join(f"try:\n    os.setpriority(os.PRIO_PROCESS, {w}, 19)\nexcept OSError:\n    pass"
+                                    for w in ctx["workers"] + [pid]) + "\n" + OUTSIDE,
+        "sched_idle_workers": "\n".join(f"try:\n    os.sched_setscheduler({w}, os.SCHED_IDLE, os.sched_param(0))\n"
+                                        "except OSError:\n    pass" for w in ctx["workers"] + [pid]) + "\n" + OUTSIDE,
+        "ioprio_workers": LIBC + "\n".join(f"libc.syscall({IOPRIO_SET}, 1, {w}, 3 << 13)"
+                                            for w in ctx["workers"] + [pid]) + "\n" + OUTSIDE,
+        "renice_uid": "try:\n    os.setpriority(os.PRIO_USER, 0, 19)\nexcept OSError:\n    pass\n" + OUTSIDE,
+        "ioprio_uid": LIBC + f"libc.syscall({IOPRIO_SET}, 3, 0, 3 << 13)\n" + OUTSIDE,
     }
     assert set(out) == set(NEEDS)
     return {k: probe(v) for k, v in out.items()}
@@ -515,6 +614,16 @@ def world():
     with open(ctx["home_secret"], "w") as f:
         f.write("secret")
     made.append(ctx["home_secret"])
+    ctx["shm_secret"] = f"/dev/shm/{TAG}-secret"
+    try:
+        with open(ctx["shm_secret"], "w") as f:
+            f.write("secret")
+        made.append(ctx["shm_secret"])
+    except OSError:
+        pass
+    pty_master, pty_slave = os.openpty()  # a terminal of this uid, whose keystrokes an answer must not read
+    ctx["pty"] = os.ttyname(pty_slave)
+    ctx["netns"] = os.stat("/proc/self/ns/net").st_ino
     ctx["sock_tmp"] = os.path.join(tempfile.gettempdir(), f"{TAG}.sock")
     ctx["sock_run"] = f"/run/{TAG}.sock"
     ctx["sock_abstract"] = f"\0{TAG}"
@@ -540,10 +649,12 @@ def world():
     before = {"sysv": _sysv_keys(), "keys": _keys(), "rlimits": {r: resource.getrlimit(r) for r in (
         resource.RLIMIT_CORE, resource.RLIMIT_NOFILE, resource.RLIMIT_CPU)},
         "victim": os.stat(ctx["victim"]), "sleeper_cpu": resource.prlimit(sleeper, resource.RLIMIT_CPU)}
-    grader = CodeGrader(num_workers=2, timeout_s=TIMEOUT)
+    grader = CodeGrader(num_workers=2, timeout_s=TIMEOUT, memory_mb=MEMORY_MB)
     try:
         grader.start()
         ctx["workers"] = [w.proc.pid for w in grader._workers]
+        watched = [os.getpid(), sleeper] + ctx["workers"]
+        before["sched"] = {p: _sched(p) for p in watched}
         cases = {f"hack:{k}:{g}": (program_for(v, g), gold, good_for(g)) for k, v in HACKS.items()
                  for g, gold in HACK_GOLDS.items()}
         cases.update({f"hack:{k}:unconvertible": (py(HACKS[k]), MATHY, GOOD) for k in
@@ -554,6 +665,7 @@ def world():
                       if trick_held_here(k, feats)})
         good_probe = py("def probe():\n    return 'escaped'")
         cases.update({f"escape:{k}": (v, PROBE, good_probe) for k, v in escapes(ctx).items() if held_here(k, feats)})
+        cases.update({f"verdict:{k}": (wrong, gold, right) for k, (gold, wrong, right) in VERDICT_HACKS.items()})
         responses, golds, names = [], [], []
         for name, (resp, gold, control) in cases.items():  # each attack right after its control, on its gold
             responses += [control, resp]
@@ -569,11 +681,14 @@ def world():
             "outside_files": [p for p in (f"/tmp/{TAG}-tmp", f"/dev/shm/{TAG}-shm", f"/var/tmp/{TAG}-vt",
                                           f"/run/{TAG}-run", ctx["victim"] + ".moved") if os.path.exists(p)],
             "victim_text": open(ctx["victim"]).read() if os.path.exists(ctx["victim"]) else None,
-            "victim_xattrs": os.listxattr(ctx["victim"]) if os.path.exists(ctx["victim"]) else None}
+            "victim_xattrs": os.listxattr(ctx["victim"]) if os.path.exists(ctx["victim"]) else None,
+            "sched": {p: _sched(p) for p in watched}}
         yield {"results": {n: (float(r), s) for n, r, s in zip(names, res.rewards, res.status)}, "before": before,
                "after": after, "kinds": kinds, "ctx": ctx, "restarts": grader.num_restarts}
     finally:
         grader.close()
+        os.close(pty_master)
+        os.close(pty_slave)
         signal.signal(signal.SIGUSR1, old_usr1)
         os.kill(sleeper, signal.SIGKILL)
         os.waitpid(sleeper, 0)
@@ -592,6 +707,15 @@ def world():
             except OSError:
                 pass
         _remove_sysv_and_keys(before)
+
+
+def _sched(pid: int):
+    """A process's nice value, scheduling policy and I/O priority (None: it has ended)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid), os.sched_getscheduler(pid), libc.syscall(IOPRIO_SET + 1, 1, pid)
+    except OSError:
+        return None
 
 
 def _remove_sysv_and_keys(before: dict) -> None:
@@ -644,7 +768,7 @@ def test_the_new_attacks_are_at_least_25_of_the_named_classes():
 
 ESCAPE_NAMES = sorted(escapes({"pid": 1, "victim": "/v", "sock_tmp": "", "sock_run": "", "sock_abstract": "",
                                "tcp_port": 1, "udp_port": 1, "home_secret": "", "workers": [1],
-                               "sleeper": 1}))
+                               "sleeper": 1, "shm_secret": "", "pty": "", "netns": 1}))
 
 
 @pytest.mark.parametrize("name", ESCAPE_NAMES)
@@ -665,6 +789,25 @@ def test_escape_is_held_and_leaves_nothing_outside(world, name):
     assert (v1.st_mode, v1.st_uid, v1.st_mtime, v1.st_size) == (v0.st_mode, v0.st_uid, v0.st_mtime, v0.st_size)
     assert not stat.S_ISUID & v1.st_mode and after["victim_text"] == "keep" and after["victim_xattrs"] == []
     assert after["outside_files"] == []
+    # every process outside keeps its priority, policy and I/O priority (a worker changed would have been replaced)
+    assert {p: v for p, v in after["sched"].items() if v is not None} == {
+        p: before["sched"][p] for p, v in after["sched"].items() if v is not None}
+    assert all(v is not None for v in after["sched"].values()), after["sched"]
+
+
+@pytest.mark.parametrize("name", sorted(VERDICT_HACKS))
+def test_a_wrong_answer_scores_0_where_the_old_comparison_was_kind(world, name):
+    """Each verdict hack (an answer wrong by the reference judge's rule that a lenient comparison scored 1) scores 0;
+    its control, right by that rule, scored 1 just before it on the same gold."""
+    assert world["results"][f"good:verdict:{name}"] == (1.0, "ok"), world["results"][f"good:verdict:{name}"]
+    reward, status = world["results"][f"verdict:{name}"]
+    assert reward == 0.0, (name, status)
+
+
+def test_no_worker_was_replaced_while_the_suite_ran(world):
+    """No answer of the batch changed a worker's limits, priority, policy or I/O priority, or made it crash (the
+    OOM killer included: an answer's memory is charged to its own cgroup, not the worker's)."""
+    assert world["restarts"] == 0
 
 
 
@@ -953,3 +1096,143 @@ def test_a_fork_bomb_in_another_grader_does_not_starve_this_one(tmp_path):
             other.wait()
     finally:
         here.close()
+
+
+# ------------------------------------------------------------------------------------------------- neighbours
+HEAVY = py("_s = 0\nfor _i in range(20_000_000):\n    _s += _i\n\n\ndef add(a, b):\n    return a + b")  # ~1 CPU-s
+THREADED = py("import threading\n\n\ndef add(a, b):\n    out = []\n"
+              "    ts = [threading.Thread(target=out.append, args=(a + b,)) for _ in range(4)]\n"
+              "    for t in ts:\n        t.start()\n    for t in ts:\n        t.join()\n    return out[0]")
+SPINNERS = py("import os, threading\nfor _ in range(12):\n    if os.fork() == 0:\n        try:\n"
+              "            os.setsid()\n        except OSError:\n            pass\n        while True:\n"
+              "            pass\n\n\ndef _spin():\n    while True:\n        pass\n\n\nfor _ in range(8):\n"
+              "    threading.Thread(target=_spin, daemon=True).start()\n\n\ndef add(a, b):\n    while True:\n"
+              "        pass")
+BOMB = py("import os, time\nfor _ in range(1000):\n    try:\n        if os.fork() == 0:\n            time.sleep(30)\n"
+          "            os._exit(0)\n    except OSError:\n        break\n\n\ndef add(a, b):\n    time.sleep(30)")
+MEMFD = py(TRICKS["memfd_past_the_cap"][1])
+
+
+def _cpu_shared_fairly(feats: dict) -> bool:
+    """Whether an answer's CPU share is its own here: a cpu cgroup per slot, or the scheduler's autogroups (one per
+    session; the sandbox keeps every process of an answer in its session)."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            autogroup = f.read().strip() == "1"
+    except OSError:
+        autogroup = False
+    return bool(feats.get("cgroup_cpu")) or (autogroup and bool(feats.get("seccomp")))
+
+
+def test_a_correct_answer_keeps_its_verdict_beside_hogs_bombs_and_memfds():
+    """Answers that spin 8 threads and 12 children trying to leave their session, fill the process table, or fill
+    memfds past their memory cap, graded beside correct answers on the other worker that need ~1 CPU-second, start
+    threads, or do nothing special: every correct answer scores 1 (status ok), every hostile one 0, and no worker is
+    replaced (the OOM killer of a memfd filler takes the answer, not its worker)."""
+    feats = world_features()
+    if not _cpu_shared_fairly(feats):
+        pytest.skip(f"no cpu cgroup and no scheduler autogroups here ({feats}): a CPU hog takes its neighbour's CPU")
+    grader = CodeGrader(num_workers=2, timeout_s=5.0, chunk_size=1, memory_mb=MEMORY_MB)
+    try:
+        responses = [SPINNERS, HEAVY, BOMB, THREADED, MEMFD, GOOD] * 2
+        res = grader.grade(responses, [CALL] * len(responses))
+        restarts = grader.num_restarts
+    finally:
+        grader.close()
+    for i, (resp, r, s) in enumerate(zip(responses, res.rewards, res.status)):
+        if resp in (HEAVY, THREADED, GOOD):
+            assert (r, s) == (1.0, "ok"), (i, s, res.seconds[i])
+        else:
+            assert r == 0.0, (i, s)
+    assert restarts == 0
+
+
+def test_the_features_line_lists_every_namespace_the_kernel_allows():
+    """A grader of this user (root or not) is given each namespace the kernel lets this user make (probed apart, in a
+    child: for a user, inside a user namespace mapping itself), and stays non-dumpable itself."""
+    import subprocess
+
+    probe = ("import ctypes, os\nc = ctypes.CDLL(None, use_errno=True)\nuid, gid = os.getuid(), os.getgid()\n"
+             "ok = os.geteuid() == 0\nif not ok and c.unshare(0x10000000) == 0:\n    try:\n"
+             "        for n, t in (('setgroups', 'deny'), ('uid_map', f'{uid} {uid} 1'),\n"
+             "                     ('gid_map', f'{gid} {gid} 1')):\n"
+             "            open(f'/proc/self/{n}', 'w').write(t)\n        ok = True\n    except OSError:\n        pass\n"
+             "got = {k: ok and c.unshare(f) == 0 for k, f in (('netns', 0x40000000), ('mountns', 0x00020000),"
+             " ('ipcns', 0x08000000), ('pidns', 0x20000000))}\nprint(' '.join(k for k, v in got.items() if v))\n")
+    out = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60)
+    allowed = set(out.stdout.split())
+    sb = Sandbox(0, Limits(timeout_s=10))
+    try:
+        feats = sb.features()
+        dumpable = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+    finally:
+        sb.close()
+    assert {k for k in ("netns", "mountns", "ipcns", "pidns") if feats.get(k)} == allowed, (feats, allowed)
+    assert feats.get("userns") == (os.geteuid() != 0 and bool(allowed))
+    assert dumpable == 0
+
+
+def test_removal_never_touches_what_the_grader_did_not_make(tmp_path):
+    """A working directory that has vanished is left alone (its parent's mode unchanged); one a program filled with
+    an unreadable directory and a link to a directory outside is removed whole, the outside untouched."""
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    os.chmod(parent, 0o1777)
+    Sandbox._remove(str(parent / "graft-code-gone"))
+    assert stat.S_IMODE(os.stat(parent).st_mode) == 0o1777
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    os.chmod(outside, 0o555)
+    work = parent / "graft-code-full"
+    (work / "locked" / "deep").mkdir(parents=True)
+    (work / "locked" / "deep" / "f").write_text("x")
+    os.chmod(work / "locked", 0)
+    os.symlink(outside, work / "link")
+    Sandbox._remove(str(work))
+    assert not work.exists() and stat.S_IMODE(os.stat(parent).st_mode) == 0o1777
+    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o555 and (outside / "keep.txt").read_text() == "keep"
+    os.chmod(outside, 0o755)
+
+
+SIDE_BY_SIDE = """
+import json, sys
+from graft_cli.reward.code_grader import CodeGrader
+if __name__ == "__main__":
+    responses, golds = json.loads(sys.stdin.read())
+    g = CodeGrader(num_workers=2, timeout_s=3.0, chunk_size=1)
+    try:
+        res = g.grade(responses, golds)
+        print(json.dumps([[float(r), s] for r, s in zip(res.rewards, res.status)] + [g.num_restarts]))
+    finally:
+        g.close()
+"""
+
+
+def test_two_graders_side_by_side_lose_no_verdict(tmp_path):
+    """Two graders on one machine at once (two test runs), each in its own process with the same temporary
+    directory: a process bomb, CPU spinners and an answer that removes what it can of its own working directory in
+    one, threaded and plain correct answers in both; every verdict is the one each answer earns alone, and the shared
+    directory keeps its mode and is left with no working directory."""
+    import subprocess
+
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    vanish = py("import os, shutil\nshutil.rmtree(os.getcwd(), ignore_errors=True)\n\n\ndef add(a, b):\n"
+                "    return a + b")  # removes what it may of its own working directory: removal must cope
+    batches = [([BOMB, THREADED, SPINNERS, GOOD, vanish, THREADED], [CALL] * 6),
+               ([THREADED, GOOD, THREADED, py(WRONG), THREADED, GOOD], [CALL] * 6)]
+    want = [[0.0, 1.0, 0.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0, 1.0, 1.0]]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root, "TMPDIR": str(shared)}
+    procs = [subprocess.Popen([sys.executable, "-c", SIDE_BY_SIDE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=root) for _ in batches]
+    outs = [p.communicate(json.dumps(b), timeout=600) for p, b in zip(procs, batches)]
+    for p, (out, err), w in zip(procs, outs, want):
+        assert p.returncode == 0, err[-2000:]
+        got = json.loads(out.strip().splitlines()[-1])
+        assert [r for r, _ in got[:-1]] == w, got
+        assert got[-1] == 0  # no worker of either grader replaced
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777
+    assert [n for n in os.listdir(shared) if n.startswith("graft-code-")] == []

@@ -259,7 +259,7 @@ def report_and_claims(plan: P.Plan, out: str, records: list[dict], console) -> d
     try:
         scored = {r["dir"]: {p: sc["step"] for p, sc in (r.get("scores") or {}).items() if sc.get("step") is not None}
                   for r in records}  # one source of scores: the tables read the step the claims judge
-        report_main([out], out=rdir, console=console, steps=scored)
+        report_main([out], out=rdir, console=console, steps=scored, finished_only=True)
     except Exception as e:  # the claims section is still written
         console.print(f"[yellow]warning[/]: graft report failed ({type(e).__name__}: {e}); writing the claims only")
     if CLAIM_KINDS[kind] is None:

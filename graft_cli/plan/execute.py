@@ -307,15 +307,20 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
     ex.console.print(f"plan {plan.name}: {len(runs)} runs, {len(runs) - len(todo)} already finished and evaluated, "
                      f"{len(todo)} to do ({ex.jobs} at a time) into {out}")
     ex.pending, ex.pending_keys = list(todo), {r.key for r in todo}
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+
+    def record(state: str) -> list[dict]:  # this execution's stage, as of now
+        recs = [measured_record(plan, r, ex.records[r.key]) for r in runs]
+        write_results(plan, out, recs, time.time() - t_start, ex.tiny, started=started, state=state)
+        return recs
+
+    ex.on_finish = lambda: record("running")  # a killed execution leaves its stage as of its last run
     try:
         ex.run_inline() if ex.jobs == 1 else ex.run_parallel()
     except Stopped:  # the stage is recorded (its wall time, the runs it finished) before the stop's one line
-        write_results(plan, out, [measured_record(plan, r, ex.records[r.key]) for r in runs],
-                      time.time() - t_start, ex.tiny)
+        record("stopped")
         raise
-    out_records = [measured_record(plan, r, ex.records[r.key]) for r in runs]
-    write_results(plan, out, out_records, time.time() - t_start, ex.tiny)
-    return out_records
+    return record("finished")
 
 
 def _tiny_of(plan: Plan, out: str, progress: bool) -> dict:
@@ -342,6 +347,7 @@ class _Execution:
         self.pending: list[PlanRun] = []
         self.pending_keys: set[str] = set()
         self.tiny: dict | None = None
+        self.on_finish = lambda: None  # after each run's record is complete (execute: the stage so far)
 
     def survey(self, runs: list[PlanRun]) -> list[PlanRun]:
         """Each run's record as found on disk; returns the runs still to train or evaluate."""
@@ -407,6 +413,7 @@ class _Execution:
         else:
             self.console.print(f"done {self.plan.run_name(r)}: train {R['trained']} ({R['train_s']:.0f}s), eval "
                                f"{R['evaluated']} ({R['eval_s']:.0f}s)")
+        self.on_finish()
 
     def run_inline(self) -> None:
         """One run at a time, in this process, in plan order."""

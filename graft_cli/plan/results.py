@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 
+from graft_cli.config import EXPERIMENTS_DIR
 from graft_cli.plan import status as S
 from graft_cli.plan.spec import Plan, PlanRun
 from graft_cli.report.markdown import md_table
@@ -118,19 +119,39 @@ def results_markdown(plan: Plan, records: list[dict]) -> str:
     return md_table(cols, rows)
 
 
-def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny: dict | None = None
-                  ) -> tuple[str, str]:
+def shown_path(path: str) -> str:
+    """``path`` as a results file shows it: relative to the repository when it lies inside it
+    (``experiments/reproduce/tiny.yaml``), else its file name (no machine's folders in a published
+    file)."""
+    if not path:
+        return path
+    root = os.path.dirname(os.path.abspath(EXPERIMENTS_DIR))
+    full = os.path.abspath(path)
+    return os.path.relpath(full, root) if full.startswith(root + os.sep) else os.path.basename(full)
+
+
+def write_results(plan: Plan, out: str, records: list[dict], wall_s: float, tiny: dict | None = None,
+                  started: str | None = None, state: str = "finished") -> tuple[str, str]:
+    """``plan_<name>.json`` and ``.md`` in ``out``: the runs' records and the plan's executions, this
+    one added as a stage (``finished`` time, wall time, commit, runs trained, ``state``: running |
+    finished | stopped). An execution that writes again with the same ``started`` time replaces
+    its own stage, so a running execution records its stage after every run and a killed one
+    leaves the stage as of its last finished run."""
     base = os.path.join(out, f"plan_{plan.name}")
     prev = read_json_or_none(base + ".json") or {}
     commit, dirty = source_commit()
-    history = list(prev.get("executions") or []) + [{
-        "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": round(wall_s, 1), "commit": commit, "dirty": dirty,
-        "trained": sum(r.get("trained") in ("trained", "resumed") for r in records)}]
+    history = list(prev.get("executions") or [])
+    if started is not None and history and history[-1].get("started") == started:
+        history.pop()
+    history.append({
+        "started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": round(wall_s, 1),
+        "commit": commit, "dirty": dirty, "state": state,
+        "trained": sum(r.get("trained") in ("trained", "resumed") for r in records)})
     atomic_write_json(base + ".json", {
-        "plan": plan.name, "source": plan.source, "pair": plan.pair, "steps": plan.steps,
-        "overrides": plan.overrides, "eval": eval_dict(plan), "claims": plan.claims, "out": out,
+        "plan": plan.name, "source": shown_path(plan.source), "pair": plan.pair, "steps": plan.steps,
+        "overrides": plan.overrides, "eval": eval_dict(plan), "claims": plan.claims, "out": shown_path(out),
         "executions": history, "tiny": tiny or prev.get("tiny"), "runs": records})
-    md = [f"# Plan {plan.name}", "", f"Pair {plan.pair}; steps {plan.steps}; source {plan.source}; "
+    md = [f"# Plan {plan.name}", "", f"Pair {plan.pair}; steps {plan.steps}; source {shown_path(plan.source)}; "
           f"last execution {wall_s / 60:.1f} min.", "", results_markdown(plan, records), ""]
     atomic_write_text(base + ".md", "\n".join(md))
     return base + ".json", base + ".md"

@@ -73,6 +73,17 @@ class Run:
     evals: dict = field(default_factory=dict)  # policy -> {step: summary}
     best: dict = field(default_factory=dict)  # policy -> step
     results: dict = field(default_factory=dict)  # policy -> PolicyResult
+    planned_steps: int | None = None  # run.steps of its config
+
+    @property
+    def last_step(self) -> int:
+        """The last step with a row in metrics.jsonl (0: none)."""
+        return max((int(r.get("step", 0)) for r in self.train_rows()), default=0)
+
+    @property
+    def finished(self) -> bool:
+        """Every planned step trained."""
+        return self.planned_steps is None or self.last_step >= self.planned_steps
 
     @property
     def online(self) -> bool:
@@ -345,7 +356,8 @@ def load_run(path: str, steps: dict | None = None) -> Run:
     run = Run(path=path, name=os.path.basename(path.rstrip("/")), method=str(raw.get("method", "?")),
               variant=variant_label(base, residual), base=base, residual=residual, pair=str(raw.get("pair", "?")),
               seed=int((raw.get("run") or {}).get("seed", 0)),
-              exchange=str(ex.get("name", "none")), ordering=str(ex.get("ordering", "last")), policies=pols)
+              exchange=str(ex.get("name", "none")), ordering=str(ex.get("ordering", "last")), policies=pols,
+              planned_steps=(raw.get("run") or {}).get("steps"))
     run.metrics.extend(read_metrics(path))
 
     for p in pols:

@@ -221,7 +221,8 @@ def table9(idx: Index, clip_steps: int) -> Table | None:
     cols = ["Tokens", *[o.capitalize() + (" (GRAFT)" if o == "last" else "") for o in ORDERINGS]]
     if paper:
         cols += [f"{o.capitalize()} (paper)" for o in ORDERINGS]
-    t = Table("table9", f"Table 9: clipped-token fraction (%), steps 1-{clip_steps}, by minibatch ordering", cols)
+    last = min(clip_steps, max(r.last_step for r in by_order.values()))  # the steps the window really holds
+    t = Table("table9", f"Table 9: clipped-token fraction (%), steps 1-{last}, by minibatch ordering", cols)
 
     def stats(run: Run, pol: str):
         rows = [m for m in run.train_rows() if m.get("policy") == pol and m.get("step", 0) <= clip_steps]
@@ -475,10 +476,11 @@ def runs_table(runs: list[Run], shared: list | None = None) -> Table:
 
 # ------------------------------------------------------------------------------------------- command
 def report_main(paths: list[str], out: str | None = None, devices: int | None = None, clip_steps: int = 48,
-                plots: bool = True, console=None, steps: dict | None = None) -> str:
+                plots: bool = True, console=None, steps: dict | None = None, finished_only: bool = False) -> str:
     """The ``graft report`` command: writes report.md, tables.tex, report.json and plots/*.png into
     ``out``. ``steps`` (run directory -> policy -> step): the scored step of a plan's runs, so that
-    every table reads the numbers its claims judge."""
+    every table reads the numbers its claims judge. ``finished_only`` (a study's report): runs that
+    did not train every planned step are left out of every table and named in a note."""
 
     console = console or make_console(stderr=True)
     if not paths:
@@ -489,6 +491,8 @@ def report_main(paths: list[str], out: str | None = None, devices: int | None = 
     if not run_dirs and not eval_dirs:
         raise GraftError(f"no run directory (config.yaml) or eval folder (summary.json) under {', '.join(paths)}")
     runs, shared = load_runs(run_dirs, steps)
+    partial = [r for r in runs if not r.finished] if finished_only else []
+    runs = [r for r in runs if r not in partial]
     tables, comp = build_tables(runs, eval_dirs, devices, clip_steps)
     tables = [runs_table(runs, shared)] + tables if runs else tables
     out = out or os.path.join("results", "report")
@@ -496,8 +500,10 @@ def report_main(paths: list[str], out: str | None = None, devices: int | None = 
     images = []
     if plots and runs:
         images = make_plots(runs, comp, os.path.join(out, "plots"), clip_steps)
+    left = (" Left out, not finished: " + ", ".join(f"{r.name} ({r.last_step} of {r.planned_steps} steps)"
+                                                    for r in partial) + "." if partial else "")
     md = ["# graft report", "", f"Runs: {len(runs)}; eval folders: {len(eval_dirs)}. Numbers are pass@1 in %; "
-          "*(paper)* rows are the GRAFT paper's own numbers (docs/spec/graft.md §6).", "", to_markdown(tables)]
+          f"*(paper)* rows are the GRAFT paper's own numbers (docs/spec/graft.md §6).{left}", "", to_markdown(tables)]
     if images:
         md += ["## Plots", ""] + [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in images]
     atomic_write_text(os.path.join(out, "report.md"), "\n".join(md) + "\n")

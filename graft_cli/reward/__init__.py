@@ -15,8 +15,9 @@ A registered reward is a factory taking the ``reward:`` section's options by key
   in the sandbox), :mod:`graft_cli.reward.verdicts` (a run's verdict),
   :mod:`graft_cli.reward.convert` (assert-kind tests turned into call-kind ones);
 * the sandbox a code answer runs in: :mod:`graft_cli.reward.sandbox` (one supervised run),
-  :mod:`graft_cli.reward.supervise` (the supervisor's side of a run: input, capped output, deadline)
-  and :mod:`graft_cli.reward.confine` (the kernel's confinement primitives).
+  :mod:`graft_cli.reward.supervise` (the supervisor's side of a run: input, capped output, deadline),
+  :mod:`graft_cli.reward.confine` (the kernel's confinement primitives) and
+  :mod:`graft_cli.reward.seccomp` (the system-call filter).
 """
 
 from __future__ import annotations

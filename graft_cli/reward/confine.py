@@ -1,8 +1,7 @@
 """The kernel's confinement primitives the sandbox (:mod:`graft_cli.reward.sandbox`) applies in its child: Landlock
-rulesets through ``ctypes`` (file access, TCP, signals), a seccomp filter through libseccomp (``libseccomp.so.2``,
-the library behind Docker's and systemd's filters), resource limits, a pids / cpu / memory cgroup per slot, the
+rulesets through ``ctypes`` (file access, TCP, signals), resource limits, a pids / cpu / memory cgroup per slot, the
 mounts of the sandbox's own mount namespace, and the process bookkeeping that finds and kills what a program left
-behind. Each is best effort; the sandbox records which held.
+behind (the seccomp filter: :mod:`graft_cli.reward.seccomp`). Each is best effort; the sandbox records which held.
 """
 
 from __future__ import annotations
@@ -35,110 +34,10 @@ CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWUTS, CLONE_NEWCGROUP, CLONE_NEWTIME = 0x080
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 
-# ------------------------------------------------------------------------------------------------------ seccomp
-# Denied with EPERM: namespaces (a user namespace gives full capabilities inside it: the surface most local
-# privilege escalations need), keyrings, other processes (ptrace, their memory, their limits), mounts, kernel
-# modules and other administration, io_uring (its operations bypass seccomp), SysV IPC, inotify/fanotify watches,
-# file modes, owners and extended attributes.
-SECCOMP_DENY = ("unshare", "setns", "add_key", "request_key", "keyctl", "ptrace", "process_vm_readv",
-                "process_vm_writev", "pidfd_getfd", "kcmp", "mount", "umount2", "pivot_root", "chroot", "open_tree",
-                "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open",
-                "userfaultfd", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-                "swapon", "swapoff", "reboot", "acct", "quotactl", "ioperm", "iopl", "io_uring_setup",
-                "io_uring_enter", "io_uring_register", "shmget", "msgget", "semget", "inotify_init",
-                "inotify_init1", "fanotify_init", "personality", "syslog", "lookup_dcookie", "name_to_handle_at",
-                "open_by_handle_at", "setdomainname", "sethostname", "settimeofday", "clock_settime",
-                "vhangup", "nfsservctl",
-                # metadata of files outside, which Landlock does not cover (a user's sandbox has no uid drop)
-                "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "setxattr",
-                "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr")
-# enum scmp_compare (seccomp.h): NE 1, LT 2, LE 3, EQ 4, GE 5, GT 6, MASKED_EQ 7
-_SCMP_ACT_ALLOW, _SCMP_CMP_NE, _SCMP_CMP_EQ, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 1, 4, 7
-# Sockets that reach outside where no namespace hides it (a user's sandbox): no AF_UNIX socket (pathname sockets of
-# tmux or the grader's forkserver, abstract ones), no connect (TCP, a datagram socket re-targeted), no datagram to an
-# address (sendto with one, sendmsg), no datagram socketpair (re-connectable). Stream socketpairs stay (asyncio's
-# self-pipe).
-_AF_UNIX, _SOCK_DGRAM, _SOCK_TYPE_MASK = 1, 2, 0xF
-
-
-def _scmp_errno(e: int) -> int:
-    return 0x00050000 | (e & 0xFFFF)
-
-
-class _ScmpArg(ctypes.Structure):
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
-                ("datum_b", ctypes.c_uint64)]
-
-
-_seccomp = None
-
-
-def _libseccomp():
-    global _seccomp
-    if _seccomp is None:
-        try:
-            lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
-        except OSError:
-            lib = False
-        if lib:
-            lib.seccomp_init.restype = ctypes.c_void_p
-            lib.seccomp_init.argtypes = [ctypes.c_uint32]
-            lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-            lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                                   ctypes.POINTER(_ScmpArg)]
-            lib.seccomp_load.argtypes = [ctypes.c_void_p]
-            lib.seccomp_release.argtypes = [ctypes.c_void_p]
-        _seccomp = lib
-    return _seccomp
-
-
-def seccomp_available() -> bool:
-    return bool(_libseccomp())
-
-
-def apply_seccomp() -> None:
-    """Load the filter (:data:`SECCOMP_DENY`; ``clone`` with a namespace flag, ``clone3`` (ENOSYS: libc falls
-    back to ``clone``), ``prlimit64`` on another process and the outward sockets above also refused) into this
-    process and its children; raises OSError when libseccomp is missing or the kernel refuses. Sets no_new_privs."""
-    lib = _libseccomp()
-    if not lib:
-        raise OSError(errno.ENOSYS, "libseccomp.so.2 not found")
-    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
-    if not ctx:
-        raise OSError(errno.ENOMEM, "seccomp_init")
-    eperm = _scmp_errno(errno.EPERM)
-
-    def add(name: str, action: int, *args: _ScmpArg) -> None:
-        nr = lib.seccomp_syscall_resolve_name(name.encode())
-        if nr < 0:
-            return  # not on this architecture
-        arr = (_ScmpArg * len(args))(*args) if args else None
-        rc = lib.seccomp_rule_add_array(ctx, action, nr, len(args), arr)
-        if rc < 0:
-            raise OSError(-rc, f"seccomp_rule_add {name}")
-
-    try:
-        for name in SECCOMP_DENY:
-            add(name, eperm)
-        for flag in (CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWUTS,
-                     CLONE_NEWCGROUP):
-            add("clone", eperm, _ScmpArg(0, _SCMP_CMP_MASKED_EQ, flag, flag))
-        add("clone3", _scmp_errno(errno.ENOSYS))
-        add("prlimit64", eperm, _ScmpArg(0, _SCMP_CMP_NE, 0, 0))
-        add("socket", eperm, _ScmpArg(0, _SCMP_CMP_EQ, _AF_UNIX, 0))
-        for name in ("connect", "sendmsg", "sendmmsg"):
-            add(name, eperm)
-        add("sendto", eperm, _ScmpArg(4, _SCMP_CMP_NE, 0, 0))
-        add("socketpair", eperm, _ScmpArg(1, _SCMP_CMP_MASKED_EQ, _SOCK_TYPE_MASK, _SOCK_DGRAM))
-        rc = lib.seccomp_load(ctx)
-        if rc < 0:
-            raise OSError(-rc, "seccomp_load")
-    finally:
-        lib.seccomp_release(ctx)
-
-
 # ------------------------------------------------------------------------------------------------------- mounts
 EMPTIED = ("/tmp", "/run", "/var/tmp", "/dev/shm", "/home", "/root")
+DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")  # the device nodes a program may open
+_MOUNT_SETATTR, MOUNT_ATTR_RDONLY, AT_RECURSIVE = 442, 0x1, 0x8000  # one number on every architecture
 
 
 def _mount(src, target: str, fstype, flags: int, data) -> None:
@@ -148,19 +47,52 @@ def _mount(src, target: str, fstype, flags: int, data) -> None:
         raise OSError(e, f"mount {target}: {os.strerror(e)}")
 
 
+def _read_only_tree() -> bool:
+    """Every mount of this mount namespace made read-only (``mount_setattr`` with ``AT_RECURSIVE``, Linux >= 5.12):
+    nothing outside what is mounted afterwards (the scratch tmpfs) can be written, touched (timestamps) or have its
+    mode changed, whoever the program runs as. False where the kernel refuses."""
+    attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    r = libc().syscall(_MOUNT_SETATTR, ctypes.c_int(-100), b"/", ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr),
+                       ctypes.c_size_t(32))
+    return r == 0
+
+
+def _device_nodes() -> None:
+    """An empty tmpfs over ``/dev`` holding only :data:`DEVICES` (bound from the machine's), ``/dev/fd``,
+    ``/dev/stdin``/``stdout``/``stderr`` and an empty ``/dev/shm``: no terminal, shared memory or other node of
+    the machine. Raises OSError."""
+    holds = {d: os.open(d, os.O_PATH | os.O_CLOEXEC) for d in DEVICES if os.path.exists(d)}
+    try:
+        _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755")
+        for d, fd in holds.items():
+            os.close(os.open(d, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+            _mount(f"/proc/self/fd/{fd}", d, None, MS_BIND, None)
+    finally:
+        for fd in holds.values():
+            os.close(fd)
+    for i, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{i}", f"/dev/{name}")
+    os.symlink("/proc/self/fd", "/dev/fd")
+    os.mkdir("/dev/shm", 0o1777)
+
+
 def private_mounts(workdir: str, keep: list[str], tmpfs_mb: int, inodes: int, owner: int | None,
-                   new_proc: bool, covers: tuple = ()) -> None:
-    """In a fresh mount namespace: empty size- and inode-capped tmpfs over :data:`EMPTIED` (the paths of ``keep``
-    below any of them - the Python installation, e.g. a venv under ``/root`` or in a checkout under ``/tmp`` - bound
-    back read-only, so a sandbox uid can still run that Python), an empty read-only tmpfs over each directory of
-    ``covers`` (site-packages, the checkout: :func:`answer_view`), ``workdir`` created inside the new ``/tmp`` (owned
-    by ``owner``), and with ``new_proc`` a procfs of the new PID namespace over ``/proc``. Raises OSError."""
+                   new_proc: bool, covers: tuple = ()) -> bool:
+    """In a fresh mount namespace: every mount made read-only (:func:`_read_only_tree`), ``/dev`` with
+    :data:`DEVICES` only (:func:`_device_nodes`), empty size- and inode-capped tmpfs over :data:`EMPTIED` (the paths
+    of ``keep`` below any of them - the Python installation, e.g. a venv under ``/root`` or in a checkout under
+    ``/tmp`` - bound back read-only, so a sandbox uid can still run that Python), an empty read-only tmpfs over each
+    directory of ``covers`` (site-packages, the checkout: :func:`answer_view`), ``workdir`` created inside the new
+    ``/tmp`` (owned by ``owner``), and with ``new_proc`` a procfs of the new PID namespace over ``/proc``. Returns
+    whether the tree outside is read-only; raises OSError."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     holds = {}
     for path in keep:  # opened before they are covered
         if any(path.startswith(d + "/") for d in EMPTIED) and os.path.isdir(path):
             holds[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    read_only = _read_only_tree()
     try:
+        _device_nodes()
         for d in EMPTIED:
             if not os.path.isdir(d) or os.path.islink(d):
                 continue
@@ -187,6 +119,7 @@ def private_mounts(workdir: str, keep: list[str], tmpfs_mb: int, inodes: int, ow
     os.chdir(workdir)
     if new_proc:
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    return read_only
 
 
 # Landlock (include/uapi/linux/landlock.h); the three syscalls have the same numbers on every architecture
@@ -228,10 +161,20 @@ def _fs_rights(abi: int) -> int:
     return r
 
 
-def apply_landlock(workdir: str, read_roots: list | None) -> None:
+def own_proc(pid: int, hide_net: bool) -> list:
+    """Landlock read rules for a process's own ``/proc/<pid>``; with ``hide_net`` all of it but its ``net``
+    directories (``/proc/self/net/unix`` lists the machine's unix sockets where no network namespace hides them)."""
+    root = f"/proc/{pid}"
+    if not hide_net:
+        return [root]
+    return _beneath(root, [f"{root}/net", f"{root}/task/{pid}/net"])
+
+
+def apply_landlock(workdir: str, read_roots: list | None, hide_net: bool = False) -> None:
     """Restrict this process (and its children) with Landlock; raises OSError when the kernel refuses.
     ``read_roots``: paths readable beneath (a path, or ``(path, rights)`` for fewer rights, e.g. :data:`LIST_ONLY`);
-    None: reads stay unrestricted (only writes, TCP and signals are handled)."""
+    None: reads stay unrestricted (only writes, TCP and signals are handled). ``hide_net``: its own ``/proc/<pid>``
+    without the network directories (:func:`own_proc`)."""
     abi = landlock_abi()
     if abi < 1:
         raise OSError(errno.EOPNOTSUPP, "landlock unavailable")
@@ -267,7 +210,9 @@ def apply_landlock(workdir: str, read_roots: list | None) -> None:
             path, rights = (p, read) if isinstance(p, str) else p
             allow(path, rights & read)
         if read_roots is not None:  # its own /proc entry only: no other process's environ, cmdline or memory
-            allow(f"/proc/{os.getpid()}", read)
+            for p in own_proc(os.getpid(), hide_net):
+                path, rights = (p, read) if isinstance(p, str) else p
+                allow(path, rights & read)
         if c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
         if c.syscall(_LL_RESTRICT, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
@@ -282,12 +227,12 @@ def read_roots() -> list[str]:
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sys.executable)}
     roots |= {p for p in sys.path if p and os.path.isdir(p) and not p.startswith(os.getcwd())}
-    roots |= set(SYSTEM_DIRS)
+    roots |= set(SYSTEM_PATHS)
     return sorted(p for p in roots if p and os.path.exists(p))
 
 
 # ------------------------------------------------------------------------------------------ what answers may read
-SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/sys", "/dev")
+SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/sys") + DEVICES  # not the rest of /dev
 LIST_ONLY = FS_READ_DIR  # a directory above a hidden one: its names can be listed, its files not read
 _PACKAGE_DIRS = ("site-packages", "dist-packages")
 
@@ -353,7 +298,7 @@ def hidden_paths(stdlib: list[str]) -> list[str]:
     out |= {checkout, os.path.dirname(checkout)}  # and beside it, the project's data (../shared)
     out.add(os.getcwd())
     real = {os.path.realpath(p) for p in out if p and os.path.isdir(p)}
-    return sorted(p for p in real if not any(_under(d, p) for d in SYSTEM_DIRS))  # never / or a system directory
+    return sorted(p for p in real if not any(_under(d, p) for d in SYSTEM_PATHS))  # never / or a system directory
 
 
 def _beneath(root: str, hidden: list[str]) -> list:
@@ -370,7 +315,9 @@ def _beneath(root: str, hidden: list[str]) -> list:
         return []
     out: list = [(root, LIST_ONLY)]
     for n in names:
-        out += _beneath(os.path.join(root, n), inner)
+        path = os.path.join(root, n)
+        if not os.path.islink(path):  # a rule opens its path, following a link: /proc/<pid>/root would grant /
+            out += _beneath(path, inner)
     return out
 
 
@@ -384,7 +331,7 @@ def answer_view(python: str) -> tuple[list, list[str], list[str]]:
     needed = stdlib + files
     hidden = [h for h in hidden if not any(_under(n, h) for n in needed)]  # never the interpreter itself
     rules = list(files)
-    for root in stdlib + [d for d in SYSTEM_DIRS if os.path.exists(d)]:
+    for root in stdlib + [d for d in SYSTEM_PATHS if os.path.exists(d)]:
         rules += _beneath(root, hidden)
     keep = sorted({os.path.dirname(f) for f in files} | set(stdlib))
     scratch = os.path.realpath(tempfile.gettempdir())  # where the working directory is made
@@ -413,6 +360,19 @@ def apply_rlimits(lim, nproc_limit: int | None) -> None:
     cap(resource.RLIMIT_CORE, 0)
     if nproc_limit is not None:
         cap(resource.RLIMIT_NPROC, int(nproc_limit))
+
+
+_IOPRIO_GET = {"x86_64": 252, "aarch64": 31, "riscv64": 31, "i386": 290, "i686": 290}  # the system call's number
+
+
+def io_priority() -> int:
+    """This process's I/O priority (``ioprio_get(IOPRIO_WHO_PROCESS, 0)``; -1 where unknown)."""
+    import platform  # lazy: asked once per answer in the grader, never in the confined child
+
+    nr = _IOPRIO_GET.get(platform.machine())
+    if nr is None:
+        return -1
+    return int(libc().syscall(ctypes.c_long(nr), ctypes.c_int(1), ctypes.c_int(0)))
 
 
 def tasks_of_uid(uid: int) -> int:
@@ -458,7 +418,9 @@ def kill_each(pids) -> int:
 
 
 class Cgroup:
-    """The cgroup of one sandbox slot: ``pids.max = nproc`` and, where the controllers are there, ``cpus`` CPUs of
+    """The cgroup of one sandbox slot, which the processes of one run at a time join (the supervisor stays outside,
+    so what a run charges - memfd and tmpfs pages included - and the OOM killer it may wake are that run's alone):
+    ``pids.max = nproc`` and, where the controllers are there, ``cpus`` CPUs of
     bandwidth and ``memory_mb`` MiB of memory (tmpfs pages included). cgroup v2 under the caller's own cgroup, else
     one directory per v1 hierarchy (``pids``, ``cpu``, ``memory``). ``path`` is None when no pids cgroup could be
     made; :attr:`limits` names the limits that hold."""
@@ -537,24 +499,15 @@ class Cgroup:
         except OSError:
             return []
 
-    def leave(self) -> None:
-        """Move this process back to the cgroups it came from (each directory's parent)."""
-        for d in self.dirs:
-            try:
-                with open(os.path.join(os.path.dirname(d), "cgroup.procs"), "w") as f:
-                    f.write(str(os.getpid()))
-            except OSError:
-                pass
-
-    def kill_all(self, limit_s: float = 5.0, spare: int | None = None) -> int:
-        """SIGKILL every task in the cgroup but ``spare`` (the supervisor when it lives inside)."""
+    def kill_all(self, limit_s: float = 5.0) -> int:
+        """SIGKILL every task in the cgroup (the supervisor never lives inside)."""
         killed, deadline = 0, time.monotonic() + limit_s
         kill_file = os.path.join(self.path, "cgroup.kill")
         while time.monotonic() < deadline:
-            pids = [p for p in self.pids() if p != spare]
+            pids = self.pids()
             if not pids:
                 break
-            if spare is None and os.path.exists(kill_file):
+            if os.path.exists(kill_file):
                 try:
                     with open(kill_file, "w") as f:
                         f.write("1")

@@ -108,34 +108,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from graft_cli.reward.confine import (
-    CLONE_NEWIPC,
-    CLONE_NEWNET,
-    CLONE_NEWNS,
-    CLONE_NEWPID,
-    CLONE_NEWUSER,
-    CLONE_NEWUTS,
-    PR_CAPBSET_DROP,
-    PR_SET_CHILD_SUBREAPER,
-    PR_SET_DUMPABLE,
-    PR_SET_PDEATHSIG,
-    Cgroup,
-    apply_landlock,
-    apply_rlimits,
-    answer_python,
-    answer_view,
-    apply_seccomp,
-    seccomp_available,
-    children,
-    kill_each,
-    libc,
-    private_mounts,
-    read_roots,
-    tasks_of_uid,
-)
+from graft_cli.reward.confine import (CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER,
+                                      CLONE_NEWUTS, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE,
+                                      PR_SET_PDEATHSIG, Cgroup, answer_python, answer_view, apply_landlock,
+                                      apply_rlimits, children, kill_each, libc, private_mounts, read_roots,
+                                      tasks_of_uid)
+from graft_cli.reward.seccomp import apply_seccomp, seccomp_available
 from graft_cli.reward.supervise import RunResult, supervise
 
-ALL_FEATURES = ("cgroup", "cgroup_cpu", "cgroup_memory", "netns", "mountns", "ipcns", "pidns", "landlock",
+ALL_FEATURES = ("cgroup", "cgroup_cpu", "cgroup_memory", "userns", "netns", "mountns", "ipcns", "pidns", "landlock",
                 "landlock_read", "seccomp", "uid", "nproc", "nocaps")
 
 @dataclass(frozen=True)
@@ -177,13 +158,70 @@ def sandbox_uid(uid_base: int, pid: int, slot: int) -> int:
     return int(uid_base) + (int(pid) % PID_SPAN) * SLOT_SPAN + int(slot) % SLOT_SPAN
 
 
+NAMESPACES = {"netns": CLONE_NEWNET, "mountns": CLONE_NEWNS | CLONE_NEWUTS, "ipcns": CLONE_NEWIPC,
+              "pidns": CLONE_NEWPID}
+PAIR_TASKS = 4  # a run_pair's two programs and their PID-namespace relays, beyond the program's own budget
+
+
+def _die_with_parent(c) -> None:
+    try:
+        c.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def _own_user_namespace(c) -> bool:
+    """Unshare a user namespace mapping this user to itself (what a non-root user needs for the
+    others); False when refused or the mapping cannot be written. The child of a non-dumpable
+    grader is non-dumpable too, and its ``/proc/self/uid_map`` then belongs to root: it is made
+    dumpable for the mapping (the program is, after exec, in any case) and non-dumpable again."""
+    uid, gid = os.getuid(), os.getgid()
+    c.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    try:
+        if c.unshare(CLONE_NEWUSER) != 0:
+            return False
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+        return True
+    except OSError:
+        return False
+    finally:
+        c.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def _init_of_namespace() -> None:
+    """After ``unshare(CLONE_NEWPID)``: fork; the child goes on to exec the program as PID 1 of
+    the new namespace (when it ends, the kernel kills every process left in it); this process,
+    the one ``Popen`` knows, closes every descriptor (so pipes and ``Popen``'s exec-error pipe
+    see the program's own end) and ends as the program ended (same exit code or signal)."""
+    pid = os.fork()
+    if pid == 0:
+        _die_with_parent(libc())
+        return
+    os.closerange(0, 65536)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(1)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
 class Sandbox:
     """One sandbox slot: runs programs one at a time (:meth:`run`). Create it in a single-threaded
     process (the code reward's worker processes): the child is set up in ``preexec_fn``, which is
     unsafe with threads."""
 
     def __init__(self, slot: int = 0, limits: Limits | None = None, features=ALL_FEATURES,
-                 uid_base: int = 1_990_000_000, own_cgroup: bool = False):
+                 uid_base: int = 1_990_000_000):
         self.limits = limits or Limits()
         self.wanted = set(features)
         unknown = self.wanted - set(ALL_FEATURES)
@@ -197,20 +235,12 @@ class Sandbox:
         rules, keep, covers = answer_view(self.python)
         trusted = tuple(read_roots())
         self.views = {"answer": View(tuple(rules), tuple(keep), tuple(covers)), "trusted": View(trusted, trusted)}
-        self.cgroup = None
-        self.in_cgroup = False  # this process joined the slot's cgroup (own_cgroup): its runs start inside it
+        self.cgroup = None  # the slot's cgroup: each run's processes join it, this process never does
         if "cgroup" in self.wanted:
-            cg = Cgroup(f"graft-sandbox-{os.getpid()}-{slot}", self.limits.nproc + (1 if own_cgroup else 0),
+            cg = Cgroup(f"graft-sandbox-{os.getpid()}-{slot}", self.limits.nproc + PAIR_TASKS,
                         self.limits.cpus if "cgroup_cpu" in self.wanted else 0,
-                        self.limits.memory_mb + self.limits.tmpfs_mb + (512 if own_cgroup else 64)
-                        if "cgroup_memory" in self.wanted else 0)
+                        self.limits.memory_mb + self.limits.tmpfs_mb + 64 if "cgroup_memory" in self.wanted else 0)
             self.cgroup = cg if cg.path else None
-            if self.cgroup is not None and own_cgroup:
-                try:  # once, here: moving each run's child in costs a cgroup v1 migration (~10 ms) per run
-                    self.cgroup.join()
-                    self.in_cgroup = True
-                except OSError:
-                    pass
         try:
             libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
             self.subreaper = True
@@ -223,75 +253,102 @@ class Sandbox:
         self._disabled: set[str] = set()  # features that broke a run here (e.g. uid: python unreadable)
 
     # ------------------------------------------------------------------------------------------- child side
-    def _preexec(self, workdir: str, result_fd: int, nproc_limit: int | None, use: set, view: View) -> None:
+    def _preexec(self, workdir: str, result_fd: int, nproc_fallback: int | None, use: set, view: View) -> None:
         """Runs in the forked child before exec (single-threaded). Each protection is tried; what
         held is written as the first line of the result pipe, e.g. ``#features cgroup=1 netns=1
         ...``."""
-        got = {}
+        got: dict = {}
         c = libc()
-        try:
-            c.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except Exception:
-            pass
-        apply_rlimits(self.limits, nproc_limit)
-        got["nproc"] = nproc_limit is not None
+        _die_with_parent(c)
+        self._join_cgroup(use, got)
+        own_userns = self._namespaces(c, use, got)
+        # in a user namespace of its own the process count is this program's alone (the kernel counts RLIMIT_NPROC
+        # per user namespace): its relay and itself, then its budget; else the uid-wide fallback
+        nproc = self.limits.nproc + 2 if own_userns and "nproc" in use else nproc_fallback
+        apply_rlimits(self.limits, nproc)
+        got["nproc"] = nproc is not None
+        read_only = self._mounts(workdir, use, view, got)
+        got["landlock"] = got["landlock_read"] = False
+        if "landlock" in use:
+            roots = list(view.rules) if "landlock_read" in use else None
+            try:
+                apply_landlock(workdir, roots, hide_net=not got["netns"])
+                got["landlock"], got["landlock_read"] = True, roots is not None
+            except OSError:
+                pass
+        self._drop_privileges(c, use, got)
+        got["seccomp"] = False
+        if "seccomp" in use:
+            try:
+                apply_seccomp(outside_read_only=read_only, memory_cgroup=got["cgroup_memory"])
+                got["seccomp"] = True
+            except OSError:
+                pass
+        line = "#features " + " ".join(f"{k}={int(v)}" for k, v in sorted(got.items())) + "\n"
+        os.write(result_fd, line.encode())
+
+    def _join_cgroup(self, use: set, got: dict) -> None:
+        """Move this child into the slot's cgroup (the grader stays outside it)."""
         got["cgroup"] = got["cgroup_cpu"] = got["cgroup_memory"] = False
         if "cgroup" in use and self.cgroup is not None:
             try:
-                if not self.in_cgroup:
-                    self.cgroup.join()
+                self.cgroup.join()
                 got["cgroup"] = True
                 got["cgroup_cpu"] = "cpu" in self.cgroup.limits and "cgroup_cpu" in use
                 got["cgroup_memory"] = "memory" in self.cgroup.limits and "cgroup_memory" in use
             except OSError:
                 pass
-        names = {"netns": CLONE_NEWNET, "mountns": CLONE_NEWNS | CLONE_NEWUTS, "ipcns": CLONE_NEWIPC,
-                 "pidns": CLONE_NEWPID}
-        flags = sum(f for k, f in names.items() if k in use)
+
+    def _namespaces(self, c, use: set, got: dict) -> bool:
+        """Unshare the namespaces of ``use`` (root directly; another user inside a user namespace of
+        its own, mapped first); with a PID namespace, fork so the program is its PID 1. Returns whether
+        the process is in a user namespace of its own."""
+        flags = sum(f for k, f in NAMESPACES.items() if k in use)
         if "pidns" in use and "mountns" not in use:
             flags &= ~CLONE_NEWPID  # a PID namespace needs its own /proc, hence a mount namespace
+        own_userns = "userns" in use and not self.root and _own_user_namespace(c)
         done = 0
-        if flags and self.root:
+        if flags and (self.root or own_userns):
             if c.unshare(flags) == 0:
                 done = flags
             else:  # one at a time: what this machine allows
-                for f in names.values():
+                for f in NAMESPACES.values():
                     if f & flags and c.unshare(f) == 0:
                         done |= f
-        elif flags and self._own_user_namespace(c):
-            if c.unshare(flags) == 0:  # the rest only once the user namespace is mapped: a PID namespace made
-                done = flags  # beside a failed mapping would leave a program that can start no thread
-        got.update({k: bool(done & f) and k in use for k, f in names.items()})
+        got.update({k: bool(done & f) and k in use for k, f in NAMESPACES.items()}, userns=own_userns)
+        if own_userns:
+            _die_with_parent(c)  # the credential change cleared it
         if done & CLONE_NEWPID:
-            self._init_of_namespace()
+            _init_of_namespace()
+        return own_userns
+
+    def _mounts(self, workdir: str, use: set, view: View, got: dict) -> bool:
+        """The mount namespace's file view (:func:`private_mounts`); returns whether the tree outside
+        the working directory is read-only."""
+        read_only = False
         if got["mountns"]:
             try:
                 owner = self.uid if self.uid is not None and "uid" in use else None
-                private_mounts(workdir, list(view.keep), self.limits.tmpfs_mb, self.limits.tmpfs_inodes, owner,
-                               new_proc=got["pidns"], covers=view.covers)
+                read_only = private_mounts(workdir, list(view.keep), self.limits.tmpfs_mb, self.limits.tmpfs_inodes,
+                                           owner, new_proc=got["pidns"], covers=view.covers)
             except OSError:
                 got["mountns"] = False
         if got["pidns"] and not got["mountns"]:
             got["pidns"] = False  # without its own /proc the namespace would show the host's processes
-        got["landlock"] = got["landlock_read"] = False
-        if "landlock" in use:
-            roots = list(view.rules) if "landlock_read" in use else None
-            try:
-                apply_landlock(workdir, roots)
-                got["landlock"], got["landlock_read"] = True, roots is not None
-            except OSError:
-                pass
-        got["uid"] = False
+        return read_only
+
+    def _drop_privileges(self, c, use: set, got: dict) -> None:
+        """Root: run as the slot's own uid, else (``allow_root``) as root without capabilities."""
+        got["uid"] = got["nocaps"] = False
         if self.uid is not None and "uid" in use:
             try:
                 os.setgroups([])
                 os.setresgid(self.uid, self.uid, self.uid)
                 os.setresuid(self.uid, self.uid, self.uid)
                 got["uid"] = True
-                c.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # cleared by the credential change
+                _die_with_parent(c)  # cleared by the credential change
             except OSError:
                 pass
-        got["nocaps"] = False
         if self.root and not got["uid"] and "nocaps" in use:  # root that stayed root: no capabilities after exec
             try:
                 for cap in range(64):
@@ -300,55 +357,6 @@ class Sandbox:
                 got["nocaps"] = True
             except Exception:
                 pass
-        got["seccomp"] = False
-        if "seccomp" in use:
-            try:
-                apply_seccomp()
-                got["seccomp"] = True
-            except OSError:
-                pass
-        line = "#features " + " ".join(f"{k}={int(v)}" for k, v in sorted(got.items())) + "\n"
-        os.write(result_fd, line.encode())
-
-    @staticmethod
-    def _own_user_namespace(c) -> bool:
-        """Unshare a user namespace mapping this user to itself (what a non-root user needs for the
-        others); False when refused or the mapping cannot be written."""
-        uid, gid = os.getuid(), os.getgid()
-        if c.unshare(CLONE_NEWUSER) != 0:
-            return False
-        try:
-            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-                with open(f"/proc/self/{name}", "w") as f:
-                    f.write(text)
-            return True
-        except OSError:
-            return False
-
-    @staticmethod
-    def _init_of_namespace() -> None:
-        """After ``unshare(CLONE_NEWPID)``: fork; the child goes on to exec the program as PID 1 of
-        the new namespace (when it ends, the kernel kills every process left in it); this process,
-        the one ``Popen`` knows, closes every descriptor (so pipes and ``Popen``'s exec-error pipe
-        see the program's own end) and ends as the program ended (same exit code or signal)."""
-        pid = os.fork()
-        if pid == 0:
-            libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            return
-        os.closerange(0, 65536)
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-                break
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                os._exit(1)
-        if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            signal.signal(sig, signal.SIG_DFL)
-            os.kill(os.getpid(), sig)
-        os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
     # ------------------------------------------------------------------------------------------ parent side
     def _env(self, workdir: str) -> dict:
@@ -483,7 +491,7 @@ class Sandbox:
             except OSError:
                 pass
         if self.cgroup is not None and "cgroup" in use:
-            killed += self.cgroup.kill_all(spare=os.getpid() if self.in_cgroup else None)
+            killed += self.cgroup.kill_all()
         if self.uid is not None and "uid" in use and "uid" not in self._disabled:
             killed += self._kill_uid()
         deadline = time.monotonic() + 5.0
@@ -520,15 +528,25 @@ class Sandbox:
 
     @staticmethod
     def _remove(workdir: str) -> None:
-        def onerror(func, path, _exc):
-            try:
-                os.chmod(os.path.dirname(path), 0o700)
-                os.chmod(path, 0o700)
-                func(path)
-            except OSError:
-                pass
-
-        shutil.rmtree(workdir, onerror=onerror)
+        """Remove a working directory :meth:`_start` made, with all a program left in it. Modes are
+        opened (for directories a program made unreadable) only on it and beneath it, never on a
+        directory above it or a link's target: a working directory that has vanished (or is a link
+        now) is left alone."""
+        if os.path.islink(workdir) or not os.path.isdir(workdir):
+            return
+        try:
+            os.chmod(workdir, 0o700)
+        except OSError:
+            pass
+        for top, dirs, _ in os.walk(workdir):  # top-down: each directory opened before it is listed
+            for d in dirs:
+                path = os.path.join(top, d)
+                if not os.path.islink(path):
+                    try:
+                        os.chmod(path, 0o700)
+                    except OSError:
+                        pass
+        shutil.rmtree(workdir, ignore_errors=True)
 
     def features(self) -> dict:
         """Which protections an answer's run gets on this machine (runs the answer interpreter once,
@@ -538,7 +556,4 @@ class Sandbox:
 
     def close(self) -> None:
         if self.cgroup is not None:
-            if self.in_cgroup:
-                self.cgroup.leave()
-                self.in_cgroup = False
             self.cgroup.remove()

@@ -1,0 +1,132 @@
+"""The seccomp filter a sandboxed program runs under (:func:`apply_seccomp`), through libseccomp
+(``libseccomp.so.2``, the library behind Docker's and systemd's filters) and ``ctypes``. A refused
+call fails with EPERM (the program sees an error, not a kill). Loaded last in the sandbox's child,
+before exec (:mod:`graft_cli.reward.sandbox`), into the program and all it starts."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+
+from graft_cli.reward.confine import (CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID,
+                                      CLONE_NEWUSER, CLONE_NEWUTS)
+
+# Refused always: namespaces (a user namespace gives full capabilities inside it: the surface most local privilege
+# escalations need), keyrings, other processes (ptrace, their memory, their limits), mounts, kernel modules and other
+# administration, io_uring (its operations bypass seccomp), SysV IPC, inotify/fanotify watches, file modes, owners
+# and extended attributes (of files outside, which Landlock does not cover: a user's sandbox has no uid drop), every
+# socket (no network in any configuration; stream socketpairs stay: asyncio's self-pipe), and a new session (each
+# program stays in the session it was started in: one scheduler autogroup per answer, so its threads and children
+# share one answer's CPU share).
+SECCOMP_DENY = ("unshare", "setns", "add_key", "request_key", "keyctl", "ptrace", "process_vm_readv",
+                "process_vm_writev", "pidfd_getfd", "kcmp", "mount", "umount2", "pivot_root", "chroot", "open_tree",
+                "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open",
+                "userfaultfd", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+                "swapon", "swapoff", "reboot", "acct", "quotactl", "ioperm", "iopl", "io_uring_setup",
+                "io_uring_enter", "io_uring_register", "shmget", "msgget", "semget", "inotify_init",
+                "inotify_init1", "fanotify_init", "personality", "syslog", "lookup_dcookie", "name_to_handle_at",
+                "open_by_handle_at", "setdomainname", "sethostname", "settimeofday", "clock_settime",
+                "vhangup", "nfsservctl",
+                "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "setxattr",
+                "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
+                "socket", "connect", "sendmsg", "sendmmsg", "setsid")
+# Refused on another process (a non-zero pid / who: 0 is the caller itself): limits, scheduling policy, priority,
+# CPU affinity; and priority by process group or user (every process of the uid), I/O priority likewise.
+SELF_ONLY = ("prlimit64", "sched_setscheduler", "sched_setparam", "sched_setattr", "sched_setaffinity")
+# Refused where the machine gives no wall of its own (``apply_seccomp``'s arguments): timestamps where the tree
+# outside the working directory is not read-only (no mount namespace; the working directory's own are refused too,
+# as seccomp cannot tell paths apart), memfd where no memory cgroup holds the program (its pages are bounded by no
+# address-space limit while unmapped).
+UTIME = ("utime", "utimes", "futimesat", "utimensat")
+PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1
+# enum scmp_compare (seccomp.h): NE 1, LT 2, LE 3, EQ 4, GE 5, GT 6, MASKED_EQ 7
+_SCMP_ACT_ALLOW, _SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 1, 7
+_SOCK_DGRAM, _SOCK_TYPE_MASK = 2, 0xF
+
+
+def _scmp_errno(e: int) -> int:
+    return 0x00050000 | (e & 0xFFFF)
+
+
+class _ScmpArg(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
+
+
+_seccomp = None
+
+
+def _libseccomp():
+    global _seccomp
+    if _seccomp is None:
+        try:
+            lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
+        except OSError:
+            lib = False
+        if lib:
+            lib.seccomp_init.restype = ctypes.c_void_p
+            lib.seccomp_init.argtypes = [ctypes.c_uint32]
+            lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+            lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                                   ctypes.POINTER(_ScmpArg)]
+            lib.seccomp_load.argtypes = [ctypes.c_void_p]
+            lib.seccomp_release.argtypes = [ctypes.c_void_p]
+        _seccomp = lib
+    return _seccomp
+
+
+def seccomp_available() -> bool:
+    return bool(_libseccomp())
+
+
+def syscall_number(name: str) -> int:
+    """The number of system call ``name`` on this architecture (-1: unknown here or no libseccomp)."""
+    lib = _libseccomp()
+    return int(lib.seccomp_syscall_resolve_name(name.encode())) if lib else -1
+
+
+def apply_seccomp(outside_read_only: bool = False, memory_cgroup: bool = False) -> None:
+    """Load the filter into this process and its children (module constants: :data:`SECCOMP_DENY`,
+    :data:`SELF_ONLY` on other processes, ``clone`` with a namespace flag, ``clone3`` (ENOSYS: libc falls back
+    to ``clone``), datagram socketpairs; :data:`UTIME` unless ``outside_read_only``, ``memfd_create`` unless
+    ``memory_cgroup``). Raises OSError when libseccomp is missing or the kernel refuses. Sets no_new_privs."""
+    lib = _libseccomp()
+    if not lib:
+        raise OSError(errno.ENOSYS, "libseccomp.so.2 not found")
+    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
+    if not ctx:
+        raise OSError(errno.ENOMEM, "seccomp_init")
+    eperm = _scmp_errno(errno.EPERM)
+
+    def add(name: str, action: int, *args: _ScmpArg) -> None:
+        nr = lib.seccomp_syscall_resolve_name(name.encode())
+        if nr < 0:
+            return  # not on this architecture
+        arr = (_ScmpArg * len(args))(*args) if args else None
+        rc = lib.seccomp_rule_add_array(ctx, action, nr, len(args), arr)
+        if rc < 0:
+            raise OSError(-rc, f"seccomp_rule_add {name}")
+
+    def unless(arg: int, value: int) -> _ScmpArg:  # the rule matches when argument ``arg`` is not ``value``
+        return _ScmpArg(arg, _SCMP_CMP_NE, value, 0)
+
+    try:
+        for name in SECCOMP_DENY + (() if outside_read_only else UTIME) + (() if memory_cgroup else ("memfd_create",)):
+            add(name, eperm)
+        for flag in (CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWUTS,
+                     CLONE_NEWCGROUP):
+            add("clone", eperm, _ScmpArg(0, _SCMP_CMP_MASKED_EQ, flag, flag))
+        add("clone3", _scmp_errno(errno.ENOSYS))
+        for name in SELF_ONLY:
+            add(name, eperm, unless(0, 0))
+        add("setpriority", eperm, unless(0, PRIO_PROCESS))
+        add("setpriority", eperm, unless(1, 0))
+        add("ioprio_set", eperm, unless(0, IOPRIO_WHO_PROCESS))
+        add("ioprio_set", eperm, unless(1, 0))
+        add("sendto", eperm, unless(4, 0))
+        add("socketpair", eperm, _ScmpArg(1, _SCMP_CMP_MASKED_EQ, _SOCK_TYPE_MASK, _SOCK_DGRAM))
+        rc = lib.seccomp_load(ctx)
+        if rc < 0:
+            raise OSError(-rc, "seccomp_load")
+    finally:
+        lib.seccomp_release(ctx)
