@@ -9,28 +9,31 @@ and every protection is best effort and *reported*: each run says which ones it 
 
 Always (plain POSIX, any user):
 
-* a fresh temporary working directory (``HOME`` and ``TMPDIR`` point into it), removed afterwards;
+* a fresh temporary working directory (``HOME`` and ``TMPDIR`` point into it), removed afterwards
+  (modes are opened only on it and beneath it, never above it; one that has vanished is left alone);
 * a scrubbed environment: only ``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` and one-thread BLAS
   settings; nothing of the caller's (tokens, keys, ``HF_*``, ``WANDB_*``) is inherited;
 * resource limits (``setrlimit``, soft = hard so the program cannot raise them): address space
   (``memory_mb``), CPU seconds (``ceil(timeout_s) + 1``), open files, file size, no core files, and
-  - for a non-root user - processes (``RLIMIT_NPROC``: the user's current task count plus
-  ``nproc``);
+  - for a non-root user - processes (``RLIMIT_NPROC``: ``nproc`` in the program's own user
+  namespace, where the kernel counts it apart; else the user's current task count plus ``nproc``);
 * its own session and process group; a wall-clock timeout that SIGKILLs the whole group;
 * the caller is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a descendant that escapes the
-  group (double fork + ``setsid``) is re-parented to the caller and killed in the sweep after every
-  run; the child gets ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with its supervisor;
+  group (double fork) is re-parented to the caller and killed in the sweep after every run; the
+  child gets ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with its supervisor; the caller is
+  non-dumpable, so a same-uid program without ``CAP_SYS_PTRACE`` cannot read its ``/proc`` files;
 * stdout / stderr captured and capped (``output_bytes`` each; over the cap the program is killed at
   once), and a separate result pipe (its descriptor number is substituted for ``{fd}`` in ``argv``),
   capped at ``result_bytes`` (:mod:`graft_cli.reward.supervise`);
 * a **view** of the files (:class:`View`): an ``answer`` run (the default) is meant for the
   interpreter of :func:`graft_cli.reward.confine.answer_python` with ``-I -S`` (``sys.path`` is the
   standard library only: no site-packages, no venv, no checkout) and may read only that interpreter,
-  its standard library and the system directories, less every site-packages directory, the grader's
-  venv, its other ``sys.path`` entries, the checkout and the directory beside it that holds the
-  project's data (:func:`graft_cli.reward.confine.answer_view`; Landlock under ``landlock_read``,
-  empty tmpfs over them under ``mountns``); a ``trusted`` run (tests, reference solutions) may read
-  the grader's installation too (numpy for EvalPlus's tests);
+  its standard library, the system directories and the device nodes ``null``, ``zero``, ``random``
+  and ``urandom``, less every site-packages directory, the grader's venv, its other ``sys.path``
+  entries, the checkout and the directory beside it that holds the project's data
+  (:func:`graft_cli.reward.confine.answer_view`; Landlock under ``landlock_read``, empty tmpfs over
+  them under ``mountns``); a ``trusted`` run (tests, reference solutions) may read the grader's
+  installation too (numpy for EvalPlus's tests);
 * :meth:`Sandbox.run_pair`: an untrusted answer and the trusted tests side by side, each sandboxed
   on its own (its own working directory, namespaces, Landlock domain), joined by two pipes; only the
   tests' process writes to the grader.
@@ -39,60 +42,71 @@ Where the OS allows (each tried in the child, in this order; a refusal is record
 on):
 
 * ``cgroup``: a pids cgroup per sandbox slot (cgroup v2 where the caller's cgroup is delegated, or a
-  writable v1 ``pids`` hierarchy) with ``pids.max = nproc``: fork bombs are bounded even for root,
-  for whom ``RLIMIT_NPROC`` does not count; every task in it is killed after each run;
-* ``netns`` / ``mountns`` / ``ipcns`` / ``pidns``: ``unshare`` of new network (loopback only, down:
-  no network at all), mount (+ UTS), IPC and PID namespaces. In the mount namespace
-  :func:`graft_cli.reward.confine.private_mounts` puts empty tmpfs over ``/tmp`` (the working
-  directory is made inside it: ``tmpfs_mb`` MiB and ``tmpfs_inodes`` inodes, so a disk- or
-  inode-filling program fills only that), ``/run``, ``/var/tmp``, ``/dev/shm``, ``/home`` and
-  ``/root``, binds the Python installation found under any of them back read-only (so the ``uid``
-  drop works for a venv under ``/root`` or in a checkout under ``/tmp``), and mounts the PID
-  namespace's own ``/proc``. With ``pidns`` the child forks once more: the program is PID 1 of its
-  namespace (no other process visible; when it ends the kernel kills all it left) and the process
-  ``Popen`` knows relays its exit. Root unshares directly; another user first unshares a user
-  namespace and maps itself in it, and unshares the others only once that worked (refused where
-  unprivileged user namespaces are off: e.g. ``kernel.unprivileged_userns_clone=0`` or Ubuntu's
-  AppArmor restriction; a PID namespace made beside a failed mapping would leave a program that
-  cannot start a thread);
+  writable v1 ``pids`` hierarchy) with ``pids.max = nproc`` (+ the relays): fork bombs are bounded
+  even for root, for whom ``RLIMIT_NPROC`` does not count; each run's processes join it (one run at a
+  time per slot: a cgroup per answer), the grader never does; every task in it is killed after each
+  run;
 * ``cgroup_cpu`` / ``cgroup_memory``: the slot's cgroup also gets ``cpus`` CPUs of bandwidth and
   ``memory_mb`` + ``tmpfs_mb`` MiB of memory, so a program and whatever it spawned cannot take the
-  other slots' CPU; a grading worker joins its slot's cgroup once (``own_cgroup``), its runs start
-  inside it;
-* ``seccomp`` (libseccomp): :data:`graft_cli.reward.confine.SECCOMP_DENY` refused with EPERM -
-  namespaces, keyrings, ptrace and other processes' memory and limits, mounts, io_uring, SysV IPC,
-  inotify - loaded last, before exec;
+  other slots' CPU, and what it charges (memfd and tmpfs pages included) wakes an OOM killer that
+  can only take the run's own processes;
+* ``userns`` (a non-root user): the child unshares a user namespace and maps the user to itself in
+  it (the grader is non-dumpable and its child inherits that, which would leave ``uid_map`` to root:
+  the child is dumpable for the mapping only); the namespaces below are made in it, and the
+  program's process count is its own (the kernel counts ``RLIMIT_NPROC`` per user namespace).
+  Refused where unprivileged user namespaces are off (``kernel.unprivileged_userns_clone=0``,
+  Ubuntu's AppArmor restriction); then no other namespace is made (a PID namespace made beside a
+  failed mapping would leave a program that cannot start a thread);
+* ``netns`` / ``mountns`` / ``ipcns`` / ``pidns``: ``unshare`` of new network (loopback only, down:
+  no network at all), mount (+ UTS), IPC and PID namespaces (root directly, a user inside its user
+  namespace). In the mount namespace :func:`graft_cli.reward.confine.private_mounts` makes every
+  mount read-only (nothing outside the working directory can be written, touched or chmodded, by
+  root either), puts a ``/dev`` of the four device nodes in place of the machine's, empty tmpfs over
+  ``/tmp`` (the working directory is made inside it: ``tmpfs_mb`` MiB and ``tmpfs_inodes`` inodes,
+  so a disk- or inode-filling program fills only that), ``/run``, ``/var/tmp``, ``/dev/shm``,
+  ``/home`` and ``/root``, binds the Python installation found under any of them back read-only (so
+  the ``uid`` drop works for a venv under ``/root`` or in a checkout under ``/tmp``), and mounts the
+  PID namespace's own ``/proc``. With ``pidns`` the child forks once more: the program is PID 1 of
+  its namespace (no other process visible; when it ends the kernel kills all it left) and the
+  process ``Popen`` knows relays its exit;
+* ``seccomp`` (libseccomp, :mod:`graft_cli.reward.seccomp`): refused with EPERM - namespaces,
+  keyrings, ptrace and other processes' memory, limits, scheduling, priority and I/O priority,
+  mounts, io_uring, SysV IPC, inotify, every socket (no network in any configuration), a new
+  session (each answer stays in its session: one scheduler autogroup, so its threads and children
+  share one answer's CPU share where no cpu cgroup holds it), timestamps where the tree outside is
+  writable, memfd where no memory cgroup holds the program - loaded last, before exec;
 * ``landlock`` (Linux >= 5.13, unprivileged): writes only beneath the working directory (and
-  ``/dev/null``); with ABI >= 4 no TCP bind/connect (the network denial where no namespace could be
-  made; UDP is not covered); with ABI >= 6 no signals to processes outside the sandbox (a program
-  cannot kill its supervisor or the trainer) and no abstract unix sockets; ``landlock_read``: reads
-  only beneath the Python installation, the system directories (``/usr``, ``/lib*``, ``/bin``,
-  ``/etc``, ``/sys``, ``/dev``), its own ``/proc/<pid>`` and the working directory, so files under
-  ``$HOME`` (``~/.netrc``, hub tokens) and other processes' ``/proc`` entries (the trainer's
-  ``environ``) cannot be read; in the ``answer`` view the installation is the base interpreter's
-  standard library and the hidden directories above are cut out of the system directories (their
-  parents can be listed, not read);
+  ``/dev/null``); with ABI >= 4 no TCP bind/connect; with ABI >= 6 no signals to processes outside
+  the sandbox (a program cannot kill its supervisor or the trainer) and no abstract unix sockets;
+  ``landlock_read``: reads only beneath the Python installation, the system directories (``/usr``,
+  ``/lib*``, ``/bin``, ``/etc``, ``/sys``), the four device nodes, its own ``/proc/<pid>`` (less its
+  ``net`` directories where no network namespace hides the machine's sockets) and the working
+  directory, so files under ``$HOME`` (``~/.netrc``, hub tokens), ``/dev/shm``, terminals and other
+  processes' ``/proc`` entries (the trainer's ``environ``) cannot be read; in the ``answer`` view the
+  installation is the base interpreter's standard library and the hidden directories above are cut
+  out of the system directories (their parents can be listed, not read);
 * ``nocaps`` (root that stays root): the capability bounding set is emptied, so the program runs as
   uid 0 without capabilities (no ptrace of other processes, no mounts, no raw sockets, no module
-  loading, no ``kill`` of other users' processes); the supervisor is made non-dumpable, so a
-  same-uid program without ``CAP_SYS_PTRACE`` cannot read its ``/proc`` files;
+  loading, no ``kill`` of other users' processes);
 * ``uid`` (root only): the program runs as an unprivileged uid of its own (:func:`sandbox_uid`:
   distinct for every slot of every live process, so two graders on one machine never share one), so
   ``RLIMIT_NPROC`` counts and root-owned files are out of reach (chmod, chown, xattrs and setuid
   bits on them, which Landlock does not cover, included). Skipped for good when the Python
   interpreter is not readable by that uid and no mount namespace could bind it back.
 
-What this is not: a VM. A kernel exploit escapes it; without ``netns`` UDP is open; without
-``mountns`` a program can fill the disk at its write speed until the timeout (``fsize_mb`` caps each
-file); without ``landlock`` (or ``uid``) a program may write anywhere its user may, without
-``landlock_read`` (or ``uid``) it may read the user's files and the ``/proc/<pid>/environ`` of the
-user's other dumpable processes (the trainer's environment: keep tokens out of it there; the
+What this is not: a VM. A kernel exploit escapes it; without ``netns`` and ``seccomp`` UDP is open;
+without ``mountns`` a program can fill the disk at its write speed until the timeout (``fsize_mb``
+caps each file); without ``landlock`` (or ``uid``) a program may write anywhere its user may,
+without ``landlock_read`` (or ``uid``) it may read the user's files and the ``/proc/<pid>/environ``
+of the user's other dumpable processes (the trainer's environment: keep tokens out of it there; the
 program's own environment is always scrubbed), without ``landlock_read`` and ``mountns`` the
 checkout and the grader's site-packages are readable (though not on the answer's ``sys.path``), and
 without ``cgroup`` (or ``uid``/a non-root user) root's fork bomb is bounded only by the timeout;
-without ``cgroup`` and ``uid`` (a user's sandbox) every slot shares the user's ``RLIMIT_NPROC``, so
-a program that fills it makes the programs beside it fail to fork or start a thread until its run
-ends. The probe of :meth:`Sandbox.features` says which of these hold on a machine; the code reward's
+without ``cgroup``, ``uid`` and ``userns`` every slot shares the user's ``RLIMIT_NPROC``, so a
+program that fills it makes the programs beside it fail to fork or start a thread until its run
+ends; without ``cgroup_cpu`` and without the kernel's scheduler autogroups
+(``kernel.sched_autogroup_enabled``) a many-threaded program takes CPU from the answers beside it.
+The probe of :meth:`Sandbox.features` says which of these hold on a machine; the code reward's
 workers report it when they start (``CodeGrader.sandbox_features``, and one warning naming the
 protections refused). """
 
