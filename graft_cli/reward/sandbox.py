@@ -265,6 +265,7 @@ class Sandbox:
         except Exception:
             pass
         self._disabled: set[str] = set()  # features that broke a run here (e.g. uid: python unreadable)
+        self._own_userns = False  # the last run got a user namespace: its process budget is its own
 
     # ------------------------------------------------------------------------------------------- child side
     def _preexec(self, workdir: str, result_fd: int, nproc_fallback: int | None, use: set, view: View) -> None:
@@ -378,8 +379,10 @@ class Sandbox:
                 "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
     def _nproc_limit(self, use: set) -> int | None:
+        """The process limit a run falls back to where it gets no user namespace of its own (the
+        user's task count scanned only while runs get none)."""
         if "nproc" in use and not self.root:
-            return tasks_of_uid(os.getuid()) + self.limits.nproc
+            return self.limits.nproc + 2 if self._own_userns else tasks_of_uid(os.getuid()) + self.limits.nproc
         if "nproc" in use and self.uid is not None and "uid" in use:
             return self.limits.nproc  # the slot's own uid: every one of its tasks is this run's
         return None
@@ -428,6 +431,7 @@ class Sandbox:
                 return self.run(argv, stdin, view)
             return RunResult(None, False, b"", f"sandbox start failed: {e}".encode(), b"", 0.0)
         res = supervise(proc, rfd, stdin, t0, self.limits)
+        self._own_userns = bool(res.features.get("userns"))
         res.leftovers = self._sweep([proc.pid], use, before)
         self._remove(workdir)
         return res
@@ -463,6 +467,7 @@ class Sandbox:
         os.close(started[0][2])
         proc, _, rfd = started[1]
         res = supervise(proc, rfd, stdin, t0, self.limits)
+        self._own_userns = bool(res.features.get("userns"))
         res.leftovers = self._stop(started, use, before)
         return res
 
