@@ -241,13 +241,14 @@ def test_an_answer_over_its_time_limit_fails(cache):
 
 
 @pytest.mark.slow
-def test_agreement_with_evalplus_on_a_slice():
+def test_agreement_with_evalplus_on_a_slice(tmp_path, monkeypatch):
     pytest.importorskip("evalplus", reason="the evalplus package (the oracle) is not installed")
     _shared("HumanEvalPlus-v0.1.10.jsonl.gz")
     spec = importlib.util.spec_from_file_location("evalplus_agreement",
                                                   os.path.join(HERE, "..", "benchmarks", "evalplus_agreement.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    monkeypatch.setenv("GRAFT_EVALPLUS_CACHE", str(tmp_path / "cache"))
     res = mod.run(SHARED, ["humaneval", "mbpp"], tasks=10, kinds_per_task=6, workers=2, seed=1)
     for ds, r in res.items():
         assert r["answers"] >= 30 and r["kinds"]["canonical"]["n"] == 10
