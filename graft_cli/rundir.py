@@ -2,16 +2,17 @@
 
 A run directory ``results/runs/<name>/`` holds::
 
-    config.yaml                      the validated config the run was started with metrics.jsonl
-    one JSON line per (step, policy); validation lines carry validation/*
-    rollouts/<policy>/step_N.parquet every response of the step (the stored-trajectory source reads
-    these) checkpoints/step_N/              atomic checkpoints (graft_cli/train/checkpoint.py)
-    eval/<policy>/step_N/            evaluation results (graft_cli/eval/runner.py) best.json,
-    best/<policy>/        the best validation step and its weights
+    config.yaml                      the validated config the run was started with
+    metrics.jsonl                    one JSON line per (step, policy); validation lines carry validation/*
+    rollouts/<policy>/step_N.parquet every response of the step (the stored-trajectory source reads these)
+    checkpoints/step_N/              atomic checkpoints (graft_cli/train/checkpoint.py)
+    eval/<policy>/step_N/            evaluation results (graft_cli/eval/runner.py)
+    best.json, best/<policy>/        the best validation step and its weights
 
-Writes are atomic (a temporary file in the same folder, fsync, ``os.replace``), so a kill never
-leaves a torn JSON or parquet file behind; ``metrics.jsonl`` is append-only and its reader stops at
-a torn last line. Nothing here unpickles anything. """
+Writes are atomic (a temporary file in the same folder, fsync, ``os.replace``), so a kill never leaves a
+torn JSON or parquet file behind; ``metrics.jsonl`` is append-only and its reader stops at a torn last line.
+Nothing here unpickles anything.
+"""
 
 from __future__ import annotations
 
@@ -50,8 +51,7 @@ def best_path(run_dir: str) -> str:
 
 
 def checkpoints_dir(run_dir: str) -> str:
-    """``<run>/checkpoints``, the root of the run's atomic checkpoints
-    (graft_cli/train/checkpoint.py)."""
+    """``<run>/checkpoints``, the root of the run's atomic checkpoints (graft_cli/train/checkpoint.py)."""
     return os.path.join(run_dir, CHECKPOINTS)
 
 
@@ -72,17 +72,16 @@ def _tmp(path: str) -> str:
 
 
 def write_failed(e: OSError, path: str) -> OSError:
-    """``e`` (a failed write: a full disk, a file-size limit, a read-only folder) as an OSError that
-    names ``path`` (a failed ``write`` names no file; pyarrow's message is its own)."""
+    """``e`` (a failed write: a full disk, a file-size limit, a read-only folder) as an OSError that names ``path``
+    (a failed ``write`` names no file; pyarrow's message is its own)."""
     if e.filename or not e.errno:
         return e
     return OSError(e.errno, os.strerror(e.errno), path)
 
 
 class _Atomic:
-    """``with _Atomic(path) as tmp:`` write ``tmp``; it replaces ``path`` when the block succeeds,
-    and is removed when it fails (the error then names ``path``): a failed write leaves the old
-    file, never a torn one or litter."""
+    """``with _Atomic(path) as tmp:`` write ``tmp``; it replaces ``path`` when the block succeeds, and is removed
+    when it fails (the error then names ``path``): a failed write leaves the old file, never a torn one or litter."""
 
     def __init__(self, path: str):
         self.path, self.tmp = path, _tmp(path)
@@ -140,9 +139,9 @@ def write_parquet(path: str, columns: dict) -> None:
 
 
 def check_writable(path: str, key: str) -> None:
-    """Before anything is loaded or written: ``path`` (a folder to create or write into) can be
-    written, judged by its nearest existing ancestor: a folder, writable, not on a read-only file
-    system (what root's permission bypass does not change). Else one line naming ``key``."""
+    """Before anything is loaded or written: ``path`` (a folder to create or write into) can be written, judged by
+    its nearest existing ancestor: a folder, writable, not on a read-only file system (what root's permission
+    bypass does not change). Else one line naming ``key``."""
 
     anc = os.path.abspath(path)
     while not os.path.lexists(anc):
@@ -191,8 +190,7 @@ def metrics_path(run_dir: str) -> str:
 
 
 def read_metrics(run_dir: str) -> list[dict]:
-    """Every line of ``<run>/metrics.jsonl`` (``[]`` when absent), stopping at a torn last line (a
-    kill)."""
+    """Every line of ``<run>/metrics.jsonl`` (``[]`` when absent), stopping at a torn last line (a kill)."""
     path = run_dir if run_dir.endswith(".jsonl") else metrics_path(run_dir)
     out: list[dict] = []
     if not os.path.exists(path):
@@ -214,8 +212,7 @@ def training_rows(rows: list[dict]) -> list[dict]:
 
 
 def run_config_raw(run_dir: str) -> dict:
-    """``config.yaml`` as a plain mapping (``{}`` when missing or unreadable); YAML only, never a
-    pickle."""
+    """``config.yaml`` as a plain mapping (``{}`` when missing or unreadable); YAML only, never a pickle."""
 
     try:
         with open(os.path.join(run_dir, CONFIG), encoding="utf-8") as f:
@@ -226,8 +223,7 @@ def run_config_raw(run_dir: str) -> dict:
 
 
 def run_policies(run_dir: str) -> list[str]:
-    """The trained policies of a run (``role: train``, the default): from config.yaml, else the
-    rollout folders."""
+    """The trained policies of a run (``role: train``, the default): from config.yaml, else the rollout folders."""
     raw = run_config_raw(run_dir)
     names = [str(p["name"]) for p in raw.get("policies") or []
              if isinstance(p, dict) and "name" in p and p.get("role", "train") == "train"]
@@ -260,8 +256,7 @@ def clean_value(v):
 
 
 class MetricsLog:
-    """Append-only ``metrics.jsonl`` (each write fsynced); ``truncate_after`` drops lines of
-    unfinished steps."""
+    """Append-only ``metrics.jsonl`` (each write fsynced); ``truncate_after`` drops lines of unfinished steps."""
 
     def __init__(self, path: str):
         self.path = path
@@ -280,9 +275,8 @@ class MetricsLog:
         atomic_write_text(self.path, "".join(keep))
 
     def write(self, rows: list[dict]) -> None:
-        """Append ``rows`` (one step's lines, fsynced). A failed append (a full disk, a file-size
-        limit) is cut back off, so the file never ends in a torn line, and raises an OSError naming
-        the file."""
+        """Append ``rows`` (one step's lines, fsynced). A failed append (a full disk, a file-size limit) is cut
+        back off, so the file never ends in a torn line, and raises an OSError naming the file."""
         text = "".join(json.dumps({k: clean_value(v) for k, v in r.items()}) + "\n" for r in rows).encode("utf-8")
         with open(self.path, "ab", buffering=0) as f:
             end = f.seek(0, os.SEEK_END)
@@ -301,8 +295,8 @@ class MetricsLog:
 
 @contextlib.contextmanager
 def folder_lock(folder: str, name: str = ".lock"):
-    """An exclusive ``flock`` on ``<folder>/<name>`` for the block (the folder is made); POSIX only:
-    elsewhere the block runs unlocked."""
+    """An exclusive ``flock`` on ``<folder>/<name>`` for the block (the folder is made); POSIX only: elsewhere the
+    block runs unlocked."""
     os.makedirs(folder, exist_ok=True)
     try:
         import fcntl  # POSIX only: imported where the lock is taken, so the module loads elsewhere

@@ -1,15 +1,15 @@
 """Policy losses and loss aggregation (registry ``POLICY_LOSSES``): one signature for every loss.
 
-A loss is registered with :func:`register_loss` and its parameters, a frozen
-:class:`~graft_cli.registry.Params` dataclass declared next to it (the one place their defaults are
-written; ``algo.loss_params`` is checked against it, one-line error naming the key, and resolved to
-every value). It is called as ``spec(inputs)`` with one :class:`LossInputs`, whose ``params`` is
-that dataclass's object (``inp.params.gamma``), and returns ``(loss, stats)``. All tensors are ``(B,
-T)`` over response-token positions (as :func:`graft_cli.models.logprobs.response_logprobs` lays them
-out) with a float ``mask`` (the rows' loss masks); ``weight`` is one number per row (GRAFT's
-compatibility weight w, 1 for self samples). ``stats`` holds *sums* (token counts, clipped-token
-counts, ...) that the trainer adds over micro-batches and divides once per step, so every reported
-fraction is exact. No loss sees the config. """
+A loss is registered with :func:`register_loss` and its parameters, a frozen :class:`~graft_cli.registry.Params`
+dataclass declared next to it (the one place their defaults are written; ``algo.loss_params`` is checked against it,
+one-line error naming the key, and resolved to every value). It is called as ``spec(inputs)`` with one
+:class:`LossInputs`, whose ``params`` is that dataclass's object (``inp.params.gamma``), and returns
+``(loss, stats)``. All tensors are ``(B, T)`` over response-token positions
+(as :func:`graft_cli.models.logprobs.response_logprobs` lays them out) with a float ``mask`` (the rows'
+loss masks); ``weight`` is one number per row (GRAFT's compatibility weight w, 1 for self samples).
+``stats`` holds *sums* (token counts, clipped-token counts, ...) that the trainer adds over micro-batches
+and divides once per step, so every reported fraction is exact. No loss sees the config.
+"""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mea
 
 @dataclass(frozen=True)
 class Normaliser:
-    """Minibatch-level denominators, fixed before the micro-batches of one optimizer step are run,
-    so gradient accumulation over micro-batches equals one pass over the whole minibatch (verl's
+    """Minibatch-level denominators, fixed before the micro-batches of one optimizer step are run, so
+    gradient accumulation over micro-batches equals one pass over the whole minibatch (verl's
     ``agg_loss`` with a global token count)."""
 
     num_tokens: float  # Σ_j Σ_t mask_{j,t} over the minibatch's rows that count in the policy gradient
@@ -38,11 +38,11 @@ class Normaliser:
 
     @classmethod
     def of_rows(cls, tokens, in_pg, loss_scale_factor: float | None = None) -> "Normaliser":
-        """The denominators of one minibatch from each row's loss-token count (the sum of its loss
-        mask) and its ``in_pg`` flag. A row with no loss tokens (a loss mask that zeroes the whole
-        response: a tandem response the junior wrote entirely, a masked-out row) is left out of the
-        sequence counts, as verl's ``agg_loss`` leaves it out of the ``seq-mean-*`` denominators
-        (``seq_mask = (Σ_t mask > 0)``); it adds nothing to the token count either."""
+        """The denominators of one minibatch from each row's loss-token count (the sum of its loss mask) and
+        its ``in_pg`` flag. A row with no loss tokens (a loss mask that zeroes the whole response: a tandem
+        response the junior wrote entirely, a masked-out row) is left out of the sequence counts, as verl's
+        ``agg_loss`` leaves it out of the ``seq-mean-*`` denominators (``seq_mask = (Σ_t mask > 0)``); it adds
+        nothing to the token count either."""
         tokens, in_pg = [float(x) for x in tokens], [bool(x) for x in in_pg]
         return cls(num_tokens=sum(t for t, p in zip(tokens, in_pg) if p),
                    num_seqs=float(sum(1 for t, p in zip(tokens, in_pg) if p and t > 0)),
@@ -74,13 +74,11 @@ class LossInputs:
 
     @classmethod
     def of(cls, logp, old_logp, adv, mask, weight, is_peer, *, norm, extra=None, **kw) -> "LossInputs":
-        """Build from tensors (tests and callers outside the trainer); ``extra`` are per-row
-        columns."""
+        """Build from tensors (tests and callers outside the trainer); ``extra`` are per-row columns."""
         return cls(logp, old_logp, adv, mask, weight, is_peer, norm=norm, columns=dict(extra or {}), **kw)
 
     def row(self, key: str, default: float) -> torch.Tensor:
-        """A per-row column as a float tensor (missing column, None or nan entries →
-        ``default``)."""
+        """A per-row column as a float tensor (missing column, None or nan entries → ``default``)."""
         n, dev = self.mask.shape[0], self.mask.device
         vals = self.columns.get(key)
         if vals is None:
@@ -102,10 +100,9 @@ class LossInputs:
 
 @dataclass(frozen=True)
 class LossSpec:
-    """A registered loss: the function, its parameters (a :class:`~graft_cli.registry.Params` class;
-    a mapping
-of defaults is made one, :func:`~graft_cli.registry.params_class`) and the per-token columns it
-reads (padded to ``(B, T)`` by the trainer from the batch's ``extra``)."""
+    """A registered loss: the function, its parameters (a :class:`~graft_cli.registry.Params` class; a mapping
+of defaults is made one, :func:`~graft_cli.registry.params_class`) and the per-token columns it reads (padded to
+``(B, T)`` by the trainer from the batch's ``extra``)."""
 
     name: str
     fn: Callable
@@ -118,43 +115,39 @@ reads (padded to ``(B, T)`` by the trainer from the batch's ``extra``)."""
             object.__setattr__(self, "params", params_class(self.name, self.params))
 
     def __call__(self, inp: LossInputs, **params):
-        """The loss on ``inp``; keyword ``params`` (checked) override ``inp.params``, None meaning
-        the defaults."""
+        """The loss on ``inp``; keyword ``params`` (checked) override ``inp.params``, None meaning the defaults."""
         if params:
             given = {} if inp.params is None else self.typed(inp.params).to_dict()
             inp.params = self.check({**given, **params})
         return self.fn(self.bound(inp))
 
     def check(self, params: dict | None, key: str = "algo.loss_params") -> Params:
-        """``params`` checked against the loss's parameters, every default filled in: its Params
-        object."""
+        """``params`` checked against the loss's parameters, every default filled in: its Params object."""
         return self.params.check(params, key, f"loss {self.name!r}")
 
     def validate(self, params: dict | None, key: str = "algo.loss_params") -> dict:
-        """``params`` checked against the loss's parameters, every default filled in (a resolved
-        config's mapping)."""
+        """``params`` checked against the loss's parameters, every default filled in (a resolved config's
+        mapping)."""
         return self.check(params, key).to_dict()
 
     def typed(self, params) -> Params:
-        """``params`` when it is an instance of the loss's Params class; a TypeError otherwise (a
-        mapping is checked into one first: :meth:`check`)."""
+        """``params`` when it is an instance of the loss's Params class; a TypeError otherwise (a mapping is
+        checked into one first: :meth:`check`)."""
         if not isinstance(params, self.params):
             raise TypeError(f"loss {self.name!r}: parameters must be a {self.params.__name__}, "
                             f"got {type(params).__name__}")
         return params
 
     def bound(self, inp: LossInputs) -> LossInputs:
-        """``inp`` with its parameters checked to be the loss's Params (None: the defaults filled
-        in)."""
+        """``inp`` with its parameters checked to be the loss's Params (None: the defaults filled in)."""
         inp.params = self.params() if inp.params is None else self.typed(inp.params)
         return inp
 
 
 def register_loss(name: str, token_columns: tuple = (), params: type | None = None, **defaults):
-    """Register ``fn(inputs) -> (loss, stats)`` as loss ``name`` with its parameters: ``params``, a
-    frozen :class:`~graft_cli.registry.Params` dataclass (registered as the name's spec, its
-    defaults the instance), or keyword defaults (a tuple default is a choice whose first entry is
-    the default). Returns the :class:`LossSpec`."""
+    """Register ``fn(inputs) -> (loss, stats)`` as loss ``name`` with its parameters: ``params``, a frozen
+    :class:`~graft_cli.registry.Params` dataclass (registered as the name's spec, its defaults the instance), or
+    keyword defaults (a tuple default is a choice whose first entry is the default). Returns the :class:`LossSpec`."""
     if params is not None and defaults:
         raise TypeError(f"loss {name!r}: parameters as a Params class or as keyword defaults, not both")
     cls = params if params is not None else params_class(name, defaults) if defaults else Params
@@ -174,13 +167,12 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: Normal
     - ``seq-mean-token-mean`` (GRPO, TRL ``grpo``): (1/N) Σ_j (Σ_t L_{j,t} / |o_j|)
     - ``seq-mean-token-sum``: (1/N) Σ_j Σ_t L_{j,t}
 
-      (N = ``norm.num_seqs``: the minibatch's rows with |o_j| > 0, :meth:`Normaliser.of_rows`; a row
-      with no loss tokens adds 0 to the numerator, as in verl)
-    - ``seq-mean-token-sum-norm`` (Dr. GRPO, verl's formula): Σ_j Σ_t L_{j,t} / C, C =
-      ``loss_scale_factor`` (default: the longest possible response), *not* divided by the number of
-      sequences (verl's ``agg_loss`` computes ``sum(loss·mask) / loss_scale_factor``; graft applies
-      it to the whole minibatch, whose denominators are fixed before micro-batching, so micro-batch
-      sizes never change the loss)
+      (N = ``norm.num_seqs``: the minibatch's rows with |o_j| > 0, :meth:`Normaliser.of_rows`; a row with no
+      loss tokens adds 0 to the numerator, as in verl)
+    - ``seq-mean-token-sum-norm`` (Dr. GRPO, verl's formula): Σ_j Σ_t L_{j,t} / C, C = ``loss_scale_factor``
+      (default: the longest possible response), *not* divided by the number of sequences (verl's ``agg_loss``
+      computes ``sum(loss·mask) / loss_scale_factor``; graft applies it to the whole minibatch, whose
+      denominators are fixed before micro-batching, so micro-batch sizes never change the loss)
     """
     if mode == "token-mean":
         return (loss_mat * mask).sum() / max(norm.num_tokens, 1.0)
@@ -198,8 +190,7 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: Normal
 
 def clipped_token_mask(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float, clip_high: float):
     """Tokens where the clipped surrogate is strictly smaller than the unclipped one (graft.md §4,
-    App. H; TRL ``clip_ratio/low`` and ``/high``): low = â<0 ∧ ρ<1−ε_low, high = â>0 ∧
-    ρ>1+ε_high."""
+    App. H; TRL ``clip_ratio/low`` and ``/high``): low = â<0 ∧ ρ<1−ε_low, high = â>0 ∧ ρ>1+ε_high."""
     low = (adv < 0) & (ratio < 1.0 - clip_low)
     high = (adv > 0) & (ratio > 1.0 + clip_high)
     return low, high
@@ -225,10 +216,9 @@ def clip_stats(ratio, adv, mask, is_peer, clip_low, clip_high) -> dict[str, torc
 def ppo_surrogate(logp, old_logp, adv, clip_low: float, clip_high: float, log_ratio_clamp: float = 20.0,
                   clip_ratio_c: float = 0.0):
     """Per-token PPO loss L = −min(ρÂ, clip(ρ, 1−ε_low, 1+ε_high)Â), ρ = exp(logπ_θ − logπ_old)
-    (log-ratio clamped to ±20 as verl does, for numerical safety only). With ``clip_ratio_c`` = c >
-    0 it is verl's dual-clip PPO (``compute_policy_loss_vanilla``): for Â < 0, L = min(L, −c·Â), so
-    a token whose ratio has grown far above 1 under a negative advantage contributes at most c·|Â|.
-    Returns (loss, ρ)."""
+    (log-ratio clamped to ±20 as verl does, for numerical safety only). With ``clip_ratio_c`` = c > 0 it is
+    verl's dual-clip PPO (``compute_policy_loss_vanilla``): for Â < 0, L = min(L, −c·Â), so a token whose
+    ratio has grown far above 1 under a negative advantage contributes at most c·|Â|. Returns (loss, ρ)."""
     ratio = torch.exp((logp - old_logp).clamp(-log_ratio_clamp, log_ratio_clamp))
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
@@ -239,27 +229,25 @@ def ppo_surrogate(logp, old_logp, adv, clip_low: float, clip_high: float, log_ra
 
 
 def dual_clip_stats(ratio, adv, mask, clip_ratio_c: float) -> dict:
-    """Tokens the dual clip acts on (Â < 0 and ρ > c, where −ρÂ > −c·Â), summed (verl
-    ``pg_clipfrac_lower``)."""
+    """Tokens the dual clip acts on (Â < 0 and ρ > c, where −ρÂ > −c·Â), summed (verl ``pg_clipfrac_lower``)."""
     if clip_ratio_c <= 0:
         return {}
     return {"clip_dual": ((adv < 0) & (ratio > clip_ratio_c) & (mask > 0)).sum().detach().to(torch.float64)}
 
 
 def sequence_log_ratio_tokens(logp, old_logp, mask, max_log_ratio: float = 10.0):
-    """GSPO's straight-through token form of the sequence ratio: log s_j = mean_t(logπ_θ − logπ_old)
-    over the row's mask, returned per token as sg(log s_j) + logπ_θ − sg(logπ_θ) (value log s_j,
-    token gradient), clamped above at 10 as verl's ``compute_policy_loss_gspo`` does."""
+    """GSPO's straight-through token form of the sequence ratio: log s_j = mean_t(logπ_θ − logπ_old) over
+    the row's mask, returned per token as sg(log s_j) + logπ_θ − sg(logπ_θ) (value log s_j, token gradient),
+    clamped above at 10 as verl's ``compute_policy_loss_gspo`` does."""
     log_s = ((logp - old_logp) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
     return (log_s.detach()[:, None] + logp - logp.detach()).clamp(max=max_log_ratio)
 
 
 @register_loss("ppo_token")
 def ppo_token_loss(inp: LossInputs):
-    """GRAFT's receiver objective (Eq. 9–10), which is the DAPO GRPO surrogate when w ≡ 1: L =
-    (1/Σ_j|o_j|) Σ_j w_j Σ_t −min(ρ_{j,t}Â_j, clip(ρ_{j,t}, 1−ε_low, 1+ε_high)Â_j), with ρ against
-    the receiver's own old policy for self and peer tokens alike; w does not enter the
-    denominator."""
+    """GRAFT's receiver objective (Eq. 9–10), which is the DAPO GRPO surrogate when w ≡ 1:
+    L = (1/Σ_j|o_j|) Σ_j w_j Σ_t −min(ρ_{j,t}Â_j, clip(ρ_{j,t}, 1−ε_low, 1+ε_high)Â_j), with ρ against
+    the receiver's own old policy for self and peer tokens alike; w does not enter the denominator."""
     per_tok, ratio = ppo_surrogate(inp.logp, inp.old_logp, inp.adv, inp.clip_low, inp.clip_high,
                                    clip_ratio_c=inp.clip_ratio_c)
     loss = agg_loss(per_tok * inp.weight[:, None], inp.mask, inp.agg, inp.norm)
@@ -269,13 +257,13 @@ def ppo_token_loss(inp: LossInputs):
 
 @register_loss("ppo_seq")
 def ppo_seq_loss(inp: LossInputs):
-    """Sequence-level ratio (GSPO; graft.md §8 item 5, "w/o token-level ratio"): s_j =
-    exp(mean_t(logπ_θ − logπ_old)), with the straight-through token form of GSPO-token (ρ_{j,t} =
-    sg(s_j)·π_θ/sg(π_θ)) so every token of a sequence shares the value s_j; same clip range; log s_j
-    clamped at 10 like verl's GSPO. The aggregation is ``algo.agg``: GRAFT's ablation changes only
+    """Sequence-level ratio (GSPO; graft.md §8 item 5, "w/o token-level ratio"):
+    s_j = exp(mean_t(logπ_θ − logπ_old)), with the straight-through token form of GSPO-token
+    (ρ_{j,t} = sg(s_j)·π_θ/sg(π_θ)) so every token of a sequence shares the value s_j; same clip range;
+    log s_j clamped at 10 like verl's GSPO. The aggregation is ``algo.agg``: GRAFT's ablation changes only
     the ratio and keeps GRAFT's token-mean (graft.md §8 item 5), whereas verl's GSPO forces
-    ``seq-mean-token-mean`` (set ``algo.agg=seq-mean-token-mean`` to run verl's GSPO exactly). No
-    dual clip (verl's GSPO has none)."""
+    ``seq-mean-token-mean`` (set ``algo.agg=seq-mean-token-mean`` to run verl's GSPO exactly). No dual clip
+    (verl's GSPO has none)."""
     log_tok = sequence_log_ratio_tokens(inp.logp, inp.old_logp, inp.mask)
     per_tok, ratio = ppo_surrogate(log_tok, torch.zeros_like(log_tok), inp.adv, inp.clip_low, inp.clip_high)
     loss = agg_loss(per_tok * inp.weight[:, None], inp.mask, inp.agg, inp.norm)
@@ -304,18 +292,17 @@ KL_ROWS = ("all", "self")
 
 def compute_loss(spec: LossSpec, inp: LossInputs, kl_coef: float = 0.0, kl_type: str = "low_var_kl",
                  kl_rows: str = "all"):
-    """The registered loss plus, when ``kl_coef`` > 0, a KL term to a frozen reference (verl's
-    ``use_kl_loss``: L + β·agg(KL(π_θ ‖ π_ref)) with the loss's aggregation over the mask; column
-    ``ref_logprobs``, filled by a frozen model's scorer). ``kl_rows`` (``algo.kl_rows``): ``all``
-    rows, or only the policy's ``self`` rows (HACPO's released loss: the KL mask is ``response_mask
-    & is_self``, aggregated with the minibatch's denominators, so a peer row adds nothing to the KL
-    term nor to its statistics). Whenever that column is there the KL is measured (with β = 0 only
-    logged, as verl's ``use_kl_loss=True, kl_loss_coef=0``): stats ``kl/sum`` and ``kl/n``, reported
-    as ``kl`` (the token mean over the step), and ``kl_seq_mean/sum`` and ``kl_seq_mean/n``,
-    reported as ``kl_seq_mean``: the mean over rows with loss tokens of each row's token-mean KL,
-    which is verl's ``actor/kl_loss`` when every micro-batch holds one sequence (the mean over
-    micro-batches of the micro-batch's token mean; SAF-OPD's released runs,
-    ``ppo_micro_batch_size_per_gpu=1``; verl also scales it by 1/accumulation, a constant)."""
+    """The registered loss plus, when ``kl_coef`` > 0, a KL term to a frozen reference (verl's ``use_kl_loss``:
+    L + β·agg(KL(π_θ ‖ π_ref)) with the loss's aggregation over the mask; column ``ref_logprobs``, filled by
+    a frozen model's scorer). ``kl_rows`` (``algo.kl_rows``): ``all`` rows, or only the policy's ``self`` rows
+    (HACPO's released loss: the KL mask is ``response_mask & is_self``, aggregated with the minibatch's
+    denominators, so a peer row adds nothing to the KL term nor to its statistics). Whenever that column is
+    there the KL is measured (with β = 0 only logged, as
+    verl's ``use_kl_loss=True, kl_loss_coef=0``): stats ``kl/sum`` and ``kl/n``, reported as ``kl`` (the token
+    mean over the step), and ``kl_seq_mean/sum`` and ``kl_seq_mean/n``, reported as ``kl_seq_mean``: the mean
+    over rows with loss tokens of each row's token-mean KL, which is verl's ``actor/kl_loss`` when every
+    micro-batch holds one sequence (the mean over micro-batches of the micro-batch's token mean; SAF-OPD's
+    released runs, ``ppo_micro_batch_size_per_gpu=1``; verl also scales it by 1/accumulation, a constant)."""
     loss, st = spec.fn(spec.bound(inp))
     ref = inp.columns.get("ref_logprobs")
     if kl_coef > 0 and not isinstance(ref, torch.Tensor):

@@ -1,31 +1,29 @@
 """A synthetic, verifiable code task for the tiny models: "write a one-line Python function".
 
-Each problem states a small function in words with two worked examples and asks for a one-line
-``def``; its gold is a ``call`` test spec (graft_cli/reward/programs.py: ``fn_name`` ``f``, argument
-lists and return values) holding the two examples and five hidden inputs, so the code reward grades
-it with the expected values outside the sandbox. Records are ``{id, problem, answer, solution,
-family, level}`` (``solution``: the reference one-liner, what SFT teaches;
-:func:`reference_response` is the response written around it), deterministic by seed.
+Each problem states a small function in words with two worked examples and asks for a one-line ``def``; its gold
+is a ``call`` test spec (graft_cli/reward/programs.py: ``fn_name`` ``f``, argument lists and return values) holding the
+two examples and five hidden inputs, so the code reward grades it with the expected values outside the sandbox.
+Records are ``{id, problem, answer, solution, family, level}`` (``solution``: the reference one-liner, what SFT
+teaches; :func:`reference_response` is the response written around it), deterministic by seed.
 
-Six skill families at three levels, like the arithmetic task's (graft_cli/data/synthetic.py), so a
-pair of tiny models can be given complementary blind spots by weighting them in SFT:
+Six skill families at three levels, like the arithmetic task's (graft_cli/data/synthetic.py), so a pair of tiny
+models can be given complementary blind spots by weighting them in SFT:
 
 ==========  =====================================================  ==================================================
-family      spec in words (level 1 .. 3)                           reference (examples) ==========
-=====================================================
-================================================== ``arith``   x times A plus B (A, B small ..
-larger, then x*x)      ``def f(x): return x * 3 + 1`` ``map``     every element of xs times A / plus
-A / squared         ``def f(xs): return [v * 3 for v in xs]`` ``filter``  the elements of xs greater
-than / less than / div. by  ``def f(xs): return [v for v in xs if v > 4]`` ``string``  s reversed /
-repeated A times / upper-cased + suffix   ``def f(s): return s[::-1]`` ``reduce``  sum / max minus
-min / sum of squares of xs             ``def f(xs): return sum(xs)`` ``cond``    A if x is even else
-B / x if x > A else B / abs diff   ``def f(x): return 3 if x % 2 == 0 else 5`` ==========
-=====================================================
-==================================================
+family      spec in words (level 1 .. 3)                           reference (examples)
+==========  =====================================================  ==================================================
+``arith``   x times A plus B (A, B small .. larger, then x*x)      ``def f(x): return x * 3 + 1``
+``map``     every element of xs times A / plus A / squared         ``def f(xs): return [v * 3 for v in xs]``
+``filter``  the elements of xs greater than / less than / div. by  ``def f(xs): return [v for v in xs if v > 4]``
+``string``  s reversed / repeated A times / upper-cased + suffix   ``def f(s): return s[::-1]``
+``reduce``  sum / max minus min / sum of squares of xs             ``def f(xs): return sum(xs)``
+``cond``    A if x is even else B / x if x > A else B / abs diff   ``def f(x): return 3 if x % 2 == 0 else 5``
+==========  =====================================================  ==================================================
 
-Sizes: a reference response is 37-61 characters (``def`` line plus the fence), a prompt 176 on
-average (at most ~220; 5,000 draws, seed 0): short enough for the ~2M-parameter tiny models to learn
-by SFT as they learn the arithmetic task. """
+Sizes: a reference response is 37-61 characters (``def`` line plus the fence), a prompt 176 on average (at most
+~220; 5,000 draws, seed 0): short enough for the ~2M-parameter tiny models to learn by SFT as they learn the
+arithmetic task.
+"""
 
 from __future__ import annotations
 
@@ -136,8 +134,8 @@ def make_problem(rng: random.Random, family: str, level: int, pid: str) -> dict:
 
 
 def generate(n: int, seed: int = 0, families=FAMILIES, weights=None, levels=LEVELS, prefix: str = "code") -> list[dict]:
-    """``n`` problems, deterministic by ``seed``: each draws its family (by ``weights``, default
-    uniform) and level uniformly, then its constants and inputs."""
+    """``n`` problems, deterministic by ``seed``: each draws its family (by ``weights``, default uniform) and level
+    uniformly, then its constants and inputs."""
     rng = random.Random(f"{prefix}:{seed}")
     fams = list(families)
     out = []
@@ -153,8 +151,7 @@ def reference_response(rec: dict) -> str:
 
 
 def write_task(folder: str, seed: int = 0, n_train: int = 4000, n_eval: int = 300) -> dict:
-    """``train.jsonl`` and ``eval_code.jsonl`` (disjoint draws: their own seeds) in ``folder``;
-    returns the paths."""
+    """``train.jsonl`` and ``eval_code.jsonl`` (disjoint draws: their own seeds) in ``folder``; returns the paths."""
     os.makedirs(folder, exist_ok=True)
     paths = {}
     for name, n, prefix in (("train", n_train, "code-train"), ("eval_code", n_eval, "code-eval")):

@@ -1,27 +1,22 @@
-"""Sharded checkpoints without pickle: each rank writes the part of every tensor it holds, any world
-size reads them.
+"""Sharded checkpoints without pickle: each rank writes the part of every tensor it holds, any world size reads them.
 
-An FSDP2 policy's parameters (and AdamW's moments) are DTensors split over the ranks (``Shard(0)``);
-gathering them to one rank for a checkpoint costs that rank the whole model and optimizer (~16 B per
-parameter, 128 GB for an 8B policy with AdamW). ``torch.distributed.checkpoint`` avoids the gather,
-but its ``.metadata`` file is a pickle and nothing graft reads from a run directory is unpickled, so
-a sharded checkpoint is written here in its own small
+An FSDP2 policy's parameters (and AdamW's moments) are DTensors split over the ranks (``Shard(0)``); gathering them
+to one rank for a checkpoint costs that rank the whole model and optimizer (~16 B per parameter, 128 GB for an 8B
+policy with AdamW). ``torch.distributed.checkpoint`` avoids the gather, but its ``.metadata`` file is a pickle and
+nothing graft reads from a run directory is unpickled, so a sharded checkpoint is written here in its own small
 format, the same layout DCP uses, with safetensors and JSON::
 
-    <policy>/config.json, generation_config.json, tokenizer files      (rank 0: what from_pretrained
-    needs) <policy>/shards/rank-00000-of-00002.safetensors                      each rank's local
-    part of every tensor <policy>/shards/rank-00000-of-00002.json                             per
-    tensor: the global shape, the offset
-                                                                         of the local part in it;
-                                                                         the optimizer's
-                                                                         hyperparameters and
-                                                                         parameter order
+    <policy>/config.json, generation_config.json, tokenizer files      (rank 0: what from_pretrained needs)
+    <policy>/shards/rank-00000-of-00002.safetensors                      each rank's local part of every tensor
+    <policy>/shards/rank-00000-of-00002.json                             per tensor: the global shape, the offset
+                                                                         of the local part in it; the optimizer's
+                                                                         hyperparameters and parameter order
 
-Tensors are named ``model/<parameter or buffer>`` and ``optim/<parameter>/<state key>``. A reader on
-any world size (:class:`ShardReader`) takes, for each box ``[offset, offset + shape)`` it needs, the
-intersection with every saved box (reading only those rows through safetensors' slices), which is
-what resharding is: save at 2 ranks, load the halves at 2, the whole at 1 (``graft export``, ``graft
-eval``), other cuts at 4. """
+Tensors are named ``model/<parameter or buffer>`` and ``optim/<parameter>/<state key>``. A reader on any world size
+(:class:`ShardReader`) takes, for each box ``[offset, offset + shape)`` it needs, the intersection with every saved
+box (reading only those rows through safetensors' slices), which is what resharding is: save at 2 ranks, load the
+halves at 2, the whole at 1 (``graft export``, ``graft eval``), other cuts at 4.
+"""
 
 from __future__ import annotations
 
@@ -54,8 +49,8 @@ def is_sharded(folder: str) -> bool:
 
 
 def local_box(t: torch.Tensor) -> tuple[torch.Tensor, list[int], list[int]]:
-    """``(local tensor, global shape, offset of the local part)``: a DTensor's own part (FSDP2's
-    ``Shard(0)`` rows, any placement torch can describe), a plain tensor whole at offset 0."""
+    """``(local tensor, global shape, offset of the local part)``: a DTensor's own part (FSDP2's ``Shard(0)`` rows,
+    any placement torch can describe), a plain tensor whole at offset 0."""
 
     if isinstance(t, DTensor):
         # lazy: a private torch API, reached only for a DTensor
@@ -67,9 +62,8 @@ def local_box(t: torch.Tensor) -> tuple[torch.Tensor, list[int], list[int]]:
 
 
 def write_shard(folder: str, rank: int, world: int, tensors: dict, extra: dict | None = None) -> list[str]:
-    """Write this rank's part of ``tensors`` (name -> tensor or DTensor) under ``folder/shards/``
-    and its JSON index (global shapes, offsets, ``extra``); both files are fsynced. Returns their
-    paths."""
+    """Write this rank's part of ``tensors`` (name -> tensor or DTensor) under ``folder/shards/`` and its JSON index
+    (global shapes, offsets, ``extra``); both files are fsynced. Returns their paths."""
 
     d = os.path.join(folder, SHARDS)
     os.makedirs(d, exist_ok=True)
@@ -93,9 +87,9 @@ def write_shard(folder: str, rank: int, world: int, tensors: dict, extra: dict |
 
 
 class ShardReader:
-    """The shards of one policy folder, read for any world size. Every index is JSON; every tensor
-    file safetensors (nothing is unpickled). A missing rank, a mixed world size or a tensor whose
-    boxes do not cover its global shape raises one line naming the file."""
+    """The shards of one policy folder, read for any world size. Every index is JSON; every tensor file safetensors
+    (nothing is unpickled). A missing rank, a mixed world size or a tensor whose boxes do not cover its global
+    shape raises one line naming the file."""
 
     def __init__(self, folder: str):
         self.folder = folder
@@ -149,8 +143,8 @@ class ShardReader:
         return self._open[r]
 
     def read(self, name: str, offset: list[int] | None = None, shape: list[int] | None = None) -> torch.Tensor:
-        """The box ``[offset, offset + shape)`` of tensor ``name`` (default: all of it), assembled
-        from the saved boxes it intersects; each saved box is read only where it intersects."""
+        """The box ``[offset, offset + shape)`` of tensor ``name`` (default: all of it), assembled from the saved
+        boxes it intersects; each saved box is read only where it intersects."""
         full = self.global_shape(name)
         offset = list(offset) if offset is not None else [0] * len(full)
         shape = list(shape) if shape is not None else list(full)
@@ -187,8 +181,7 @@ class ShardReader:
         return out
 
     def read_like(self, name: str, t: torch.Tensor) -> torch.Tensor:
-        """The part of ``name`` that ``t`` (a DTensor or a plain tensor of the global shape) holds
-        on this rank."""
+        """The part of ``name`` that ``t`` (a DTensor or a plain tensor of the global shape) holds on this rank."""
         part, shape, offset = local_box(t)
         if list(shape) != self.global_shape(name):
             raise GraftError(f"{os.path.join(self.folder, SHARDS)}: {name!r} has shape {self.global_shape(name)} "
@@ -196,15 +189,13 @@ class ShardReader:
         return self.read(name, offset, list(part.shape))
 
     def full_state(self, prefix: str = MODEL) -> dict[str, torch.Tensor]:
-        """Every tensor under ``prefix`` whole (the prefix removed): a model's state dict for
-        ``from_pretrained``."""
+        """Every tensor under ``prefix`` whole (the prefix removed): a model's state dict for ``from_pretrained``."""
         return {n[len(prefix):]: self.read(n) for n in self.names(prefix)}
 
 
 def model_tensors(model) -> dict:
-    """``model/<name>`` -> parameter or persistent buffer (DTensor under FSDP2), tied parameters
-    once; a LoRA policy's adapter parameters only (its base is the base model's folder, not the
-    checkpoint's)."""
+    """``model/<name>`` -> parameter or persistent buffer (DTensor under FSDP2), tied parameters once; a LoRA
+    policy's adapter parameters only (its base is the base model's folder, not the checkpoint's)."""
     if is_lora(model):
         return {MODEL + n: p for n, p in model.named_parameters() if p.requires_grad}
     out = {MODEL + n: p for n, p in model.named_parameters()}
@@ -217,8 +208,8 @@ def model_tensors(model) -> dict:
 
 
 def optimizer_tensors(model, optimizer) -> tuple[dict, dict]:
-    """``optim/<parameter>/<key>`` -> the optimizer's state tensors, and the JSON part
-    (hyperparameters of each group, its parameters by name, the non-tensor state values)."""
+    """``optim/<parameter>/<key>`` -> the optimizer's state tensors, and the JSON part (hyperparameters of each
+    group, its parameters by name, the non-tensor state values)."""
     names = {id(p): n for n, p in model.named_parameters()}
     tensors, plain = {}, {}
     groups = []
@@ -235,8 +226,7 @@ def optimizer_tensors(model, optimizer) -> tuple[dict, dict]:
 
 
 def read_model(reader: ShardReader, model) -> dict[str, torch.Tensor]:
-    """This rank's part of every model tensor, keyed as :func:`model_tensors` (read before anything
-    is changed)."""
+    """This rank's part of every model tensor, keyed as :func:`model_tensors` (read before anything is changed)."""
     want = model_tensors(model)
     missing = [n for n in want if n not in reader.indexes[0]["tensors"]]
     if missing:
@@ -246,9 +236,8 @@ def read_model(reader: ShardReader, model) -> dict[str, torch.Tensor]:
 
 
 def read_optimizer(reader: ShardReader, model, optimizer) -> dict:
-    """An optimizer ``state_dict`` for this rank's ``optimizer`` (state tensors shaped as its
-    parameters: DTensor parts under FSDP2), built from the shards: what
-    ``optimizer.load_state_dict`` takes."""
+    """An optimizer ``state_dict`` for this rank's ``optimizer`` (state tensors shaped as its parameters: DTensor
+    parts under FSDP2), built from the shards: what ``optimizer.load_state_dict`` takes."""
 
     extra = reader.extra
     saved = extra.get("param_groups")
@@ -294,8 +283,8 @@ def load_state_into(model, parts: dict[str, torch.Tensor]) -> None:
 
 
 def sharded_adapter(path: str) -> dict:
-    """The LoRA adapter of a sharded checkpoint's policy folder, every rank's part assembled, under
-    PEFT's saved keys (the adapter's name left out)."""
+    """The LoRA adapter of a sharded checkpoint's policy folder, every rank's part assembled, under PEFT's saved keys
+    (the adapter's name left out)."""
     return {saved_key(k): v for k, v in ShardReader(path).full_state().items()}
 
 

@@ -2,37 +2,37 @@
 
 A plan file (YAML) has these keys (all optional except ``runs``)::
 
-    name: gate                      # the plan's name (default: the file name) description: ...
-    pair: tiny                      # reproduce plans: the pair (ablate: --pair) seeds: [0]
-    # default seeds of every entry steps: 40                       # run.steps of every run (null:
-    the pair's run.epochs) overrides: {run.save_every: 10} # config overrides of every run (mapping
-    or list of key=value) eval: {steps: last, runs: 2, samples: 4, benchmarks: null}   # how each
-    run is evaluated jobs: 1                         # runs trained at the same time (worker
-    processes) claims: {...}                   # reproduce plans: which runs the claims compare
-    (report/claims.py) resources: {nodes: 1, gpus: 4, gpu: H200, gpu_gb: 141, cpus: 64, hours: 13.7,
-    eval_hours: 0.9}  # per run slurm: {partition: gpu, account: ..., qos: ..., time: "24:00:00",
-    extra: ["--mail-type=END"]}  # plan/slurm.py runs:
+    name: gate                      # the plan's name (default: the file name)
+    description: ...
+    pair: tiny                      # reproduce plans: the pair (ablate: --pair)
+    seeds: [0]                      # default seeds of every entry
+    steps: 40                       # run.steps of every run (null: the pair's run.epochs)
+    overrides: {run.save_every: 10} # config overrides of every run (mapping or list of key=value)
+    eval: {steps: last, runs: 2, samples: 4, benchmarks: null}   # how each run is evaluated
+    jobs: 1                         # runs trained at the same time (worker processes)
+    claims: {...}                   # reproduce plans: which runs the claims compare (report/claims.py)
+    resources: {nodes: 1, gpus: 4, gpu: H200, gpu_gb: 141, cpus: 64, hours: 13.7, eval_hours: 0.9}  # per run
+    slurm: {partition: gpu, account: ..., qos: ..., time: "24:00:00", extra: ["--mail-type=END"]}  # plan/slurm.py
+    runs:
       - {name: grpo, method: grpo, seeds: [0, 1, 2]}
       - {name: graft-delta0p5, method: graft, overrides: {exchange.params.delta: 0.5}}
       - {name: graft_stored-a, method: graft_stored, partner: {run: grpo, policy: b}}
       - {name: hacpo, method: hacpo, pair: "2", resources: {gpus: 8}}
 
-``pair`` (an entry's own pair) lets one plan span pairs (the GRAFT paper's Table 1 is pairs 1-3);
-such a run's key is ``<pair>:<name>-s<seed>``. ``resources`` (:class:`Resources`; an entry's keys
-refine the plan's) are what each run asks a scheduler for and what the plan's GPU-hours are computed
-from.
+``pair`` (an entry's own pair) lets one plan span pairs (the GRAFT paper's Table 1 is pairs 1-3); such a run's
+key is ``<pair>:<name>-s<seed>``. ``resources`` (:class:`Resources`; an entry's keys refine the plan's) are what
+each run asks a scheduler for and what the plan's GPU-hours are computed from.
 
-``partner`` (stored-trajectory GRAFT, graft.md §5): the run named ``run`` of this plan with the
-*same seed* is the partner (``pair: P`` names the partner entry's own pair, default this entry's);
-its directory and ``policy`` become ``exchange.params.partner_run`` / ``partner_policy``, and the
-expansion orders it first. An entry may repeat a name with other seeds or pairs (e.g. to run seed 0
-of everything before seeds 1-2); (pair, name, seed) must be unique and repeated names must agree on
-method, overrides and eval (and on the partner within a pair).
+``partner`` (stored-trajectory GRAFT, graft.md §5): the run named ``run`` of this plan with the *same seed*
+is the partner (``pair: P`` names the partner entry's own pair, default this entry's); its directory and
+``policy`` become ``exchange.params.partner_run`` / ``partner_policy``, and the expansion orders it first.
+An entry may repeat a name with other seeds or pairs (e.g. to run seed 0 of everything before seeds 1-2);
+(pair, name, seed) must be unique and repeated names must agree on method, overrides and eval (and on the
+partner within a pair).
 
-A run's directory is ``<out>/<pair>-<name>-s<seed>`` (``run.name`` = ``<pair>-<name>-s<seed>``), the
-same name ``graft train --pair P --method M --seed S`` uses when ``name`` equals the method, so runs
-are shared between plans writing into one folder (e.g. full GRAFT between the gate and threshold
-sweeps).
+A run's directory is ``<out>/<pair>-<name>-s<seed>`` (``run.name`` = ``<pair>-<name>-s<seed>``), the same
+name ``graft train --pair P --method M --seed S`` uses when ``name`` equals the method, so runs are shared
+between plans writing into one folder (e.g. full GRAFT between the gate and threshold sweeps).
 
 Sweep files (``experiments/sweep/``) usually list runs only; their per-pair settings (steps, eval,
 overrides) come from ``experiments/sweep/_pairs.yaml`` (:func:`load_sweep`).
@@ -88,8 +88,7 @@ class EvalPlan:
 
 @dataclass(frozen=True)
 class Resources:
-    """What one run of a plan asks a scheduler for, and the hours it is expected to take (for
-    GPU-hours)."""
+    """What one run of a plan asks a scheduler for, and the hours it is expected to take (for GPU-hours)."""
     nodes: int = 1
     gpus: int = 0  # GPUs per node
     gpu: str = ""  # the GPU the plan was sized for (a label: "H200")
@@ -197,8 +196,7 @@ class Plan:
     analysis: dict = field(default_factory=lambda: parse_analysis(None))  # interval rule, sequential looks, reading
 
     def eval_for(self, r: PlanRun) -> EvalPlan:
-        """How run ``r`` is evaluated: the plan's ``eval`` refined by the entry's own ``eval:``
-        keys."""
+        """How run ``r`` is evaluated: the plan's ``eval`` refined by the entry's own ``eval:`` keys."""
         if not r.eval_over:
             return self.eval
         return parse_eval({k: (list(v) if isinstance(v, tuple) else v) for k, v in r.eval_over}, base=self.eval)
@@ -208,8 +206,7 @@ class Plan:
         return parse_resources(dict(r.resources), base=self.resources) if r.resources else self.resources
 
     def gpu_hours(self) -> tuple[float, float]:
-        """(training, evaluation) GPU-hours of every run of the plan: Σ nodes·gpus·hours, Σ
-        eval_gpus·eval_hours."""
+        """(training, evaluation) GPU-hours of every run of the plan: Σ nodes·gpus·hours, Σ eval_gpus·eval_hours."""
         res = [self.resources_for(r) for r in self.runs]
         return sum(x.train_gpu_hours() for x in res), sum(x.eval_gpu_hours() for x in res)
 
@@ -226,8 +223,7 @@ class Plan:
         return {r.key: r for r in self.runs}
 
     def compose_overrides(self, r: PlanRun, out: str, steps: int | None = None) -> list[str]:
-        """The ``compose()`` overrides of run ``r`` writing into ``out`` (plan, then entry, then
-        partner)."""
+        """The ``compose()`` overrides of run ``r`` writing into ``out`` (plan, then entry, then partner)."""
         ov = [f"pair={self.run_pair(r)}", f"method={r.method}", f"run.out={out}", f"run.name={self.run_name(r)}",
               f"run.seed={r.seed}"]
         steps = self.steps if steps is None else steps
@@ -236,8 +232,8 @@ class Plan:
         return ov + self.entry_overrides(r, out)
 
     def entry_overrides(self, r: PlanRun, out: str) -> list[str]:
-        """The overrides of run ``r`` past its pair, method, folder, name, seed and steps: the
-        plan's, the entry's, then its partner's run directory and policy."""
+        """The overrides of run ``r`` past its pair, method, folder, name, seed and steps: the plan's, the entry's,
+        then its partner's run directory and policy."""
         ov = list(self.overrides) + list(r.overrides)
         if r.partner:
             partner = self.by_key().get(r.partner_key())
@@ -332,8 +328,8 @@ def read_yaml(path: str) -> dict:
 
 
 def build_plan(raw: dict, pair: str | None = None, source: str = "", seeds=None, steps: int | None = None) -> Plan:
-    """Expand a plan mapping (see the module docstring) into a :class:`Plan`.
-    ``pair``/``seeds``/``steps`` (command-line options) win over the file's."""
+    """Expand a plan mapping (see the module docstring) into a :class:`Plan`. ``pair``/``seeds``/``steps``
+    (command-line options) win over the file's."""
     where = source or "plan"
     unknown = sorted(set(raw) - set(PLAN_KEYS))
     if unknown:
@@ -364,8 +360,7 @@ def build_plan(raw: dict, pair: str | None = None, source: str = "", seeds=None,
             if r.key in seen or dir_name in dirs:
                 raise GraftError(f"{w}: run {r.name!r} seed {r.seed} is listed twice")
             dirs.add(dir_name)
-            # a name means one configuration: the same method/overrides/eval everywhere, the same
-            # partner per pair
+            # a name means one configuration: the same method/overrides/eval everywhere, the same partner per pair
             for x in (x for x in seen.values() if x.name == r.name):
                 if (x.method, x.overrides, x.eval_over) != (r.method, r.overrides, r.eval_over) or (
                         x.pair == r.pair and x.partner != r.partner):
@@ -385,8 +380,7 @@ def build_plan(raw: dict, pair: str | None = None, source: str = "", seeds=None,
 
 
 def parse_analysis(raw, where: str = "analysis", max_seeds: int | None = None) -> dict:
-    """The plan's ``analysis`` section checked (one line naming the key) with its defaults filled
-    in."""
+    """The plan's ``analysis`` section checked (one line naming the key) with its defaults filled in."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise GraftError(f"{where}: must be a mapping (keys {', '.join(ANALYSIS_KEYS)})")
@@ -419,9 +413,8 @@ def parse_analysis(raw, where: str = "analysis", max_seeds: int | None = None) -
 
 
 def _entry_runs(e, w: str, plan_res, default_seeds: list, cli_seeds: bool) -> list[PlanRun]:
-    """One ``runs:`` entry checked (its keys, name, overrides, partner, pair, resources, eval) and
-    expanded into a run per seed (command-line seeds replace every entry's; else the entry's, else
-    the plan's)."""
+    """One ``runs:`` entry checked (its keys, name, overrides, partner, pair, resources, eval) and expanded into a
+    run per seed (command-line seeds replace every entry's; else the entry's, else the plan's)."""
     if not isinstance(e, dict):
         raise GraftError(f"{w}: expected a mapping with name and method")
     bad = sorted(set(e) - set(RUN_KEYS))
@@ -504,9 +497,8 @@ def _plan_path(name: str, folder: str, what: str) -> str:
 
 
 def pair_settings(pair: str) -> dict:
-    """Per-pair settings of sweeps (``experiments/sweep/_pairs.yaml``): the pair's entry, else
-    ``default``. An entry ``{plan: reproduce/<file>.yaml}`` takes steps/overrides/eval/jobs from
-    that reproduction plan."""
+    """Per-pair settings of sweeps (``experiments/sweep/_pairs.yaml``): the pair's entry, else ``default``. An
+    entry ``{plan: reproduce/<file>.yaml}`` takes steps/overrides/eval/jobs from that reproduction plan."""
     path = os.path.join(sweep_dir(), "_pairs.yaml")
     raw = read_yaml(path) if os.path.exists(path) else {}
     entry = raw.get(str(pair), raw.get("default")) or {}
@@ -520,8 +512,7 @@ def pair_settings(pair: str) -> dict:
 
 
 def load_sweep(name: str, pair: str = "tiny", seeds=None, steps: int | None = None) -> Plan:
-    """``experiments/sweep/<name>.yaml`` (or a path) over the pair's settings from
-    ``_pairs.yaml``."""
+    """``experiments/sweep/<name>.yaml`` (or a path) over the pair's settings from ``_pairs.yaml``."""
     path = _plan_path(name, sweep_dir(), "sweep")
     raw = read_yaml(path)
     base = pair_settings(pair)

@@ -1,70 +1,58 @@
-"""Where a comparison's variance comes from, the interval of record, and what more seeds or samples
-would buy (pure functions, numpy + scipy).
+"""Where a comparison's variance comes from, the interval of record, and what more seeds or samples would buy
+(pure functions, numpy + scipy).
 
-A study compares two arms x and y (e.g. GRAFT and GRPO) of one model. Seed s of an arm is one
-training run; its checkpoint is evaluated on B benchmarks, problem p of benchmark b getting n_{b,p}
-sampled answers with grades g (0/1 for math). The seed's score is the macro pass@1
+A study compares two arms x and y (e.g. GRAFT and GRPO) of one model. Seed s of an arm is one training run; its
+checkpoint is evaluated on B benchmarks, problem p of benchmark b getting n_{b,p} sampled answers with grades g
+(0/1 for math). The seed's score is the macro pass@1
 
-    m_s = (1/B) Σ_b (1/N_b) Σ_p ḡ_{s,b,p}.
-    (1)
+    m_s = (1/B) Σ_b (1/N_b) Σ_p ḡ_{s,b,p}.                                                              (1)
 
-Model: m_s = μ + T_s + E_s, with T_s the training seed's deviation and E_s the evaluation sampling's
-(given the checkpoint). The sampling variance of (1) is estimated without bias from the checkpoint's
-own grades,
+Model: m_s = μ + T_s + E_s, with T_s the training seed's deviation and E_s the evaluation sampling's (given the
+checkpoint). The sampling variance of (1) is estimated without bias from the checkpoint's own grades,
 
-    v_s = (1/B²) Σ_b v_{s,b},   v_{s,b} = (1/N_b²) Σ_p s²_{s,b,p} / n_{b,p}
-    (2)
+    v_s = (1/B²) Σ_b v_{s,b},   v_{s,b} = (1/N_b²) Σ_p s²_{s,b,p} / n_{b,p}                              (2)
 
 (s² the grades' sample variance, ddof 1; for 0/1 grades s²/n = p̂(1 − p̂)/(n − 1)).
 
-**Interval of record** (:func:`seed_interval`): a t-interval over the seeds' scores (1), the
-evaluation noise inside them. *Paired* when both arms ran the same seed numbers (a plan gives seed k
-of every arm the same data order and the same first rollouts): d_s = m^x_s − m^y_s, Δ̂ = mean d, SE²
-= S²_d / n, df = n − 1. Otherwise Welch: SE² = S²_x/n_x + S²_y/n_y with Welch–Satterthwaite df. The
-problems are held fixed (the benchmarks are the papers' fixed sets); what a new draw of problems
-would add is reported beside, not inside, the interval.
+**Interval of record** (:func:`seed_interval`): a t-interval over the seeds' scores (1), the evaluation noise
+inside them. *Paired* when both arms ran the same seed numbers (a plan gives seed k of every arm the same data
+order and the same first rollouts): d_s = m^x_s − m^y_s, Δ̂ = mean d, SE² = S²_d / n, df = n − 1. Otherwise
+Welch: SE² = S²_x/n_x + S²_y/n_y with Welch–Satterthwaite df. The problems are held fixed (the benchmarks are the
+papers' fixed sets); what a new draw of problems would add is reported beside, not inside, the interval.
 
-**Floored interval** (the rule ``floored_t``, the default of every study): a t-interval over n seeds
-can come out narrower than its own evaluation noise allows, since S²_d with few degrees of freedom
-can fall below the variance the graded answers alone put into Δ̂ (V_E below, measured from thousands
-of grades). The floored rule uses
+**Floored interval** (the rule ``floored_t``, the default of every study): a t-interval over n seeds can come out
+narrower than its own evaluation noise allows, since S²_d with few degrees of freedom can fall below the variance the
+graded answers alone put into Δ̂ (V_E below, measured from thousands of grades). The floored rule uses
 
-    SE² = max(S²_d / n, V_E),   df = n − 1
-    (5)
+    SE² = max(S²_d / n, V_E),   df = n − 1                                                                (5)
 
-(Welch alike with its own df): never narrower than the evaluation allows, and never narrower than
-the paired t. Keeping n − 1 when the floor binds is the conservative end of a Satterthwaite df for
-V_T + V_E: V_E's own df is in the thousands, so a Satterthwaite df would jump from n − 1 to ~∞ at
-the floor and make the floored interval narrower than the unfloored one just below it.
+(Welch alike with its own df): never narrower than the evaluation allows, and never narrower than the paired t.
+Keeping n − 1 when the floor binds is the conservative end of a Satterthwaite df for V_T + V_E: V_E's own df is in
+the thousands, so a Satterthwaite df would jump from n − 1 to ~∞ at the floor and make the floored interval narrower
+than the unfloored one just below it.
 
 **Decomposition** of SE² (:func:`decompose`), each part estimated from the study's own files:
 
-    evaluation  V_E = mean_s v^d_s / n                          (paired: eq. 2 over the grade
-    differences of the same
-                                                                 (problem, run, sample), the arms
-                                                                 sharing sampling seeds; without
-                                                                 them mean_s (v^x_s + v^y_s) / n, an
-                                                                 upper bound; Welch: mean v^x / n_x
-                                                                 + mean v^y / n_y)
-    seeds       V_T = max(SE² − V_E, 0)                          (training: what remains of the
-    seed-to-seed spread) problems    V_P = (1/B²) Σ_b max(S²_p(δ_b) − mean_p q_{b,p}, 0) / N_b
-    (3)
+    evaluation  V_E = mean_s v^d_s / n                          (paired: eq. 2 over the grade differences of the same
+                                                                 (problem, run, sample), the arms sharing sampling
+                                                                 seeds; without them mean_s (v^x_s + v^y_s) / n, an
+                                                                 upper bound; Welch: mean v^x / n_x + mean v^y / n_y)
+    seeds       V_T = max(SE² − V_E, 0)                          (training: what remains of the seed-to-seed spread)
+    problems    V_P = (1/B²) Σ_b max(S²_p(δ_b) − mean_p q_{b,p}, 0) / N_b                                  (3)
 
-with δ_{b,p} the per-problem difference of the arms' seed means and q_{b,p} its variance from seeds
-and sampling (S² over seeds of the per-problem paired differences / n; Welch: S²_{x,p}/n_x +
-S²_{y,p}/n_y): the method of moments of a one-way random-effects model. Per seed, σ²_T = n·V_T and
-σ²_E = n·V_E (per benchmark σ²_{E,b}), so the half-width with n' seeds and f_b times the samples on
-benchmark b is
+with δ_{b,p} the per-problem difference of the arms' seed means and q_{b,p} its variance from seeds and sampling
+(S² over seeds of the per-problem paired differences / n; Welch: S²_{x,p}/n_x + S²_{y,p}/n_y): the method of
+moments of a one-way random-effects model. Per seed, σ²_T = n·V_T and σ²_E = n·V_E (per benchmark σ²_{E,b}), so
+the half-width with n' seeds and f_b times the samples on benchmark b is
 
-    h(n', f) = t_{0.975, n'−1} · sqrt((σ²_T + Σ_b σ²_{E,b} / f_b) / n')
-    (4)
+    h(n', f) = t_{0.975, n'−1} · sqrt((σ²_T + Σ_b σ²_{E,b} / f_b) / n')                                   (4)
 
 (:func:`projected_half_width`; :func:`seeds_for`: the smallest n' with h ≤ a target).
 
-**Coverage** (:func:`coverage`): studies simulated from measured components (per-problem success
-probabilities, each seed's training shift T ~ N(0, σ²_T) or a heavier-tailed Student t, binomial
-sampling at the design's sample counts), each judged by today's and the proposed intervals; the
-share that covers the true Δ. """
+**Coverage** (:func:`coverage`): studies simulated from measured components (per-problem success probabilities,
+each seed's training shift T ~ N(0, σ²_T) or a heavier-tailed Student t, binomial sampling at the design's
+sample counts), each judged by today's and the proposed intervals; the share that covers the true Δ.
+"""
 
 from __future__ import annotations
 
@@ -88,8 +76,7 @@ def t975(df: float) -> float:
 
 # ------------------------------------------------------------------------------------ eq. (2): sampling
 def binomial_variance(p_hat: np.ndarray, n: int) -> float:
-    """v_b of eq. (2) from per-problem pass rates p̂ over ``n`` 0/1 grades each: (1/N²) Σ_p p̂(1 −
-    p̂)/(n − 1)."""
+    """v_b of eq. (2) from per-problem pass rates p̂ over ``n`` 0/1 grades each: (1/N²) Σ_p p̂(1 − p̂)/(n − 1)."""
     p = np.asarray(p_hat, dtype=np.float64)
     if n < 2 or p.size == 0:
         return 0.0
@@ -105,13 +92,12 @@ def eval_variance(per_bench: Mapping[str, float], benches: Sequence[str] | None 
 # ------------------------------------------------------------------------------------ the interval
 def seed_interval(x: Mapping, y: Mapping, paired: bool | None = None, floor: float | None = None,
                   boundary: float | None = None) -> dict | None:
-    """Δ = mean(x) − mean(y) of seed scores (``seed -> score``) with the 95% t-interval of the
-    module docstring. ``paired`` None: paired when both arms have the same seeds (≥ 2). ``floor``
-    (the *floored* rule, eq. 5): the squared standard error is max(SE², floor), floor = V_E the
-    measured evaluation variance of Δ̂, with the df of SE² kept. ``boundary``: a group-sequential
-    look's boundary c_k, the multiplier then q_k of :mod:`graft_cli.report.sequential` eq. (3)
-    instead of t_{0.975}. Returns {"interval": (Δ, lo, hi), "paired", "df", "se", "floored" (the
-    floor set SE), "crit", "n": [n_x, n_y]} or None when a side has < 2 seeds."""
+    """Δ = mean(x) − mean(y) of seed scores (``seed -> score``) with the 95% t-interval of the module docstring.
+    ``paired`` None: paired when both arms have the same seeds (≥ 2). ``floor`` (the *floored* rule, eq. 5): the
+    squared standard error is max(SE², floor), floor = V_E the measured evaluation variance of Δ̂, with the df of
+    SE² kept. ``boundary``: a group-sequential look's boundary c_k, the multiplier then q_k of
+    :mod:`graft_cli.report.sequential` eq. (3) instead of t_{0.975}. Returns {"interval": (Δ, lo, hi), "paired",
+    "df", "se", "floored" (the floor set SE), "crit", "n": [n_x, n_y]} or None when a side has < 2 seeds."""
     if paired is None:
         paired = set(map(str, x)) == set(map(str, y))
     if paired:
@@ -147,14 +133,13 @@ def decompose(x: Mapping, y: Mapping, ex: Mapping | None, ey: Mapping | None, be
               paired: bool | None = None, scale: float = 100.0, ed: Mapping | None = None) -> dict | None:
     """The parts of Var(Δ̂), eq. (3), in ``scale``² units (points² for pass@1 × 100).
 
-    ``x``/``y``: seed -> {benchmark: per-problem mean grades}; ``ex``/``ey``: seed -> {benchmark:
-    v_{s,b}} (eq. 2; None: no sampling part is known); ``ed`` (paired): seed -> {benchmark:
-    v^d_{s,b}}, the sampling variance of the difference itself, eq. (2) over the paired grade
-    differences g^x − g^y of the same (problem, run, sample): the arms are sampled with the same
-    seeds, so their sampling noise can be correlated and v^x + v^y overstates it. Returns {"seeds",
-    "evaluation", "problems" (variances of Δ̂), "shares" (of their sum), "per_seed": {"training",
-    "evaluation", "evaluation_by_benchmark"} (σ², eq. 4), "paired", "n"} or None when an arm has < 2
-    seeds."""
+    ``x``/``y``: seed -> {benchmark: per-problem mean grades}; ``ex``/``ey``: seed -> {benchmark: v_{s,b}} (eq. 2;
+    None: no sampling part is known); ``ed`` (paired): seed -> {benchmark: v^d_{s,b}}, the sampling variance of the
+    difference itself, eq. (2) over the paired grade differences g^x − g^y of the same (problem, run, sample): the
+    arms are sampled with the same seeds, so their sampling noise can be correlated and v^x + v^y overstates it.
+    Returns {"seeds", "evaluation", "problems" (variances of Δ̂), "shares"
+    (of their sum), "per_seed": {"training", "evaluation", "evaluation_by_benchmark"} (σ², eq. 4), "paired",
+    "n"} or None when an arm has < 2 seeds."""
     if paired is None:
         paired = set(map(str, x)) == set(map(str, y))
     xs = {str(k): v for k, v in x.items()}
@@ -209,9 +194,8 @@ def decompose(x: Mapping, y: Mapping, ex: Mapping | None, ey: Mapping | None, be
 
 
 def _problem_variance(xs: Mapping, ys: Mapping, benches: Sequence[str], paired: bool, scale: float) -> float:
-    """V_P of eq. (3): per benchmark the spread of the per-problem differences of the arms' seed
-    means, less what seeds and sampling put into each (q_p), over N_b; averaged over benchmarks as
-    the macro score is."""
+    """V_P of eq. (3): per benchmark the spread of the per-problem differences of the arms' seed means, less what
+    seeds and sampling put into each (q_p), over N_b; averaged over benchmarks as the macro score is."""
     nx, ny, B = len(xs), len(ys), len(benches)
     v_prob = 0.0
     for b in benches:
@@ -227,9 +211,8 @@ def _problem_variance(xs: Mapping, ys: Mapping, benches: Sequence[str], paired: 
 
 # ------------------------------------------------------------------------------------ eq. (4): projections
 def projected_half_width(per_seed: Mapping, n: int, factors: Mapping[str, float] | None = None) -> float | None:
-    """h(n, f) of eq. (4) from a decomposition's ``per_seed`` part (training σ²_T; evaluation σ²_E
-    per benchmark, each divided by its ``factors`` entry, default 1: f_b times the samples of
-    benchmark b)."""
+    """h(n, f) of eq. (4) from a decomposition's ``per_seed`` part (training σ²_T; evaluation σ²_E per benchmark,
+    each divided by its ``factors`` entry, default 1: f_b times the samples of benchmark b)."""
     if n < 2:
         return None
     by = per_seed.get("evaluation_by_benchmark") or {}
@@ -249,9 +232,8 @@ def seeds_for(target: float, per_seed: Mapping, factors: Mapping[str, float] | N
 
 
 def arm_components(arm: Mapping, ev: Mapping | None, benches: Sequence[str], scale: float = 100.0) -> dict:
-    """One arm's own parts, for a simulation: the seeds' score variance S², its mean sampling
-    variance v̄ (eq. 2) and σ²_T = max(S² − v̄, 0), in ``scale``² units, with the per-problem mean
-    of the arm's seeds per benchmark."""
+    """One arm's own parts, for a simulation: the seeds' score variance S², its mean sampling variance v̄ (eq. 2)
+    and σ²_T = max(S² − v̄, 0), in ``scale``² units, with the per-problem mean of the arm's seeds per benchmark."""
     keys = [str(k) for k in arm]
     a = {str(k): v for k, v in arm.items()}
     m = np.array([scale * _macro(a[k], benches) for k in keys])
@@ -278,8 +260,8 @@ class EvalDesign:
 
 
 def _true_delta(px, py, sd_x, sd_y, tails, rng, draws=20000):
-    """E[m^x] − E[m^y] under the simulation's model (eq. 1 over clip(p + T, 0, 1)), by Monte Carlo
-    with common draws of T (exact 0 when the arms are the same)."""
+    """E[m^x] − E[m^y] under the simulation's model (eq. 1 over clip(p + T, 0, 1)), by Monte Carlo with common
+    draws of T (exact 0 when the arms are the same)."""
     z = _shifts(rng, draws, tails)
     out = 0.0
     for b in px:
@@ -290,16 +272,14 @@ def _true_delta(px, py, sd_x, sd_y, tails, rng, draws=20000):
 
 
 def _shifts(rng, n, tails):
-    """n standardised training shifts: N(0, 1), or Student t with ``tails`` df scaled to unit
-    variance."""
+    """n standardised training shifts: N(0, 1), or Student t with ``tails`` df scaled to unit variance."""
     if not tails:
         return rng.standard_normal(n)
     return rng.standard_t(tails, n) / math.sqrt(tails / (tails - 2))
 
 
 def _simulate_arm(rng, p, sd, design: EvalDesign, z):
-    """Seed -> {benchmark: per-problem pass rate} and seed -> {benchmark: v_{s,b}} for one simulated
-    arm."""
+    """Seed -> {benchmark: per-problem pass rate} and seed -> {benchmark: v_{s,b}} for one simulated arm."""
     arms, evs = {}, {}
     for s in range(design.seeds):
         arms[s], evs[s] = {}, {}
@@ -317,12 +297,11 @@ def coverage(px: Mapping[str, np.ndarray], py: Mapping[str, np.ndarray], sd_x: f
              rho: float = 0.0, tails: int | None = None, null: bool = False) -> dict:
     """Coverage of each procedure over ``studies`` simulated studies (module docstring).
 
-    ``px``/``py``: per-benchmark true pass rates of the arms (fractions); ``sd_x``/``sd_y``: the
-    training shifts' standard deviations (fractions); ``rho``: their correlation between the arms'
-    same-numbered seeds; ``tails``: Student-t df of the shifts (None: normal); ``null``: y := x (Δ =
-    0). ``procedures``: name -> f(x_arm, y_arm, x_eval, y_eval) -> (Δ, lo, hi) or None, arms as
-    :func:`decompose` takes them, in fractions. Returns {name: {"coverage", "half_width" (mean,
-    fractions), "studies"}, "true_delta"}."""
+    ``px``/``py``: per-benchmark true pass rates of the arms (fractions); ``sd_x``/``sd_y``: the training shifts'
+    standard deviations (fractions); ``rho``: their correlation between the arms' same-numbered seeds; ``tails``:
+    Student-t df of the shifts (None: normal); ``null``: y := x (Δ = 0). ``procedures``: name ->
+    f(x_arm, y_arm, x_eval, y_eval) -> (Δ, lo, hi) or None, arms as :func:`decompose` takes them, in fractions.
+    Returns {name: {"coverage", "half_width" (mean, fractions), "studies"}, "true_delta"}."""
     rng = np.random.default_rng(seed)
     if null:
         py, sd_y = px, sd_x
@@ -354,10 +333,9 @@ TARGET_HALF_WIDTH = 1.0  # points: the half-width the studies are budgeted for
 
 
 def variance_row(label: str, model: str, dec: Mapping | None, target: float = TARGET_HALF_WIDTH) -> list[str]:
-    """One row of the report's variance table: the comparison, the model, seeds, the half-width,
-    Var(Δ̂) split into seeds / evaluation / problems (share of their sum), per-seed σ_T and σ_E, and
-    the seeds per arm that would give a half-width ≤ ``target`` at this evaluation and with no
-    evaluation noise (eq. 4)."""
+    """One row of the report's variance table: the comparison, the model, seeds, the half-width, Var(Δ̂) split
+    into seeds / evaluation / problems (share of their sum), per-seed σ_T and σ_E, and the seeds per arm that
+    would give a half-width ≤ ``target`` at this evaluation and with no evaluation noise (eq. 4)."""
     if not dec:
         return [label, model] + ["—"] * 8
     inside = dec["seeds"] + dec["evaluation"]  # the interval's variance; problems stand beside it

@@ -1,29 +1,24 @@
 """Group-sequential boundaries and repeated confidence intervals (pure functions, numpy + scipy).
 
-A study registered with looks n_1 < ... < n_K (seeds per arm at which its claims may be judged) has
-information fractions t_k = n_k / n_K. With a two-sided error rate α spent by a Lan-DeMets function
+A study registered with looks n_1 < ... < n_K (seeds per arm at which its claims may be judged) has information
+fractions t_k = n_k / n_K. With a two-sided error rate α spent by a Lan-DeMets function
 
-    O'Brien-Fleming:  α(t) = 2 − 2 Φ(z_{1−α/2} / √t)          Pocock:  α(t) = α · ln(1 + (e − 1) t)
-    (1)
+    O'Brien-Fleming:  α(t) = 2 − 2 Φ(z_{1−α/2} / √t)          Pocock:  α(t) = α · ln(1 + (e − 1) t)        (1)
 
-the boundaries c_1..c_K solve, for standardised statistics Z_k with Corr(Z_i, Z_j) = √(t_i / t_j) (i
-≤ j),
+the boundaries c_1..c_K solve, for standardised statistics Z_k with Corr(Z_i, Z_j) = √(t_i / t_j) (i ≤ j),
 
-    P(|Z_1| < c_1, ..., |Z_{k−1}| < c_{k−1}, |Z_k| ≥ c_k) = α(t_k) − α(t_{k−1})
-    (2)
+    P(|Z_1| < c_1, ..., |Z_{k−1}| < c_{k−1}, |Z_k| ≥ c_k) = α(t_k) − α(t_{k−1})                          (2)
 
 (:func:`boundaries`; computed on the Brownian scale W_k = Z_k √t_k, whose increments are independent
-N(0, t_k − t_{k−1}), by numerical integration of the continuation density on a fine grid: Armitage,
-McPherson and Rowe 1969; Jennison and Turnbull 2000, ch. 19). The repeated confidence interval at
-look k is
+N(0, t_k − t_{k−1}), by numerical integration of the continuation density on a fine grid: Armitage, McPherson
+and Rowe 1969; Jennison and Turnbull 2000, ch. 19). The repeated confidence interval at look k is
 
-    Δ̂_k ± q_k · SE_k,   q_k = t_{1 − p_k/2, df_k},   p_k = 2 (1 − Φ(c_k))
-    (3)
+    Δ̂_k ± q_k · SE_k,   q_k = t_{1 − p_k/2, df_k},   p_k = 2 (1 − Φ(c_k))                                 (3)
 
-the look's boundary carried to Student's t at the nominal level it stands for (the t-statistic
-version of Jennison and Turnbull's RCIs, ch. 9): the K intervals cover Δ simultaneously with
-probability ≥ 1 − α, so a study judged at any look, or extended to a later one, keeps its error rate
-(:func:`look_critical`). With one look (K = 1) c_1 = z_{1−α/2} and (3) is the ordinary t-interval.
+the look's boundary carried to Student's t at the nominal level it stands for (the t-statistic version of
+Jennison and Turnbull's RCIs, ch. 9): the K intervals cover Δ simultaneously with probability ≥ 1 − α, so a study
+judged at any look, or extended to a later one, keeps its error rate (:func:`look_critical`).
+With one look (K = 1) c_1 = z_{1−α/2} and (3) is the ordinary t-interval.
 """
 
 from __future__ import annotations
@@ -53,9 +48,8 @@ def alpha_spent(t: float, alpha: float = 0.05, spending: str = "obrien_fleming")
 
 
 def _step(density: np.ndarray, grid: np.ndarray, var: float, new_grid: np.ndarray) -> np.ndarray:
-    """The density of W_{k} on ``new_grid`` from that of W_{k−1} on ``grid`` (restricted to the
-    continuation region) plus an independent N(0, var) increment: ∫ f(u) φ((w − u)/√var)/√var du
-    (trapezoid rule)."""
+    """The density of W_{k} on ``new_grid`` from that of W_{k−1} on ``grid`` (restricted to the continuation
+    region) plus an independent N(0, var) increment: ∫ f(u) φ((w − u)/√var)/√var du (trapezoid rule)."""
     sd = math.sqrt(var)
     kern = sps.norm.pdf((new_grid[:, None] - grid[None, :]) / sd) / sd
     w = np.full(grid.size, grid[1] - grid[0])
@@ -64,8 +58,7 @@ def _step(density: np.ndarray, grid: np.ndarray, var: float, new_grid: np.ndarra
 
 
 def _exit(density: np.ndarray, grid: np.ndarray, var: float, bound: float) -> float:
-    """P(|W_{k−1} + N(0, var)| ≥ bound, W_{k−1} in the continuation region) from W_{k−1}'s
-    density."""
+    """P(|W_{k−1} + N(0, var)| ≥ bound, W_{k−1} in the continuation region) from W_{k−1}'s density."""
     sd = math.sqrt(var)
     p_out = sps.norm.sf((bound - grid) / sd) + sps.norm.cdf((-bound - grid) / sd)
     w = np.full(grid.size, grid[1] - grid[0])
@@ -110,8 +103,7 @@ def nominal_level(c: float) -> float:
 
 
 def look_critical(c: float, df: float) -> float:
-    """q_k of eq. (3): the multiplier of SE at a look with boundary ``c`` and ``df`` degrees of
-    freedom."""
+    """q_k of eq. (3): the multiplier of SE at a look with boundary ``c`` and ``df`` degrees of freedom."""
     return float(sps.t.isf(nominal_level(c) / 2, df))
 
 
@@ -122,10 +114,9 @@ def current_look(looks: Sequence[int], seeds: int) -> int | None:
 
 
 def judged_look(analysis: dict | None, seeds: Sequence) -> tuple[list, float | None, str]:
-    """What a registered ``analysis`` judges from the seeds at hand (those every arm has): (the
-    seeds used, the boundary c_k or None for a fixed design, a label). A sequential design judges at
-    its largest complete look k with the first n_k seeds (in seed order); a fixed design uses every
-    seed."""
+    """What a registered ``analysis`` judges from the seeds at hand (those every arm has): (the seeds used, the
+    boundary c_k or None for a fixed design, a label). A sequential design judges at its largest complete look k
+    with the first n_k seeds (in seed order); a fixed design uses every seed."""
     ordered = sorted(seeds, key=lambda s: (int(s) if str(s).lstrip("-").isdigit() else 0, str(s)))
     seq = (analysis or {}).get("sequential")
     if not seq:

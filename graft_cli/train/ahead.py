@@ -1,41 +1,35 @@
-"""How a step gets its rollouts: with its own weights, or sampled ahead with bounded staleness
-(``run.staleness``).
+"""How a step gets its rollouts: with its own weights, or sampled ahead with bounded staleness (``run.staleness``).
 
-At k = 0 (:class:`InlineCollection`) each step collects its rollouts at its start, with the weights
-it updates, and each policy's updated weights are pushed into its engine after its update.
+At k = 0 (:class:`InlineCollection`) each step collects its rollouts at its start, with the weights it updates,
+and each policy's updated weights are pushed into its engine after its update.
 
-At k >= 1 (:class:`AheadCollection`) the rollouts of step t (0-based) are sampled with the weights
-of version
+At k >= 1 (:class:`AheadCollection`) the rollouts of step t (0-based) are sampled with the weights of version
 
-    v(t) = max(0, t - k)        (a version counts the updates applied; the trainer holds version t
-    at step t)
+    v(t) = max(0, t - k)        (a version counts the updates applied; the trainer holds version t at step t)
 
 while the steps before t update:
 
-    start of step t:  launch the collection of step t + k with a copy of version t's weights (at
-    step 0: the
+    start of step t:  launch the collection of step t + k with a copy of version t's weights (at step 0: the
                       collections of steps 0 .. k, all with version 0)
                       take the collection of step t (waiting for it if it is not finished)
     then, as at k = 0: exchange, π_old recomputed at version t, update -> version t + 1
 
-Collections run in step order on one rollout thread. Each loads its weights into the policy's
-rollout replica (``Policy.replica``), pushes them into the engine and checks the push with the
-``run.sync_check`` probe against the trainer's log-probs at launch, then samples. With an engine
-that shares the trainer's device or model (``own_weights`` False: vLLM colocated, tandem) a
-collection runs in the trainer's thread when it is launched: the same rows, without overlap. On a
-GPU a collection runs on a CUDA stream of its own (:class:`RolloutStream`), so that generation's
-kernels run beside the update's. Every row of step t carries its version: ``PolicyStep.version``,
-the rollout logs' ``version`` column, the metrics ``async/version`` and ``async/staleness`` = t -
-v(t) (at most k; :func:`check_staleness` refuses an older row) and ``time/rollout_wait`` (how long
-the trainer waited for it).
+Collections run in step order on one rollout thread. Each loads its weights into the policy's rollout replica
+(``Policy.replica``), pushes them into the engine and checks the push with the ``run.sync_check`` probe against the
+trainer's log-probs at launch, then samples. With an engine that shares the trainer's device or model (``own_weights``
+False: vLLM colocated, tandem) a collection runs in the trainer's thread when it is launched: the same rows, without
+overlap. On a GPU a collection runs on a CUDA stream of its own (:class:`RolloutStream`), so that generation's kernels
+run beside the update's. Every row of step t carries its version: ``PolicyStep.version``, the rollout logs'
+``version`` column, the metrics ``async/version`` and ``async/staleness`` = t - v(t) (at most k;
+:func:`check_staleness` refuses an older row) and ``time/rollout_wait`` (how long the trainer waited for it).
 
-The rows of step t do not depend on timing: sampling seeds depend on (run seed, step, policy, round)
-only, the data cursor advances in step order, and every exchange sees the groups of one collection
-(one prompt batch, one version for every policy). A checkpoint after step t waits for the
-collections in flight (t + 1 .. t + k) and stores them (:meth:`AheadCollection.state_dict`), so a
-resumed run trains on the rows the uninterrupted one would. Before a checkpoint or an after-step
-hook (validation samples through the engines) :meth:`settle` waits for them and loads the trainer's
-weights into the replicas. """
+The rows of step t do not depend on timing: sampling seeds depend on (run seed, step, policy, round) only, the
+data cursor advances in step order, and every exchange sees the groups of one collection (one prompt batch, one
+version for every policy). A checkpoint after step t waits for the collections in flight (t + 1 .. t + k) and
+stores them (:meth:`AheadCollection.state_dict`), so a resumed run trains on the rows the uninterrupted one would.
+Before a checkpoint or an after-step hook (validation samples through the engines) :meth:`settle` waits for them
+and loads the trainer's weights into the replicas.
+"""
 
 from __future__ import annotations
 
@@ -65,8 +59,8 @@ def weight_version(step: int, staleness: int) -> int:
 
 
 def check_staleness(step: int, version: int, staleness: int) -> int:
-    """``step - version``, the rows' staleness; a row sampled more than ``staleness`` updates ago
-    (or with weights the trainer does not have yet) stops the run."""
+    """``step - version``, the rows' staleness; a row sampled more than ``staleness`` updates ago (or with weights
+    the trainer does not have yet) stops the run."""
     age = step - version
     if not 0 <= age <= staleness:
         raise GraftError(f"step {step + 1}: its rollouts were sampled with the weights of version {version}, "
@@ -77,11 +71,10 @@ def check_staleness(step: int, version: int, staleness: int) -> int:
 class RolloutStream:
     """The rollout thread's own CUDA stream where the replicas are on a GPU; nothing elsewhere.
 
-    The streams torch creates do not wait on the default stream, so a collection's kernels run
-    beside the trainer's. :meth:`mark` (trainer's thread, after the weights are copied) tells the
-    allocator the copies are read on this stream and records an event; :meth:`run` (rollout thread)
-    makes the stream wait for that event, runs the collection on it and synchronizes it before the
-    rows are handed over (they are host data)."""
+    The streams torch creates do not wait on the default stream, so a collection's kernels run beside the
+    trainer's. :meth:`mark` (trainer's thread, after the weights are copied) tells the allocator the copies are
+    read on this stream and records an event; :meth:`run` (rollout thread) makes the stream wait for that event,
+    runs the collection on it and synchronizes it before the rows are handed over (they are host data)."""
 
     def __init__(self, device: torch.device | None):
         self.stream = torch.cuda.Stream(device) if device is not None and device.type == "cuda" else None
@@ -108,8 +101,7 @@ class RolloutStream:
 
 
 class InlineCollection:
-    """k = 0: the step's rollouts collected at its start; the updated weights pushed after each
-    update."""
+    """k = 0: the step's rollouts collected at its start; the updated weights pushed after each update."""
 
     def __init__(self, collector, inputs: CollectInputs, policies: dict[str, Policy], check_sync: SyncCheck,
                  worker: RolloutWorker):
@@ -160,8 +152,7 @@ class AheadCollection:
         self.worker = worker  # bound to each collection's step (RolloutWorker.at)
         overlap = all(p.replica is not None for p in policies.values())
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="graft-rollout") if overlap else None
-        # the policies sample on threads of their own: the trainer's policy threads are busy
-        # updating meanwhile
+        # the policies sample on threads of their own: the trainer's policy threads are busy updating meanwhile
         self._pool = PolicyPool(inputs.pool.workers) if overlap else inputs.pool
         self._threads = torch.get_num_threads()
         self._stream = RolloutStream(next(next(iter(policies.values())).replica.parameters()).device
@@ -189,8 +180,8 @@ class AheadCollection:
         return {}
 
     def settle(self, step: int) -> None:
-        """Wait for the collections in flight; then the replicas (and engines) hold the trainer's
-        weights (version ``step``)."""
+        """Wait for the collections in flight; then the replicas (and engines) hold the trainer's weights (version
+        ``step``)."""
         for job in self.jobs.values():
             job.result.result()
         weights, expected = self._copy_weights()
@@ -217,8 +208,8 @@ class AheadCollection:
 
     # -- launching
     def _copy_weights(self) -> tuple[dict, dict]:
-        """Each policy's weights now (a detached copy where a replica will load them later) and the
-        sync probe's trainer log-probs."""
+        """Each policy's weights now (a detached copy where a replica will load them later) and the sync probe's
+        trainer log-probs."""
         weights, expected = {}, {}
         for name, pol in self.policies.items():
             weights[name] = (None if pol.replica is None else
@@ -237,8 +228,7 @@ class AheadCollection:
             self.jobs[step] = _Job(step, version, self._thread.submit(run))
 
     def _load(self, weights: dict, expected: dict, version: int) -> dict:
-        """The weights into each policy's replica and engine; the sync check's metrics per
-        policy."""
+        """The weights into each policy's replica and engine; the sync check's metrics per policy."""
         out = {}
         faults.point("push", version + 1)
         for name, pol in self.policies.items():
@@ -265,8 +255,8 @@ class AheadCollection:
 
 def collection_for(cfg, collector, inputs: CollectInputs, policies: dict[str, Policy], check_sync: SyncCheck,
                    worker: RolloutWorker, total_steps: int):
-    """``run.staleness`` 0: :class:`InlineCollection`; k >= 1: :class:`AheadCollection`. Both sample
-    through ``worker`` bound to the collection's step."""
+    """``run.staleness`` 0: :class:`InlineCollection`; k >= 1: :class:`AheadCollection`. Both sample through
+    ``worker`` bound to the collection's step."""
     if cfg.run.staleness < 1:
         return InlineCollection(collector, inputs, policies, check_sync, worker)
     return AheadCollection(collector, inputs, policies, check_sync, cfg.run.staleness, worker, total_steps)

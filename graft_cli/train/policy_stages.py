@@ -1,19 +1,18 @@
-"""One policy's part of a step, stage by stage (the per-policy lines of train/loop.py's picture),
-and the trained policies as the exchange sees them (:class:`PolicyReceivers`).
+"""One policy's part of a step, stage by stage (the per-policy lines of train/loop.py's picture), and the trained
+policies as the exchange sees them (:class:`PolicyReceivers`).
 
-Each stage reads the policy's batch and returns a new one (``dataclasses.replace``: the columns it
-sets are new lists, the others are shared, the batch it was given is left as it was); its metrics go
-into the policy's row:
+Each stage reads the policy's batch and returns a new one (``dataclasses.replace``: the columns it sets are new
+lists, the others are shared, the batch it was given is left as it was); its metrics go into the policy's row:
 
-    old_logprobs    π_old of every row, one no-grad pass (train/old_logprobs.py); the
-    rollout-vs-trainer gap admit           the exchange weights or drops rows (``exchange.admit``)
-    frozen_columns  the frozen models' columns (reference, teacher log-probs; SCORERS) token_signals
-    loss mask, rollout rejection, token advantages (train/update.py) update          minibatches,
-    loss, optimizer (train/update.py); the weights pushed into the engine, the sync probe log
-    the stages' seconds; the rollout and exchange logs
+    old_logprobs    π_old of every row, one no-grad pass (train/old_logprobs.py); the rollout-vs-trainer gap
+    admit           the exchange weights or drops rows (``exchange.admit``)
+    frozen_columns  the frozen models' columns (reference, teacher log-probs; SCORERS)
+    token_signals   loss mask, rollout rejection, token advantages (train/update.py)
+    update          minibatches, loss, optimizer (train/update.py); the weights pushed into the engine, the sync probe
+    log             the stages' seconds; the rollout and exchange logs
 
-:class:`PolicyStages` holds what the stages read (the policies, frozen models, exchange, collection,
-config) and the step's own values (:meth:`PolicyStages.at`); it holds no trainer."""
+:class:`PolicyStages` holds what the stages read (the policies, frozen models, exchange, collection, config) and
+the step's own values (:meth:`PolicyStages.at`); it holds no trainer."""
 
 from __future__ import annotations
 
@@ -38,9 +37,8 @@ from graft_cli.train.update import AlgoParams, UpdateContext, token_signals, upd
 
 @dataclass
 class PolicyWork:
-    """One trained policy's part of a step: its index and name, its collected step, the batch the
-    exchange built for it, its metrics row so far, the metrics of the exchange and the stored
-    sources, and its stages' seconds."""
+    """One trained policy's part of a step: its index and name, its collected step, the batch the exchange built
+    for it, its metrics row so far, the metrics of the exchange and the stored sources, and its stages' seconds."""
 
     index: int
     name: str
@@ -53,9 +51,9 @@ class PolicyWork:
 
 @dataclass(frozen=True)
 class PolicyReceivers:
-    """The trained policies as an exchange sees them
-    (:class:`~graft_cli.algorithms.exchange.base.Receivers`): a policy's prompt encoding (through
-    its prompt cache) and its no-grad scoring of rows under its current weights."""
+    """The trained policies as an exchange sees them (:class:`~graft_cli.algorithms.exchange.base.Receivers`): a
+    policy's prompt encoding (through its prompt cache) and its no-grad scoring of rows under its current
+    weights."""
 
     policies: dict[str, Policy]
     spec: PromptSpec
@@ -71,11 +69,11 @@ class PolicyReceivers:
 
 @dataclass(frozen=True)
 class PolicyStages:
-    """What one policy's stages read: the run's config, data-parallel group, trained policies,
-    frozen models, exchange, rollout collection (the updated weights go to it), the ``algo``
-    functions' parameters (loss, loss mask, rejection mask, token advantages) and the run directory;
-    and, per step (:meth:`at`), the 0-based step, its seed (the minibatch order: per (step,
-    policy)), the exchange's context, the controllers' coefficients and the step's phase timer."""
+    """What one policy's stages read: the run's config, data-parallel group, trained policies, frozen models,
+    exchange, rollout collection (the updated weights go to it), the ``algo`` functions' parameters (loss, loss
+    mask, rejection mask, token advantages) and the run directory; and, per step (:meth:`at`), the 0-based step,
+    its seed (the minibatch order: per (step, policy)), the exchange's context, the controllers' coefficients and
+    the step's phase timer."""
 
     cfg: C.Config
     dist: D.Dist
@@ -96,8 +94,7 @@ class PolicyStages:
         return dataclasses.replace(self, step=step, seed=seed, ctx=ctx, coefs=coefs, phase=phase)
 
     def old_logprobs(self, w: PolicyWork, b: TrainBatch) -> TrainBatch:
-        """The batch with its old log-probs (``algo.old_logprobs``); the rollout-vs-trainer gap goes
-        into the row."""
+        """The batch with its old log-probs (``algo.old_logprobs``); the rollout-vs-trainer gap goes into the row."""
         with self.phase("score", w.times):
             b = dataclasses.replace(b, old_logprobs=old_logprobs(self.policies[w.name], b, self.cfg, self.dist))
             faults.point("score", self.step + 1)
@@ -105,8 +102,7 @@ class PolicyStages:
         return b
 
     def admit(self, w: PolicyWork, b: TrainBatch) -> TrainBatch:
-        """The exchange's admission of the rows; its metrics and those of the selection and sources
-        go into the row."""
+        """The exchange's admission of the rows; its metrics and those of the selection and sources go into the row."""
         b, amet = self.exchange.admit(w.name, b, self.ctx)
         w.row.update({**w.metrics, **amet})
         return b
@@ -118,16 +114,16 @@ class PolicyStages:
         return b
 
     def token_signals(self, w: PolicyWork, b: TrainBatch) -> TrainBatch:
-        """The batch with its loss mask and token advantages; their metrics go into the row. Timed
-        with the update (``time/update``); its memory peak is the update's."""
+        """The batch with its loss mask and token advantages; their metrics go into the row. Timed with the update
+        (``time/update``); its memory peak is the update's."""
         with self.phase("signals", w.times, memory=False):
             b, met = token_signals(b, self.cfg.algo, self.algo_params, self.step, w.name, self.coefs)
         w.row.update(met)
         return b
 
     def update(self, w: PolicyWork, b: TrainBatch) -> None:
-        """The policy's update on ``b``; the updated weights go to the collection (train/ahead.py),
-        then the sync probe; the metrics of both go into the row."""
+        """The policy's update on ``b``; the updated weights go to the collection (train/ahead.py), then the sync
+        probe; the metrics of both go into the row."""
         pol = self.policies[w.name]
         rng = np.random.default_rng([self.seed, w.index])  # per policy (train/parallel.py)
         with self.phase("update", w.times):
@@ -137,8 +133,8 @@ class PolicyStages:
         w.row.update(self.collection.check(w.name, pol, self.step + 1))
 
     def log(self, w: PolicyWork, b: TrainBatch) -> None:
-        """The stages' seconds and the trained rows' count into the row; the rollout and exchange
-        logs (``run.log_rollouts``)."""
+        """The stages' seconds and the trained rows' count into the row; the rollout and exchange logs
+        (``run.log_rollouts``)."""
         t, row = w.times, w.row
         row.update({"time/old_logprob": t["score"], "time/update": t["signals"] + t["update"],
                     "time/exchange": self.phase.seconds["exchange"], "train_rows": len(b)})
