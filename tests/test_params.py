@@ -181,7 +181,7 @@ def _run(tmp_path, name: str, overrides: list[str]) -> str:
 
 def test_reports_read_delta_from_the_runs_resolved_config(tmp_path):
     """δ = 0.6 in a run's config.yaml is the δ the gate report and the compatibility plot draw; a config written
-    without δ reads the registered default; gate none reads 0 in the gate report; a run without GRAFT has none."""
+    without δ reads the registered default; gate none has no floor, and a run without GRAFT has none (one reader, gate_floor)."""
     from graft_cli.report.mechanism import _run_delta
     from graft_cli.report.plots import _delta_of
 
@@ -197,7 +197,8 @@ def test_reports_read_delta_from_the_runs_resolved_config(tmp_path):
     assert _delta_of(SimpleNamespace(path=str(bare))) == GraftParams.delta
 
     nogate = _run(tmp_path, "nogate", ["method=graft_nogate"])
-    assert _run_delta([{"name": "graft_nogate", "dir": nogate}], "graft_nogate") == 0.0
+    assert _run_delta([{"name": "graft_nogate", "dir": nogate}], "graft_nogate") is None  # no gate, no floor
+    assert _delta_of(SimpleNamespace(path=nogate)) is None
     grpo = _run(tmp_path, "grpo", ["method=grpo"])
     assert _run_delta([{"name": "grpo", "dir": grpo}], "grpo") is None and _delta_of(SimpleNamespace(path=grpo)) is None
 

@@ -27,7 +27,7 @@ import os
 import numpy as np
 
 from graft_cli.algorithms.exchange.base import exchange_params
-from graft_cli.algorithms.exchange.graft import GraftParams
+from graft_cli.algorithms.exchange.graft import gate_floor
 from graft_cli.eval.files import STEP_DIR_RE, run_file
 from graft_cli.eval.rescue import RESCUE_DIR
 from graft_cli.report.markdown import md_table
@@ -364,8 +364,9 @@ def gate_markdown(records: list[dict], report_dir: str, method: str) -> list[str
     delta = _run_delta(records, method)
     png = plot_s_histogram(df, os.path.join(report_dir, "gate_s_hist.png"), delta)
     if png:
+        floor = f"dashed: δ = {delta:g}" if delta else "no floor (the gate is off or δ = 0)"
         out += [f"Compatibility score s of every grafted response of the `{method}` runs (all seeds and steps), by "
-                f"direction; dashed: δ = {delta:g}. Correct/wrong is the response's reward.", "",
+                f"direction; {floor}. Correct/wrong is the response's reward.", "",
                 f"![s histogram]({os.path.basename(png)})", ""]
     fa = family_admitted(df)
     png = plot_family_admitted(fa, os.path.join(report_dir, "gate_family_admitted.png"))
@@ -381,21 +382,12 @@ def gate_markdown(records: list[dict], report_dir: str, method: str) -> list[str
 
 
 def _run_delta(records: list[dict], name: str) -> float | None:
-    """The δ the runs named ``name`` were configured with: their config's exchange parameters with
-    the registered defaults filled in (0 with ``gate: none``); None when no such run has a GRAFT
-    exchange."""
-
+    """The gate floor δ of the runs named ``name`` (:func:`~graft_cli.algorithms.exchange.graft.gate_floor`
+    of their config's exchange parameters): None with ``gate: none`` or without a GRAFT exchange."""
     for r in records:
         if r["name"] == name:
-            p = exchange_params(run_config_raw(r["dir"]).get("exchange"))
-            if not isinstance(p, GraftParams):
-                continue
-            if p.gate == "none":
-                return 0.0
-            try:
-                return float(p.delta)
-            except (TypeError, ValueError):
-                return None
+            return gate_floor(exchange_params(run_config_raw(r["dir"]).get("exchange")))
+    return None
     return None
 
 

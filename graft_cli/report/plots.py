@@ -24,6 +24,7 @@ import os
 import numpy as np
 
 from graft_cli.algorithms.exchange.base import exchange_params
+from graft_cli.algorithms.exchange.graft import gate_floor
 from graft_cli.rundir import run_config_raw
 
 
@@ -181,7 +182,7 @@ def plot_compat_hist(runs, path):
             ax.hist(p10, bins=bins, alpha=0.35, label="per-step p10")
         if p90:
             ax.hist(p90, bins=bins, alpha=0.35, label="per-step p90")
-        if delta is not None:
+        if delta:  # a gate with a floor (none with gate: none or δ = 0)
             ax.axvline(delta, color="k", lw=1, ls="--", label=f"floor δ={delta}")
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("compatibility score s")
@@ -191,13 +192,9 @@ def plot_compat_hist(runs, path):
 
 
 def _delta_of(run) -> float | None:
-    """The gate floor δ of the run's config (its exchange's parameters, defaults filled in); None
-    without one."""
-    d = getattr(exchange_params(run_config_raw(run.path).get("exchange")), "delta", None)
-    try:
-        return float(d) if d is not None else None
-    except (ValueError, TypeError):
-        return None
+    """The gate floor δ of the run's config (:func:`~graft_cli.algorithms.exchange.graft.gate_floor`
+    of its exchange's parameters, defaults filled in); None without a gate."""
+    return gate_floor(exchange_params(run_config_raw(run.path).get("exchange")))
 
 
 def transfer_matrix(rows: list[dict], names: list[str], key: str = "graft/admitted") -> np.ndarray:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from graft_cli.algorithms.exchange.base import exchange_params
+from graft_cli.algorithms.exchange.graft import gate_floor
 from graft_cli.config import EXPERIMENTS_DIR, asdict, compose
 from graft_cli.config.resolve import rename_older
 from graft_cli.errors import GraftError
@@ -199,12 +200,8 @@ def method_delta(method: str, exp_dir: str | None = None) -> float | None:
         return None
     flat = files[method][0]
     pre = "exchange.params."
-    p = exchange_params({"name": flat.get("exchange.name"),
-                         "params": {k[len(pre):]: v for k, v in flat.items() if k.startswith(pre)}})
-    try:
-        return float(p.delta) if hasattr(p, "delta") else None
-    except (TypeError, ValueError):
-        return None
+    return gate_floor(exchange_params({"name": flat.get("exchange.name"),
+                                       "params": {k[len(pre):]: v for k, v in flat.items() if k.startswith(pre)}}))
 
 
 def composed_config(pair: str, method: str, exp_dir: str | None = None) -> dict | None:

@@ -176,6 +176,15 @@ def options(params: dict | None, kind: type[GraftParams] = GraftParams) -> Graft
     return out
 
 
+def gate_floor(params) -> float | None:
+    """The compatibility floor δ that an exchange's parameters apply (Eq. 8): ``delta`` under
+    GRAFT's gate (0.0: no floor, every response kept), None with ``gate: none`` or for an exchange
+    without the gate. The one reader of δ for reports and plots."""
+    if not isinstance(params, GraftParams) or params.gate == "none":
+        return None
+    return float(params.delta)
+
+
 def designated(families: Mapping, name: str) -> set[str]:
     """Receiver ``name``'s designated families (``exchange.params.families``: a name or a list)."""
     got = families.get(name) or ()
