@@ -391,3 +391,30 @@ def test_a_studys_report_leaves_unfinished_runs_out(tmp_path):
     assert "Runs: 1;" in text and "Left out, not finished: tiny-grpo-s1 (2 of 4 steps)." in text
     report_main([str(tmp_path / "runs")], out=(tmp_path / "r2").as_posix(), plots=False)
     assert "Runs: 2;" in open(f"{tmp_path / 'r2'}/report.md").read()
+
+
+def test_the_ladder_figure_reads_claims_and_likelihood(tmp_path):
+    """The figure's numbers by hand: the dose is the mean over seeds of the weak family's admitted
+    rows per step (12 and 18 → 15), Δℓ the mean over seeds of after − before (−0.5 → −0.4 and
+    −0.5 → −0.2: +0.2); the PNG is written and opens."""
+    import json
+
+    from matplotlib.image import imread
+
+    from graft_cli.report import ladder_figure as LF
+
+    measured = _measured({"r1": [2, 3, 4]})
+    measured["mechanism"] = {"r1": {"a": {"0": {"weak_admitted": 12.0}, "1": {"weak_admitted": 18.0}}}}
+    cfg = {"rungs": RUNGS[:1], "weak": {"a": "two"}, "analysis": {"interval": "paired_t", "alpha": 0.05,
+                                                                   "sequential": None}}
+    claims = LC.judge(measured, cfg)
+    (tmp_path / "claims.json").write_text(json.dumps({"settings": LC.settings(cfg), "measured": measured,
+                                                      "claims": claims}))
+    lik = {"runs": {"r1": {"0": {"a": {"before": {"own": -0.5, "peer": -1.0}, "after": {"own": -0.4, "peer": -1.0}}},
+                           "1": {"a": {"before": {"own": -0.5, "peer": -1.0}, "after": {"own": -0.2, "peer": -0.9}}}}}}
+    (tmp_path / "gold_likelihood.json").write_text(json.dumps(lik))
+    assert LF._dose(measured, "r1", "a") == pytest.approx(15.0)
+    assert LF._likelihood_shift(lik, "r1", "a", "own") == pytest.approx(0.2)
+    assert LF._likelihood_shift(lik, "r1", "a", "peer") == pytest.approx(0.05)
+    path = LF.ladder_figure(str(tmp_path))
+    assert path == str(tmp_path / "ladder.png") and imread(path).shape[0] > 100
