@@ -418,3 +418,11 @@ def test_the_ladder_figure_reads_claims_and_likelihood(tmp_path):
     assert LF._likelihood_shift(lik, "r1", "a", "peer") == pytest.approx(0.05)
     path = LF.ladder_figure(str(tmp_path))
     assert path == str(tmp_path / "ladder.png") and imread(path).shape[0] > 100
+
+
+def test_published_plan_files_name_no_machine_folder():
+    from graft_cli.report.publish import machine_free
+
+    text = '{"source": "/co/repo/experiments/reproduce/tiny.yaml", "dir": "/co/repo/.cache/r/tiny-grpo-s0", "x": "/co/other"}'
+    assert machine_free(text, "/co/repo") == ('{"source": "experiments/reproduce/tiny.yaml", "dir": '
+                                              '".cache/r/tiny-grpo-s0", "x": "/co/other"}')

@@ -32,7 +32,7 @@ import time
 import torch
 
 from graft_cli.report.claims import BEGIN, END
-from graft_cli.rundir import REGISTRATION, atomic_write_json, read_json
+from graft_cli.rundir import REGISTRATION, atomic_write_json, atomic_write_text, read_json
 
 FILES = ("report.md", "tables.tex", "claims.json")
 
@@ -47,6 +47,14 @@ def _git(*args: str) -> str:
 def machine() -> dict:
     return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
             "torch": torch.__version__, "cuda": torch.cuda.is_available()}
+
+
+def machine_free(text: str, root: str | None = None) -> str:
+    """``text`` with the checkout's folder (``root``, default the working directory) written as a
+    path relative to it, and the home folder as ``~``: a published file names no machine's
+    folders."""
+    root = os.path.abspath(root or ".")
+    return text.replace(root + os.sep, "").replace(os.path.expanduser("~") + os.sep, "~" + os.sep)
 
 
 def copy(out: str, dest: str, command: str, wall_min: float | None = None) -> dict:
@@ -66,7 +74,9 @@ def copy(out: str, dest: str, command: str, wall_min: float | None = None) -> di
     for png in glob.glob(os.path.join(rep, "*.png")):  # the mechanism plots the claims section links to
         shutil.copy2(png, os.path.join(tmp, os.path.basename(png)))
     for f in glob.glob(os.path.join(out, "plan_*.md")) + glob.glob(os.path.join(out, "plan_*.json")):
-        shutil.copy2(f, os.path.join(tmp, os.path.basename(f)))
+        with open(f, encoding="utf-8") as fh:
+            text = fh.read()
+        atomic_write_text(os.path.join(tmp, os.path.basename(f)), machine_free(text))
     kept = os.path.join(dest, REGISTRATION)
     if os.path.exists(os.path.join(out, REGISTRATION)):
         shutil.copy2(os.path.join(out, REGISTRATION), os.path.join(tmp, REGISTRATION))
