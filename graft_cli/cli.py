@@ -95,7 +95,9 @@ def train(no_progress, dry_run, overrides, **run):
     from graft_cli.train.run import train as run_train
 
     run_dir = run_train(cfg, progress=not no_progress, after_step=(ValidationHook(),))
-    if os.environ.get("RANK", "0") == "0":  # data-parallel runs: rank 0 writes summary.png (and says it)
+    from graft_cli.train.dist import launched_main  # lazy: torch is slow to import
+
+    if launched_main():  # data-parallel runs: rank 0 writes summary.png (and says it)
         _print_summary(run_dir)
 
 

@@ -16,7 +16,7 @@ from conftest import ROOT, method_args, metric_rows, proc_env, train_overrides
 
 from graft_cli.config import compose
 from graft_cli.errors import GraftError
-from graft_cli.train.ahead import RolloutStream, check_staleness, weight_version
+from graft_cli.train.ahead import RolloutStream, check_staleness
 
 
 @pytest.mark.parametrize("k,versions", [
@@ -24,8 +24,8 @@ from graft_cli.train.ahead import RolloutStream, check_staleness, weight_version
     (1, [0, 0, 1, 2, 3]),
     (2, [0, 0, 0, 1, 2]),
 ])
-def test_the_weights_each_step_samples_with(k, versions):
-    assert [weight_version(t, k) for t in range(5)] == versions
+def test_rows_sampled_k_steps_behind_are_accepted_with_their_age(k, versions):
+    """v(t) = max(0, t − k) by hand (docs/async.md): each step's rows are accepted, aged t − v."""
     assert [check_staleness(t, v, k) for t, v in enumerate(versions)] == [t - v for t, v in enumerate(versions)]
 
 

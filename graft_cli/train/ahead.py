@@ -53,11 +53,6 @@ from graft_cli.train.rollout_worker import RolloutWorker
 from graft_cli.train.sync_check import SyncCheck
 
 
-def weight_version(step: int, staleness: int) -> int:
-    """v(t) = max(0, t - k): the weights the rollouts of 0-based step ``step`` are sampled with."""
-    return max(0, step - staleness)
-
-
 def check_staleness(step: int, version: int, staleness: int) -> int:
     """``step - version``, the rows' staleness; a row sampled more than ``staleness`` updates ago (or with weights
     the trainer does not have yet) stops the run."""
@@ -292,4 +287,4 @@ def _read_collection(data: dict, problems: list[Problem]) -> tuple[dict, dict]:
     return steps, rows
 
 
-__all__ = ["InlineCollection", "AheadCollection", "collection_for", "weight_version", "check_staleness"]
+__all__ = ["InlineCollection", "AheadCollection", "collection_for", "check_staleness"]

@@ -71,6 +71,13 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
+def launched_main() -> bool:
+    """Whether this process is rank 0 of its launch (the launcher's ``RANK``; a lone process is),
+    before any process group exists: the one place a run's writer is decided from the environment
+    (:meth:`Dist.is_main` is the same rank once :func:`setup` made the group)."""
+    return _env_int("RANK", 0) == 0
+
+
 @dataclass(frozen=True)
 class ShardSpec:
     """How :func:`fully_shard_model` wraps a model: the module classes sharded one by one (empty:

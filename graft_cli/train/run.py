@@ -158,7 +158,7 @@ def train(cfg: C.Config, progress: bool = True, console=None, after_step: tuple[
     rows to log."""
     console = console or make_console(stderr=True)
     out = run_dir_for(cfg)
-    is_main = os.environ.get("RANK", "0") == "0"  # data-parallel runs: only rank 0 writes files
+    is_main = D.launched_main()  # data-parallel runs: only rank 0 writes files
     check_inputs(cfg, out)  # nothing is written before the inputs are known good
     # every input (models, tokenizers, data, rewards) is loaded and checked before the run directory
     # is touched
