@@ -253,3 +253,57 @@ def test_agreement_with_evalplus_on_a_slice(tmp_path, monkeypatch):
     for ds, r in res.items():
         assert r["answers"] >= 30 and r["kinds"]["canonical"]["n"] == 10
         assert r["disagreements"] == [], (ds, r["disagreements"])
+
+
+class _Tok:
+    chat_template = None
+
+    def __init__(self):
+        self.texts: list[str] = []
+
+    def __call__(self, text, add_special_tokens=False):
+        self.texts.append(text)
+        return {"input_ids": [len(self.texts) - 1]}
+
+
+class _Engine:
+    """Sample 0 of every prompt: its task's reference, fenced; sample 1: ``abs(x) + abs(y)`` for ``add`` (right on
+    HumanEval/53's base inputs only), a program without the entry point elsewhere."""
+
+    def __init__(self, tok, rows):
+        self.tok, self.rows = tok, rows
+
+    def generate(self, prompt_ids, params):
+        from graft_cli.batch import Rollouts
+
+        texts = []
+        for ids in prompt_ids:
+            r = next(r for r in self.rows if r["prompt"].strip() in self.tok.texts[ids[0]])
+            other = r["prompt"] + "    return abs(x) + abs(y)\n" if r["entry_point"] == "add" \
+                else "def nothing():\n    pass\n"
+            texts += [_fenced(r["prompt"] + r["canonical_solution"]), _fenced(other)][: params.n]
+        return Rollouts(prompt_ids=prompt_ids, response_ids=[[1]] * len(texts), texts=texts,
+                        logprobs=[[0.0]] * len(texts), truncated=[False] * len(texts), n=params.n)
+
+
+def test_evaluator_reports_base_beside_plus(cache, tmp_path):
+    from graft_cli.data.prompts import PromptSpec
+    from graft_cli.eval.benchmarks import resolve_benchmarks
+    from graft_cli.eval.runner import Evaluator
+    from graft_cli.eval.setup import EvalSettings, Graders
+    from graft_cli.schema import RewardConfig
+
+    evalplus_problems(HE_TINY, "humaneval", num_workers=0)  # expected outputs cached here, in this process
+    benches = [(b, b.load()) for b in resolve_benchmarks(f"humaneval_plus={HE_TINY}")]
+    tok = _Tok()
+    graders = Graders(0, rewards={"code": RewardConfig(name="code", timeout_s=10.0)})
+    try:
+        Evaluator(_Engine(tok, read_release(HE_TINY, "humaneval")), tok, PromptSpec(chat_template="none"),
+                  EvalSettings(runs=1, samples=2), graders).evaluate(str(tmp_path / "out"), benches)
+    finally:
+        graders.close()
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())["benchmarks"]["humaneval_plus"]
+    assert s["runs"] == [0.5] and s["base"]["runs"] == [pytest.approx(4 / 6)]  # the add answer: base 1, plus 0
+    rows = [json.loads(x) for x in open(tmp_path / "out" / "humaneval_plus_run1.jsonl")]
+    assert [(r["problem_id"], r["grade"], r["base"]) for r in rows][-2:] == [("HumanEval/53", 1.0, 1.0),
+                                                                            ("HumanEval/53", 0.0, 1.0)]
