@@ -232,7 +232,6 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
     comparison measures is passed to it) with ``overrides`` (an old behaviour, to see that it is caught)."""
     from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext, ReceiverFunctions
     from graft_cli.algorithms.losses import POLICY_LOSSES, Normaliser, compute_loss
-    from graft_cli.algorithms.exchange.base import exchange_params
     from graft_cli.models.logprobs import pack
     from graft_cli.models.shapes import char_tokenizer
     from graft_cli.algorithms.minibatch import layout_ranks, minibatch_plan
@@ -264,7 +263,7 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
         def score(name, b, by_ids=by_ids):  # the trainer's scoring hook: the source's recomputed log-probs
             return [by_ids[name][(int(q), tuple(x))] for x, q in zip(b.response_ids, b.group)]
 
-        ctx = ExchangeContext(step=step, seed=seed, params=exchange_params(cfg.exchange),
+        ctx = ExchangeContext(step=step, seed=seed,
                               tokenizers={k: tok for k in names},
                               models=ReceiverFunctions(lambda text, name: tok(text)["input_ids"], score),
                               receivers=names)
@@ -372,7 +371,6 @@ def empty_response_refused(cfg, tok) -> bool:
     truncated peer response whose text is empty?"""
     from graft_cli.algorithms.advantages import grpo_advantages
     from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext, ReceiverFunctions
-    from graft_cli.algorithms.exchange.base import exchange_params
     from graft_cli.batch import PolicyStep, Rollouts
     from graft_cli.data.problems import Problem
     from graft_cli.errors import GraftError
@@ -384,7 +382,7 @@ def empty_response_refused(cfg, tok) -> bool:
         ro = Rollouts([tok("1+1")["input_ids"]], ids, ["12", ""], [[-0.5] * len(x) for x in ids], [False, True], n=2)
         r = torch.tensor([[1.0, 0.0]])
         steps[name] = PolicyStep(name, probs, [tok("1+1")["input_ids"]], ro, r, grpo_advantages(r))
-    ctx = ExchangeContext(step=0, seed=0, params=exchange_params(cfg.exchange), tokenizers={"a": tok, "b": tok},
+    ctx = ExchangeContext(step=0, seed=0, tokenizers={"a": tok, "b": tok},
                           models=ReceiverFunctions(lambda text, name: tok(text)["input_ids"],
                                                    lambda name, b: [[-0.5] * len(x) for x in b.response_ids]),
                           receivers=["a", "b"])

@@ -260,7 +260,9 @@ def tiny_rl_check(**opts):
 @click.option("--data", default=None, help="one problem file (JSONL/parquet) or hub id instead of the benchmarks")
 @click.option("--benchmarks", default=None,
               help="comma-separated names (math500,aime24,aime25,amc23,minerva; olympiad,aime26,amc23_25; "
-                   "hmmt25_feb,hmmt25_nov; code: humaneval (offline), humanevalplus, mbppplus, livecodebench), "
+                   "hmmt25_feb,hmmt25_nov; code: humaneval (offline), humanevalplus, mbppplus, livecodebench, "
+                   "humaneval_plus and mbpp_plus (EvalPlus's release files, offline: HUMANEVAL_OVERRIDE_PATH / "
+                   "MBPP_OVERRIDE_PATH or --eval-dir)), "
                    "NAME=FILE or files [default: --run: its eval.final.benchmarks, else "
                    "eval.benchmarks; else the five; tiny pair: its five synthetic sets]")
 @click.option("--eval-dir", default=None,

@@ -45,7 +45,8 @@ def test_the_check_flags_a_broken_layout(doc, rule):
 
 
 def test_a_sound_layout_passes():
-    doc = '"""Rows:\n\n| a | b |\n|---|---|\n\n=== ====\nkey what\n=== ====\n\n    y = a x + b     (3)\n\n|x| is fine\n"""'
+    doc = ('"""Rows:\n\n| a | b |\n|---|---|\n\n=== ====\nkey what\n=== ====\n\n    y = a x + b     (3)\n\n'
+           '|x| is fine\n"""')
     assert layout_problems(doc) == []
 
 

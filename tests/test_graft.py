@@ -81,7 +81,7 @@ def make_step(name, tok, probs, k, n=4, truncated=None, lp=-0.5):
 def make_ctx(toks, step=0, seed=0, score=None):
     models = ReceiverFunctions(lambda text, name: toks[name](f"Q {text} A", add_special_tokens=False)["input_ids"],
                                score)
-    return ExchangeContext(step=step, seed=seed, params=G.GraftParams(), tokenizers=toks, models=models)
+    return ExchangeContext(step=step, seed=seed, tokenizers=toks, models=models)
 
 
 def cfg_for(method="graft", overrides=()):

@@ -100,7 +100,7 @@ def test_compatibility_with_a_real_model(smol_model, smol_tok, deepseek_tok):
     rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0] * 4])  # src mixed on p0; the receiver fails both
     src = PolicyStep("src", probs, prompts, ro, rewards, torch.zeros(2, n))
     recv = PolicyStep("recv", probs, prompts, ro, torch.zeros(2, n), torch.zeros(2, n))
-    ctx = ExchangeContext(0, 0, G.GraftParams(), {"src": smol_tok, "recv": smol_tok},
+    ctx = ExchangeContext(0, 0, {"src": smol_tok, "recv": smol_tok},
                           ReceiverFunctions(lambda text, name: spec.encode(text, smol_tok)), receivers=["recv"])
     ex = G.GraftExchange(None)
     ex.opts = dataclasses.replace(ex.opts, selection="unbalanced")  # one way (the receiver has no success to give back)
@@ -134,7 +134,7 @@ def test_compatibility_with_a_real_model(smol_model, smol_tok, deepseek_tok):
                    [[-0.5] * len(ds_ids)] * n, [False] * n, n=n)
     src2 = PolicyStep("ds", probs[:1], [[1]], ro2, torch.tensor([[1.0, 1.0, 0.0, 0.0]]), torch.zeros(1, n))
     recv2 = PolicyStep("recv", probs[:1], prompts[:1], ro, torch.zeros(1, n), torch.zeros(1, n))
-    ctx2 = ExchangeContext(0, 0, G.GraftParams(), {"ds": deepseek_tok, "recv": smol_tok},
+    ctx2 = ExchangeContext(0, 0, {"ds": deepseek_tok, "recv": smol_tok},
                            ReceiverFunctions(lambda text, name: spec.encode(text, smol_tok)), receivers=["recv"])
     b2 = ex.select({"ds": src2, "recv": recv2}, ctx2)[0]["recv"]
     row = b2.source.index("peer")

@@ -98,7 +98,7 @@ def _step(name: str, k: list[int], n: int = 4) -> PolicyStep:
 
 def _ctx():
     enc = ReceiverFunctions(lambda text, name: TOK(f"Q {text} A", add_special_tokens=False)["input_ids"])
-    return ExchangeContext(step=0, seed=0, params=G.GraftParams(), tokenizers={"a": TOK, "b": TOK}, models=enc)
+    return ExchangeContext(step=0, seed=0, tokenizers={"a": TOK, "b": TOK}, models=enc)
 
 
 def _cfg(method: str, *over: str):
@@ -423,6 +423,7 @@ def test_the_ladder_figure_reads_claims_and_likelihood(tmp_path):
 def test_published_plan_files_name_no_machine_folder():
     from graft_cli.report.publish import machine_free
 
-    text = '{"source": "/co/repo/experiments/reproduce/tiny.yaml", "dir": "/co/repo/.cache/r/tiny-grpo-s0", "x": "/co/other"}'
+    text = ('{"source": "/co/repo/experiments/reproduce/tiny.yaml", "dir": "/co/repo/.cache/r/tiny-grpo-s0", '
+            '"x": "/co/other"}')
     assert machine_free(text, "/co/repo") == ('{"source": "experiments/reproduce/tiny.yaml", "dir": '
                                               '".cache/r/tiny-grpo-s0", "x": "/co/other"}')

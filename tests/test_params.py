@@ -181,7 +181,8 @@ def _run(tmp_path, name: str, overrides: list[str]) -> str:
 
 def test_reports_read_delta_from_the_runs_resolved_config(tmp_path):
     """δ = 0.6 in a run's config.yaml is the δ the gate report and the compatibility plot draw; a config written
-    without δ reads the registered default; gate none has no floor, and a run without GRAFT has none (one reader, gate_floor)."""
+    without δ reads the registered default; gate none has no floor, and a run without GRAFT has none (one reader,
+    gate_floor)."""
     from graft_cli.report.mechanism import _run_delta
     from graft_cli.report.plots import _delta_of
 

@@ -507,7 +507,7 @@ def _step(name, adv, rew, n=2):
 
 
 def _ctx(receivers=None):
-    return ExchangeContext(step=0, seed=0, params=Params(), tokenizers={},
+    return ExchangeContext(step=0, seed=0, tokenizers={},
                            models=ReceiverFunctions(lambda text, name: []), receivers=receivers)
 
 

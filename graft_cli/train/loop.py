@@ -31,7 +31,6 @@ from graft_cli import config as C
 from graft_cli.algorithms.advantages import ADVANTAGES
 from graft_cli.algorithms.controllers import build_controllers
 from graft_cli.algorithms.exchange import EXCHANGES, ExchangeContext
-from graft_cli.algorithms.exchange.base import exchange_params
 from graft_cli.console import make_console
 from graft_cli.data.mix import training_problems
 from graft_cli.data.problems import Problem, split_holdout
@@ -112,7 +111,6 @@ class Trainer:
                                   [q.answer for q in self.problems[:2]], pol.tokenizer)
         self.sampler = PromptSampler(len(self.problems), cfg.data.prompt_batch, cfg.run.seed, cfg.data.shuffle)
         self.exchange = EXCHANGES.get(cfg.exchange.name)(cfg)
-        self.exchange_params = exchange_params(cfg.exchange)  # its Params object, in every step's ExchangeContext
         self.adv_fn = ADVANTAGES.get(cfg.algo.advantage)
 
         self.grader = started(make_grader(cfg.reward))  # a reward that cannot run here stops the run before step 1
@@ -293,7 +291,6 @@ class Trainer:
         """What the exchange sees this step: the receivers' tokenizers, their prompt encoding and their scoring
         (old log-probs of rows under a receiver's current weights: :class:`PolicyReceivers`)."""
         return ExchangeContext(step=self.step, seed=step_seed(self.cfg.run.seed, self.step),
-                               params=self.exchange_params,
                                tokenizers={n: p.tokenizer for n, p in self.policies.items()},
                                models=self.receivers, receivers=list(self.policies))
 

@@ -73,7 +73,6 @@ class ExchangeContext:
 
     step: int
     seed: int
-    params: Params  # the exchange's exchange.params, the object of its Params class (:func:`exchange_params`)
     tokenizers: dict  # policy name -> tokenizer
     models: Receivers  # the policies' prompt encoding and scoring
     receivers: list | None = None  # the policies that train (None: every policy in ``steps``)
