@@ -67,6 +67,14 @@ class SourceConfig:
     reverify: bool = True
 
 
+def samples_ahead(run) -> bool:
+    """Whether a run samples ahead of its updates (``run.staleness`` k >= 1: step t trains on
+    rollouts sampled with the weights of step t - k, generated while earlier steps update): the one
+    decision every asynchronous part reads (resolution's defaults, the rollout replica, the
+    collection, the grader's lock)."""
+    return run.staleness > 0
+
+
 @dataclass
 class RunConfig:
     name: Optional[str] = None

@@ -7,7 +7,7 @@ from graft_cli.config.compose import (EXPERIMENTS_DIR, FREE_DICTS, GROUPS, OVERL
                                       import_plugins, load_yaml, to_yaml)
 from graft_cli.config.resolve import resolve
 from graft_cli.config.validate import validate
-from graft_cli.schema import Config, PolicyConfig, SourceConfig
+from graft_cli.schema import Config, PolicyConfig, SourceConfig, samples_ahead
 
 __all__ = ["EXPERIMENTS_DIR", "FREE_DICTS", "GROUPS", "OVERLAYS", "Config", "PolicyConfig", "SourceConfig", "asdict",
-           "compose", "from_dictconfig", "import_plugins", "load_yaml", "resolve", "to_yaml", "validate"]
+           "samples_ahead", "compose", "from_dictconfig", "import_plugins", "load_yaml", "resolve", "to_yaml", "validate"]

@@ -32,7 +32,7 @@ from graft_cli.algorithms.exchange import EXCHANGES
 from graft_cli.algorithms.losses import POLICY_LOSSES
 from graft_cli.algorithms.signals import loss_mask_params, token_adv_params
 from graft_cli.rollout import ENGINES
-from graft_cli.schema import Config, PolicyConfig
+from graft_cli.schema import Config, PolicyConfig, samples_ahead
 
 
 # key -> {older value: current value}; older key -> current key (docs/glossary.md)
@@ -133,7 +133,7 @@ def resolve_old_logprobs(cfg: Config) -> None:
     a, r = cfg.algo, cfg.rollout
     if a.old_logprobs != "auto" or r.engine not in ENGINES:
         return
-    if cfg.run.staleness > 0:  # the rollout log-probs are an older policy's
+    if samples_ahead(cfg.run):  # the rollout log-probs are an older policy's
         a.old_logprobs = "trainer"
         return
     engine = ENGINES.get(r.engine)
@@ -145,7 +145,7 @@ def resolve_old_logprobs(cfg: Config) -> None:
 def resolve_staleness(cfg: Config) -> None:
     """``algo.is_correction=auto`` and the rollout-correction metrics by ``run.staleness`` (module
     docstring)."""
-    stale = cfg.run.staleness > 0
+    stale = samples_ahead(cfg.run)
     if cfg.algo.is_correction == "auto":
         cfg.algo.is_correction = "token" if stale else "none"
     if cfg.algo.rollout_correction.metrics is None:

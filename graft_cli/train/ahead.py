@@ -45,6 +45,7 @@ import torch
 from graft_cli import faults
 from graft_cli.batch import PolicyStep, Rollouts
 from graft_cli.data.problems import Problem
+from graft_cli.schema import samples_ahead
 from graft_cli.errors import GraftError
 from graft_cli.train.collect import CollectInputs
 from graft_cli.train.parallel import PolicyPool
@@ -252,7 +253,7 @@ def collection_for(cfg, collector, inputs: CollectInputs, policies: dict[str, Po
                    worker: RolloutWorker, total_steps: int):
     """``run.staleness`` 0: :class:`InlineCollection`; k >= 1: :class:`AheadCollection`. Both sample through
     ``worker`` bound to the collection's step."""
-    if cfg.run.staleness < 1:
+    if not samples_ahead(cfg.run):
         return InlineCollection(collector, inputs, policies, check_sync, worker)
     return AheadCollection(collector, inputs, policies, check_sync, cfg.run.staleness, worker, total_steps)
 

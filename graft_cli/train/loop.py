@@ -119,7 +119,7 @@ class Trainer:
                                               next(first.model.parameters()).device.type, self.dist.enabled)
         if self.policy_workers > 1:  # train/parallel.py: one policy per thread, the cores split between them
             torch.set_num_threads(max(1, torch.get_num_threads() // self.policy_workers))
-        if self.policy_workers > 1 or cfg.run.staleness > 0:  # graded from several threads (train/ahead.py)
+        if self.policy_workers > 1 or C.samples_ahead(cfg.run):  # graded from several threads (train/ahead.py)
             self.grader = LockedGrader(self.grader)
         self.pool = PolicyPool(self.policy_workers)
         self.sources = {sc.name: STEP_SOURCES.get(sc.kind)(sc, self.grader, self.adv_fn, cfg.algo, cfg.run.seed)

@@ -114,7 +114,7 @@ def rollout_replica(model: torch.nn.Module, cfg: C.Config, dist: D.Dist | None) 
     """The policy's rollout replica (``Policy.replica``): a frozen copy of ``model`` for an engine
     that samples from weights of its own (``own_weights``) at ``run.staleness`` >= 1, so that the
     next steps' rollouts are generated while ``model`` updates; None otherwise."""
-    if cfg.run.staleness < 1 or not ENGINES.get(cfg.rollout.engine).own_weights:
+    if not C.samples_ahead(cfg.run) or not ENGINES.get(cfg.rollout.engine).own_weights:
         return None
     if dist is not None and dist.enabled:
         raise GraftError(f"run.staleness={cfg.run.staleness}: sampling ahead runs in one process; data-parallel "
