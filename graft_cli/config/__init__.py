@@ -10,4 +10,5 @@ from graft_cli.config.validate import validate
 from graft_cli.schema import Config, PolicyConfig, SourceConfig, samples_ahead
 
 __all__ = ["EXPERIMENTS_DIR", "FREE_DICTS", "GROUPS", "OVERLAYS", "Config", "PolicyConfig", "SourceConfig", "asdict",
-           "samples_ahead", "compose", "from_dictconfig", "import_plugins", "load_yaml", "resolve", "to_yaml", "validate"]
+           "samples_ahead",
+           "compose", "from_dictconfig", "import_plugins", "load_yaml", "resolve", "to_yaml", "validate"]
