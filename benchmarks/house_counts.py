@@ -20,7 +20,16 @@
 * **shared names**: module file names (``__init__.py`` aside) that two or more modules of graft_cli share;
 * **long files**: modules over 600 lines;
 * **untested**: modules no test file imports (by dotted name, ``from graft_cli.x import y`` or its ``graft_cli.x.y``);
-* **benchmarks on tests**: benchmark scripts importing from ``tests/`` or putting it on ``sys.path``.
+* **benchmarks on tests**: benchmark scripts importing from ``tests/`` or putting it on ``sys.path``;
+* **broken layout**: docstring lines a prose reflow broke (:func:`layout_problems`: a markdown table row split
+  over lines, a reStructuredText table border merged with text, an equation number alone on its line);
+* **readers of δ**: reads of a ``.delta`` attribute outside ``algorithms/exchange/`` (the gate floor is read
+  through ``gate_floor``);
+* **async decisions**: comparisons of ``.staleness`` with a number outside ``schema.py`` (whether a run samples
+  ahead is ``samples_ahead``);
+* **exchange.params parses**: call sites that turn ``exchange.params`` into its Params object
+  (``exchange_params(...)``, the GRAFT exchange's ``options(...)``);
+* **small registries**: registries (``X = Registry(...)``) with at most two names registered in the package.
 
 ``--root DIR`` counts another checkout (before → after comparisons).
 """
@@ -29,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import re
+import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,12 +122,91 @@ def _imported_by_tests(repo: str) -> set[str]:
     return names
 
 
+LAYOUT_RULES = {
+    "table row split": lambda s: s.startswith("| ") and not s.endswith("|"),
+    "table border merged": lambda s: s.startswith("===") and bool(set(s) - {"=", " "}),
+    "equation number alone": lambda s: re.fullmatch(r"\(\d+[a-z]?\)", s) is not None,
+}
+
+
+def layout_problems(source: str) -> list[tuple[int, str, str]]:
+    """(line of the docstring's owner, rule, the line) for every docstring line a layout rule flags."""
+    out = []
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(n, clean=False) or ""
+            for line in doc.split("\n"):
+                s = line.strip()
+                out += [(getattr(n, "lineno", 1), rule, s) for rule, bad in LAYOUT_RULES.items() if bad(s)]
+    return out
+
+
+def _design_counts(rel: str, src: str, tree) -> dict[str, list]:
+    """This module's broken layout lines, δ reads, async decisions, exchange.params parses and
+    registries (name -> names registered here)."""
+    out: dict = {"layout": [(f"{rel}:{ln} {rule}: {s[:60]}", 1) for ln, rule, s in layout_problems(src)],
+                 "delta": [], "async": [], "parses": []}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr == "delta" and isinstance(node.ctx, ast.Load)
+                and not rel.startswith("algorithms/exchange/")):
+            out["delta"].append((f"{rel}:{node.lineno} {ast.unparse(node)}", 1))
+        elif isinstance(node, ast.Compare) and rel != "schema.py" and any(
+                isinstance(x, ast.Attribute) and x.attr == "staleness" for x in [node.left, *node.comparators]) \
+                and any(isinstance(x, ast.Constant) for x in [node.left, *node.comparators]):
+            out["async"].append((f"{rel}:{node.lineno} {ast.unparse(node)}", 1))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                node.func.id == "exchange_params" or (node.func.id == "options" and rel.startswith("algorithms/"))):
+            out["parses"].append((f"{rel}:{node.lineno} {ast.unparse(node)[:70]}", 1))
+    return out
+
+
+_REGISTRY_PROBE = """
+import importlib, json, pkgutil
+import graft_cli
+from graft_cli.registry import Registry
+for m in pkgutil.walk_packages(graft_cli.__path__, "graft_cli."):
+    try:
+        importlib.import_module(m.name)
+    except Exception:
+        pass
+out = {}
+for name, mod in list(__import__("sys").modules.items()):
+    if name.startswith("graft_cli"):
+        for attr, val in vars(mod).items():
+            if isinstance(val, Registry) and attr.isupper():
+                for lazy in list(getattr(val, "_lazy", {})):
+                    try:
+                        val._load(lazy)
+                    except Exception:
+                        pass
+                out[f"{name.removeprefix('graft_cli.')}.{attr}"] = sorted(val.names())
+print(json.dumps(out))
+"""
+
+
+def _registries(repo: str) -> list:
+    """(registry, its names) for each registry of the package with at most two names, every module
+    imported (in a child process with ``repo`` first on the path, so another checkout counts its
+    own)."""
+    env = {**os.environ, "PYTHONPATH": repo}
+    res = subprocess.run([sys.executable, "-c", _REGISTRY_PROBE], capture_output=True, text=True, env=env,
+                         cwd=repo)
+    if res.returncode != 0:
+        return [(f"(the probe failed: {res.stderr.strip().splitlines()[-1][:80]})", 0)] if res.stderr else []
+    regs: dict = {}
+    for key, names in json.loads(res.stdout.strip().splitlines()[-1]).items():
+        regs.setdefault(key.rsplit(".", 1)[1], (key, names))  # a registry re-exported elsewhere counts once
+    return [(f"{key} ({', '.join(names) or 'none'})", len(names)) for key, names in sorted(regs.values())
+            if len(names) <= 2]
+
+
 def count(repo: str | None = None) -> dict:
     repo = repo or REPO
     root = os.path.join(repo, "graft_cli")
     long_core, long_any, wide, probes, history = [], [], [], [], []
     wide_lines, tuples, callbacks, untyped, long_files, untested, on_tests = [], [], [], [], [], [], []
     n_lines, by_name = 0, {}
+    design: dict = {"layout": [], "delta": [], "async": [], "parses": []}
     tested = _imported_by_tests(repo)
     for rel, path in _files(root):
         src = open(path, encoding="utf-8").read()
@@ -135,6 +225,8 @@ def count(repo: str | None = None) -> dict:
         if rel == "train/loop.py":
             callbacks = _callbacks(tree)
         untyped += _untyped_params(tree, rel)
+        for k, v in _design_counts(rel, src, tree).items():
+            design[k] += v
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
@@ -184,7 +276,10 @@ def count(repo: str | None = None) -> dict:
             "tuple assignments of 3+ names": tuples, "call-backs into the Trainer": callbacks,
             "untyped params dicts": untyped, "file names shared by modules": shared,
             "modules over 600 lines": long_files, "modules no test imports": untested,
-            "benchmarks importing tests/": on_tests}
+            "benchmarks importing tests/": on_tests, "broken layout lines in docstrings": design["layout"],
+            "readers of δ outside the exchange": design["delta"], "places deciding async": design["async"],
+            "exchange.params parses (call sites)": design["parses"],
+            "registries with <= 2 names": _registries(repo)}
 
 
 def main(argv=None) -> int:

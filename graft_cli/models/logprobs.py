@@ -175,8 +175,8 @@ AUTOCAST = {"none": None, "bfloat16": torch.bfloat16}
 
 
 def autocast(kind: str, device) -> "contextlib.AbstractContextManager":
-    """``torch.autocast`` to ``kind`` (``optim.autocast`` / ``rollout.engine_kwargs.autocast``: none
-    | bfloat16) on ``device``'s type, or a null context for ``none``. Matmuls run in bf16
+    """``torch.autocast`` to ``kind`` (``optim.autocast`` / ``rollout.engine_kwargs.autocast``:
+    none | bfloat16) on ``device``'s type, or a null context for ``none``. Matmuls run in bf16
     (AVX512-BF16 / AMX on CPUs that have them), reductions and the log-softmax stay fp32 (the LM
     head's logits are cast up in :func:`_head_chunk`)."""
     dtype = AUTOCAST[kind]
