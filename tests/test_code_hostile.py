@@ -1114,14 +1114,8 @@ MEMFD = py(TRICKS["memfd_past_the_cap"][1])
 
 
 def _cpu_shared_fairly(feats: dict) -> bool:
-    """Whether an answer's CPU share is its own here: a cpu cgroup per slot, or the scheduler's autogroups (one per
-    session; the sandbox keeps every process of an answer in its session)."""
-    try:
-        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
-            autogroup = f.read().strip() == "1"
-    except OSError:
-        autogroup = False
-    return bool(feats.get("cgroup_cpu")) or (autogroup and bool(feats.get("seccomp")))
+    """Whether an answer's CPU is its own here: a cpu cgroup per slot, or the slot's own CPU (``cpu_pin``)."""
+    return bool(feats.get("cgroup_cpu") or feats.get("cpu_pin"))
 
 
 def test_a_correct_answer_keeps_its_verdict_beside_hogs_bombs_and_memfds():
@@ -1131,7 +1125,7 @@ def test_a_correct_answer_keeps_its_verdict_beside_hogs_bombs_and_memfds():
     replaced (the OOM killer of a memfd filler takes the answer, not its worker)."""
     feats = world_features()
     if not _cpu_shared_fairly(feats):
-        pytest.skip(f"no cpu cgroup and no scheduler autogroups here ({feats}): a CPU hog takes its neighbour's CPU")
+        pytest.skip(f"no cpu cgroup and no CPU pinning here ({feats}): a CPU hog takes its neighbour's CPU")
     grader = CodeGrader(num_workers=2, timeout_s=5.0, chunk_size=1, memory_mb=MEMORY_MB)
     try:
         responses = [SPINNERS, HEAVY, BOMB, THREADED, MEMFD, GOOD] * 2

@@ -255,7 +255,8 @@ class CodeGrader(MathVerifyGrader):
                 and not self.allow_root:
             raise GraftError("code reward: the sandbox could not run answers under a uid of their own (running as "
                              "root here); set reward.code.allow_root=true to run them as root without capabilities")
-        wanted = set(self.options["features"]) - {"nproc", "nocaps"} - ({"userns"} if root else {"uid"})
+        wanted = set(self.options["features"]) - {"nproc", "nocaps"} - ({"userns"} if root else {"uid"}) \
+            - ({"cpu_pin"} if self.sandbox_features.get("cgroup_cpu") else set())  # a cpu cgroup holds the runs
         off = sorted(k for k in wanted if not self.sandbox_features.get(k))
         if off:
             warnings.warn(f"code reward sandbox: {', '.join(off)} refused on this machine (graft_cli/reward/sandbox.py "

@@ -130,8 +130,8 @@ from graft_cli.reward.confine import (CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, C
 from graft_cli.reward.seccomp import apply_seccomp, seccomp_available
 from graft_cli.reward.supervise import RunResult, supervise
 
-ALL_FEATURES = ("cgroup", "cgroup_cpu", "cgroup_memory", "userns", "netns", "mountns", "ipcns", "pidns", "landlock",
-                "landlock_read", "seccomp", "uid", "nproc", "nocaps")
+ALL_FEATURES = ("cgroup", "cgroup_cpu", "cgroup_memory", "cpu_pin", "userns", "netns", "mountns", "ipcns", "pidns",
+                "landlock", "landlock_read", "seccomp", "uid", "nproc", "nocaps")
 
 @dataclass(frozen=True)
 class Limits:
@@ -265,6 +265,8 @@ class Sandbox:
         except Exception:
             pass
         self._disabled: set[str] = set()  # features that broke a run here (e.g. uid: python unreadable)
+        allowed = sorted(os.sched_getaffinity(0))
+        self.cpu = allowed[slot % len(allowed)]  # the slot's CPU where no cpu cgroup holds its runs (cpu_pin)
         self._own_userns = False  # the last run got a user namespace: its process budget is its own
 
     # ------------------------------------------------------------------------------------------- child side
@@ -282,6 +284,13 @@ class Sandbox:
         nproc = self.limits.nproc + 2 if own_userns and "nproc" in use else nproc_fallback
         apply_rlimits(self.limits, nproc)
         got["nproc"] = nproc is not None
+        got["cpu_pin"] = False
+        if "cpu_pin" in use and not got["cgroup_cpu"]:  # the slot's own CPU: a CPU hog takes no other slot's
+            try:
+                os.sched_setaffinity(0, {self.cpu})
+                got["cpu_pin"] = True
+            except OSError:
+                pass
         read_only = self._mounts(workdir, use, view, got)
         got["landlock"] = got["landlock_read"] = False
         if "landlock" in use:

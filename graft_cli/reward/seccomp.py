@@ -15,9 +15,9 @@ from graft_cli.reward.confine import (CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWNE
 # escalations need), keyrings, other processes (ptrace, their memory, their limits), mounts, kernel modules and other
 # administration, io_uring (its operations bypass seccomp), SysV IPC, inotify/fanotify watches, file modes, owners
 # and extended attributes (of files outside, which Landlock does not cover: a user's sandbox has no uid drop), every
-# socket (no network in any configuration; stream socketpairs stay: asyncio's self-pipe), and a new session (each
-# program stays in the session it was started in: one scheduler autogroup per answer, so its threads and children
-# share one answer's CPU share).
+# socket (no network in any configuration; stream socketpairs stay: asyncio's self-pipe), a new session (each
+# program's processes stay in the session and process group it was started in; where the kernel groups scheduling
+# by session, its autogroup) and CPU affinity (a program pinned to its slot's CPU stays there).
 SECCOMP_DENY = ("unshare", "setns", "add_key", "request_key", "keyctl", "ptrace", "process_vm_readv",
                 "process_vm_writev", "pidfd_getfd", "kcmp", "mount", "umount2", "pivot_root", "chroot", "open_tree",
                 "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open",
@@ -29,10 +29,10 @@ SECCOMP_DENY = ("unshare", "setns", "add_key", "request_key", "keyctl", "ptrace"
                 "vhangup", "nfsservctl",
                 "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "setxattr",
                 "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
-                "socket", "connect", "sendmsg", "sendmmsg", "setsid")
-# Refused on another process (a non-zero pid / who: 0 is the caller itself): limits, scheduling policy, priority,
-# CPU affinity; and priority by process group or user (every process of the uid), I/O priority likewise.
-SELF_ONLY = ("prlimit64", "sched_setscheduler", "sched_setparam", "sched_setattr", "sched_setaffinity")
+                "socket", "connect", "sendmsg", "sendmmsg", "setsid", "sched_setaffinity")
+# Refused on another process (a non-zero pid / who: 0 is the caller itself): limits, scheduling policy, priority;
+# and priority by process group or user (every process of the uid), I/O priority likewise.
+SELF_ONLY = ("prlimit64", "sched_setscheduler", "sched_setparam", "sched_setattr")
 # Refused where the machine gives no wall of its own (``apply_seccomp``'s arguments): timestamps where the tree
 # outside the working directory is not read-only (no mount namespace; the working directory's own are refused too,
 # as seccomp cannot tell paths apart), memfd where no memory cgroup holds the program (its pages are bounded by no
