@@ -50,6 +50,8 @@ on):
   ``memory_mb`` + ``tmpfs_mb`` MiB of memory, so a program and whatever it spawned cannot take the
   other slots' CPU, and what it charges (memfd and tmpfs pages included) wakes an OOM killer that
   can only take the run's own processes;
+* ``cpu_pin`` (where no cpu cgroup holds the run): the program is pinned to its slot's own CPU
+  (slot mod the CPUs the grader may use), its threads and children with it;
 * ``userns`` (a non-root user): the child unshares a user namespace and maps the user to itself in
   it (the grader is non-dumpable and its child inherits that, which would leave ``uid_map`` to root:
   the child is dumpable for the mapping only); the namespaces below are made in it, and the
@@ -72,9 +74,9 @@ on):
 * ``seccomp`` (libseccomp, :mod:`graft_cli.reward.seccomp`): refused with EPERM - namespaces,
   keyrings, ptrace and other processes' memory, limits, scheduling, priority and I/O priority,
   mounts, io_uring, SysV IPC, inotify, every socket (no network in any configuration), a new
-  session (each answer stays in its session: one scheduler autogroup, so its threads and children
-  share one answer's CPU share where no cpu cgroup holds it), timestamps where the tree outside is
-  writable, memfd where no memory cgroup holds the program - loaded last, before exec;
+  session (an answer's processes stay in its session and process group), CPU affinity, timestamps
+  where the tree outside is writable, memfd where no memory cgroup holds the program - loaded last,
+  before exec;
 * ``landlock`` (Linux >= 5.13, unprivileged): writes only beneath the working directory (and
   ``/dev/null``); with ABI >= 4 no TCP bind/connect; with ABI >= 6 no signals to processes outside
   the sandbox (a program cannot kill its supervisor or the trainer) and no abstract unix sockets;
@@ -104,8 +106,8 @@ checkout and the grader's site-packages are readable (though not on the answer's
 without ``cgroup`` (or ``uid``/a non-root user) root's fork bomb is bounded only by the timeout;
 without ``cgroup``, ``uid`` and ``userns`` every slot shares the user's ``RLIMIT_NPROC``, so a
 program that fills it makes the programs beside it fail to fork or start a thread until its run
-ends; without ``cgroup_cpu`` and without the kernel's scheduler autogroups
-(``kernel.sched_autogroup_enabled``) a many-threaded program takes CPU from the answers beside it.
+ends; without ``cgroup_cpu`` and ``cpu_pin`` a many-threaded program takes CPU from the answers
+beside it.
 The probe of :meth:`Sandbox.features` says which of these hold on a machine; the code reward's
 workers report it when they start (``CodeGrader.sandbox_features``, and one warning naming the
 protections refused). """
