@@ -158,18 +158,23 @@ def mutants(program: str, entry: str, kinds, rng: random.Random) -> list[tuple[s
 
 
 def answers_for(rows: list[dict], kinds_per_task: int, seed: int) -> list[dict]:
-    """Every task's canonical solution and its mutants (``{task_id, kind, solution}``): per task a random
-    ``kinds_per_task`` of :data:`KINDS` (the quadratic kind in one task of four: each of its time-outs costs a
-    second or more)."""
+    """Every task's canonical solution and its mutants (``{task_id, kind, solution}``): per task ``kinds_per_task``
+    of :data:`KINDS` that apply, taken in random order (the quadratic kind in one task of four: each of its
+    time-outs costs a second or more)."""
     rng = random.Random(seed)
     out = []
     for j, r in enumerate(rows):
         prog = r["prompt"] + r["canonical_solution"]
         out.append({"task_id": r["task_id"], "kind": "canonical", "solution": prog})
         pool = [k for k in KINDS if k != "quadratic" or j % 4 == 0]
-        kinds = rng.sample(pool, min(kinds_per_task, len(pool)))
-        for kind, src in mutants(prog, r["entry_point"], kinds, rng):
-            out.append({"task_id": r["task_id"], "kind": kind, "solution": src})
+        rng.shuffle(pool)
+        made = 0
+        for kind in pool:  # in random order until kinds_per_task of them applied
+            for made_kind, src in mutants(prog, r["entry_point"], [kind], rng):
+                out.append({"task_id": r["task_id"], "kind": made_kind, "solution": src})
+                made += 1
+            if made == kinds_per_task:
+                break
     return out
 
 
