@@ -75,7 +75,7 @@ def ladder_figure(study_dir: str) -> str:
             ax2.set_yticks(ys, arms, fontsize=7)
             ax2.invert_yaxis()
             ax2.axvline(0, color="black", lw=0.8)
-            ax2.set_xlabel("Δℓ: change of the gold solutions' mean log-likelihood per token (nats), after − before")
+            ax2.set_xlabel("Δℓ = ℓ after − ℓ before (mean log-likelihood per gold token, nats)")
             ax2.legend(fontsize=7)
             ax2.set_title(f"receiver {p}: did training move it toward the gold solutions?")
     fig.tight_layout()
