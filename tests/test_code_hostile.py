@@ -176,7 +176,7 @@ def _gold(tests: str, entry: str, prompt: str, reference: str | None = None) -> 
 
 READ2 = "a, b = map(int, input().split())\n"
 BIG = [(f"{a} {b}\n", f"{a + b}\n") for a, b in ((10**17, 3), (123456789012345678, 987654321098765432))]
-MOD = [(f"{a} {b}\n", f"{a * b % (10**9 + 7)}\n") for a, b in ((123456789, 987654321), (10**9, 10**9))]
+MOD = [(f"{a} {b}\n", f"{a * b % (10**9 + 7)}\n") for a, b in ((123456789, 987654321), (987654321, 987654321))]
 THIRDS = [("3\n", "0.3333333333\n"), ("7\n", "0.1428571429\n")]
 FULLWIDTH = "str(a + b).translate({ord(c): 0xFF10 + int(c) for c in '0123456789'})"
 OD_PROMPT = "def order(s):\n"
