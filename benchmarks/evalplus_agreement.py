@@ -179,15 +179,18 @@ def answers_for(rows: list[dict], kinds_per_task: int, seed: int) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------------ the files
-def slice_file(src: str, n: int, where: str) -> str:
-    """The first ``n`` tasks of a release file as a ``.jsonl`` in ``where`` (``n`` 0: the file itself)."""
-    if not n:
+def slice_file(src: str, n: int, where: str, only=()) -> str:
+    """The first ``n`` tasks of a release file (or the tasks ``only`` names) as a ``.jsonl`` in ``where`` (``n`` 0
+    and no ``only``: the file itself)."""
+    if not n and not only:
         return src
     from graft_cli.data.code_problems import read_rows
 
-    path = os.path.join(where, os.path.basename(src).replace(".jsonl.gz", f"-first{n}.jsonl"))
+    rows = [r for r in read_rows(src) if r["task_id"] in only] if only else read_rows(src)[:n]
+    tag = f"-first{n}" if not only else "-" + "_".join(t.split("/")[-1] for t in only)
+    path = os.path.join(where, os.path.basename(src).replace(".jsonl.gz", f"{tag}.jsonl"))
     with open(path, "w", encoding="utf-8") as f:
-        for r in read_rows(src)[:n]:
+        for r in rows:
             f.write(json.dumps(r) + "\n")
     return path
 
@@ -319,16 +322,18 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def run(data: str, datasets, tasks: int, kinds_per_task: int, workers: int, seed: int, cache: str | None = None) \
-        -> dict:
+def run(data: str, datasets, tasks: int, kinds_per_task: int, workers: int, seed: int, cache: str | None = None,
+        files: dict | None = None, only=()) -> dict:
     """The whole comparison (module docstring); returns the results per dataset. ``cache``: where graft keeps its
-    expected outputs (None: ``$GRAFT_EVALPLUS_CACHE`` or ``~/.cache/graft/evalplus``)."""
+    expected outputs (None: ``$GRAFT_EVALPLUS_CACHE`` or ``~/.cache/graft/evalplus``); ``files``: a dataset's
+    release file other than :data:`FILES`'; ``only``: these task ids alone."""
     out = {}
     if cache:
         os.environ["GRAFT_EVALPLUS_CACHE"] = cache
     with tempfile.TemporaryDirectory(prefix="evalplus-agree-") as tmp:
         for ds in datasets:
-            release = slice_file(os.path.join(data, FILES[ds]), tasks, tmp)
+            release = slice_file(os.path.join(data, (files or {}).get(ds) or FILES[ds]), tasks, tmp,
+                                 [t for t in only if t.lower().startswith(ds)])
             from graft_cli.data.evalplus import read_release
 
             rows = read_release(release, ds)
@@ -357,12 +362,19 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(HERE, "..", "docs", "measurements", "evalplus"))
+    ap.add_argument("--mbpp-file", default=None, help="another MBPP+ file in --data (e.g. MbppPlus-v0.1.0.jsonl.gz)")
+    ap.add_argument("--only", default="", help="these task ids alone (comma-separated)")
+    ap.add_argument("--name", default="agreement", help="the written files' name")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    files = {"mbpp": args.mbpp_file} if args.mbpp_file else {}
     for ds in args.datasets.split(","):
-        if not os.path.exists(os.path.join(args.data, FILES[ds])):
-            sys.exit(f"{os.path.join(args.data, FILES[ds])}: not found (--data: the folder of the EvalPlus files)")
-    res = run(args.data, args.datasets.split(","), args.tasks, args.kinds_per_task, args.workers, args.seed)
+        f = os.path.join(args.data, files.get(ds) or FILES[ds])
+        if not os.path.exists(f):
+            sys.exit(f"{f}: not found (--data: the folder of the EvalPlus files)")
+    only = [t for t in args.only.split(",") if t]
+    res = run(args.data, args.datasets.split(","), args.tasks, args.kinds_per_task, args.workers, args.seed,
+              files=files, only=only)
     any_ds = next(iter(res.values()))
     print(EVALPLUS_SETTINGS.format(m=any_ds["evalplus"]["min_time_limit"], f=any_ds["evalplus"]["gt_time_limit_factor"])
           + f"; evalplus {any_ds['evalplus']['version']}")
@@ -373,12 +385,12 @@ def main() -> None:
                   f"EvalPlus {d['evalplus']} {d['evalplus_status']}")
     if not args.no_write:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "agreement.json"), "w", encoding="utf-8") as f:
+        with open(os.path.join(args.out, f"{args.name}.json"), "w", encoding="utf-8") as f:
             json.dump({"args": vars(args) | {"data": os.path.basename(os.path.normpath(args.data))}, "results": res},
                       f, indent=1)
-        with open(os.path.join(args.out, "agreement.md"), "w", encoding="utf-8") as f:
+        with open(os.path.join(args.out, f"{args.name}.md"), "w", encoding="utf-8") as f:
             f.write(table(res) + "\n")
-        print("wrote", os.path.join(args.out, "agreement.json"))
+        print("wrote", os.path.join(args.out, f"{args.name}.json"))
 
 
 if __name__ == "__main__":
