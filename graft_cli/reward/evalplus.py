@@ -46,6 +46,7 @@ MIN_TIME_LIMIT = 1.0  # evalplus/config.py DEFAULT_MIN_TIME_LIMIT (evaluate's --
 GT_TIME_LIMIT_FACTOR = 4.0  # evalplus/config.py DEFAULT_GT_TIME_LIMIT_FACTOR (--gt-time-limit-factor)
 TIMEOUT_PER_TASK = 60.0  # untrusted_check's EVALPLUS_TIMEOUT_PER_TASK default
 REFERENCE_TIMEOUT_S = 600.0  # the sandbox's wall clock for one group of a reference solution
+RESULT_BYTES = 512 << 20  # one run's result line: HumanEval/15's and /130's outputs pass 32 MiB
 CACHE_ENV = "GRAFT_EVALPLUS_CACHE"
 CACHE_FORMAT = 1
 
@@ -188,7 +189,8 @@ def run_group(sandbox, program: str, entry_point: str, inputs_json: str, timeout
     the other: ``groups``): ``(calls or None, status, detail)`` (``calls``: the harness's records; None: the run
     gave none - status ``code_timeout``, ``code_crash`` or ``code_error``)."""
     saved = sandbox.limits
-    sandbox.limits = dataclasses.replace(saved, timeout_s=float(timeout_s), cpu_s=None)
+    sandbox.limits = dataclasses.replace(saved, timeout_s=float(timeout_s), cpu_s=None,
+                                         result_bytes=max(saved.result_bytes, RESULT_BYTES))
     try:
         data = _payload(program, entry_point, inputs_json, secrets.token_hex(8), saved.output_bytes, limits,
                         reduce, times, groups)
