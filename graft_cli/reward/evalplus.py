@@ -46,6 +46,7 @@ MIN_TIME_LIMIT = 1.0  # evalplus/config.py DEFAULT_MIN_TIME_LIMIT (evaluate's --
 GT_TIME_LIMIT_FACTOR = 4.0  # evalplus/config.py DEFAULT_GT_TIME_LIMIT_FACTOR (--gt-time-limit-factor)
 TIMEOUT_PER_TASK = 60.0  # untrusted_check's EVALPLUS_TIMEOUT_PER_TASK default
 REFERENCE_TIMEOUT_S = 600.0  # the sandbox's wall clock for one group of a reference solution
+REFERENCE_MEMORY_MB = 16384  # a reference's address space: EvalPlus computes expected outputs unlimited (Mbpp/255)
 RESULT_BYTES = 512 << 20  # one run's result line: HumanEval/15's and /130's outputs pass 32 MiB
 CACHE_ENV = "GRAFT_EVALPLUS_CACHE"
 CACHE_FORMAT = 1
@@ -184,13 +185,14 @@ def _payload(program: str, entry_point: str, inputs_json: str, nonce: str, out_c
 
 
 def run_group(sandbox, program: str, entry_point: str, inputs_json: str, timeout_s: float, limits=None,
-              reduce=None, times: bool = False, groups=None):
+              reduce=None, times: bool = False, groups=None, memory_mb: int | None = None):
     """One sandboxed run of ``program``'s ``entry_point`` over inputs (one group, or several run afresh one after
     the other: ``groups``): ``(calls or None, status, detail)`` (``calls``: the harness's records; None: the run
     gave none - status ``code_timeout``, ``code_crash`` or ``code_error``)."""
     saved = sandbox.limits
     sandbox.limits = dataclasses.replace(saved, timeout_s=float(timeout_s), cpu_s=None,
-                                         result_bytes=max(saved.result_bytes, RESULT_BYTES))
+                                         result_bytes=max(saved.result_bytes, RESULT_BYTES),
+                                         memory_mb=memory_mb or saved.memory_mb)
     try:
         data = _payload(program, entry_point, inputs_json, secrets.token_hex(8), saved.output_bytes, limits,
                         reduce, times, groups)
@@ -232,7 +234,7 @@ def reference_outputs(sandbox, dataset: str, row: dict) -> dict:
         reduce = [2] * len(inputs) if dataset == "mbpp" and entry in MBPP_OUTPUT_NOT_NONE_TASKS else None
         calls, status, detail = run_group(sandbox, reference_program(row), entry,
                                           json.dumps(inputs), REFERENCE_TIMEOUT_S,
-                                          reduce=reduce, times=True)
+                                          reduce=reduce, times=True, memory_mb=REFERENCE_MEMORY_MB)
         if calls is None or len(calls) != len(inputs) or any("out" not in c for c in calls):
             bad = next((c for c in calls or () if "out" not in c), None)
             return {"error": f"{group}: {detail or (bad or {}).get('error') or 'results missing'}"}
