@@ -52,8 +52,12 @@ def main() -> None:
         sys.exit(f"{a.plan_dir}: no plan_<name>.json (a `graft reproduce` output folder)")
     with open(plans[-1], encoding="utf-8") as f:
         records = json.load(f)["runs"]
-    jobs = [(r["name"], r["dir"], int(r["seed"])) for r in records
-            if r.get("dir") and os.path.isdir(os.path.join(r["dir"], "checkpoints"))]
+    # a run's folder as the plan recorded it, else by its name inside the plan folder (a relative record)
+    dirs = [(r, r.get("dir") if r.get("dir") and os.path.isdir(r["dir"]) else
+             os.path.join(a.plan_dir, os.path.basename(str(r.get("dir") or r.get("run") or "")))) for r in records]
+    jobs = [(r["name"], d, int(r["seed"])) for r, d in dirs if os.path.isdir(os.path.join(d, "checkpoints"))]
+    if not jobs:
+        sys.exit(f"{a.plan_dir}: no run folder with checkpoints")
     runs: dict = {}
     with ProcessPoolExecutor(a.workers) as pool:
         for i, (arm, seed, res) in enumerate(pool.map(_one, jobs), 1):

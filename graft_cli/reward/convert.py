@@ -9,25 +9,25 @@ of their own: one run of the answer's process suffices. :func:`rewrite_tests` fi
 the entry point in the test code (``f(...)``, and ``candidate(...)`` inside ``check``) and accepts
 the tests when each call sits in one of these places, giving the call a comparison rule:
 
-=========================================  ==========  ==================================================
-the call in the tests                      rule        passes when (``got``: the value returned)
-=========================================  ==========
-================================================== ``assert f(x) == y`` / ``y == f(x)``       ``eq``
-``got == y`` ``assert f(x) != y``                       ``ne``      ``got != y`` ``assert f(x) is
-y`` / ``is not y``        ``is``      ``got is y`` (``None``, ``True``, ``False``) ``assert f(x) in
-y`` / ``not in y``        ``in``      ``got in y`` ``assert abs(f(x) - y) < t`` (``<=``)
-``close``   ``abs(got - y) < t`` (``<=``) ``assert f(x)`` / ``assert not f(x)``      ``truthy``
-``bool(got)`` is True / False ``assertion(f(*inp), exp, atol)``          ``allclose``EvalPlus's
-``assertion``: ``got == exp``, or within
-                                                       ``atol`` (1e-6 when ``atol`` is 0 and ``exp``
-                                                       holds floats) element-wise
-the same, set variant                      ``seteq``   ``set(got) == set(exp)`` (EvalPlus's
-                                                       ``MBPP_OUTPUT_SET_EQ_TASKS``: order ignored)
-the same, not-None variant                 ``notnone`` ``got == exp`` when ``got`` is a bool, else
-                                                       ``(got is not None) == exp`` (EvalPlus's
-                                                       ``MBPP_OUTPUT_NOT_NONE_TASKS``: regex
-                                                       matches)
-=========================================  ==========  ==================================================
+=========================================  ============  ==================================================
+the call in the tests                      rule          passes when (``got``: the value returned)
+=========================================  ============  ==================================================
+``assert f(x) == y`` / ``y == f(x)``       ``eq``        ``got == y``
+``assert f(x) != y``                       ``ne``        ``got != y``
+``assert f(x) is y`` / ``is not y``        ``is``        ``got is y`` (``None``, ``True``, ``False``)
+``assert f(x) in y`` / ``not in y``        ``in``        ``got in y``
+``assert abs(f(x) - y) < t`` (``<=``)      ``close``     ``abs(got - y) < t`` (``<=``)
+``assert f(x)`` / ``assert not f(x)``      ``truthy``    ``bool(got)`` is True / False
+``assertion(f(*inp), exp, atol)``          ``allclose``  EvalPlus's ``assertion``: ``got == exp``, or within
+                                                         ``atol`` (1e-6 when ``atol`` is 0 and ``exp``
+                                                         holds floats) element-wise
+the same, set variant                      ``seteq``     ``set(got) == set(exp)`` (EvalPlus's
+                                                         ``MBPP_OUTPUT_SET_EQ_TASKS``: order ignored)
+the same, not-None variant                 ``notnone``   ``got == exp`` when ``got`` is a bool, else
+                                                         ``(got is not None) == exp`` (EvalPlus's
+                                                         ``MBPP_OUTPUT_NOT_NONE_TASKS``: regex
+                                                         matches)
+=========================================  ============  ==================================================
 
 EvalPlus's hub tests define ``assertion`` themselves, in one of the three variants of
 :data:`ASSERTIONS`; the rule is the variant's (any other definition leaves the problem in the assert
