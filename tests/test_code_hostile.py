@@ -420,7 +420,8 @@ IOPRIO_SET = {"x86_64": 251, "aarch64": 30}.get(os.uname().machine, 251)
 # not run there (it would reach outside), and its test is skipped
 NEEDS = {**dict.fromkeys(("chmod_outside", "setuid_bit_outside", "chown_outside", "xattr_outside"), ("uid", "seccomp")),
          "utime_outside": ("uid", "mountns", "seccomp"),
-         "read_etc_shadow": ("uid",), "dev_mem": ("uid", "nocaps"), "dev_kmsg": ("uid", "nocaps"),
+         "read_etc_shadow": ("uid",),
+         **dict.fromkeys(("dev_mem", "dev_kmsg"), ("uid", "nocaps", "mountns", "landlock_read")),
          "write_outside": ("uid", "landlock"), "rename_outside": ("uid", "landlock"),
          **dict.fromkeys(("unix_socket_tmp", "unix_socket_run", "forkserver_socket"), ("mountns", "seccomp")),
          **dict.fromkeys(("write_tmp", "write_dev_shm", "write_var_tmp", "write_run"), ("mountns", "landlock")),
@@ -432,7 +433,7 @@ NEEDS = {**dict.fromkeys(("chmod_outside", "setuid_bit_outside", "chown_outside"
          **dict.fromkeys(("prlimit_trainer", "prlimit_workers", "prlimit_cpu_outside", "ptrace_trainer",
                           "signal_trainer", "kill_workers", "see_outside_processes", "read_trainer_environ",
                           "read_trainer_mem", "setns_host"), ("pidns", "seccomp")),
-         **dict.fromkeys(("raw_socket", "packet_socket", "chroot"), ("uid", "nocaps")),
+         **dict.fromkeys(("raw_socket", "packet_socket", "chroot"), ("uid", "nocaps", "seccomp")),
          **dict.fromkeys(("fill_inodes", "fill_disk"), ("mountns",)),
          # devices, the machine's sockets, inbound network, other processes' scheduling
          **dict.fromkeys(("read_dev_shm", "list_dev_nodes"), ("mountns", "landlock_read")),
