@@ -1100,7 +1100,7 @@ def test_a_fork_bomb_in_another_grader_does_not_starve_this_one(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------- neighbours
-HEAVY = py("_s = 0\nfor _i in range(20_000_000):\n    _s += _i\n\n\ndef add(a, b):\n    return a + b")  # ~1 CPU-s
+HEAVY = py("_s = 0\nfor _i in range(10_000_000):\n    _s += _i\n\n\ndef add(a, b):\n    return a + b")  # ~0.5 CPU-s
 THREADED = py("import threading\n\n\ndef add(a, b):\n    out = []\n"
               "    ts = [threading.Thread(target=out.append, args=(a + b,)) for _ in range(4)]\n"
               "    for t in ts:\n        t.start()\n    for t in ts:\n        t.join()\n    return out[0]")
@@ -1121,7 +1121,7 @@ def _cpu_shared_fairly(feats: dict) -> bool:
 
 def test_a_correct_answer_keeps_its_verdict_beside_hogs_bombs_and_memfds():
     """Answers that spin 8 threads and 12 children trying to leave their session, fill the process table, or fill
-    memfds past their memory cap, graded beside correct answers on the other worker that need ~1 CPU-second, start
+    memfds past their memory cap, graded beside correct answers on the other worker that need ~0.5 CPU-second, start
     threads, or do nothing special: every correct answer scores 1 (status ok), every hostile one 0, and no worker is
     replaced (the OOM killer of a memfd filler takes the answer, not its worker)."""
     feats = world_features()
