@@ -310,7 +310,7 @@ def execute(plan: Plan, out: str, jobs: int | None = None, progress: bool = True
     started = time.strftime("%Y-%m-%d %H:%M:%S")
 
     def record(state: str) -> list[dict]:  # this execution's stage, as of now
-        recs = [measured_record(plan, r, ex.records[r.key]) for r in runs]
+        recs = [measured_record(plan, r, dict(ex.records[r.key])) for r in runs]  # a copy: it drops private keys
         write_results(plan, out, recs, time.time() - t_start, ex.tiny, started=started, state=state)
         return recs
 
