@@ -122,6 +122,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 
 from graft_cli.reward.confine import (CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER,
@@ -177,6 +178,12 @@ def sandbox_uid(uid_base: int, pid: int, slot: int) -> int:
 NAMESPACES = {"netns": CLONE_NEWNET, "mountns": CLONE_NEWNS | CLONE_NEWUTS, "ipcns": CLONE_NEWIPC,
               "pidns": CLONE_NEWPID}
 PAIR_TASKS = 4  # a run_pair's two programs and their PID-namespace relays, beyond the program's own budget
+
+
+def _remove_in(cgroup: Cgroup, pid: int) -> None:
+    """Remove ``cgroup`` when called in the process ``pid`` that made it (never in a child forked from it)."""
+    if os.getpid() == pid:
+        cgroup.remove()
 
 
 def _die_with_parent(c) -> None:
@@ -257,6 +264,11 @@ class Sandbox:
                         self.limits.cpus if "cgroup_cpu" in self.wanted else 0,
                         self.limits.memory_mb + self.limits.tmpfs_mb + 64 if "cgroup_memory" in self.wanted else 0)
             self.cgroup = cg if cg.path else None
+            if self.cgroup is None:
+                cg.remove()  # what it made of the other controllers
+        # removed by close(), else when this process exits (a caller that never closes leaves no empty cgroup)
+        self._remove_cgroup = weakref.finalize(self, _remove_in, self.cgroup, os.getpid()) \
+            if self.cgroup is not None else None
         try:
             libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
             self.subreaper = True
@@ -585,5 +597,5 @@ class Sandbox:
         return res.features
 
     def close(self) -> None:
-        if self.cgroup is not None:
-            self.cgroup.remove()
+        if self._remove_cgroup is not None:
+            self._remove_cgroup()  # once
