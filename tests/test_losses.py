@@ -241,15 +241,18 @@ def test_clip_stats_self_vs_peer_counts():
     mask = t([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0]])
     peer = torch.tensor([False, True, True, False])
     st = clip_stats(ratio, adv, mask, peer, LOW, HIGH)
+    # mean ratio parts: own tokens 1.5 + 1.0 + 0.5 + 0.79 + 0.81 = 4.6 over 5; grafted 0.5 + 0.7 + 1.5 + 1.0 +
+    # 1.3 + 1.29 = 6.29 over 6 (padded positions never count)
     want = {"tokens": 11, "tokens_self": 5, "tokens_peer": 6, "clip_low": 3, "clip_high": 3,
-            "clip_self": 2, "clip_peer": 4}
-    assert {k: v.item() for k, v in st.items()} == want
+            "clip_self": 2, "clip_peer": 4, "ratio/self/sum": 4.6, "ratio/self/n": 5, "ratio/peer/sum": 6.29,
+            "ratio/peer/n": 6}
+    assert {k: v.item() for k, v in st.items()} == pytest.approx(want)
 
     # the same through ppo_token (ρ built from logp - old_logp) gives the same counts
     logp = torch.log(ratio)
     _, st2 = call_loss(ppo_token_loss, logp, torch.zeros_like(logp), adv, mask, t([1.0] * 4), peer,
                             clip_low=LOW, clip_high=HIGH, norm=Normaliser(11.0, 4.0))
-    assert {k: v.item() for k, v in st2.items()} == want
+    assert {k: v.item() for k, v in st2.items()} == pytest.approx(want)
 
 
 def test_clip_boundaries_are_strict():

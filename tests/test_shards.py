@@ -9,7 +9,7 @@ import torch
 
 from graft_cli.errors import GraftError
 from graft_cli.models import shards
-from tests.conftest import make_random_model
+from conftest import make_random_model
 
 
 def _write_boxes(folder, full: dict, cuts: list[list[tuple[int, int]]]):
