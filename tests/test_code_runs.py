@@ -73,13 +73,18 @@ def test_the_three_code_pairs_and_the_math_opd_only_minibatch():
     assert tiny.algo.minibatch_prompts == tiny.data.prompt_batch == 512
 
 
-def test_dry_run_refuses_a_missing_local_file(tmp_path, capsys):
+def test_dry_run_refuses_a_missing_local_file(tmp_path, capsys, monkeypatch):
     from graft_cli.errors import GraftError
 
     with pytest.raises(GraftError, match="config key 'data.train': .*train-\\*.parquet: file not found"):
         _dry("saf_qwen3_4b_code", "saf", capsys, f"data.train={tmp_path}/eurus/train-*.parquet")
-    with pytest.raises(GraftError, match="config key 'eval.benchmarks': unknown benchmark 'humaneval_plus'"):
-        _dry("saf_qwen3_4b_code", "saf", capsys, "eval.benchmarks=[humaneval_plus]")
+    with pytest.raises(GraftError, match="config key 'eval.benchmarks': unknown benchmark 'no_such_benchmark'"):
+        _dry("saf_qwen3_4b_code", "saf", capsys, "eval.benchmarks=[no_such_benchmark]")
+    monkeypatch.delenv("HUMANEVAL_OVERRIDE_PATH", raising=False)
+    monkeypatch.delenv("GRAFT_EVAL_DIR", raising=False)
+    with pytest.raises(GraftError, match="config key 'eval.benchmarks': benchmark humaneval_plus: no release file; "
+                                         "set HUMANEVAL_OVERRIDE_PATH"):
+        _dry("saf_qwen3_4b_code", "saf", capsys, "eval.benchmarks=[humaneval_plus]", f"eval.data_dir={tmp_path}")
 
 
 def _eurus_rows(n0: int) -> list[dict]:

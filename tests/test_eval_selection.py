@@ -149,7 +149,7 @@ def test_top_k_reaches_the_engine_and_the_folder_identity(tmp_path):
             from types import SimpleNamespace
 
             return SimpleNamespace(rewards=[1.0] * len(texts), extracted=["2"] * len(texts),
-                                   timed_out=[False] * len(texts))
+                                   timed_out=[False] * len(texts), base=None)  # base: EvalPlus's base verdicts
 
     from graft_cli.data.problems import Problem
 
