@@ -25,10 +25,10 @@ from graft_cli.data.problems import field_value
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.synthetic import gold_solution
 from graft_cli.eval.files import read_jsonl
+from graft_cli.eval.setup import load_run_config
 from graft_cli.models.loading import load_model, load_tokenizer, resolve_path
 from graft_cli.models.logprobs import pack, response_logprobs
-from graft_cli.schema import PromptConfig
-from graft_cli.rundir import checkpoint_dir, checkpoints_dir, eval_step_dir, run_config_raw
+from graft_cli.rundir import checkpoint_dir, checkpoints_dir, eval_step_dir
 from graft_cli.train import checkpoint as ckpt
 
 __all__ = ["gold_loglik", "run_gold_likelihood", "weak_problems"]
@@ -52,18 +52,15 @@ def gold_loglik(model, tok, spec: PromptSpec, problems: list[str], style: str, b
     return total / max(count, 1)
 
 
-def weak_problems(run_dir: str, policy: str, step: int, benchmark: str, family: str) -> list[str]:
-    """The problem texts of ``benchmark`` that ``policy``'s evaluation at ``step`` graded and whose
-    family (the training file's ``family`` field) is ``family``, in problem order."""
-    cfg = run_config_raw(run_dir)
-    path = resolve_path(str((cfg.get("data") or {}).get("train") or ""))
-    rows = {str(r["id"]): r for r in read_jsonl(path) if r.get("id") is not None}
+def weak_problems(train: dict, eval_file: str, family: str) -> list[str]:
+    """The problem texts graded in ``eval_file`` (a benchmark's ``<bench>_run1.jsonl``) whose family
+    in the training file's rows (``train``: id -> row) is ``family``, in problem order."""
     ids: dict[int, str] = {}
-    for r in read_jsonl(os.path.join(eval_step_dir(run_dir, policy, step), f"{benchmark}_run1.jsonl")):
+    for r in read_jsonl(eval_file):
         ids[int(r["problem_index"])] = str(r["problem_id"])
     out = []
     for _, pid in sorted(ids.items()):
-        row = rows.get(pid)
+        row = train.get(pid)
         if row is not None and field_value(row, "family") == family:
             out.append(str(row["problem"]))
     return out
@@ -76,23 +73,23 @@ def run_gold_likelihood(run_dir: str, weak: dict, styles: dict, benchmark: str =
     (``styles[policy]``) and ``peer`` (the other policy's style, the first other entry of
     ``styles``). ``cache`` keeps the values of the starting weights (the same for every run of a
     study that shares its problems) across calls."""
-    cfg = run_config_raw(run_dir)
-    given, default = cfg.get("prompt") or {}, PromptConfig()
-    spec = PromptSpec(given.get("suffix", default.suffix), given.get("chat_template", default.chat_template),
-                      given.get("raw_template", default.raw_template))
+    cfg = load_run_config(run_dir)
+    spec = PromptSpec.from_config(cfg.prompt)  # the training prompt, as the trainer builds it
     steps = ckpt.valid_steps(checkpoints_dir(run_dir))
     if not steps:
         return {}
     last = steps[-1]
+    train = {str(r["id"]): r for r in read_jsonl(resolve_path(str(cfg.data.train))) if r.get("id") is not None}
     out = {}
-    for pol in cfg.get("policies") or []:
-        name = pol.get("name")
-        if name not in weak or pol.get("role", "train") != "train":
+    for pol in cfg.policies:
+        name = pol.name
+        if name not in weak or pol.role != "train":
             continue
-        problems = weak_problems(run_dir, name, last, benchmark, weak[name])
+        problems = weak_problems(train, os.path.join(eval_step_dir(run_dir, name, last), f"{benchmark}_run1.jsonl"),
+                                 weak[name])
         peer = next(s for p, s in styles.items() if p != name)
         res = {"step": last, "problems": len(problems)}
-        for when, path in (("before", resolve_path(str(pol["model"]))), ("after", checkpoint_dir(run_dir, last, name))):
+        for when, path in (("before", resolve_path(str(pol.model))), ("after", checkpoint_dir(run_dir, last, name))):
             key = (path, tuple(problems), styles[name], peer)
             if when == "before" and cache is not None and key in cache:
                 res[when] = cache[key]
