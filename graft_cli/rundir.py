@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import yaml
@@ -69,6 +70,26 @@ def eval_step_dir(run_dir: str, policy: str, step: int, root: str = EVAL) -> str
 # ------------------------------------------------------------------------------------------ atomic writes
 def _tmp(path: str) -> str:
     return f"{path}.tmp-{os.getpid()}"
+
+
+def remove_stale_temporaries(folder: str) -> None:
+    """Remove what other processes left under a temporary name in ``folder`` (``<name>.tmp-<pid>``, file or
+    folder): a writer killed mid-write leaves it, and only one process writes a run's folder at a time."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    for name in names:
+        stem, sep, pid = name.rpartition(".tmp-")
+        if sep and stem and pid.isdigit() and pid != str(os.getpid()):
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    pass
 
 
 def write_failed(e: OSError, path: str) -> OSError:

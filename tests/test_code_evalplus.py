@@ -196,6 +196,22 @@ def test_mbpp_fixture_end_to_end(cache):
     assert list(res.rewards) == [a[2] for a in answers], res.status
 
 
+def test_workers_read_the_cache_the_grader_was_made_with(tmp_path, monkeypatch):
+    """The pool's workers come from a forkserver started once per process, with the environment of that moment:
+    a cache directory set later still reaches them (the grader hands its own to its workers)."""
+    monkeypatch.setenv("GRAFT_EVALPLUS_CACHE", str(tmp_path / "first"))
+    CodeGrader(num_workers=1, allow_root=True).start().close()  # the forkserver runs from here on, if not before
+    monkeypatch.setenv("GRAFT_EVALPLUS_CACHE", str(tmp_path / "second"))
+    probs = evalplus_problems(MB_TINY, "mbpp", num_workers=0)
+    rows = read_release(MB_TINY, "mbpp")
+    g = CodeGrader(num_workers=1, allow_root=True)
+    try:
+        res = g.grade([_fenced(r["prompt"] + r["canonical_solution"]) for r in rows], [p.answer for p in probs])
+    finally:
+        g.close()
+    assert res.status == ["ok"] * len(rows) and list(res.rewards) == [1.0] * len(rows)
+
+
 # ----------------------------------------------------------------------------------------------- slow
 def _shared(name: str) -> str:
     path = os.path.join(SHARED, name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from graft_cli.rundir import (best_path, checkpoint_dir, checkpoints_dir, config_path, eval_step_dir, metrics_path,
-                              rollout_log_path, step_name)
+                              remove_stale_temporaries, rollout_log_path, step_name)
 from graft_cli.train.checkpoint import step_path
 
 
@@ -21,3 +21,14 @@ def test_the_layout_by_hand():
     assert eval_step_dir(r, "a", 0) == "results/runs/x/eval/a/step_000000"
     assert eval_step_dir(r, "a", 7, "validation") == "results/runs/x/validation/a/step_000007"
     assert rollout_log_path(r, "b", 0) == "results/runs/x/rollouts/b/step_000001.parquet"  # logs count from 1
+
+
+def test_stale_temporaries_of_other_processes_are_removed_and_nothing_else(tmp_path):
+    mine = f"one_run2.jsonl.tmp-{os.getpid()}"
+    for name in ["one_run2.jsonl.tmp-26580", mine, "one_run1.jsonl", "notes.tmp-x", "x.tmp-12ab", ".tmp-7"]:
+        (tmp_path / name).write_text("x")
+    (tmp_path / "step_000004.tmp-991").mkdir()
+    (tmp_path / "step_000004.tmp-991" / "model.safetensors").write_text("x")
+    remove_stale_temporaries(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == sorted([mine, "one_run1.jsonl", "notes.tmp-x", "x.tmp-12ab", ".tmp-7"])
+    remove_stale_temporaries(str(tmp_path / "absent"))  # a folder not made yet: nothing to do

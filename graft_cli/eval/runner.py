@@ -77,6 +77,7 @@ from graft_cli.rundir import (
     checkpoints_dir,
     eval_step_dir,
     read_json,
+    remove_stale_temporaries,
     write_jsonl_atomic,
 )
 from graft_cli.schema import RewardConfig
@@ -124,6 +125,7 @@ def prepare_folder(out_dir: str, settings: EvalSettings, spec, benches: list[tup
                              f"({old_fp['source']}); use another --out or --force")
         meta["benchmarks"][b.name] = fp
     os.makedirs(out_dir, exist_ok=True)
+    remove_stale_temporaries(out_dir)  # a file a killed evaluation was writing
     atomic_write_json(path, meta)
 
 

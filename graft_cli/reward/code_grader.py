@@ -43,6 +43,8 @@ from graft_cli.errors import GraftError
 from graft_cli.reward import REWARDS
 from graft_cli.reward.confine import Cgroup, io_priority
 from graft_cli.reward.convert import NotConvertible, NotPlain, calls_from_records, decode, rewrite_tests
+from graft_cli.reward.evalplus import CACHE_ENV as EVALPLUS_CACHE_ENV
+from graft_cli.reward.evalplus import cache_dir as evalplus_cache_dir
 from graft_cli.reward.evalplus import evalplus_budget_s, grade_evalplus, reference_outputs
 from graft_cli.reward.harness import HARNESS, payload
 from graft_cli.reward.pool import Grades, MathVerifyGrader, serve
@@ -194,6 +196,8 @@ def code_worker_main(conn, options: dict | None = None) -> None:
     ``("r", idx, reward, program, status, seconds)`` per item. A worker whose own limits, priority
     or CPU affinity changed while it graded stops after that item (the pool replaces it)."""
     options = dict(options or {})
+    if options.get("evalplus_cache"):  # the caller's, read when the grader was made: a forkserver's children
+        os.environ[EVALPLUS_CACHE_ENV] = options["evalplus_cache"]  # inherit the server's environment
     sb = _sandbox_for(options)
     state = _own_state()
     conn.send(("ready", os.getpid(), sb.features(), sb.root))
@@ -237,7 +241,7 @@ class CodeGrader(MathVerifyGrader):
         if unknown:
             raise ValueError(f"unknown sandbox features {sorted(unknown)}; known: {', '.join(ALL_FEATURES)}")
         self.options = {"timeout_s": float(timeout_s), "memory_mb": int(memory_mb), "nproc": int(nproc),
-                        "features": tuple(features)}
+                        "features": tuple(features), "evalplus_cache": evalplus_cache_dir()}
         self.sandbox_features: dict | None = None  # what the workers' sandboxes got on this machine (first report)
         self.convert = bool(convert)
         self.allow_root = bool(allow_root)

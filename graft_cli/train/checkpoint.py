@@ -33,7 +33,7 @@ from graft_cli import faults
 from graft_cli.errors import GraftError
 from graft_cli.models import lora, shards
 from graft_cli.models.loading import DTYPES, load_model
-from graft_cli.rundir import sha256_file, step_name
+from graft_cli.rundir import remove_stale_temporaries, sha256_file, step_name
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
 FORMAT = 2
@@ -338,11 +338,7 @@ def latest(ckpt_root: str, warn=None) -> str | None:
 def prune(ckpt_root: str, keep: int, protect: tuple = ()) -> None:
     """Remove stale temporary folders of other processes and all but the last ``keep`` complete checkpoints
     (``protect``: steps never removed, e.g. the best by validation)."""
-    for d in os.listdir(ckpt_root):
-        if ".tmp-" in d:
-            pid = d.rsplit("-", 1)[-1]
-            if pid != str(os.getpid()):
-                shutil.rmtree(os.path.join(ckpt_root, d), ignore_errors=True)
+    remove_stale_temporaries(ckpt_root)
     if keep <= 0:
         return
     for s in complete_steps(ckpt_root)[:-keep]:
