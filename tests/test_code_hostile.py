@@ -18,6 +18,7 @@ process's limits and signals. Whatever an escape could leave is removed here aft
 
 from __future__ import annotations
 
+import dataclasses
 import ctypes
 import json
 import os
@@ -865,7 +866,7 @@ def test_a_worker_whose_limits_changed_is_replaced():
 
 HOG_MARK = f"hog-{uuid.uuid4().hex}"  # each spinner works in a directory of this name: it finds this test's spinners
 HOG = py(f"import os\nfor _ in range(3):\n    if os.fork() == 0:\n"
-         "        try:\n            os.setsid()\n        except OSError:\n            pass\n"  # refused where seccomp holds
+         "        try:\n            os.setsid()\n        except OSError:\n            pass\n"  # seccomp refuses it
          "        if os.fork():\n            os._exit(0)\n"  # orphaned: its parent is gone
          f"        os.makedirs('{HOG_MARK}', exist_ok=True)\n        os.chdir('{HOG_MARK}')\n"
          "        while True:\n            pass\n"
@@ -1234,3 +1235,25 @@ def test_two_graders_side_by_side_lose_no_verdict(tmp_path):
         assert got[-1] == 0  # no worker of either grader replaced
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777
     assert [n for n in os.listdir(shared) if n.startswith("graft-code-")] == []
+
+
+def test_the_slot_cgroup_memory_follows_the_runs_limits():
+    """A run given more memory than the slot was made with (a reference computing expected outputs) gets it from
+    the slot's memory cgroup too, and a later run with the usual limits is held to them again."""
+    sb = Sandbox(0, Limits(timeout_s=20, memory_mb=256))
+    big = "x = b'x' * (600 << 20)\nprint(len(x) >> 20)\n"
+    try:
+        if not sb.features().get("cgroup_memory"):
+            pytest.skip("no memory cgroup here")
+        small = sb.limits
+        assert b"600" not in sb.run([sb.python, "-I", "-S", "-c", big]).stdout  # 256 MiB of address space
+        sb.limits = dataclasses.replace(small, memory_mb=1024)
+        assert sb.run([sb.python, "-I", "-S", "-c", big]).stdout.strip() == b"600"
+        with open(sb.cgroup.memory_file) as f:
+            assert int(f.read()) == (1024 + small.tmpfs_mb + 64) << 20
+        sb.limits = small
+        assert b"600" not in sb.run([sb.python, "-I", "-S", "-c", big]).stdout
+        with open(sb.cgroup.memory_file) as f:
+            assert int(f.read()) == (256 + small.tmpfs_mb + 64) << 20
+    finally:
+        sb.close()

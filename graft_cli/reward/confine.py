@@ -427,6 +427,7 @@ class Cgroup:
 
     def __init__(self, name: str, nproc: int, cpus: float = 0.0, memory_mb: int = 0):
         self.path, self.dirs, self.limits = None, [], set()
+        self.memory_file: str | None = None  # where the memory limit is written (:meth:`set_memory`)
         want = {"pids": [("pids.max", str(int(nproc)))]}
         if cpus > 0:
             want["cpu"] = [("cpu.max", f"{int(cpus * 100000)} 100000")]
@@ -445,6 +446,9 @@ class Cgroup:
                         with open(os.path.join(path, fname), "w") as f:
                             f.write(value)
                     self.limits.add(ctrl)
+                    if ctrl == "memory":
+                        self.memory_file = os.path.join(path, "memory.limit_in_bytes" if self._v1(base) else
+                                                        "memory.max")
                     if path not in self.dirs:
                         self.dirs.append(path)
                     if ctrl == "pids":
@@ -486,6 +490,13 @@ class Cgroup:
                             "/sys/fs/cgroup/cpu,cpuacct") else c)
                         out.append((mnt + path.rstrip("/"), {c}))
         return out
+
+    def set_memory(self, memory_mb: int) -> None:
+        """Change the memory limit (between runs: a run that needs more than the slot's usual, e.g. a reference
+        solution computing expected outputs). Raises OSError."""
+        if self.memory_file:
+            with open(self.memory_file, "w") as f:
+                f.write(str(int(memory_mb) << 20))
 
     def join(self) -> None:
         for d in self.dirs:

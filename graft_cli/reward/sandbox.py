@@ -259,10 +259,10 @@ class Sandbox:
         trusted = tuple(read_roots())
         self.views = {"answer": View(tuple(rules), tuple(keep), tuple(covers)), "trusted": View(trusted, trusted)}
         self.cgroup = None  # the slot's cgroup: each run's processes join it, this process never does
+        self._cgroup_memory_mb = self._memory_cap() if "cgroup_memory" in self.wanted else 0
         if "cgroup" in self.wanted:
             cg = Cgroup(f"graft-sandbox-{os.getpid()}-{slot}", self.limits.nproc + PAIR_TASKS,
-                        self.limits.cpus if "cgroup_cpu" in self.wanted else 0,
-                        self.limits.memory_mb + self.limits.tmpfs_mb + 64 if "cgroup_memory" in self.wanted else 0)
+                        self.limits.cpus if "cgroup_cpu" in self.wanted else 0, self._cgroup_memory_mb)
             self.cgroup = cg if cg.path else None
             if self.cgroup is None:
                 cg.remove()  # what it made of the other controllers
@@ -410,11 +410,18 @@ class Sandbox:
             return self.limits.nproc  # the slot's own uid: every one of its tasks is this run's
         return None
 
+    def _memory_cap(self) -> int:
+        """The slot cgroup's memory in MiB: the address space of a run and its tmpfs, and some slack."""
+        return self.limits.memory_mb + self.limits.tmpfs_mb + 64
+
     def _start(self, argv: list[str], view: str, use: set, fds: dict, stdin=subprocess.PIPE, quiet: bool = False):
         """Start one sandboxed program: ``(Popen, workdir, read end of its result pipe)``;
         ``{name}`` in ``argv`` becomes the descriptor ``fds[name]`` (kept open in the program),
         ``{fd}`` its result pipe's; ``quiet``: stdout and stderr go to ``/dev/null``. Raises OSError
         (PermissionError: the uid cannot run the interpreter)."""
+        if self.cgroup is not None and self._cgroup_memory_mb and self._memory_cap() != self._cgroup_memory_mb:
+            self.cgroup.set_memory(self._memory_cap())  # the limits of this run differ from the last one's
+            self._cgroup_memory_mb = self._memory_cap()
         workdir = tempfile.mkdtemp(prefix="graft-code-")
         rfd, wfd = os.pipe()
         try:
