@@ -212,6 +212,28 @@ def test_workers_read_the_cache_the_grader_was_made_with(tmp_path, monkeypatch):
     assert res.status == ["ok"] * len(rows) and list(res.rewards) == [1.0] * len(rows)
 
 
+def test_a_reference_that_fails_on_plus_keeps_the_base_verdicts(cache, tmp_path):
+    """A reference that answers its base inputs but not every plus input (Mbpp/255's, over the result cap): the
+    cache keeps its base outputs, an answer is judged on base as usual and fails plus (``code_bad_gold``), with one
+    warning naming the task."""
+    prompt = "def add(a, b):\n"
+    row = {"task_id": "HumanEval/0", "prompt": prompt, "entry_point": "add", "atol": 0, "contract": "", "test": "",
+           "canonical_solution": "    if a == 37:\n        raise MemoryError\n    return a + b\n",
+           "base_input": [[1, 2], [3, 4]], "plus_input": [[5, 6], [37, 1]]}
+    path = tmp_path / "plus-fails.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.warns(UserWarning, match=r"1 task\(s\).*HumanEval/0: plus: MemoryError"):
+        probs = evalplus_problems(str(path), "humaneval", num_workers=0)
+    answers = [_fenced(prompt + "    return a + b\n"), _fenced(prompt + "    return a - b\n")]
+    g = CodeGrader(num_workers=0, allow_root=True)
+    try:
+        res = g.grade(answers, [probs[0].answer] * 2)
+    finally:
+        g.close()
+    assert list(res.base) == [1.0, 0.0] and list(res.rewards) == [0.0, 0.0]
+    assert res.status == ["code_bad_gold", "ok"]
+
+
 # ----------------------------------------------------------------------------------------------- slow
 def _shared(name: str) -> str:
     path = os.path.join(SHARED, name)

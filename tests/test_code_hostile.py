@@ -23,6 +23,7 @@ import ctypes
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import stat
@@ -161,7 +162,22 @@ HACKS = {
                          "def add(a, b):\n    return 0",
     "exit_zero_early": "import os\nos._exit(0)",
 }
-HACK_GOLDS = {"converted": CONVERTED, "fallback": FALLBACK, "call": CALL, "io": IO}
+HACK_GOLDS = {"converted": CONVERTED, "fallback": FALLBACK, "call": CALL, "io": IO, "evalplus": None}  # (world)
+
+
+def evalplus_gold(where: str) -> str:
+    """``add`` as an EvalPlus task (HumanEval+ layout: the first three pairs its base inputs, the rest its plus
+    inputs), graded the EvalPlus way: its expected outputs computed in the sandbox and cached under ``where``
+    (``GRAFT_EVALPLUS_CACHE``, set by the caller)."""
+    from graft_cli.data.evalplus import evalplus_problems
+
+    row = {"task_id": "HumanEval/0", "prompt": PROMPT, "entry_point": "add", "canonical_solution": "    return a + b\n",
+           "base_input": [list(x) for x in PAIRS[:3]], "plus_input": [list(x) for x in PAIRS[3:]], "atol": 0,
+           "contract": "", "test": ""}
+    path = os.path.join(where, "add-humanevalplus.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+    return evalplus_problems(path, "humaneval", num_workers=1)[0].answer
 MEMORY_MB = 1024  # the world grader's memory per answer: small enough for the memfd attack to reach its cgroup's cap
 
 
@@ -651,6 +667,9 @@ def world():
     before = {"sysv": _sysv_keys(), "keys": _keys(), "rlimits": {r: resource.getrlimit(r) for r in (
         resource.RLIMIT_CORE, resource.RLIMIT_NOFILE, resource.RLIMIT_CPU)},
         "victim": os.stat(ctx["victim"]), "sleeper_cpu": resource.prlimit(sleeper, resource.RLIMIT_CPU)}
+    old_cache, edir = os.environ.get("GRAFT_EVALPLUS_CACHE"), tempfile.mkdtemp(prefix=f"{TAG}-evalplus")
+    os.environ["GRAFT_EVALPLUS_CACHE"] = os.path.join(edir, "cache")
+    hack_golds = dict(HACK_GOLDS, evalplus=evalplus_gold(edir))
     grader = CodeGrader(num_workers=2, timeout_s=TIMEOUT, memory_mb=MEMORY_MB)
     try:
         grader.start()
@@ -658,12 +677,12 @@ def world():
         watched = [os.getpid(), sleeper] + ctx["workers"]
         before["sched"] = {p: _sched(p) for p in watched}
         cases = {f"hack:{k}:{g}": (program_for(v, g), gold, good_for(g)) for k, v in HACKS.items()
-                 for g, gold in HACK_GOLDS.items()}
+                 for g, gold in hack_golds.items()}
         cases.update({f"hack:{k}:unconvertible": (py(HACKS[k]), MATHY, GOOD) for k in
                       ("fake_math_module", "redefine_abs_builtin", "lying_eq", "rebind_main_compile")})
         cases.update({f"hack:{k}:{g}": (program_for(attack, g), gold, program_for(control, g) if control
                                         else good_for(g))
-                      for k, (_, attack, control) in TRICKS.items() for g, gold in HACK_GOLDS.items()
+                      for k, (_, attack, control) in TRICKS.items() for g, gold in hack_golds.items()
                       if trick_held_here(k, feats)})
         good_probe = py("def probe():\n    return 'escaped'")
         cases.update({f"escape:{k}": (v, PROBE, good_probe) for k, v in escapes(ctx).items() if held_here(k, feats)})
@@ -689,6 +708,11 @@ def world():
                "after": after, "kinds": kinds, "ctx": ctx, "restarts": grader.num_restarts}
     finally:
         grader.close()
+        shutil.rmtree(edir, ignore_errors=True)
+        if old_cache is None:
+            os.environ.pop("GRAFT_EVALPLUS_CACHE", None)
+        else:
+            os.environ["GRAFT_EVALPLUS_CACHE"] = old_cache
         os.close(pty_master)
         os.close(pty_slave)
         signal.signal(signal.SIGUSR1, old_usr1)

@@ -188,11 +188,12 @@ def ensure_expected(path: str, dataset: str, rows: list[dict] | None = None, num
 def _warn_failed(tasks: dict, path: str) -> None:
     """One warning naming the tasks whose reference did not answer every input (their answers score 0,
     ``code_bad_gold``)."""
-    bad = [k for k, t in tasks.items() if "error" in t]
+    bad = {k: t.get("error") or t["plus"]["error"] for k, t in tasks.items() if "error" in t or "error" in t["plus"]}
     if bad:
+        first = next(iter(bad))
         warnings.warn(f"{path}: the reference solution of {len(bad)} task(s) did not answer every input in the "
-                      f"sandbox ({', '.join(bad[:5])}; {bad[0]}: {tasks[bad[0]]['error'][:200]}); their answers "
-                      "score 0 (code_bad_gold)", stacklevel=3)
+                      f"sandbox ({', '.join(list(bad)[:5])}; {first}: {bad[first][:200]}); their answers fail "
+                      "that group of inputs (code_bad_gold)", stacklevel=3)
 
 
 def evalplus_problems(source: str, dataset: str, num_workers: int = 2) -> list[Problem]:

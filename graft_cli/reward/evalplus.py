@@ -9,15 +9,16 @@ kind of :mod:`graft_cli.reward.harness`, the standard-library interpreter with `
 release file, under its sha256, in :func:`cache_dir` (``<sha256>.json.gz``: each task's tagged inputs, expected
 outputs and reference times), so a second evaluation reads them back.
 
-**An answer** runs both groups of inputs (base, then plus) in one sandboxed process, each group as EvalPlus's
-``untrusted_check`` runs it in a process of its own: the program executed afresh, then the entry point called on each
-input in order with the input's time limit (:func:`time_limits`: ``max(min_time_limit, gt_time_limit_factor ×
-reference time)``, a ``SIGALRM`` timer raising EvalPlus's ``TimeoutException``, cut to what is left of the group's
-wall clock, :func:`group_timeout`) and its output swallowed (``swallow_io``: prints kept in memory, reading stdin
-raises); the first exception or time-out ends the run. The values come back as tagged plain data and are judged
-here, in the trusted process (:func:`judge`: EvalPlus's comparison and special oracles, the tolerance carried from
-one input to the next as its loop carries it). A run killed from outside (the sandbox's wall clock, a crash) is
-followed by one of the base group alone, for the base verdict. EvalPlus's plus pass@1 counts an answer whose base
+**An answer** runs each group of inputs (base, then plus) in a sandboxed process of its own, as EvalPlus's
+``untrusted_check`` runs it: the program executed afresh, then the entry point called on each input in order with
+the input's time limit (:func:`time_limits`: ``max(min_time_limit, gt_time_limit_factor × reference time)``, a
+``SIGALRM`` timer raising EvalPlus's ``TimeoutException``, cut to what is left of the group's wall clock,
+:func:`group_timeout`) and its output swallowed (``swallow_io``: prints kept in memory, reading stdin raises); the
+first exception or time-out ends the run. The values come back as tagged plain data and are judged here, in the
+trusted process (:func:`judge`: EvalPlus's comparison and special oracles, the tolerance carried from one input to
+the next as its loop carries it). The plus group runs only where the base group passed: an answer that fails its
+base inputs fails the plus verdict whatever its plus inputs give (EvalPlus runs them anyway; no verdict differs).
+EvalPlus's plus pass@1 counts an answer whose base
 *and* plus statuses pass; so does the reward.
 
 Where graft departs from EvalPlus 0.3.1, on purpose: HumanEval/32 (``find_zero``). There EvalPlus's loop
@@ -49,7 +50,7 @@ REFERENCE_TIMEOUT_S = 600.0  # the sandbox's wall clock for one group of a refer
 REFERENCE_MEMORY_MB = 16384  # a reference's address space: EvalPlus computes expected outputs unlimited (Mbpp/255)
 RESULT_BYTES = 512 << 20  # one run's result line: HumanEval/15's and /130's outputs pass 32 MiB
 CACHE_ENV = "GRAFT_EVALPLUS_CACHE"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 # evalplus/eval/_special_oracle.py
 MBPP_OUTPUT_NOT_NONE_TASKS = ("check_str", "text_match_three", "text_starta_endb")
@@ -225,7 +226,8 @@ def reference_program(row: dict) -> str:
 
 def reference_outputs(sandbox, dataset: str, row: dict) -> dict:
     """One task's expected outputs and reference times, per group (``{"base": {"expected": [...], "time":
-    [...]}, "plus": ...}``, values tagged), or ``{"error": why}`` when the reference did not answer every
+    [...]}, "plus": ...}``, values tagged; ``"plus": {"error": why}`` where the reference did not answer every plus
+    input: the base verdicts stand, no answer passes plus), or ``{"error": why}`` where it did not answer every base
     input; ``row``'s ``base_input`` and ``plus_input`` are lists of tagged argument lists."""
     entry = row["entry_point"]
     out = {}
@@ -237,7 +239,11 @@ def reference_outputs(sandbox, dataset: str, row: dict) -> dict:
                                           reduce=reduce, times=True, memory_mb=REFERENCE_MEMORY_MB)
         if calls is None or len(calls) != len(inputs) or any("out" not in c for c in calls):
             bad = next((c for c in calls or () if "out" not in c), None)
-            return {"error": f"{group}: {detail or (bad or {}).get('error') or 'results missing'}"}
+            why = f"{group}: {detail or (bad or {}).get('error') or 'results missing'}"
+            if group == "base":
+                return {"error": why}
+            out[group] = {"error": why}  # Mbpp/255: EvalPlus fails its own reference on plus too (memory)
+            break
         out[group] = {"expected": [c["out"] for c in calls], "time": [float(c["t"]) for c in calls]}
     return out
 
@@ -284,44 +290,38 @@ def task_data(sha256: str, task_id: str) -> dict:
     out = {"entry_point": t["entry_point"], "atol": t["atol"], "dataset": load_cache(sha256)["dataset"]}
     for group in ("base", "plus"):
         g = t[group]
+        if "error" in g:
+            out[group] = {"error": g["error"]}
+            continue
         lim = time_limits(g["time"])
         out[group] = {"inputs": [decode(a) for a in g["inputs"]], "inputs_json": json.dumps(g["inputs"]),
                       "expected": [decode(v) for v in g["expected"]], "limits": lim, "timeout": group_timeout(lim),
                       "tagged": [None if _has_nan(v) else v for v in g["expected"]]}
-    b, p = out["base"], out["plus"]
-    out["both"] = {"inputs_json": json.dumps(t["base"]["inputs"] + t["plus"]["inputs"]),
-                   "limits": b["limits"] + p["limits"], "groups": [[0, b["timeout"]], [len(b["inputs"]), p["timeout"]]],
-                   "timeout": b["timeout"] + p["timeout"] + 1.0}
     return out
 
 
 # ------------------------------------------------------------------------------------------------- grading
 def grade_evalplus(program: str, spec: dict, sandbox) -> tuple[float, str, str, bool]:
     """``(reward, status, detail, base_passed)`` of one program on one task (module docstring); the reward is
-    the plus verdict (base and plus inputs all pass). Both groups run in one sandboxed process, the plus group
-    with the program executed afresh and its own wall clock (:func:`group_timeout`, kept by the harness's timer);
-    a run that gives no result (killed, crashed) is followed by one of the base group alone, for its verdict."""
+    the plus verdict (base and plus inputs all pass). The base group runs first, in a sandboxed process of its own;
+    the plus group then runs in another, where the base group passed."""
     try:
         t = task_data(spec["sha256"], spec["task_id"])
     except (FileNotFoundError, KeyError) as e:
         return 0.0, "code_bad_gold", f"no expected outputs ({type(e).__name__}: {e})", False
     if "error" in t:
         return 0.0, "code_bad_gold", f"the reference failed: {t['error']}", False
-    entry, dataset, b, p, both = t["entry_point"], t["dataset"], t["base"], t["plus"], t["both"]
+    entry, dataset = t["entry_point"], t["dataset"]
     reduce = dataset == "mbpp" and entry in MBPP_OUTPUT_NOT_NONE_TASKS
-    nb, n = len(b["inputs"]), len(b["inputs"]) + len(p["inputs"])
-    calls, status, detail = run_group(sandbox, program, entry, both["inputs_json"], both["timeout"], both["limits"],
-                                      [1] * n if reduce else None, groups=both["groups"])
-    if calls is None and status != "code_error":  # no verdict of the base group: it alone, in a process of its own
-        bcalls, _, bdetail = run_group(sandbox, program, entry, b["inputs_json"], b["timeout"], b["limits"],
-                                       [1] * nb if reduce else None, groups=[[0, b["timeout"]]])
-        base_ok = bcalls is not None and \
-            judge(dataset, entry, b["inputs"], bcalls, b["expected"], t["atol"], b["tagged"])[0]
-        return 0.0, status, f"{'plus' if base_ok else 'base'}: {detail}", base_ok
-    if calls is None:
-        return 0.0, status, f"base: {detail}", False
-    for group, g, part in (("base", b, calls[:nb]), ("plus", p, calls[nb:])):
-        ok, why = judge(dataset, entry, g["inputs"], part, g["expected"], t["atol"], g["tagged"])
+    for group in ("base", "plus"):
+        g = t[group]
+        if "error" in g:
+            return 0.0, "code_bad_gold", f"{group}: the reference failed: {g['error']}", group == "plus"
+        calls, status, detail = run_group(sandbox, program, entry, g["inputs_json"], g["timeout"], g["limits"],
+                                          [1] * len(g["inputs"]) if reduce else None, groups=[[0, g["timeout"]]])
+        if calls is None:
+            return 0.0, status, f"{group}: {detail}", group == "plus"
+        ok, why = judge(dataset, entry, g["inputs"], calls, g["expected"], t["atol"], g["tagged"])
         if not ok:
             st = "code_timeout" if why.startswith("TimeoutException") else \
                 "ok" if why.startswith(("wrong output", "no result")) else "code_error"
