@@ -249,7 +249,7 @@ def evalplus_verdicts(dataset: str, release: str, answers: list[dict], workers: 
 
 # --------------------------------------------------------------------------------------------------- graft
 def graft_problems(dataset: str, release: str, workers: int) -> dict:
-    from graft_cli.data.evalplus import evalplus_problems
+    from graft_cli.data.evalplus_files import evalplus_problems
 
     t0 = time.perf_counter()
     probs = {p.id: p for p in evalplus_problems(release, dataset, num_workers=workers)}
@@ -334,7 +334,7 @@ def run(data: str, datasets, tasks: int, kinds_per_task: int, workers: int, seed
         for ds in datasets:
             release = slice_file(os.path.join(data, (files or {}).get(ds) or FILES[ds]), tasks, tmp,
                                  [t for t in only if t.lower().startswith(ds)])
-            from graft_cli.data.evalplus import read_release
+            from graft_cli.data.evalplus_files import read_release
 
             rows = read_release(release, ds)
             answers = answers_for(rows, kinds_per_task, seed)

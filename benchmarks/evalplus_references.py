@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--tasks", type=int, default=0, help="first N tasks of each file (0: all)")
     args = ap.parse_args()
-    from graft_cli.data.evalplus import evalplus_problems, read_release
+    from graft_cli.data.evalplus_files import evalplus_problems, read_release
     from graft_cli.reward.code_grader import CodeGrader
     from graft_cli.reward.evalplus import cache_dir
 

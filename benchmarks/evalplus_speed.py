@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(HERE, "..", "docs", "measurements", "evalplus"))
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
-    from graft_cli.data.evalplus import read_release
+    from graft_cli.data.evalplus_files import read_release
     from graft_cli.reward.sandbox import Sandbox
 
     sb = Sandbox(0)

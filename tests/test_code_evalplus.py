@@ -1,4 +1,5 @@
-"""HumanEval+ and MBPP+ as EvalPlus ships and grades them (graft_cli/data/evalplus.py, graft_cli/reward/evalplus.py).
+"""HumanEval+ and MBPP+ as EvalPlus ships and grades them (graft_cli/data/evalplus_files.py,
+graft_cli/reward/evalplus.py).
 
 * EvalPlus's comparison and special oracles (its ``unsafe_execute`` loop) against values worked by hand; its time
   limits; MBPP+'s input deserialisation; reading a release file and finding it (override variables, the eval data
@@ -21,7 +22,7 @@ import shutil
 
 import pytest
 
-from graft_cli.data.evalplus import evalplus_problems, mbpp_deserialize_inputs, read_release, release_path
+from graft_cli.data.evalplus_files import evalplus_problems, mbpp_deserialize_inputs, read_release, release_path
 from graft_cli.errors import GraftError
 from graft_cli.reward.code_grader import CodeGrader
 from graft_cli.reward.evalplus import check_output, group_timeout, judge, time_limits

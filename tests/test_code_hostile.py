@@ -169,7 +169,7 @@ def evalplus_gold(where: str) -> str:
     """``add`` as an EvalPlus task (HumanEval+ layout: the first three pairs its base inputs, the rest its plus
     inputs), graded the EvalPlus way: its expected outputs computed in the sandbox and cached under ``where``
     (``GRAFT_EVALPLUS_CACHE``, set by the caller)."""
-    from graft_cli.data.evalplus import evalplus_problems
+    from graft_cli.data.evalplus_files import evalplus_problems
 
     row = {"task_id": "HumanEval/0", "prompt": PROMPT, "entry_point": "add", "canonical_solution": "    return a + b\n",
            "base_input": [list(x) for x in PAIRS[:3]], "plus_input": [list(x) for x in PAIRS[3:]], "atol": 0,

