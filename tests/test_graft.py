@@ -300,15 +300,19 @@ def test_random_prompts_are_count_matched():
 # ------------------------------------------------------------------------------------- gate and score
 def test_gate_arithmetic_including_s_equal_delta():
     s = [0.5, 0.8, 0.8000001, 0.9, 1.0, 1.7, math.nan]
-    w, keep = gates.gate_weights(s, 0.8)
+    w, keep = gates.floor_gate(s, 0.8, cap=True)
     assert keep == [False, False, True, True, True, True, False]  # s = δ exactly is dropped (strict >)
     assert w == pytest.approx([0, 0, 0.8000001, 0.9, 1.0, 1.0, 0])  # min(s, 1) above the floor
-    w, keep = gates.gate_weights(s, 0.0)  # no floor: everything kept, w = min(s, 1)
+    w, keep = gates.floor_gate(s, 0.0, cap=True)  # no floor: everything kept, w = min(s, 1)
     assert all(keep) and w == pytest.approx([0.5, 0.8, 0.8000001, 0.9, 1.0, 1.0, 0])
-    w, keep = gates.gate_weights(s, 0.8, gate="none")  # w/o gate
+    w, keep = gates.no_gate(s, 0.8, cap=True)  # w/o gate
     assert all(keep) and w == [1.0] * 7
-    w, keep = gates.gate_weights([1.7], 0.8, cap=False)
+    w, keep = gates.floor_gate([1.7], 0.8, cap=False)
     assert w == [1.7]
+    # the admission rule `gate` is the configured gate with the configured δ and cap
+    assert gates.admit_by_gate(s, G.options({}), None) == gates.floor_gate(s, 0.8, True)
+    assert gates.admit_by_gate(s, G.options({"gate": "none"}), None) == gates.no_gate(s, 0.8, True)
+    assert gates.admit_by_gate(s, G.options({"delta": 0.9, "cap": False}), None) == gates.floor_gate(s, 0.9, False)
 
 
 def test_compatibility_excludes_eos_on_both_sides():

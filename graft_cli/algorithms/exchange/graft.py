@@ -40,8 +40,9 @@ exchange fed by a partner's rollout logs, a step source the trainer owns
    floor (kept with w = 1 when the gate is off). With ``direct_ids: true`` and byte-identical
    vocabularies (graft.md §8 item 10) the source token ids are used as they are (same EOS
    exclusion).
-5. **Compatibility and gate** (:func:`compatibility`, :func:`gate_weights`; Eq. 6–8), in ``admit``
-   once the trainer has scored every row under the receiver's old policy: ``s = exp(mean_t log
+5. **Compatibility and gate** (:func:`compatibility`, the admission rule ``gate`` and its
+   :func:`~graft_cli.algorithms.exchange.gates.floor_gate`; Eq. 6–8), in ``admit`` once the
+   trainer has scored every row under the receiver's old policy: ``s = exp(mean_t log
    π_old^R(o^R_t) − mean_t log π_S(o^S_t))`` and ``w = 1[s > δ] · min(s, 1)`` (δ: ``delta``,
    :class:`GraftParams`; strict >). Responses with ``s ≤ δ`` are **dropped** (they leave the loss
    numerator and the token-count denominator). ``δ ≤ 0`` means no floor (every response kept, ``w =
