@@ -79,9 +79,9 @@ def make_step(name, tok, probs, k, n=4, truncated=None, lp=-0.5):
 
 
 def make_ctx(toks, step=0, seed=0, score=None):
-    models = ReceiverFunctions(lambda text, name: toks[name](f"Q {text} A", add_special_tokens=False)["input_ids"],
-                               score)
-    return ExchangeContext(step=step, seed=seed, tokenizers=toks, models=models)
+    receivers = ReceiverFunctions(lambda text, name: toks[name](f"Q {text} A", add_special_tokens=False)["input_ids"],
+                                  score)
+    return ExchangeContext(step=step, seed=seed, tokenizers=toks, receivers=receivers)
 
 
 def cfg_for(method="graft", overrides=()):
@@ -188,7 +188,7 @@ def test_n2_exchange_batches_equal_pair_construction(tok_char, tok_bpe):
         want = TrainBatch()
         for q in range(6):
             if q in sel:
-                want.extend(replacement.peer_group_rows(src, q, ctx.models.encode(probs[q].problem, recv),
+                want.extend(replacement.peer_group_rows(src, q, ctx.receivers.encode(probs[q].problem, recv),
                                                         ctx.tokenizers[recv], G.GraftParams(), src.name))
             else:
                 want.extend(replacement.own_group_rows(own, q))
@@ -687,7 +687,7 @@ class _StoredGraft:
                                                 cfg.run.seed)
 
     def select(self, steps, ctx):
-        ctx.receivers = list(steps)
+        ctx.receiver_names = list(steps)
         (recv,) = steps.values()
         part, smet = self.source.step(recv.problems, ctx.step)
         batches, metrics = self.exchange.select({**steps, self.source.name: part}, ctx)

@@ -578,9 +578,9 @@ def _step(name, adv, rew, n=2):
                       rewards=torch.tensor(rew, dtype=torch.float32), advantages=torch.tensor(adv, dtype=torch.float32))
 
 
-def _ctx(receivers=None):
+def _ctx(receiver_names=None):
     return ExchangeContext(step=0, seed=0, tokenizers={},
-                           models=ReceiverFunctions(lambda text, name: []), receivers=receivers)
+                           receivers=ReceiverFunctions(lambda text, name: []), receiver_names=receiver_names)
 
 
 def test_none_exchange_builds_each_receivers_own_batch():
@@ -588,7 +588,7 @@ def test_none_exchange_builds_each_receivers_own_batch():
     assert EXCHANGES.get("none") is Exchange
     steps = {"a": _step("a", [[1.0, -1.0], [0.0, 0.0]], [[1.0, 0.0], [0.0, 0.0]]),
              "b": _step("b", [[0.5, -0.5], [2.0, -2.0]], [[1.0, 0.0], [1.0, 0.0]])}
-    batches, metrics = Exchange().select(steps, _ctx(receivers=["b"]))
+    batches, metrics = Exchange().select(steps, _ctx(receiver_names=["b"]))
     assert list(batches) == ["b"] and metrics == {"b": {}}
     b = batches["b"]
     assert isinstance(b, TrainBatch) and len(b) == 4
@@ -626,7 +626,7 @@ def test_receiver_functions_encode_and_score_or_refuse():
     with pytest.raises(GraftError, match=r"^scoring rows under a policy's weights .* not available"):
         ReceiverFunctions(lambda text, name: []).score("a", TrainBatch())
     ctx = _ctx()
-    assert ctx.receivers is None and ctx.models.encode("q", "a") == []
+    assert ctx.receiver_names is None and ctx.receivers.encode("q", "a") == []
 
 
 def test_exchange_params_reads_a_written_section():

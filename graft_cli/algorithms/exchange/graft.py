@@ -28,7 +28,7 @@ exchange fed by a partner's rollout logs, a step source the trainer owns
    baselines.md §1.2): the source's response *string* (``Rollouts.texts``, decoded with
    ``skip_special_tokens=True``) is encoded with the receiver's tokenizer, ``tokenizer(text,
    add_special_tokens=False)``, after the receiver's own encoding of the same problem
-   (``ctx.models.encode(problem, receiver)``).
+   (``ctx.receivers.encode(problem, receiver)``).
 
    **EOS rule.** When the source response ended with EOS (it was not truncated) and ``append_eos``
    is true (default), the receiver's EOS id is appended, so the receiver also learns to stop; a
@@ -49,9 +49,9 @@ exchange fed by a partner's rollout logs, a step source the trainer owns
    min(s, 1)``). The source log-probs are its rollout log-probs (``peer_logprobs: rollout``, GRAFT's
    default; exact where the engine's log-probs equal the trainer's fp32 forward, the HF engine in
    fp32) or recomputed by the source policy's trainer forward at the rollout temperature before any
-   update (``peer_logprobs: recompute``, via ``ctx.models.score``; HACPO's default, as its released
-   trainer scores the pool with each source's actor, and the one to use with bf16 weights or vLLM,
-   whose log-probs differ).
+   update (``peer_logprobs: recompute``, via ``ctx.receivers.score``; HACPO's default, as its
+   released trainer scores the pool with each source's actor, and the one to use with bf16 weights
+   or vLLM, whose log-probs differ).
 6. **Objective**: the registered loss (``ppo_token``: token-level PPO ratio against the receiver's
    own old policy for self and grafted tokens, w per response, token-mean over retained responses;
    with no transfer it is GRPO exactly). Peer-last minibatch ordering lives in
@@ -268,7 +268,7 @@ class GraftExchange(Exchange):
     def _recompute_source_means(self, batch: TrainBatch, steps: dict[str, PolicyStep], ctx: ExchangeContext) -> None:
         """``peer_logprobs: recompute`` (graft.md §8 item 2): score each transferred response with
         its source policy's trainer forward (θ_old: no policy has been updated yet in this step)
-        through ``ctx.models.score(policy_name, TrainBatch) -> per-token log-probs``."""
+        through ``ctx.receivers.score(policy_name, TrainBatch) -> per-token log-probs``."""
         by_src: dict[str, list[int]] = {}
         for i, (s, sp) in enumerate(zip(batch.source, batch.extra.get("src_policy", []))):
             if s == "peer" and sp is not None:
@@ -281,7 +281,7 @@ class GraftExchange(Exchange):
                 r = q * st.n + j
                 sb.append(prompt_ids=st.prompt_ids[q], response_ids=st.rollouts.response_ids[r], advantages=0.0,
                           weights=1.0, source="self", group=q)
-            lps = ctx.models.score(sp, sb)
+            lps = ctx.receivers.score(sp, sb)
             for i, lp in zip(rows, lps):
                 q, j = batch.group[i], batch.extra["src_sample"][i]
                 m = source_mean_logprob(lp, not bool(st.rollouts.truncated[q * st.n + j]))
@@ -320,19 +320,19 @@ class GraftExchange(Exchange):
                              ctx.seed, B, directions, self.opts.n_peer, eligible)
 
     def select(self, steps: dict[str, PolicyStep], ctx: ExchangeContext):
-        """Every receiver's batch; the receivers are ``ctx.receivers`` (the trained policies;
+        """Every receiver's batch; the receivers are ``ctx.receiver_names`` (the trained policies;
         default every step's policy). Steps of stored sources only give (directions source →
         receiver)."""
         names = list(steps)
-        receivers = [nm for nm in names if ctx.receivers is None or nm in ctx.receivers]
+        receiving = [nm for nm in names if ctx.receiver_names is None or nm in ctx.receiver_names]
         directions = None
-        if len(receivers) < len(names):
-            directions = [(s, r) for r, rn in enumerate(names) if rn in receivers for s in range(len(names)) if s != r]
+        if len(receiving) < len(names):
+            directions = [(s, r) for r, rn in enumerate(names) if rn in receiving for s in range(len(names)) if s != r]
         plan = self.plan(steps, ctx, directions)
         caps = self._capabilities(steps) if self.opts.mode == "hacpo" else {}
         batches, metrics = {}, {}
         for r, rname in enumerate(names):
-            if rname in receivers:
+            if rname in receiving:
                 batches[rname], metrics[rname] = self.build_receiver(r, names, steps, plan, ctx, caps)
         return batches, metrics
 
@@ -342,7 +342,7 @@ class GraftExchange(Exchange):
         recv = steps[rname]
         algo = self.cfg.algo if self.cfg is not None else None
         rc = ReceiverContext(r=r, names=names, steps=steps, opts=self.opts, tokenizer=ctx.tokenizers[rname],
-                             encode_prompt=lambda text: ctx.models.encode(text, rname),
+                             encode_prompt=lambda text: ctx.receivers.encode(text, rname),
                              same_tokenizer=lambda sname: self._same_tokenizer(sname, rname, ctx),
                              rng=lambda *keys: self._rng(ctx, *keys), caps=caps, step=ctx.step,
                              eps=algo.adv_eps if algo is not None else 1e-6,
