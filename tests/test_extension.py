@@ -171,6 +171,7 @@ def test_training_loop_names_no_method():
     for w in ("hacpo", "sgt", "luffy", "opd", "saf", "tandem", "dapo", "sft", "graft_stored", "is_weight", "aux",
               "teacher", "junior", "partner", "nll"):
         assert not [x for x in words if w in x], w
+    assert not [x for x in words if x.startswith("graft/")]  # no method's metric either (Exchange.step_text)
     assert "loss_mask" in words and "token_adv" in words and "in_pg" in words  # it reads the generic columns
 
 

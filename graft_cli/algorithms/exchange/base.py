@@ -16,7 +16,9 @@ An exchange is a class with:
 - ``state_dict()``/``load_state_dict()`` for schedules that carry state across steps;
 - ``admission_log(name) -> columns | None``: per transferred row of receiver ``name``'s last
   ``admit`` (kept or dropped), columns for the trainer's exchange log
-  (``rollouts/<name>/exchange_step_N.parquet``); ``None``: no log.
+  (``rollouts/<name>/exchange_step_N.parquet``); ``None``: no log;
+- ``step_text(row) -> str``: what the run's one-line step summary says of the exchange for one
+  policy's metrics row (read from the metrics the exchange wrote into it); ``""``: nothing.
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ class Exchange:
 
     def admission_log(self, name: str) -> dict | None:
         return None
+
+    def step_text(self, row: dict) -> str:
+        return ""
 
     def state_dict(self) -> dict:
         return {}

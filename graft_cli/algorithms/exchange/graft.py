@@ -245,6 +245,13 @@ class GraftExchange(Exchange):
         opts = options(cfg.exchange.params, cls.PARAMS)
         check_loss_for_mode(cfg, opts)
 
+    def step_text(self, row: dict) -> str:
+        """The step line's words for a receiver's row: the prompt groups it took from its peers
+        (``graft/selected``) and the grafted responses the gate admitted (``graft/admitted``)."""
+        if row.get("graft/selected") is None:
+            return ""
+        return f"peer groups {row['graft/selected']} admitted {row.get('graft/admitted', 0)}"
+
     # -- state (HACPO capability history)
     def state_dict(self) -> dict:
         return {"hacpo_history": {k: list(v) for k, v in self.hacpo_history.items()}}
