@@ -265,8 +265,8 @@ def compare(steps: int = 6, prompts: int = 8, n: int = 4, seed: int = 0, T: int 
 
         ctx = ExchangeContext(step=step, seed=seed,
                               tokenizers={k: tok for k in names},
-                              models=ReceiverFunctions(lambda text, name: tok(text)["input_ids"], score),
-                              receivers=names)
+                              receivers=ReceiverFunctions(lambda text, name: tok(text)["input_ids"], score),
+                              receiver_names=names)
         batches, met = ex.select(st, ctx)
         caps = rel.update({k: st[k].rewards.flatten() for k in names})
         for rn in names:
@@ -383,9 +383,9 @@ def empty_response_refused(cfg, tok) -> bool:
         r = torch.tensor([[1.0, 0.0]])
         steps[name] = PolicyStep(name, probs, [tok("1+1")["input_ids"]], ro, r, grpo_advantages(r))
     ctx = ExchangeContext(step=0, seed=0, tokenizers={"a": tok, "b": tok},
-                          models=ReceiverFunctions(lambda text, name: tok(text)["input_ids"],
-                                                   lambda name, b: [[-0.5] * len(x) for x in b.response_ids]),
-                          receivers=["a", "b"])
+                          receivers=ReceiverFunctions(lambda text, name: tok(text)["input_ids"],
+                                                      lambda name, b: [[-0.5] * len(x) for x in b.response_ids]),
+                          receiver_names=["a", "b"])
     try:
         EXCHANGES.get(cfg.exchange.name)(cfg).select(steps, ctx)
     except GraftError:

@@ -377,7 +377,7 @@ def complementarity_cmd(**opts):
       graft complementarity --runs results/runs/1-grpo-s0:smol results/runs/1b-grpo-s0:qwen
       graft complementarity --models tiny:a tiny:b --data problems.jsonl --samples 8
     """
-    from graft_cli.analysis.complementarity import ComplementarityOptions, complementarity_main
+    from graft_cli.eval.complementarity import ComplementarityOptions, complementarity_main
 
     complementarity_main(ComplementarityOptions.from_cli(**opts))
 

@@ -2,12 +2,19 @@
 
 Every algorithmic piece (advantage estimator, policy loss, exchange step, reward, engine) is
 registered under a string name and looked up from the config, so the training loop never branches on
-a method name. """
+a method name.
+
+A registry may also hold the names of a Python entry-point group (``Registry(kind,
+entry_points="graft.model_sources")``): a package declares ``name = "module:attr"`` in its metadata
+(``[project.entry-points."<group>"]`` of its pyproject.toml) and the object is imported on the
+name's first lookup, so a lower layer looks up pieces that a higher layer provides without naming
+it (:func:`declared_entry_points`). """
 
 from __future__ import annotations
 
 import importlib
 import math
+import os
 import re
 import types
 import typing
@@ -23,24 +30,41 @@ class Registry(Generic[T]):
     """Name -> function (or class). A name may carry a **spec**: a dataclass the registry's users
     declare (the parameters of a loss or a signal as a :class:`Params` holding their defaults, a
     scorer's needs, a handoff schedule's shape), read with :meth:`spec` instead of attributes set on
-    the function."""
+    the function. ``entry_points``: a Python entry-point group whose names the registry holds too,
+    each imported on its first lookup (:func:`declared_entry_points`)."""
 
-    def __init__(self, kind: str, spec_type: type | None = None):
+    def __init__(self, kind: str, spec_type: type | None = None, entry_points: str | None = None):
         self.kind = kind
         self.spec_type = spec_type  # the spec of every name (None: names carry none)
+        self.entry_points = entry_points
         self._items: dict[str, T] = {}
         self._specs: dict[str, object] = {}
-        self._lazy: dict[str, str] = {}  # name -> module that registers it when imported (on first get)
+        # name -> where it is, imported on its first lookup: a module that registers it, or
+        # "module:attr" (the object)
+        self._lazy: dict[str, str] = {}
+        self._declared = entry_points is None  # whether the group's names are in _lazy yet
 
     def lazy(self, name: str, module: str) -> None:
         """``name`` is registered by ``module``, imported the first time the name is looked up (a
         piece whose module imports this registry's own module, e.g. the code reward: no import
-        circle, no cost until used)."""
+        circle, no cost until used); ``"module:attr"``: the object at ``attr`` is registered."""
         self._lazy[name] = module
 
+    def _declare(self) -> None:
+        if not self._declared:
+            self._declared = True
+            for name, target in declared_entry_points(self.entry_points).items():
+                self._lazy.setdefault(name, target)
+
     def _load(self, name: str) -> None:
+        self._declare()
         if name not in self._items and name in self._lazy:
-            importlib.import_module(self._lazy[name])
+            target = self._lazy[name]
+            obj = importlib.import_module(target.split(":")[0])
+            if ":" in target:
+                for part in target.split(":", 1)[1].strip().split("."):
+                    obj = getattr(obj, part)
+                self.register(name)(obj)
 
     def register(self, name: str, spec=None) -> Callable[[T], T]:
         """Register under ``name``, with its ``spec`` (an instance of :attr:`spec_type`; its
@@ -74,10 +98,55 @@ class Registry(Generic[T]):
         return self._items[name]
 
     def names(self) -> list[str]:
+        self._declare()
         return sorted(set(self._items) | set(self._lazy))
 
     def __contains__(self, name: str) -> bool:
+        self._declare()
         return name in self._items or name in self._lazy
+
+
+DISTRIBUTION = "graft"  # this package's distribution name (pyproject.toml [project] name)
+
+
+def declared_entry_points(group: str) -> dict[str, str]:
+    """Name -> ``"module:attr"`` of entry-point group ``group``: the installed distributions'
+    entry points, with this package's own read from the pyproject.toml of the source checkout it is
+    imported from, when it is (an editable or path install keeps the metadata of its last ``pip
+    install``, which a changed table does not update; a checkout on ``PYTHONPATH`` has none)."""
+    # lazy: importlib.metadata takes ~30 ms to import; only a registry with an entry-point group
+    # reads it
+    from importlib.metadata import entry_points
+
+    own = checkout_entry_points(group)
+    out = {ep.name: ep.value for ep in entry_points(group=group)
+           if own is None or ep.dist is None or ep.dist.name != DISTRIBUTION}
+    out.update(own or {})
+    return out
+
+
+def checkout_entry_points(group: str, path: str | None = None) -> dict[str, str] | None:
+    """Name -> ``"module:attr"`` of ``[project.entry-points."<group>"]`` in ``path`` (default: the
+    pyproject.toml beside this package's folder); None where that file is missing or declares
+    another project. Reads the one form those tables take, ``name = "module:attr"`` lines."""
+    path = path or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    tables: dict[str, dict[str, str]] = {}
+    table = None
+    for line in lines:
+        text = line.split("#", 1)[0].strip()
+        if text.startswith("["):
+            table = tables.setdefault(text.strip("[] "), {})
+        elif table is not None and "=" in text:
+            key, value = (x.strip() for x in text.split("=", 1))
+            table[key.strip('"')] = value.strip('"')
+    if tables.get("project", {}).get("name") != DISTRIBUTION:
+        return None
+    return tables.get(f'project.entry-points."{group}"', {})
 
 
 def choice(default, *others, among: Registry | None = None):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from graft_cli.analysis import complementarity
-from graft_cli.analysis.complementarity import ComplementarityOptions
+from graft_cli.eval import complementarity
+from graft_cli.eval.complementarity import ComplementarityOptions
 from graft_cli.cli import main
 from graft_cli.eval import runner
 from graft_cli.eval.runner import EvalOptions

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 
 from graft_cli.algorithms.exchange.selection import filled_share, solved_share
-from graft_cli.analysis.complementarity import aggregate, from_runs, step_entry
+from graft_cli.eval.complementarity import aggregate, from_runs, step_entry
 from graft_cli.errors import GraftError
 from graft_cli.rundir import write_parquet
 
@@ -126,3 +126,11 @@ def test_prompt_mismatch_is_one_line(tmp_path):
     # a two-policy run given alongside another run must name its policy
     with pytest.raises(GraftError, match="name one"):
         from_runs([ra, rb])
+
+
+def test_the_claims_module_name_is_the_evaluation_module_function():
+    """graft_cli.report.claims imports from_runs from graft_cli.analysis.complementarity: that is this module's."""
+    from graft_cli.analysis import complementarity as alias
+    from graft_cli.report import claims
+
+    assert alias.from_runs is from_runs and claims.from_runs is from_runs

@@ -1,13 +1,15 @@
 """The FSDP settings graft reads from an ``accelerate launch`` config (graft_cli/train/dist.py ``accelerate_fsdp``):
 accelerate sets them as environment variables; graft shards with its own FSDP2 wrapper and refuses what it cannot
-honour in one line naming the config key."""
+honour in one line naming the config key; and the one place a process's launch rank decides whether it writes."""
 
+import ast
 import os
 
 import pytest
+from conftest import ROOT
 
 from graft_cli.errors import GraftError
-from graft_cli.train.dist import ShardSpec, accelerate_fsdp
+from graft_cli.train.dist import ShardSpec, accelerate_fsdp, launched_main
 
 BASE = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "ACCELERATE_MIXED_PRECISION": "no"}
 
@@ -54,3 +56,24 @@ def test_shipped_launch_configs_are_honoured(config):
     env = prepare_multi_gpu_env(args)
     assert env["ACCELERATE_USE_FSDP"] == "true"
     assert accelerate_fsdp(env) == (ShardSpec(), True)
+
+
+def test_the_launch_rank_is_read_in_train_dist_alone(monkeypatch):
+    """Whether a process writes a run's files (rank 0 of its launch) is decided from the launcher's ``RANK`` in
+    train/dist.py alone (``launched_main``; ``Dist.is_main`` once the group exists); graft_cli/faults.py reads
+    ``RANK`` as well, to fire a fault ``<point>:<step>@<rank>`` in that rank's process only (it sits below train/,
+    which it cannot import)."""
+    readers = set()
+    for d, _, names in os.walk(os.path.join(ROOT, "graft_cli")):
+        for f in (n for n in names if n.endswith(".py")):
+            path = os.path.join(d, f)
+            tree = ast.parse(open(path, encoding="utf-8").read())
+            if any(isinstance(n, ast.Constant) and n.value == "RANK" for n in ast.walk(tree)):
+                readers.add(os.path.relpath(path, ROOT).replace(os.sep, "/"))
+    assert readers == {"graft_cli/train/dist.py", "graft_cli/faults.py"}
+    monkeypatch.delenv("RANK", raising=False)
+    assert launched_main()
+    monkeypatch.setenv("RANK", "1")
+    assert not launched_main()
+    monkeypatch.setenv("RANK", "0")
+    assert launched_main()

@@ -109,20 +109,39 @@ def _layer(mod: str) -> str:
     return mod.split(".")[1] if mod.count(".") else mod
 
 
-@pytest.mark.parametrize("low,forbidden", [
+LAYERS = [  # (layer, the layers it must not import)
     ("train", ("eval", "plan", "report", "analysis", "cli", "tiny")),
     ("report", ("plan", "train")),
     # arrows that once ran back up: evaluation below the report (the pass@k picture is eval's), the
     # models below the rollout engines and the tiny pair's package (tiny: names resolve through
-    # models.loading.MODEL_SOURCES, registered lazily), the per-step data (batch: Rollouts) below the engines
+    # models.loading.MODEL_SOURCES, declared as entry points), the per-step data (batch: Rollouts) below the engines
     ("eval", ("report", "plan", "cli")),
     ("models", ("rollout", "tiny", "reward")),
     ("batch", ("rollout", "models", "reward", "tiny")),
     *[(name, UPPER) for name in LOWER],
-])
+]
+
+
+@pytest.mark.parametrize("low,forbidden", LAYERS)
 def test_layers(low, forbidden):
     bad = [(m, d) for m, deps in import_graph().items() if _layer(m) == low
            for d in deps if _layer(d) in forbidden]
+    assert bad == []
+
+
+@pytest.mark.parametrize("low,forbidden", LAYERS)
+def test_layers_hold_in_strings_too(low, forbidden):
+    """No module names a module of a higher layer in a string either (a module given to a lazy registry,
+    ``importlib.import_module``, ``python -m``): the layers are the same with the names a string imports."""
+    bad = []
+    for dirpath, _, names in os.walk(PKG):
+        for f in names:
+            path = os.path.join(dirpath, f)
+            mod = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+            if not f.endswith(".py") or _layer(mod) != low:
+                continue
+            named = (re.match(r"graft_cli\.\w+", w) for w in _code_words(path))
+            bad += [(mod, m.group(0)) for m in named if m and _layer(m.group(0)) in forbidden]
     assert bad == []
 
 
@@ -152,6 +171,7 @@ def test_training_loop_names_no_method():
     for w in ("hacpo", "sgt", "luffy", "opd", "saf", "tandem", "dapo", "sft", "graft_stored", "is_weight", "aux",
               "teacher", "junior", "partner", "nll"):
         assert not [x for x in words if w in x], w
+    assert not [x for x in words if x.startswith("graft/")]  # no method's metric either (Exchange.step_text)
     assert "loss_mask" in words and "token_adv" in words and "in_pg" in words  # it reads the generic columns
 
 

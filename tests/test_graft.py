@@ -79,9 +79,9 @@ def make_step(name, tok, probs, k, n=4, truncated=None, lp=-0.5):
 
 
 def make_ctx(toks, step=0, seed=0, score=None):
-    models = ReceiverFunctions(lambda text, name: toks[name](f"Q {text} A", add_special_tokens=False)["input_ids"],
-                               score)
-    return ExchangeContext(step=step, seed=seed, tokenizers=toks, models=models)
+    receivers = ReceiverFunctions(lambda text, name: toks[name](f"Q {text} A", add_special_tokens=False)["input_ids"],
+                                  score)
+    return ExchangeContext(step=step, seed=seed, tokenizers=toks, receivers=receivers)
 
 
 def cfg_for(method="graft", overrides=()):
@@ -188,7 +188,7 @@ def test_n2_exchange_batches_equal_pair_construction(tok_char, tok_bpe):
         want = TrainBatch()
         for q in range(6):
             if q in sel:
-                want.extend(replacement.peer_group_rows(src, q, ctx.models.encode(probs[q].problem, recv),
+                want.extend(replacement.peer_group_rows(src, q, ctx.receivers.encode(probs[q].problem, recv),
                                                         ctx.tokenizers[recv], G.GraftParams(), src.name))
             else:
                 want.extend(replacement.own_group_rows(own, q))
@@ -300,15 +300,19 @@ def test_random_prompts_are_count_matched():
 # ------------------------------------------------------------------------------------- gate and score
 def test_gate_arithmetic_including_s_equal_delta():
     s = [0.5, 0.8, 0.8000001, 0.9, 1.0, 1.7, math.nan]
-    w, keep = gates.gate_weights(s, 0.8)
+    w, keep = gates.floor_gate(s, 0.8, cap=True)
     assert keep == [False, False, True, True, True, True, False]  # s = δ exactly is dropped (strict >)
     assert w == pytest.approx([0, 0, 0.8000001, 0.9, 1.0, 1.0, 0])  # min(s, 1) above the floor
-    w, keep = gates.gate_weights(s, 0.0)  # no floor: everything kept, w = min(s, 1)
+    w, keep = gates.floor_gate(s, 0.0, cap=True)  # no floor: everything kept, w = min(s, 1)
     assert all(keep) and w == pytest.approx([0.5, 0.8, 0.8000001, 0.9, 1.0, 1.0, 0])
-    w, keep = gates.gate_weights(s, 0.8, gate="none")  # w/o gate
+    w, keep = gates.no_gate(s, 0.8, cap=True)  # w/o gate
     assert all(keep) and w == [1.0] * 7
-    w, keep = gates.gate_weights([1.7], 0.8, cap=False)
+    w, keep = gates.floor_gate([1.7], 0.8, cap=False)
     assert w == [1.7]
+    # the admission rule `gate` is the configured gate with the configured δ and cap
+    assert gates.admit_by_gate(s, G.options({}), None) == gates.floor_gate(s, 0.8, True)
+    assert gates.admit_by_gate(s, G.options({"gate": "none"}), None) == gates.no_gate(s, 0.8, True)
+    assert gates.admit_by_gate(s, G.options({"delta": 0.9, "cap": False}), None) == gates.floor_gate(s, 0.9, False)
 
 
 def test_compatibility_excludes_eos_on_both_sides():
@@ -683,7 +687,7 @@ class _StoredGraft:
                                                 cfg.run.seed)
 
     def select(self, steps, ctx):
-        ctx.receivers = list(steps)
+        ctx.receiver_names = list(steps)
         (recv,) = steps.values()
         part, smet = self.source.step(recv.problems, ctx.step)
         batches, metrics = self.exchange.select({**steps, self.source.name: part}, ctx)

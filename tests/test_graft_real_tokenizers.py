@@ -101,10 +101,10 @@ def test_compatibility_with_a_real_model(smol_model, smol_tok, deepseek_tok):
     src = PolicyStep("src", probs, prompts, ro, rewards, torch.zeros(2, n))
     recv = PolicyStep("recv", probs, prompts, ro, torch.zeros(2, n), torch.zeros(2, n))
     ctx = ExchangeContext(0, 0, {"src": smol_tok, "recv": smol_tok},
-                          ReceiverFunctions(lambda text, name: spec.encode(text, smol_tok)), receivers=["recv"])
+                          ReceiverFunctions(lambda text, name: spec.encode(text, smol_tok)), receiver_names=["recv"])
     ex = G.GraftExchange(None)
     ex.opts = dataclasses.replace(ex.opts, selection="unbalanced")  # one way (the receiver has no success to give back)
-    batch = ex.select({"src": src, "recv": recv}, ctx)[0]["recv"]  # receivers=["recv"]: direction src → recv
+    batch = ex.select({"src": src, "recv": recv}, ctx)[0]["recv"]  # receiver_names=["recv"]: direction src → recv
     peer = [i for i, s in enumerate(batch.source) if s == "peer"]
     assert len(peer) == n and all(batch.group[i] == 0 for i in peer)
     with torch.no_grad():
@@ -135,7 +135,7 @@ def test_compatibility_with_a_real_model(smol_model, smol_tok, deepseek_tok):
     src2 = PolicyStep("ds", probs[:1], [[1]], ro2, torch.tensor([[1.0, 1.0, 0.0, 0.0]]), torch.zeros(1, n))
     recv2 = PolicyStep("recv", probs[:1], prompts[:1], ro, torch.zeros(1, n), torch.zeros(1, n))
     ctx2 = ExchangeContext(0, 0, {"ds": deepseek_tok, "recv": smol_tok},
-                           ReceiverFunctions(lambda text, name: spec.encode(text, smol_tok)), receivers=["recv"])
+                           ReceiverFunctions(lambda text, name: spec.encode(text, smol_tok)), receiver_names=["recv"])
     b2 = ex.select({"ds": src2, "recv": recv2}, ctx2)[0]["recv"]
     row = b2.source.index("peer")
     assert smol_tok.decode(b2.response_ids[row][:-1]) == TEXTS[0] and b2.response_ids[row][-1] == smol_tok.eos_token_id

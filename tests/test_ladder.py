@@ -98,7 +98,7 @@ def _step(name: str, k: list[int], n: int = 4) -> PolicyStep:
 
 def _ctx():
     enc = ReceiverFunctions(lambda text, name: TOK(f"Q {text} A", add_special_tokens=False)["input_ids"])
-    return ExchangeContext(step=0, seed=0, tokenizers={"a": TOK, "b": TOK}, models=enc)
+    return ExchangeContext(step=0, seed=0, tokenizers={"a": TOK, "b": TOK}, receivers=enc)
 
 
 def _cfg(method: str, *over: str):

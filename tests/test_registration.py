@@ -108,6 +108,32 @@ def test_provenance_refuses_another_tiny_build(tmp_path, monkeypatch):
     assert V.reuse_problem(cfg, d, RESUME_MAY_DIFFER) == "it was made with another tiny build (role 'b')"
 
 
+def test_provenance_keeps_the_build_record_of_each_source_a_run_names(monkeypatch):
+    """Each model source with a build record is asked for the names the run loads from it (its policies'
+    ``<source>:<name>`` models) and whether the training data is its own; a source the run names nowhere is null."""
+    from types import SimpleNamespace
+
+    from graft_cli.models.loading import SOURCE_BUILDS
+    from graft_cli.tiny import build as T
+
+    calls = {}
+
+    def record(names, with_data):
+        calls["unitsrc"] = (names, with_data)
+        return {"roles": {n: "h" for n in names}}
+    monkeypatch.setitem(SOURCE_BUILDS._items, "unitsrc", record)
+    monkeypatch.setattr(T, "read_manifest", lambda cache_dir=None: {"hashes": {"b": "2"}, "task": {}})
+    models = ("unitsrc:x", "tiny:b", "org/model", "unitsrc:w")
+    cfg = SimpleNamespace(policies=[SimpleNamespace(model=m) for m in models],
+                          data=SimpleNamespace(train="unitsrc:train"))
+    got = V.source_builds(cfg)
+    assert calls == {"unitsrc": (["w", "x"], True)}
+    assert got["unitsrc_build"]["roles"] == {"w": "h", "x": "h"}
+    assert got["tiny_build"]["roles"] == {"b": "2"} and got["tiny_build"]["task"] is None
+    hub = SimpleNamespace(policies=[SimpleNamespace(model="org/model")], data=SimpleNamespace(train="org/data:train"))
+    assert V.source_builds(hub) == {"tiny_build": None, "unitsrc_build": None}
+
+
 def test_plan_refuses_to_reuse_a_finished_run_of_another_config(tmp_path, monkeypatch):
     from test_plan import fake_run, stamp
 

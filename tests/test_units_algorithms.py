@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import ROOT
 
 import graft_cli.algorithms.opd  # noqa: F401  (registers the saf_schedule controller)
 from graft_cli.algorithms import controllers
@@ -119,6 +121,76 @@ def test_registry_lazy_name_imports_its_module_on_first_get(tmp_path, monkeypatc
     assert "unit_lazy_piece" not in sys.modules and unit_lazy_host.REG.names() == ["late"]
     assert unit_lazy_host.REG.get("late")() == 42
     assert "unit_lazy_piece" in sys.modules
+
+
+def _installed(tmp_path, dist: str, group: str, entries: dict, monkeypatch) -> None:
+    """An installed distribution ``dist`` (its metadata folder on sys.path) declaring ``entries`` in
+    entry-point group ``group``."""
+    info = tmp_path / f"{dist}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()))
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_registry_entry_point_names_import_their_object_on_first_get(tmp_path, monkeypatch):
+    """A registry with an entry-point group holds the names an installed package declares there; a name's module
+    is imported on its first lookup and the object at ``module:attr`` is registered under it."""
+    _installed(tmp_path, "unit-plugin", "unit.pieces", {"late": "unit_ep_piece:make.answer"}, monkeypatch)
+    (tmp_path / "unit_ep_piece.py").write_text("class make:\n    @staticmethod\n    def answer():\n        return 42\n")
+    monkeypatch.delitem(sys.modules, "unit_ep_piece", raising=False)
+    reg = Registry("piece", entry_points="unit.pieces")
+    reg.register("own")(1)
+    assert "late" in reg and reg.names() == ["late", "own"] and "unit_ep_piece" not in sys.modules
+    assert reg.get("late")() == 42 and "unit_ep_piece" in sys.modules
+    assert Registry("piece").names() == []  # no group: no entry points
+
+
+def test_pyproject_entry_point_tables_read_as_toml_reads_them(tmp_path):
+    """The checkout's reader of pyproject.toml gives each entry-point group as tomllib parses it; a file of
+    another project, or none, gives None."""
+    import tomllib
+
+    from graft_cli.registry import checkout_entry_points
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        groups = tomllib.load(f)["project"]["entry-points"]
+    assert set(groups) >= {"graft.model_sources", "graft.source_builds"}
+    for group, table in groups.items():
+        assert checkout_entry_points(group) == table
+    assert checkout_entry_points("no.such.group") == {}
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "other"\n\n[project.entry-points."g"]\nx = "m:f"\n')
+    assert checkout_entry_points("g", str(tmp_path / "pyproject.toml")) is None
+    assert checkout_entry_points("g", str(tmp_path / "missing.toml")) is None
+
+
+def test_model_sources_come_from_the_checkout_where_the_installed_metadata_is_stale(tmp_path, monkeypatch):
+    """Run from a source checkout, this package's entry points are its pyproject.toml's, whatever the installed
+    metadata of ``graft`` says (an editable install made before the table changed); another package's stay."""
+    from graft_cli.registry import declared_entry_points
+
+    _installed(tmp_path, "graft", "graft.model_sources", {"tiny": "gone.module:resolve", "old": "gone:f"},
+               monkeypatch)
+    (tmp_path / "other").mkdir()
+    _installed(tmp_path / "other", "unit-plugin", "graft.model_sources", {"mine": "unit_src:resolve"}, monkeypatch)
+    got = declared_entry_points("graft.model_sources")
+    assert got == {"tiny": "graft_cli.tiny.build:resolve_tiny", "tiny_code": "graft_cli.tiny.code:resolve_tiny_code",
+                   "mine": "unit_src:resolve"}
+    assert declared_entry_points("graft.source_builds") == {"tiny": "graft_cli.tiny.build:build_record"}
+    from graft_cli.models.loading import MODEL_SOURCES, SOURCE_BUILDS
+    from graft_cli.tiny import build as T, code
+
+    assert MODEL_SOURCES.get("tiny") is T.resolve_tiny and MODEL_SOURCES.get("tiny_code") is code.resolve_tiny_code
+    assert SOURCE_BUILDS.get("tiny") is T.build_record
+
+
+def test_model_sources_come_from_the_installed_metadata_outside_a_checkout(tmp_path, monkeypatch):
+    """Installed from a wheel (no pyproject.toml beside the package), the names are the installed metadata's."""
+    from graft_cli import registry
+
+    monkeypatch.setattr(registry, "checkout_entry_points", lambda group, path=None: None)
+    _installed(tmp_path, "graft", "graft.model_sources", {"tiny": "graft_cli.tiny.build:resolve_tiny"}, monkeypatch)
+    assert registry.declared_entry_points("graft.model_sources") == {"tiny": "graft_cli.tiny.build:resolve_tiny"}
 
 
 VP_DEFAULTS = {"lr": 0.1, "on": True, "mode": ("a", "b"), "k": 3, "name": None}
@@ -506,9 +578,9 @@ def _step(name, adv, rew, n=2):
                       rewards=torch.tensor(rew, dtype=torch.float32), advantages=torch.tensor(adv, dtype=torch.float32))
 
 
-def _ctx(receivers=None):
+def _ctx(receiver_names=None):
     return ExchangeContext(step=0, seed=0, tokenizers={},
-                           models=ReceiverFunctions(lambda text, name: []), receivers=receivers)
+                           receivers=ReceiverFunctions(lambda text, name: []), receiver_names=receiver_names)
 
 
 def test_none_exchange_builds_each_receivers_own_batch():
@@ -516,7 +588,7 @@ def test_none_exchange_builds_each_receivers_own_batch():
     assert EXCHANGES.get("none") is Exchange
     steps = {"a": _step("a", [[1.0, -1.0], [0.0, 0.0]], [[1.0, 0.0], [0.0, 0.0]]),
              "b": _step("b", [[0.5, -0.5], [2.0, -2.0]], [[1.0, 0.0], [1.0, 0.0]])}
-    batches, metrics = Exchange().select(steps, _ctx(receivers=["b"]))
+    batches, metrics = Exchange().select(steps, _ctx(receiver_names=["b"]))
     assert list(batches) == ["b"] and metrics == {"b": {}}
     b = batches["b"]
     assert isinstance(b, TrainBatch) and len(b) == 4
@@ -554,7 +626,7 @@ def test_receiver_functions_encode_and_score_or_refuse():
     with pytest.raises(GraftError, match=r"^scoring rows under a policy's weights .* not available"):
         ReceiverFunctions(lambda text, name: []).score("a", TrainBatch())
     ctx = _ctx()
-    assert ctx.receivers is None and ctx.models.encode("q", "a") == []
+    assert ctx.receiver_names is None and ctx.receivers.encode("q", "a") == []
 
 
 def test_exchange_params_reads_a_written_section():

@@ -260,3 +260,18 @@ def test_trackers_feed_every_tracker_in_order(tmp_path, monkeypatch):
     tr.log([{"step": 8}, {"step": 8}])
     tr.close()
     assert seen == [("init", str(tmp_path), 7), ("log", 2), ("close",)]
+
+
+def test_step_line_says_what_the_exchange_says_of_each_row():
+    """The run's step line holds each policy's reward and the words its exchange gives the row: GRAFT's peer groups
+    and admitted responses, nothing for independent GRPO's exchange or a row without GRAFT's metrics."""
+    from graft_cli.algorithms.exchange import EXCHANGES, Exchange
+    from graft_cli.train.run import step_line
+
+    rows = [{"policy": "a", "reward": 0.5, "graft/selected": 2, "graft/admitted": 7, "time/step": 3.21},
+            {"policy": "b", "reward": 0.25, "graft/selected": 0, "time/step": 3.21}]
+    graft = EXCHANGES.get("graft")()
+    assert step_line(rows, graft) == ("a: r=0.500 peer groups 2 admitted 7 | b: r=0.250 peer groups 0 admitted 0"
+                                      " | 3.2 s/step")
+    assert step_line(rows, Exchange()) == "a: r=0.500 | b: r=0.250 | 3.2 s/step"
+    assert step_line([{"policy": "a", "reward": 1.0, "time/step": 1.0}], graft) == "a: r=1.000 | 1.0 s/step"

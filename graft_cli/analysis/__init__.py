@@ -1,2 +1,2 @@
-"""Analyses of runs and checkpoints: cross-model complementarity
-(:mod:`graft_cli.analysis.complementarity`)."""
+"""The module name under which :mod:`graft_cli.report.claims` imports the complementarity of runs
+(:mod:`graft_cli.analysis.complementarity`, an alias of :mod:`graft_cli.eval.complementarity`)."""

@@ -12,6 +12,8 @@
 * :mod:`graft_cli.eval.validation` — validation during training (:class:`ValidationHook`)
 * :mod:`graft_cli.eval.tandem_evals` — tandem RLVR's handoff robustness and legibility, pass@k
   curves
+* :mod:`graft_cli.eval.complementarity` — ``graft complementarity``: how often one model solves the
+  other's all-fail prompts, from training runs' rollout logs or two checkpoints sampled afresh
 * :mod:`graft_cli.eval.files` — the file names of an evaluation folder
 * ``lm_eval_tasks/`` — lm-evaluation-harness task YAMLs with the same prompt and the math-verify
   scorer

@@ -1,4 +1,15 @@
-"""Load a policy (model + tokenizer) from a hub id or a local folder."""
+"""Load a policy (model + tokenizer) from a hub id, a local folder or a ``<source>:<name>`` of a
+model source.
+
+A model source (``tiny:<role>``, ``tiny_code:<name>``) and the build record a run's provenance
+keeps of it are provided by a layer above this one (:mod:`graft_cli.tiny`), which this module never
+imports, not even by name: the package declares them as Python entry points in its pyproject.toml,
+``[project.entry-points."graft.model_sources"]`` (name -> the function resolving ``<name>`` to a
+local path) and ``[project.entry-points."graft.source_builds"]`` (name -> the function writing the
+build record), and :data:`MODEL_SOURCES` / :data:`SOURCE_BUILDS` import each on its first lookup
+(:func:`graft_cli.registry.declared_entry_points`: from the installed metadata, or from the
+pyproject.toml of the source checkout the package runs from, whose table stays current where an
+editable install's metadata does not). Another installed package adds a source the same way."""
 
 from __future__ import annotations
 
@@ -113,18 +124,15 @@ def from_shards(path: str, dtype=torch.float32, trust_remote_code: bool = False,
     return model.eval()
 
 
-# ``<source>:<name>`` model and data names resolved by a registered function (name -> local path):
-# ``tiny:<role>`` by the tiny pair's package, imported when first named (so this layer does not
-# import it)
-MODEL_SOURCES: Registry = Registry("model source")
-MODEL_SOURCES.lazy("tiny", "graft_cli.tiny.build")
-MODEL_SOURCES.lazy("tiny_code", "graft_cli.tiny.code")
+# ``<source>:<name>`` model and data names resolved by the source's function (name -> local path),
+# declared in the entry-point group graft.model_sources (module docstring)
+MODEL_SOURCES: Registry = Registry("model source", entry_points="graft.model_sources")
 
 # ``<source>`` -> what a run built from that source was made with (the per-run provenance's build
 # record): a function of (the names a run loads from it, whether it trains on the source's data)
-# returning a JSON-able dict
-SOURCE_BUILDS: Registry = Registry("source build")
-SOURCE_BUILDS.lazy("tiny", "graft_cli.tiny.build")
+# returning a JSON-able dict, ``{"roles": name -> its hash, ...}``; declared in the entry-point
+# group graft.source_builds
+SOURCE_BUILDS: Registry = Registry("source build", entry_points="graft.source_builds")
 
 
 def resolve_path(spec: str) -> str:

@@ -51,7 +51,7 @@ from graft_cli.config import compose
 from graft_cli.errors import GraftError
 from graft_cli.plan.spec import Plan
 from graft_cli.rundir import REGISTRATION, atomic_write_json, read_json_or_none
-from graft_cli.train.provenance import config_hash, source_commit, tiny_build
+from graft_cli.train.provenance import config_hash, source_builds, source_commit
 from graft_cli.train.run import RESUME_MAY_DIFFER
 
 
@@ -103,7 +103,7 @@ def resolved(plan: Plan, out: str) -> dict:
     for r in plan.runs:
         cfg = compose(plan.compose_overrides(r, out))
         configs[r.key] = config_hash(cfg, RESUME_MAY_DIFFER)
-        tb = tiny_build(cfg)
+        tb = source_builds(cfg).get("tiny_build")
         builds[r.key] = tb["hash"] if tb else None
     return {"configs": configs, "tiny_build": builds}
 

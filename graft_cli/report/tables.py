@@ -39,7 +39,7 @@ Tables (graft.md §6), each rendered only when its runs exist:
   of each run's eval mean; Δ GRAFT vs GRPO n=8.
 * **Table 6** — stored-trajectory GRAFT receivers; Δ vs GRPO n=8.
 * **Complementarity** — mean over training of the per-step cross-solve rates of two-policy runs'
-  rollout logs (:mod:`graft_cli.analysis.complementarity`) or the ``graft/complementarity`` metric.
+  rollout logs (:mod:`graft_cli.eval.complementarity`) or the ``graft/complementarity`` metric.
 * **Code benchmarks** — beside the math tables, every run policy (at its selected step) and eval
   folder scored on code benchmarks (HumanEval, HumanEval+, MBPP+, LiveCodeBench v6; SAF-OPD's code
   domain, opd_saf.md §5): pass@1 per benchmark and their average. Code benchmarks never enter the
@@ -56,7 +56,7 @@ import os
 
 import numpy as np
 
-from graft_cli.analysis.complementarity import from_runs
+from graft_cli.eval.complementarity import from_runs
 from graft_cli.console import make_console
 from graft_cli.errors import GraftError
 from graft_cli.eval.benchmarks import display_name

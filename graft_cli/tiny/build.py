@@ -1,7 +1,9 @@
 """Building the tiny pair (:mod:`graft_cli.tiny`): the build jobs (one single-threaded worker
 process per tokenizer family), the cache folder with its lock and ``manifest.json`` (written last,
-atomically), and :func:`ensure_tiny`, which resolves ``tiny:<role>`` names (registered as the
-``tiny`` model source of :data:`graft_cli.models.loading.MODEL_SOURCES`)."""
+atomically), :func:`ensure_tiny`, and the ``tiny`` model source: :func:`resolve_tiny` resolves
+``tiny:<role>`` names and :func:`build_record` is a run's record of them (declared as entry points
+in pyproject.toml and looked up through :data:`graft_cli.models.loading.MODEL_SOURCES` and
+``SOURCE_BUILDS``)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,6 @@ from graft_cli.console import make_console
 from graft_cli.data import synthetic
 from graft_cli.data.synthetic import write_task
 from graft_cli.errors import GraftError
-from graft_cli.models.loading import MODEL_SOURCES, SOURCE_BUILDS
 from graft_cli.rundir import atomic_write_text, folder_lock, read_jsonl
 from graft_cli.tiny.sft import Recipe, default_recipe, make_model, num_params, sft, sharpen, weight_hash
 from graft_cli.tiny.tokenizers import _prompt_text, build_tokenizer_a, build_tokenizer_b, build_tokenizer_c
@@ -470,7 +471,6 @@ def ensure_task(cache_dir: str | None = None, seed: int = 0) -> str:
     return task
 
 
-@SOURCE_BUILDS.register("tiny")
 def build_record(roles: list[str], with_task: bool) -> dict:
     """What a run of the tiny pair was made with: each ``tiny:<role>`` it loads with its manifest
     hash, and, when it trains on ``tiny:`` data, each task file's sha256 (None otherwise)."""
@@ -480,7 +480,6 @@ def build_record(roles: list[str], with_task: bool) -> dict:
             "task": {k: v.get("sha256") for k, v in sorted((man.get("task") or {}).items())} if with_task else None}
 
 
-@MODEL_SOURCES.register("tiny")
 def resolve_tiny(role: str) -> str:
     """``tiny:<role>``: the folder of a built role (built on first use, with what it needs), or a
     task file of the pair (``tiny:train``, ``tiny:eval_math500``, ...: the task alone, no model is

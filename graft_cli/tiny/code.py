@@ -1,8 +1,8 @@
 """The tiny code models: SAF-OPD's code domain on a CPU, built the way the arithmetic pair is.
 
-``tiny_code:<name>`` (a model source, :data:`graft_cli.models.loading.MODEL_SOURCES`) resolves,
-building on first use into ``<tiny cache>/code/`` with its own ``manifest.json`` (the arithmetic
-pair's cache and hashes are not touched):
+``tiny_code:<name>`` (a model source declared in pyproject.toml: :func:`resolve_tiny_code`)
+resolves, building on first use into ``<tiny cache>/code/`` with its own ``manifest.json`` (the
+arithmetic pair's cache and hashes are not touched):
 
 * ``tiny_code:junior``: the student, an early snapshot (step ``junior_step``) of a from-scratch SFT
   run on the synthetic "write a one-line Python function" task
@@ -41,7 +41,6 @@ from graft_cli.console import make_console
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.data.synthetic_code import FAMILIES, make_problem, reference_response, write_task
 from graft_cli.errors import GraftError
-from graft_cli.models.loading import MODEL_SOURCES
 from graft_cli.reward import make_grader
 from graft_cli.rollout.engine import SamplingParams
 from graft_cli.rollout.graded import sample_and_grade
@@ -216,7 +215,6 @@ def build_code(cache_dir: str | None = None, seed: int = 0, force: bool = False,
     return paths_of(root)
 
 
-@MODEL_SOURCES.register("tiny_code")
 def resolve_tiny_code(name: str) -> str:
     """``tiny_code:<name>``: ``junior``, ``teacher`` (folders), ``train``, ``eval`` (task files);
     built on first use."""

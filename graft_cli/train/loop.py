@@ -292,7 +292,7 @@ class Trainer:
         (old log-probs of rows under a receiver's current weights: :class:`PolicyReceivers`)."""
         return ExchangeContext(step=self.step, seed=step_seed(self.cfg.run.seed, self.step),
                                tokenizers={n: p.tokenizer for n, p in self.policies.items()},
-                               models=self.receivers, receivers=list(self.policies))
+                               receivers=self.receivers, receiver_names=list(self.policies))
 
     def view(self) -> StepView:
         """What an after-step hook sees (:class:`~graft_cli.train.hooks.StepView`)."""

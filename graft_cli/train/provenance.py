@@ -14,7 +14,12 @@ plan reuses it.
 one session per ``graft train`` that opened the run directory (a resumed run appends one). A plan
 reuses a finished run only when its config hash and tiny build hash equal those the plan composes
 now (:func:`reuse_problem`), or, where the hash differs, when its ``config.yaml`` read back (older
-names read as the current ones) equals the plan's. """
+names read as the current ones) equals the plan's.
+
+A build record is kept for each model source that declares one
+(:data:`~graft_cli.models.loading.SOURCE_BUILDS`; the tiny pair's, ``tiny``) under the key
+``<source>_build``: the source's record of the ``<source>:<name>`` models of the run's policies and
+whether its training data is ``<source>:`` data, or null for a run that names neither. """
 
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ from graft_cli.rundir import atomic_write_json, config_path, read_json_or_none
 PROVENANCE = "provenance.json"
 
 __all__ = ["PROVENANCE", "config_diff", "config_hash", "flat_config", "read_provenance", "record_session",
-           "reuse_problem", "source_commit", "tiny_build"]
+           "reuse_problem", "source_builds", "source_commit"]
 
 
 def flat_config(cfg: C.Config) -> dict:
@@ -85,15 +90,40 @@ def source_commit() -> tuple[str | None, bool | None]:
     return head, (None if status is None else status != "")
 
 
-def tiny_build(cfg: C.Config) -> dict | None:
-    """The tiny roles a run loads (``tiny:<role>`` models) with their manifest hashes, and the tiny
-    task files when it trains on ``tiny:`` data, hashed together; None for a run with neither."""
-    roles = sorted({str(p.model).split(":", 1)[1] for p in cfg.policies if str(p.model).startswith("tiny:")})
-    tiny_data = str(cfg.data.train).startswith("tiny:")
-    if not roles and not tiny_data:
-        return None
-    body = SOURCE_BUILDS.get("tiny")(roles, tiny_data)
-    return {"hash": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), **body}
+def _built_source(spec: str) -> str | None:
+    """The ``<source>`` of a ``<source>:<name>`` model or data name whose source keeps a build
+    record (``SOURCE_BUILDS``); None for any other name."""
+    source = spec.split(":", 1)[0] if ":" in spec else None
+    return source if source in SOURCE_BUILDS else None
+
+
+def _named_sources(cfg: C.Config) -> dict[str, tuple[list[str], bool]]:
+    """Source -> (the ``<source>:<name>`` names the run's policies load from it, whether its
+    training data is that source's), for each source with a build record the run names."""
+    names: dict[str, set] = {}
+    for spec in (str(p.model) for p in cfg.policies):
+        if _built_source(spec):
+            names.setdefault(_built_source(spec), set()).add(spec.split(":", 1)[1])
+    data = _built_source(str(cfg.data.train))
+    if data:
+        names.setdefault(data, set())
+    return {s: (sorted(n), s == data) for s, n in sorted(names.items())}
+
+
+def source_builds(cfg: C.Config) -> dict[str, dict | None]:
+    """``<source>_build`` -> the build record of that source for this run (its record of the names
+    the run loads from it, hashed: ``{"hash": ..., **record}``), or None where the run names none of
+    it; one key per source with a build record (``SOURCE_BUILDS``)."""
+    named = _named_sources(cfg)
+    out: dict[str, dict | None] = {}
+    for source in SOURCE_BUILDS.names():
+        if source not in named:
+            out[f"{source}_build"] = None
+            continue
+        body = SOURCE_BUILDS.get(source)(*named[source])
+        out[f"{source}_build"] = {"hash": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(),
+                                  **body}
+    return out
 
 
 def read_provenance(run_dir: str) -> dict | None:
@@ -104,7 +134,7 @@ def record_session(cfg: C.Config, run_dir: str, ignore: set, from_step: int) -> 
     """Write (or extend) ``<run_dir>/provenance.json`` for this session; returns it."""
     prev = read_provenance(run_dir) or {}
     commit, dirty = source_commit()
-    prov = {"config_hash": config_hash(cfg, ignore), "tiny_build": tiny_build(cfg),
+    prov = {"config_hash": config_hash(cfg, ignore), **source_builds(cfg),
             "sessions": list(prev.get("sessions") or []) + [
                 {"commit": commit, "dirty": dirty, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                  "from_step": int(from_step)}]}
@@ -114,7 +144,8 @@ def record_session(cfg: C.Config, run_dir: str, ignore: set, from_step: int) -> 
 
 def reuse_problem(cfg: C.Config, run_dir: str, ignore: set) -> str | None:
     """Why the finished run in ``run_dir`` cannot stand for a run of config ``cfg`` (None: it can):
-    no provenance, another config (the first differing key named), or another tiny build."""
+    no provenance, another config (the first differing key named), or another build of a model
+    source it names."""
     prov = read_provenance(run_dir)
     if prov is None:
         return "it has no provenance.json (made by code that did not record one)"
@@ -129,10 +160,11 @@ def reuse_problem(cfg: C.Config, run_dir: str, ignore: set) -> str | None:
                     if keys else "its config hash differs from the plan's")
         # its config.yaml reads as this config: the hash was taken over older names of its values
         # (docs/glossary.md)
-    now = tiny_build(cfg)
-    if (prov.get("tiny_build") or {}).get("hash") != (now or {}).get("hash"):
-        roles = [r for r in sorted(set((now or {}).get("roles") or {}) | set((prov.get("tiny_build") or {}).get(
-            "roles") or {})) if ((now or {}).get("roles") or {}).get(r) != ((prov.get("tiny_build") or {}).get(
-                "roles") or {}).get(r)]
-        return "it was made with another tiny build" + (f" (role {roles[0]!r})" if roles else " (task files)")
+    for key, now in source_builds(cfg).items():
+        was = prov.get(key) or {}
+        if was.get("hash") != (now or {}).get("hash"):
+            now_roles, was_roles = (now or {}).get("roles") or {}, was.get("roles") or {}
+            roles = [r for r in sorted(set(now_roles) | set(was_roles)) if now_roles.get(r) != was_roles.get(r)]
+            return (f"it was made with another {key.removesuffix('_build')} build"
+                    + (f" (role {roles[0]!r})" if roles else " (task files)"))
     return None

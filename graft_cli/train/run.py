@@ -259,7 +259,7 @@ class _Run:
                 elif cfg.run.save_initial and trainer.step == 0:  # the base weights, as step 0
                     trainer.save()
                 while trainer.step < trainer.total_steps:
-                    info = step_line(self.one_step())
+                    info = step_line(self.one_step(), trainer.exchange)
                     bar.update(task, completed=trainer.step, info=info)
                     if self.progress and not live and (trainer.step % cfg.run.log_every == 0
                                                        or trainer.step == trainer.total_steps):
@@ -297,15 +297,14 @@ def on_disk(trainer) -> str:
         "no checkpoint was written yet (a rerun starts at step 0)"
 
 
-def step_line(rows: list[dict]) -> str:
-    """One step in a line: per policy the reward (and, when it exchanged, groups from the peer /
-    responses admitted), then seconds per step."""
+def step_line(rows: list[dict], exchange) -> str:
+    """One step in a line: per policy the reward and what the run's exchange says of its row
+    (:meth:`~graft_cli.algorithms.exchange.base.Exchange.step_text`), then seconds per step."""
     parts = []
     for r in rows:
         p = f"{r['policy']}: r={r.get('reward', float('nan')):.3f}"
-        if r.get("graft/selected") is not None:
-            p += f" peer groups {r['graft/selected']} admitted {r.get('graft/admitted', 0)}"
-        parts.append(p)
+        said = exchange.step_text(r)
+        parts.append(f"{p} {said}" if said else p)
     return " | ".join(parts) + f" | {rows[0]['time/step']:.1f} s/step"
 
 

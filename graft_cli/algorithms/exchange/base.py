@@ -8,15 +8,17 @@ An exchange is a class with:
 - ``validate(cfg)`` (class method): check ``cfg.exchange.params`` without changing anything; raise
   GraftError naming the key;
 - ``select(steps, ctx) -> (batches, metrics)``: before scoring, build the TrainBatch of every
-  receiver (``ctx.receivers``: the trained policies; ``steps`` may also hold stored sources' steps),
-  encoding prompts and scoring rows through ``ctx.models`` (:class:`Receivers`);
+  receiver (``ctx.receiver_names``: the trained policies; ``steps`` may also hold stored sources'
+  steps), encoding prompts and scoring rows through ``ctx.receivers`` (:class:`Receivers`);
 - ``admit(name, batch, ctx) -> (batch, metrics)``: after the receiver's old log-probs are known
   (``batch.old_logprobs``), weight or drop rows (e.g. GRAFT's compatibility gate) in a new batch,
   the given one unchanged;
 - ``state_dict()``/``load_state_dict()`` for schedules that carry state across steps;
 - ``admission_log(name) -> columns | None``: per transferred row of receiver ``name``'s last
   ``admit`` (kept or dropped), columns for the trainer's exchange log
-  (``rollouts/<name>/exchange_step_N.parquet``); ``None``: no log.
+  (``rollouts/<name>/exchange_step_N.parquet``); ``None``: no log;
+- ``step_text(row) -> str``: what the run's one-line step summary says of the exchange for one
+  policy's metrics row (read from the metrics the exchange wrote into it); ``""``: nothing.
 """
 
 from __future__ import annotations
@@ -74,8 +76,8 @@ class ExchangeContext:
     step: int
     seed: int
     tokenizers: dict  # policy name -> tokenizer
-    models: Receivers  # the policies' prompt encoding and scoring
-    receivers: list | None = None  # the policies that train (None: every policy in ``steps``)
+    receivers: Receivers  # the trained policies' prompt encoding and scoring
+    receiver_names: list | None = None  # the policies that train (None: every policy in ``steps``)
 
 
 class Exchange:
@@ -93,7 +95,7 @@ class Exchange:
             raise GraftError(f"config key 'exchange.params.{key}': not used by exchange {cfg.exchange.name!r}")
 
     def select(self, steps: dict[str, PolicyStep], ctx: ExchangeContext):
-        names = [n for n in steps if ctx.receivers is None or n in ctx.receivers]
+        names = [n for n in steps if ctx.receiver_names is None or n in ctx.receiver_names]
         return {n: self_batch(steps[n]) for n in names}, {n: {} for n in names}
 
     def admit(self, name: str, batch: TrainBatch, ctx: ExchangeContext):
@@ -101,6 +103,9 @@ class Exchange:
 
     def admission_log(self, name: str) -> dict | None:
         return None
+
+    def step_text(self, row: dict) -> str:
+        return ""
 
     def state_dict(self) -> dict:
         return {}

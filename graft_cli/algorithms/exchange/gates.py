@@ -3,13 +3,16 @@ registered.
 
 - :func:`compatibility`: s = exp(ℓ̄(π_old^R, o^R) − ℓ̄(π_S, o^S)), ℓ̄ = mean token log-likelihood
   (terminal EOS excluded on both sides, graft.md §8 item 3);
-- gates (registry ``GATES``, ``exchange.params.gate``): ``floor`` w = 1[s > δ]·min(s, 1) (strict >;
-  responses with s ≤ δ dropped; δ ≤ 0: no floor), ``none`` w = 1 for all ("w/o compatibility gate");
-- admission (registry ``ADMISSIONS``, ``exchange.params.admission``): ``gate`` applies the gate;
-  ``random`` ("random admission") admits as many responses as the floor would, drawn uniformly.
+- admission rules (registry ``ADMISSIONS``, ``exchange.params.admission``), what the exchange's
+  ``admit`` calls: ``gate`` applies the gate named by ``exchange.params.gate``; ``random`` ("random
+  admission") admits as many responses as the floor would, drawn uniformly;
+- gates (registry ``GATES``, ``exchange.params.gate``), what the ``gate`` rule calls: ``floor`` w =
+  1[s > δ]·min(s, 1) (strict >; responses with s ≤ δ dropped; δ ≤ 0: no floor), ``none`` w = 1 for
+  all ("w/o compatibility gate").
 
-A gate is ``gate(s, delta, cap) -> (w, keep)``; an admission is ``admit(s, opts, rng_factory) -> (w,
-keep)`` (``opts``: the exchange's :class:`~graft_cli.algorithms.exchange.graft.GraftParams`). """
+An admission rule is ``admit(s, opts, rng_factory) -> (w, keep)`` (``opts``: the exchange's
+:class:`~graft_cli.algorithms.exchange.graft.GraftParams`); a gate is ``gate(s, delta, cap) -> (w,
+keep)``. """
 
 from __future__ import annotations
 
@@ -48,24 +51,17 @@ def _capped(x: float, cap: bool) -> float:
     return (min(x, 1.0) if cap else x) if math.isfinite(x) else 0.0
 
 
-@GATES.register("floor")
-def floor_gate(s, delta: float, cap: bool) -> tuple[list[float], list[bool]]:
-    """Eq. 8: w = 1[s > δ]·min(s, 1), keep = s > δ; δ ≤ 0: no floor (all kept, w = min(s, 1); nan s
-    → w = 0)."""
-    keep = [True if delta <= 0 else (math.isfinite(float(x)) and float(x) > delta) for x in s]
-    return [_capped(float(x), cap) if k else 0.0 for x, k in zip(s, keep)], keep
+@ADMISSIONS.register("gate")
+def admit_by_gate(s, opts: Params, rng_factory) -> tuple[list[float], list[bool]]:
+    """The gate ``opts.gate`` (:func:`floor_gate` or :func:`no_gate`) on the scores ``s``, with the
+    floor δ ``opts.delta`` and the cap ``opts.cap``."""
+    return GATES.get(opts.gate)(list(s), opts.delta, opts.cap)
 
 
-@GATES.register("none")
-def no_gate(s, delta: float, cap: bool) -> tuple[list[float], list[bool]]:
-    """graft.md §3 "w/o compatibility gate": w = 1, everything kept."""
-    return [1.0] * len(s), [True] * len(s)
-
-
-def gate_weights(s, delta: float, gate: str = "floor", cap: bool = True) -> tuple[list[float], list[bool]]:
-    """The registered gate ``gate`` on scores ``s`` with floor ``delta``
-    (``exchange.params.delta``): returns ``(w, keep)``."""
-    return GATES.get(gate)(list(s), delta, cap)
+@ADMISSIONS.register("random")
+def admit_at_random(s, opts: Params, rng_factory) -> tuple[list[float], list[bool]]:
+    """:func:`random_admission` with the floor δ ``opts.delta``, drawn from ``rng_factory()``."""
+    return random_admission(s, opts.delta, rng_factory(), opts.cap)
 
 
 def random_admission(s, delta: float, rng: np.random.Generator, cap: bool = True) -> tuple[list[float], list[bool]]:
@@ -79,11 +75,15 @@ def random_admission(s, delta: float, rng: np.random.Generator, cap: bool = True
     return w, [i in chosen for i in range(len(s))]
 
 
-@ADMISSIONS.register("gate")
-def admit_by_gate(s, opts: Params, rng_factory):
-    return gate_weights(s, opts.delta, opts.gate, opts.cap)
+@GATES.register("floor")
+def floor_gate(s, delta: float, cap: bool) -> tuple[list[float], list[bool]]:
+    """Eq. 8: w = 1[s > δ]·min(s, 1), keep = s > δ; δ ≤ 0: no floor (all kept, w = min(s, 1); nan s
+    → w = 0)."""
+    keep = [True if delta <= 0 else (math.isfinite(float(x)) and float(x) > delta) for x in s]
+    return [_capped(float(x), cap) if k else 0.0 for x, k in zip(s, keep)], keep
 
 
-@ADMISSIONS.register("random")
-def admit_at_random(s, opts: Params, rng_factory):
-    return random_admission(s, opts.delta, rng_factory(), opts.cap)
+@GATES.register("none")
+def no_gate(s, delta: float, cap: bool) -> tuple[list[float], list[bool]]:
+    """graft.md §3 "w/o compatibility gate": w = 1, everything kept."""
+    return [1.0] * len(s), [True] * len(s)

@@ -28,7 +28,7 @@ exchange fed by a partner's rollout logs, a step source the trainer owns
    baselines.md §1.2): the source's response *string* (``Rollouts.texts``, decoded with
    ``skip_special_tokens=True``) is encoded with the receiver's tokenizer, ``tokenizer(text,
    add_special_tokens=False)``, after the receiver's own encoding of the same problem
-   (``ctx.models.encode(problem, receiver)``).
+   (``ctx.receivers.encode(problem, receiver)``).
 
    **EOS rule.** When the source response ended with EOS (it was not truncated) and ``append_eos``
    is true (default), the receiver's EOS id is appended, so the receiver also learns to stop; a
@@ -40,17 +40,18 @@ exchange fed by a partner's rollout logs, a step source the trainer owns
    floor (kept with w = 1 when the gate is off). With ``direct_ids: true`` and byte-identical
    vocabularies (graft.md §8 item 10) the source token ids are used as they are (same EOS
    exclusion).
-5. **Compatibility and gate** (:func:`compatibility`, :func:`gate_weights`; Eq. 6–8), in ``admit``
-   once the trainer has scored every row under the receiver's old policy: ``s = exp(mean_t log
+5. **Compatibility and gate** (:func:`compatibility`, the admission rule ``gate`` and its
+   :func:`~graft_cli.algorithms.exchange.gates.floor_gate`; Eq. 6–8), in ``admit`` once the
+   trainer has scored every row under the receiver's old policy: ``s = exp(mean_t log
    π_old^R(o^R_t) − mean_t log π_S(o^S_t))`` and ``w = 1[s > δ] · min(s, 1)`` (δ: ``delta``,
    :class:`GraftParams`; strict >). Responses with ``s ≤ δ`` are **dropped** (they leave the loss
    numerator and the token-count denominator). ``δ ≤ 0`` means no floor (every response kept, ``w =
    min(s, 1)``). The source log-probs are its rollout log-probs (``peer_logprobs: rollout``, GRAFT's
    default; exact where the engine's log-probs equal the trainer's fp32 forward, the HF engine in
    fp32) or recomputed by the source policy's trainer forward at the rollout temperature before any
-   update (``peer_logprobs: recompute``, via ``ctx.models.score``; HACPO's default, as its released
-   trainer scores the pool with each source's actor, and the one to use with bf16 weights or vLLM,
-   whose log-probs differ).
+   update (``peer_logprobs: recompute``, via ``ctx.receivers.score``; HACPO's default, as its
+   released trainer scores the pool with each source's actor, and the one to use with bf16 weights
+   or vLLM, whose log-probs differ).
 6. **Objective**: the registered loss (``ppo_token``: token-level PPO ratio against the receiver's
    own old policy for self and grafted tokens, w per response, token-mean over retained responses;
    with no transfer it is GRPO exactly). Peer-last minibatch ordering lives in
@@ -244,6 +245,13 @@ class GraftExchange(Exchange):
         opts = options(cfg.exchange.params, cls.PARAMS)
         check_loss_for_mode(cfg, opts)
 
+    def step_text(self, row: dict) -> str:
+        """The step line's words for a receiver's row: the prompt groups it took from its peers
+        (``graft/selected``) and the grafted responses the gate admitted (``graft/admitted``)."""
+        if row.get("graft/selected") is None:
+            return ""
+        return f"peer groups {row['graft/selected']} admitted {row.get('graft/admitted', 0)}"
+
     # -- state (HACPO capability history)
     def state_dict(self) -> dict:
         return {"hacpo_history": {k: list(v) for k, v in self.hacpo_history.items()}}
@@ -267,7 +275,7 @@ class GraftExchange(Exchange):
     def _recompute_source_means(self, batch: TrainBatch, steps: dict[str, PolicyStep], ctx: ExchangeContext) -> None:
         """``peer_logprobs: recompute`` (graft.md §8 item 2): score each transferred response with
         its source policy's trainer forward (θ_old: no policy has been updated yet in this step)
-        through ``ctx.models.score(policy_name, TrainBatch) -> per-token log-probs``."""
+        through ``ctx.receivers.score(policy_name, TrainBatch) -> per-token log-probs``."""
         by_src: dict[str, list[int]] = {}
         for i, (s, sp) in enumerate(zip(batch.source, batch.extra.get("src_policy", []))):
             if s == "peer" and sp is not None:
@@ -280,7 +288,7 @@ class GraftExchange(Exchange):
                 r = q * st.n + j
                 sb.append(prompt_ids=st.prompt_ids[q], response_ids=st.rollouts.response_ids[r], advantages=0.0,
                           weights=1.0, source="self", group=q)
-            lps = ctx.models.score(sp, sb)
+            lps = ctx.receivers.score(sp, sb)
             for i, lp in zip(rows, lps):
                 q, j = batch.group[i], batch.extra["src_sample"][i]
                 m = source_mean_logprob(lp, not bool(st.rollouts.truncated[q * st.n + j]))
@@ -319,19 +327,19 @@ class GraftExchange(Exchange):
                              ctx.seed, B, directions, self.opts.n_peer, eligible)
 
     def select(self, steps: dict[str, PolicyStep], ctx: ExchangeContext):
-        """Every receiver's batch; the receivers are ``ctx.receivers`` (the trained policies;
+        """Every receiver's batch; the receivers are ``ctx.receiver_names`` (the trained policies;
         default every step's policy). Steps of stored sources only give (directions source →
         receiver)."""
         names = list(steps)
-        receivers = [nm for nm in names if ctx.receivers is None or nm in ctx.receivers]
+        receiving = [nm for nm in names if ctx.receiver_names is None or nm in ctx.receiver_names]
         directions = None
-        if len(receivers) < len(names):
-            directions = [(s, r) for r, rn in enumerate(names) if rn in receivers for s in range(len(names)) if s != r]
+        if len(receiving) < len(names):
+            directions = [(s, r) for r, rn in enumerate(names) if rn in receiving for s in range(len(names)) if s != r]
         plan = self.plan(steps, ctx, directions)
         caps = self._capabilities(steps) if self.opts.mode == "hacpo" else {}
         batches, metrics = {}, {}
         for r, rname in enumerate(names):
-            if rname in receivers:
+            if rname in receiving:
                 batches[rname], metrics[rname] = self.build_receiver(r, names, steps, plan, ctx, caps)
         return batches, metrics
 
@@ -341,7 +349,7 @@ class GraftExchange(Exchange):
         recv = steps[rname]
         algo = self.cfg.algo if self.cfg is not None else None
         rc = ReceiverContext(r=r, names=names, steps=steps, opts=self.opts, tokenizer=ctx.tokenizers[rname],
-                             encode_prompt=lambda text: ctx.models.encode(text, rname),
+                             encode_prompt=lambda text: ctx.receivers.encode(text, rname),
                              same_tokenizer=lambda sname: self._same_tokenizer(sname, rname, ctx),
                              rng=lambda *keys: self._rng(ctx, *keys), caps=caps, step=ctx.step,
                              eps=algo.adv_eps if algo is not None else 1e-6,
