@@ -72,7 +72,7 @@ class PolicyStep:
     rewards: torch.Tensor  # (B, n) float
     advantages: torch.Tensor  # (B, n) float, computed over the full group
     timed_out: np.ndarray | None = None  # (B*n,) bool: reward grading timed out
-    version: int = 0  # the weights it was sampled with: how many updates they had had (train/ahead.py)
+    version: int = 0  # the weights it was sampled with: how many updates they had had (train/rollouts.py)
 
     @property
     def k(self) -> torch.Tensor:

@@ -5,7 +5,7 @@ graded), ``reward`` (graded), ``score`` (old log-probs scored), ``update`` (afte
 optimizer step of the step), ``checkpoint`` (weights written, no state or manifest yet),
 ``manifest`` (manifest written, not marked complete), ``rename`` (complete under its temporary
 name), ``push`` (at ``run.staleness`` >= 1: a rollout thread about to load the weights of version
-``step - 1`` into the replicas, train/ahead.py). ``<point>:<step>@<rank>`` fires only in the process
+``step - 1`` into the replicas, train/rollouts.py). ``<point>:<step>@<rank>`` fires only in the process
 of that rank (``RANK``) of a data-parallel run, so one rank dies while the others are in a
 collective. Unset (always, outside tests): a no-op. """
 

@@ -104,7 +104,7 @@ class RunConfig:
     threads: Optional[int] = None  # torch CPU threads
     policy_workers: int = 0  # policies stepped in parallel threads (1: one after the other; 0: auto, train/parallel)
     staleness: int = 0  # k: step t trains on rollouts sampled with the weights of step max(0, t - k), generated while
-    # the steps before it update (graft_cli/train/ahead.py); 0: each step samples with its own
+    # the steps before it update (graft_cli/train/rollouts.py); 0: each step samples with its own
     # weights
     loggers: list = field(default_factory=lambda: ["jsonl"])  # + tensorboard, wandb (graft_cli/train/trackers.py)
     wandb_project: str = "graft"
@@ -172,7 +172,7 @@ class RewardConfig:
 class FilterGroupsConfig:
     """DAPO's dynamic sampling (verl ``algorithm.filter_groups``): drop groups whose ``metric`` is
     constant and sample further prompts until the step holds ``data.prompt_batch`` informative
-    groups (train/collect.py)."""
+    groups (train/rollouts.py)."""
 
     enable: bool = False
     metric: str = "acc"  # acc: the binary reward

@@ -1,4 +1,4 @@
-"""Rollouts sampled ahead with bounded staleness (graft_cli/train/ahead.py, ``run.staleness``): the version table,
+"""Rollouts sampled ahead with bounded staleness (graft_cli/train/rollouts.py, ``run.staleness``): the version table,
 the refusal of older rows, k = 1 collecting exactly the rows its versions imply, resolution and refusals of the
 config, and a run killed at any moment resuming to the uninterrupted run's metrics and weights."""
 
@@ -16,7 +16,7 @@ from conftest import ROOT, method_args, metric_rows, proc_env, train_overrides
 
 from graft_cli.config import compose
 from graft_cli.errors import GraftError
-from graft_cli.train.ahead import RolloutStream, check_staleness
+from graft_cli.train.rollouts import RolloutStream, check_staleness
 
 
 @pytest.mark.parametrize("k,versions", [

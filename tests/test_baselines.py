@@ -20,7 +20,7 @@ from graft_cli.algorithms.exchange import replacement
 from graft_cli.algorithms.exchange.replacement import hacpo_baseline
 from graft_cli.algorithms.losses import (POLICY_LOSSES, LossInputs, Normaliser, agg_loss, compute_loss, kl_penalty,
                                          ppo_seq_loss, ppo_token_loss)
-from graft_cli.train.collect import COLLECTORS, informative_groups
+from graft_cli.train.rollouts import DynamicSampling, informative_groups
 
 D = torch.float64
 
@@ -535,7 +535,7 @@ class _FakeTrainer:
         self.calls = []
 
     def inputs(self):
-        from graft_cli.train.collect import CollectInputs
+        from graft_cli.train.rollouts import CollectInputs
 
         return CollectInputs(self.problems, self.sampler, list(self.policies), self)
 
@@ -558,7 +558,7 @@ def _dyn(max_rounds=0, batch=4):
 
     cfg = compose(["method=grpo_dapo", f"data.prompt_batch={batch}", "algo.minibatch_prompts=1",
                    f"algo.filter_groups.max_num_gen_batches={max_rounds}"])
-    return COLLECTORS.get("dynamic")(cfg)
+    return DynamicSampling(cfg)
 
 
 def test_dynamic_sampling_never_emits_a_zero_variance_group_and_counts():

@@ -1,4 +1,4 @@
-"""How a step's rollouts are collected (graft_cli/train/collect.py): the collector's explicit inputs, the single
+"""How a step's rollouts are collected (graft_cli/train/rollouts.py): the collector's explicit inputs, the single
 round every policy shares, and the prompts a step will draw, known in advance."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from graft_cli.batch import PolicyStep, Rollouts
 from graft_cli.data.problems import Problem
 from graft_cli.data.sampler import PromptSampler
-from graft_cli.train.collect import COLLECTORS, CollectInputs, collector_for
+from graft_cli.train.rollouts import CollectInputs, SingleRound, collector_for
 from graft_cli.train.parallel import PolicyPool
 
 
@@ -39,7 +39,7 @@ def test_single_round_gives_every_policy_the_same_prompts_and_advances_the_curso
     from graft_cli.config import compose
 
     single = collector_for(compose([]))
-    assert isinstance(single, COLLECTORS.get("single"))
+    assert isinstance(single, SingleRound)
     inp, calls = _inputs()
     planned = [p.id for p in single.prompts_at(inp, 0)]
     steps, rows = single.collect(inp)
@@ -55,7 +55,7 @@ def test_single_round_gives_every_policy_the_same_prompts_and_advances_the_curso
 
 
 def test_single_round_on_policy_threads_keeps_policy_order():
-    single = COLLECTORS.get("single")(None)
+    single = SingleRound(None)
     pool = PolicyPool(2)
     try:
         inp, calls = _inputs(pool)
@@ -84,7 +84,7 @@ def test_rollout_worker_seeds_follow_the_step_it_is_bound_to_the_policy_and_the_
     from graft_cli.data.prompts import PromptSpec
     from graft_cli.train import dist as D
     from graft_cli.train.policies import Policy
-    from graft_cli.train.rollout_worker import RolloutWorker, sampling_seed
+    from graft_cli.train.rollouts import RolloutWorker, sampling_seed
 
     seeds = []
 

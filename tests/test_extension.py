@@ -162,7 +162,7 @@ def _code_words(path: str) -> set[str]:
     return out
 
 
-TRAINER = ("loop", "policy_stages", "rollout_worker", "old_logprobs", "update", "policies", "run",
+TRAINER = ("loop", "policy_stages", "rollouts", "old_logprobs", "update", "policies", "run",
            "phases")  # the trainer's modules (train/)
 
 

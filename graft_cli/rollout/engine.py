@@ -48,7 +48,7 @@ class RolloutEngine:
     - ``own_weights``: it samples from weights of its own, loaded by :meth:`sync_weights`, on
       resources that can run beside the trainer (an HF engine over a rollout replica of the policy,
       vLLM servers); at ``run.staleness`` >= 1 the next steps' rollouts are then generated while the
-      trainer updates (graft_cli/train/ahead.py). False: the engine shares the trainer's device or
+      trainer updates (graft_cli/train/rollouts.py). False: the engine shares the trainer's device or
       model, and sampling ahead runs in the trainer's thread, without overlap;
     - ``frozen_kwargs``: options that name a ``role: frozen`` model of the run (the trainer passes
       the loaded model);

@@ -1,14 +1,14 @@
 """The training loop for N >= 1 policies sharing each prompt batch (README.md, "How a step works").
 
-    collect     every trained policy samples the step's prompts, grades them, takes    train/collect.py,
-                group advantages (+ each stored source's logged step)                  train/rollout_worker.py
+    collect     every trained policy samples the step's prompts, grades them, takes    train/rollouts.py,
+                group advantages (+ each stored source's logged step)                  train/sources.py
     exchange    exchange.select builds each policy's batch ("none" = independent GRPO)   algorithms/exchange/
     per policy  score (old log-probs) -> exchange.admit -> frozen models' columns      train/policy_stages.py,
                 -> token signals -> update (minibatches, loss, optimizer) -> sync       train/old_logprobs.py,
                                                                                         train/update.py
     after       controllers observe the step; rollout and exchange logs                train/step_logs.py
 
-A step calls only downward: the collection samples through a :class:`~graft_cli.train.rollout_worker.RolloutWorker`,
+A step calls only downward: the collection samples through a :class:`~graft_cli.train.rollouts.RolloutWorker`,
 the exchange encodes and scores through :class:`~graft_cli.train.policy_stages.PolicyReceivers`, and
 :func:`train_one` runs one policy's stages, the methods of a :class:`~graft_cli.train.policy_stages.PolicyStages`
 (no trainer in it), each returning the batch the next one reads. Everything method-specific is looked up by name
@@ -48,15 +48,13 @@ from graft_cli.rundir import (
     read_json_or_none,
 )
 from graft_cli.train import checkpoint as ckpt
-from graft_cli.train.ahead import collection_for
 from graft_cli.train import dist as D
-from graft_cli.train.collect import CollectInputs, collector_for
+from graft_cli.train.rollouts import CollectInputs, RolloutWorker, collection_for, collector_for
 from graft_cli.train.parallel import LockedGrader, PolicyPool, resolve_workers
 from graft_cli.train.phases import Phases
 from graft_cli.train.hooks import StepView
 from graft_cli.train.policies import base_frozen, build_frozen, build_policy, encode_prompt
 from graft_cli.train.policy_stages import PolicyReceivers, PolicyStages, PolicyWork
-from graft_cli.train.rollout_worker import RolloutWorker
 from graft_cli.train.sources import STEP_SOURCES
 from graft_cli.train.step_logs import rollout_metrics
 from graft_cli.train.update import AlgoParams
@@ -119,7 +117,7 @@ class Trainer:
                                               next(first.model.parameters()).device.type, self.dist.enabled)
         if self.policy_workers > 1:  # train/parallel.py: one policy per thread, the cores split between them
             torch.set_num_threads(max(1, torch.get_num_threads() // self.policy_workers))
-        if self.policy_workers > 1 or C.samples_ahead(cfg.run):  # graded from several threads (train/ahead.py)
+        if self.policy_workers > 1 or C.samples_ahead(cfg.run):  # graded from several threads (train/rollouts.py)
             self.grader = LockedGrader(self.grader)
         self.pool = PolicyPool(self.policy_workers)
         self.sources = {sc.name: STEP_SOURCES.get(sc.kind)(sc, self.grader, self.adv_fn, cfg.algo, cfg.run.seed)
@@ -129,7 +127,7 @@ class Trainer:
         self.collector = collector_for(cfg)
         worker = RolloutWorker(self.policies, self.spec, self.grader, self.adv_fn, cfg, self.dist)
         self.collect_inputs = CollectInputs(self.problems, self.sampler, list(self.policies), worker, self.pool)
-        # run.staleness: this step's rollouts, or those sampled ahead while earlier steps updated (train/ahead.py)
+        # run.staleness: this step's rollouts, or those sampled ahead while earlier steps updated (train/rollouts.py)
         self.collection = collection_for(cfg, self.collector, self.collect_inputs, self.policies, self.check_sync,
                                          worker, self.total_steps)
         self.receivers = PolicyReceivers(self.policies, self.spec, cfg, self.dist)
@@ -301,7 +299,7 @@ class Trainer:
 
     def settle(self) -> None:
         """No rollout in flight, and the engines sample from the trainer's weights (before a checkpoint or an
-        after-step hook; train/ahead.py)."""
+        after-step hook; train/rollouts.py)."""
         self.collection.settle(self.step)
 
     def save(self) -> str:

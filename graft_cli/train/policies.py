@@ -49,7 +49,7 @@ class Policy:
     prompt_cache: dict
     base_sha256: str | None = None
     replica: torch.nn.Module | None = None  # run.staleness >= 1 with an engine of its own weights: the copy it
-    # samples from, loaded with each rollout's weights by the rollout thread (train/ahead.py); None:
+    # samples from, loaded with each rollout's weights by the rollout thread (train/rollouts.py); None:
     # the engine samples from ``model``
 
 

@@ -27,7 +27,7 @@ from graft_cli.algorithms.exchange import Exchange, ExchangeContext
 from graft_cli.batch import PolicyStep, TrainBatch
 from graft_cli.data.prompts import PromptSpec
 from graft_cli.train import dist as D
-from graft_cli.train.ahead import AheadCollection, InlineCollection
+from graft_cli.train.rollouts import AheadCollection, InlineCollection
 from graft_cli.train.old_logprobs import logprob_gap, old_logprobs, score_frozen, score_logprobs, score_settings
 from graft_cli.train.phases import Phases
 from graft_cli.train.policies import Frozen, Policy, encode_prompt
@@ -122,7 +122,7 @@ class PolicyStages:
         return b
 
     def update(self, w: PolicyWork, b: TrainBatch) -> None:
-        """The policy's update on ``b``; the updated weights go to the collection (train/ahead.py), then the sync
+        """The policy's update on ``b``; the updated weights go to the collection (train/rollouts.py), then the sync
         probe; the metrics of both go into the row."""
         pol = self.policies[w.name]
         rng = np.random.default_rng([self.seed, w.index])  # per policy (train/parallel.py)

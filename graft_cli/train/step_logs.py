@@ -44,7 +44,7 @@ class StepLogs:
             "advantage": st.advantages.flatten().tolist(),
             "extracted": ro.meta.get("extracted", [None] * (B * n)),
             "data_seed": [self.seed] * (B * n),
-            "version": [int(st.version)] * (B * n),  # the weights' version it was sampled with (train/ahead.py)
+            "version": [int(st.version)] * (B * n),  # the weights' version it was sampled with (train/rollouts.py)
             "peer_rows": [int((peer_rows or [0] * B)[i]) for i in range(B) for _ in range(n)],
             **ro.token_columns,  # engine columns (tandem: author, 1 = senior)
         }

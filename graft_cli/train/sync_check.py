@@ -86,7 +86,7 @@ def check(name: str, engine, model, pad_id: int, probe: Probe, tol: float, engin
 def check_against(name: str, engine, trainer_lp: list[list[float]], probe: Probe, tol: float, engine_name: str,
                   step: int) -> dict:
     """:func:`check` against trainer log-probs taken earlier (when the engine was given the weights
-    they came from: a rollout replica loaded later, train/ahead.py)."""
+    they came from: a rollout replica loaded later, train/rollouts.py)."""
     gap = probe_gap(engine.score([list(p) for p in probe.prompts], [list(r) for r in probe.responses]), trainer_lp)
     if not gap <= tol:
         raise GraftError(f"policy {name!r}: the {engine_name} engine does not sample from the trained weights after "

@@ -1,4 +1,32 @@
-"""How a step gets its rollouts: with its own weights, or sampled ahead with bounded staleness (``run.staleness``).
+"""A step's rollouts: policy ``i`` samples a list of problems, grades them and takes the group advantages
+(:class:`RolloutWorker`); a collector decides which problems each policy samples in a step (:class:`SingleRound`,
+:class:`DynamicSampling`); a collection decides with which weights and when (:class:`InlineCollection` at
+``run.staleness`` 0, :class:`AheadCollection` above). The trainer asks :func:`collection_for` for the step's
+:class:`~graft_cli.batch.PolicyStep` per policy and its metrics row so far.
+
+**The worker.** A worker is bound to one 0-based step (:meth:`RolloutWorker.at`): sampling seeds depend on (run
+seed, step, policy, round) only, never on RNG state, so a resumed run samples exactly what the uninterrupted one
+would, and a collection launched ahead of its step samples what it would have sampled at its step.
+
+**The collectors.** A collector is ``cls(cfg)`` with ``collect(inp: CollectInputs) -> (steps, rows)``: every
+trained policy's step and its metrics row so far. It draws prompt batches from ``inp.sampler`` (indices into
+``inp.problems``) and samples through ``inp.worker.sample(i, problems, round)`` (policy ``i`` of ``inp.policies``).
+:func:`collector_for` picks :class:`DynamicSampling` when ``algo.filter_groups.enable``, else :class:`SingleRound`.
+
+- ``single``: one prompt batch, every policy samples it (GRPO, GRAFT: the policies share the
+  prompts); the policies sample in parallel threads when the trainer has a pool of them
+  (``run.policy_workers``).
+- ``dynamic``: DAPO's dynamic sampling (verl ``algorithm.filter_groups``; baselines.md §4): groups
+  whose rewards are all equal (the ``acc`` metric: all correct or all wrong) are dropped, and
+  further prompt batches are drawn and sampled until every policy holds ``data.prompt_batch``
+  informative groups or ``algo.filter_groups.max_num_gen_batches`` rounds have run (0 = no cap);
+  surplus groups beyond the batch are discarded (the first ones are kept, as verl does). A policy
+  that ends short trains on the groups it has. Each policy keeps its own groups, so the policies no
+  longer share prompts: only ``exchange.name: none``. Metrics: ``filter_groups/rounds``,
+  ``/evicted_groups``, ``/discarded_surplus_groups``, ``/kept_groups``, ``/prompts_consumed``.
+
+**The collections.** A step's rollouts are sampled with its own weights, or ahead with bounded staleness
+(``run.staleness``).
 
 At k = 0 (:class:`InlineCollection`) each step collects its rollouts at its start, with the weights it updates,
 and each policy's updated weights are pushed into its engine after its update.
@@ -37,23 +65,177 @@ import contextlib
 import dataclasses
 import functools
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from graft_cli import config as C
 from graft_cli import faults
-from graft_cli.batch import PolicyStep, Rollouts
+from graft_cli.batch import PolicyStep, Rollouts, cat_groups
 from graft_cli.data.problems import Problem
-from graft_cli.schema import samples_ahead
+from graft_cli.data.prompts import PromptSpec
+from graft_cli.data.sampler import PromptSampler
 from graft_cli.errors import GraftError
-from graft_cli.train.collect import CollectInputs
+from graft_cli.rollout import SamplingParams
+from graft_cli.schema import samples_ahead
+from graft_cli.train import dist as D
 from graft_cli.train.parallel import PolicyPool
-from graft_cli.train.policies import Policy
-from graft_cli.train.rollout_worker import RolloutWorker
+from graft_cli.train.policies import Policy, encode_prompt
 from graft_cli.train.sync_check import SyncCheck
 
+if TYPE_CHECKING:
+    from graft_cli.reward import Grader
 
+
+# ------------------------------------------------------------------------------------------------ the worker
+def sampling_seed(run_seed: int, step: int, policy_index: int) -> int:
+    """One seed per (run, step, policy): sampling never depends on RNG state, so resume is exact."""
+    return (run_seed * 1_000_003 + step * 7919 + policy_index * 104_729) % (2**31 - 1)
+
+
+@dataclass(frozen=True)
+class RolloutWorker:
+    """What sampling reads: the trained policies (their engines and prompt encodings, in order:
+    policy ``i`` is the ``i``-th), the prompt format, the grader, the advantage function, the config
+    (``rollout``, ``algo``, ``run.seed``), the data-parallel group and the step the seeds are drawn
+    for."""
+
+    policies: dict[str, Policy]
+    spec: PromptSpec
+    grader: Grader  # a LockedGrader where policies are graded from several threads (train/parallel.py)
+    adv_fn: Callable[..., torch.Tensor]  # an ADVANTAGES entry: (rewards, eps=, norm_by_std=) -> advantages
+    cfg: C.Config
+    dist: D.Dist
+    step: int = 0
+
+    def at(self, step: int) -> RolloutWorker:
+        """This worker for 0-based ``step``."""
+        return dataclasses.replace(self, step=step)
+
+    def sample(self, i: int, problems: list[Problem], round_: int = 0) -> tuple[PolicyStep, dict]:
+        """Policy ``i`` samples ``problems`` (sampling round ``round_`` of the worker's step),
+        grades them and takes the group advantages; the step and its metrics (seconds of rollout and
+        reward, the grader's counts, the engine's metrics)."""
+        cfg, r, step, dist = self.cfg, self.cfg.rollout, self.step, self.dist
+        pol = self.policies[list(self.policies)[i]]
+        t0 = time.perf_counter()
+        prompt_ids = [encode_prompt(pol, p.problem, self.spec) for p in problems]
+        lo, hi = dist.rollout_slice(len(problems))  # data-parallel: this rollout group's prompts
+        group = dist.rank // dist.rollout_tp
+        seed = sampling_seed(cfg.run.seed, step, i) + group * 1_000_033 + round_ * 15_485_867
+        params = SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
+                                seed=seed % (2**31 - 1))
+        ro = pol.engine.generate(prompt_ids[lo:hi], params)
+        faults.point("rollout", step + 1)
+        t1 = time.perf_counter()
+        golds = [p.answer for p in problems[lo:hi] for _ in range(r.n)]
+        grades = self.grader.grade(ro.texts, golds)
+        faults.point("reward", step + 1)
+        if dist.enabled:
+            ro, grades = D.concat_rollouts(dist.gather_rollout_groups((ro, grades)))
+        t2 = time.perf_counter()
+        rewards = torch.tensor(grades.rewards, dtype=torch.float32).view(len(problems), r.n)
+        adv = self.adv_fn(rewards, eps=cfg.algo.adv_eps, norm_by_std=cfg.algo.norm_by_std)
+        ps = PolicyStep(pol.name, problems, prompt_ids, ro, rewards, adv, np.asarray(grades.timed_out))
+        ps.rollouts.meta["extracted"] = grades.extracted
+        return ps, {"time/rollout": t1 - t0, "time/reward": t2 - t1, **grades.counts(), **ro.meta.get("metrics", {})}
+
+
+# -------------------------------------------------------------------------------------------- the collectors
+GROUP_METRICS = ("acc",)
+
+@dataclass
+class CollectInputs:
+    """What a collector draws on: the training problems, the data cursor over them, the trained
+    policies' names (in order), the worker policy ``i`` samples and grades a list of problems
+    through, and the threads the policies sample on."""
+
+    problems: list[Problem]
+    sampler: PromptSampler
+    policies: list[str]
+    worker: RolloutWorker
+    pool: PolicyPool = field(default_factory=lambda: PolicyPool(1))
+
+
+def informative_groups(rewards: torch.Tensor, metric: str = "acc") -> list[int]:
+    """DAPO's filter: the prompt groups whose ``metric`` (``acc``: the binary reward) is not
+    constant."""
+    if metric not in GROUP_METRICS:
+        raise ValueError(f"unknown filter_groups metric {metric!r}; known: {', '.join(GROUP_METRICS)}")
+    if rewards.shape[1] < 2:
+        return []
+    return [q for q in range(rewards.shape[0]) if bool((rewards[q] != rewards[q][0]).any())]
+
+
+class SingleRound:
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def prompts_at(self, inp: CollectInputs, step: int) -> list | None:
+        """The problems of 0-based ``step``, known in advance (one batch per step); step sources
+        check their data against them before step 1."""
+        return [inp.problems[i] for i in inp.sampler.batch_at(step)]
+
+    def collect(self, inp: CollectInputs):
+        problems = [inp.problems[i] for i in inp.sampler.next()]
+        out = inp.pool.map(lambda i: inp.worker.sample(i, problems, 0), range(len(inp.policies)))  # policies in threads
+        return {n: o[0] for n, o in zip(inp.policies, out)}, {n: o[1] for n, o in zip(inp.policies, out)}
+
+
+class DynamicSampling:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        fg = cfg.algo.filter_groups
+        self.metric, self.max_rounds = fg.metric, int(fg.max_num_gen_batches)
+
+    def prompts_at(self, inp: CollectInputs, step: int) -> list | None:
+        """Unknown in advance: a step draws as many batches as its groups need."""
+        return None
+
+    def collect(self, inp: CollectInputs):
+        B = self.cfg.data.prompt_batch
+        names = list(inp.policies)
+        kept = {n: [] for n in names}
+        count = {n: 0 for n in names}
+        evicted = {n: 0 for n in names}
+        times = {n: {"time/rollout": 0.0, "time/reward": 0.0} for n in names}
+        rounds = consumed = 0
+        while True:
+            problems = [inp.problems[i] for i in inp.sampler.next()]
+            consumed += len(problems)
+            for i, name in enumerate(names):
+                if count[name] >= B:
+                    continue
+                ps, t = inp.worker.sample(i, problems, rounds)
+                for k, v in t.items():  # times and counts add up over the rounds
+                    times[name][k] = times[name].get(k, 0) + v
+                keep = informative_groups(ps.rewards, self.metric)
+                evicted[name] += len(problems) - len(keep)
+                kept[name].append((ps, keep))
+                count[name] += len(keep)
+            rounds += 1
+            if all(count[n] >= B for n in names) or (self.max_rounds > 0 and rounds >= self.max_rounds):
+                break
+        steps, rows = {}, {}
+        for n in names:
+            steps[n] = cat_groups(kept[n], B)
+            rows[n] = {**times[n], "filter_groups/rounds": rounds, "filter_groups/evicted_groups": evicted[n],
+                       "filter_groups/discarded_surplus_groups": max(count[n] - B, 0),
+                       "filter_groups/kept_groups": len(steps[n].problems), "filter_groups/prompts_consumed": consumed}
+        return steps, rows
+
+
+def collector_for(cfg):
+    """The step's collector: :class:`DynamicSampling` where ``algo.filter_groups.enable`` (verl's switch), else
+    :class:`SingleRound`."""
+    return DynamicSampling(cfg) if cfg.algo.filter_groups.enable else SingleRound(cfg)
+
+
+# ------------------------------------------------------------------------------------------- the collections
 def check_staleness(step: int, version: int, staleness: int) -> int:
     """``step - version``, the rows' staleness; a row sampled more than ``staleness`` updates ago (or with weights
     the trainer does not have yet) stops the run."""
