@@ -32,6 +32,12 @@
 * **small registries**: registries (``X = Registry(...)``) with at most two names registered in the package.
 
 ``--root DIR`` counts another checkout (before → after comparisons).
+
+``--step METHOD`` also runs one training step of ``METHOD`` on the tiny pair in this process and reports the
+**modules a step crosses**: the graft_cli modules with a function called while ``Trainer.train_step`` runs (a
+profile hook on every thread), the rollouts, the exchange and each policy's stages included. It counts the
+graft_cli this interpreter imports: ``PYTHONPATH=<checkout> python benchmarks/house_counts.py --step graft`` for
+another tree.
 """
 
 from __future__ import annotations
@@ -282,12 +288,54 @@ def count(repo: str | None = None) -> dict:
             "registries with <= 2 names": _registries(repo)}
 
 
+def step_modules(method: str, out: str) -> list[tuple[str, int]]:
+    """The graft_cli modules with a function called during one ``Trainer.train_step`` of ``graft train --pair tiny
+    --method <method> --steps 1`` (run here, its run directory under ``out``), each with how many calls."""
+    import threading
+    from collections import Counter
+
+    from graft_cli.cli import main as graft
+    from graft_cli.train.loop import Trainer
+
+    target, inside, calls = Trainer.train_step.__code__, [0], Counter()
+
+    def hook(frame, event, arg):
+        if event == "call":
+            if frame.f_code is target:
+                inside[0] += 1
+            if inside[0]:
+                name = frame.f_globals.get("__name__", "")
+                if name.startswith("graft_cli"):
+                    calls[name] += 1
+        elif event == "return" and frame.f_code is target:
+            inside[0] -= 1
+
+    sys.setprofile(hook)
+    threading.setprofile(hook)
+    try:
+        graft(["train", "--pair", "tiny", "--method", method, "--steps", "1", "--seed", "0", "--out", out,
+               "--no-progress", "run.save_every=100"], standalone_mode=False)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    return sorted(calls.items())
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--list", action="store_true", help="print every item counted")
     ap.add_argument("--root", default=None, help="the checkout to count (default: this one)")
+    ap.add_argument("--step", default=None, metavar="METHOD", help="also count the modules one step of METHOD "
+                    "crosses on the tiny pair (runs it here)")
+    ap.add_argument("--step-out", default="/tmp/house_counts_step", help="the step's run directory (--step)")
     args = ap.parse_args(argv)
     res = count(args.root)
+    if args.step:
+        import shutil
+
+        shutil.rmtree(args.step_out, ignore_errors=True)
+        res[f"modules a {args.step} step crosses"] = [(m.removeprefix("graft_cli."), n)
+                                                      for m, n in step_modules(args.step, args.step_out)]
     for k, items in res.items():
         print(f"{k:48s} {len(items):5d}")
     if args.list:
