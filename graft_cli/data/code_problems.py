@@ -42,6 +42,7 @@ import os
 import pickle
 import re
 import zlib
+from collections.abc import Iterator
 
 from graft_cli.data.problems import Problem
 from graft_cli.errors import GraftError
@@ -71,6 +72,20 @@ def lcb_message(question: str, starter_code: str = "") -> str:
 
 
 # ------------------------------------------------------------------------------------------------ reading rows
+def jsonl_lines(path: str) -> Iterator[tuple[int, object]]:
+    """``(line number, value)`` of each non-blank line of a ``.jsonl`` or ``.jsonl.gz`` file; a line that is not
+    JSON raises GraftError naming the file and line."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise GraftError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+
+
 def read_rows(source: str, hub_files: tuple = ()) -> list[dict]:
     """Rows of a local ``.jsonl``/``.jsonl.gz``/``.json``/``.parquet`` file, else a hub dataset
     ``id[:split]`` (``hub_files``: the data files to read from the hub repo instead of its
@@ -81,17 +96,7 @@ def read_rows(source: str, hub_files: tuple = ()) -> list[dict]:
             import pandas as pd
 
             return pd.read_parquet(source).to_dict("records")
-        opener = gzip.open if source.endswith(".gz") else open
-        rows = []
-        with opener(source, "rt", encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise GraftError(f"{source}:{lineno}: not valid JSON ({e.msg})") from None
-        return rows
+        return [row for _, row in jsonl_lines(source)]
     if source.endswith((".jsonl", ".json", ".parquet", ".gz")) or source.startswith(("/", "./", "../")):
         raise GraftError(f"{source}: file not found")
     name, _, split = source.partition(":")

@@ -16,18 +16,17 @@ or ``.jsonl.gz``), as problems graded by the code reward exactly as EvalPlus gra
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import json
 import os
 import warnings
 from dataclasses import dataclass
 
-from graft_cli.data.code_problems import evalplus_message
+from graft_cli.data.code_problems import evalplus_message, jsonl_lines
 from graft_cli.data.problems import Problem
 from graft_cli.errors import GraftError
 from graft_cli.reward.convert import encode
 from graft_cli.reward.evalplus import load_cache, write_cache
+from graft_cli.rundir import sha256_file
 
 FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "base_input", "plus_input", "atol")
 
@@ -66,14 +65,6 @@ def release_path(name: str, eval_dir: str | None = None) -> str:
             return os.path.join(eval_dir, f)
     raise GraftError(f"benchmark {name}: no release file; set {r.env}=FILE or put {r.filename} in eval.data_dir "
                      f"(--eval-dir, ${'GRAFT_EVAL_DIR'}) (the official file: {r.repo})")
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------- MBPP+ inputs
@@ -121,24 +112,16 @@ def read_release(path: str, dataset: str) -> list[dict]:
     naming the file and line of a bad row."""
     if not os.path.exists(path):
         raise GraftError(f"{path}: file not found")
-    opener = gzip.open if path.endswith(".gz") else open
     rows = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise GraftError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            missing = [k for k in FIELDS if k not in row]
-            if missing:
-                raise GraftError(f"{path}:{lineno}: missing field(s) {', '.join(missing)} (an EvalPlus release file "
-                                 "has task_id, prompt, entry_point, canonical_solution, base_input, plus_input, atol)")
-            if dataset == "mbpp":
-                row["base_input"] = mbpp_deserialize_inputs(row["task_id"], row["base_input"])
-                row["plus_input"] = mbpp_deserialize_inputs(row["task_id"], row["plus_input"])
-            rows.append(row)
+    for lineno, row in jsonl_lines(path):
+        missing = [k for k in FIELDS if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise GraftError(f"{path}:{lineno}: missing field(s) {', '.join(missing)} (an EvalPlus release file "
+                             "has task_id, prompt, entry_point, canonical_solution, base_input, plus_input, atol)")
+        if dataset == "mbpp":
+            row["base_input"] = mbpp_deserialize_inputs(row["task_id"], row["base_input"])
+            row["plus_input"] = mbpp_deserialize_inputs(row["task_id"], row["plus_input"])
+        rows.append(row)
     if not rows:
         raise GraftError(f"{path}: no tasks")
     return rows
@@ -151,7 +134,7 @@ def ensure_expected(path: str, dataset: str, rows: list[dict] | None = None, num
     here when missing, each task's reference run in a grading worker's sandbox."""
     from graft_cli.reward.code_grader import CodeGrader  # lazy: the sandbox's modules, needed on a file's first use
 
-    sha = file_sha256(path)
+    sha = sha256_file(path)
     try:
         _warn_failed(load_cache(sha, where)["tasks"], path)
         return sha
