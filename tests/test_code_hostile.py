@@ -668,10 +668,10 @@ def world():
         resource.RLIMIT_CORE, resource.RLIMIT_NOFILE, resource.RLIMIT_CPU)},
         "victim": os.stat(ctx["victim"]), "sleeper_cpu": resource.prlimit(sleeper, resource.RLIMIT_CPU)}
     old_cache, edir = os.environ.get("GRAFT_EVALPLUS_CACHE"), tempfile.mkdtemp(prefix=f"{TAG}-evalplus")
-    os.environ["GRAFT_EVALPLUS_CACHE"] = os.path.join(edir, "cache")
-    hack_golds = dict(HACK_GOLDS, evalplus=evalplus_gold(edir))
+    os.environ["GRAFT_EVALPLUS_CACHE"] = os.path.join(edir, "cache")  # before the grader: its workers read it
     grader = CodeGrader(num_workers=2, timeout_s=TIMEOUT, memory_mb=MEMORY_MB)
-    try:
+    try:  # from here on the sleeper and the rest are removed whatever fails
+        hack_golds = dict(HACK_GOLDS, evalplus=evalplus_gold(edir))
         grader.start()
         ctx["workers"] = [w.proc.pid for w in grader._workers]
         watched = [os.getpid(), sleeper] + ctx["workers"]
@@ -1068,10 +1068,10 @@ def _suite_as_nobody(root: str, base, system: str) -> None:
     made = subprocess.run([*as_user, system, "-m", "venv", str(venv)], capture_output=True, text=True)
     if made.returncode != 0:
         pytest.skip(f"cannot make a venv as nobody: {made.stderr.strip()[-200:]}")
-    got = subprocess.run([*as_user, str(venv / "bin" / "pip"), "install", "-q", "numpy", "pytest"],
+    got = subprocess.run([*as_user, str(venv / "bin" / "pip"), "install", "-q", "numpy", "pyyaml", "pytest"],
                          capture_output=True, text=True, timeout=600)
     if got.returncode != 0:
-        pytest.skip(f"cannot install numpy and pytest for nobody: {got.stderr.strip()[-200:]}")
+        pytest.skip(f"cannot install numpy, pyyaml and pytest for nobody: {got.stderr.strip()[-200:]}")
     out = subprocess.run([*as_user, str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "-m", "not slow", "tests/test_code_hostile.py"], cwd=home, capture_output=True, text=True,
                          timeout=900)
@@ -1281,3 +1281,38 @@ def test_the_slot_cgroup_memory_follows_the_runs_limits():
             assert int(f.read()) == (256 + small.tmpfs_mb + 64) << 20
     finally:
         sb.close()
+
+
+def test_the_seccomp_filter_is_compiled_once_and_refuses_a_new_session_in_the_process_that_loads_it():
+    """reward/seccomp.py: the BPF program is built once per process and arguments (a sandbox builds its filters
+    before it forks); a forked child that loads it gets EPERM from setsid() and still runs; the parent is untouched."""
+    from graft_cli.reward.seccomp import apply_seccomp, compiled_filter, seccomp_available
+
+    if not seccomp_available():
+        pytest.skip("no libseccomp here")
+    assert compiled_filter(False, True) is compiled_filter(False, True)
+    assert compiled_filter(False, True)[0].len > 10
+    assert compiled_filter(False, False) is not compiled_filter(False, True)  # memfd_create refused in this one
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            apply_seccomp(memory_cgroup=True)
+            try:
+                os.setsid()
+                code = 1
+            except PermissionError:
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    child = os.fork()  # the parent loaded nothing: a child of it may still start a session
+    if child == 0:
+        try:
+            os.setsid()
+            os._exit(0)
+        except OSError:
+            os._exit(1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -130,7 +130,7 @@ from graft_cli.reward.confine import (CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, C
                                       PR_SET_PDEATHSIG, Cgroup, answer_python, answer_view, apply_landlock,
                                       apply_rlimits, children, kill_each, libc, private_mounts, read_roots,
                                       tasks_of_uid)
-from graft_cli.reward.seccomp import apply_seccomp, seccomp_available
+from graft_cli.reward.seccomp import apply_seccomp, compiled_filter, seccomp_available
 from graft_cli.reward.supervise import RunResult, supervise
 
 ALL_FEATURES = ("cgroup", "cgroup_cpu", "cgroup_memory", "cpu_pin", "userns", "netns", "mountns", "ipcns", "pidns",
@@ -250,8 +250,13 @@ class Sandbox:
         unknown = self.wanted - set(ALL_FEATURES)
         if unknown:
             raise ValueError(f"unknown sandbox features {sorted(unknown)}; known: {', '.join(ALL_FEATURES)}")
-        if "seccomp" in self.wanted:
-            seccomp_available()  # libseccomp loaded here: a dlopen in the child forked from a threaded process can fail
+        if "seccomp" in self.wanted and seccomp_available():  # compiled here: each run's child only loads one
+            for read_only in (False, True):
+                for memory in (False, True):
+                    try:
+                        compiled_filter(read_only, memory)
+                    except OSError:
+                        pass  # the child tries again and reports seccomp=0
         self.root = os.geteuid() == 0
         self.uid = sandbox_uid(uid_base, os.getpid(), slot) if self.root and "uid" in self.wanted else None
         self.python = answer_python()  # the interpreter answers run under (-I -S: the standard library only)

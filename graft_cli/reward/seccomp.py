@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 
 from graft_cli.reward.confine import (CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID,
-                                      CLONE_NEWUSER, CLONE_NEWUTS)
+                                      CLONE_NEWUSER, CLONE_NEWUTS, PR_SET_NO_NEW_PRIVS, libc)
 
 # Refused always: namespaces (a user namespace gives full capabilities inside it: the surface most local privilege
 # escalations need), keyrings, other processes (ptrace, their memory, their limits), mounts, kernel modules and other
@@ -70,6 +71,7 @@ def _libseccomp():
             lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
                                                    ctypes.POINTER(_ScmpArg)]
             lib.seccomp_load.argtypes = [ctypes.c_void_p]
+            lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
             lib.seccomp_release.argtypes = [ctypes.c_void_p]
         _seccomp = lib
     return _seccomp
@@ -85,11 +87,21 @@ def syscall_number(name: str) -> int:
     return int(lib.seccomp_syscall_resolve_name(name.encode())) if lib else -1
 
 
-def apply_seccomp(outside_read_only: bool = False, memory_cgroup: bool = False) -> None:
-    """Load the filter into this process and its children (module constants: :data:`SECCOMP_DENY`,
-    :data:`SELF_ONLY` on other processes, ``clone`` with a namespace flag, ``clone3`` (ENOSYS: libc falls back
-    to ``clone``), datagram socketpairs; :data:`UTIME` unless ``outside_read_only``, ``memfd_create`` unless
-    ``memory_cgroup``). Raises OSError when libseccomp is missing or the kernel refuses. Sets no_new_privs."""
+class _SockFprog(ctypes.Structure):  # struct sock_fprog (linux/filter.h)
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+_COMPILED: dict = {}  # (outside_read_only, memory_cgroup) -> (sock_fprog, its instructions' buffer)
+
+
+def compiled_filter(outside_read_only: bool = False, memory_cgroup: bool = False) -> tuple:
+    """The filter :func:`apply_seccomp` loads, compiled to BPF once per process and arguments (libseccomp's
+    ``seccomp_export_bpf``): a sandbox compiles its filters before it forks, and each run's child only loads one.
+    Raises OSError when libseccomp is missing or refuses a rule."""
+    key = (bool(outside_read_only), bool(memory_cgroup))
+    if key in _COMPILED:
+        return _COMPILED[key]
     lib = _libseccomp()
     if not lib:
         raise OSError(errno.ENOSYS, "libseccomp.so.2 not found")
@@ -125,8 +137,40 @@ def apply_seccomp(outside_read_only: bool = False, memory_cgroup: bool = False) 
         add("ioprio_set", eperm, unless(1, 0))
         add("sendto", eperm, unless(4, 0))
         add("socketpair", eperm, _ScmpArg(1, _SCMP_CMP_MASKED_EQ, _SOCK_TYPE_MASK, _SOCK_DGRAM))
-        rc = lib.seccomp_load(ctx)
-        if rc < 0:
-            raise OSError(-rc, "seccomp_load")
+        r, w = os.pipe()
+        try:
+            rc = lib.seccomp_export_bpf(ctx, w)
+            os.close(w)
+            w = -1
+            if rc < 0:
+                raise OSError(-rc, "seccomp_export_bpf")
+            code = b""
+            while chunk := os.read(r, 65536):
+                code += chunk
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
     finally:
         lib.seccomp_release(ctx)
+    if not code or len(code) % 8:
+        raise OSError(errno.EINVAL, "seccomp_export_bpf: no program")
+    buf = ctypes.create_string_buffer(code, len(code))
+    _COMPILED[key] = (_SockFprog(len(code) // 8, ctypes.cast(buf, ctypes.c_void_p)), buf)
+    return _COMPILED[key]
+
+
+def apply_seccomp(outside_read_only: bool = False, memory_cgroup: bool = False) -> None:
+    """Load the filter into this process and its children (module constants: :data:`SECCOMP_DENY`,
+    :data:`SELF_ONLY` on other processes, ``clone`` with a namespace flag, ``clone3`` (ENOSYS: libc falls back
+    to ``clone``), datagram socketpairs; :data:`UTIME` unless ``outside_read_only``, ``memfd_create`` unless
+    ``memory_cgroup``), compiled by :func:`compiled_filter`. Sets no_new_privs. Raises OSError when libseccomp is
+    missing or the kernel refuses."""
+    prog, _ = compiled_filter(outside_read_only, memory_cgroup)
+    c = libc()
+    if c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(e)}")
+    if c.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"prctl(PR_SET_SECCOMP): {os.strerror(e)}")
