@@ -108,6 +108,18 @@ def compiled_filter(outside_read_only: bool = False, memory_cgroup: bool = False
     ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
     if not ctx:
         raise OSError(errno.ENOMEM, "seccomp_init")
+    try:
+        _add_rules(lib, ctx, *key)
+        code = _export_bpf(lib, ctx)
+    finally:
+        lib.seccomp_release(ctx)
+    buf = ctypes.create_string_buffer(code, len(code))
+    _COMPILED[key] = (_SockFprog(len(code) // 8, ctypes.cast(buf, ctypes.c_void_p)), buf)
+    return _COMPILED[key]
+
+
+def _add_rules(lib, ctx, outside_read_only: bool, memory_cgroup: bool) -> None:
+    """The filter's rules (:func:`apply_seccomp`) added to libseccomp context ``ctx``."""
     eperm = _scmp_errno(errno.EPERM)
 
     def add(name: str, action: int, *args: _ScmpArg) -> None:
@@ -122,42 +134,40 @@ def compiled_filter(outside_read_only: bool = False, memory_cgroup: bool = False
     def unless(arg: int, value: int) -> _ScmpArg:  # the rule matches when argument ``arg`` is not ``value``
         return _ScmpArg(arg, _SCMP_CMP_NE, value, 0)
 
+    for name in SECCOMP_DENY + (() if outside_read_only else UTIME) + (() if memory_cgroup else ("memfd_create",)):
+        add(name, eperm)
+    for flag in (CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWUTS, CLONE_NEWCGROUP):
+        add("clone", eperm, _ScmpArg(0, _SCMP_CMP_MASKED_EQ, flag, flag))
+    add("clone3", _scmp_errno(errno.ENOSYS))
+    for name in SELF_ONLY:
+        add(name, eperm, unless(0, 0))
+    add("setpriority", eperm, unless(0, PRIO_PROCESS))
+    add("setpriority", eperm, unless(1, 0))
+    add("ioprio_set", eperm, unless(0, IOPRIO_WHO_PROCESS))
+    add("ioprio_set", eperm, unless(1, 0))
+    add("sendto", eperm, unless(4, 0))
+    add("socketpair", eperm, _ScmpArg(1, _SCMP_CMP_MASKED_EQ, _SOCK_TYPE_MASK, _SOCK_DGRAM))
+
+
+def _export_bpf(lib, ctx) -> bytes:
+    """The BPF program of libseccomp context ``ctx`` (``struct sock_filter`` instructions, 8 bytes each)."""
+    r, w = os.pipe()
     try:
-        for name in SECCOMP_DENY + (() if outside_read_only else UTIME) + (() if memory_cgroup else ("memfd_create",)):
-            add(name, eperm)
-        for flag in (CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWUTS,
-                     CLONE_NEWCGROUP):
-            add("clone", eperm, _ScmpArg(0, _SCMP_CMP_MASKED_EQ, flag, flag))
-        add("clone3", _scmp_errno(errno.ENOSYS))
-        for name in SELF_ONLY:
-            add(name, eperm, unless(0, 0))
-        add("setpriority", eperm, unless(0, PRIO_PROCESS))
-        add("setpriority", eperm, unless(1, 0))
-        add("ioprio_set", eperm, unless(0, IOPRIO_WHO_PROCESS))
-        add("ioprio_set", eperm, unless(1, 0))
-        add("sendto", eperm, unless(4, 0))
-        add("socketpair", eperm, _ScmpArg(1, _SCMP_CMP_MASKED_EQ, _SOCK_TYPE_MASK, _SOCK_DGRAM))
-        r, w = os.pipe()
-        try:
-            rc = lib.seccomp_export_bpf(ctx, w)
-            os.close(w)
-            w = -1
-            if rc < 0:
-                raise OSError(-rc, "seccomp_export_bpf")
-            code = b""
-            while chunk := os.read(r, 65536):
-                code += chunk
-        finally:
-            os.close(r)
-            if w >= 0:
-                os.close(w)
+        rc = lib.seccomp_export_bpf(ctx, w)
+        os.close(w)
+        w = -1
+        if rc < 0:
+            raise OSError(-rc, "seccomp_export_bpf")
+        code = b""
+        while chunk := os.read(r, 65536):
+            code += chunk
     finally:
-        lib.seccomp_release(ctx)
+        os.close(r)
+        if w >= 0:
+            os.close(w)
     if not code or len(code) % 8:
         raise OSError(errno.EINVAL, "seccomp_export_bpf: no program")
-    buf = ctypes.create_string_buffer(code, len(code))
-    _COMPILED[key] = (_SockFprog(len(code) // 8, ctypes.cast(buf, ctypes.c_void_p)), buf)
-    return _COMPILED[key]
+    return code
 
 
 def apply_seccomp(outside_read_only: bool = False, memory_cgroup: bool = False) -> None:
