@@ -170,15 +170,15 @@ def _has_nan(x) -> bool:
 
 # --------------------------------------------------------------------------------------------- sandbox runs
 def _payload(program: str, entry_point: str, inputs_json: str, nonce: str, out_cap: int, limits=None,
-             reduce=None, times: bool = False, groups=None) -> bytes:
+             reduce=None, times: bool = False, wall_s: float | None = None) -> bytes:
     """The harness's ``call``-kind input, the task's inputs already encoded (``inputs_json``: a JSON list of
-    tagged argument lists); ``groups``: ``[[first input, wall clock s], ...]``, each group run afresh."""
+    tagged argument lists); ``wall_s``: the run's wall clock, kept by the harness's timer."""
     head = {"kind": "call", "program": program, "nonce": nonce, "out_cap": out_cap, "fn_name": entry_point,
             "tagged": True, "quiet": True, "entry_only": True, "times": times}
     if limits is not None:
         head["limits"] = limits
-    if groups is not None:
-        head["groups"] = groups
+    if wall_s is not None:
+        head["wall_s"] = wall_s
     if reduce is not None:
         head["reduce"] = reduce
     text = json.dumps(head)
@@ -186,17 +186,17 @@ def _payload(program: str, entry_point: str, inputs_json: str, nonce: str, out_c
 
 
 def run_group(sandbox, program: str, entry_point: str, inputs_json: str, timeout_s: float, limits=None,
-              reduce=None, times: bool = False, groups=None, memory_mb: int | None = None):
-    """One sandboxed run of ``program``'s ``entry_point`` over inputs (one group, or several run afresh one after
-    the other: ``groups``): ``(calls or None, status, detail)`` (``calls``: the harness's records; None: the run
-    gave none - status ``code_timeout``, ``code_crash`` or ``code_error``)."""
+              reduce=None, times: bool = False, wall_s: float | None = None, memory_mb: int | None = None):
+    """One sandboxed run of ``program``'s ``entry_point`` over one group of inputs (``wall_s``: the group's wall
+    clock, kept by the harness's timer): ``(calls or None, status, detail)`` (``calls``: the harness's records;
+    None: the run gave none - status ``code_timeout``, ``code_crash`` or ``code_error``)."""
     saved = sandbox.limits
     sandbox.limits = dataclasses.replace(saved, timeout_s=float(timeout_s), cpu_s=None,
                                          result_bytes=max(saved.result_bytes, RESULT_BYTES),
                                          memory_mb=memory_mb or saved.memory_mb)
     try:
         data = _payload(program, entry_point, inputs_json, secrets.token_hex(8), saved.output_bytes, limits,
-                        reduce, times, groups)
+                        reduce, times, wall_s)
         run = sandbox.run([sandbox.python, "-I", "-S", "-c", HARNESS, "{fd}"], data)
     finally:
         sandbox.limits = saved
@@ -318,7 +318,7 @@ def grade_evalplus(program: str, spec: dict, sandbox) -> tuple[float, str, str, 
         if "error" in g:
             return 0.0, "code_bad_gold", f"{group}: the reference failed: {g['error']}", group == "plus"
         calls, status, detail = run_group(sandbox, program, entry, g["inputs_json"], g["timeout"], g["limits"],
-                                          [1] * len(g["inputs"]) if reduce else None, groups=[[0, g["timeout"]]])
+                                          [1] * len(g["inputs"]) if reduce else None, wall_s=g["timeout"])
         if calls is None:
             return 0.0, status, f"{group}: {detail}", group == "plus"
         ok, why = judge(dataset, entry, g["inputs"], calls, g["expected"], t["atol"], g["tagged"])

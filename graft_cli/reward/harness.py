@@ -14,8 +14,8 @@ hooks) it can only change that line, i.e. what it answered.
 
 The ``call`` kind also runs EvalPlus's way (graft_cli/reward/evalplus.py): ``quiet`` (the program's prints kept in
 memory, reading stdin raises: EvalPlus's ``swallow_io``), ``entry_only`` (the entry point by its name, no ``Solution``
-class), ``limits`` (each call's wall clock, a ``SIGALRM`` timer raising ``TimeoutException``), ``groups`` (from
-these inputs on, the program executed afresh with its own wall clock), ``times`` (each call's wall time in its
+class), ``limits`` (each call's wall clock, a ``SIGALRM`` timer raising ``TimeoutException``), ``wall_s`` (the
+run's wall clock from its first call, which cuts each call's limit), ``times`` (each call's wall time in its
 record: a reference's) and ``reduce`` 2 (any value to whether it is not None: a reference's). The timers run in the
 answer's process and bind only an answer that leaves them alone; the sandbox's wall clock binds every one.
 """
@@ -355,26 +355,12 @@ def _main():
             return
         res, red, i = [], p.get("reduce") or (), 0
         lims, timed, quiet = p.get("limits"), p.get("times", False), p.get("quiet", False)
-        starts = {k: s for k, s in p.get("groups") or ()}  # input index -> its group's wall clock (seconds)
-        _now, _mono, dead = time.time, time.monotonic, None
+        _now, _mono, wall = time.time, time.monotonic, p.get("wall_s")
+        dead = None if wall is None else _mono() + wall  # the run's wall clock (seconds), from its first call
         if lims:
             signal.signal(signal.SIGALRM, _on_alarm)
         for args in p["inputs"]:
             try:
-                if i in starts:  # a new group: the program afresh, as in a process of its own
-                    dead = _mono() + starts[i]
-                    if i:
-                        g = {"__name__": "solution", "__builtins__": builtins}
-                        if quiet:
-                            _swallow()
-                        try:
-                            _exec(code, g)
-                        finally:
-                            if quiet:
-                                _unswallow()
-                        fn = g.get(p["fn_name"])
-                        if not _callable(fn):
-                            raise NameError(p["fn_name"])
                 a = dec(args) if tagged else args
                 if quiet:
                     _swallow()
